@@ -1,0 +1,216 @@
+"""``/metrics``, ``/healthz`` and ``/readyz`` on a tiny threaded stdlib HTTP server.
+
+Why stdlib and a thread: the sidecar is a single event loop that must never block on a scrape,
+and these endpoints are three fixed paths. ``http.server.ThreadingHTTPServer`` on a daemon
+thread answers them without a web framework and without touching the loop: the loop only
+writes a few plain attributes (a heartbeat float, three booleans) that the HTTP threads read.
+Under the GIL those single-attribute writes and reads are atomic, so no lock is needed.
+
+Kubernetes semantics:
+
+``/healthz`` (liveness)
+    200 while the loop's last :meth:`HealthServer.beat` is younger than ``stale_after_s`` on the
+    injected clock, 503 otherwise. A stuck loop (deadlock, a hung fsync, an endless batch) is
+    exactly what a restart fixes, and "the process answers HTTP" alone would not show it: this
+    server lives on its own thread. ``start()`` counts as a beat, so a starting process gets one
+    full ``stale_after_s`` before its first real beat; long recoveries should beat as they go
+    (or be covered by a ``startupProbe``).
+
+``/readyz`` (readiness)
+    200 only when the store is ``recovered``, the consumer has its partitions ``assigned`` and
+    the ``broker_reachable`` flag is set; 503 with a JSON body naming the flags that are false.
+    The ``ready`` gauge of :class:`~sidecar.metrics.Metrics` follows the same condition.
+
+``/metrics``
+    :meth:`Metrics.render` with ``prometheus_client.CONTENT_TYPE_LATEST``.
+
+The server is quiet: no access log lines on stderr (Prometheus scrapes every few seconds and
+kubelet probes every few seconds; the structured log is for events that matter).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+import structlog
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from sidecar.metrics import Metrics
+
+log = structlog.get_logger(__name__)
+
+JSON = "application/json"
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    health: HealthServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # The default prints a traceback to stderr; a dropped scrape connection is not news.
+        log.debug("http_handler_error", client=str(client_address), exc_info=True)
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    server_version = "delay-sidecar"
+    sys_version = ""
+
+    def do_GET(self) -> None:
+        self._dispatch(send_body=True)
+
+    def do_HEAD(self) -> None:
+        self._dispatch(send_body=False)
+
+    def _dispatch(self, send_body: bool) -> None:
+        health = self.server.health
+        path = urlsplit(self.path).path.rstrip("/") or "/"
+        if path == "/metrics":
+            status, ctype, body = 200, CONTENT_TYPE_LATEST, health.metrics.render()
+        elif path == "/healthz":
+            status, doc = health.liveness()
+            ctype, body = JSON, orjson.dumps(doc)
+        elif path == "/readyz":
+            status, doc = health.readiness()
+            ctype, body = JSON, orjson.dumps(doc)
+        else:
+            status, ctype, body = 404, JSON, orjson.dumps({"error": "not found", "path": path})
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            if send_body:
+                self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Silence the per-request access log."""
+
+
+class HealthServer:
+    """The HTTP endpoints of one sidecar process.
+
+    ``clock`` returns seconds on the same clock the loop passes to :meth:`beat`
+    (``time.monotonic`` in production, a fake in tests).
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        metrics: Metrics,
+        clock: Callable[[], float] = time.monotonic,
+        stale_after_s: float = 30,
+    ) -> None:
+        self.host = host
+        self.requested_port = port
+        self.metrics = metrics
+        self.clock = clock
+        self.stale_after_s = stale_after_s
+        self._last_beat = clock()
+        self._recovered = False
+        self._assigned = False
+        self._broker_reachable = False
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        metrics.set_ready(False)
+
+    # -- called by the event loop ------------------------------------------------------------
+    def beat(self, now: float) -> None:
+        """The loop is alive at ``now`` (a reading of ``clock``); call it every iteration."""
+        self._last_beat = now
+
+    def set_recovered(self, value: bool) -> None:
+        self._recovered = value
+        self._update_ready()
+
+    def set_assigned(self, value: bool) -> None:
+        self._assigned = value
+        self._update_ready()
+
+    def set_broker_reachable(self, value: bool) -> None:
+        self._broker_reachable = value
+        self._update_ready()
+
+    @property
+    def ready(self) -> bool:
+        return self._recovered and self._assigned and self._broker_reachable
+
+    def _update_ready(self) -> None:
+        self.metrics.set_ready(self.ready)
+
+    # -- probe logic (pure given the clock; used by the handler and by tests) ----------------
+    def liveness(self) -> tuple[int, dict[str, Any]]:
+        age = self.clock() - self._last_beat
+        alive = age < self.stale_after_s
+        doc = {
+            "status": "ok" if alive else "stale",
+            "heartbeat_age_s": round(age, 3),
+            "stale_after_s": self.stale_after_s,
+        }
+        return (200 if alive else 503), doc
+
+    def readiness(self) -> tuple[int, dict[str, Any]]:
+        flags = {
+            "recovered": self._recovered,
+            "assigned": self._assigned,
+            "broker_reachable": self._broker_reachable,
+        }
+        not_ready = [k for k, v in flags.items() if not v]
+        doc: dict[str, Any] = {"ready": not not_ready, **flags, "not_ready": not_ready}
+        return (503 if not_ready else 200), doc
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        """Bind and serve on a daemon thread. Port 0 picks a free port (see :attr:`port`)."""
+        if self._server is not None:
+            raise RuntimeError("HealthServer already started")
+        cls = _Server6 if ":" in self.host else _Server
+        server = cls((self.host, self.requested_port), _Handler)
+        server.health = self
+        self._server = server
+        self._last_beat = self.clock()
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="health-http", daemon=True
+        )
+        self._thread.start()
+        log.info("http_started", host=self.host, port=self.port)
+
+    @property
+    def port(self) -> int:
+        """The bound port (after :meth:`start`), else the requested one."""
+        if self._server is None:
+            return self.requested_port
+        return int(self._server.server_address[1])
+
+    def stop(self) -> None:
+        """Stop serving and close the socket; idempotent."""
+        server, thread = self._server, self._thread
+        self._server = self._thread = None
+        if server is None:
+            return
+        server.shutdown()
+        server.server_close()
+        if thread is not None:
+            thread.join(timeout=5)
+
+    def __enter__(self) -> HealthServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

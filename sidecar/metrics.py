@@ -1,0 +1,301 @@
+"""Prometheus metrics of the sidecar, behind a small class with batch-sized methods.
+
+Why a class and not module-level metric objects: each :class:`Metrics` owns its own
+``CollectorRegistry``, so tests (and a process that runs several sidecars, e.g. benchmarks)
+can create as many as they like without "Duplicated timeseries" errors from the global
+registry, and nothing leaks between tests.
+
+Why explicit methods: the event loop handles records in batches of thousands. Every method
+here takes a count or a list and touches each Prometheus object once per call
+(``ingested(5000)``, not 5000 ``inc()`` calls). The lateness histogram, which gets one value
+per delivered record, is a small custom collector that buckets a whole batch with ``bisect``
+under one lock acquisition instead of ``Histogram.observe`` per value.
+
+Series (all prefixed ``delay_sidecar_``; base units: seconds, bytes, records):
+
+=================================  =======  ===========================================================
+``ingested_records_total``         counter  ingress records accepted into the store
+``scheduled_records_total``        counter  ``{scheduler}`` (levels / wheel): records handed to a scheduler
+``delivered_records_total``        counter  records acknowledged by the target topic
+``cancelled_records_total``        counter  pending records removed by a ``delay.cancel``
+``duplicate_records_total``        counter  records dropped because their ``delay.id`` was pending
+``dlq_records_total``              counter  ``{reason}``: every reason code of the contract exists at 0
+``publish_retries_total``          counter  publishes re-scheduled after a failed delivery report
+``early_deliveries_total``         counter  deliveries before their due time; must stay 0
+``pending_records``                gauge    ``{tier}``: ``level-N`` / ``wheel`` / ``bucket`` / ``retry``
+``delivery_lateness_seconds``      histo.   send time minus due time, 1 ms .. 60 s buckets
+``consumer_lag_records``           gauge    ``{partition}``: ingress lag from librdkafka statistics
+``store_bytes``                    gauge    bytes the data directory holds
+``ingress_paused``                 gauge    1 while ingress consumption is paused (backpressure)
+``ingress_paused_reason``          gauge    ``{reason}``: 1 for the current pause reason, else 0
+``up`` / ``ready``                 gauge    1 while the process runs / while ``/readyz`` is 200
+=================================  =======  ===========================================================
+
+Thread safety: the event loop is the only writer; the HTTP thread only reads (``render``).
+prometheus_client's own objects lock internally; the histogram here takes its own lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+
+import orjson
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from sidecar.contract import REASONS
+
+PREFIX = "delay_sidecar_"
+
+# Delivery lateness buckets, in seconds (1 ms .. 60 s). The same values in ms are used to bucket.
+LATENESS_BUCKETS_S: tuple[float, ...] = (
+    0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0,
+)
+
+TIER_WHEEL = "wheel"
+TIER_BUCKET = "bucket"
+TIER_RETRY = "retry"
+
+
+def level_tier(level: int) -> str:
+    """The ``pending_records`` tier label of delay level ``level`` (1-based): ``level-3``."""
+    return f"level-{level}"
+
+
+class _LatenessHistogram(Collector):
+    """A histogram fed in batches of integer milliseconds, exposed in seconds.
+
+    Observations below 0 (early deliveries) are counted by the caller and recorded as 0 here,
+    so the histogram's sum never decreases and ``rate(..._sum)`` stays meaningful.
+    """
+
+    def __init__(self, name: str, documentation: str, buckets_s: Sequence[float]) -> None:
+        self._name = name
+        self._doc = documentation
+        self._bounds_s = tuple(buckets_s)
+        self._bounds_ms = tuple(round(b * 1000) for b in buckets_s)
+        self._counts = [0] * (len(self._bounds_ms) + 1)  # last one: above the highest bound
+        self._sum_ms = 0
+        self._lock = threading.Lock()
+
+    def observe_ms(self, values: Iterable[int]) -> None:
+        bounds = self._bounds_ms
+        local = [0] * len(self._counts)
+        total = 0
+        for v in values:
+            if v < 0:
+                v = 0
+            local[bisect_left(bounds, v)] += 1  # first bound >= v: Prometheus buckets are "le"
+            total += v
+        with self._lock:
+            counts = self._counts
+            for i, c in enumerate(local):
+                if c:
+                    counts[i] += c
+            self._sum_ms += total
+
+    def describe(self) -> Iterable[Metric]:
+        return [HistogramMetricFamily(self._name, self._doc)]
+
+    def collect(self) -> Iterable[Metric]:
+        with self._lock:
+            counts = list(self._counts)
+            sum_ms = self._sum_ms
+        cumulative = 0
+        buckets: list[tuple[str, float]] = []
+        for bound, c in zip(self._bounds_s, counts, strict=False):
+            cumulative += c
+            buckets.append((_float_str(bound), cumulative))
+        cumulative += counts[-1]
+        buckets.append(("+Inf", cumulative))
+        yield HistogramMetricFamily(self._name, self._doc, buckets=buckets, sum_value=sum_ms / 1000)
+
+
+def _float_str(v: float) -> str:
+    return repr(float(v))
+
+
+class Metrics:
+    """All sidecar metrics on a private registry. ``render()`` is the ``/metrics`` body."""
+
+    def __init__(
+        self,
+        ingress_topic: str = "delay.ingress",
+        scheduler: str = "levels",
+        tiers: Iterable[str] = (),
+    ) -> None:
+        self.ingress_topic = ingress_topic
+        self.scheduler = scheduler
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+
+        self._ingested = Counter(PREFIX + "ingested_records", "Ingress records accepted into the store",
+                                 registry=r)
+        self._scheduled = Counter(PREFIX + "scheduled_records", "Records handed to a scheduler",
+                                  ["scheduler"], registry=r)
+        self._delivered = Counter(PREFIX + "delivered_records",
+                                  "Records acknowledged by their target topic", registry=r)
+        self._cancelled = Counter(PREFIX + "cancelled_records",
+                                  "Pending records removed by a delay.cancel command", registry=r)
+        self._duplicates = Counter(PREFIX + "duplicate_records",
+                                   "Records dropped because a record with the same delay.id was pending",
+                                   registry=r)
+        self._dlq = Counter(PREFIX + "dlq_records", "Records sent to the dead-letter topic, by reason code",
+                            ["reason"], registry=r)
+        self._retries = Counter(PREFIX + "publish_retries",
+                                "Publishes re-scheduled after a failed delivery report", registry=r)
+        self._early = Counter(PREFIX + "early_deliveries",
+                              "Records delivered before their due time (must stay 0)", registry=r)
+        self._pending = Gauge(PREFIX + "pending_records", "Records waiting for their due time, by tier",
+                              ["tier"], registry=r)
+        self._lag = Gauge(PREFIX + "consumer_lag_records",
+                          "Ingress consumer lag (librdkafka consumer_lag: high watermark - committed offset)",
+                          ["partition"], registry=r)
+        self._store_bytes = Gauge(PREFIX + "store_bytes", "Bytes held by the store's data directory",
+                                  registry=r)
+        self._paused = Gauge(PREFIX + "ingress_paused", "1 while ingress consumption is paused", registry=r)
+        self._paused_reason = Gauge(PREFIX + "ingress_paused_reason",
+                                    "1 for the reason ingress is paused for, 0 for other known reasons",
+                                    ["reason"], registry=r)
+        self._up = Gauge(PREFIX + "up", "1 while the sidecar process runs", registry=r)
+        self._ready = Gauge(PREFIX + "ready", "1 while the sidecar is ready (/readyz answers 200)",
+                            registry=r)
+        self._lateness = _LatenessHistogram(
+            PREFIX + "delivery_lateness_seconds",
+            "Send time minus due time of delivered records (early deliveries recorded as 0)",
+            LATENESS_BUCKETS_S,
+        )
+        r.register(self._lateness)
+
+        # Series that must exist before the first event, so dashboards and alerts see 0, not "no data".
+        self._scheduled.labels(scheduler=scheduler)
+        for reason in REASONS:
+            self._dlq.labels(reason=reason)
+        for tier in tiers:
+            self._pending.labels(tier=tier).set(0)
+        self._pause_reasons: set[str] = set()
+        self._lag_partitions: set[str] = set()
+        self._paused.set(0)
+        self._up.set(1)
+        self._ready.set(0)
+
+    # -- counters (call once per batch) ------------------------------------------------------
+    def ingested(self, n: int) -> None:
+        if n:
+            self._ingested.inc(n)
+
+    def scheduled(self, n: int, scheduler: str | None = None) -> None:
+        if n:
+            self._scheduled.labels(scheduler=scheduler or self.scheduler).inc(n)
+
+    def delivered(self, n: int) -> None:
+        if n:
+            self._delivered.inc(n)
+
+    def cancelled(self, n: int) -> None:
+        if n:
+            self._cancelled.inc(n)
+
+    def duplicates(self, n: int) -> None:
+        if n:
+            self._duplicates.inc(n)
+
+    def dead_lettered(self, reason: str, n: int = 1) -> None:
+        """Count ``n`` DLQ records with ``reason`` (a code from ``sidecar.contract.REASONS``)."""
+        if n:
+            self._dlq.labels(reason=reason).inc(n)
+
+    def dead_lettered_by_reason(self, counts: Mapping[str, int]) -> None:
+        for reason, n in counts.items():
+            self.dead_lettered(reason, n)
+
+    def publish_retries(self, n: int) -> None:
+        if n:
+            self._retries.inc(n)
+
+    def observe_lateness_ms(self, values: Sequence[int]) -> None:
+        """Record one batch of delivery lateness values (send time - due time, in ms).
+
+        Negative values are early deliveries: counted in ``early_deliveries_total`` and recorded
+        in the histogram as 0."""
+        if not values:
+            return
+        early = sum(1 for v in values if v < 0)
+        if early:
+            self._early.inc(early)
+        self._lateness.observe_ms(values)
+
+    # -- gauges ------------------------------------------------------------------------------
+    def set_pending(self, tier: str, n: int) -> None:
+        self._pending.labels(tier=tier).set(n)
+
+    def set_pending_many(self, by_tier: Mapping[str, int]) -> None:
+        for tier, n in by_tier.items():
+            self._pending.labels(tier=tier).set(n)
+
+    def set_store_bytes(self, n: int) -> None:
+        self._store_bytes.set(n)
+
+    def set_ingress_paused(self, paused: bool, reason: str | None = None) -> None:
+        """Pause state of the ingress consumer; ``reason`` (e.g. ``disk-full``) when paused."""
+        self._paused.set(1 if paused else 0)
+        current = reason if paused else None
+        if current is not None:
+            self._pause_reasons.add(current)
+        for r in self._pause_reasons:
+            self._paused_reason.labels(reason=r).set(1 if r == current else 0)
+
+    def set_up(self, up: bool) -> None:
+        self._up.set(1 if up else 0)
+
+    def set_ready(self, ready: bool) -> None:
+        self._ready.set(1 if ready else 0)
+
+    def set_consumer_lag(self, partition: int, lag: int) -> None:
+        key = str(partition)
+        self._lag_partitions.add(key)
+        self._lag.labels(partition=key).set(lag)
+
+    def update_from_stats(self, stats_json: str | bytes) -> None:
+        """Set ``consumer_lag_records`` from a librdkafka statistics document (``stats_cb``).
+
+        Read: ``topics.<ingress topic>.partitions.<p>.consumer_lag`` — librdkafka's "difference
+        between (hi_offset or ls_offset) and committed_offset" (``ls_offset`` under
+        ``isolation.level=read_committed``). The sidecar commits an ingress offset only once the
+        record is durable in the store, so this is "ingress records not yet safely stored".
+        Partition ``-1`` is librdkafka's internal "unassigned" partition and is skipped; a lag of
+        ``-1`` means unknown (partition not assigned to this consumer, or no committed offset
+        yet) and removes that partition's series, as does a partition absent from the document,
+        so revoked partitions disappear instead of freezing at their last value.
+        Malformed documents are ignored (statistics must never break the loop).
+        """
+        try:
+            doc = orjson.loads(stats_json)
+            partitions = doc["topics"][self.ingress_topic]["partitions"]
+            items = list(partitions.items())
+        except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
+            return
+        seen: dict[str, int] = {}
+        for key, part in items:
+            if key == "-1" or not isinstance(part, dict):
+                continue
+            lag = part.get("consumer_lag")
+            if isinstance(lag, int) and not isinstance(lag, bool) and lag >= 0:
+                seen[str(key)] = lag
+        for key in self._lag_partitions - seen.keys():
+            self._lag.remove(key)
+        for key, lag in seen.items():
+            self._lag.labels(partition=key).set(lag)
+        self._lag_partitions = set(seen)
+
+    # -- exposition --------------------------------------------------------------------------
+    def render(self) -> bytes:
+        """The Prometheus text exposition (``CONTENT_TYPE_LATEST``) of every series."""
+        return generate_latest(self.registry)
+
+    def collect(self) -> Iterator[Metric]:
+        """The registry's metric families (for tests and custom exporters)."""
+        return iter(self.registry.collect())
