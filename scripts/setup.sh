@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs everything the project needs, idempotently: a virtualenv with the package and its
+# extras, then every scripts/setup.d/*.sh (Kafka jars, Spark connector, helm, redis, ...).
+# Caches live outside the repo in $KDS_CACHE (default ~/.cache/kafka-delay-sidecar).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+export KDS_CACHE=${KDS_CACHE:-$HOME/.cache/kafka-delay-sidecar}
+mkdir -p "$KDS_CACHE"
+
+command -v java >/dev/null || { echo "setup: Java 17+ is required (java not found)" >&2; exit 1; }
+jv=$(java -version 2>&1 | awk -F'"' '/version/ {print $2}' | cut -d. -f1)
+[ "${jv:-0}" -ge 17 ] || { echo "setup: Java 17+ is required, found $jv" >&2; exit 1; }
+
+py=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$py" -m venv .venv
+fi
+stamp=.venv/.kds-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e ".[test,spark]"
+  touch "$stamp"
+fi
+for step in scripts/setup.d/*.sh; do
+  [ -e "$step" ] || continue
+  bash "$step"
+done

@@ -1,0 +1,312 @@
+"""Sidecar settings: one table of options, four sources, one precedence.
+
+Lowest to highest: built-in defaults < YAML file (``--config FILE``) < environment
+(``DELAY_SIDECAR_<FLAG>``, dashes as underscores, upper case) < command-line flags.
+``KAFKA_BOOTSTRAP_SERVERS`` is honoured as a synonym of ``DELAY_SIDECAR_BOOTSTRAP_SERVERS``.
+
+The YAML file uses the flag names as keys (``ingress-topic: delay.ingress``) plus a ``kafka:``
+mapping of librdkafka properties passed through to every client (TLS, SASL, ...). Environment
+variables ``DELAY_SIDECAR_KAFKA_<PROP>`` add librdkafka properties too (``_`` becomes ``.``:
+``DELAY_SIDECAR_KAFKA_SASL_PASSWORD`` -> ``sasl.password``), so a Kubernetes Secret can feed a
+password without it ever being written into a ConfigMap.
+
+The option table ``OPTIONS`` is the single source: the CLI builds its flags from it, the README
+table is generated from it, and the Helm chart's values map onto the same keys.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sidecar.durations import parse_duration_list, parse_duration_ms, parse_size
+
+ENV_PREFIX = "DELAY_SIDECAR_"
+KAFKA_ENV_PREFIX = "DELAY_SIDECAR_KAFKA_"
+
+DEFAULT_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+# RocketMQ's %RETRY% ladder: delay level 3 + reconsumeTimes, i.e. the level table from 10s on.
+DEFAULT_RETRY_LADDER = "10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+
+SECRET_KEY = re.compile(r"(password|secret|token|key\.pem|keystore|truststore|jaas)", re.I)
+
+
+class ConfigError(ValueError):
+    """A setting is wrong; the message names the flag (or key) and the value."""
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    name: str  # flag name without dashes, YAML key, and (upper-cased) env suffix
+    attr: str
+    default: Any
+    parse: Callable[[Any], Any]
+    help: str
+
+
+def _str(v: Any) -> str:
+    return str(v)
+
+
+def _opt_str(v: Any) -> str | None:
+    s = str(v).strip() if v is not None else ""
+    return s or None
+
+
+def _int(v: Any) -> int:
+    if isinstance(v, bool):
+        raise ValueError(f"not an integer: {v!r}")
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        raise ValueError(f"not an integer: {v!r}") from None
+
+
+def _port(v: Any) -> int:
+    p = _int(v)
+    if not 0 <= p <= 65535:
+        raise ValueError(f"not a port: {v!r}")
+    return p
+
+
+def _positive(parse: Callable[[Any], int]) -> Callable[[Any], int]:
+    def inner(v: Any) -> int:
+        n = parse(v)
+        if n <= 0:
+            raise ValueError(f"must be positive: {v!r}")
+        return n
+
+    return inner
+
+
+def _choice(*allowed: str) -> Callable[[Any], str]:
+    def inner(v: Any) -> str:
+        s = str(v).strip().lower()
+        if s not in allowed:
+            raise ValueError(f"{v!r} is not one of {', '.join(allowed)}")
+        return s
+
+    return inner
+
+
+def _regex_list(v: Any) -> tuple[str, ...]:
+    items = v if isinstance(v, list) else [p for p in re.split(r"[\s,]+", str(v).strip()) if p]
+    for p in items:
+        try:
+            re.compile(p)
+        except re.error as e:
+            raise ValueError(f"bad regular expression {p!r}: {e}") from None
+    return tuple(str(p) for p in items)
+
+
+def _durations(v: Any) -> tuple[int, ...]:
+    return tuple(parse_duration_list(v))
+
+
+def _levels(v: Any) -> tuple[int, ...]:
+    out = _durations(v)
+    if any(b <= a for a, b in zip(out, out[1:], strict=False)):
+        raise ValueError(f"levels must be strictly increasing: {v!r}")
+    if out[0] <= 0:
+        raise ValueError(f"levels must be positive: {v!r}")
+    return out
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("bootstrap-servers", "bootstrap_servers", None, _opt_str,
+           "Kafka bootstrap servers; unset = start an embedded local broker"),
+    Option("ingress-topic", "ingress_topic", "delay.ingress", _str, "topic producers send delayed records to"),
+    Option("dlq-topic", "dlq_topic", "delay.dlq", _str, "dead-letter topic"),
+    Option("data-dir", "data_dir", "./data", _str, "store directory (one sub-directory per ingress partition)"),
+    Option("scheduler", "scheduler", "levels", _choice("levels", "wheel"), "levels (RocketMQ 4.x) or wheel"),
+    Option("group-id", "group_id", "delay-sidecar", _str, "consumer group of the ingress consumers"),
+    Option("group-instance-id", "group_instance_id", None, _opt_str,
+           "static group membership id (stable per instance, e.g. the pod name)"),
+    Option("ingress-partitions", "ingress_partitions", 6, _positive(_int),
+           "partitions of the ingress topic when the sidecar creates it"),
+    Option("replication-factor", "replication_factor", -1, _int,
+           "replication factor of topics the sidecar creates (-1 = broker default)"),
+    Option("http-port", "http_port", 0, _port, "port of /metrics, /healthz, /readyz (0 = disabled)"),
+    Option("http-host", "http_host", "0.0.0.0", _str, "address the HTTP endpoints bind to"),
+    Option("fsync", "fsync", "batch", _choice("batch", "interval", "none"),
+           "batch: durable before every ingress commit; interval: every fsync-interval; none: OS decides"),
+    Option("fsync-interval", "fsync_interval_ms", 1000, parse_duration_ms, "flush period for fsync=interval"),
+    Option("commit-interval", "commit_interval_ms", 200, _positive(parse_duration_ms),
+           "how often ingress offsets are made durable and committed"),
+    Option("levels", "levels_ms", _levels(DEFAULT_LEVELS), _levels, "delay level table (1-based)"),
+    Option("max-delay", "max_delay_ms", 400 * 86_400_000, _positive(parse_duration_ms),
+           "longest accepted delay; beyond -> DLQ delay-out-of-range"),
+    Option("retry-ladder", "retry_ladder_ms", _durations(DEFAULT_RETRY_LADDER), _durations,
+           "consumer retry delays: step n for delay.retry-count n (the last step repeats)"),
+    Option("max-retries", "max_retries", 16, _int, "delay.retry-count above this -> DLQ retries-exhausted"),
+    Option("target-allowlist", "target_allowlist", (), _regex_list,
+           "regular expressions a target topic must fully match (empty = any non-internal topic)"),
+    Option("max-record-bytes", "max_record_bytes", 1_000_000, _positive(parse_size),
+           "largest accepted ingress record (key + value + headers); larger -> DLQ too-large"),
+    Option("segment-bytes", "segment_bytes", 64 * 1024 * 1024, _positive(parse_size),
+           "commit log segment size (preallocated, mmapped)"),
+    Option("wheel-precision", "wheel_precision_ms", 10, _positive(parse_duration_ms), "timer wheel slot width"),
+    Option("wheel-window", "wheel_window_ms", 3_600_000, _positive(parse_duration_ms),
+           "timer wheel near window; later records wait in time buckets"),
+    Option("bucket-width", "bucket_width_ms", 3_600_000, _positive(parse_duration_ms), "time bucket width"),
+    Option("cancel-horizon", "cancel_horizon_ms", 86_400_000, parse_duration_ms,
+           "how long a cancel that arrived before its message is remembered"),
+    Option("delivery-grace", "delivery_grace_ms", 60_000, parse_duration_ms,
+           "how long a missing target topic is waited for before DLQ delivery-failed"),
+    Option("delivery-attempts", "delivery_attempts", 5, _positive(_int),
+           "attempts for permanent publish errors before DLQ delivery-failed"),
+    Option("max-in-flight", "max_in_flight", 20_000, _positive(_int),
+           "records handed to the producer and not yet acknowledged, per process"),
+    Option("batch-size", "batch_size", 5_000, _positive(_int), "records consumed per poll"),
+    Option("disk-max-bytes", "disk_max_bytes", 0, parse_size,
+           "pause ingress when the data directory reaches this size (0 = no limit)"),
+    Option("disk-min-free-bytes", "disk_min_free_bytes", 256 * 1024 * 1024, parse_size,
+           "pause ingress when free disk falls below this"),
+    Option("shutdown-timeout", "shutdown_timeout_ms", 30_000, parse_duration_ms,
+           "deadline for a graceful shutdown on SIGTERM"),
+    Option("stats-interval", "stats_interval_ms", 10_000, _positive(parse_duration_ms),
+           "period of the stats log line"),
+    Option("log-level", "log_level", "info", _choice("debug", "info", "warning", "error"), "log level"),
+)
+
+_BY_NAME = {o.name: o for o in OPTIONS}
+
+
+@dataclass(slots=True)
+class Settings:
+    bootstrap_servers: str | None = None
+    ingress_topic: str = "delay.ingress"
+    dlq_topic: str = "delay.dlq"
+    data_dir: str = "./data"
+    scheduler: str = "levels"
+    group_id: str = "delay-sidecar"
+    group_instance_id: str | None = None
+    ingress_partitions: int = 6
+    replication_factor: int = -1
+    http_port: int = 0
+    http_host: str = "0.0.0.0"
+    fsync: str = "batch"
+    fsync_interval_ms: int = 1000
+    commit_interval_ms: int = 200
+    levels_ms: tuple[int, ...] = _levels(DEFAULT_LEVELS)
+    max_delay_ms: int = 400 * 86_400_000
+    retry_ladder_ms: tuple[int, ...] = _durations(DEFAULT_RETRY_LADDER)
+    max_retries: int = 16
+    target_allowlist: tuple[str, ...] = ()
+    max_record_bytes: int = 1_000_000
+    segment_bytes: int = 64 * 1024 * 1024
+    wheel_precision_ms: int = 10
+    wheel_window_ms: int = 3_600_000
+    bucket_width_ms: int = 3_600_000
+    cancel_horizon_ms: int = 86_400_000
+    delivery_grace_ms: int = 60_000
+    delivery_attempts: int = 5
+    max_in_flight: int = 20_000
+    batch_size: int = 5_000
+    disk_max_bytes: int = 0
+    disk_min_free_bytes: int = 256 * 1024 * 1024
+    shutdown_timeout_ms: int = 30_000
+    stats_interval_ms: int = 10_000
+    log_level: str = "info"
+    kafka: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir)
+
+    def masked(self) -> dict[str, Any]:
+        """Every setting, secrets replaced by ``***`` (for the start-up log line)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            out[f.name] = getattr(self, f.name)
+        out["kafka"] = {k: ("***" if SECRET_KEY.search(k) else v) for k, v in self.kafka.items()}
+        return out
+
+
+def _apply(settings: Settings, name: str, raw: Any, source: str) -> None:
+    opt = _BY_NAME.get(name)
+    if opt is None:
+        raise ConfigError(f"unknown setting {name!r} in {source}")
+    try:
+        value = opt.parse(raw)
+    except ValueError as e:
+        raise ConfigError(f"{source}: bad value for {_label(name, source)}: {e}") from None
+    setattr(settings, opt.attr, value)
+
+
+def _label(name: str, source: str) -> str:
+    if source == "flags":
+        return f"--{name}"
+    if source == "environment":
+        return env_name(name)
+    return name
+
+
+def env_name(option: str) -> str:
+    return ENV_PREFIX + option.upper().replace("-", "_")
+
+
+def load_settings(
+    flags: Mapping[str, Any] | None = None,
+    config_file: str | Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Merge defaults < YAML < environment < flags. ``flags`` maps option names (with dashes)
+    to raw values; ``None`` values mean "not given"."""
+    env = os.environ if environ is None else environ
+    s = Settings()
+    flags = dict(flags or {})
+    config_file = config_file or flags.pop("config", None) or env.get(ENV_PREFIX + "CONFIG")
+    if config_file:
+        path = Path(config_file)
+        try:
+            doc = yaml.safe_load(path.read_text()) or {}
+        except OSError as e:
+            raise ConfigError(f"--config: cannot read {path}: {e.strerror}") from None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"--config: {path} is not valid YAML: {e}") from None
+        if not isinstance(doc, dict):
+            raise ConfigError(f"--config: {path} must hold a mapping of settings")
+        for key, raw in doc.items():
+            if key == "kafka":
+                if not isinstance(raw, dict):
+                    raise ConfigError(f"--config: 'kafka' in {path} must be a mapping of librdkafka properties")
+                s.kafka.update({str(k): str(v) for k, v in raw.items()})
+                continue
+            _apply(s, str(key), raw, f"config file {path}")
+    if "KAFKA_BOOTSTRAP_SERVERS" in env and env_name("bootstrap-servers") not in env:
+        _apply(s, "bootstrap-servers", env["KAFKA_BOOTSTRAP_SERVERS"], "environment")
+    for opt in OPTIONS:
+        key = env_name(opt.name)
+        if key in env:
+            _apply(s, opt.name, env[key], "environment")
+    for key, value in env.items():
+        if key.startswith(KAFKA_ENV_PREFIX):
+            prop = key[len(KAFKA_ENV_PREFIX):].lower().replace("_", ".")
+            s.kafka[prop] = value
+    for name, raw in flags.items():
+        if raw is None:
+            continue
+        if name == "kafka":
+            s.kafka.update(dict(raw))
+            continue
+        _apply(s, name, raw, "flags")
+    _check(s)
+    return s
+
+
+def _check(s: Settings) -> None:
+    if s.ingress_topic == s.dlq_topic:
+        raise ConfigError(f"--ingress-topic and --dlq-topic must differ (both {s.ingress_topic!r})")
+    if s.max_record_bytes + 4096 > s.segment_bytes:
+        raise ConfigError(
+            f"--segment-bytes ({s.segment_bytes}) must exceed --max-record-bytes ({s.max_record_bytes}) + 4096"
+        )
+    if s.levels_ms[-1] > s.max_delay_ms:
+        raise ConfigError("--levels: the last level exceeds --max-delay")

@@ -1,0 +1,59 @@
+"""The wire contract (DESIGN.md section 1): header names and DLQ reason codes.
+
+These strings are the user-facing API. Never rename one; add new ones beside them.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# -- ingress control headers -------------------------------------------------------------------
+TARGET_TOPIC: Final = "delay.target-topic"
+DELAY_MS: Final = "delay.ms"
+DELIVER_AT: Final = "delay.deliver-at"
+LEVEL: Final = "delay.level"
+TARGET_PARTITION: Final = "delay.target-partition"
+ID: Final = "delay.id"
+CANCEL: Final = "delay.cancel"
+RETRY_COUNT: Final = "delay.retry-count"
+
+# etf1/kafka-message-scheduler compatibility (accepted as an alternative on ingress)
+KMS_EPOCH: Final = "scheduler-epoch"
+KMS_TARGET_TOPIC: Final = "scheduler-target-topic"
+KMS_TARGET_KEY: Final = "scheduler-target-key"
+
+# -- headers the sidecar adds on delivery ------------------------------------------------------
+ENQUEUED_AT: Final = "delay.enqueued-at"
+SOURCE: Final = "delay.source"
+
+# Removed from delivered records (delay.id stays; deliver-at and retry-count are re-added).
+CONTROL_HEADERS: Final = frozenset(
+    {TARGET_TOPIC, DELAY_MS, DELIVER_AT, LEVEL, TARGET_PARTITION, CANCEL, RETRY_COUNT,
+     ENQUEUED_AT, SOURCE, KMS_EPOCH, KMS_TARGET_TOPIC, KMS_TARGET_KEY}
+)
+
+# -- dead-letter headers -----------------------------------------------------------------------
+DLQ_REASON: Final = "delay.dlq.reason"
+DLQ_ERROR: Final = "delay.dlq.error"
+DLQ_SOURCE_TOPIC: Final = "delay.dlq.source-topic"
+DLQ_SOURCE_PARTITION: Final = "delay.dlq.source-partition"
+DLQ_SOURCE_OFFSET: Final = "delay.dlq.source-offset"
+DLQ_ATTEMPTS: Final = "delay.dlq.attempts"
+
+# -- DLQ reason codes (stable machine codes) ---------------------------------------------------
+BAD_HEADER: Final = "bad-header"
+CONFLICTING_DELAY: Final = "conflicting-delay"
+DELAY_OUT_OF_RANGE: Final = "delay-out-of-range"
+UNKNOWN_LEVEL: Final = "unknown-level"
+MISSING_TARGET: Final = "missing-target"
+TARGET_IS_INTERNAL: Final = "target-is-internal"
+TOO_LARGE: Final = "too-large"
+DELIVERY_FAILED: Final = "delivery-failed"
+RETRIES_EXHAUSTED: Final = "retries-exhausted"
+
+REASONS: Final = (
+    BAD_HEADER, CONFLICTING_DELAY, DELAY_OUT_OF_RANGE, UNKNOWN_LEVEL, MISSING_TARGET,
+    TARGET_IS_INTERNAL, TOO_LARGE, DELIVERY_FAILED, RETRIES_EXHAUSTED,
+)
+
+MAX_ID_BYTES: Final = 255

@@ -1,0 +1,496 @@
+"""The sidecar's event loop: consume -> store -> schedule -> publish -> checkpoint -> commit.
+
+One thread does everything, batched (DESIGN.md 2); librdkafka does its network I/O on its own
+threads and releases the GIL. Each turn:
+
+1. ``consume(num_messages=batch, timeout=...)`` where the timeout is the time to the next due
+   record (capped), so an idle loop wakes exactly when something falls due;
+2. each record is validated and appended to its partition's store, and scheduled (synchronous:
+   after the batch, every consumed offset is in the store);
+3. every partition's scheduler hands out what is due *now* (bounded by ``max-in-flight``) and
+   the loop produces it with the idempotent producer (``acks=all``); the due time is re-checked
+   against a fresh clock reading right before ``produce`` — never early;
+4. ``poll(0)`` runs delivery reports: success acks the record in the scheduler; failures go
+   through the publish-failure policy (retry with backoff, or dead-letter);
+5. every ``commit-interval``: data -> index -> checkpoint per partition, then the ingress offsets
+   the checkpoint covers are committed to Kafka.
+
+Shutdown (SIGTERM/SIGINT): stop consuming, wait for in-flight deliveries up to the deadline,
+checkpoint, commit, close. Nothing is lost or duplicated by a graceful stop.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import os
+import random
+import signal
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from sidecar import contract as c
+from sidecar import logs
+from sidecar.config import Settings
+from sidecar.engine.partition import Counters, IngressRecord, PartitionStore, compile_rules
+from sidecar.levels.scheduler import LevelsScheduler
+from sidecar.retry import Backoff, ErrorKind, PublishFailurePolicy, Retry, classify, describe
+from sidecar.scheduling import Scheduler
+from sidecar.store import codec
+from sidecar.store.codec import Record, decode_headers
+from sidecar.store.idindex import id_hash
+from sidecar.store.log import CommitLog
+
+log = logs.get("sidecar")
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def ensure_topics(admin: AdminClient, topics: dict[str, int], replication_factor: int, timeout: float = 30) -> None:
+    """Create the topics that are missing (ingress, DLQ); an existing topic is left as it is."""
+    existing = set(admin.list_topics(timeout=timeout).topics)
+    missing = [NewTopic(t, num_partitions=n, replication_factor=replication_factor)
+               for t, n in topics.items() if t not in existing]
+    if not missing:
+        return
+    for topic, fut in admin.create_topics(missing, operation_timeout=timeout).items():
+        try:
+            fut.result()
+            log.info("topic.created", topic=topic)
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+
+
+def make_scheduler_factory(settings: Settings) -> Callable[[Path, CommitLog], Scheduler]:
+    if settings.scheduler == "levels":
+        return lambda d, lg: LevelsScheduler(d, lg, settings.levels_ms)
+    from sidecar.wheel import make_wheel  # type: ignore[attr-defined]
+
+    return make_wheel(settings)  # type: ignore[no-any-return]
+
+
+class _InFlight:
+    __slots__ = ("attempt", "due_ms", "first_failure_ms", "rid_hash", "store")
+
+    def __init__(self, store: PartitionStore, rid_hash: int, due_ms: int) -> None:
+        self.store = store
+        self.rid_hash = rid_hash
+        self.due_ms = due_ms
+        self.attempt = 0
+        self.first_failure_ms = 0
+
+
+class Sidecar:
+    def __init__(self, settings: Settings, metrics: Any = None, health: Any = None) -> None:
+        self.s = settings
+        self.counters = Counters()
+        self.metrics = metrics
+        self.health = health
+        self.rules = compile_rules(
+            settings.ingress_topic, settings.dlq_topic, settings.levels_ms, settings.max_delay_ms,
+            settings.retry_ladder_ms, settings.max_retries, settings.max_record_bytes, settings.target_allowlist,
+        )
+        self.stores: dict[int, PartitionStore] = {}
+        self.make_scheduler = make_scheduler_factory(settings)
+        self.in_flight = 0
+        self.backlog: deque[tuple[int, Record, _InFlight]] = deque()
+        self.retries: list[tuple[int, int, int, _InFlight]] = []  # (at_ms, seq, ref, state)
+        self._seq = itertools.count()
+        self.policy = PublishFailurePolicy(
+            backoff=Backoff(base_ms=100, cap_ms=10_000), grace_ms=settings.delivery_grace_ms,
+            max_attempts=settings.delivery_attempts,
+        )
+        self.rng = random.Random()
+        self.stop_requested = False
+        self.paused = False
+        self.pause_reason = ""
+        self.broker_up = True
+        self.lateness_batch: list[int] = []
+        self.assigned = False
+
+    # -- clients --------------------------------------------------------------------------------
+    def _common(self) -> dict[str, Any]:
+        conf: dict[str, Any] = {"bootstrap.servers": self.s.bootstrap_servers, "error_cb": self._on_error}
+        conf.update(self.s.kafka)
+        return conf
+
+    def _make_consumer(self) -> Consumer:
+        conf = self._common()
+        conf.update({
+            "group.id": self.s.group_id,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "partition.assignment.strategy": "cooperative-sticky",
+            "fetch.wait.max.ms": 10,
+            "statistics.interval.ms": 5000,
+            "stats_cb": self._on_stats,
+        })
+        if self.s.group_instance_id:
+            conf["group.instance.id"] = self.s.group_instance_id
+        for k, v in self.s.kafka.items():
+            conf[k] = v
+        return Consumer(conf)
+
+    def _make_producer(self) -> Producer:
+        conf = self._common()
+        conf.update({
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 2,
+            "batch.num.messages": 10_000,
+            "queue.buffering.max.messages": max(100_000, self.s.max_in_flight * 2),
+            "queue.buffering.max.kbytes": 1_048_576,
+            "message.timeout.ms": 120_000,
+            "topic.metadata.propagation.max.ms": min(self.s.delivery_grace_ms, 30_000),
+        })
+        for k, v in self.s.kafka.items():
+            conf[k] = v
+        return Producer(conf)
+
+    def _on_error(self, err: KafkaError) -> None:
+        if err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
+            if self.broker_up:
+                log.warning("broker.unreachable", error=err.str())
+            self.broker_up = False
+            self._readiness()
+        else:
+            log.warning("kafka.error", code=err.name(), error=err.str())
+
+    def _on_stats(self, stats_json: str) -> None:
+        if self.metrics is not None:
+            self.metrics.update_from_stats(stats_json)
+
+    def _readiness(self) -> None:
+        if self.health is not None:
+            self.health.set_assigned(self.assigned)
+            self.health.set_broker_reachable(self.broker_up)
+
+    # -- rebalance ------------------------------------------------------------------------------
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            store = PartitionStore(
+                self.s.data_path, tp.topic, tp.partition, rules=self.rules, scheduler_name=self.s.scheduler,
+                make_scheduler=self.make_scheduler, segment_bytes=self.s.segment_bytes,
+                cancel_horizon_ms=self.s.cancel_horizon_ms, counters=self.counters, durable=self.s.fsync != "none",
+            )
+            t0 = time.monotonic()
+            resume = store.open()
+            self.stores[tp.partition] = store
+            tp.offset = resume if resume is not None else OFFSET_INVALID
+            log.info(
+                "partition.recovered", partition=tp.partition, resume_offset=resume, pending=store.pending(),
+                truncated_bytes=store.truncated_bytes, seconds=round(time.monotonic() - t0, 3),
+            )
+        consumer.incremental_assign(partitions)
+        self.assigned = bool(self.stores)
+        log.info("partitions.assigned", partitions=[tp.partition for tp in partitions])
+        self._readiness()
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._drain(deadline=time.monotonic() + self.s.shutdown_timeout_ms / 1000)
+        for tp in partitions:
+            store = self.stores.pop(tp.partition, None)
+            if store is not None:
+                self._checkpoint_store(consumer, store, sync=True)
+                store.close()
+        consumer.incremental_unassign(partitions)
+        self.assigned = bool(self.stores)
+        log.info("partitions.revoked", partitions=[tp.partition for tp in partitions])
+        self._readiness()
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            store = self.stores.pop(tp.partition, None)
+            if store is not None:
+                store.checkpoint(fsync=self.s.fsync != "none")
+                store.close()
+        consumer.incremental_unassign(partitions)
+        self.assigned = bool(self.stores)
+        log.warning("partitions.lost", partitions=[tp.partition for tp in partitions])
+        self._readiness()
+
+    # -- main loop ------------------------------------------------------------------------------
+    def run(self) -> int:
+        admin = AdminClient(self._common())
+        ensure_topics(
+            admin, {self.s.ingress_topic: self.s.ingress_partitions, self.s.dlq_topic: 1}, self.s.replication_factor
+        )
+        self.s.data_path.mkdir(parents=True, exist_ok=True)
+        self.producer = self._make_producer()
+        consumer = self._make_consumer()
+        consumer.subscribe(
+            [self.s.ingress_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+        )
+        if self.health is not None:
+            self.health.set_recovered(True)
+        log.info("sidecar.started", config=self.s.masked(), pid=os.getpid())
+        last_commit = last_stats = last_space = time.monotonic()
+        stats_every = self.s.stats_interval_ms / 1000
+        commit_every = self.s.commit_interval_ms / 1000
+        try:
+            while not self.stop_requested:
+                now = wall_ms()
+                timeout = self._poll_timeout(now)
+                if not self.paused:
+                    msgs = consumer.consume(num_messages=self.s.batch_size, timeout=timeout)
+                else:
+                    consumer.poll(0)  # keep group membership alive while paused
+                    time.sleep(timeout)
+                    msgs = []
+                if msgs:
+                    self._ingest(msgs)
+                self._publish()
+                self.producer.poll(0)
+                mono = time.monotonic()
+                if mono - last_commit >= commit_every:
+                    self._checkpoint_all(consumer)
+                    last_commit = mono
+                if mono - last_space >= 1.0:
+                    self._check_space(consumer)
+                    last_space = mono
+                if mono - last_stats >= stats_every:
+                    self._stats()
+                    last_stats = mono
+                if self.health is not None:
+                    self.health.beat(mono)
+        finally:
+            self._shutdown(consumer)
+        return 0
+
+    def _poll_timeout(self, now: int) -> float:
+        if self.backlog or (self.retries and self.retries[0][0] <= now):
+            return 0.0
+        nxt: int | None = None
+        for store in self.stores.values():
+            d = store.sched.next_due_ms()
+            if d is not None and (nxt is None or d < nxt):
+                nxt = d
+        if self.retries:
+            nxt = self.retries[0][0] if nxt is None else min(nxt, self.retries[0][0])
+        if nxt is None:
+            return 0.1
+        return max(0.0, min(0.1, (nxt - now) / 1000))
+
+    def _ingest(self, msgs: list[Message]) -> None:
+        now = wall_ms()
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    log.warning("consume.error", code=err.name(), error=err.str())
+                continue
+            store = self.stores.get(m.partition())
+            if store is None:
+                continue  # revoked in between: the new owner consumes it
+            ts_type, ts = m.timestamp()
+            store.ingest(
+                IngressRecord(m.topic(), m.partition(), m.offset(), ts if ts_type else now, m.key(), m.value(),
+                              m.headers()),
+                now,
+            )
+
+    def _publish(self) -> None:
+        now = wall_ms()
+        produced = 0
+        while self.backlog and self.in_flight < self.s.max_in_flight:
+            ref, rec, st = self.backlog.popleft()
+            if not self._produce(ref, rec, st, now):
+                return
+            produced += 1
+        while self.retries and self.retries[0][0] <= now and self.in_flight < self.s.max_in_flight:
+            _at, _seq, ref, st = heapq.heappop(self.retries)
+            rec = st.store.sched.record(ref) if st.store.partition in self.stores else None
+            if rec is None:
+                continue
+            self.counters.publish_retries += 1
+            if not self._produce(ref, rec, st, now):
+                return
+        for store in list(self.stores.values()):
+            room = self.s.max_in_flight - self.in_flight
+            if room <= 0:
+                break
+            for ref, rec in store.sched.due(now, room):
+                st = _InFlight(store, id_hash(rec.id), rec.due_ms)
+                if not self._produce(ref, rec, st, now):
+                    return
+
+    def _produce(self, ref: int, rec: Record, st: _InFlight, now: int) -> bool:
+        if rec.due_ms > now:  # the publish-time check: never early, whatever the scheduler said
+            self.counters.early += 1
+            log.error("publish.not_due", due_ms=rec.due_ms, now_ms=now)
+            heapq.heappush(self.retries, (rec.due_ms, next(self._seq), ref, st))
+            return True
+        topic = bytes(rec.topic).decode()
+        headers = decode_headers(rec.headers)
+        if rec.rtype == codec.MESSAGE:
+            headers.append((c.ID, bytes(rec.id)))
+            headers.append((c.DELIVER_AT, str(rec.due_ms).encode()))
+            headers.append((c.ENQUEUED_AT, str(rec.enqueue_ms).encode()))
+            headers.append((c.SOURCE, f"{st.store.topic}:{rec.src_partition}:{rec.src_offset}".encode()))
+            if rec.retry_count:
+                headers.append((c.RETRY_COUNT, str(rec.retry_count).encode()))
+        kwargs: dict[str, Any] = {}
+        if rec.target_partition >= 0:
+            kwargs["partition"] = rec.target_partition
+        try:
+            self.producer.produce(
+                topic,
+                value=None if rec.value is None else bytes(rec.value),
+                key=None if rec.key is None else bytes(rec.key),
+                headers=headers,
+                on_delivery=lambda err, msg: self._on_delivery(err, msg, ref, rec, st),
+                **kwargs,
+            )
+        except BufferError:
+            self.backlog.appendleft((ref, rec, st))
+            self.producer.poll(0.01)
+            return False
+        except KafkaException as e:  # e.g. an invalid partition given locally
+            self._failed(ref, rec, st, e.args[0])
+            return True
+        self.in_flight += 1
+        return True
+
+    def _on_delivery(self, err: KafkaError | None, msg: Message, ref: int, rec: Record, st: _InFlight) -> None:
+        self.in_flight -= 1
+        if st.store.partition not in self.stores or self.stores[st.store.partition] is not st.store:
+            return  # the partition was revoked; its new owner delivers from its own checkpoint
+        if err is None:
+            if not self.broker_up:
+                self.broker_up = True
+                log.info("broker.reachable")
+                self._readiness()
+            _tt, ts = msg.timestamp()
+            lateness = ts - st.due_ms
+            if lateness < 0:
+                self.counters.early += 1
+            self.lateness_batch.append(lateness)
+            st.store.delivered(ref, st.rid_hash)
+            self.counters.delivered += 1
+            return
+        self._failed(ref, rec, st, err)
+
+    def _failed(self, ref: int, rec: Record, st: _InFlight, err: KafkaError) -> None:
+        now = wall_ms()
+        st.attempt += 1
+        if st.first_failure_ms == 0:
+            st.first_failure_ms = now
+        kind = classify(err)
+        if kind is ErrorKind.RETRIABLE and err.code() in (KafkaError._MSG_TIMED_OUT, KafkaError._TRANSPORT):
+            self.broker_up = False
+            self._readiness()
+        decision = self.policy.decide(kind, st.attempt, st.first_failure_ms, now, self.rng, error=describe(err))
+        if isinstance(decision, Retry):
+            if st.attempt == 1 or st.attempt % 100 == 0:
+                log.warning("publish.retry", topic=bytes(rec.topic).decode(), error=err.str(), attempt=st.attempt)
+            heapq.heappush(self.retries, (decision.at_ms, next(self._seq), ref, st))
+            return
+        log.warning("publish.dead_letter", topic=bytes(rec.topic).decode(), error=err.str(), attempts=st.attempt)
+        if rec.rtype == codec.DEAD:
+            # The DLQ itself refuses the record: keep retrying it rather than drop it.
+            heapq.heappush(self.retries, (now + 10_000, next(self._seq), ref, st))
+            return
+        st.store.dead_letter(ref, rec, c.DELIVERY_FAILED, decision.error, st.attempt, now)
+
+    # -- durability -----------------------------------------------------------------------------
+    def _checkpoint_store(self, consumer: Consumer, store: PartitionStore, sync: bool = False) -> None:
+        store.checkpoint(fsync=self.s.fsync == "batch")
+        if store.next_offset is not None:
+            try:
+                consumer.commit(
+                    offsets=[TopicPartition(store.topic, store.partition, store.next_offset)], asynchronous=not sync
+                )
+            except KafkaException as e:
+                log.warning("commit.failed", partition=store.partition, error=str(e))
+
+    def _checkpoint_all(self, consumer: Consumer) -> None:
+        for store in self.stores.values():
+            if store.dirty:
+                self._checkpoint_store(consumer, store)
+        if self.s.fsync == "interval":
+            pass  # msync happens in the flush thread-less way below, on its own period
+
+    def _check_space(self, consumer: Consumer) -> None:
+        used = sum(store.disk_bytes() for store in self.stores.values())
+        reason = ""
+        if self.s.disk_max_bytes and used >= self.s.disk_max_bytes:
+            reason = f"data directory holds {used} bytes, limit {self.s.disk_max_bytes}"
+        else:
+            try:
+                free = psutil.disk_usage(str(self.s.data_path)).free
+            except OSError:
+                free = self.s.disk_min_free_bytes
+            if free < self.s.disk_min_free_bytes:
+                reason = f"free disk {free} bytes is below {self.s.disk_min_free_bytes}"
+        if reason and not self.paused:
+            consumer.pause(consumer.assignment())
+            self.paused, self.pause_reason = True, reason
+            log.warning("ingress.paused", reason=reason)
+        elif not reason and self.paused:
+            consumer.resume(consumer.assignment())
+            self.paused, self.pause_reason = False, ""
+            log.info("ingress.resumed")
+        if self.metrics is not None:
+            self.metrics.set_store_bytes(used)
+            self.metrics.set_ingress_paused(self.paused, self.pause_reason)
+
+    def _stats(self) -> None:
+        pending: dict[str, int] = {}
+        for store in self.stores.values():
+            for tier, n in store.pending().items():
+                pending[tier] = pending.get(tier, 0) + n
+        k = self.counters
+        if self.metrics is not None:
+            self.metrics.sync(k, pending, self.lateness_batch)
+        self.lateness_batch = []
+        log.info(
+            "stats", ingested=k.ingested, scheduled=k.scheduled, delivered=k.delivered, cancelled=k.cancelled,
+            duplicates=k.duplicates, dlq=sum(k.dlq.values()), dlq_by_reason={r: n for r, n in k.dlq.items() if n},
+            pending=sum(pending.values()), pending_by_tier=pending, in_flight=self.in_flight,
+            retry_queue=len(self.retries), early=k.early, paused=self.paused,
+        )
+
+    def _drain(self, deadline: float) -> None:
+        """Wait for in-flight deliveries (and due retries) until none is left or the deadline."""
+        while (self.in_flight or self.backlog) and time.monotonic() < deadline:
+            self._publish_backlog_only()
+            self.producer.poll(0.05)
+
+    def _publish_backlog_only(self) -> None:
+        now = wall_ms()
+        while self.backlog:
+            ref, rec, st = self.backlog.popleft()
+            if not self._produce(ref, rec, st, now):
+                return
+
+    def _shutdown(self, consumer: Consumer) -> None:
+        log.info("sidecar.stopping", in_flight=self.in_flight)
+        deadline = time.monotonic() + self.s.shutdown_timeout_ms / 1000
+        self._drain(deadline)
+        self.producer.flush(max(0.0, deadline - time.monotonic()))
+        for store in self.stores.values():
+            self._checkpoint_store(consumer, store, sync=True)
+        consumer.close()  # on_revoke closes the stores
+        for store in self.stores.values():
+            store.close()
+        self.stores.clear()
+        self._stats()
+        log.info("sidecar.stopped", in_flight=self.in_flight)
+
+    def install_signal_handlers(self) -> None:
+        def handler(signum: int, _frame: Any) -> None:
+            self.stop_requested = True
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)

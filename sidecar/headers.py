@@ -1,0 +1,211 @@
+"""Ingress header parsing and validation (DESIGN.md section 1) — a pure function.
+
+``parse_ingress`` turns one ingress record's headers into exactly one of:
+
+- ``Cancel(id)`` — the record is a command (``delay.cancel``),
+- ``Request(...)`` — a message to schedule, with its *requested* due time,
+- ``Rejection(reason, error)`` — bad input, bound for the DLQ with a stable reason code.
+
+It never raises on user input. The check order is fixed so that a record with several faults
+always gets the same reason: decoding (``bad-header``) -> size (``too-large``) -> target
+(``missing-target``, ``target-is-internal``) -> delay headers (``conflicting-delay``,
+``unknown-level``, ``delay-out-of-range``, ``retries-exhausted``).
+
+Numbers are strict ASCII decimal integers (``int()`` would also take ``"+5"``, ``" 5"``,
+``"5_000"`` and non-ASCII digits, which the contract does not allow).
+
+The scheduler-specific rounding (levels round a delay up to the next level; the wheel rounds up to
+its precision) happens later, in the scheduler's planner: this module only says what was asked.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sidecar import contract as c
+
+_INT = re.compile(rb"^-?[0-9]{1,18}\Z")
+_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}\Z")
+# Latest due time the store's fields and every consumer's date library can hold: 9999-12-31.
+MAX_EPOCH_MS = 253_402_300_799_999
+
+HeaderList = Sequence[tuple[str, bytes | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    ingress_topic: str
+    dlq_topic: str
+    levels_ms: tuple[int, ...]
+    max_delay_ms: int
+    retry_ladder_ms: tuple[int, ...]
+    max_retries: int
+    max_record_bytes: int
+    target_allowlist: tuple[re.Pattern[str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    target_topic: str
+    target_partition: int  # -1: let the producer's partitioner choose (by key)
+    id: bytes | None  # None: the sidecar's default <topic>:<partition>:<offset>
+    due_ms: int  # requested due time (epoch ms); <= now means due now
+    mode: str  # "now" | "ms" | "at" | "level" | "retry"
+    level: int  # 1-based level for mode "level" (0 otherwise)
+    retry_count: int  # 0 unless a consumer retry
+    key_override: bytes | None  # scheduler-target-key (kafka-message-scheduler compatibility)
+    user_headers: tuple[tuple[str, bytes | None], ...]  # headers to pass through
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    id: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    reason: str
+    error: str
+
+
+Parsed = Request | Cancel | Rejection
+
+
+class _Bad(Exception):
+    def __init__(self, reason: str, error: str) -> None:
+        super().__init__(error)
+        self.reason = reason
+        self.error = error
+
+
+def _text(name: str, raw: bytes | None) -> str:
+    if raw is None or raw == b"":
+        raise _Bad(c.BAD_HEADER, f"header {name} is empty")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _Bad(c.BAD_HEADER, f"header {name} is not valid UTF-8") from None
+
+
+def _int(name: str, raw: bytes | None) -> int:
+    if raw is None or raw == b"":
+        raise _Bad(c.BAD_HEADER, f"header {name} is empty")
+    if not _INT.match(raw):
+        shown = raw[:40].decode("utf-8", "replace")
+        raise _Bad(c.BAD_HEADER, f"header {name} is not a decimal integer: {shown!r}")
+    return int(raw)
+
+
+def _check_target(topic: str, rules: Rules) -> None:
+    if not _TOPIC.match(topic):
+        raise _Bad(c.BAD_HEADER, f"target topic {topic[:60]!r} is not a legal Kafka topic name")
+    if topic in (rules.ingress_topic, rules.dlq_topic) or topic.startswith("__"):
+        raise _Bad(c.TARGET_IS_INTERNAL, f"target topic {topic!r} is internal to Kafka or the sidecar")
+    if rules.target_allowlist and not any(p.fullmatch(topic) for p in rules.target_allowlist):
+        raise _Bad(c.TARGET_IS_INTERNAL, f"target topic {topic!r} is not in the target allowlist")
+
+
+def record_size(key: bytes | None, value: bytes | None, headers: HeaderList | None) -> int:
+    n = len(key or b"") + len(value or b"")
+    for name, v in headers or ():
+        n += len(name) + len(v or b"")
+    return n
+
+
+def parse_ingress(
+    headers: HeaderList | None,
+    timestamp_ms: int,
+    now_ms: int,
+    size: int,
+    rules: Rules,
+) -> Parsed:
+    """Classify one ingress record. ``timestamp_ms`` is the record's Kafka timestamp (the base of
+    ``delay.ms``, ``delay.level`` and retry delays); ``now_ms`` bounds ``max-delay``."""
+    try:
+        return _parse(headers or (), timestamp_ms, now_ms, size, rules)
+    except _Bad as bad:
+        return Rejection(bad.reason, bad.error)
+
+
+def _parse(headers: HeaderList, ts: int, now: int, size: int, rules: Rules) -> Parsed:
+    control: dict[str, bytes | None] = {}
+    user: list[tuple[str, bytes | None]] = []
+    for name, value in headers:
+        if name in c.CONTROL_HEADERS or name == c.ID:
+            if name in control and control[name] != value:
+                raise _Bad(c.BAD_HEADER, f"header {name} appears more than once with different values")
+            control[name] = value
+        else:
+            user.append((name, value))
+
+    if c.CANCEL in control:
+        target_id = _text(c.CANCEL, control[c.CANCEL]).encode()
+        if len(target_id) > c.MAX_ID_BYTES:
+            raise _Bad(c.BAD_HEADER, f"header {c.CANCEL} is over {c.MAX_ID_BYTES} bytes")
+        return Cancel(target_id)
+
+    # Decode every control header first so that a bad encoding always wins as the reason.
+    decoded = {name: _text(name, raw) for name, raw in control.items()}
+
+    if size > rules.max_record_bytes:
+        raise _Bad(c.TOO_LARGE, f"record is {size} bytes, over the limit of {rules.max_record_bytes}")
+
+    key_override: bytes | None = None
+    kms = c.TARGET_TOPIC not in control and c.KMS_TARGET_TOPIC in control
+    topic = decoded.get(c.KMS_TARGET_TOPIC if kms else c.TARGET_TOPIC)
+    if not topic:
+        raise _Bad(c.MISSING_TARGET, f"no {c.TARGET_TOPIC} header")
+    _check_target(topic, rules)
+
+    partition = -1
+    if c.TARGET_PARTITION in control:
+        partition = _int(c.TARGET_PARTITION, control[c.TARGET_PARTITION])
+        if partition < 0 or partition > 1_000_000:
+            raise _Bad(c.BAD_HEADER, f"header {c.TARGET_PARTITION} is not a partition number: {partition}")
+
+    rid: bytes | None = None
+    if c.ID in control:
+        rid = decoded[c.ID].encode()
+        if len(rid) > c.MAX_ID_BYTES:
+            raise _Bad(c.BAD_HEADER, f"header {c.ID} is over {c.MAX_ID_BYTES} bytes")
+
+    given = [h for h in (c.DELAY_MS, c.DELIVER_AT, c.LEVEL) if h in control]
+    if kms and c.KMS_EPOCH in control:
+        given.append(c.KMS_EPOCH)
+        if c.KMS_TARGET_KEY in control:
+            key_override = control[c.KMS_TARGET_KEY] or b""
+    retry = 0
+    if c.RETRY_COUNT in control:
+        retry = _int(c.RETRY_COUNT, control[c.RETRY_COUNT])
+        if retry < 0:
+            raise _Bad(c.BAD_HEADER, f"header {c.RETRY_COUNT} is negative: {retry}")
+    if len(given) > 1 or (given and retry > 0):
+        names = [*given, c.RETRY_COUNT] if retry > 0 else given
+        raise _Bad(c.CONFLICTING_DELAY, f"more than one delay header: {', '.join(names)}")
+
+    mode, level, due = "now", 0, ts
+    if retry > 0:
+        if retry > rules.max_retries:
+            raise _Bad(c.RETRIES_EXHAUSTED, f"retry {retry} is beyond max-retries {rules.max_retries}")
+        ladder = rules.retry_ladder_ms
+        mode, due = "retry", ts + ladder[min(retry, len(ladder)) - 1]
+    elif given:
+        h = given[0]
+        n = _int(h, control[h])
+        if h == c.DELAY_MS:
+            if n < 0:
+                raise _Bad(c.DELAY_OUT_OF_RANGE, f"{c.DELAY_MS} is negative: {n}")
+            mode, due = "ms", ts + n
+        elif h == c.DELIVER_AT:
+            mode, due = "at", n
+        elif h == c.KMS_EPOCH:
+            mode, due = "at", n * 1000
+        else:
+            if not 1 <= n <= len(rules.levels_ms):
+                raise _Bad(c.UNKNOWN_LEVEL, f"{c.LEVEL} {n} is outside 1..{len(rules.levels_ms)}")
+            mode, level, due = "level", n, ts + rules.levels_ms[n - 1]
+    if due > MAX_EPOCH_MS or due - max(now, ts) > rules.max_delay_ms:
+        raise _Bad(c.DELAY_OUT_OF_RANGE, f"due time {due} is beyond the maximum delay of {rules.max_delay_ms} ms")
+    return Request(topic, partition, rid, due, mode, level, retry, key_override, tuple(user))

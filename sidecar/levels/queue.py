@@ -1,0 +1,113 @@
+"""An append-only queue of fixed-size entries in rolling mmapped files (one queue per level).
+
+Entry layout (24 bytes, little-endian)::
+
+    0   u64  log_pos   position of the record in the commit log
+    8   i64  due_ms    committed due time (epoch ms)
+    16  u8   state     0 pending, 1 delivered, 2 cancelled
+    17  u8[7] padding (0)
+
+An entry is addressed by its index, which grows for the life of the queue. Index ``i`` lives in
+file ``<dir>/<first>.q`` with ``first = i - i % entries_per_file``. Files wholly below the
+scanner's done cursor are deleted, so a queue's disk use is bounded by what is pending in it.
+This is RocketMQ's consume queue for ``SCHEDULE_TOPIC_XXXX`` (seed 003: the delivery time is kept
+in the entry, so the scanner never reads the big log to decide whether a record is due).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+from sidecar.store.mapped import HEADER_SIZE, MappedFile
+
+MAGIC = b"KDSLVQ\x00\x01"
+VERSION = 1
+ENTRY = struct.Struct("<QqB7x")
+ENTRY_SIZE = ENTRY.size
+_STATE = struct.Struct("<B")
+PENDING, DELIVERED, CANCELLED = 0, 1, 2
+
+
+class LevelQueue:
+    def __init__(self, directory: Path, entries_per_file: int) -> None:
+        self.dir = directory
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.per_file = entries_per_file
+        self.files: dict[int, MappedFile] = {}
+        self.dirty_from: int | None = None
+        self.dirty_to = 0
+        for path in self.dir.glob("*.q"):
+            first = int(path.stem)
+            self.files[first] = self._map(first, create=False)
+
+    def _map(self, first: int, create: bool) -> MappedFile:
+        return MappedFile(
+            self.dir / f"{first:020d}.q", magic=MAGIC, version=VERSION,
+            size=HEADER_SIZE + self.per_file * ENTRY_SIZE, geom_a=ENTRY_SIZE, geom_b=self.per_file,
+            base=first, create=create,
+        )
+
+    def _locate(self, idx: int, create: bool = False) -> tuple[MappedFile, int]:
+        first = idx - idx % self.per_file
+        f = self.files.get(first)
+        if f is None:
+            if not create:
+                raise KeyError(f"queue entry {idx} is not on disk")
+            f = self.files[first] = self._map(first, create=True)
+        return f, HEADER_SIZE + (idx - first) * ENTRY_SIZE
+
+    def write(self, idx: int, log_pos: int, due_ms: int) -> None:
+        f, off = self._locate(idx, create=True)
+        ENTRY.pack_into(f.buf, off, log_pos, due_ms, PENDING)
+        self._dirty(idx)
+
+    def read(self, idx: int) -> tuple[int, int, int]:
+        f, off = self._locate(idx)
+        pos, due, state = ENTRY.unpack_from(f.buf, off)
+        return int(pos), int(due), int(state)
+
+    def due_of(self, idx: int) -> int:
+        f, off = self._locate(idx)
+        return int(ENTRY.unpack_from(f.buf, off)[1])
+
+    def set_state(self, idx: int, state: int) -> None:
+        f, off = self._locate(idx)
+        _STATE.pack_into(f.buf, off + 16, state)
+        self._dirty(idx)
+
+    def _dirty(self, idx: int) -> None:
+        if self.dirty_from is None or idx < self.dirty_from:
+            self.dirty_from = idx
+        if idx + 1 > self.dirty_to:
+            self.dirty_to = idx + 1
+
+    def flush(self) -> None:
+        if self.dirty_from is None:
+            return
+        lo, hi = self.dirty_from, self.dirty_to
+        first = lo - lo % self.per_file
+        while first < hi:
+            f = self.files.get(first)
+            if f is not None:
+                a = HEADER_SIZE + (max(lo, first) - first) * ENTRY_SIZE
+                b = HEADER_SIZE + (min(hi, first + self.per_file) - first) * ENTRY_SIZE
+                f.flush(a, b)
+            first += self.per_file
+        self.dirty_from, self.dirty_to = None, 0
+
+    def drop_before(self, idx: int) -> None:
+        """Delete files whose every entry is below ``idx``."""
+        for first in [k for k in self.files if k + self.per_file <= idx]:
+            f = self.files.pop(first)
+            f.close()
+            os.unlink(f.path)
+
+    def disk_bytes(self) -> int:
+        return len(self.files) * (HEADER_SIZE + self.per_file * ENTRY_SIZE)
+
+    def close(self) -> None:
+        for f in self.files.values():
+            f.close()
+        self.files.clear()

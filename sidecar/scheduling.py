@@ -1,0 +1,58 @@
+"""The scheduler interface shared by ``sidecar.levels`` and ``sidecar.wheel`` (DESIGN.md 4).
+
+A scheduler owns the life of a commit-log record from ``add`` until it is done. The event loop
+(``sidecar.engine``) talks to it only through this protocol:
+
+- ``plan(mode, level, requested_due_ms, enqueue_ms)`` -> ``(level, committed_due_ms)`` or ``None``
+  (out of range). Pure: rounds the request **up** to what this scheduler can honour.
+- ``add(due_ms, level, log_pos)`` -> ``ref``: a stable integer handle (survives restarts).
+- ``due(now_ms, limit)`` -> up to ``limit`` ``(ref, record)`` pairs whose committed due time is
+  ``<= now_ms``, each handed out once (until a restart); ``record`` is a decoded view of the stored
+  record, valid until ``ack``.
+- ``ack(ref)``: the record reached a terminal state (delivered or dead-lettered). The scheduler
+  releases the log record once every earlier obligation allows it.
+- ``cancel(ref)`` -> True if it was pending (not yet handed out and not done): O(1), a state
+  marker the dequeue checks (RIP-43's delete magic).
+- ``record(ref)`` -> the stored record if ``ref`` is still pending, else ``None``.
+- ``next_due_ms()``: the earliest committed due time not yet handed out (a poll-timeout hint).
+- ``flush()``, ``state()`` (JSON-able checkpoint), ``restore(state)``, ``pending()`` (count per
+  tier), ``disk_bytes()``, ``close()``.
+
+Nothing here reads a clock: time comes in as ``now_ms``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from sidecar.store.codec import Record
+
+
+class Scheduler(Protocol):
+    name: str
+
+    def plan(self, mode: str, level: int, requested_due_ms: int, enqueue_ms: int) -> tuple[int, int] | None: ...
+
+    def add(self, due_ms: int, level: int, log_pos: int) -> int: ...
+
+    def due(self, now_ms: int, limit: int) -> list[tuple[int, Record]]: ...
+
+    def ack(self, ref: int) -> None: ...
+
+    def cancel(self, ref: int) -> bool: ...
+
+    def record(self, ref: int) -> Record | None: ...
+
+    def next_due_ms(self) -> int | None: ...
+
+    def flush(self) -> None: ...
+
+    def state(self) -> dict[str, Any]: ...
+
+    def restore(self, state: dict[str, Any] | None) -> None: ...
+
+    def pending(self) -> dict[str, int]: ...
+
+    def disk_bytes(self) -> int: ...
+
+    def close(self) -> None: ...

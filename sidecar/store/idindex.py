@@ -1,0 +1,181 @@
+"""The id index: ``delay.id`` -> scheduler ref, as an mmapped open-addressing hash table.
+
+``delay.id`` deduplication and ``delay.cancel`` need "which pending record has this id?" for
+millions of pending records. A Python dict would cost ~100 bytes of RAM per record; this table
+costs 16 bytes of *file* per slot and no per-record Python object.
+
+Slot layout (16 bytes, little-endian): ``u64 hash`` (0 empty, 1 tombstone, else the id's 64-bit
+BLAKE2b digest forced >= 2), ``u64 ref``. Linear probing; the table is rebuilt at twice the size
+when live + tombstone slots pass half the capacity (short probe chains keep Python-level probing
+cheap), and at the same size when tombstones dominate.
+
+The index is a cache over the truth: every hit is verified by the caller against the stored
+record's id (a 64-bit collision costs a verification, never a wrong answer), and entries whose
+ref is no longer pending are simply ignored and removed lazily. So the index never needs to be
+exact after a crash: recovery re-inserts what it replays, and stale entries are harmless.
+
+A ref with the top bit set is a *pre-cancel*: a cancel that arrived before its message; the low
+bits hold the cancel's time (epoch ms) so it can expire after the cancel horizon. Pre-cancels are
+matched on the 64-bit hash alone (there is no record to verify against).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+from sidecar.store.mapped import HEADER_SIZE, MappedFile
+
+MAGIC = b"KDSIDX\x00\x01"
+VERSION = 1
+SLOT = struct.Struct("<QQ")
+SLOT_SIZE = SLOT.size
+EMPTY, TOMB = 0, 1
+PRECANCEL = 1 << 63
+_U64 = struct.Struct("<Q")
+
+
+def id_hash(rid: bytes | memoryview) -> int:
+    h = int.from_bytes(hashlib.blake2b(rid, digest_size=8).digest(), "little")
+    return h if h >= 2 else h + 2
+
+
+class IdIndex:
+    _counted: bool
+
+    def __init__(self, directory: Path, initial_capacity: int = 1 << 16) -> None:
+        self.path = directory / "ids.idx"
+        self.live = 0
+        self.tombs = 0
+        tmp = self.path.with_name("ids.idx.new")
+        if tmp.exists():  # a rebuild was interrupted: the old file is still whole
+            tmp.unlink()
+        if self.path.exists():
+            cap = (os.path.getsize(self.path) - HEADER_SIZE) // SLOT_SIZE
+            self.f = self._map(self.path, cap, create=False)
+            self.cap = cap
+            self._counted = False
+        else:
+            self.cap = initial_capacity
+            self.f = self._map(self.path, self.cap, create=True)
+            self._counted = True
+        self.mask = self.cap - 1
+        self.dirty = False
+
+    def restore(self, state: dict[str, int] | None) -> None:
+        """Take the slot counts from the checkpoint; without one, count them (a full scan)."""
+        if state and state.get("cap") == self.cap:
+            self.live, self.tombs = int(state["live"]), int(state["tombs"])
+        elif not self._counted:
+            self.live = self.tombs = 0
+            for h, _ref in self._slots():
+                if h == TOMB:
+                    self.tombs += 1
+                elif h != EMPTY:
+                    self.live += 1
+        self._counted = True
+
+    def state(self) -> dict[str, int]:
+        return {"cap": self.cap, "live": self.live, "tombs": self.tombs}
+
+    @staticmethod
+    def _map(path: Path, cap: int, create: bool) -> MappedFile:
+        if cap & (cap - 1):
+            raise ValueError(f"{path}: capacity {cap} is not a power of two")
+        return MappedFile(
+            path, magic=MAGIC, version=VERSION, size=HEADER_SIZE + cap * SLOT_SIZE,
+            geom_a=SLOT_SIZE, geom_b=cap, base=0, create=create,
+        )
+
+    def _slots(self) -> Iterator[tuple[int, int]]:
+        buf = self.f.buf
+        for i in range(self.cap):
+            yield SLOT.unpack_from(buf, HEADER_SIZE + i * SLOT_SIZE)
+
+    def find(self, h: int) -> list[int]:
+        """Every ref stored under hash ``h`` (usually zero or one)."""
+        buf, mask = self.f.buf, self.mask
+        i = h & mask
+        out = []
+        while True:
+            sh, ref = SLOT.unpack_from(buf, HEADER_SIZE + i * SLOT_SIZE)
+            if sh == EMPTY:
+                return out
+            if sh == h:
+                out.append(int(ref))
+            i = (i + 1) & mask
+
+    def put(self, h: int, ref: int) -> None:
+        if (self.live + self.tombs + 1) * 2 > self.cap:
+            self._rebuild()
+        buf, mask = self.f.buf, self.mask
+        i = h & mask
+        free = -1
+        while True:
+            off = HEADER_SIZE + i * SLOT_SIZE
+            sh, sref = SLOT.unpack_from(buf, off)
+            if sh == EMPTY:
+                break
+            if sh == h and sref == ref:
+                return  # already there (recovery replays inserts)
+            if sh == TOMB and free < 0:
+                free = off
+            i = (i + 1) & mask
+        if free >= 0:
+            off = free
+            self.tombs -= 1
+        SLOT.pack_into(buf, off, h, ref)
+        self.live += 1
+        self.dirty = True
+
+    def remove(self, h: int, ref: int) -> bool:
+        buf, mask = self.f.buf, self.mask
+        i = h & mask
+        while True:
+            off = HEADER_SIZE + i * SLOT_SIZE
+            sh, sref = SLOT.unpack_from(buf, off)
+            if sh == EMPTY:
+                return False
+            if sh == h and sref == ref:
+                _U64.pack_into(buf, off, TOMB)
+                self.live -= 1
+                self.tombs += 1
+                self.dirty = True
+                return True
+            i = (i + 1) & mask
+
+    def _rebuild(self) -> None:
+        cap = self.cap * 2 if self.live * 4 >= self.cap else self.cap
+        tmp = self.path.with_name("ids.idx.new")
+        new = self._map(tmp, cap, create=True)
+        mask = cap - 1
+        live = 0
+        for h, ref in self._slots():
+            if h <= TOMB:
+                continue
+            live += 1
+            i = h & mask
+            while SLOT.unpack_from(new.buf, HEADER_SIZE + i * SLOT_SIZE)[0] != EMPTY:
+                i = (i + 1) & mask
+            SLOT.pack_into(new.buf, HEADER_SIZE + i * SLOT_SIZE, h, ref)
+        new.flush()
+        self.f.close()
+        os.replace(tmp, self.path)
+        self.f = new
+        new.path = self.path
+        # Recounted here: counts restored from a checkpoint can miss inserts made after it.
+        self.cap, self.mask, self.tombs, self.live = cap, mask, 0, live
+
+    def flush(self) -> None:
+        if self.dirty:
+            self.f.flush()
+            self.dirty = False
+
+    def disk_bytes(self) -> int:
+        return self.f.size
+
+    def close(self) -> None:
+        self.f.close()

@@ -1,0 +1,273 @@
+"""The commit log: the write-ahead log of one ingress partition.
+
+Every accepted ingress record (and every cancel command and every record bound for the DLQ) is
+appended once, in arrival order, to preallocated mmapped segment files
+``<partition-dir>/log/<base>.log`` of ``segment-bytes`` each. A position is a 64-bit integer,
+``segment_index * segment_bytes + offset_in_file``, so the segment of a position is one division
+away and positions grow monotonically for the life of the store.
+
+Lifecycle of a record: appended (live) -> released by its scheduler once delivered, cancelled,
+dead-lettered or copied into a time bucket. Each segment keeps a live count (a handful of
+integers in memory, not one object per record); a sealed segment whose count reaches zero is
+deleted at the next checkpoint, so disk use follows pending bytes, not history.
+
+Crash safety. The checkpoint stores ``head`` (the append position covered by it) and the live
+counts, consistent with the schedulers' checkpointed state. Recovery opens every segment
+(checking each header's magic, version and geometry), then replays records forward from the
+checkpointed head, validating each CRC; the caller re-schedules them. The first record that does
+not validate in the *last* segment is a torn tail: it and everything after it are zeroed (so a
+stale record left behind can never be read as valid later) and reported. A bad record inside a
+*sealed* segment is corruption the log cannot explain: recovery refuses to start
+(``CorruptSegment``) rather than silently lose the rest of that segment.
+
+Durability: appends go to the page cache through the mapping (they survive a process kill); 
+``flush()`` msyncs the dirty range, which is what makes them survive power loss.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from sidecar.store import codec
+from sidecar.store.mapped import HEADER_SIZE, MappedFile, StoreError
+
+MAGIC = b"KDSLOG\x00\x01"
+VERSION = 1
+_ZERO_CHUNK = bytes(1 << 20)
+
+
+class CorruptSegment(StoreError):
+    pass
+
+
+@dataclass(slots=True)
+class Truncation:
+    position: int
+    dropped_bytes: int
+    reason: str
+
+
+class CommitLog:
+    def __init__(self, directory: Path, segment_bytes: int) -> None:
+        self.dir = directory / "log"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.segment_bytes = segment_bytes
+        self.segments: dict[int, MappedFile] = {}
+        self.live: dict[int, int] = {}
+        self.head = HEADER_SIZE  # next append position
+        self.flushed = HEADER_SIZE  # everything before this is msynced
+        self.truncations: list[Truncation] = []
+        self.appended = 0
+        for path in sorted(self.dir.glob("*.log")):
+            base = int(path.stem)
+            if base % segment_bytes:
+                raise StoreError(
+                    f"{path}: base {base} is not a multiple of the configured segment-bytes {segment_bytes}"
+                )
+            self.segments[base // segment_bytes] = self._map(base // segment_bytes, create=False)
+
+    # -- files ----------------------------------------------------------------------------------
+    def _path(self, index: int) -> Path:
+        return self.dir / f"{index * self.segment_bytes:020d}.log"
+
+    def _map(self, index: int, create: bool) -> MappedFile:
+        return MappedFile(
+            self._path(index), magic=MAGIC, version=VERSION, size=self.segment_bytes,
+            geom_a=self.segment_bytes, geom_b=0, base=index * self.segment_bytes, create=create,
+        )
+
+    def _segment(self, pos: int) -> tuple[MappedFile, int]:
+        index, off = divmod(pos, self.segment_bytes)
+        seg = self.segments.get(index)
+        if seg is None:
+            raise StoreError(f"position {pos} is in segment {index}, which does not exist")
+        return seg, off
+
+    # -- recovery -------------------------------------------------------------------------------
+    def recover(self, head: int | None, live: dict[int, int] | None) -> Iterator[tuple[int, codec.Record]]:
+        """Restore the checkpointed state and yield ``(position, record)`` for every whole record
+        after it, in order. Must be fully consumed before appending."""
+        if not self.segments:
+            self.segments[0] = self._map(0, create=True)
+            self.head = self.flushed = HEADER_SIZE
+            self.live = {0: 0}
+            return
+        indexes = sorted(self.segments)
+        self.live = {i: 0 for i in indexes}
+        if head is None:
+            pos = indexes[0] * self.segment_bytes + HEADER_SIZE
+        else:
+            pos = head
+            for k, v in (live or {}).items():
+                if int(k) in self.live:
+                    self.live[int(k)] = int(v)
+        last = indexes[-1]
+        while True:
+            index, off = divmod(pos, self.segment_bytes)
+            if off < HEADER_SIZE:  # a record ended exactly at the end of the previous segment
+                pos = index * self.segment_bytes + HEADER_SIZE
+                continue
+            seg = self.segments.get(index)
+            if seg is None:  # checkpoint head at the very end of a deleted/unknown segment
+                nxt = [i for i in indexes if i > index]
+                if not nxt:
+                    break
+                pos = nxt[0] * self.segment_bytes + HEADER_SIZE
+                continue
+            try:
+                rec = codec.decode(seg.buf, off)
+            except codec.CorruptRecord as e:
+                length = codec.peek_length(seg.buf, off) if off + 4 <= self.segment_bytes else 0
+                if index != last:
+                    if length == 0 and self._zero_from(seg, off):
+                        pos = (index + 1) * self.segment_bytes + HEADER_SIZE
+                        if index + 1 not in self.segments:
+                            raise CorruptSegment(f"segment {index + 1} is missing after sealed segment {index}") from None
+                        continue
+                    raise CorruptSegment(
+                        f"{seg.path}: corrupt record at offset {off} inside a sealed segment ({e}); "
+                        "run `delay-sidecar salvage` to copy out what is readable"
+                    ) from None
+                dropped = self._truncate(seg, off)
+                if dropped:
+                    self.truncations.append(Truncation(pos, dropped, str(e)))
+                break
+            yield pos, rec
+            self.live[index] = self.live.get(index, 0) + 1
+            pos += rec.length
+        self.head = self.flushed = pos
+        # Segments before the checkpointed head that no live record needs anymore.
+        for i in list(self.segments):
+            if i < pos // self.segment_bytes and self.live.get(i, 0) <= 0:
+                self._delete(i)
+
+    @staticmethod
+    def _zero_from(seg: MappedFile, off: int) -> bool:
+        """True if the rest of the segment is zeros (the unused tail of a sealed segment)."""
+        end = seg.size
+        pos = off
+        while pos < end:
+            n = min(len(_ZERO_CHUNK), end - pos)
+            if seg.buf[pos : pos + n] != _ZERO_CHUNK[:n]:
+                return False
+            pos += n
+        return True
+
+    @staticmethod
+    def _truncate(seg: MappedFile, off: int) -> int:
+        """Zero everything from ``off`` to the last non-zero byte; return how many bytes that was."""
+        end = seg.size
+        last_nonzero = off
+        pos = off
+        while pos < end:
+            n = min(len(_ZERO_CHUNK), end - pos)
+            if seg.buf[pos : pos + n] != _ZERO_CHUNK[:n]:
+                last_nonzero = pos + n
+            pos += n
+        if last_nonzero > off:
+            pos = off
+            while pos < last_nonzero:
+                n = min(len(_ZERO_CHUNK), last_nonzero - pos)
+                seg.buf[pos : pos + n] = _ZERO_CHUNK[:n]
+                pos += n
+            seg.flush(off, last_nonzero)
+        return last_nonzero - off
+
+    # -- append / read --------------------------------------------------------------------------
+    def append(
+        self,
+        *,
+        rtype: int,
+        due_ms: int,
+        enqueue_ms: int,
+        src_offset: int,
+        src_partition: int,
+        target_partition: int,
+        retry_count: int,
+        level: int,
+        rid: bytes,
+        topic: bytes,
+        key: bytes | None,
+        value: bytes | None,
+        headers_blob: bytes,
+    ) -> int:
+        size = codec.encoded_size(len(rid), len(topic), len(key or b""), len(value or b""), len(headers_blob))
+        if size + HEADER_SIZE > self.segment_bytes:
+            raise StoreError(f"record of {size} bytes does not fit a segment of {self.segment_bytes}")
+        index, off = divmod(self.head, self.segment_bytes)
+        if off + size > self.segment_bytes:
+            index, off = index + 1, 0
+        if off < HEADER_SIZE:  # roll: the rest of the old segment stays zero (its sealed tail)
+            off = HEADER_SIZE
+            if index not in self.segments:
+                self.segments[index] = self._map(index, create=True)
+                self.live[index] = 0
+            self.head = index * self.segment_bytes + off
+        seg = self.segments[index]
+        codec.encode_into(
+            seg.buf, off, rtype=rtype, due_ms=due_ms, enqueue_ms=enqueue_ms, src_offset=src_offset,
+            src_partition=src_partition, target_partition=target_partition, retry_count=retry_count,
+            level=level, rid=rid, topic=topic, key=key, value=value, headers_blob=headers_blob,
+        )
+        pos = self.head
+        self.head += size
+        self.live[index] += 1
+        self.appended += 1
+        return pos
+
+    def read(self, pos: int, verify: bool = False) -> codec.Record:
+        seg, off = self._segment(pos)
+        return codec.decode(seg.buf, off, verify=verify)
+
+    def release(self, pos: int) -> None:
+        """The record at ``pos`` is no longer needed (delivered, cancelled, dead-lettered, moved)."""
+        index = pos // self.segment_bytes
+        self.live[index] = self.live.get(index, 0) - 1
+
+    # -- durability -----------------------------------------------------------------------------
+    def flush(self) -> None:
+        """msync everything appended since the last flush."""
+        if self.head == self.flushed:
+            return
+        first, last = self.flushed // self.segment_bytes, self.head // self.segment_bytes
+        for index in range(first, last + 1):
+            seg = self.segments.get(index)
+            if seg is None:
+                continue
+            start = self.flushed - index * self.segment_bytes if index == first else 0
+            end = self.head - index * self.segment_bytes if index == last else self.segment_bytes
+            seg.flush(max(start, 0), end)
+        self.flushed = self.head
+
+    def state(self) -> dict[str, object]:
+        return {"head": self.head, "live": {str(k): v for k, v in self.live.items()}}
+
+    def reclaim(self) -> int:
+        """Delete sealed segments with no live record; call only after a checkpoint that covers
+        the releases. Returns the number of segments deleted."""
+        active = self.head // self.segment_bytes
+        dead = [i for i, n in self.live.items() if i < active and n <= 0 and i in self.segments]
+        for i in dead:
+            self._delete(i)
+        return len(dead)
+
+    def _delete(self, index: int) -> None:
+        seg = self.segments.pop(index, None)
+        self.live.pop(index, None)
+        if seg is not None:
+            seg.close()
+            os.unlink(seg.path)
+
+    def disk_bytes(self) -> int:
+        return len(self.segments) * self.segment_bytes
+
+    def pending_records(self) -> int:
+        return sum(max(n, 0) for n in self.live.values())
+
+    def close(self) -> None:
+        for seg in self.segments.values():
+            seg.close()
+        self.segments.clear()

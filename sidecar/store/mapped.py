@@ -1,0 +1,143 @@
+"""Preallocated, memory-mapped files with a self-checking header.
+
+Every on-disk file of the store (commit-log segments, level queue files, the id index, the
+wheel's slot file and timer log) starts with the same 64-byte header::
+
+    0   8s   magic      file kind, e.g. b"KDSLOG\\0\\1"
+    8   u32  version    format version of that kind
+    12  u32  header     header size (64): data starts here
+    16  u64  geom_a     geometry, meaning per kind (segment bytes; entry size; ...)
+    24  u64  geom_b     geometry, meaning per kind (entries per file; capacity; ...)
+    32  u64  base       the file's first position (segment base; first entry index)
+    40  u8[20] reserved (0)
+    60  u32  crc        CRC32C of bytes [0, 60)
+
+Opening a file whose magic, version or geometry differs from what the configuration expects is
+refused with ``GeometryMismatch`` naming both values: an operator who changed ``segment-bytes``
+gets a clear error instead of a silently misread store (RocketMQ's ``TimerLog.UNIT_SIZE`` is
+fixed for the same reason).
+
+Files are created at full size with ``ftruncate`` (sparse until written), so the mapping never
+has to grow and a write never fails half-way for lack of space in the file.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from pathlib import Path
+
+from crc32c import crc32c
+
+HEADER = struct.Struct("<8sIIQQQ20sI")
+HEADER_SIZE = 64
+assert HEADER.size == HEADER_SIZE
+
+
+class StoreError(RuntimeError):
+    """The store cannot be opened or used as configured."""
+
+
+class GeometryMismatch(StoreError):
+    pass
+
+
+class MappedFile:
+    __slots__ = ("base", "buf", "geom_a", "geom_b", "magic", "mm", "path", "size")
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        magic: bytes,
+        version: int,
+        size: int,
+        geom_a: int,
+        geom_b: int,
+        base: int,
+        create: bool,
+    ) -> None:
+        self.path = path
+        self.magic = magic
+        self.size = size
+        self.geom_a = geom_a
+        self.geom_b = geom_b
+        self.base = base
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        fd = os.open(path, flags, 0o644)
+        try:
+            if create:
+                os.ftruncate(fd, size)
+            else:
+                actual = os.fstat(fd).st_size
+                if actual != size:
+                    raise GeometryMismatch(
+                        f"{path}: file size {actual} differs from the configured {size}"
+                    )
+            self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        self.buf = memoryview(self.mm)
+        if create:
+            head = HEADER.pack(magic, version, HEADER_SIZE, geom_a, geom_b, base, b"", 0)
+            crc = crc32c(head[:60])
+            HEADER.pack_into(self.buf, 0, magic, version, HEADER_SIZE, geom_a, geom_b, base, b"", crc)
+            self.mm.flush(0, mmap.PAGESIZE)
+        else:
+            self._check(version)
+
+    def _check(self, version: int) -> None:
+        magic, ver, hsize, ga, gb, base, _r, crc = HEADER.unpack_from(self.buf, 0)
+        if crc32c(self.buf[:60]) != crc:
+            self.close()
+            raise StoreError(f"{self.path}: file header is corrupt (CRC mismatch)")
+        if magic != self.magic:
+            self.close()
+            raise StoreError(f"{self.path}: not a {self.magic!r} file (magic {magic!r})")
+        if ver != version or hsize != HEADER_SIZE:
+            self.close()
+            raise GeometryMismatch(f"{self.path}: format version {ver}, this build reads {version}")
+        if (ga, gb) != (self.geom_a, self.geom_b):
+            self.close()
+            raise GeometryMismatch(
+                f"{self.path}: file geometry ({ga}, {gb}) differs from the configured ({self.geom_a}, {self.geom_b})"
+            )
+        if base != self.base:
+            self.close()
+            raise StoreError(f"{self.path}: base {base} does not match its name ({self.base})")
+
+    def flush(self, start: int = 0, end: int | None = None) -> None:
+        """msync the byte range (page-aligned outward) to disk."""
+        end = self.size if end is None else min(end, self.size)
+        start = start - start % mmap.PAGESIZE
+        if end > start:
+            self.mm.flush(start, end - start)
+
+    def close(self) -> None:
+        try:
+            self.buf.release()
+            self.mm.close()
+        except (BufferError, ValueError):
+            pass  # views into the mapping are still alive: the last one's release unmaps
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """temp file, fsync, rename, fsync of the directory: the file is either old or new."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
