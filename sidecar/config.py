@@ -16,6 +16,7 @@ table is generated from it, and the Helm chart's values map onto the same keys.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -111,7 +112,7 @@ def _durations(v: Any) -> tuple[int, ...]:
 
 def _levels(v: Any) -> tuple[int, ...]:
     out = _durations(v)
-    if any(b <= a for a, b in zip(out, out[1:], strict=False)):
+    if any(b <= a for a, b in itertools.pairwise(out)):
         raise ValueError(f"levels must be strictly increasing: {v!r}")
     if out[0] <= 0:
         raise ValueError(f"levels must be positive: {v!r}")

@@ -171,7 +171,7 @@ def _parse(headers: HeaderList, ts: int, now: int, size: int, rules: Rules) -> P
         if len(rid) > c.MAX_ID_BYTES:
             raise _Bad(c.BAD_HEADER, f"header {c.ID} is over {c.MAX_ID_BYTES} bytes")
 
-    given = [h for h in (c.DELAY_MS, c.DELIVER_AT, c.LEVEL) if h in control]
+    given: list[str] = [h for h in (c.DELAY_MS, c.DELIVER_AT, c.LEVEL) if h in control]
     if kms and c.KMS_EPOCH in control:
         given.append(c.KMS_EPOCH)
         if c.KMS_TARGET_KEY in control:

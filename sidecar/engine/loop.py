@@ -30,11 +30,11 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psutil
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from sidecar import contract as c
 from sidecar import logs
@@ -117,6 +117,8 @@ class Sidecar:
         self.broker_up = True
         self.lateness_batch: list[int] = []
         self.assigned = False
+        self._last = Counters()
+        self._tiers_seen: set[str] = set()
 
     # -- clients --------------------------------------------------------------------------------
     def _common(self) -> dict[str, Any]:
@@ -258,6 +260,8 @@ class Sidecar:
                     last_commit = mono
                 if mono - last_space >= 1.0:
                     self._check_space(consumer)
+                    if self.metrics is not None:
+                        self._sync_metrics(self._pending())
                     last_space = mono
                 if mono - last_stats >= stats_every:
                     self._stats()
@@ -290,13 +294,14 @@ class Sidecar:
                 if err.code() != KafkaError._PARTITION_EOF:
                     log.warning("consume.error", code=err.name(), error=err.str())
                 continue
-            store = self.stores.get(m.partition())
+            partition = cast(int, m.partition())
+            store = self.stores.get(partition)
             if store is None:
                 continue  # revoked in between: the new owner consumes it
             ts_type, ts = m.timestamp()
             store.ingest(
-                IngressRecord(m.topic(), m.partition(), m.offset(), ts if ts_type else now, m.key(), m.value(),
-                              m.headers()),
+                IngressRecord(cast(str, m.topic()), partition, cast(int, m.offset()), ts if ts_type else now,
+                              m.key(), m.value(), cast(Any, m.headers())),
                 now,
             )
 
@@ -310,11 +315,11 @@ class Sidecar:
             produced += 1
         while self.retries and self.retries[0][0] <= now and self.in_flight < self.s.max_in_flight:
             _at, _seq, ref, st = heapq.heappop(self.retries)
-            rec = st.store.sched.record(ref) if st.store.partition in self.stores else None
-            if rec is None:
+            again = st.store.sched.record(ref) if st.store.partition in self.stores else None
+            if again is None:
                 continue
             self.counters.publish_retries += 1
-            if not self._produce(ref, rec, st, now):
+            if not self._produce(ref, again, st, now):
                 return
         for store in list(self.stores.values()):
             room = self.s.max_in_flight - self.in_flight
@@ -348,7 +353,7 @@ class Sidecar:
                 topic,
                 value=None if rec.value is None else bytes(rec.value),
                 key=None if rec.key is None else bytes(rec.key),
-                headers=headers,
+                headers=cast(Any, headers),
                 on_delivery=lambda err, msg: self._on_delivery(err, msg, ref, rec, st),
                 **kwargs,
             )
@@ -408,9 +413,11 @@ class Sidecar:
         store.checkpoint(fsync=self.s.fsync == "batch")
         if store.next_offset is not None:
             try:
-                consumer.commit(
-                    offsets=[TopicPartition(store.topic, store.partition, store.next_offset)], asynchronous=not sync
-                )
+                offsets = [TopicPartition(store.topic, store.partition, store.next_offset)]
+                if sync:
+                    consumer.commit(offsets=offsets, asynchronous=False)
+                else:
+                    consumer.commit(offsets=offsets, asynchronous=True)
             except KafkaException as e:
                 log.warning("commit.failed", partition=store.partition, error=str(e))
 
@@ -445,20 +452,40 @@ class Sidecar:
             self.metrics.set_store_bytes(used)
             self.metrics.set_ingress_paused(self.paused, self.pause_reason)
 
-    def _stats(self) -> None:
-        pending: dict[str, int] = {}
+    def _pending(self) -> dict[str, int]:
+        pending = dict.fromkeys(self._tiers_seen, 0)
         for store in self.stores.values():
             for tier, n in store.pending().items():
                 pending[tier] = pending.get(tier, 0) + n
+        self._tiers_seen.update(pending)
+        return pending
+
+    def _stats(self) -> None:
+        pending = {t: n for t, n in self._pending().items() if n}
         k = self.counters
-        if self.metrics is not None:
-            self.metrics.sync(k, pending, self.lateness_batch)
-        self.lateness_batch = []
         log.info(
             "stats", ingested=k.ingested, scheduled=k.scheduled, delivered=k.delivered, cancelled=k.cancelled,
             duplicates=k.duplicates, dlq=sum(k.dlq.values()), dlq_by_reason={r: n for r, n in k.dlq.items() if n},
             pending=sum(pending.values()), pending_by_tier=pending, in_flight=self.in_flight,
             retry_queue=len(self.retries), early=k.early, paused=self.paused,
+        )
+
+    def _sync_metrics(self, pending: dict[str, int]) -> None:
+        """Push counter deltas since the last sync (the hot path only bumps plain integers)."""
+        m, k, last = self.metrics, self.counters, self._last
+        m.ingested(k.ingested - last.ingested)
+        m.scheduled(k.scheduled - last.scheduled)
+        m.delivered(k.delivered - last.delivered)
+        m.cancelled(k.cancelled - last.cancelled)
+        m.duplicates(k.duplicates - last.duplicates)
+        m.publish_retries(k.publish_retries - last.publish_retries)
+        m.dead_lettered_by_reason({r: n - last.dlq.get(r, 0) for r, n in k.dlq.items()})
+        m.observe_lateness_ms(self.lateness_batch)
+        m.set_pending_many(pending)
+        self.lateness_batch = []
+        self._last = Counters(
+            ingested=k.ingested, scheduled=k.scheduled, delivered=k.delivered, cancelled=k.cancelled,
+            duplicates=k.duplicates, publish_retries=k.publish_retries, dlq=dict(k.dlq),
         )
 
     def _drain(self, deadline: float) -> None:

@@ -33,9 +33,12 @@ def read(directory: Path) -> dict[str, Any] | None:
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as e:
-        raise StoreError(f"{path}: checkpoint is not valid JSON ({e}); it is written atomically, so this is disk damage") from None
+        raise StoreError(
+            f"{path}: checkpoint is not valid JSON ({e}); it is written atomically, so this is disk damage"
+        ) from None
     if not isinstance(doc, dict) or doc.get("version") != VERSION:
-        raise StoreError(f"{path}: unsupported checkpoint version {doc.get('version') if isinstance(doc, dict) else '?'}")
+        version = doc.get("version") if isinstance(doc, dict) else "?"
+        raise StoreError(f"{path}: unsupported checkpoint version {version}")
     return doc
 
 

@@ -99,7 +99,7 @@ class IdIndex:
         """Every ref stored under hash ``h`` (usually zero or one)."""
         buf, mask = self.f.buf, self.mask
         i = h & mask
-        out = []
+        out: list[int] = []
         while True:
             sh, ref = SLOT.unpack_from(buf, HEADER_SIZE + i * SLOT_SIZE)
             if sh == EMPTY:

@@ -20,7 +20,7 @@ stale record left behind can never be read as valid later) and reported. A bad r
 *sealed* segment is corruption the log cannot explain: recovery refuses to start
 (``CorruptSegment``) rather than silently lose the rest of that segment.
 
-Durability: appends go to the page cache through the mapping (they survive a process kill); 
+Durability: appends go to the page cache through the mapping (they survive a process kill);
 ``flush()`` msyncs the dirty range, which is what makes them survive power loss.
 """
 
@@ -125,7 +125,9 @@ class CommitLog:
                     if length == 0 and self._zero_from(seg, off):
                         pos = (index + 1) * self.segment_bytes + HEADER_SIZE
                         if index + 1 not in self.segments:
-                            raise CorruptSegment(f"segment {index + 1} is missing after sealed segment {index}") from None
+                            raise CorruptSegment(
+                                f"segment {index + 1} is missing after sealed segment {index}"
+                            ) from None
                         continue
                     raise CorruptSegment(
                         f"{seg.path}: corrupt record at offset {off} inside a sealed segment ({e}); "

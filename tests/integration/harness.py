@@ -1,0 +1,149 @@
+"""Test harness: the sidecar as a real subprocess, plus plain confluent-kafka helpers.
+
+Integration tests run ``python -m sidecar run ...`` exactly as an operator would (so SIGTERM and
+SIGKILL hit a real process), against the session's real broker, and talk to it only through
+Kafka with plain confluent-kafka clients — none of the sidecar's own code on the client side,
+so the wire contract itself is what is tested.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Message, Producer
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+
+def create_topics(bootstrap: str, topics: Iterable[str], partitions: int = 1) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(t, num_partitions=partitions, replication_factor=1) for t in topics])
+    for f in futures.values():
+        f.result(30)
+
+
+def producer(bootstrap: str, **extra: Any) -> Producer:
+    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True, **extra})
+
+
+@dataclass
+class Received:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: dict[str, bytes | None]
+    timestamp_ms: int
+
+    @property
+    def lateness_ms(self) -> int:
+        return self.timestamp_ms - int(self.headers["delay.deliver-at"] or b"0")
+
+
+def consume_until(
+    bootstrap: str, topics: list[str], want: int, timeout_s: float, settle_s: float = 0.0
+) -> list[Received]:
+    """Read ``topics`` from the beginning until ``want`` records arrived (then ``settle_s`` more
+    seconds, to catch extras such as duplicates) or the timeout."""
+    c = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"test-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    })
+    c.subscribe(topics)
+    out: list[Received] = []
+    deadline = time.monotonic() + timeout_s
+    settle_until: float | None = None
+    try:
+        while time.monotonic() < deadline:
+            if settle_until is not None and time.monotonic() >= settle_until:
+                break
+            msgs = c.consume(num_messages=1000, timeout=0.2)
+            for m in msgs:
+                if m.error():
+                    continue
+                out.append(_received(m))
+            if len(out) >= want and settle_until is None:
+                settle_until = time.monotonic() + settle_s
+    finally:
+        c.close()
+    return out
+
+
+def _received(m: Message) -> Received:
+    headers: dict[str, bytes | None] = {}
+    for k, v in m.headers() or []:
+        headers[k] = v if isinstance(v, bytes) or v is None else str(v).encode()
+    return Received(
+        str(m.topic()), int(m.partition() or 0), int(m.offset() or 0), m.key(), m.value(), headers,  # type: ignore[arg-type]
+        m.timestamp()[1],
+    )
+
+
+@dataclass
+class SidecarProcess:
+    bootstrap: str
+    data_dir: Path
+    ingress: str
+    dlq: str
+    extra: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+    starts: int = 0
+
+    def start(self, wait_assigned: bool = True, timeout_s: float = 60) -> None:
+        self.starts += 1
+        self.log_path = self.data_dir.parent / f"{self.data_dir.name}-run{self.starts}.log"
+        cmd = [
+            sys.executable, "-m", "sidecar", "run", "--bootstrap-servers", self.bootstrap,
+            "--ingress-topic", self.ingress, "--dlq-topic", self.dlq, "--data-dir", str(self.data_dir),
+            "--group-id", f"sc-{self.ingress}", "--group-instance-id", f"sc-{self.ingress}-0",
+            "--stats-interval", "1s", "--kafka", "session.timeout.ms=10000", *self.extra,
+        ]
+        env = {**os.environ, **self.env}
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        if wait_assigned:
+            self.wait_for("partitions.assigned", timeout_s)
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
+
+    def wait_for(self, event: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if f'"event":"{event}"' in self.log_text():
+                return
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(f"sidecar exited with {self.proc.returncode}:\n{self.log_text()[-4000:]}")
+            time.sleep(0.1)
+        raise AssertionError(f"sidecar did not log {event} within {timeout_s}s:\n{self.log_text()[-4000:]}")
+
+    def terminate(self, timeout_s: float = 60) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(timeout_s)
+        return rc
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop_quietly(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
