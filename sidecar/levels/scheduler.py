@@ -51,7 +51,9 @@ class _Level:
 class LevelsScheduler:
     name = "levels"
 
-    def __init__(self, directory: Path, log: CommitLog, levels_ms: tuple[int, ...], entries_per_file: int = 65536) -> None:
+    def __init__(
+        self, directory: Path, log: CommitLog, levels_ms: tuple[int, ...], entries_per_file: int = 65536
+    ) -> None:
         self.log = log
         self.levels_ms = levels_ms
         self.dir = directory / "levels"

@@ -23,7 +23,9 @@ def level_for_delay(levels_ms: tuple[int, ...], delay_ms: int) -> int | None:
     return i + 1 if i < len(levels_ms) else None
 
 
-def plan(levels_ms: tuple[int, ...], mode: str, level: int, requested_due_ms: int, enqueue_ms: int) -> tuple[int, int] | None:
+def plan(
+    levels_ms: tuple[int, ...], mode: str, level: int, requested_due_ms: int, enqueue_ms: int
+) -> tuple[int, int] | None:
     """Return ``(level, committed_due_ms)`` for a request, or ``None`` when it is beyond the last
     level. The committed due time is the level's time (``enqueue + levels[L-1]``), which is >= the
     requested one; a request due at or before its enqueue time goes to level 0 at its own time."""

@@ -143,8 +143,8 @@ def test_sigterm_restart_keeps_every_pending_record(
     p = producer(kafka_bootstrap)
     n = 300
     for i in range(n):
-        p.produce(sidecar.ingress, key=str(i).encode(), value=b"v",
-                  headers=[("delay.target-topic", target.encode()), ("delay.level", b"2"), ("delay.id", f"r{i}".encode())])
+        headers = [("delay.target-topic", target.encode()), ("delay.level", b"2"), ("delay.id", f"r{i}".encode())]
+        p.produce(sidecar.ingress, key=str(i).encode(), value=b"v", headers=headers)
     assert p.flush(30) == 0
     deadline = time.monotonic() + 30
     while f'"scheduled":{n}' not in sidecar.log_text() and time.monotonic() < deadline:
