@@ -119,6 +119,7 @@ class Sidecar:
         self.assigned = False
         self._last = Counters()
         self._tiers_seen: set[str] = set()
+        self._last_fsync = 0.0
 
     # -- clients --------------------------------------------------------------------------------
     def _common(self) -> dict[str, Any]:
@@ -410,7 +411,9 @@ class Sidecar:
 
     # -- durability -----------------------------------------------------------------------------
     def _checkpoint_store(self, consumer: Consumer, store: PartitionStore, sync: bool = False) -> None:
-        store.checkpoint(fsync=self.s.fsync == "batch")
+        # fsync=batch and interval msync data and index before the checkpoint; none leaves it to
+        # the OS (a process crash loses nothing, a power loss may). The offset commit always follows.
+        store.checkpoint(fsync=self.s.fsync != "none")
         if store.next_offset is not None:
             try:
                 offsets = [TopicPartition(store.topic, store.partition, store.next_offset)]
@@ -422,11 +425,15 @@ class Sidecar:
                 log.warning("commit.failed", partition=store.partition, error=str(e))
 
     def _checkpoint_all(self, consumer: Consumer) -> None:
+        """batch/none: every commit-interval. interval: only every fsync-interval, because a
+        checkpoint (and the offset commit behind it) may only name data that has been msynced."""
+        mono = time.monotonic()
+        if self.s.fsync == "interval" and mono - self._last_fsync < self.s.fsync_interval_ms / 1000:
+            return
+        self._last_fsync = mono
         for store in self.stores.values():
             if store.dirty:
                 self._checkpoint_store(consumer, store)
-        if self.s.fsync == "interval":
-            pass  # msync happens in the flush thread-less way below, on its own period
 
     def _check_space(self, consumer: Consumer) -> None:
         used = sum(store.disk_bytes() for store in self.stores.values())
