@@ -22,7 +22,13 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q -e ".[test,spark]"
   touch "$stamp"
 fi
+# KDS_SETUP_STEPS limits the steps (e.g. "10-kafka" for the demo); default: all of them.
 for step in scripts/setup.d/*.sh; do
   [ -e "$step" ] || continue
+  name=$(basename "$step" .sh)
+  if [ -n "${KDS_SETUP_STEPS:-}" ] && [[ " $KDS_SETUP_STEPS " != *" $name "* ]]; then
+    continue
+  fi
+  echo "setup: $name" >&2
   bash "$step"
 done

@@ -86,7 +86,8 @@ def cmd_run(ns: argparse.Namespace) -> int:
             broker.stop()
 
 
-def _serve(settings: Settings, ready: threading.Event | None = None, stop: threading.Event | None = None) -> int:
+def _serve(settings: Settings, ready: threading.Event | None = None, stop: threading.Event | None = None,
+           holder: list[Any] | None = None) -> int:
     from sidecar.engine.loop import Sidecar
     from sidecar.health import HealthServer
     from sidecar.metrics import Metrics
@@ -97,6 +98,8 @@ def _serve(settings: Settings, ready: threading.Event | None = None, stop: threa
         health = HealthServer(settings.http_host, settings.http_port, metrics)
         health.start()
     sidecar = Sidecar(settings, metrics=metrics, health=health)
+    if holder is not None:
+        holder.append(sidecar)
     if stop is None:
         sidecar.install_signal_handlers()
     else:
@@ -210,16 +213,21 @@ def cmd_demo(ns: argparse.Namespace) -> int:
                                  environ={})
         stop = threading.Event()
         ready = threading.Event()
-        t = threading.Thread(target=_serve, args=(settings, ready, stop), daemon=True)
+        holder: list[Any] = []
+        t = threading.Thread(target=_serve, args=(settings, ready, stop, holder), daemon=True)
         from sidecar import logs
 
         logs.setup("warning")
         t.start()
         ready.wait(30)
+        deadline = time.time() + 60
+        while not holder[0].assigned and time.time() < deadline:  # joined the group: ready to ingest
+            time.sleep(0.05)
         target = f"demo.target.{uuid.uuid4().hex[:6]}"
         from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-        AdminClient({"bootstrap.servers": bootstrap}).create_topics([NewTopic(target, 1, 1)])[target].result()
+        admin = AdminClient({"bootstrap.servers": bootstrap})  # keep a reference until the result
+        admin.create_topics([NewTopic(target, 1, 1)])[target].result(30)
         p = _producer(bootstrap)
         plan = [("in 1 s", {"delay": "1s"}), ("in 3 s", {"delay": "3s"}), ("level 1 (1s)", {"level": 1}),
                 ("level 2 (5s)", {"level": 2}), ("at now+2.5 s", {"at": int(time.time() * 1000) + 2500}),
@@ -250,7 +258,11 @@ def cmd_demo(ns: argparse.Namespace) -> int:
         cons.close()
         print(f"{got} of {len(plan) - 1} expected records arrived; the cancelled one did not.", flush=True)
         stop.set()
-        t.join(30)
+        t.join(60)
+        del p, cons, admin, holder  # close every client before the broker goes away
+        import gc
+
+        gc.collect()
     return 0 if got == len(plan) - 1 else 1
 
 

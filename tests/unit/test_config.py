@@ -1,0 +1,74 @@
+"""Settings: precedence defaults < YAML < environment < flags; errors name the flag and value."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sidecar import contract as c
+from sidecar.config import OPTIONS, ConfigError, env_name, load_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_precedence(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("ingress-topic: from-yaml\ndlq-topic: dlq-yaml\nmax-retries: 3\nkafka:\n  linger.ms: 7\n")
+    env = {"DELAY_SIDECAR_DLQ_TOPIC": "dlq-env", "DELAY_SIDECAR_MAX_RETRIES": "4",
+           "DELAY_SIDECAR_KAFKA_SASL_PASSWORD": "hunter2", "KAFKA_BOOTSTRAP_SERVERS": "b:1"}
+    s = load_settings({"max-retries": "5"}, config_file=cfg, environ=env)
+    assert (s.ingress_topic, s.dlq_topic, s.max_retries, s.bootstrap_servers) == ("from-yaml", "dlq-env", 5, "b:1")
+    assert s.kafka == {"linger.ms": "7", "sasl.password": "hunter2"}
+    assert s.masked()["kafka"]["sasl.password"] == "***"
+
+
+def test_durations_sizes_and_lists() -> None:
+    s = load_settings({"max-delay": "30d", "segment-bytes": "16MiB", "levels": "1s 2s 1m",
+                       "target-allowlist": "orders\\..*, billing"}, environ={})
+    assert s.max_delay_ms == 30 * 86_400_000 and s.segment_bytes == 16 << 20
+    assert s.levels_ms == (1000, 2000, 60_000) and s.target_allowlist == ("orders\\..*", "billing")
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "needle"),
+    [
+        ({"scheduler": "fifo"}, {}, "--scheduler"),
+        ({"max-delay": "soon"}, {}, "--max-delay"),
+        ({"levels": "5s 1s"}, {}, "--levels"),
+        ({"target-allowlist": "(unclosed"}, {}, "--target-allowlist"),
+        ({}, {"DELAY_SIDECAR_HTTP_PORT": "99999"}, "DELAY_SIDECAR_HTTP_PORT"),
+        ({"ingress-topic": "x", "dlq-topic": "x"}, {}, "--dlq-topic"),
+    ],
+)
+def test_errors_name_the_setting_and_value(flags: dict[str, str], env: dict[str, str], needle: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load_settings(flags, environ=env)
+    assert needle in str(e.value)
+
+
+def test_yaml_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("no-such-option: 1\n")
+    with pytest.raises(ConfigError, match="no-such-option"):
+        load_settings(config_file=bad, environ={})
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_settings(config_file=tmp_path / "missing.yaml", environ={})
+
+
+def test_cli_reports_bad_flag_and_exit_code() -> None:
+    r = subprocess.run([sys.executable, "-m", "sidecar", "run", "--scheduler", "fifo"], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "--scheduler" in r.stderr and "fifo" in r.stderr
+
+
+def test_readme_documents_every_option_header_and_reason() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for opt in OPTIONS:
+        assert f"`{opt.name}`" in readme and env_name(opt.name) in readme, opt.name
+    for name in (c.TARGET_TOPIC, c.DELAY_MS, c.DELIVER_AT, c.LEVEL, c.TARGET_PARTITION, c.ID, c.CANCEL,
+                 c.RETRY_COUNT, c.ENQUEUED_AT, c.SOURCE, c.DLQ_REASON, c.DLQ_ERROR, c.DLQ_SOURCE_TOPIC,
+                 c.DLQ_SOURCE_PARTITION, c.DLQ_SOURCE_OFFSET, c.DLQ_ATTEMPTS, *c.REASONS):
+        assert f"`{name}`" in readme, name
