@@ -32,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
+import orjson
 import psutil
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
@@ -120,6 +121,7 @@ class Sidecar:
         self._last = Counters()
         self._tiers_seen: set[str] = set()
         self._last_fsync = 0.0
+        self._warned: dict[str, float] = {}
 
     # -- clients --------------------------------------------------------------------------------
     def _common(self) -> dict[str, Any]:
@@ -136,7 +138,7 @@ class Sidecar:
             "auto.offset.reset": "earliest",
             "partition.assignment.strategy": "cooperative-sticky",
             "fetch.wait.max.ms": 10,
-            "statistics.interval.ms": 5000,
+            "statistics.interval.ms": 1000,
             "stats_cb": self._on_stats,
         })
         if self.s.group_instance_id:
@@ -167,12 +169,35 @@ class Sidecar:
                 log.warning("broker.unreachable", error=err.str())
             self.broker_up = False
             self._readiness()
-        else:
+        elif self._should_warn(f"kafka.error:{err.code()}"):
             log.warning("kafka.error", code=err.name(), error=err.str())
 
+    def _should_warn(self, key: str, every_s: float = 30.0) -> bool:
+        """Rate-limit repeated warnings (a broker outage raises the same error many times a second)."""
+        now = time.monotonic()
+        if now - self._warned.get(key, -every_s) < every_s:
+            return False
+        self._warned[key] = now
+        return True
+
     def _on_stats(self, stats_json: str) -> None:
+        """librdkafka statistics (every second): consumer lag for the metrics, and whether any
+        real broker connection is UP — the signal that brings readiness back after an outage even
+        when nothing is being delivered."""
         if self.metrics is not None:
             self.metrics.update_from_stats(stats_json)
+        try:
+            brokers = orjson.loads(stats_json).get("brokers", {})
+        except orjson.JSONDecodeError:
+            return
+        up = any(b.get("state") == "UP" for b in brokers.values() if b.get("nodeid", -1) >= 0)
+        if up != self.broker_up:
+            self.broker_up = up
+            if up:
+                log.info("broker.reachable")
+            else:
+                log.warning("broker.unreachable", source="statistics")
+            self._readiness()
 
     def _readiness(self) -> None:
         if self.health is not None:
@@ -292,7 +317,7 @@ class Sidecar:
         for m in msgs:
             err = m.error()
             if err is not None:
-                if err.code() != KafkaError._PARTITION_EOF:
+                if err.code() != KafkaError._PARTITION_EOF and self._should_warn(f"consume:{err.code()}"):
                     log.warning("consume.error", code=err.name(), error=err.str())
                 continue
             partition = cast(int, m.partition())
