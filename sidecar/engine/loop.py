@@ -104,6 +104,8 @@ class Sidecar:
         self.stores: dict[int, PartitionStore] = {}
         self.make_scheduler = make_scheduler_factory(settings)
         self.in_flight = 0
+        self.topic_in_flight: dict[str, int] = {}
+        self.topic_cap = max(1, settings.max_in_flight // 4)
         self.backlog: deque[tuple[int, Record, _InFlight]] = deque()
         self.retries: list[tuple[int, int, int, _InFlight]] = []  # (at_ms, seq, ref, state)
         self._seq = itertools.count()
@@ -363,6 +365,10 @@ class Sidecar:
             heapq.heappush(self.retries, (rec.due_ms, next(self._seq), ref, st))
             return True
         topic = bytes(rec.topic).decode()
+        if self.topic_in_flight.get(topic, 0) >= self.topic_cap:
+            # One slow or missing target must not take the whole in-flight budget: park it briefly.
+            heapq.heappush(self.retries, (now + 50, next(self._seq), ref, st))
+            return True
         headers = decode_headers(rec.headers)
         if rec.rtype == codec.MESSAGE:
             headers.append((c.ID, bytes(rec.id)))
@@ -380,7 +386,7 @@ class Sidecar:
                 value=None if rec.value is None else bytes(rec.value),
                 key=None if rec.key is None else bytes(rec.key),
                 headers=cast(Any, headers),
-                on_delivery=lambda err, msg: self._on_delivery(err, msg, ref, rec, st),
+                on_delivery=lambda err, msg: self._on_delivery(err, msg, ref, rec, st, topic),
                 **kwargs,
             )
         except BufferError:
@@ -391,10 +397,18 @@ class Sidecar:
             self._failed(ref, rec, st, e.args[0])
             return True
         self.in_flight += 1
+        self.topic_in_flight[topic] = self.topic_in_flight.get(topic, 0) + 1
         return True
 
-    def _on_delivery(self, err: KafkaError | None, msg: Message, ref: int, rec: Record, st: _InFlight) -> None:
+    def _on_delivery(
+        self, err: KafkaError | None, msg: Message, ref: int, rec: Record, st: _InFlight, topic: str
+    ) -> None:
         self.in_flight -= 1
+        left = self.topic_in_flight[topic] - 1
+        if left:
+            self.topic_in_flight[topic] = left
+        else:
+            del self.topic_in_flight[topic]
         if st.store.partition not in self.stores or self.stores[st.store.partition] is not st.store:
             return  # the partition was revoked; its new owner delivers from its own checkpoint
         if err is None:
