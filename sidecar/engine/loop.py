@@ -106,6 +106,7 @@ class Sidecar:
         self.in_flight = 0
         self.topic_in_flight: dict[str, int] = {}
         self.topic_cap = max(1, settings.max_in_flight // 4)
+        self._rr = 0
         self.backlog: deque[tuple[int, Record, _InFlight]] = deque()
         self.retries: list[tuple[int, int, int, _InFlight]] = []  # (at_ms, seq, ref, state)
         self._seq = itertools.count()
@@ -349,7 +350,11 @@ class Sidecar:
             self.counters.publish_retries += 1
             if not self._produce(ref, again, st, now):
                 return
-        for store in list(self.stores.values()):
+        stores = list(self.stores.values())
+        if len(stores) > 1:  # rotate the starting partition so a busy one cannot starve the rest
+            self._rr = (self._rr + 1) % len(stores)
+            stores = stores[self._rr:] + stores[: self._rr]
+        for store in stores:
             room = self.s.max_in_flight - self.in_flight
             if room <= 0:
                 break
