@@ -1,0 +1,188 @@
+"""``delay-sidecar bench SCENARIO [--size small|full] --json OUT [--bootstrap-servers B]``.
+
+SCENARIO is one of ``throughput``, ``lateness``, ``pending-memory``, ``restart``, ``mass-expiry``,
+``redis-zset``, ``all``, or a comma-separated list of them. Without ``--bootstrap-servers`` the
+bench starts its own local broker (:class:`sidecar.kafka.local.LocalKafka`) in the work
+directory and stops it at the end. The schedulers measured are every one that runs: ``levels``
+always, ``wheel`` once ``python -m sidecar run --scheduler wheel`` starts (detected by trying),
+or the ones given with ``--schedulers``.
+
+The JSON report holds the machine facts, the settings, and per scenario its method, settings,
+``results`` (every figure as ``{"value", "unit", "goal", "met"}``) and raw ``details``. It is
+rewritten after every scenario, so an interrupted run still leaves what was measured. A Markdown
+table of all figures is printed to stdout at the end. Exit status: 0 when every scenario
+produced its report (goals met or not), 1 when a scenario failed, 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import orjson
+
+from sidecar.bench import lateness, mass_expiry, pending_memory, redis_zset, restart, throughput
+from sidecar.bench.report import machine_facts, markdown_table, walk_figures
+from sidecar.bench.workload import SIZES, Bench, BenchError, SidecarProc, kafka_ready, log, stop_all, uid
+
+SCENARIOS: dict[str, Callable[[Bench], dict[str, Any]]] = {
+    "throughput": throughput.run,
+    "lateness": lateness.run,
+    "pending-memory": pending_memory.run,
+    "restart": restart.run,
+    "mass-expiry": mass_expiry.run,
+    "redis-zset": redis_zset.run,
+}
+SCHEDULERS = ("levels", "wheel")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="delay-sidecar bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("scenario", metavar="SCENARIO",
+                    help=f"{', '.join(SCENARIOS)}, all, or a comma-separated list")
+    ap.add_argument("--size", choices=SIZES, default="small", help="small (CI smoke, minutes) or full")
+    ap.add_argument("--json", required=True, metavar="OUT", help="where to write the JSON report")
+    ap.add_argument("--bootstrap-servers", default=None, help="an existing broker (default: start a local one)")
+    ap.add_argument("--schedulers", default=None,
+                    help="comma-separated schedulers to measure (default: levels, plus wheel if it starts)")
+    ap.add_argument("--workdir", default=None, help="data directories and logs (default: a temp dir, removed)")
+    ap.add_argument("--keep-workdir", action="store_true", help="keep the work directory (logs, stores)")
+    ap.add_argument("--profile", metavar="DIR", default=None,
+                    help="run every sidecar under cProfile and write .prof files to DIR (slows it down)")
+    ns = ap.parse_args(argv)
+    names = [s.strip() for s in ns.scenario.split(",") if s.strip()]
+    if names == ["all"]:
+        names = list(SCENARIOS)
+    bad = [s for s in names if s not in SCENARIOS]
+    if bad or not names:
+        ap.error(f"unknown scenario {', '.join(bad) or ns.scenario!r}; choose from {', '.join(SCENARIOS)}, all")
+    ns.names = names
+    if ns.schedulers is not None:
+        ns.schedulers = [s.strip() for s in ns.schedulers.split(",") if s.strip()]
+        if not ns.schedulers or any(s not in SCHEDULERS for s in ns.schedulers):
+            ap.error(f"--schedulers: choose from {', '.join(SCHEDULERS)}")
+    return ns
+
+
+def scheduler_runs(bootstrap: str, workdir: Path, scheduler: str, timeout_s: float = 90) -> tuple[bool, str]:
+    """Try ``python -m sidecar run --scheduler X`` on a scratch topic: does it get its partition?"""
+    sc = SidecarProc(bootstrap, workdir, f"bench.probe.{uid()}", scheduler, tag="probe")
+    try:
+        sc.start(wait=True, timeout_s=timeout_s)
+        return True, "started"
+    except BenchError as e:
+        return False, str(e).splitlines()[-1][:300] if str(e) else "did not start"
+    finally:
+        sc.stop()
+
+
+def _write(path: Path, report: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+    tmp.replace(path)
+
+
+def _on_term(signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
+def bench_main(argv: list[str]) -> int:
+    ns = parse_args(argv)
+    out = Path(ns.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    own_workdir = ns.workdir is None
+    workdir = Path(tempfile.mkdtemp(prefix="delay-sidecar-bench-")) if own_workdir else Path(ns.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    previous = signal.signal(signal.SIGTERM, _on_term)
+    broker = None
+    bench: Bench | None = None
+    report: dict[str, Any] = {
+        "schema": 1,
+        "command": "delay-sidecar bench " + " ".join(argv),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "size": ns.size,
+        "scenarios": {},
+    }
+    failed = False
+    try:
+        bootstrap = ns.bootstrap_servers
+        kafka_version: str | None = None
+        if bootstrap is None:
+            from sidecar.kafka.local import LocalKafka
+
+            broker = LocalKafka(port=0, data_dir=workdir / "kafka", prefer_docker=False)
+            log("starting a local Kafka broker ...")
+            bootstrap = broker.start(timeout=240)
+            kafka_version = broker.kafka_version
+            log(f"broker: {broker.describe()}")
+        kafka_ready(bootstrap)
+        report["machine"] = machine_facts(kafka_version)
+        report["settings"] = {"bootstrap": "local (started by the bench)" if broker else "external",
+                              "workdir": str(workdir)}
+        schedulers = ns.schedulers
+        if schedulers is None:
+            schedulers = ["levels"]
+            ok, why = scheduler_runs(bootstrap, workdir, "wheel")
+            if ok:
+                schedulers.append("wheel")
+            else:
+                log(f"scheduler wheel does not run yet, measuring levels only ({why})")
+            report["settings"]["wheel_detected"] = ok
+            if not ok:
+                report["settings"]["wheel_detection"] = why
+        report["settings"]["schedulers"] = schedulers
+        bench = Bench(bootstrap, workdir, ns.size, schedulers,
+                      profile_dir=Path(ns.profile).resolve() if ns.profile else None)
+        _write(out, report)
+        for name in ns.names:
+            log(f"scenario {name} ({ns.size}) ...")
+            t0 = time.monotonic()
+            try:
+                res = SCENARIOS[name](bench)
+            except Exception as e:  # report it and go on with the next scenario
+                failed = True
+                log(f"scenario {name} failed: {e}")
+                res = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-4000:]}
+                stop_all()
+                with contextlib.suppress(Exception):
+                    bench.cleanup_topics()
+            res["seconds"] = round(time.monotonic() - t0, 1)
+            report["scenarios"][name] = res
+            _write(out, report)
+            log(f"scenario {name} done in {res['seconds']} s")
+    finally:
+        stop_all()
+        if bench is not None:
+            bench.close()
+        if broker is not None:
+            broker.close()
+        signal.signal(signal.SIGTERM, previous)
+        report["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        figures = [(f"{n}.{p}", f) for n, s in report["scenarios"].items() for p, f in walk_figures(s.get("results"))]
+        report["summary"] = {
+            "figures": len(figures),
+            "with_goal": sum(1 for _p, f in figures if f["goal"] is not None),
+            "met": sum(1 for _p, f in figures if f["met"] is True),
+            "not_met": [p for p, f in figures if f["met"] is False],
+            "failed_scenarios": [n for n, s in report["scenarios"].items() if "error" in s],
+        }
+        _write(out, report)
+        if own_workdir and not ns.keep_workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print(markdown_table(report))
+    log(f"report written to {out}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(bench_main(sys.argv[1:]))

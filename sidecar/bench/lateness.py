@@ -1,0 +1,119 @@
+"""Scenario ``lateness``: delivery lateness at 50 % of the measured maximum throughput.
+
+Method: a sidecar runs on a fresh one-partition ingress topic while the bench produces 100 B
+records at a steady rate of half the sidecar's maximum (the ``throughput`` scenario's figure
+for this scheduler and 100 B records when it ran in the same invocation, else a short fixed-N
+measurement done here) for a fixed time. Delays: levels mode uses ``delay.ms`` values that are
+level times exactly (1 s, 5 s, 10 s), so the committed ``delay.deliver-at`` is the requested time
+(in levels mode ``deliver-at`` is always the level's time: enqueue timestamp + level delay);
+wheel mode uses uniform 1-10 s (``deliver-at`` is then the request rounded *up* to the 10 ms
+slot). After the last record is due and delivered, every delivered record is read back and
+``lateness = record timestamp - delay.deliver-at`` (the record timestamp is the sidecar's send
+time) gives p50 / p99 / p99.9 / max and the early count (lateness < 0).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sidecar.bench import throughput
+from sidecar.bench.report import fig
+from sidecar.bench.workload import (
+    Bench,
+    PacedProducer,
+    choice_delays,
+    cpu_seconds,
+    log,
+    percentile,
+    read_range,
+    sleep_until_wall_ms,
+    uid,
+    uniform_delays,
+    wait_until,
+)
+
+LEVEL_DELAYS = (1_000, 5_000, 10_000)
+WHEEL_DELAYS = (1_000, 10_000)
+
+
+def max_rate(bench: Bench, scheduler: str) -> tuple[float, str]:
+    """The sidecar's maximum throughput for 100 B records: reused, or measured here."""
+    known = bench.results.get("throughput", {}).get("100B", {}).get(scheduler)
+    if known:
+        return float(known), "throughput scenario of this run"
+    n = 100_000 if bench.full else 20_000
+    pre, target = throughput.preload_workload(bench, n, 100, "100B")
+    sleep_until_wall_ms(pre.all_due_ms)
+    res = throughput.measure_sidecar(bench, pre, target, scheduler, tag="lat-max")
+    if not res["records_per_s"]:
+        raise RuntimeError("could not measure the maximum throughput")
+    return float(res["records_per_s"]), f"measured here (fixed N = {n}, all due)"
+
+
+def measure(bench: Bench, scheduler: str, rate: float, seconds: float) -> dict[str, Any]:
+    ingress, target = f"bench.lat.in.{uid()}", f"bench.lat.out.{uid()}"
+    bench.topics(ingress, target)
+    delays = choice_delays(LEVEL_DELAYS) if scheduler == "levels" else uniform_delays(*WHEEL_DELAYS)
+    sc = bench.sidecar(ingress, scheduler, tag="lat")
+    sc.start()
+    try:
+        cpu0 = cpu_seconds(sc.pid)
+        prod = PacedProducer(bench.bootstrap, ingress, target, rate, 100, delays, duration_s=seconds)
+        prod.start()
+        prod.join(seconds + 120)
+        sent = prod.sent
+        if prod.is_alive():
+            prod.stop()
+        wait_until(f"{sent} records delivered", lambda: bench.wm.total(target) >= sent,
+                   max(WHEEL_DELAYS) / 1000 + 120, 0.25, sc.check_alive)
+        cpu = cpu_seconds(sc.pid) - cpu0
+        stats = sc.stats() or {}
+    finally:
+        sc.stop()
+    got = read_range(bench.bootstrap, target, {}, bench.wm.high(target), headers=True)
+    late = sorted(ts - da for ts, da in zip(got.ts, got.deliver_at, strict=True))
+    return {
+        "offered_rate": rate,
+        "sent": sent,
+        "delivered": len(got.ts),
+        "duplicates": len(got.ts) - len(set(got.ids)),
+        "p50": percentile(late, 50),
+        "p99": percentile(late, 99),
+        "p999": percentile(late, 99.9),
+        "max": float(late[-1]) if late else None,
+        "early": sum(1 for x in late if x < 0),
+        "sidecar_cpu_share": cpu / (seconds + max(WHEEL_DELAYS) / 1000),
+        "stats": {k: stats.get(k) for k in ("ingested", "delivered", "early", "dlq")},
+    }
+
+
+def run(bench: Bench) -> dict[str, Any]:
+    seconds = 60.0 if bench.full else 15.0
+    results: dict[str, Any] = {}
+    details: dict[str, Any] = {}
+    for sched in bench.schedulers:
+        top, source = max_rate(bench, sched)
+        rate = top / 2
+        log(f"lateness {sched}: {rate:,.0f} records/s for {seconds:.0f} s (50 % of {top:,.0f}, {source})")
+        m = measure(bench, sched, rate, seconds)
+        log(f"lateness {sched}: p50 {m['p50']} p99 {m['p99']} p99.9 {m['p999']} max {m['max']} ms, "
+            f"early {m['early']}, {m['delivered']}/{m['sent']} delivered")
+        results[sched] = {
+            "rate": fig(rate, "records/s"),
+            "p50_ms": fig(m["p50"], "ms", "<= 10"),
+            "p99_ms": fig(m["p99"], "ms", "<= 50"),
+            "p999_ms": fig(m["p999"], "ms"),
+            "max_ms": fig(m["max"], "ms"),
+            "early": fig(m["early"], "records", "== 0"),
+            "lost": fig(max(0, m["sent"] - (m["delivered"] - m["duplicates"])), "records", "== 0"),
+        }
+        details[sched] = {**m, "max_throughput": top, "max_throughput_source": source}
+    bench.cleanup_topics()
+    return {
+        "method": "steady paced producer at 50 % of the measured maximum, lateness = delivered record "
+                  "timestamp - delay.deliver-at over every delivered record",
+        "settings": {"seconds": seconds, "record_bytes": 100, "levels_delays_ms": LEVEL_DELAYS,
+                     "wheel_delays_ms": WHEEL_DELAYS, "schedulers": bench.schedulers},
+        "results": results,
+        "details": details,
+    }

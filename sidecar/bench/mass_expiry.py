@@ -1,0 +1,153 @@
+"""Scenario ``mass-expiry``: N records due in the same millisecond.
+
+Method: a sidecar runs on a fresh one-partition ingress topic. N records (100 B) are produced
+with the *same* record timestamp T0 (set explicitly by the producer) and ``delay.ms`` = D (a
+level time), so both schedulers commit every one of them to the same due time T0 + D: one level
+queue run, or one wheel slot. The bench checks that all N are stored before T0 + D. From
+T0 + D - 2 s a background producer offers a steady stream of new ingress records (30 min delay)
+until the drain is over, and the sidecar's RSS is sampled every 50 ms.
+
+* drain rate = N / (last delivered timestamp - (T0 + D)), next to the passthrough's rate for the
+  same N records (measured in this scenario);
+* RSS growth = max RSS during the drain - RSS just before the due time (total and anon);
+* ingest during the drain = the sidecar's ``ingested`` counter over the drain (from its stats
+  lines, 250 ms apart), next to the offered background rate;
+* lateness of the last record and the early count (must be 0).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sidecar.bench import throughput
+from sidecar.bench.report import fig
+from sidecar.bench.workload import (
+    Bench,
+    PacedProducer,
+    RssSampler,
+    log,
+    preload,
+    read_range,
+    sleep_until_wall_ms,
+    uid,
+    wait_until,
+    wall_ms,
+)
+
+BACKGROUND_DELAY_MS = 1_800_000
+
+
+def params(bench: Bench) -> tuple[int, int, float]:
+    """(records, delay ms, background ingest rate)."""
+    return (1_000_000, 240_000, 2_000.0) if bench.full else (50_000, 30_000, 1_000.0)
+
+
+def _stats_ms(ev: dict[str, Any]) -> int:
+    ts = str(ev.get("timestamp", ""))
+    try:
+        return int(datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp() * 1000)
+    except ValueError:
+        return int(ev.get("_seen_ms", 0))
+
+
+def ingest_rate_between(events: list[dict[str, Any]], t0: int, t1: int) -> float | None:
+    """The ``ingested`` counter's slope over [t0, t1], from the stats lines that bracket it."""
+    pts = [(_stats_ms(e), int(e.get("ingested", 0))) for e in events if e.get("event") == "stats"]
+    before = [p for p in pts if p[0] <= t0]
+    after = [p for p in pts if p[0] >= t1]
+    if not before or not after or after[0][0] <= before[-1][0]:
+        return None
+    a, b = before[-1], after[0]
+    return (b[1] - a[1]) / ((b[0] - a[0]) / 1000)
+
+
+def measure(bench: Bench, scheduler: str, n: int, delay_ms: int, bg_rate: float) -> dict[str, Any]:
+    ingress, target, bg_target = f"bench.me.in.{uid()}", f"bench.me.out.{uid()}", f"bench.me.bg.{uid()}"
+    bench.topics(ingress, target, bg_target)
+    sc = bench.sidecar(ingress, scheduler, tag="me")
+    sc.start()
+    sampler: RssSampler | None = None
+    bg: PacedProducer | None = None
+    try:
+        t0 = wall_ms()
+        due = t0 + delay_ms
+        pre = preload(bench.bootstrap, ingress, n, 100, target, lambda _i: delay_ms, timestamp_ms=t0)
+        wait_until(f"{n} records stored before their due time", lambda: sc.counter("ingested") >= n,
+                   max(1.0, (due - wall_ms()) / 1000), 0.1, sc.check_alive)
+        stored = wall_ms()
+        log(f"mass-expiry {scheduler}: {n:,} stored {(due - stored) / 1000:.1f} s before their due time")
+        sampler = RssSampler(sc.pid, 0.05)
+        sampler.start()
+        sleep_until_wall_ms(due - 2_000)
+        bg = PacedProducer(bench.bootstrap, ingress, bg_target, bg_rate, 100, lambda _i: BACKGROUND_DELAY_MS)
+        bg.start()
+        wait_until(f"{n} records drained", lambda: bench.wm.total(target) >= n, 600, 0.1, sc.check_alive)
+        seen_done = wall_ms()
+    finally:
+        if bg is not None:
+            bg.stop()
+        if sampler is not None:
+            sampler.stop()
+        sc.poll_events()
+        sc.stop()
+    got = read_range(bench.bootstrap, target, {}, bench.wm.high(target), headers=True)
+    last = max(got.ts)
+    drain_s = (last - due) / 1000
+    before = [s for s in sampler.samples if due - 1_500 <= s[0] <= due - 500] or sampler.samples[:1]
+    during = [s for s in sampler.samples if due - 500 <= s[0] <= last] or before
+    rss0 = sum(s[1] for s in before) / len(before)
+    anon0 = sum(s[2] for s in before) / len(before)
+    return {
+        "records": n,
+        "preload_s": pre.seconds,
+        "stored_before_due_s": (due - stored) / 1000,
+        "drain_s": drain_s,
+        "drain_rate": n / drain_s if drain_s > 0 else None,
+        "first_lateness_ms": min(got.ts) - due,
+        "last_lateness_ms": last - due,
+        "early": sum(1 for ts, da in zip(got.ts, got.deliver_at, strict=True) if ts < da),
+        "delivered": len(got.ts),
+        "rss_before_mb": rss0 / 2**20,
+        "rss_growth_mb": (max(s[1] for s in during) - rss0) / 2**20,
+        "anon_growth_mb": (max(s[2] for s in during) - anon0) / 2**20,
+        "offered_ingest_rate": bg_rate,
+        "ingest_rate_during_drain": ingest_rate_between(sc.events, due, last),
+        "seen_done_after_due_s": (seen_done - due) / 1000,
+    }
+
+
+def run(bench: Bench) -> dict[str, Any]:
+    n, delay_ms, bg_rate = params(bench)
+    pre, _target = throughput.preload_workload(bench, n, 100, "100B")
+    pt = throughput.measure_passthrough(bench, pre, "me")
+    log(f"mass-expiry: passthrough {pt['records_per_s'] or 0:,.0f} records/s for {n:,} records")
+    results: dict[str, Any] = {"passthrough": {"records_per_s": fig(pt["records_per_s"], "records/s")}}
+    details: dict[str, Any] = {"passthrough": pt}
+    for sched in bench.schedulers:
+        m = measure(bench, sched, n, delay_ms, bg_rate)
+        ratio = m["drain_rate"] / pt["records_per_s"] if m["drain_rate"] and pt["records_per_s"] else None
+        kept = m["ingest_rate_during_drain"]
+        log(f"mass-expiry {sched}: drained {n:,} in {m['drain_s']:.1f} s ({m['drain_rate'] or 0:,.0f}/s, ratio "
+            f"{ratio or 0:.2f}), RSS +{m['rss_growth_mb']:.1f} MiB, ingest during drain {kept or 0:,.0f}/s")
+        results[sched] = {
+            "drain_records_per_s": fig(m["drain_rate"], "records/s"),
+            "drain_ratio_to_passthrough": fig(ratio, "x", ">= 0.8"),
+            "rss_growth_mb": fig(m["rss_growth_mb"], "MiB", "<= 100"),
+            "anon_growth_mb": fig(m["anon_growth_mb"], "MiB"),
+            "ingest_during_drain_records_per_s": fig(kept, "records/s",
+                                                     note=f"offered {bg_rate:,.0f} records/s in the background"),
+            "ingest_kept_ratio": fig(kept / bg_rate if kept is not None else None, "x"),
+            "last_record_lateness_ms": fig(m["last_lateness_ms"], "ms"),
+            "early": fig(m["early"], "records", "== 0"),
+        }
+        details[sched] = m
+    bench.cleanup_topics()
+    return {
+        "method": "N records with one timestamp and one delay (one due millisecond); drain rate from the due time "
+                  "to the last delivered timestamp vs a passthrough of the same N; RSS sampled every 50 ms",
+        "settings": {"records": n, "delay_ms": delay_ms, "background_rate": bg_rate, "record_bytes": 100,
+                     "schedulers": bench.schedulers},
+        "results": results,
+        "details": details,
+    }

@@ -1,0 +1,171 @@
+"""Scenario ``redis-zset``: the Youzan-style Redis sorted-set delay queue on the same workload.
+
+A ``redis-server`` from the distribution's packages (``scripts/setup.d/40-redis.sh``) runs on a
+free loopback port in a temp directory with persistence off (``--save '' --appendonly no``:
+Redis is given its fastest setting; the sidecar keeps its default ``fsync: batch``), and is shut
+down at the end. The queue itself is :mod:`sidecar.bench.redis_worker` (intake -> ZADD + job
+hash, Lua mover -> ready list, worker -> Kafka) in one Python process with the same Kafka client
+settings as the sidecar.
+
+* Throughput: exactly the ``throughput`` method (100 B records, random 0-10 s delays, N
+  pre-loaded and all due before the process starts, rate over the delivered timestamps), the Redis
+  worker and the sidecar (each scheduler) on the same pre-loaded topic, back to back. Goal: the
+  sidecar at >= 2x the Redis queue.
+* Memory per pending record: M records with a 30 min delay go through the worker's intake only;
+  Redis ``INFO memory`` ``used_memory`` (and ``used_memory_rss``) before and after, divided by M,
+  next to the sidecar's RSS per pending record from ``pending-memory`` when it ran in this
+  invocation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from sidecar.bench import throughput
+from sidecar.bench.report import fig
+from sidecar.bench.workload import (
+    Bench,
+    BenchError,
+    ScriptProc,
+    log,
+    preload,
+    read_range,
+    sleep_until_wall_ms,
+    spawn,
+    stop_proc,
+    uid,
+    wait_until,
+    wall_ms,
+)
+
+PENDING_DELAY_MS = 1_800_000
+
+
+def sizes(bench: Bench) -> tuple[int, int]:
+    """(throughput records, pending records for the memory figure)."""
+    return (400_000, 1_000_000) if bench.full else (20_000, 100_000)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RedisServer:
+    def __init__(self, workdir: Path) -> None:
+        exe = shutil.which("redis-server")
+        if exe is None:
+            raise BenchError("redis-server is not installed (scripts/setup.d/40-redis.sh installs it)")
+        self.dir = Path(tempfile.mkdtemp(prefix="redis-", dir=workdir))
+        self.port = _free_port()
+        self.proc = spawn([exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                           "--dir", str(self.dir), "--daemonize", "no", "--protected-mode", "yes",
+                           "--logfile", str(self.dir / "redis.log")], self.dir / "redis.out")
+        self.client = redis.Redis(host="127.0.0.1", port=self.port)
+
+        def up() -> bool:
+            if self.proc.poll() is not None:
+                raise BenchError(f"redis-server exited: {(self.dir / 'redis.log').read_text(errors='replace')[-500:]}")
+            try:
+                return bool(self.client.ping())
+            except redis.ConnectionError:
+                return False
+
+        wait_until("redis-server to answer PING", up, 30, 0.1)
+
+    def used_memory(self) -> tuple[int, int]:
+        info = self.client.info("memory")
+        return int(info["used_memory"]), int(info["used_memory_rss"])
+
+    def version(self) -> str:
+        return str(self.client.info("server").get("redis_version"))
+
+    def stop(self) -> None:
+        with contextlib.suppress(redis.RedisError):
+            self.client.shutdown(nosave=True)
+        stop_proc(self.proc, timeout_s=30)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def run_worker(bench: Bench, srv: RedisServer, source: str, count: int, intake_only: bool,
+               tag: str) -> dict[str, Any]:
+    args = ["--bootstrap", bench.bootstrap, "--source", source, "--group", f"bench-redis-{uid()}", "--redis-port",
+            str(srv.port), "--count", str(count), "--timeout", str(throughput.timeout_for(count))]
+    if intake_only:
+        args.append("--intake-only")
+    proc = ScriptProc("sidecar.bench.redis_worker", bench.workdir, args, tag=tag)
+    proc.start()
+    return proc.result(throughput.timeout_for(count) + 60)
+
+
+def run(bench: Bench) -> dict[str, Any]:
+    n, m = sizes(bench)
+    srv = RedisServer(bench.workdir)
+    results: dict[str, Any] = {}
+    details: dict[str, Any] = {"redis_version": srv.version()}
+    try:
+        # -- throughput -------------------------------------------------------------------------
+        pre, target = throughput.preload_workload(bench, n, 100, "100B")
+        sleep_until_wall_ms(pre.all_due_ms)
+        start = bench.wm.high(target)
+        spawned = wall_ms()
+        res = run_worker(bench, srv, pre.topic, n, False, "tp")
+        got = read_range(bench.bootstrap, target, start, bench.wm.high(target), headers=True)
+        redis_rate = got.window_rate()
+        early = sum(1 for ts, da in zip(got.ts, got.deliver_at, strict=True) if ts < da)
+        log(f"redis-zset: Redis queue {redis_rate or 0:,.0f} records/s")
+        results["redis"] = {"records_per_s": fig(redis_rate, "records/s"), "early": fig(early, "records", "== 0")}
+        details["redis_throughput"] = {"records_per_s": redis_rate, "delivered": len(got.ts),
+                                       "spawn_to_done_s": (wall_ms() - spawned) / 1000,
+                                       "cpu_us_per_record": res["cpu_s"] * 1e6 / n, "early": early}
+        for sched in bench.schedulers:
+            sc = throughput.measure_sidecar(bench, pre, target, sched, tag="rz")
+            ratio = sc["records_per_s"] / redis_rate if sc["records_per_s"] and redis_rate else None
+            log(f"redis-zset: sidecar {sched} {sc['records_per_s'] or 0:,.0f} records/s = {ratio or 0:.2f}x Redis")
+            results[sched] = {"records_per_s": fig(sc["records_per_s"], "records/s"),
+                              "ratio_to_redis": fig(ratio, "x", ">= 2")}
+            details[sched] = sc
+        # -- memory per pending record ------------------------------------------------------------
+        srv.client.flushall()
+        time.sleep(0.5)
+        used0, rss0 = srv.used_memory()
+        ingress, tgt = f"bench.rz.pm.{uid()}", f"bench.rz.pmout.{uid()}"
+        bench.topics(ingress, tgt)
+        preload(bench.bootstrap, ingress, m, 100, tgt, lambda _i: PENDING_DELAY_MS)
+        run_worker(bench, srv, ingress, m, True, "pm")
+        pending = int(srv.client.zcard("kds:delay"))
+        if pending != m:
+            raise BenchError(f"Redis holds {pending} pending members, expected {m}")
+        used1, rss1 = srv.used_memory()
+        ours = bench.results.get("pending-memory-per-record", {})
+        results["redis_memory"] = {
+            "used_memory_bytes_per_pending": fig((used1 - used0) / m, "B"),
+            "used_memory_rss_bytes_per_pending": fig((rss1 - rss0) / m, "B"),
+        }
+        for sched, per in ours.items():
+            note = f"from pending-memory at {per['n']:,} pending"
+            for k in ("rss_loaded", "rss_reopened", "anon_reopened"):
+                results["redis_memory"][f"sidecar_{sched}_{k}_bytes_per_pending"] = fig(per[k], "B", note=note)
+        details["redis_memory"] = {"pending": m, "used_memory_before": used0, "used_memory_after": used1,
+                                   "used_memory_rss_before": rss0, "used_memory_rss_after": rss1}
+    finally:
+        srv.stop()
+        bench.cleanup_topics()
+    return {
+        "method": "same fixed-N all-due workload as throughput (100 B, 0-10 s delays) through a Youzan-style Redis "
+                  "ZSET queue (HSET job + ZADD, Lua mover to a ready list, LPOP worker -> Kafka) and through the "
+                  "sidecar, back to back; Redis INFO used_memory per pending record",
+        "settings": {"records": n, "pending_records": m, "redis_persistence": "off (--save '' --appendonly no)",
+                     "redis_transport": "TCP 127.0.0.1", "schedulers": bench.schedulers},
+        "results": results,
+        "details": details,
+    }

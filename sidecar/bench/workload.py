@@ -1,0 +1,657 @@
+"""Shared workload machinery for every scenario: broker topics, producers, the processes under
+test (the sidecar, the passthrough baseline, the Redis worker), readers of what they delivered,
+and memory/disk probes.
+
+Processes under test always run as subprocesses (``python -m ...``) so that they get their own
+interpreter and GIL, their RSS is theirs alone, and the bench process itself stays idle (it polls
+high watermarks and log files a few times a second) while something is being measured. Every
+process started here is registered and stopped by :func:`stop_all` (called by the CLI in a
+``finally``), with bounded waits: SIGTERM, then SIGKILL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, cast
+
+import orjson
+import psutil
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from sidecar import contract as c
+
+SIZES = ("small", "full")
+RECORD_SIZES = {"100B": 100, "1KB": 1024}
+
+# The producer settings the sidecar uses for delivery (sidecar/engine/loop.py); the passthrough
+# baseline and the Redis worker publish with exactly these.
+DELIVERY_PRODUCER: dict[str, Any] = {
+    "enable.idempotence": True,
+    "acks": "all",
+    "linger.ms": 2,
+    "batch.num.messages": 10_000,
+    "queue.buffering.max.messages": 100_000,
+    "queue.buffering.max.kbytes": 1_048_576,
+    "message.timeout.ms": 120_000,
+}
+# ... and the consumer settings it reads the ingress topic with.
+INGRESS_CONSUMER: dict[str, Any] = {
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "auto.offset.reset": "earliest",
+    "partition.assignment.strategy": "cooperative-sticky",
+    "fetch.wait.max.ms": 10,
+    "session.timeout.ms": 10_000,
+}
+CONSUME_BATCH = 5_000
+MAX_IN_FLIGHT = 20_000
+
+_PROCS: list[subprocess.Popen[bytes]] = []
+_PROCS_LOCK = threading.Lock()
+
+
+class BenchError(RuntimeError):
+    """A scenario could not be measured (the message says what did not happen in time)."""
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def uid() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+def wait_until(what: str, predicate: Callable[[], bool], timeout_s: float, interval_s: float = 0.2,
+               alive: Callable[[], None] | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if predicate():
+            return
+        if alive is not None:
+            alive()
+        if time.monotonic() >= deadline:
+            raise BenchError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(interval_s)
+
+
+def sleep_until_wall_ms(t_ms: int) -> None:
+    while True:
+        left = t_ms - wall_ms()
+        if left <= 0:
+            return
+        time.sleep(min(left / 1000, 0.5))
+
+
+# -- processes ------------------------------------------------------------------------------------
+
+def spawn(cmd: list[str], log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+                                start_new_session=True)
+    with _PROCS_LOCK:
+        _PROCS.append(proc)
+    return proc
+
+
+def stop_proc(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout_s: float = 60) -> int:
+    """Signal one process we started and wait for it (SIGKILL after ``timeout_s``)."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            proc.wait(30)
+    with _PROCS_LOCK:
+        if proc in _PROCS:
+            _PROCS.remove(proc)
+    return int(proc.returncode)
+
+
+def stop_all() -> None:
+    """Stop every process this bench started and that is still running."""
+    with _PROCS_LOCK:
+        procs = list(_PROCS)
+    for proc in procs:
+        stop_proc(proc, signal.SIGTERM, timeout_s=30)
+
+
+# -- topics and producers -------------------------------------------------------------------------
+
+def create_topics(bootstrap: str, topics: list[str], partitions: int = 1) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(t, num_partitions=partitions, replication_factor=1) for t in topics],
+                                  operation_timeout=30)
+    for f in futures.values():
+        f.result(60)
+
+
+def delete_topics(bootstrap: str, topics: list[str]) -> None:
+    """Best effort: frees the broker's disk between scenarios."""
+    if not topics:
+        return
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.delete_topics(topics, operation_timeout=30).values():
+        with contextlib.suppress(Exception):
+            f.result(60)
+
+
+def producer(bootstrap: str, **extra: Any) -> Producer:
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 5,
+        "batch.num.messages": 10_000, "queue.buffering.max.messages": 500_000,
+        "queue.buffering.max.kbytes": 2_097_152,
+    }
+    conf.update(extra)
+    return Producer(conf)
+
+
+def value_of(size: int) -> bytes:
+    return random.Random(size).randbytes(size)
+
+
+DelayFn = Callable[[int], int]
+KHeaders = list[tuple[str, str | bytes | None]]  # what confluent-kafka's produce() and headers() use
+
+
+def uniform_delays(lo_ms: int, hi_ms: int, seed: int = 8) -> DelayFn:
+    rng = random.Random(seed)
+    return lambda _i: rng.randint(lo_ms, hi_ms)
+
+
+def choice_delays(choices: tuple[int, ...], seed: int = 8) -> DelayFn:
+    rng = random.Random(seed)
+    return lambda _i: rng.choice(choices)
+
+
+def ingress_headers(target: str, delay_ms: int) -> KHeaders:
+    return [(c.TARGET_TOPIC, target.encode()), (c.DELAY_MS, str(delay_ms).encode())]
+
+
+@dataclass
+class Preloaded:
+    topic: str
+    n: int
+    value_size: int
+    seconds: float
+    first_ms: int
+    last_ms: int
+    max_delay_ms: int
+
+    @property
+    def all_due_ms(self) -> int:
+        """Wall time at which every preloaded record is due."""
+        return self.last_ms + self.max_delay_ms
+
+
+def preload(bootstrap: str, topic: str, n: int, value_size: int, target: str, delays: DelayFn,
+            timestamp_ms: int | None = None, key_prefix: str = "k") -> Preloaded:
+    """Produce ``n`` ingress records as fast as the client goes and wait for every ack."""
+    p = producer(bootstrap)
+    value = value_of(value_size)
+    tgt = target.encode()
+    failed: list[str] = []
+
+    def on_delivery(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failed.append(str(err))
+
+    t0 = time.monotonic()
+    first = wall_ms()
+    max_delay = 0
+    kw: dict[str, Any] = {} if timestamp_ms is None else {"timestamp": timestamp_ms}
+    for i in range(n):
+        d = delays(i)
+        max_delay = max(max_delay, d)
+        headers: KHeaders = [(c.TARGET_TOPIC, tgt), (c.DELAY_MS, str(d).encode())]
+        while True:
+            try:
+                p.produce(topic, value=value, key=f"{key_prefix}{i}".encode(), headers=headers,
+                          on_delivery=on_delivery, **kw)
+                break
+            except BufferError:
+                p.poll(0.05)
+        if i % 1000 == 0:
+            p.poll(0)
+    left = p.flush(300)
+    if left or failed:
+        raise BenchError(f"preload of {topic}: {left} unacknowledged, {len(failed)} failed ({failed[:1]})")
+    last = wall_ms()
+    return Preloaded(topic, n, value_size, time.monotonic() - t0, first, last, max_delay)
+
+
+class PacedProducer(threading.Thread):
+    """Produces at ``rate`` records/s (in 5 ms ticks) until :meth:`stop` or ``duration_s``."""
+
+    def __init__(self, bootstrap: str, topic: str, target: str, rate: float, value_size: int, delays: DelayFn,
+                 duration_s: float | None = None, key_prefix: str = "p") -> None:
+        super().__init__(daemon=True)
+        self.p = producer(bootstrap)
+        self.topic, self.target, self.rate = topic, target.encode(), rate
+        self.value = value_of(value_size)
+        self.delays = delays
+        self.duration_s = duration_s
+        self.key_prefix = key_prefix
+        self.sent = 0
+        self.failed = 0
+        self.started_ms = 0
+        self.stopped_ms = 0
+        self._stop_evt = threading.Event()
+
+    def _on_delivery(self, err: Any, _msg: Any) -> None:
+        if err is not None:
+            self.failed += 1
+
+    def run(self) -> None:
+        t0 = time.monotonic()
+        self.started_ms = wall_ms()
+        while not self._stop_evt.is_set():
+            elapsed = time.monotonic() - t0
+            if self.duration_s is not None and elapsed >= self.duration_s:
+                break
+            want = int(elapsed * self.rate)
+            while self.sent < want:
+                headers: KHeaders = [(c.TARGET_TOPIC, self.target),
+                                     (c.DELAY_MS, str(self.delays(self.sent)).encode())]
+                try:
+                    self.p.produce(self.topic, value=self.value, key=f"{self.key_prefix}{self.sent}".encode(),
+                                   headers=headers, on_delivery=self._on_delivery)
+                except BufferError:
+                    self.p.poll(0.01)
+                    continue
+                self.sent += 1
+            self.p.poll(0)
+            time.sleep(0.005)
+        self.stopped_ms = wall_ms()
+        self.p.flush(60)
+
+    def stop(self) -> None:
+        self._stop_evt.set()
+        self.join(120)
+
+
+# -- reading what was delivered -------------------------------------------------------------------
+
+class Watermarks:
+    """Cheap progress probe: the sum of high watermarks of a topic's partitions."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-wm-{uid()}",
+                           "enable.auto.commit": False})
+        self._parts: dict[str, list[int]] = {}
+
+    def partitions(self, topic: str) -> list[int]:
+        if topic not in self._parts:
+            md = self.c.list_topics(topic, timeout=30)
+            t = md.topics.get(topic)
+            if t is None or t.error is not None or not t.partitions:
+                raise BenchError(f"topic {topic} has no metadata")
+            self._parts[topic] = sorted(t.partitions)
+        return self._parts[topic]
+
+    def high(self, topic: str) -> dict[int, int]:
+        out = {}
+        for p in self.partitions(topic):
+            _lo, hi = self.c.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)
+            out[p] = int(hi)
+        return out
+
+    def total(self, topic: str) -> int:
+        return sum(self.high(topic).values())
+
+    def close(self) -> None:
+        self.c.close()
+
+
+@dataclass
+class Delivered:
+    """Timestamps (record CreateTime = the publisher's send time) and, when asked for, the
+    ``delay.deliver-at`` header of each record in an offset range."""
+
+    ts: list[int] = field(default_factory=list)
+    deliver_at: list[int] = field(default_factory=list)
+    ids: list[bytes] = field(default_factory=list)
+
+    def window_rate(self) -> float | None:
+        if len(self.ts) < 2:
+            return None
+        span = (max(self.ts) - min(self.ts)) / 1000
+        return (len(self.ts) - 1) / span if span > 0 else None
+
+
+def read_range(bootstrap: str, topic: str, start: dict[int, int], end: dict[int, int], headers: bool = False,
+               timeout_s: float = 300) -> Delivered:
+    """Read ``[start[p], end[p])`` of every partition ``p``."""
+    out = Delivered()
+    todo = {p: (start.get(p, 0), e) for p, e in end.items() if e > start.get(p, 0)}
+    if not todo:
+        return out
+    cons = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-read-{uid()}",
+                     "enable.auto.commit": False, "fetch.max.bytes": 52_428_800})
+    cons.assign([TopicPartition(topic, p, s) for p, (s, _e) in todo.items()])
+    left = {p: e for p, (_s, e) in todo.items()}
+    deadline = time.monotonic() + timeout_s
+    try:
+        while left and time.monotonic() < deadline:
+            for m in cons.consume(num_messages=10_000, timeout=0.5):
+                if m.error() is not None:
+                    continue
+                p = cast(int, m.partition())
+                off = cast(int, m.offset())
+                e = left.get(p)
+                if e is None or off >= e:
+                    continue
+                out.ts.append(m.timestamp()[1])
+                if headers:
+                    da = -1
+                    rid = b""
+                    for k, v in cast(KHeaders, m.headers() or []):
+                        if k == c.DELIVER_AT and v is not None:
+                            da = int(v)
+                        elif k == c.ID and v is not None:
+                            rid = v.encode() if isinstance(v, str) else bytes(v)
+                    out.deliver_at.append(da)
+                    out.ids.append(rid)
+                if off >= e - 1:
+                    del left[p]
+    finally:
+        cons.close()
+    if left:
+        raise BenchError(f"reading {topic}: partitions {sorted(left)} not read to the end within {timeout_s} s")
+    return out
+
+
+def percentile(sorted_values: list[int] | list[float], q: float) -> float | None:
+    """Nearest-rank percentile of an already sorted list."""
+    if not sorted_values:
+        return None
+    k = max(0, min(len(sorted_values) - 1, int(-(-q * len(sorted_values) // 100)) - 1))
+    return float(sorted_values[k])
+
+
+# -- memory and disk ------------------------------------------------------------------------------
+
+def memory_of(pid: int, rollup: bool = False) -> dict[str, int]:
+    """RSS split from ``/proc/PID/status`` (RssAnon = heap etc., RssFile = file pages, incl. the
+    store's mmapped files); with ``rollup`` also USS-like private figures from ``smaps_rollup``."""
+    out: dict[str, int] = {}
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            k, _, v = line.partition(":")
+            if k in ("VmRSS", "RssAnon", "RssFile", "RssShmem", "VmHWM"):
+                out[k] = int(v.split()[0]) * 1024
+        if rollup:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                k, _, v = line.partition(":")
+                if k in ("Pss", "Pss_Anon", "Pss_File", "Private_Clean", "Private_Dirty", "Shared_Clean",
+                         "Shared_Dirty", "Anonymous"):
+                    out[k] = int(v.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (all its threads, librdkafka's included)."""
+    try:
+        t = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return 0.0
+    return float(t.user + t.system)
+
+
+class RssSampler(threading.Thread):
+    """Samples a process's RSS/RssAnon every ``interval_s`` (cheap: /proc/PID/status)."""
+
+    def __init__(self, pid: int, interval_s: float = 0.05) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.interval_s = pid, interval_s
+        self.samples: list[tuple[int, int, int]] = []  # (wall ms, rss, anon)
+        self._stop_evt = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_evt.is_set():
+            m = memory_of(self.pid)
+            if m:
+                self.samples.append((wall_ms(), m.get("VmRSS", 0), m.get("RssAnon", 0)))
+            self._stop_evt.wait(self.interval_s)
+
+    def stop(self) -> None:
+        self._stop_evt.set()
+        self.join(5)
+
+
+def disk_usage(path: Path) -> tuple[int, int]:
+    """(allocated bytes, apparent bytes) of a directory tree (preallocated files are sparse)."""
+    alloc = apparent = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                st = os.stat(os.path.join(root, name))
+            except OSError:
+                continue
+            alloc += st.st_blocks * 512
+            apparent += st.st_size
+    return alloc, apparent
+
+
+# -- the processes under test ---------------------------------------------------------------------
+
+class LogProc:
+    """A subprocess writing JSON lines (structlog) to a log file we tail."""
+
+    def __init__(self, name: str, log_path: Path) -> None:
+        self.name = name
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_ms = 0
+        self._fh: IO[bytes] | None = None
+        self._buf = b""
+        self.events: list[dict[str, Any]] = []
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def _spawn(self, cmd: list[str]) -> None:
+        self._fh = None
+        self._buf = b""
+        self.events = []
+        if self.log_path.exists():
+            self.log_path.unlink()
+        self.started_ms = wall_ms()
+        self.proc = spawn(cmd, self.log_path)
+
+    def poll_events(self) -> list[dict[str, Any]]:
+        """Parse new JSON lines from the log (non-JSON lines are ignored)."""
+        if self._fh is None:
+            if not self.log_path.exists():
+                return self.events
+            self._fh = open(self.log_path, "rb")  # noqa: SIM115 - kept open while tailing
+        chunk = self._fh.read()
+        if chunk:
+            data = self._buf + chunk
+            lines = data.split(b"\n")
+            self._buf = lines.pop()
+            for line in lines:
+                if line.startswith(b"{"):
+                    with contextlib.suppress(orjson.JSONDecodeError):
+                        ev = orjson.loads(line)
+                        ev["_seen_ms"] = wall_ms()
+                        self.events.append(ev)
+        return self.events
+
+    def last(self, event: str) -> dict[str, Any] | None:
+        for ev in reversed(self.poll_events()):
+            if ev.get("event") == event:
+                return cast(dict[str, Any], ev)
+        return None
+
+    def check_alive(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            tail = self.log_path.read_text(errors="replace")[-3000:] if self.log_path.exists() else ""
+            raise BenchError(f"{self.name} exited with status {self.proc.returncode}:\n{tail}")
+
+    def wait_event(self, event: str, timeout_s: float) -> dict[str, Any]:
+        found: list[dict[str, Any]] = []
+
+        def seen() -> bool:
+            ev = self.last(event)
+            if ev is not None:
+                found.append(ev)
+            return ev is not None
+
+        wait_until(f"{self.name} to log {event}", seen, timeout_s, 0.05, self.check_alive)
+        return found[0]
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 60) -> int:
+        rc = stop_proc(self.proc, sig, timeout_s) if self.proc is not None else 0
+        if self._fh is not None:
+            self.poll_events()
+            self._fh.close()
+            self._fh = None
+        return rc
+
+
+class SidecarProc(LogProc):
+    """``python -m sidecar run`` with one scheduler, on its own data dir and consumer group."""
+
+    def __init__(self, bootstrap: str, workdir: Path, ingress: str, scheduler: str, *, tag: str = "",
+                 extra: list[str] | None = None, profile: Path | None = None) -> None:
+        name = f"sidecar-{scheduler}{'-' + tag if tag else ''}-{uid()}"
+        super().__init__(name, workdir / f"{name}.log")
+        self.bootstrap = bootstrap
+        self.data_dir = workdir / name
+        self.ingress = ingress
+        self.dlq = f"bench.dlq.{uid()}"
+        self.group = f"bench-{name}"
+        self.scheduler = scheduler
+        self.extra = list(extra or [])
+        self.profile = profile
+        self.starts = 0
+
+    def start(self, wait: bool = True, timeout_s: float = 120) -> None:
+        self.starts += 1
+        prefix = [sys.executable]
+        if self.profile is not None:
+            self.profile.parent.mkdir(parents=True, exist_ok=True)
+            prefix += ["-m", "cProfile", "-o", str(self.profile.with_suffix(f".{self.starts}.prof"))]
+        cmd = [
+            *prefix, "-m", "sidecar", "run", "--bootstrap-servers", self.bootstrap,
+            "--ingress-topic", self.ingress, "--dlq-topic", self.dlq, "--data-dir", str(self.data_dir),
+            "--scheduler", self.scheduler, "--group-id", self.group, "--group-instance-id", f"{self.group}-0",
+            "--ingress-partitions", "1", "--stats-interval", "250ms", "--log-level", "info",
+            "--kafka", "session.timeout.ms=10000", *self.extra,
+        ]
+        self._spawn(cmd)
+        if wait:
+            self.wait_event("partitions.assigned", timeout_s)
+
+    def stats(self) -> dict[str, Any] | None:
+        return self.last("stats")
+
+    def counter(self, key: str) -> int:
+        st = self.stats()
+        return int(st.get(key, 0)) if st else 0
+
+    def wait_counter(self, key: str, at_least: int, timeout_s: float) -> None:
+        wait_until(f"{self.name} {key} >= {at_least}", lambda: self.counter(key) >= at_least, timeout_s, 0.1,
+                   self.check_alive)
+
+
+class ScriptProc(LogProc):
+    """A bench helper module (``python -m sidecar.bench.<module>``) that prints JSON events."""
+
+    def __init__(self, module: str, workdir: Path, args: list[str], tag: str = "") -> None:
+        name = f"{module.rsplit('.', 1)[-1]}{'-' + tag if tag else ''}-{uid()}"
+        super().__init__(name, workdir / f"{name}.log")
+        self.cmd = [sys.executable, "-m", module, *args]
+
+    def start(self) -> None:
+        self._spawn(self.cmd)
+
+    def result(self, timeout_s: float) -> dict[str, Any]:
+        """Wait for the final ``done`` event (the process then exits by itself)."""
+        ev = self.wait_event("done", timeout_s)
+        assert self.proc is not None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(30)
+        self.stop()
+        return ev
+
+
+def kafka_ready(bootstrap: str, timeout_s: float = 30) -> None:
+    try:
+        AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=timeout_s)
+    except KafkaException as e:
+        raise BenchError(f"no broker answers at {bootstrap}: {e}") from None
+
+
+# -- the bench context ------------------------------------------------------------------------------
+
+@dataclass
+class Bench:
+    """What every scenario gets: where the broker is, where to write, how big, which schedulers,
+    and the results of scenarios that already ran in this invocation (later ones reuse them,
+    e.g. lateness runs at 50 % of the throughput scenario's measured maximum)."""
+
+    bootstrap: str
+    workdir: Path
+    size: str
+    schedulers: list[str]
+    profile_dir: Path | None = None
+    results: dict[str, Any] = field(default_factory=dict)
+    _wm: Watermarks | None = None
+    _topics: list[str] = field(default_factory=list)
+
+    @property
+    def full(self) -> bool:
+        return self.size == "full"
+
+    @property
+    def wm(self) -> Watermarks:
+        if self._wm is None:
+            self._wm = Watermarks(self.bootstrap)
+        return self._wm
+
+    def topics(self, *names: str, partitions: int = 1) -> None:
+        create_topics(self.bootstrap, list(names), partitions)
+        self._topics.extend(names)
+
+    def sidecar(self, ingress: str, scheduler: str, tag: str = "", extra: list[str] | None = None) -> SidecarProc:
+        prof = None
+        if self.profile_dir is not None:
+            prof = self.profile_dir / f"{tag or 'sidecar'}-{scheduler}.prof"
+        sc = SidecarProc(self.bootstrap, self.workdir, ingress, scheduler, tag=tag, extra=extra, profile=prof)
+        self._topics.append(sc.dlq)
+        return sc
+
+    def cleanup_topics(self) -> None:
+        """Delete the topics created so far (frees broker disk between scenarios)."""
+        topics, self._topics = self._topics, []
+        delete_topics(self.bootstrap, topics)
+
+    def close(self) -> None:
+        if self._wm is not None:
+            self._wm.close()
+            self._wm = None

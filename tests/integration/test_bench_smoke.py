@@ -1,0 +1,91 @@
+"""Smoke test of ``delay-sidecar bench`` (issue 8): a few scenarios at ``--size small`` on the
+session's broker. Numbers are never asserted against goals (CI machines vary); only that the
+report is produced with the documented keys and sane values: rates > 0, nothing early, nothing
+lost, every figure shaped ``{value, unit, goal, met}`` with ``met`` consistent with its goal.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.bench.report import walk_figures
+
+pytestmark = pytest.mark.integration
+
+MACHINE_KEYS = {"cpu_count", "cpu_model", "memory_bytes", "python", "confluent_kafka", "librdkafka", "git_commit"}
+
+
+def _bench(args: list[str], out: Path, timeout_s: float) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "sidecar", "bench", *args, "--size", "small", "--json", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    assert out.exists(), f"no report written (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
+    report: dict[str, Any] = json.loads(out.read_text())
+    failed = report["summary"]["failed_scenarios"]
+    assert proc.returncode == 0 and not failed, f"bench failed ({failed}):\n{proc.stderr[-4000:]}"
+    assert "| scenario | figure |" in proc.stdout  # the Markdown table
+    return report
+
+
+def _check_shape(report: dict[str, Any], scenarios: list[str]) -> None:
+    assert report["size"] == "small"
+    assert report["machine"].keys() >= MACHINE_KEYS
+    assert report["machine"]["cpu_count"] >= 1
+    assert report["settings"]["schedulers"][0] == "levels"
+    assert set(report["scenarios"]) == set(scenarios)
+    for name in scenarios:
+        sc = report["scenarios"][name]
+        assert {"method", "settings", "results", "details", "seconds"} <= sc.keys(), name
+        figures = list(walk_figures(sc["results"]))
+        assert figures, name
+        for path, f in figures:
+            assert f["unit"], path
+            if f["goal"] is None or f["value"] is None:
+                assert f["met"] is None, path
+            else:
+                assert isinstance(f["met"], bool), path
+            if path.endswith("early") or path.endswith("lost"):
+                assert f["value"] == 0, path
+    assert report["summary"]["figures"] > 0
+
+
+def test_bench_throughput_and_lateness(kafka_bootstrap: str, tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    report = _bench(["throughput,lateness", "--bootstrap-servers", kafka_bootstrap], out, timeout_s=240)
+    _check_shape(report, ["throughput", "lateness"])
+    tp = report["scenarios"]["throughput"]["results"]
+    for size in ("100B", "1KB"):
+        assert tp[size]["passthrough"]["records_per_s"]["value"] > 0
+        for sched in report["settings"]["schedulers"]:
+            assert tp[size][sched]["records_per_s"]["value"] > 0
+            assert tp[size][sched]["ratio_to_passthrough"]["goal"] == ">= 0.7"
+    for sched in report["settings"]["schedulers"]:
+        lat = report["scenarios"]["lateness"]["results"][sched]
+        assert lat["rate"]["value"] > 0
+        assert 0 <= lat["p50_ms"]["value"] <= lat["p99_ms"]["value"] <= lat["max_ms"]["value"]
+        assert lat["p50_ms"]["goal"] == "<= 10" and lat["p99_ms"]["goal"] == "<= 50"
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server not installed (setup.d/40-redis.sh)")
+def test_bench_redis_zset(kafka_bootstrap: str, tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    report = _bench(["redis-zset", "--bootstrap-servers", kafka_bootstrap, "--schedulers", "levels"], out, 180)
+    _check_shape(report, ["redis-zset"])
+    res = report["scenarios"]["redis-zset"]["results"]
+    assert res["redis"]["records_per_s"]["value"] > 0
+    assert res["levels"]["records_per_s"]["value"] > 0
+    assert res["levels"]["ratio_to_redis"]["goal"] == ">= 2"
+    assert res["redis_memory"]["used_memory_bytes_per_pending"]["value"] > 0
+
+
+def test_bench_rejects_unknown_scenario(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "sidecar", "bench", "nope", "--json", str(tmp_path / "x.json")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "unknown scenario" in proc.stderr
