@@ -267,9 +267,9 @@ def cmd_demo(ns: argparse.Namespace) -> int:
 
 
 def cmd_accuracy(argv: list[str]) -> int:
-    from spark.cli import accuracy_main
+    from spark.cli import accuracy_main  # type: ignore[import-not-found,unused-ignore]
 
-    return accuracy_main(argv)
+    return int(accuracy_main(argv))
 
 
 def cmd_bench(argv: list[str]) -> int:
