@@ -75,9 +75,9 @@ def ensure_topics(admin: AdminClient, topics: dict[str, int], replication_factor
 def make_scheduler_factory(settings: Settings) -> Callable[[Path, CommitLog], Scheduler]:
     if settings.scheduler == "levels":
         return lambda d, lg: LevelsScheduler(d, lg, settings.levels_ms)
-    from sidecar.wheel import make_wheel  # type: ignore[attr-defined]
+    from sidecar.wheel import make_wheel  # type: ignore[attr-defined,unused-ignore]
 
-    return make_wheel(settings)  # type: ignore[no-any-return]
+    return make_wheel(settings)  # type: ignore[no-any-return,unused-ignore]
 
 
 class _InFlight:
