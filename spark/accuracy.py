@@ -1,0 +1,481 @@
+"""Batch accuracy job: how on time, complete and duplicate-free was delayed delivery?
+
+Reads, through Spark's Kafka connector with ``includeHeaders=true``:
+
+* the **ingress topic** (what producers asked for) from ``since`` to the end of the topic, and
+* the **delivered topics** (a subscribe pattern, e.g. ``orders\\..*``) from ``since`` to the end,
+
+joins them by ``delay.id`` and reports per target topic, per level and per minute.
+
+Method (DESIGN.md section 1 is the contract measured here):
+
+* **ingress id**: the ``delay.id`` header, else ``<topic>:<partition>:<offset>`` of the ingress
+  record (the sidecar's default). Delivered records always carry ``delay.id``.
+* **sent**: ingress records with a timestamp in ``[since, until)`` (or, with an explicit offset
+  range, the records in that range) whose ``delay.target-topic`` matches the target pattern.
+  Not counted (reported under ``ignored``): cancel commands (records carrying ``delay.cancel``),
+  records whose id a cancel command names, records the sidecar dead-letters (no target, a
+  non-integer or negative delay, more than one of ``delay.ms`` / ``delay.deliver-at`` /
+  ``delay.level``, an unknown level, an empty or over-long id) and a second pending record with
+  an id already seen (the sidecar drops it as a duplicate).
+* **due time** of an ingress record: ``delay.deliver-at``; else record timestamp + ``delay.ms``;
+  else timestamp + the level's duration (default table ``1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m
+  9m 10m 20m 30m 1h 2h``, configurable); else the timestamp (due now).
+* **lateness** of a delivered record = its Kafka record timestamp - its ``delay.deliver-at``
+  header, in ms (the ingress due time if the header is missing). Every delivered copy counts,
+  duplicates included: that is what a consumer observes. **early** = lateness < 0, must be 0.
+* **delivered**: sent ids with at least one delivered copy; **duplicates**: the extra copies
+  (copies - 1 per id); **lost**: sent ids due before ``until - grace`` with no delivered copy;
+  **pending**: sent ids with no copy yet that are due later than that.
+* **unmatched**: delivered records (timestamp >= ``since``) whose id matches no ingress record
+  read — typically records sent before ``since``; a hint to widen the range.
+* **minute**: the due minute of the ingress record (UTC), so a record, its copies and its loss
+  all fall in the same row, and ``sent = delivered + lost + pending`` holds in every row.
+* percentiles are ``percentile_approx`` (nearest rank; exact while a group holds fewer values than
+  its accuracy, 10 000).
+
+Outputs in ``out_dir``: ``summary.json`` (orjson: totals, per topic, per topic and level, per
+topic, level and minute), ``details.parquet`` (one row per sent record and delivered copy, with
+its status), ``chart.png`` (lateness histogram and per-minute lateness over time).
+
+Run: ``python -m spark.accuracy ...``, ``delay-sidecar accuracy ...`` or
+``spark-submit --jars "$(python -m spark.jars --csv)" spark/accuracy.py ...`` (docs/spark.md).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if __package__ in (None, ""):  # run as a file by spark-submit: make the `spark` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+# DESIGN.md section 1 header names (kept literal so this file runs on a driver with only pyspark).
+H_ID = "delay.id"
+H_CANCEL = "delay.cancel"
+H_TARGET = "delay.target-topic"
+H_DELAY_MS = "delay.ms"
+H_DELIVER_AT = "delay.deliver-at"
+H_LEVEL = "delay.level"
+MAX_ID_BYTES = 255
+
+DEFAULT_LEVELS_MS: tuple[int, ...] = tuple(
+    s * 1000
+    for s in (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
+)
+PERCENTILES: tuple[tuple[str, float], ...] = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p999", 0.999))
+PERCENTILE_ACCURACY = 10_000
+MINUTE_MS = 60_000
+COUNTS = ("sent", "delivered", "lost", "pending", "duplicates", "early")
+
+
+def header(name: str, column: str = "headers") -> Column:
+    """The last value of Kafka header ``name`` as a string (null when absent)."""
+    from pyspark.sql import functions as F
+
+    return F.expr(f"CAST(try_element_at(filter({column}, h -> h.key = '{name}'), -1).value AS STRING)")
+
+
+def try_long(col: Column) -> Column:
+    """A decimal integer header as bigint; null when it is not one."""
+    return col.try_cast("bigint")
+
+
+def iso(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def read_kafka(
+    spark: SparkSession,
+    bootstrap: str,
+    *,
+    subscribe: str | None = None,
+    pattern: str | None = None,
+    since_ms: int | None = None,
+    starting_offsets: str | None = None,
+    ending_offsets: str | None = None,
+    kafka_options: Mapping[str, str] | None = None,
+) -> DataFrame:
+    """A batch read of Kafka with headers: from an offset spec or the first offset at ``since_ms``."""
+    reader = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("includeHeaders", "true")
+        .option("failOnDataLoss", "false")
+    )
+    reader = reader.option("subscribe", subscribe) if subscribe else reader.option("subscribePattern", pattern)
+    if starting_offsets:
+        reader = reader.option("startingOffsets", starting_offsets)
+    elif since_ms is not None:
+        # earliest offset whose timestamp >= since; a partition with nothing that new reads nothing
+        reader = reader.option("startingTimestamp", str(since_ms)).option(
+            "startingOffsetsByTimestampStrategy", "latest"
+        )
+    if ending_offsets:
+        reader = reader.option("endingOffsets", ending_offsets)
+    for key, value in (kafka_options or {}).items():
+        reader = reader.option(key if key.startswith("kafka.") else f"kafka.{key}", value)
+    return reader.load()
+
+
+def ingress_frame(
+    raw: DataFrame, levels_ms: Sequence[int], since_ms: int, until_ms: int, target_pattern: str,
+    *, offset_range: bool = False,
+) -> DataFrame:
+    """Ingress records with their id, due time and classification flags."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    levels = F.array(*[F.lit(int(v)).cast("bigint") for v in levels_ms])
+    df = raw.select(
+        F.col("topic").alias("ingress_topic"),
+        F.col("partition").alias("ingress_partition"),
+        F.col("offset").alias("ingress_offset"),
+        F.expr("unix_millis(timestamp)").alias("sent_ms"),
+        header(H_ID).alias("h_id"),
+        header(H_CANCEL).alias("cancel_of"),
+        header(H_TARGET).alias("topic"),
+        header(H_LEVEL).alias("h_level"),
+        header(H_DELAY_MS).alias("h_ms"),
+        header(H_DELIVER_AT).alias("h_at"),
+    )
+    level = try_long(F.col("h_level"))
+    delay_ms = try_long(F.col("h_ms"))
+    deliver_at = try_long(F.col("h_at"))
+    n_delays = sum(F.col(c).isNotNull().cast("int") for c in ("h_level", "h_ms", "h_at"))
+    valid = (
+        F.col("topic").isNotNull()
+        & (F.length("topic") > 0)
+        & (F.col("h_id").isNull() | ((F.octet_length("h_id") > 0) & (F.octet_length("h_id") <= MAX_ID_BYTES)))
+        & (n_delays <= 1)
+        & (F.col("h_ms").isNull() | (delay_ms.isNotNull() & (delay_ms >= 0)))
+        & (F.col("h_at").isNull() | deliver_at.isNotNull())
+        & (F.col("h_level").isNull() | (level.isNotNull() & level.between(1, len(levels_ms))))
+    )
+    due = (
+        F.when(deliver_at.isNotNull(), deliver_at)
+        .when(delay_ms.isNotNull(), F.col("sent_ms") + delay_ms)
+        .when(level.between(1, len(levels_ms)), F.col("sent_ms") + F.try_element_at(levels, level.cast("int")))
+        .otherwise(F.col("sent_ms"))
+    )
+    in_range = F.lit(True) if offset_range else F.col("sent_ms").between(since_ms, until_ms - 1)
+    df = df.select(
+        "*",
+        F.coalesce(
+            F.col("h_id"), F.concat_ws(":", "ingress_topic", "ingress_partition", "ingress_offset")
+        ).alias("id"),
+        F.col("cancel_of").isNotNull().alias("is_command"),
+        valid.alias("is_valid"),
+        in_range.alias("in_range"),
+        F.coalesce(F.col("topic").rlike(f"^(?:{target_pattern})$"), F.lit(False)).alias("is_target"),
+        level.cast("int").alias("level"),
+        due.alias("due_ms"),
+    )
+    cancelled = df.where("is_command").select(F.col("cancel_of").alias("id")).distinct()
+    cancelled = cancelled.withColumn("is_cancelled", F.lit(True))
+    df = df.join(cancelled, on="id", how="left").fillna({"is_cancelled": False})
+    # the first valid record of an id in the range is the one the sidecar keeps; candidates first
+    candidate = F.col("in_range") & ~F.col("is_command") & F.col("is_valid")
+    order = Window.partitionBy("id").orderBy(
+        F.when(candidate, 0).otherwise(1), "sent_ms", "ingress_partition", "ingress_offset"
+    )
+    df = df.withColumn("id_rank", F.when(candidate, F.row_number().over(order)))
+    return df
+
+
+def delivered_frame(raw: DataFrame, since_ms: int, exclude_topics: Sequence[str]) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    return raw.where(~F.col("topic").isin(*exclude_topics)).select(
+        F.col("topic").alias("delivered_topic"),
+        F.col("partition").alias("delivered_partition"),
+        F.col("offset").alias("delivered_offset"),
+        F.expr("unix_millis(timestamp)").alias("delivered_ms"),
+        header(H_ID).alias("delivered_id"),
+        try_long(header(H_DELIVER_AT)).alias("deliver_at_ms"),
+    ).where(F.col("delivered_ms") >= since_ms)
+
+
+def _stats_columns(until_ms: int, grace_ms: int) -> list[Column]:
+    from pyspark.sql import functions as F
+
+    def count(cond: Column) -> Column:
+        return F.sum(F.when(cond, 1).otherwise(0))
+
+    status = F.col("status")
+    lat = F.col("lateness_ms")
+    return [
+        count(status.isin("delivered", "lost", "pending")).alias("sent"),
+        count(status == "delivered").alias("delivered"),
+        count(status == "lost").alias("lost"),
+        count(status == "pending").alias("pending"),
+        count(status == "duplicate").alias("duplicates"),
+        count(lat < 0).alias("early"),
+        F.percentile_approx(lat, [p for _, p in PERCENTILES], PERCENTILE_ACCURACY).alias("pct"),
+        F.max(lat).alias("max"),
+        F.min(lat).alias("min"),
+        F.avg(lat).alias("mean"),
+    ]
+
+
+def _stats_dict(row: Any) -> dict[str, Any]:
+    pct = row["pct"] or [None] * len(PERCENTILES)
+    lateness: dict[str, Any] = {
+        name: (int(v) if v is not None else None) for (name, _), v in zip(PERCENTILES, pct, strict=True)
+    }
+    lateness["max"] = row["max"]
+    lateness["min"] = row["min"]
+    lateness["mean"] = round(row["mean"], 3) if row["mean"] is not None else None
+    out: dict[str, Any] = {k: int(row[k] or 0) for k in COUNTS}
+    out["lateness_ms"] = lateness
+    return out
+
+
+def run_accuracy(
+    spark: SparkSession,
+    bootstrap: str,
+    ingress_topic: str,
+    target_pattern: str,
+    since_ms: int,
+    until_ms: int,
+    out_dir: str | Path,
+    *,
+    levels_ms: Sequence[int] = DEFAULT_LEVELS_MS,
+    grace_ms: int = 0,
+    ingress_starting_offsets: str | None = None,
+    ingress_ending_offsets: str | None = None,
+    exclude_topics: Sequence[str] = ("delay.dlq", "delay.accuracy"),
+    kafka_options: Mapping[str, str] | None = None,
+    chart: bool = True,
+    details: bool = True,
+) -> dict[str, Any]:
+    """Run the batch job (see the module docstring) and return the summary (also written as JSON)."""
+    import orjson
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    if until_ms <= since_ms:
+        raise ValueError(f"until ({until_ms}) must be after since ({since_ms})")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    offset_range = bool(ingress_starting_offsets or ingress_ending_offsets)
+
+    raw_ingress = read_kafka(
+        spark, bootstrap, subscribe=ingress_topic, since_ms=since_ms,
+        starting_offsets=ingress_starting_offsets, ending_offsets=ingress_ending_offsets,
+        kafka_options=kafka_options,
+    )
+    ing = ingress_frame(raw_ingress, levels_ms, since_ms, until_ms, target_pattern, offset_range=offset_range)
+    ing = ing.persist(StorageLevel.MEMORY_AND_DISK)
+
+    raw_delivered = read_kafka(spark, bootstrap, pattern=target_pattern, since_ms=since_ms, kafka_options=kafka_options)
+    dl = delivered_frame(raw_delivered, since_ms, [ingress_topic, *exclude_topics])
+    dl = dl.persist(StorageLevel.MEMORY_AND_DISK)  # joined, unmatched and details read it
+
+    sent = ing.where(
+        F.col("in_range") & ~F.col("is_command") & F.col("is_valid") & ~F.col("is_cancelled")
+        & F.col("is_target") & (F.col("id_rank") == 1)
+    ).select("id", "topic", "level", "ingress_topic", "ingress_partition", "ingress_offset", "sent_ms", "due_ms")
+
+    from pyspark.sql import Window
+
+    joined = sent.join(dl, sent["id"] == dl["delivered_id"], "left").drop("delivered_id")
+    copy_order = Window.partitionBy("id").orderBy("delivered_ms", "delivered_partition", "delivered_offset")
+    has_copy = F.col("delivered_ms").isNotNull()
+    joined = joined.withColumn("copy", F.when(has_copy, F.row_number().over(copy_order)))
+    lateness = F.col("delivered_ms") - F.coalesce(F.col("deliver_at_ms"), F.col("due_ms"))
+    status = (
+        F.when(~has_copy & (F.col("due_ms") < until_ms - grace_ms), "lost")
+        .when(~has_copy, "pending")
+        .when(F.col("copy") == 1, "delivered")
+        .otherwise("duplicate")
+    )
+    joined = joined.select(
+        "*",
+        F.when(has_copy, lateness).alias("lateness_ms"),
+        status.alias("status"),
+        (F.floor(F.col("due_ms") / MINUTE_MS) * MINUTE_MS).cast("bigint").alias("minute_ms"),
+    ).persist(StorageLevel.MEMORY_AND_DISK)
+
+    # -- per topic / level / minute, with rollups (one aggregation) -----------------------------
+    rows = (
+        joined.rollup("topic", "level", "minute_ms")
+        .agg(F.grouping_id().alias("gid"), *_stats_columns(until_ms, grace_ms))
+        .collect()
+    )
+    totals: dict[str, Any] = {k: 0 for k in COUNTS}
+    totals["lateness_ms"] = {name: None for name, _ in PERCENTILES} | {"max": None, "min": None, "mean": None}
+    by_topic: list[dict[str, Any]] = []
+    by_level: list[dict[str, Any]] = []
+    by_minute: list[dict[str, Any]] = []
+    for row in rows:
+        stats = _stats_dict(row)
+        gid = row["gid"]
+        if gid == 7:
+            totals = stats
+        elif gid == 3:
+            by_topic.append({"topic": row["topic"], **stats})
+        elif gid == 1:
+            by_level.append({"topic": row["topic"], "level": row["level"], **stats})
+        elif gid == 0:
+            minute = row["minute_ms"]
+            by_minute.append({"topic": row["topic"], "level": row["level"], "minute_ms": minute,
+                              "minute": iso(minute), **stats})
+
+    def level_key(level: int | None) -> int:
+        return -1 if level is None else level
+
+    by_topic.sort(key=lambda r: r["topic"])
+    by_level.sort(key=lambda r: (r["topic"], level_key(r["level"])))
+    by_minute.sort(key=lambda r: (r["topic"], level_key(r["level"]), r["minute_ms"]))
+
+    # -- what was not counted, and deliveries we cannot attribute --------------------------------
+    in_window = ing.where("in_range")
+    ign = in_window.agg(
+        F.sum(F.col("is_command").cast("int")).alias("commands"),
+        F.sum((~F.col("is_command") & ~F.col("is_valid")).cast("int")).alias("invalid"),
+        F.sum((~F.col("is_command") & F.col("is_valid") & F.col("is_cancelled")).cast("int")).alias("cancelled"),
+        F.sum((~F.col("is_command") & F.col("is_valid") & (F.col("id_rank") > 1)).cast("int")).alias("duplicate_ids"),
+        F.sum((~F.col("is_command") & F.col("is_valid") & ~F.col("is_target")).cast("int")).alias("other_targets"),
+    ).collect()[0]
+    ignored = {k: int(ign[k] or 0) for k in ("commands", "cancelled", "invalid", "duplicate_ids", "other_targets")}
+    known_ids = ing.where(~F.col("is_command")).select(F.col("id").alias("delivered_id")).distinct()
+    unmatched_df = dl.join(known_ids, on="delivered_id", how="left_anti")
+    unmatched = unmatched_df.count()
+    totals["unmatched"] = unmatched
+    totals["ignored"] = ignored
+
+    outputs: dict[str, str] = {}
+    if details:
+        details_path = out / "details.parquet"
+        detail_cols = [
+            "id", "topic", "level", "status", "minute_ms", "ingress_topic", "ingress_partition",
+            "ingress_offset", "sent_ms", "due_ms", "delivered_topic", "delivered_partition",
+            "delivered_offset", "delivered_ms", "deliver_at_ms", "lateness_ms", "copy",
+        ]
+        unmatched_rows = unmatched_df.select(
+            F.col("delivered_id").alias("id"),
+            F.col("delivered_topic").alias("topic"),
+            F.lit("unmatched").alias("status"),
+            "delivered_topic", "delivered_partition", "delivered_offset", "delivered_ms", "deliver_at_ms",
+            (F.col("delivered_ms") - F.col("deliver_at_ms")).alias("lateness_ms"),
+        )
+        (
+            joined.select(*detail_cols)
+            .unionByName(unmatched_rows, allowMissingColumns=True)
+            .write.mode("overwrite")
+            .parquet(str(details_path))
+        )
+        outputs["details"] = str(details_path)
+
+    if chart:
+        chart_path = out / "chart.png"
+        _write_chart(joined, totals, chart_path, title=f"{ingress_topic} -> {target_pattern}")
+        outputs["chart"] = str(chart_path)
+
+    joined.unpersist()
+    dl.unpersist()
+    ing.unpersist()
+
+    summary: dict[str, Any] = {
+        "ingress_topic": ingress_topic,
+        "targets": target_pattern,
+        "range": {
+            "since_ms": since_ms, "until_ms": until_ms, "since": iso(since_ms), "until": iso(until_ms),
+            "ingress_starting_offsets": ingress_starting_offsets,
+            "ingress_ending_offsets": ingress_ending_offsets,
+        },
+        "levels_ms": list(levels_ms),
+        "grace_ms": grace_ms,
+        "generated_at": iso(int(datetime.now(tz=UTC).timestamp() * 1000)),
+        "totals": totals,
+        "by_topic": by_topic,
+        "by_topic_level": by_level,
+        "by_minute": by_minute,
+    }
+    summary_path = out / "summary.json"
+    outputs["summary"] = str(summary_path)
+    summary["outputs"] = outputs
+    summary_path.write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
+    return summary
+
+
+def _write_chart(joined: DataFrame, totals: dict[str, Any], path: Path, *, title: str) -> None:
+    """Lateness histogram (bins computed in Spark) and per-minute p50/p99/max over time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from pyspark.sql import functions as F
+
+    lat = totals["lateness_ms"]
+    fig, (ax_hist, ax_time) = plt.subplots(2, 1, figsize=(10, 8))
+    if lat["min"] is not None and lat["max"] is not None:
+        lo, hi = int(lat["min"]), int(lat["max"])
+        width = max(1, math.ceil((hi - lo + 1) / 60))
+        hist = (
+            joined.where(F.col("lateness_ms").isNotNull())
+            .groupBy(F.floor((F.col("lateness_ms") - lo) / width).alias("bin"))
+            .count()
+            .collect()
+        )
+        starts = [lo + int(r["bin"]) * width for r in hist]
+        counts = [int(r["count"]) for r in hist]
+        colors = ["tab:red" if s < 0 else "tab:blue" for s in starts]
+        ax_hist.bar(starts, counts, width=width, align="edge", color=colors)
+        p50, p99 = lat.get("p50"), lat.get("p99")
+        for name, value in (("p50", p50), ("p99", p99), ("max", hi)):
+            if value is not None:
+                ax_hist.axvline(value, linestyle="--", linewidth=1, color="gray")
+                ax_hist.annotate(name, (value, max(counts)), rotation=90, fontsize=8, va="top")
+        per_minute = (
+            joined.where(F.col("lateness_ms").isNotNull())
+            .groupBy("minute_ms")
+            .agg(
+                F.percentile_approx("lateness_ms", [0.5, 0.99], PERCENTILE_ACCURACY).alias("pct"),
+                F.max("lateness_ms").alias("max"),
+            )
+            .orderBy("minute_ms")
+            .collect()
+        )
+        xs = [datetime.fromtimestamp(r["minute_ms"] / 1000, tz=UTC) for r in per_minute]
+        ax_time.plot(xs, [r["pct"][0] for r in per_minute], marker="o", label="p50")
+        ax_time.plot(xs, [r["pct"][1] for r in per_minute], marker="o", label="p99")
+        ax_time.plot(xs, [r["max"] for r in per_minute], marker=".", linestyle=":", label="max")
+        ax_time.axhline(0, color="tab:red", linewidth=1)
+        ax_time.legend()
+    else:
+        ax_hist.text(0.5, 0.5, "no deliveries", ha="center", va="center", transform=ax_hist.transAxes)
+    ax_hist.set_title(
+        f"{title}: lateness histogram (sent {totals['sent']}, delivered {totals['delivered']}, "
+        f"lost {totals['lost']}, duplicates {totals['duplicates']}, early {totals['early']})",
+        fontsize=9,
+    )
+    ax_hist.set_xlabel("lateness ms (delivered timestamp - delay.deliver-at)")
+    ax_hist.set_ylabel("delivered records")
+    ax_time.set_title("lateness per due minute (UTC)", fontsize=9)
+    ax_time.set_xlabel("due minute")
+    ax_time.set_ylabel("lateness ms")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``spark-submit spark/accuracy.py --bootstrap-servers B --since T --until T --out DIR``."""
+    from spark.cli import accuracy_main
+
+    return accuracy_main(argv, prog="accuracy.py")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,230 @@
+"""``delay-sidecar accuracy``: run the batch accuracy job (spark/accuracy.py) and print a table.
+
+    delay-sidecar accuracy --bootstrap-servers 127.0.0.1:9092 --ingress-topic delay.ingress \\
+        --targets 'orders\\..*' --since 2025-01-01T10:00:00Z --until 2025-01-01T11:00:00Z --out out/acc
+
+TIME is ISO-8601 (``2025-01-01T10:00:00Z``; no zone means UTC), epoch milliseconds, ``now`` or
+``now-15m`` / ``-15m``. Defaults: since = one hour ago, until = now. The same flags drive
+``spark-submit spark/accuracy.py`` and ``python -m spark.accuracy``. Exit status: 0, or 1 with
+``--check`` when any record was lost or delivered early, 2 for a bad flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import re
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)?\s*$")
+_RELATIVE = re.compile(r"^\s*(?:now)?\s*-\s*(\d+\s*(?:ms|s|m|h|d)?)\s*$")
+
+
+def parse_duration_ms(text: str) -> int:
+    """``"5s"`` -> 5000; a bare integer is milliseconds."""
+    m = _DURATION.match(text)
+    if not m:
+        raise ValueError(f"not a duration: {text!r} (expected e.g. 250ms, 5s, 1m, 2h)")
+    return int(m.group(1)) * _UNITS_MS[m.group(2) or "ms"]
+
+
+def parse_time_ms(text: str, *, now_ms: int | None = None) -> int:
+    """ISO-8601, epoch ms, ``now`` or ``now-1h`` / ``-1h`` -> epoch ms."""
+    now = now_ms if now_ms is not None else int(time.time() * 1000)
+    value = text.strip()
+    if value.lower() == "now":
+        return now
+    if value.isdigit():
+        return int(value)
+    rel = _RELATIVE.match(value.lower())
+    if rel:
+        return now - parse_duration_ms(rel.group(1))
+    try:
+        dt = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(
+            f"not a time: {text!r} (expected ISO-8601 like 2025-01-01T10:00:00Z, epoch ms, now or now-1h)"
+        ) from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return int(dt.timestamp() * 1000)
+
+
+def _arg_type(fn: Any, what: str) -> Any:
+    def convert(text: str) -> Any:
+        try:
+            return fn(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = what
+    return convert
+
+
+def _levels(text: str) -> list[int]:
+    items = [t for t in re.split(r"[\s,]+", text.strip()) if t]
+    if not items:
+        raise ValueError(f"empty level table: {text!r}")
+    levels = [parse_duration_ms(t) for t in items]
+    if any(b <= a for a, b in itertools.pairwise(levels)) or levels[0] <= 0:
+        raise ValueError(f"levels must be positive and strictly increasing: {text!r}")
+    return levels
+
+
+def _kv(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value
+
+
+def build_parser(prog: str = "delay-sidecar accuracy") -> argparse.ArgumentParser:
+    from spark.accuracy import DEFAULT_LEVELS_MS
+
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Measure end-to-end delay accuracy: join the ingress topic and the delivered topics "
+        "by delay.id through Spark's Kafka connector (lateness percentiles, early, lost, duplicates).",
+    )
+    p.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"),
+                   help="Kafka bootstrap servers (default: $KAFKA_BOOTSTRAP_SERVERS)")
+    p.add_argument("--ingress-topic", default="delay.ingress", help="ingress topic (default delay.ingress)")
+    p.add_argument("--targets", required=True, metavar="PATTERN",
+                   help="delivered topics: a Java regex matched against whole topic names, e.g. 'orders\\..*'")
+    p.add_argument("--since", type=_arg_type(parse_time_ms, "time"), default=None, metavar="TIME",
+                   help="range start: ISO-8601, epoch ms, now-1h (default: one hour ago)")
+    p.add_argument("--until", type=_arg_type(parse_time_ms, "time"), default=None, metavar="TIME",
+                   help="range end, exclusive (default: now)")
+    p.add_argument("--out", default="out/accuracy", metavar="DIR",
+                   help="output directory for summary.json, details.parquet, chart.png (default out/accuracy)")
+    p.add_argument("--levels", type=_arg_type(_levels, "levels"), default=list(DEFAULT_LEVELS_MS),
+                   help="delay level table, e.g. '1s 5s 10s 30s 1m' (default: RocketMQ's 18 levels)")
+    p.add_argument("--grace", type=_arg_type(parse_duration_ms, "duration"), default=0, metavar="DURATION",
+                   help="records due within this long before --until and not yet delivered are pending, "
+                   "not lost (default 0)")
+    p.add_argument("--starting-offsets", metavar="JSON",
+                   help="ingress offset range start instead of --since (Spark JSON or earliest)")
+    p.add_argument("--ending-offsets", metavar="JSON", help="ingress offset range end (Spark JSON or latest)")
+    p.add_argument("--kafka", type=_arg_type(_kv, "KEY=VALUE"), action="append", default=[], metavar="KEY=VALUE",
+                   help="extra Kafka client property, e.g. security.protocol=SSL (repeatable)")
+    p.add_argument("--master", default=None, help="Spark master (default local[2], or spark-submit's)")
+    p.add_argument("--no-chart", action="store_true", help="do not write chart.png")
+    p.add_argument("--no-details", action="store_true", help="do not write details.parquet")
+    p.add_argument("--json", action="store_true", help="print the summary JSON instead of the table")
+    p.add_argument("--check", action="store_true", help="exit 1 when a record was lost or delivered early")
+    return p
+
+
+def _fmt(v: Any) -> str:
+    return "-" if v is None else str(v)
+
+
+def format_table(summary: dict[str, Any]) -> str:
+    """The summary as text: totals, per topic and level, per topic, level and minute."""
+    t = summary["totals"]
+    lat = t["lateness_ms"]
+    rng = summary["range"]
+    lines = [
+        f"accuracy: {summary['ingress_topic']} -> /{summary['targets']}/  {rng['since']} .. {rng['until']}",
+        f"  sent {t['sent']}  delivered {t['delivered']}  lost {t['lost']}  pending {t['pending']}  "
+        f"duplicates {t['duplicates']}  early {t['early']}  unmatched {t.get('unmatched', 0)}",
+        f"  lateness ms: p50 {_fmt(lat['p50'])}  p90 {_fmt(lat['p90'])}  p99 {_fmt(lat['p99'])}  "
+        f"p99.9 {_fmt(lat['p999'])}  max {_fmt(lat['max'])}",
+    ]
+    ignored = t.get("ignored") or {}
+    if any(ignored.values()):
+        lines.append("  not counted: " + "  ".join(f"{k} {v}" for k, v in ignored.items() if v))
+    header = ("topic", "level", "minute", "sent", "deliv", "lost", "pend", "dup", "early",
+              "p50", "p90", "p99", "p99.9", "max")
+    rows: list[tuple[str, ...]] = []
+    for r in summary["by_topic_level"]:
+        rows.append(_row(r, "all"))
+    for r in summary["by_minute"]:
+        rows.append(_row(r, (r["minute"] or "-")[:16].replace("T", " ")))
+    if rows:
+        widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
+
+        def line(cells: Sequence[str]) -> str:
+            # name columns left-aligned, numbers right-aligned
+            return "  ".join(
+                c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+            )
+
+        lines.append("")
+        lines.append(line(header))
+        lines.extend(line(row) for row in rows)
+    return "\n".join(lines)
+
+
+def _row(r: dict[str, Any], minute: str) -> tuple[str, ...]:
+    lat = r["lateness_ms"]
+    return (
+        str(r["topic"]), _fmt(r["level"]), minute,
+        *(str(r[k]) for k in ("sent", "delivered", "lost", "pending", "duplicates", "early")),
+        *(_fmt(lat[k]) for k in ("p50", "p90", "p99", "p999", "max")),
+    )
+
+
+def accuracy_main(argv: Sequence[str] | None = None, *, prog: str = "delay-sidecar accuracy") -> int:
+    """Parse flags, run the batch job in a (local or spark-submit) SparkSession, print the summary."""
+    parser = build_parser(prog)
+    try:
+        args = parser.parse_args(list(argv) if argv is not None else None)
+        now = int(time.time() * 1000)
+        until = args.until if args.until is not None else now
+        since = args.since if args.since is not None else until - 3_600_000
+        if not args.bootstrap_servers:
+            parser.error("--bootstrap-servers is required (or set KAFKA_BOOTSTRAP_SERVERS)")
+        if until <= since:
+            parser.error(f"--until ({until}) must be after --since ({since})")
+        if not args.targets.strip():
+            parser.error("--targets: empty pattern")
+        try:
+            re.compile(args.targets)
+        except re.error as exc:
+            parser.error(f"--targets: not a regular expression: {exc}")
+    except SystemExit as exc:  # argparse: --help (0) or a bad flag (2, message already printed)
+        return int(exc.code or 0) if not isinstance(exc.code, str) else 2
+
+    import orjson
+
+    from spark.accuracy import run_accuracy
+    from spark.jars import ConnectorJarsError
+    from spark.session import get_session
+
+    try:
+        session = get_session("kds-accuracy", master=args.master)
+    except ConnectorJarsError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 1
+    summary = run_accuracy(
+        session,
+        args.bootstrap_servers,
+        args.ingress_topic,
+        args.targets,
+        since,
+        until,
+        args.out,
+        levels_ms=args.levels,
+        grace_ms=args.grace,
+        ingress_starting_offsets=args.starting_offsets,
+        ingress_ending_offsets=args.ending_offsets,
+        kafka_options=dict(args.kafka),
+        chart=not args.no_chart,
+        details=not args.no_details,
+    )
+    if args.json:
+        print(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
+    else:
+        print(format_table(summary))
+        print(f"\noutputs: {', '.join(summary['outputs'].values())}")
+    totals = summary["totals"]
+    if args.check and (totals["lost"] or totals["early"]):
+        return 1
+    return 0
