@@ -18,8 +18,13 @@ resume from. Outcomes:
 
 Recovery (``open``) reads the checkpoint, opens the log, the scheduler and the id index at their
 checkpointed state, then replays the log records appended after the checkpoint (validating each
-CRC, truncating a torn tail) through the same scheduling code, and resumes consuming after the
-last replayed ingress offset.
+CRC, truncating a torn tail) through the same scheduling code, validates the scheduler entries
+restored from the checkpoint against the log (dropping and reporting dangling ones), and resumes
+consuming after the last replayed ingress offset.
+
+A pre-cancel stays in the id index until its horizon expires, even after it cancelled its
+message: the message is not in the log, so if the process dies before the next checkpoint the
+message is consumed again and must be cancelled again.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar import contract as c
+from sidecar import logs
 from sidecar.headers import Cancel, Rejection, Request, Rules, parse_ingress
 from sidecar.scheduling import Scheduler
 from sidecar.store import checkpoint, codec
@@ -40,6 +46,7 @@ from sidecar.store.log import CommitLog
 from sidecar.store.mapped import StoreError
 
 HeaderList = list[tuple[str, bytes | None]]
+log = logs.get("sidecar.store")
 
 
 @dataclass(slots=True)
@@ -56,6 +63,7 @@ class Counters:
     publish_retries: int = 0
     early: int = 0
     replayed: int = 0
+    dangling: int = 0  # scheduler entries dropped by recovery's validation (disk damage)
 
 
 @dataclass(slots=True)
@@ -117,6 +125,7 @@ class PartitionStore:
         self.sched: Scheduler
         self.ids: IdIndex
         self.truncated_bytes = 0
+        self.dangling: list[tuple[int, int, str]] = []  # (ref, log position, reason) dropped by recovery
 
     # -- recovery -------------------------------------------------------------------------------
     def open(self) -> int | None:
@@ -146,6 +155,16 @@ class PartitionStore:
             # Records after the checkpoint were consumed before the crash: resume after them.
             resume = max(resume or 0, rec.src_offset + 1)
         self.truncated_bytes = sum(t.dropped_bytes for t in self.log.truncations)
+        validate: Callable[[int], list[tuple[int, int, str]]] | None = getattr(self.sched, "validate", None)
+        if validate is not None and head is not None:
+            self.dangling = validate(head)
+            if self.dangling:
+                self.counters.dangling += len(self.dangling)
+                log.error(
+                    "recovery.dangling_dropped", partition=self.partition, count=len(self.dangling),
+                    first=[{"ref": r, "position": p, "reason": why} for r, p, why in self.dangling[:10]],
+                    hint="disk damage: run `delay-sidecar salvage` on a copy of the data directory",
+                )
         self.next_offset = resume
         return resume
 
@@ -181,10 +200,10 @@ class PartitionStore:
         h = id_hash(rid)
         for ref in self.ids.find(h):
             if ref & PRECANCEL:
-                self.ids.remove(h, ref)
                 if now_ms - (ref & ~PRECANCEL) <= self.cancel_horizon_ms:
-                    self.counters.cancelled += 1
+                    self.counters.cancelled += 1  # kept until the horizon: see the module docstring
                     return
+                self.ids.remove(h, ref)
                 continue
             rec = self.sched.record(ref)
             if rec is None:

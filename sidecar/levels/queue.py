@@ -4,7 +4,7 @@ Entry layout (24 bytes, little-endian)::
 
     0   u64  log_pos   position of the record in the commit log
     8   i64  due_ms    committed due time (epoch ms)
-    16  u8   state     0 pending, 1 delivered, 2 cancelled
+    16  u8   state     0 pending, 1 delivered, 2 cancelled, 3 dropped (dangling, found by recovery)
     17  u8[7] padding (0)
 
 An entry is addressed by its index, which grows for the life of the queue. Index ``i`` lives in
@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 
-from sidecar.store.mapped import HEADER_SIZE, MappedFile
+from sidecar.store.mapped import HEADER_SIZE, MappedFile, fsync_dir, unborn
 
 MAGIC = b"KDSLVQ\x00\x01"
 VERSION = 1
 ENTRY = struct.Struct("<QqB7x")
 ENTRY_SIZE = ENTRY.size
 _STATE = struct.Struct("<B")
-PENDING, DELIVERED, CANCELLED = 0, 1, 2
+PENDING, DELIVERED, CANCELLED, DROPPED = 0, 1, 2, 3
+NO_POS = 0  # inside the first segment's file header: never a record's position
 
 
 class LevelQueue:
@@ -38,11 +40,16 @@ class LevelQueue:
         self.files: dict[int, MappedFile] = {}
         self.dirty_from: int | None = None
         self.dirty_to = 0
+        self.created = False  # a file was created since the last flush (fsync the directory)
         for path in self.dir.glob("*.q"):
+            if unborn(path):  # killed while creating it (before its header): no entry in it
+                path.unlink()
+                continue
             first = int(path.stem)
             self.files[first] = self._map(first, create=False)
 
     def _map(self, first: int, create: bool) -> MappedFile:
+        self.created |= create
         return MappedFile(
             self.dir / f"{first:020d}.q", magic=MAGIC, version=VERSION,
             size=HEADER_SIZE + self.per_file * ENTRY_SIZE, geom_a=ENTRY_SIZE, geom_b=self.per_file,
@@ -63,10 +70,32 @@ class LevelQueue:
         ENTRY.pack_into(f.buf, off, log_pos, due_ms, PENDING)
         self._dirty(idx)
 
+    def drop(self, idx: int) -> None:
+        """Mark a dangling entry DROPPED and set its log position to ``NO_POS``, so finishing it
+        releases nothing: whether its record was ever counted live is unknowable (a damaged entry
+        may point anywhere), and a live count that is too low could delete a segment that still
+        holds pending records, while one that is too high only keeps a damaged segment on disk —
+        where ``delay-sidecar salvage`` can still read it."""
+        f, off = self._locate(idx)
+        ENTRY.pack_into(f.buf, off, NO_POS, ENTRY.unpack_from(f.buf, off)[1], DROPPED)
+        self._dirty(idx)
+
     def read(self, idx: int) -> tuple[int, int, int]:
         f, off = self._locate(idx)
         pos, due, state = ENTRY.unpack_from(f.buf, off)
         return int(pos), int(due), int(state)
+
+    def scan(self, lo: int, hi: int) -> Iterator[tuple[int, int, int, int]]:
+        """``(idx, log_pos, due_ms, state)`` for entries ``lo <= idx < hi``, file by file. Raises
+        ``KeyError`` for an entry whose file is missing."""
+        idx = lo
+        while idx < hi:
+            f, off = self._locate(idx)
+            first = idx - idx % self.per_file
+            stop = min(hi, first + self.per_file)
+            for i, (pos, due, state) in enumerate(ENTRY.iter_unpack(f.buf[off : off + (stop - idx) * ENTRY_SIZE])):
+                yield idx + i, int(pos), int(due), int(state)
+            idx = stop
 
     def due_of(self, idx: int) -> int:
         f, off = self._locate(idx)
@@ -84,6 +113,9 @@ class LevelQueue:
             self.dirty_to = idx + 1
 
     def flush(self) -> None:
+        if self.created:
+            fsync_dir(self.dir)
+            self.created = False
         if self.dirty_from is None:
             return
         lo, hi = self.dirty_from, self.dirty_to

@@ -18,6 +18,13 @@ checkpointed: after a crash everything in ``[done, write)`` is handed out again,
 whose state byte already says delivered or cancelled, so duplicates are limited to records that
 were in flight.
 
+Recovery validates the restored entries against the commit log (``validate``): every entry in
+``[done, write)`` of the checkpoint — bounded by what was pending, never history — must point
+below the checkpointed log head, into a segment that exists, at a record whose CRC verifies and
+whose due time and level match. A dangling entry (disk damage; with ``fsync: none`` a power loss
+that kept a queue page but not the log page behind it) is marked DROPPED and reported instead of
+crashing the partition on first read. Its log slot is not released (see ``LevelQueue.drop``).
+
 Producer timestamps are not globally ordered, so a later entry in a level can carry an earlier
 due time than its head; it is then delivered when the head is due — late, never early (RocketMQ
 has the same property and uses the store time to minimise it).
@@ -29,22 +36,25 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.levels import table
-from sidecar.levels.queue import CANCELLED, DELIVERED, PENDING, LevelQueue
+from sidecar.levels.queue import CANCELLED, DELIVERED, NO_POS, PENDING, LevelQueue
+from sidecar.store import codec
 from sidecar.store.codec import Record
 from sidecar.store.log import CommitLog
+from sidecar.store.mapped import StoreError
 
 _IDX_BITS = 48
 _IDX_MASK = (1 << _IDX_BITS) - 1
 
 
 class _Level:
-    __slots__ = ("acked", "done", "queue", "send", "write")
+    __slots__ = ("acked", "done", "queue", "restored", "send", "write")
 
     def __init__(self, queue: LevelQueue) -> None:
         self.queue = queue
         self.write = 0
         self.send = 0
         self.done = 0
+        self.restored = 0  # ``write`` as restored from the checkpoint: [done, restored) is validated
         self.acked: set[int] = set()  # acked indexes above done: bounded by what is in flight
 
 
@@ -112,7 +122,8 @@ class LevelsScheduler:
         q = lv.queue
         while True:
             pos, _due, _state = q.read(lv.done)
-            self.log.release(pos)
+            if pos != NO_POS:
+                self.log.release(pos)
             lv.done += 1
             if lv.done not in lv.acked:
                 break
@@ -170,8 +181,39 @@ class LevelsScheduler:
             )
         for lv, (done, write) in zip(self.levels, state["levels"], strict=True):
             lv.done = lv.send = int(done)
-            lv.write = int(write)
+            lv.write = lv.restored = int(write)
             lv.acked.clear()
+
+    def validate(self, head: int) -> list[tuple[int, int, str]]:
+        """Check the entries restored from the checkpoint against the log (see the module
+        docstring); ``head`` is the checkpointed log head. Returns the dropped ones as
+        ``(ref, log_pos, reason)``. A missing queue file inside ``[done, write)`` is not a dangling
+        entry but a lost queue: that raises ``StoreError``."""
+        dropped: list[tuple[int, int, str]] = []
+        for n, lv in enumerate(self.levels):
+            q = lv.queue
+            bad: list[tuple[int, int, str]] = []
+            try:
+                for idx, pos, due, state in q.scan(lv.done, lv.restored):
+                    if state != PENDING:
+                        continue
+                    if pos >= head:
+                        bad.append((idx, pos, f"position {pos} is at or beyond the log head {head}"))
+                        continue
+                    try:
+                        rtype, rdue, rlevel = self.log.check(pos)
+                    except (codec.CorruptRecord, StoreError) as e:
+                        bad.append((idx, pos, f"record does not verify: {e}"))
+                        continue
+                    if rdue != due or rlevel != n or rtype == codec.CANCEL:
+                        bad.append((idx, pos, f"record at {pos} (type {rtype}, level {rlevel}, due {rdue}) "
+                                              f"does not match the entry (level {n}, due {due})"))
+            except KeyError:
+                raise StoreError(f"{q.dir}: a queue file holding pending entries is missing") from None
+            for idx, pos, reason in bad:
+                q.drop(idx)
+                dropped.append(((n << _IDX_BITS) | idx, pos, reason))
+        return dropped
 
     def reclaim(self) -> None:
         for lv in self.levels:

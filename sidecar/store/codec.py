@@ -25,7 +25,8 @@ Layout (little-endian; offsets in bytes from the start of the record)::
     headers: u16 count, then per header: u16 name_len, name, i32 value_len (-1: null), value
 
 ``length`` comes first so a reader can skip a record without decoding it; the CRC covers the type
-and every field, so any single corrupted byte inside a record is detected (a corrupted length is
+and every field, and the padding must be zero, so any single corrupted byte inside a record is
+detected (a corrupted length is
 caught by the CRC too, because it moves ``body_len`` or the bytes the CRC is checked against, and
 by the alignment and bounds checks). A zero ``length`` marks the unused, preallocated tail of a
 segment.
@@ -55,6 +56,7 @@ _LEN_CRC = struct.Struct("<II")
 _U16 = struct.Struct("<H")
 _HDR_VALUE_LEN = struct.Struct("<i")
 ALIGN = 8
+_ZERO_PAD = bytes(ALIGN)
 MAX_RECORD = 1 << 31
 
 
@@ -176,6 +178,38 @@ def peek_length(buf: memoryview | bytes, offset: int) -> int:
     return int(length)
 
 
+_CHECK = struct.Struct("<IIBBHIq")  # length, crc, type, version, flags, body_len, due_ms
+_LEVEL_AT = 50
+
+
+def check(buf: memoryview, offset: int) -> tuple[int, int, int]:
+    """Verify the record at ``offset`` (bounds, type, CRC, zero padding) without decoding its
+    fields; return ``(rtype, due_ms, level)``. Recovery's validation of pending scheduler entries
+    uses it: the same guarantees as ``decode(verify=True)`` at a fraction of the cost."""
+    end = len(buf)
+    if offset + HEAD_SIZE > end:
+        raise CorruptRecord(f"no room for a record header at {offset}")
+    length, crc, rtype, version, _flags, body_len, due_ms = _CHECK.unpack_from(buf, offset)
+    if (
+        length == 0
+        or length % ALIGN
+        or length < HEAD_SIZE
+        or offset + length > end
+        or body_len + 8 > length
+        or body_len + 8 + ALIGN <= length
+        or version != VERSION
+        or rtype not in (MESSAGE, CANCEL, DEAD)
+    ):
+        raise CorruptRecord(f"not a record at {offset}")
+    if int(_crc(buf[offset + 8 : offset + 8 + body_len])) != crc:
+        raise CorruptRecord(f"CRC mismatch at {offset}")
+    pad = buf[offset + 8 + body_len : offset + length]
+    if len(pad) and pad != _ZERO_PAD[: len(pad)]:
+        raise CorruptRecord(f"non-zero padding at {offset}")
+    (level,) = _U16.unpack_from(buf, offset + _LEVEL_AT)
+    return rtype, due_ms, level
+
+
 def decode(buf: memoryview, offset: int, limit: int | None = None, verify: bool = True) -> Record:
     """Decode the record at ``offset``; ``limit`` bounds it (end of the written area). Raises
     ``CorruptRecord`` for a torn, zero or damaged record."""
@@ -200,8 +234,12 @@ def decode(buf: memoryview, offset: int, limit: int | None = None, verify: bool 
         raise CorruptRecord(f"bad record type/version {rtype}/{version} at {offset}")
     if HEAD_SIZE - 8 + id_len + topic_len + key_len + value_len + headers_len != body_len:
         raise CorruptRecord(f"record fields do not add up at {offset}")
-    if verify and int(_crc(buf[offset + 8 : offset + 8 + body_len])) != crc:
-        raise CorruptRecord(f"CRC mismatch at {offset}")
+    if verify:
+        if int(_crc(buf[offset + 8 : offset + 8 + body_len])) != crc:
+            raise CorruptRecord(f"CRC mismatch at {offset}")
+        pad = buf[offset + 8 + body_len : offset + length]
+        if len(pad) and pad != _ZERO_PAD[: len(pad)]:
+            raise CorruptRecord(f"non-zero padding at {offset}")
     pos = offset + HEAD_SIZE
     rid = buf[pos : pos + id_len]
     pos += id_len

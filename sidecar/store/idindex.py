@@ -14,6 +14,13 @@ record's id (a 64-bit collision costs a verification, never a wrong answer), and
 ref is no longer pending are simply ignored and removed lazily. So the index never needs to be
 exact after a crash: recovery re-inserts what it replays, and stale entries are harmless.
 
+Its *occupancy counts* must be exact, though: probing relies on empty slots, and the rebuild is
+triggered by ``live + tombs``. Counts taken from the checkpoint miss the slots filled after it
+(they survive a kill in the page cache; recovery's re-inserts find them present and do not count
+them), and that error would accumulate over crashes until the table is full and probing never
+ends. So ``restore`` always recounts the slots: a vectorised pass over the hash column, O(capacity)
+(about 0.3 s for 4 M slots), and capacity follows the peak of pending records, not history.
+
 A ref with the top bit set is a *pre-cancel*: a cancel that arrived before its message; the low
 bits hold the cancel's time (epoch ms) so it can expire after the cancel horizon. Pre-cancels are
 matched on the 64-bit hash alone (there is no record to verify against).
@@ -24,10 +31,12 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+import sys
+from array import array
 from collections.abc import Iterator
 from pathlib import Path
 
-from sidecar.store.mapped import HEADER_SIZE, MappedFile
+from sidecar.store.mapped import HEADER_SIZE, MappedFile, unborn
 
 MAGIC = b"KDSIDX\x00\x01"
 VERSION = 1
@@ -53,6 +62,8 @@ class IdIndex:
         tmp = self.path.with_name("ids.idx.new")
         if tmp.exists():  # a rebuild was interrupted: the old file is still whole
             tmp.unlink()
+        if self.path.exists() and unborn(self.path):  # killed while creating it: nothing in it
+            self.path.unlink()
         if self.path.exists():
             cap = (os.path.getsize(self.path) - HEADER_SIZE) // SLOT_SIZE
             self.f = self._map(self.path, cap, create=False)
@@ -66,17 +77,22 @@ class IdIndex:
         self.dirty = False
 
     def restore(self, state: dict[str, int] | None) -> None:
-        """Take the slot counts from the checkpoint; without one, count them (a full scan)."""
-        if state and state.get("cap") == self.cap:
-            self.live, self.tombs = int(state["live"]), int(state["tombs"])
-        elif not self._counted:
-            self.live = self.tombs = 0
-            for h, _ref in self._slots():
-                if h == TOMB:
-                    self.tombs += 1
-                elif h != EMPTY:
-                    self.live += 1
+        """Count the occupied slots. The checkpointed counts (``state``) are not trusted: see the
+        module docstring; they stay in the checkpoint for ``inspect``."""
+        del state
+        if not self._counted:
+            self.live, self.tombs = self._count()
         self._counted = True
+
+    def _count(self) -> tuple[int, int]:
+        """(live, tombstone) slots, counted over the hash column at C speed."""
+        hashes = array("Q")
+        hashes.frombytes(self.f.buf[HEADER_SIZE : HEADER_SIZE + self.cap * SLOT_SIZE])
+        if sys.byteorder != "little":
+            hashes.byteswap()
+        column = hashes[::2]
+        empty, tombs = column.count(EMPTY), column.count(TOMB)
+        return self.cap - empty - tombs, tombs
 
     def state(self) -> dict[str, int]:
         return {"cap": self.cap, "live": self.live, "tombs": self.tombs}

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sidecar.store import codec
-from sidecar.store.mapped import HEADER_SIZE, MappedFile, StoreError
+from sidecar.store.mapped import HEADER_SIZE, MappedFile, StoreError, fsync_dir, unborn
 
 MAGIC = b"KDSLOG\x00\x01"
 VERSION = 1
@@ -61,7 +61,13 @@ class CommitLog:
         self.flushed = HEADER_SIZE  # everything before this is msynced
         self.truncations: list[Truncation] = []
         self.appended = 0
-        for path in sorted(self.dir.glob("*.log")):
+        self._created = False  # a segment file was created since the last flush (fsync the directory)
+        paths = sorted(self.dir.glob("*.log"))
+        if paths and unborn(paths[-1]):
+            # Killed while creating the newest segment (before its header was written): it holds
+            # nothing; recovery recreates it if the head needs it.
+            paths.pop().unlink()
+        for path in paths:
             base = int(path.stem)
             if base % segment_bytes:
                 raise StoreError(
@@ -74,6 +80,7 @@ class CommitLog:
         return self.dir / f"{index * self.segment_bytes:020d}.log"
 
     def _map(self, index: int, create: bool) -> MappedFile:
+        self._created |= create
         return MappedFile(
             self._path(index), magic=MAGIC, version=VERSION, size=self.segment_bytes,
             geom_a=self.segment_bytes, geom_b=0, base=index * self.segment_bytes, create=create,
@@ -89,11 +96,20 @@ class CommitLog:
     # -- recovery -------------------------------------------------------------------------------
     def recover(self, head: int | None, live: dict[int, int] | None) -> Iterator[tuple[int, codec.Record]]:
         """Restore the checkpointed state and yield ``(position, record)`` for every whole record
-        after it, in order. Must be fully consumed before appending."""
+        after it, in order. Must be fully consumed before appending.
+
+        Edge cases: a checkpointed head exactly at the end of a segment (the next segment was never
+        created) or in a segment that no longer exists moves to the first data byte of the next
+        existing segment, or of a newly created one; the head's segment always exists afterwards."""
+        if head is not None:
+            head = self._data_start(head)
         if not self.segments:
-            self.segments[0] = self._map(0, create=True)
-            self.head = self.flushed = HEADER_SIZE
-            self.live = {0: 0}
+            # A fresh store, or every segment reclaimed: keep positions growing from the head.
+            start = head if head is not None else HEADER_SIZE
+            index = start // self.segment_bytes
+            self.segments[index] = self._map(index, create=True)
+            self.head = self.flushed = start
+            self.live = {index: 0}
             return
         indexes = sorted(self.segments)
         self.live = {i: 0 for i in indexes}
@@ -140,11 +156,20 @@ class CommitLog:
             yield pos, rec
             self.live[index] = self.live.get(index, 0) + 1
             pos += rec.length
-        self.head = self.flushed = pos
+        self.head = self.flushed = pos = self._data_start(pos)
+        if pos // self.segment_bytes not in self.segments:
+            self.segments[pos // self.segment_bytes] = self._map(pos // self.segment_bytes, create=True)
+            self.live[pos // self.segment_bytes] = 0
         # Segments before the checkpointed head that no live record needs anymore.
         for i in list(self.segments):
             if i < pos // self.segment_bytes and self.live.get(i, 0) <= 0:
                 self._delete(i)
+
+    def _data_start(self, pos: int) -> int:
+        """``pos``, or the first data byte of its segment if it points into the file header (a
+        position exactly at the end of the previous segment)."""
+        index, off = divmod(pos, self.segment_bytes)
+        return pos if off >= HEADER_SIZE else index * self.segment_bytes + HEADER_SIZE
 
     @staticmethod
     def _zero_from(seg: MappedFile, off: int) -> bool:
@@ -167,7 +192,7 @@ class CommitLog:
         while pos < end:
             n = min(len(_ZERO_CHUNK), end - pos)
             if seg.buf[pos : pos + n] != _ZERO_CHUNK[:n]:
-                last_nonzero = pos + n
+                last_nonzero = pos + len(bytes(seg.buf[pos : pos + n]).rstrip(b"\x00"))
             pos += n
         if last_nonzero > off:
             pos = off
@@ -204,10 +229,10 @@ class CommitLog:
             index, off = index + 1, 0
         if off < HEADER_SIZE:  # roll: the rest of the old segment stays zero (its sealed tail)
             off = HEADER_SIZE
-            if index not in self.segments:
-                self.segments[index] = self._map(index, create=True)
-                self.live[index] = 0
             self.head = index * self.segment_bytes + off
+        if index not in self.segments:
+            self.segments[index] = self._map(index, create=True)
+            self.live[index] = 0
         seg = self.segments[index]
         codec.encode_into(
             seg.buf, off, rtype=rtype, due_ms=due_ms, enqueue_ms=enqueue_ms, src_offset=src_offset,
@@ -224,14 +249,25 @@ class CommitLog:
         seg, off = self._segment(pos)
         return codec.decode(seg.buf, off, verify=verify)
 
+    def check(self, pos: int) -> tuple[int, int, int]:
+        """Verify the record at ``pos`` (CRC included); return ``(rtype, due_ms, level)``. Raises
+        ``CorruptRecord``, or ``StoreError`` if its segment does not exist."""
+        seg, off = self._segment(pos)
+        return codec.check(seg.buf, off)
+
     def release(self, pos: int) -> None:
         """The record at ``pos`` is no longer needed (delivered, cancelled, dead-lettered, moved)."""
         index = pos // self.segment_bytes
-        self.live[index] = self.live.get(index, 0) - 1
+        if index in self.live:  # a dangling scheduler entry (segment gone) has nothing to release
+            self.live[index] -= 1
 
     # -- durability -----------------------------------------------------------------------------
     def flush(self) -> None:
-        """msync everything appended since the last flush."""
+        """msync everything appended since the last flush (and the directory, if a segment was
+        created: the new file's name must survive a power loss too)."""
+        if self._created:
+            fsync_dir(self.dir)
+            self._created = False
         if self.head == self.flushed:
             return
         first, last = self.flushed // self.segment_bytes, self.head // self.segment_bytes

@@ -83,7 +83,7 @@ class MappedFile:
             head = HEADER.pack(magic, version, HEADER_SIZE, geom_a, geom_b, base, b"", 0)
             crc = crc32c(head[:60])
             HEADER.pack_into(self.buf, 0, magic, version, HEADER_SIZE, geom_a, geom_b, base, b"", crc)
-            self.mm.flush(0, mmap.PAGESIZE)
+            self.mm.flush(0, min(mmap.PAGESIZE, size))
         else:
             self._check(version)
 
@@ -120,6 +120,19 @@ class MappedFile:
             self.mm.close()
         except (BufferError, ValueError):
             pass  # views into the mapping are still alive: the last one's release unmaps
+
+
+def unborn(path: Path) -> bool:
+    """True if ``path`` is an interrupted creation: empty, or nothing but zeros. A process killed
+    between ``open(O_CREAT)``, ``ftruncate`` and the header write leaves such a file; it holds no
+    data (everything is written after the header), so its owner may delete it and carry on."""
+    with open(path, "rb") as f:
+        chunk = f.read(HEADER_SIZE)
+        while chunk:
+            if chunk.count(0) != len(chunk):
+                return False
+            chunk = f.read(1 << 20)
+    return True
 
 
 def fsync_dir(path: Path) -> None:
