@@ -3,11 +3,15 @@ file listing only — safe to run beside a live sidecar (it opens nothing for wr
 
 Per partition: the checkpoint (ingress offset, scheduler, cursors), pending records per tier and
 level, the next due times (levels: the head of each level queue), commit-log segments with their
-live record counts, time buckets (wheel), and bytes on disk.
+live record counts (from the checkpoint), the records they hold and the live ratio (records
+counted by hopping over the records' length fields, through a read-only mapping: no CRC, no
+record bodies read), time buckets (wheel), and bytes on disk (allocated blocks: files are
+preallocated sparse, so ``st_size`` says nothing about use).
 """
 
 from __future__ import annotations
 
+import mmap
 import struct
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,6 +21,7 @@ from sidecar.store import checkpoint
 from sidecar.store.mapped import HEADER_SIZE
 
 _ENTRY = struct.Struct("<QqB7x")
+_REC_HEAD = 72  # codec.HEAD_SIZE
 
 
 def _iso(ms: int | None) -> str | None:
@@ -39,17 +44,48 @@ def _level_head_due(qdir: Path, idx: int) -> int | None:
     return None
 
 
+def _count_records(path: Path, limit: int | None) -> tuple[int, int]:
+    """(records, bytes used) of a segment, hopping over length fields up to ``limit`` (the log head
+    inside this segment, if it is the active one)."""
+    with path.open("rb") as fh:
+        size = fh.seek(0, 2)
+        if size <= HEADER_SIZE:
+            return 0, 0
+        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            end = size if limit is None else min(size, limit)
+            pos, n = HEADER_SIZE, 0
+            while pos + _REC_HEAD <= end:
+                (length,) = struct.unpack_from("<I", mm, pos)
+                if length == 0 or length % 8 or length < _REC_HEAD or pos + length > end:
+                    break
+                n += 1
+                pos += length
+            return n, pos - HEADER_SIZE
+        finally:
+            mm.close()
+
+
 def inspect_partition(d: Path) -> dict[str, Any]:
     ck = checkpoint.read(d) or {}
     out: dict[str, Any] = {"directory": str(d), "checkpoint": ck}
     live = {int(k): int(v) for k, v in (ck.get("log") or {}).get("live", {}).items()}
+    head = (ck.get("log") or {}).get("head")
     segs = []
     for f in sorted((d / "log").glob("*.log")):
         base = int(f.stem)
-        size = f.stat().st_size
+        st = f.stat()
+        size = st.st_size
         index = base // size if size else 0
-        segs.append({"file": f.name, "bytes": size, "disk_bytes": f.stat().st_blocks * 512,
-                     "live_records": live.get(index)})
+        limit = head - base if isinstance(head, int) and base <= head < base + size else None
+        records, used = _count_records(f, limit)
+        n_live = live.get(index)
+        segs.append({
+            "file": f.name, "base": base, "bytes": size, "disk_bytes": st.st_blocks * 512,
+            "records": records, "used_bytes": used, "live_records": n_live,
+            "live_ratio": round(n_live / records, 4) if n_live is not None and records else None,
+            "active": limit is not None,
+        })
     out["segments"] = segs
     pending: dict[str, int] = {}
     next_due: dict[str, Any] = {}
@@ -94,7 +130,11 @@ def render_text(report: dict[str, Any]) -> str:
             nd = p["next_due"].get(tier, {})
             lines.append(f"    {tier:<10} {n:>10} pending   next due {nd.get('due') or '-'}")
         for s in p["segments"]:
-            lines.append(f"    segment {s['file']} live={s['live_records']} on-disk={s['disk_bytes']} B")
+            ratio = "-" if s["live_ratio"] is None else f"{s['live_ratio']:.0%}"
+            lines.append(
+                f"    segment {s['file']}{' (active)' if s['active'] else ''} records={s['records']} "
+                f"live={s['live_records']} ({ratio}) used={s['used_bytes']} B on-disk={s['disk_bytes']} B"
+            )
         for b in p["buckets"]:
             lines.append(f"    bucket {b['file']} {b['bytes']} B")
     return "\n".join(lines)

@@ -1,0 +1,142 @@
+"""Disk space (issue 3): use follows pending records, not history; backpressure pauses ingress.
+
+Disk use is measured in allocated blocks (``st_blocks``): segments and queue files are
+preallocated sparse, so their ``st_size`` is a constant that says nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from sidecar.inspect import inspect_data_dir
+from tests.integration.harness import SidecarProcess, consume_until, create_topics, producer
+
+pytestmark = pytest.mark.integration
+
+SEGMENT = 256 * 1024
+QUEUE_FILE = 64 + 65536 * 24  # one level-queue file (header + entries_per_file entries)
+
+
+def blocks(root: Path) -> int:
+    return sum(p.stat().st_blocks * 512 for p in root.rglob("*") if p.is_file())
+
+
+def files(root: Path, pattern: str) -> list[Path]:
+    return sorted(root.rglob(pattern))
+
+
+def send(
+    bootstrap: str, ingress: str, target: str, n: int, delay_ms: int | Callable[[int], int], value_len: int, tag: str
+) -> None:
+    p = producer(bootstrap)
+    for i in range(n):
+        delay = delay_ms(i) if callable(delay_ms) else delay_ms
+        p.produce(ingress, key=str(i).encode(), value=b"x" * value_len, headers=[
+            ("delay.target-topic", target.encode()), ("delay.ms", str(delay).encode()),
+            ("delay.id", f"{tag}-{i}".encode())])
+        if i % 1000 == 0:
+            p.poll(0)
+    assert p.flush(60) == 0
+
+
+def events(sc: SidecarProcess, name: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in sc.log_text().splitlines() if f'"event":"{name}"' in line]
+
+
+@pytest.fixture
+def make_sidecar(kafka_bootstrap: str, tmp_path: Path, unique: str) -> Iterator[object]:
+    started: list[SidecarProcess] = []
+
+    def make(*extra: str, name: str = "data") -> SidecarProcess:
+        sc = SidecarProcess(
+            kafka_bootstrap, tmp_path / name, f"ingress-space-{unique}", f"dlq-space-{unique}",
+            extra=["--scheduler", "levels", "--ingress-partitions", "1", "--segment-bytes", "256KiB",
+                   "--max-record-bytes", "64KiB", "--commit-interval", "100ms", *extra],
+        )
+        started.append(sc)
+        return sc
+
+    yield make
+    for sc in started:
+        sc.stop_quietly()
+
+
+def test_delivering_everything_returns_the_data_dir_to_its_empty_size(
+    make_sidecar: object, kafka_bootstrap: str, unique: str
+) -> None:
+    sc = make_sidecar()  # type: ignore[operator]
+    target = f"space-target-{unique}"
+    create_topics(kafka_bootstrap, [sc.ingress, target])
+    sc.start()
+    time.sleep(0.5)
+    empty = blocks(sc.data_dir)
+    total = 0
+    for rnd, n in enumerate((8000, 16000)):  # 8 MB, then 16 MB more history
+        send(kafka_bootstrap, sc.ingress, target, n, lambda i: (i % 3) * 600, 1000, f"r{rnd}")
+        total += n
+        got = consume_until(kafka_bootstrap, [target], want=total, timeout_s=120)
+        assert len(got) >= total
+        time.sleep(1.0)  # a few commit intervals: checkpoint, then reclaim
+        log_files = files(sc.data_dir, "*.log")
+        queue_files = files(sc.data_dir, "*.q")
+        used = blocks(sc.data_dir)
+        history = total * 1000
+        report = inspect_data_dir(sc.data_dir)
+        print(f"\nspace after {total} records ({history / 1e6:.0f} MB of history): {used / 1e6:.2f} MB on disk "
+              f"(empty: {empty / 1e6:.2f} MB), {len(log_files)} segment(s), {len(queue_files)} queue file(s)")
+        assert report["pending_total"] == 0
+        assert len(log_files) == 1, "every sealed segment is deleted; only the active one stays"
+        assert len(queue_files) <= 3, "one current file per used level (0, 1 and 2)"
+        ids = sc.data_dir.rglob("ids.idx")
+        fixed = SEGMENT + len(queue_files) * QUEUE_FILE + sum(p.stat().st_size for p in ids)
+        assert used <= empty + fixed, f"{used} B on disk, more than the empty store + fixed-size files ({fixed} B)"
+        assert used < history / 3
+    assert sc.terminate() == 0
+
+
+def test_disk_max_bytes_pauses_ingress_until_deliveries_free_space(
+    make_sidecar: object, kafka_bootstrap: str, unique: str
+) -> None:
+    # Apparent sizes: ids.idx 1 MiB + one level queue file 1.5 MiB + segments of 256 KiB. A limit
+    # of 4 MiB leaves room for ~5 segments of pending records (~1,300 records of 1 KB).
+    sc = make_sidecar("--disk-max-bytes", "4MiB")  # type: ignore[operator]
+    target = f"space-bp-{unique}"
+    create_topics(kafka_bootstrap, [sc.ingress, target])
+    sc.start()
+    n = 4000
+    t0 = time.time()
+    send(kafka_bootstrap, sc.ingress, target, n, 3000, 1000, "bp")  # level 2: due 5 s after sending
+    got = consume_until(kafka_bootstrap, [target], want=n, timeout_s=120, settle_s=2)
+    paused = events(sc, "ingress.paused")
+    resumed = events(sc, "ingress.resumed")
+    ids = Counter(r.headers["delay.id"] for r in got)
+    assert len(ids) == n, f"lost {n - len(ids)}"
+    assert max(ids.values()) == 1, "no duplicates in a run without crashes"
+    assert min(r.lateness_ms for r in got) >= 0
+    assert paused and "limit 4194304" in str(paused[0]["reason"]), sc.log_text()[-2000:]
+    assert resumed, "ingress resumes once deliveries free segments"
+    print(f"\nbackpressure: {len(paused)} pause(s), {len(resumed)} resume(s); all {n} delivered in "
+          f"{time.time() - t0:.1f} s")
+    assert sc.terminate() == 0
+
+
+def test_low_free_disk_pauses_ingress(make_sidecar: object, kafka_bootstrap: str, unique: str) -> None:
+    sc = make_sidecar("--disk-min-free-bytes", "1024TiB")  # type: ignore[operator]
+    target = f"space-free-{unique}"
+    create_topics(kafka_bootstrap, [sc.ingress, target])
+    sc.start()
+    sc.wait_for("ingress.paused", 10)
+    assert "below 1125899906842624" in str(events(sc, "ingress.paused")[0]["reason"])
+    send(kafka_bootstrap, sc.ingress, target, 50, 0, 100, "free")
+    assert consume_until(kafka_bootstrap, [target], want=1, timeout_s=4) == [], "paused: nothing is consumed"
+    assert sc.terminate() == 0
+    ok = make_sidecar(name="data")  # type: ignore[operator]
+    ok.start()
+    got = consume_until(kafka_bootstrap, [target], want=50, timeout_s=60, settle_s=1)
+    assert len({r.headers["delay.id"] for r in got}) == 50 == len(got)

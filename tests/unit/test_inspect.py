@@ -1,0 +1,114 @@
+"""``delay-sidecar inspect DATA_DIR [--json]`` on a store built with PartitionStore (no Kafka)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from sidecar import cli
+from sidecar import contract as c
+from sidecar.engine.partition import Counters, IngressRecord, PartitionStore, compile_rules
+from sidecar.inspect import inspect_data_dir, render_text
+from sidecar.levels.scheduler import LevelsScheduler
+from sidecar.store.idindex import id_hash
+
+LEVELS = (1000, 5000, 10_000)
+T0 = 1_700_000_000_000
+SEG = 8192
+
+
+def open_store(root: Path, partition: int = 0) -> PartitionStore:
+    rules = compile_rules("in", "dlq", LEVELS, 10**9, (1000,), 3, 100_000, ())
+    st = PartitionStore(
+        root, "in", partition, rules=rules, scheduler_name="levels",
+        make_scheduler=lambda d, lg: LevelsScheduler(d, lg, LEVELS, entries_per_file=64),
+        segment_bytes=SEG, cancel_horizon_ms=60_000, counters=Counters(),
+    )
+    st.open()
+    return st
+
+
+def send(st: PartitionStore, offset: int, rid: str, delay_ms: int, now: int = T0, pad: int = 200) -> None:
+    st.ingest(IngressRecord("in", st.partition, offset, now, b"k", b"v" * pad, [
+        (c.TARGET_TOPIC, b"t"), (c.DELAY_MS, str(delay_ms).encode()), (c.ID, rid.encode())]), now)
+
+
+def deliver_due(st: PartitionStore, now: int) -> int:
+    n = 0
+    for ref, rec in st.sched.due(now, 1_000_000):
+        st.delivered(ref, id_hash(bytes(rec.id)))
+        n += 1
+    return n
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    root = tmp_path / "data"
+    st = open_store(root, 0)
+    for i in range(40):  # 20 x level 1 (1 s), 20 x level 2 (5 s)
+        send(st, i, f"a{i}", 1000 if i % 2 else 4000)
+    assert deliver_due(st, T0 + 1000) == 20
+    st.checkpoint()
+    st.close()
+    st = open_store(root, 1)
+    send(st, 0, "b0", 0)
+    st.checkpoint()
+    st.close()
+    (root / "not-a-store").mkdir()
+    return root
+
+
+def test_report(data_dir: Path) -> None:
+    rep = inspect_data_dir(data_dir)
+    assert rep["pending_total"] == 21
+    p0, p1 = rep["partitions"]
+    assert Path(p0["directory"]).name == "in-0" and Path(p1["directory"]).name == "in-1"
+    assert p0["pending"] == {"level-2": 20}
+    assert p0["next_due"]["level-2"]["due_ms"] == T0 + 5000
+    assert p0["next_due"]["level-2"]["due"].startswith("2023-11-14T22:13:25")
+    assert p1["pending"] == {"level-0": 1}
+    ck = p0["checkpoint"]
+    assert ck["ingress_offset"] == 40 and ck["scheduler"] == "levels" and ck["sched"]["levels"][1] == [20, 20]
+    segs = p0["segments"]
+    assert sum(s["records"] for s in segs) == 40, "every appended record is counted"
+    assert sum(s["live_records"] for s in segs) == 20
+    assert [s["active"] for s in segs] == [False] * (len(segs) - 1) + [True]
+    for s in segs:
+        assert s["live_ratio"] == round(s["live_records"] / s["records"], 4)
+        assert 0 < s["disk_bytes"] <= s["bytes"] == SEG
+        assert s["used_bytes"] <= SEG - 64
+    assert p0["disk_bytes"] == sum(f.stat().st_blocks * 512 for f in (data_dir / "in-0").rglob("*") if f.is_file())
+    text = render_text(rep)
+    assert "21 pending" in text and "level-2" in text and "(active)" in text and "live=" in text
+
+
+def test_cli_json_and_text(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["inspect", str(data_dir), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["pending_total"] == 21 and len(doc["partitions"]) == 2
+    assert cli.main(["inspect", str(data_dir)]) == 0
+    assert "in-0" in capsys.readouterr().out
+    assert cli.main(["inspect", str(data_dir / "missing")]) == 2
+
+
+def test_read_only_beside_a_live_store(tmp_path: Path) -> None:
+    """inspect opens nothing for writing: running it changes no byte and no mtime."""
+    root = tmp_path / "data"
+    st = open_store(root)
+    for i in range(30):
+        send(st, i, f"x{i}", 5000)
+    st.checkpoint()
+    before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
+    rep = inspect_data_dir(root)
+    after = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
+    assert before == after
+    assert rep["pending_total"] == 30
+    st.close()
+
+
+def test_empty_data_dir(tmp_path: Path) -> None:
+    os.makedirs(tmp_path / "d")
+    assert inspect_data_dir(tmp_path / "d") == {"data_dir": str(tmp_path / "d"), "partitions": [], "pending_total": 0}
