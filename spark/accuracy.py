@@ -205,7 +205,7 @@ def delivered_frame(raw: DataFrame, since_ms: int, exclude_topics: Sequence[str]
     ).where(F.col("delivered_ms") >= since_ms)
 
 
-def _stats_columns(until_ms: int, grace_ms: int) -> list[Column]:
+def _stats_columns() -> list[Column]:
     from pyspark.sql import functions as F
 
     def count(cond: Column) -> Column:
@@ -309,7 +309,7 @@ def run_accuracy(
     # -- per topic / level / minute, with rollups (one aggregation) -----------------------------
     rows = (
         joined.rollup("topic", "level", "minute_ms")
-        .agg(F.grouping_id().alias("gid"), *_stats_columns(until_ms, grace_ms))
+        .agg(F.grouping_id().alias("gid"), *_stats_columns())
         .collect()
     )
     totals: dict[str, Any] = {k: 0 for k in COUNTS}
