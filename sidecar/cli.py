@@ -1,8 +1,9 @@
 """``delay-sidecar``: the one console script.
 
 Subcommands: ``run`` (the sidecar), ``dev-kafka`` (a local single-node KRaft broker), ``send`` and
-``cancel`` (client helpers), ``inspect`` (a data directory, read-only), ``demo`` (the README
-quickstart), ``accuracy`` (the Spark accuracy job), ``bench`` (benchmarks, JSON report).
+``cancel`` (client helpers), ``inspect`` (a data directory, read-only), ``salvage`` (copy readable
+records out of a damaged store), ``demo`` (the README quickstart), ``accuracy`` (the Spark
+accuracy job), ``bench`` (benchmarks, JSON report).
 
 Errors name the bad flag and value and exit with status 2.
 """
@@ -313,6 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="local broker + sidecar + a few delayed records, printed as they arrive")
     p.add_argument("--scheduler", default="levels", choices=["levels", "wheel"])
 
+    sub.add_parser("salvage", help="copy every readable record out of a damaged store (JSON lines)", add_help=False)
     sub.add_parser("accuracy", help="Spark accuracy report (see delay-sidecar accuracy --help)", add_help=False)
     sub.add_parser("bench", help="benchmarks writing a JSON report (see delay-sidecar bench --help)", add_help=False)
     return parser
@@ -320,6 +322,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "salvage":
+        from sidecar.store.salvage import salvage_main
+
+        return int(salvage_main(args[1:]))
     if args and args[0] in ("accuracy", "bench"):
         try:
             return cmd_accuracy(args[1:]) if args[0] == "accuracy" else cmd_bench(args[1:])

@@ -221,9 +221,12 @@ class Sidecar:
             tp.offset = resume if resume is not None else OFFSET_INVALID
             log.info(
                 "partition.recovered", partition=tp.partition, resume_offset=resume, pending=store.pending(),
-                truncated_bytes=store.truncated_bytes, seconds=round(time.monotonic() - t0, 3),
+                truncated_bytes=store.truncated_bytes, dangling=len(getattr(store, "dangling", ())),
+                seconds=round(time.monotonic() - t0, 3),
             )
         consumer.incremental_assign(partitions)
+        if self.paused:
+            consumer.pause(partitions)
         self.assigned = bool(self.stores)
         log.info("partitions.assigned", partitions=[tp.partition for tp in partitions])
         self._readiness()
@@ -276,9 +279,11 @@ class Sidecar:
                 if not self.paused:
                     msgs = consumer.consume(num_messages=self.s.batch_size, timeout=timeout)
                 else:
-                    consumer.poll(0)  # keep group membership alive while paused
-                    time.sleep(timeout)
-                    msgs = []
+                    # Paused partitions return nothing, but the call keeps group membership alive
+                    # and anything it does return (a partition assigned mid-pause) must be ingested.
+                    msgs = consumer.consume(num_messages=self.s.batch_size, timeout=0)
+                    if not msgs:
+                        time.sleep(timeout)
                 if msgs:
                     self._ingest(msgs)
                 self._publish()
