@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from sidecar.kafka.local import LocalKafka
@@ -132,7 +132,20 @@ def test_committed_offsets_survive_kill(local_kafka: LocalKafka | None, kafka_bo
 
     consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group})
     try:
-        committed = consumer.committed([TopicPartition(topic, 0)], timeout=30)
+        # Right after a crash restart the group coordinator may still be loading the offsets
+        # partition (NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS): retriable, so retry.
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                committed = consumer.committed([TopicPartition(topic, 0)], timeout=30)
+                break
+            except KafkaException as e:
+                if not e.args[0].retriable() and e.args[0].code() not in (
+                    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                    KafkaError.COORDINATOR_NOT_AVAILABLE,
+                ) or time.monotonic() > deadline:
+                    raise
+                time.sleep(1)
     finally:
         consumer.close()
     assert committed[0].offset == 1
