@@ -140,10 +140,10 @@ def test_committed_offsets_survive_kill(local_kafka: LocalKafka | None, kafka_bo
                 committed = consumer.committed([TopicPartition(topic, 0)], timeout=30)
                 break
             except KafkaException as e:
-                if not e.args[0].retriable() and e.args[0].code() not in (
+                if (not e.args[0].retriable() and e.args[0].code() not in (
                     KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
                     KafkaError.COORDINATOR_NOT_AVAILABLE,
-                ) or time.monotonic() > deadline:
+                )) or time.monotonic() > deadline:
                     raise
                 time.sleep(1)
     finally:
