@@ -97,9 +97,18 @@ def inspect_partition(d: Path) -> dict[str, Any]:
                 due = _level_head_due(d / "levels" / f"{n:02d}", done)
                 next_due[f"level-{n}"] = {"due_ms": due, "due": _iso(due)}
     else:
-        for tier in ("wheel", "bucket"):
-            if isinstance(sched.get(f"{tier}_pending"), int):
-                pending[tier] = sched[f"{tier}_pending"]
+        counts = sched.get("n")  # the wheel checkpoints [timer-log entries, bucket records]
+        if isinstance(counts, list) and len(counts) == 2:
+            for tier, n in zip(("wheel", "bucket"), counts, strict=True):
+                if int(n) > 0:
+                    pending[tier] = int(n)
+        starts = []
+        for b in (d / "buckets").glob("*.bkt") if (d / "buckets").is_dir() else []:
+            head, _, _width = b.stem.partition("-")
+            if head.isdigit():
+                starts.append(int(head))
+        if starts and pending.get("bucket"):  # a bucket's records fall due from its start on
+            next_due["bucket"] = {"due_ms": min(starts), "due": _iso(min(starts)), "bound": "bucket start"}
     out["pending"] = pending
     out["pending_total"] = sum(pending.values())
     out["next_due"] = next_due
