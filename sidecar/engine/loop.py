@@ -106,6 +106,7 @@ class Sidecar:
         self.in_flight = 0
         self.topic_in_flight: dict[str, int] = {}
         self.topic_cap = max(1, settings.max_in_flight // 4)
+        self.troubled: dict[str, int] = {}  # targets whose last publish failed -> when
         self._rr = 0
         self.backlog: deque[tuple[int, Record, _InFlight]] = deque()
         self.retries: list[tuple[int, int, int, _InFlight]] = []  # (at_ms, seq, ref, state)
@@ -375,9 +376,10 @@ class Sidecar:
             heapq.heappush(self.retries, (rec.due_ms, next(self._seq), ref, st))
             return True
         topic = bytes(rec.topic).decode()
-        if self.topic_in_flight.get(topic, 0) >= self.topic_cap:
-            # One slow or missing target must not take the whole in-flight budget: park it briefly.
-            heapq.heappush(self.retries, (now + 50, next(self._seq), ref, st))
+        if topic in self.troubled and self.topic_in_flight.get(topic, 0) >= self.topic_cap:
+            # A failing (slow, missing) target must not take the whole in-flight budget from the
+            # healthy ones: park its records briefly. Healthy targets are never capped.
+            heapq.heappush(self.retries, (now + 200, next(self._seq), ref, st))
             return True
         headers = decode_headers(rec.headers)
         if rec.rtype == codec.MESSAGE:
@@ -422,6 +424,8 @@ class Sidecar:
         if st.store.partition not in self.stores or self.stores[st.store.partition] is not st.store:
             return  # the partition was revoked; its new owner delivers from its own checkpoint
         if err is None:
+            if topic in self.troubled:
+                del self.troubled[topic]
             if not self.broker_up:
                 self.broker_up = True
                 log.info("broker.reachable")
@@ -438,6 +442,7 @@ class Sidecar:
 
     def _failed(self, ref: int, rec: Record, st: _InFlight, err: KafkaError) -> None:
         now = wall_ms()
+        self.troubled[bytes(rec.topic).decode()] = now
         st.attempt += 1
         if st.first_failure_ms == 0:
             st.first_failure_ms = now
