@@ -164,7 +164,8 @@ OPTIONS: tuple[Option, ...] = (
            "attempts for permanent publish errors before DLQ delivery-failed"),
     Option("max-in-flight", "max_in_flight", 20_000, _positive(_int),
            "records handed to the producer and not yet acknowledged, per process"),
-    Option("batch-size", "batch_size", 5_000, _positive(_int), "records consumed per poll"),
+    Option("batch-size", "batch_size", 1_000, _positive(_int),
+           "records consumed per poll (bounds how long one intake batch delays publishing)"),
     Option("disk-max-bytes", "disk_max_bytes", 0, parse_size,
            "pause ingress when the data directory reaches this size (0 = no limit)"),
     Option("disk-min-free-bytes", "disk_min_free_bytes", 256 * 1024 * 1024, parse_size,
@@ -209,7 +210,7 @@ class Settings:
     delivery_grace_ms: int = 60_000
     delivery_attempts: int = 5
     max_in_flight: int = 20_000
-    batch_size: int = 5_000
+    batch_size: int = 1_000
     disk_max_bytes: int = 0
     disk_min_free_bytes: int = 256 * 1024 * 1024
     shutdown_timeout_ms: int = 30_000
