@@ -1,0 +1,268 @@
+"""On-disk layout of the timer wheel: the slot file and the timer log (RIP-43 ``TimerWheel`` and
+``TimerLog``, seeds 000 and 002). Both are preallocated ``MappedFile``s with the store's
+self-checking 64-byte header, all integers little-endian.
+
+Slot file ``<partition-dir>/wheel/slots.whl`` — one 32-byte slot per ``precision`` ms of the near
+window (``window / precision`` slots; 10 ms x 1 h = 360,000 slots = 11.5 MB, sparse)::
+
+    header  magic b"KDSWHL\\0\\1", version 1, geom_a = precision_ms, geom_b = slot count, base 0
+    slot    0   i64  time_ms   start of the slot (k * precision); the slot holds due times
+                               [time_ms, time_ms + precision). Slot k lives at ring position
+                               k % slots; a position whose time_ms is not the expected one is a
+                               previous lap's slot and reads as empty
+            8   i64  first     first timer-log entry of the slot's chain (oldest)
+            16  i64  last      last timer-log entry of the chain (newest): appends link here
+            24  u32  count     entries appended to the chain (0: empty)
+            28  u16  min_off   smallest ``due_ms - time_ms`` in the chain (where the first pass starts)
+            30  u16  reserved (0)
+
+Timer log ``<partition-dir>/wheel/tl/<first-index>.tl`` — fixed 32-byte entries addressed by a
+64-bit index that grows for the life of the store; index ``i`` lives in the file whose first
+index is ``i - i % entries_per_file``::
+
+    header  magic b"KDSWTL\\0\\1", version 1, geom_a = 32 (entry size), geom_b = entries per file,
+            base = first index
+    entry   0   i64  due_ms    the committed (requested) due time, exact to the ms
+            8   i64  loc       where the body is: a commit-log position, or a bucket ref (bit 62
+                               set: bucket sequence number and offset, see ``sidecar.store.buckets``)
+            16  i64  next      next entry of the same chain (-1: none yet). RIP-43 links
+                               backwards (``prev_pos``); a forward link, patched into the previous
+                               tail on append, lets a million-entry slot be read in arrival order
+                               in bounded chunks without walking it backwards
+            24  u8   state     0 pending, 1 cancelled (RIP-43 ``MAGIC_DELETE``), 2 done,
+                               3 dropped (dangling: its body failed recovery's validation)
+            25  u8   flags     bit 0: the entry is on the late chain, not in a slot
+            26  u16  level     the record's level (0 in wheel mode; kept for the record)
+            28  u32  tag       low 32 bits of the entry's own index: a cheap check that a link
+                               led to the entry it meant
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+from sidecar.store.mapped import HEADER, HEADER_SIZE, GeometryMismatch, MappedFile, StoreError, fsync_dir
+
+SLOT_MAGIC = b"KDSWHL\x00\x01"
+TL_MAGIC = b"KDSWTL\x00\x01"
+VERSION = 1
+
+SLOT = struct.Struct("<qqqIHH")
+SLOT_SIZE = SLOT.size
+assert SLOT_SIZE == 32
+
+ENTRY = struct.Struct("<qqqBBHI")
+ENTRY_SIZE = ENTRY.size
+assert ENTRY_SIZE == 32
+_NEXT = struct.Struct("<q")
+_STATE = struct.Struct("<B")
+
+PENDING, CANCELLED, DONE, DROPPED = 0, 1, 2, 3
+LATE = 1
+
+
+def unborn(path: Path) -> bool:
+    """True if ``path`` is an interrupted creation (empty or all zeros: killed between
+    ``open(O_CREAT)``, ``ftruncate`` and the header write). It holds nothing; delete it."""
+    with open(path, "rb") as f:
+        chunk = f.read(HEADER_SIZE)
+        while chunk:
+            if chunk.count(0) != len(chunk):
+                return False
+            chunk = f.read(1 << 20)
+    return True
+
+
+class SlotFile:
+    """The ring of slots. Refuses a file written with another precision or window."""
+
+    def __init__(self, path: Path, precision_ms: int, slots: int) -> None:
+        self.path = path
+        self.precision = precision_ms
+        self.n = slots
+        size = HEADER_SIZE + slots * SLOT_SIZE
+        if path.exists() and unborn(path):
+            path.unlink()
+        self.created = not path.exists()
+        if not self.created:
+            self._check_geometry(path, precision_ms, slots)
+        self.f = MappedFile(
+            path, magic=SLOT_MAGIC, version=VERSION, size=size, geom_a=precision_ms, geom_b=slots, base=0,
+            create=self.created,
+        )
+        self.buf = self.f.buf
+        self.dirty_lo = -1
+        self.dirty_hi = -1
+        self.dir_dirty = self.created
+
+    @staticmethod
+    def _check_geometry(path: Path, precision_ms: int, slots: int) -> None:
+        """A clearer error than MappedFile's size check: name both precisions and windows."""
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            raw = os.pread(fd, HEADER_SIZE, 0)
+        finally:
+            os.close(fd)
+        if len(raw) < HEADER_SIZE:
+            raise StoreError(f"{path}: truncated slot file header")
+        magic, _ver, _h, ga, gb, _base, _r, _crc = HEADER.unpack_from(raw, 0)
+        if magic != SLOT_MAGIC:
+            raise StoreError(f"{path}: not a timer-wheel slot file (magic {magic!r})")
+        if (ga, gb) != (precision_ms, slots):
+            raise GeometryMismatch(
+                f"{path}: the timer wheel on disk has precision {ga} ms and window {ga * gb} ms ({gb} slots), "
+                f"but the configuration says precision {precision_ms} ms and window {precision_ms * slots} ms "
+                f"({slots} slots); pending records would land in the wrong slots. Keep the old "
+                "--wheel-precision/--wheel-window until the partition drains, or move the data directory away"
+            )
+
+    def offset(self, pos: int) -> int:
+        return HEADER_SIZE + pos * SLOT_SIZE
+
+    def write(self, pos: int, time_ms: int, first: int, last: int, count: int, min_off: int) -> None:
+        off = HEADER_SIZE + pos * SLOT_SIZE
+        SLOT.pack_into(self.buf, off, time_ms, first, last, count, min_off, 0)
+        if self.dirty_lo < 0 or off < self.dirty_lo:
+            self.dirty_lo = off
+        if off + SLOT_SIZE > self.dirty_hi:
+            self.dirty_hi = off + SLOT_SIZE
+
+    def flush(self) -> None:
+        if self.dir_dirty:
+            fsync_dir(self.path.parent)
+            self.dir_dirty = False
+        if self.dirty_lo >= 0:
+            self.f.flush(self.dirty_lo, self.dirty_hi)
+            self.dirty_lo = self.dirty_hi = -1
+
+    def size(self) -> int:
+        return self.f.size
+
+    def close(self) -> None:
+        self.buf = memoryview(b"")
+        self.f.close()
+
+
+class TimerLog:
+    """Rolling files of fixed-size entries. A file is deleted (by the scheduler, after a
+    checkpoint) once every entry in it has been passed by the done cursor."""
+
+    def __init__(self, directory: Path, entries_per_file: int) -> None:
+        self.dir = directory
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.per_file = entries_per_file
+        self.file_size = HEADER_SIZE + entries_per_file * ENTRY_SIZE
+        self.files: dict[int, MappedFile] = {}
+        self.dirty: dict[int, list[int]] = {}  # entries patched in place (links, states)
+        self.app_lo = -1  # appended since the last flush: [app_lo, app_hi)
+        self.app_hi = -1
+        self.dir_dirty = False
+        for path in self.dir.glob("*.tl"):
+            if unborn(path):
+                path.unlink()
+                continue
+            first = int(path.stem)
+            self.files[first] = self._map(first, create=False)
+
+    def _map(self, first: int, create: bool) -> MappedFile:
+        return MappedFile(
+            self.dir / f"{first:020d}.tl", magic=TL_MAGIC, version=VERSION, size=self.file_size,
+            geom_a=ENTRY_SIZE, geom_b=self.per_file, base=first, create=create,
+        )
+
+    def mark(self, first: int, off: int) -> None:
+        d = self.dirty.get(first)
+        if d is None:
+            self.dirty[first] = [off, off + ENTRY_SIZE]
+        else:
+            if off < d[0]:
+                d[0] = off
+            if off + ENTRY_SIZE > d[1]:
+                d[1] = off + ENTRY_SIZE
+
+    def has(self, idx: int) -> bool:
+        return idx >= 0 and (idx - idx % self.per_file) in self.files
+
+    def locate(self, idx: int) -> tuple[memoryview, int]:
+        first = idx - idx % self.per_file
+        f = self.files.get(first)
+        if f is None:
+            raise StoreError(f"timer-log entry {idx} is not on disk (file {first} is missing)")
+        return f.buf, HEADER_SIZE + (idx - first) * ENTRY_SIZE
+
+    def append(self, idx: int, due_ms: int, loc: int, flags: int, level: int) -> bool:
+        """Write entry ``idx`` (the log head); return True if this opened a new file."""
+        first = idx - idx % self.per_file
+        f = self.files.get(first)
+        created = False
+        if f is None:
+            path = self.dir / f"{first:020d}.tl"
+            if path.exists():  # a file left from before a restore's head: reuse its space
+                path.unlink()
+            f = self.files[first] = self._map(first, create=True)
+            created = self.dir_dirty = True
+        ENTRY.pack_into(
+            f.buf, HEADER_SIZE + (idx - first) * ENTRY_SIZE, due_ms, loc, -1, PENDING, flags, level & 0xFFFF,
+            idx & 0xFFFFFFFF,
+        )
+        if self.app_lo < 0:
+            self.app_lo = idx
+        self.app_hi = idx + 1
+        return created
+
+    def read(self, idx: int) -> tuple[int, int, int, int, int, int, int]:
+        buf, off = self.locate(idx)
+        return ENTRY.unpack_from(buf, off)
+
+    def next_of(self, idx: int) -> int:
+        buf, off = self.locate(idx)
+        return int(_NEXT.unpack_from(buf, off + 16)[0])
+
+    def set_next(self, idx: int, nxt: int) -> None:
+        first = idx - idx % self.per_file
+        buf, off = self.locate(idx)
+        _NEXT.pack_into(buf, off + 16, nxt)
+        self.mark(first, off)
+
+    def set_state(self, idx: int, state: int) -> None:
+        first = idx - idx % self.per_file
+        buf, off = self.locate(idx)
+        _STATE.pack_into(buf, off + 24, state)
+        self.mark(first, off)
+
+    def drop(self, first: int) -> None:
+        f = self.files.pop(first, None)
+        self.dirty.pop(first, None)
+        if f is not None:
+            f.close()
+            os.unlink(f.path)
+
+    def flush(self) -> None:
+        if self.dir_dirty:
+            fsync_dir(self.dir)
+            self.dir_dirty = False
+        if self.app_lo >= 0:
+            idx = self.app_lo
+            while idx < self.app_hi:
+                first = idx - idx % self.per_file
+                end = min(self.app_hi, first + self.per_file)
+                self.mark(first, HEADER_SIZE + (idx - first) * ENTRY_SIZE)
+                self.mark(first, HEADER_SIZE + (end - 1 - first) * ENTRY_SIZE)
+                idx = end
+            self.app_lo = self.app_hi = -1
+        for first, (lo, hi) in self.dirty.items():
+            f = self.files.get(first)
+            if f is not None:
+                f.flush(lo, hi)
+        self.dirty.clear()
+
+    def disk_bytes(self) -> int:
+        return len(self.files) * self.file_size
+
+    def close(self) -> None:
+        for f in self.files.values():
+            f.close()
+        self.files.clear()
+        self.dirty.clear()

@@ -1,0 +1,917 @@
+"""The timer-wheel scheduler (RocketMQ 5.x RIP-43, improved; DESIGN.md 4, docs/wheel.md).
+
+Three tiers, each on disk, none holding a Python object per record:
+
+- **slots** (``layout.SlotFile``): one 32-byte slot per ``precision`` ms of the near window, a ring
+  of ``window / precision`` positions. Slot ``k`` holds the records due in
+  ``[k * precision, (k + 1) * precision)`` as a chain of timer-log entries in arrival order.
+- **late chain**: records that arrive already due for a slot the reader has passed go to one
+  arrival-ordered chain, handed out ahead of the slots (they are due; everything still in a slot
+  is due later than they are).
+- **buckets** (``sidecar.store.buckets``): records due beyond the ring, copied whole into the
+  bucket file of their due time (their commit-log slot is released at once) and linked into the
+  wheel when the ring reaches the bucket's end. While a bucket is not fully linked in, records due
+  in its range join it even if the ring could hold them (equal due times keep arrival order), and
+  a record already due but beyond the ring (the reader more than a window behind) waits in its
+  bucket rather than jump the queue on the late chain.
+
+Reading. The *send* cursor walks the slots in order. Within a slot it makes one pass per distinct
+due offset (``due_ms - slot start``), smallest first, each pass walking the chain in arrival order
+and handing out the entries with that offset: so a slot comes out ordered by due ms, ties by
+arrival, and a pass for offset ``o`` only starts once ``now >= slot start + o`` — every record is
+handed out at or after its own due ms, never early, and without waiting for the end of its slot.
+Passes cost one chain walk per distinct offset (at most ``precision`` of them); a pass resumes
+from its cursor on the next call, so a million-record slot is read in ``limit``-sized chunks with
+flat memory. The reader never starts a slot at or beyond the start of a bucket that still holds
+records not linked in: loading stays ahead of reading, so bucket records land in their slots.
+
+Finishing. ``ack`` marks an entry done (state byte). The *done* cursor follows the send cursor
+over entries whose state is done (acks arrive out of order; done only crosses a gap-free prefix,
+like the levels scheduler) and releases each record's commit-log slot — or its bucket's live count
+— as it passes. Only done is checkpointed: after a crash everything from done on is read again,
+entries already done are skipped (not redelivered), so duplicates are limited to records that
+were in flight. The done cursor names the slot, the pass and the chain position, so a crash in the
+middle of a million-record slot resumes there.
+
+Durability and the ring. The slot file and timer log are mmapped and written in place; the
+checkpoint names the timer-log head, so entries past it are rewritten by the partition's replay,
+and ``restore`` cuts every slot chain back to entries before that head. A ring position is
+reused only for slots beyond ``guard + slots``, where ``guard`` is the lowest slot a restore from
+the last checkpoint could still need (the checkpointed done slot, or the first non-empty slot
+finished since), so a crash never finds a needed slot overwritten.
+
+Damage. ``validate`` (called by recovery after the replay) checks every pending entry the
+checkpoint restored against its body — below the checkpointed log head, CRC intact, same due time
+— and marks a dangling one DROPPED (skipped, its body not released: a wrong live count must not
+delete a segment that still holds pending records) instead of failing on first read. Bucket
+records are CRC-checked as they are loaded; a damaged one is not linked in (its bucket's count is
+released: the bucket is known to hold it). Both are reported in ``dropped``.
+
+Nothing here reads a clock: time comes in as ``now_ms``.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+from typing import Any
+
+from sidecar.store import codec
+from sidecar.store.buckets import BUCKET_BIT, BucketStore, make_ref, split_ref
+from sidecar.store.codec import Record
+from sidecar.store.log import CommitLog
+from sidecar.store.mapped import HEADER_SIZE, GeometryMismatch, StoreError, fsync_dir
+from sidecar.wheel.layout import (
+    CANCELLED,
+    DONE,
+    DROPPED,
+    ENTRY,
+    ENTRY_SIZE,
+    LATE,
+    PENDING,
+    SLOT,
+    SLOT_SIZE,
+    SlotFile,
+    TimerLog,
+)
+
+STATE_VERSION = 1
+MAX_DUE_MS = (1 << 62) - 1
+MIN_DUE_MS = -(1 << 62)
+MAX_PRECISION_MS = 60_000
+_NEG = -(1 << 62)
+_SLOT, _LATE, _BUCKET = 0, 1, 2
+_TAG = 0xFFFFFFFF
+_STATE = struct.Struct("<B")
+_unpack_entry = ENTRY.unpack_from
+
+
+def check_settings(precision_ms: int, window_ms: int, bucket_width_ms: int) -> None:
+    """Refuse geometries the wheel cannot honour, with the reason."""
+    if not 1 <= precision_ms <= MAX_PRECISION_MS:
+        raise ValueError(f"wheel precision must be 1 ms .. {MAX_PRECISION_MS} ms, not {precision_ms} ms")
+    if window_ms % precision_ms or window_ms // precision_ms < 2:
+        raise ValueError(
+            f"wheel window ({window_ms} ms) must be a multiple of the precision ({precision_ms} ms), at least 2 slots"
+        )
+    if not 1 <= bucket_width_ms <= window_ms:
+        raise ValueError(
+            f"bucket width ({bucket_width_ms} ms) must be between 1 ms and the wheel window ({window_ms} ms): "
+            "a bucket is loaded once the whole of it fits in the window"
+        )
+
+
+class WheelScheduler:
+    name = "wheel"
+
+    def __init__(
+        self,
+        directory: Path,
+        log: CommitLog,
+        *,
+        precision_ms: int = 10,
+        window_ms: int = 3_600_000,
+        bucket_width_ms: int = 3_600_000,
+        levels_ms: tuple[int, ...] = (),
+        entries_per_file: int = 1 << 20,
+        load_batch: int = 8_192,
+        scan_factor: int = 4,
+        done_batch: int = 65_536,
+    ) -> None:
+        check_settings(precision_ms, window_ms, bucket_width_ms)
+        self.log = log
+        self.levels_ms = levels_ms
+        self.P = precision_ms
+        self.N = window_ms // precision_ms
+        self.window_ms = window_ms
+        self.width = bucket_width_ms
+        self.dir = directory / "wheel"
+        self._new_dir = not self.dir.exists()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.partition_dir = directory
+        self.slots = SlotFile(self.dir / "slots.whl", self.P, self.N)
+        self.tl = TimerLog(self.dir / "tl", entries_per_file)
+        self.pf = entries_per_file
+        self.buckets = BucketStore(directory / "buckets")
+        self.load_batch = load_batch
+        self.scan_factor = scan_factor
+        self.done_batch = done_batch
+        self.occ_send = bytearray(self.N)  # 1: slot at this position still to be read by send
+        self.occ_done = bytearray(self.N)  # 1: slot at this position still to be passed by done
+        self._budget = 0
+        self._dbudget = 0
+        self.dropped: list[tuple[int, int, str]] = []  # (ref, body locator, reason): damage found
+        self._restored_head = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.head = 0  # next timer-log index
+        self.file_live: dict[int, int] = {}  # timer-log file -> entries not yet passed by done
+        self.inited = False
+        # send cursor: slot, pass offset (-1: slot not started), last examined entry of the pass
+        # (-1: pass start), smallest offset above the pass seen so far (-1: none)
+        self.s_k = 0
+        self.s_o = self.s_after = self.s_nxt = -1
+        # done cursor, same shape; done <= send
+        self.d_k = 0
+        self.d_o = self.d_after = self.d_nxt = -1
+        # late chain: first entry not yet passed by done, last entry, last entry examined by send
+        self.l_head = self.l_tail = self.l_sent = -1
+        # After a restore: the send slot of the checkpoint. Send restarts from done, but records
+        # due below this slot were behind the reader already, so new ones go to the late chain.
+        self.late_below = _NEG
+        self.now_last = _NEG
+        # lowest non-empty slot finished by done before / after the last state() snapshot
+        self.fm_before: int | None = None
+        self.fm_after: int | None = None
+        self._d_block = -1  # the entry the done cursor waits on in its slot (-1: none)
+        self.n_wheel = 0  # timer-log entries not yet passed by done
+        self.n_bucket = 0  # bucket records not yet loaded
+        self._snap_files: list[int] = []
+        self._snap_buckets: list[int] = []
+        self.occ_send[:] = bytes(self.N)
+        self.occ_done[:] = bytes(self.N)
+
+    # -- planning -------------------------------------------------------------------------------
+    def plan(self, mode: str, level: int, requested_due_ms: int, enqueue_ms: int) -> tuple[int, int] | None:
+        """The wheel honours the requested ms exactly (``delay.deliver-at`` = requested time)."""
+        if mode == "level":
+            if not 1 <= level <= len(self.levels_ms):
+                return None
+            due = enqueue_ms + self.levels_ms[level - 1]
+        else:
+            due = requested_due_ms
+        if not MIN_DUE_MS <= due <= MAX_DUE_MS:
+            return None
+        return 0, due
+
+    # -- geometry helpers -----------------------------------------------------------------------
+    def _slot(self, k: int) -> tuple[int, int, int, int] | None:
+        """(first, last, count, min_off) of slot ``k``, or None if its position holds no such slot."""
+        t, first, last, count, min_off, _r = SLOT.unpack_from(self.slots.buf, HEADER_SIZE + (k % self.N) * SLOT_SIZE)
+        if count == 0 or t != k * self.P:
+            return None
+        return first, last, count, min_off
+
+    def _next_occ(self, occ: bytearray, k: int) -> int | None:
+        """Smallest slot after ``k`` whose position is flagged in ``occ`` (ring search)."""
+        n = self.N
+        r = k % n
+        if r + 1 < n:
+            i = occ.find(1, r + 1)
+            if i >= 0:
+                return k + (i - r)
+        i = occ.find(1, 0, r)
+        if i >= 0:
+            return k + (n - r) + i
+        return None
+
+    def _guard(self) -> int:
+        g = self.d_k
+        if self.fm_before is not None and self.fm_before < g:
+            g = self.fm_before
+        if self.fm_after is not None and self.fm_after < g:
+            g = self.fm_after
+        return g
+
+    def _limit_slot(self) -> int:
+        """First slot the ring may not hold yet (see the module docstring: ``guard + slots``)."""
+        return self._guard() + self.N
+
+    def _init_cursor(self, k: int) -> None:
+        self.inited = True
+        self.s_k = self.d_k = k
+        self.s_o = self.s_after = self.s_nxt = -1
+        self.d_o = self.d_after = self.d_nxt = -1
+
+    # -- intake ---------------------------------------------------------------------------------
+    def _destination(self, due: int, loading: bool = False) -> int:
+        kd = due // self.P
+        if kd < self.late_below:
+            return _LATE
+        if kd > self.s_k or (kd == self.s_k and (self.s_o < 0 or due - kd * self.P >= self.s_o)):
+            if kd >= self._limit_slot():
+                # Beyond the ring, even if already due (the reader is more than a window behind):
+                # its bucket keeps it in due order behind the backlog instead of jumping the queue.
+                return _BUCKET
+            if not loading and (due - due % self.width, self.width) in self.buckets.by_range:
+                # Its bucket is not fully linked into the wheel yet: join it there, so records of
+                # equal due time keep their arrival order (the bucket is linked before anything
+                # added to the ring after it).
+                return _BUCKET
+            return _SLOT
+        return _LATE  # its slot is behind the reader: it is already due
+
+    def _new_entry(self, due: int, loc: int, level: int, flags: int) -> int:
+        idx = self.head
+        first = idx - idx % self.pf
+        if self.tl.append(idx, due, loc, flags, level):
+            self.file_live[first] = 0
+        self.file_live[first] = self.file_live.get(first, 0) + 1
+        self.head = idx + 1
+        self.n_wheel += 1
+        return idx
+
+    def _link_slot(self, due: int, idx: int) -> None:
+        kd = due // self.P
+        pos = kd % self.N
+        t, first, last, count, min_off, _r = SLOT.unpack_from(self.slots.buf, HEADER_SIZE + pos * SLOT_SIZE)
+        off = due - kd * self.P
+        if count and t == kd * self.P:
+            self.tl.set_next(last, idx)
+            self.slots.write(pos, t, first, idx, count + 1, off if off < min_off else min_off)
+        else:
+            self.slots.write(pos, kd * self.P, idx, idx, 1, off)
+            self.occ_send[pos] = 1
+            self.occ_done[pos] = 1
+
+    def _link_late(self, idx: int) -> None:
+        if self.l_tail == -1:
+            self.l_head = self.l_tail = idx
+        else:
+            self.tl.set_next(self.l_tail, idx)
+            self.l_tail = idx
+
+    def _link(self, due: int, loc: int, level: int, dest: int) -> int:
+        idx = self._new_entry(due, loc, level, LATE if dest == _LATE else 0)
+        if dest == _LATE:
+            self._link_late(idx)
+        else:
+            self._link_slot(due, idx)
+        return idx
+
+    def add(self, due_ms: int, level: int, log_pos: int) -> int:
+        if not self.inited:
+            # No due() call yet (first start, or replay before any checkpoint): start the reader
+            # at the earliest of this record's due and enqueue times.
+            rec = self.log.read(log_pos)
+            self._init_cursor(min(due_ms, rec.enqueue_ms) // self.P)
+        dest = self._destination(due_ms)
+        if dest == _BUCKET:
+            rec = self.log.read(log_pos)
+            seg = self.log.segments.get(log_pos // self.log.segment_bytes)
+            off = log_pos % self.log.segment_bytes
+            # the record's bytes exactly as in the log (CRC intact); re-encoded if not addressable
+            raw = seg.buf[off : off + rec.length] if seg is not None else BucketStore.encode(rec)
+            ref = self.buckets.append(due_ms - due_ms % self.width, self.width, due_ms, raw)
+            self.log.release(log_pos)
+            self.n_bucket += 1
+            return ref
+        return self._link(due_ms, log_pos, level, dest)
+
+    # -- bucket loading -------------------------------------------------------------------------
+    def _load(self) -> None:
+        bs = self.buckets
+        if not bs.unloaded:
+            return
+        limit_ms = self._limit_slot() * self.P
+        budget = self.load_batch
+        while budget > 0 and bs.unloaded:
+            end, _start, seq = bs.unloaded[0]
+            if end > limit_ms:
+                break
+            b = bs.buckets[seq]
+            items = bs.scan(b, budget)
+            if not items:
+                bs.mark_loaded(b, b.size, 0)
+                continue
+            pos = b.loaded
+            for off, total, state, due, level in items:
+                if state == PENDING:
+                    try:
+                        bs.read(seq, off)  # CRC check: a damaged copy is dropped here, not on delivery
+                    except StoreError as e:
+                        bs.release(seq)
+                        self.dropped.append((make_ref(seq, off), make_ref(seq, off), str(e)))
+                        pos = off + total
+                        continue
+                    dest = self._destination(due, loading=True)
+                    if dest == _BUCKET:  # cannot happen: due < end <= limit
+                        raise StoreError(f"bucket {seq}: record due {due} does not fit the window it was loaded into")
+                    idx = self._link(due, make_ref(seq, off), level, dest)
+                    bs.set_tl(seq, off, idx)
+                else:  # cancelled before it was loaded: finished here
+                    bs.release(seq)
+                pos = off + total
+            bs.mark_loaded(b, pos, len(items))
+            self.n_bucket -= len(items)
+            budget -= len(items)
+
+    # -- dequeue --------------------------------------------------------------------------------
+    def _read(self, loc: int) -> Record:
+        if loc & BUCKET_BIT:
+            seq, off = split_ref(loc)
+            return self.buckets.read(seq, off)
+        return self.log.read(loc)
+
+    def _visit(self, e: int, loc: int, state: int, out: list[tuple[int, Record]]) -> None:
+        """Send examines entry ``e`` in its turn: hand it out, or finish a cancelled one (done,
+        delivered before a restart, and dropped entries are skipped)."""
+        if state == PENDING:
+            out.append((loc if loc & BUCKET_BIT else e, self._read(loc)))
+        elif state == CANCELLED:
+            self.tl.set_state(e, DONE)  # the done cursor releases it
+
+    def _late_next(self) -> int:
+        if self.l_sent == -1:
+            return self.l_head
+        if self.l_sent == self.l_tail:
+            return -1
+        return self.tl.next_of(self.l_sent)
+
+    def _drain_late(self, now: int, limit: int, out: list[tuple[int, Record]]) -> None:
+        e = self._late_next()
+        files, pf = self.tl.files, self.pf
+        while e != -1 and len(out) < limit and self._budget > 0:
+            f0 = e - e % pf
+            due, loc, nx, state, _f, _lv, _t = _unpack_entry(files[f0].buf, HEADER_SIZE + (e - f0) * ENTRY_SIZE)
+            if state == PENDING and due > now:
+                break  # only after a clock step backwards: never early
+            self._budget -= 1
+            self._visit(e, loc, state, out)
+            self.l_sent = e
+            e = -1 if e == self.l_tail else nx
+
+    def _drain_slots(self, now: int, limit: int, out: list[tuple[int, Record]]) -> None:
+        P = self.P
+        tl = self.tl
+        # Never start a slot a bucket still has records for: loading stays ahead of reading, so a
+        # bucket's records are linked into their slots, in order, not onto the late chain.
+        b0 = self.buckets.first_start(self.window_ms)
+        bfloor = (1 << 62) if b0 is None else b0 // P
+        while len(out) < limit and self._budget > 0:
+            k = self.s_k
+            sl = self._slot(k)
+            if self.s_o < 0:  # slot k not started
+                if k >= bfloor:
+                    return
+                if sl is not None and self.occ_send[k % self.N]:
+                    if now < k * P + sl[3]:
+                        return
+                    self.s_o, self.s_after, self.s_nxt = sl[3], -1, -1
+                    continue
+                target = self._next_occ(self.occ_send, k)
+                cap = (now + 1) // P  # never move past a slot that is not wholly due
+                nk = cap if target is None or cap < target else target
+                if nk > bfloor:
+                    nk = bfloor
+                if nk <= k:
+                    return
+                self.s_k = nk
+                continue
+            if sl is None:
+                raise StoreError(f"timer wheel: slot {k} vanished while being read")
+            first, last = sl[0], sl[1]
+            o = self.s_o
+            base = k * P
+            after = self.s_after
+            e = first if after == -1 else (-1 if after == last else tl.next_of(after))
+            nxt = self.s_nxt
+            budget = self._budget
+            room = limit - len(out)
+            files, pf, read = tl.files, self.pf, self.log.read
+            cf, cbuf = -1, self.slots.buf
+            while e != -1 and room > 0 and budget > 0:
+                f0 = e - e % pf
+                if f0 != cf:
+                    cf, cbuf = f0, files[f0].buf
+                due, loc, nx, state, _f, _lv, _t = _unpack_entry(cbuf, HEADER_SIZE + (e - f0) * ENTRY_SIZE)
+                budget -= 1
+                eo = due - base
+                if eo == o:
+                    if state == PENDING:
+                        out.append((loc, self._read(loc)) if loc & BUCKET_BIT else (e, read(loc)))
+                        room -= 1
+                    elif state == CANCELLED:
+                        tl.set_state(e, DONE)  # the done cursor releases it
+                elif eo > o and (nxt < 0 or eo < nxt):
+                    nxt = eo
+                after = e
+                e = -1 if e == last else nx
+            self._budget = budget
+            self.s_after = after
+            self.s_nxt = nxt
+            if e != -1:
+                return  # limit or budget
+            if nxt >= 0:  # next pass
+                if now < base + nxt:
+                    return
+                self.s_o, self.s_after, self.s_nxt = nxt, -1, -1
+                continue
+            if now < base + P - 1:
+                return  # all passes done, but records for this slot may still arrive
+            self.occ_send[k % self.N] = 0
+            self.s_k, self.s_o, self.s_after, self.s_nxt = k + 1, -1, -1, -1
+
+    def due(self, now_ms: int, limit: int) -> list[tuple[int, Record]]:
+        out: list[tuple[int, Record]] = []
+        if limit <= 0:
+            return out
+        if not self.inited:
+            self._init_cursor(now_ms // self.P)
+        if now_ms > self.now_last:
+            self.now_last = now_ms
+        self._budget = limit * self.scan_factor + 1024
+        self._load()
+        self._drain_late(now_ms, limit, out)
+        if len(out) < limit:
+            self._drain_slots(now_ms, limit, out)
+        self._advance_done()
+        return out
+
+    # -- finishing ------------------------------------------------------------------------------
+    def _pass(self, e: int, loc: int, state: int) -> None:
+        """The done cursor crosses entry ``e``: release its body (not a dropped one's)."""
+        if state == DROPPED:
+            pass
+        elif loc & BUCKET_BIT:
+            self.buckets.release(split_ref(loc)[0])
+        else:
+            self.log.release(loc)
+        first = e - e % self.pf
+        self.file_live[first] -= 1
+        self.n_wheel -= 1
+
+    def _advance_done(self) -> None:
+        budget = self.done_batch
+        files, pf = self.tl.files, self.pf
+        # late chain
+        while self.l_head != -1 and self.l_sent != -1 and self.l_head <= self.l_sent and budget > 0:
+            e = self.l_head
+            f0 = e - e % pf
+            _due, loc, nx, state, _f, _lv, _t = _unpack_entry(files[f0].buf, HEADER_SIZE + (e - f0) * ENTRY_SIZE)
+            if state < DONE:
+                break
+            budget -= 1
+            self._pass(e, loc, state)
+            if e == self.l_tail:
+                self.l_head = self.l_tail = self.l_sent = -1
+            else:
+                self.l_head = nx
+        # slots
+        P = self.P
+        self._d_block = -1
+        while budget > 0:
+            k = self.d_k
+            if k > self.s_k or (k == self.s_k and self.s_o < 0):
+                return  # caught up with send
+            sl = self._slot(k)
+            if self.d_o < 0:
+                if sl is not None and self.occ_done[k % self.N]:
+                    self.d_o, self.d_after, self.d_nxt = sl[3], -1, -1
+                    continue
+                target = self._next_occ(self.occ_done, k)
+                self.d_k = self.s_k if target is None or target > self.s_k else target
+                continue
+            if sl is None:
+                raise StoreError(f"timer wheel: slot {k} vanished under the done cursor")
+            first, last = sl[0], sl[1]
+            o = self.d_o
+            base = k * P
+            after = self.d_after
+            e = first if after == -1 else (-1 if after == last else self.tl.next_of(after))
+            nxt = self.d_nxt
+            stop = False
+            cf, cbuf = -1, self.slots.buf
+            while e != -1 and budget > 0:
+                f0 = e - e % pf
+                if f0 != cf:
+                    cf, cbuf = f0, files[f0].buf
+                due, loc, nx, state, _f, _lv, _t = _unpack_entry(cbuf, HEADER_SIZE + (e - f0) * ENTRY_SIZE)
+                eo = due - base
+                if eo == o:
+                    if state < DONE:
+                        stop = True
+                        self._d_block = e
+                        break
+                    budget -= 1
+                    self._pass(e, loc, state)
+                elif eo > o and (nxt < 0 or eo < nxt):
+                    nxt = eo
+                after = e
+                e = -1 if e == last else nx
+            self.d_after = after
+            self.d_nxt = nxt
+            if stop or e != -1:
+                return
+            if k == self.s_k and o >= self.s_o:
+                return  # send is still in this pass: more entries may be appended to it
+            if nxt >= 0:
+                self.d_o, self.d_after, self.d_nxt = nxt, -1, -1
+                continue
+            self.occ_done[k % self.N] = 0
+            if self.fm_after is None or k < self.fm_after:
+                self.fm_after = k
+            self.d_k, self.d_o, self.d_after, self.d_nxt = k + 1, -1, -1, -1
+
+    def _handed(self, e: int, due: int, flags: int) -> bool:
+        """Has the send cursor examined entry ``e``?"""
+        if flags & LATE:
+            return self.l_sent != -1 and e <= self.l_sent
+        k = due // self.P
+        if k != self.s_k:
+            return k < self.s_k
+        if self.s_o < 0:
+            return False
+        eo = due - k * self.P
+        if eo != self.s_o:
+            return eo < self.s_o
+        return self.s_after != -1 and e <= self.s_after
+
+    def _entry(self, ref: int) -> tuple[int, int, int, int, int] | None:
+        """(index, due, loc, state, flags) of the timer-log entry behind a ref, if it is there."""
+        if ref < 0:
+            return None
+        if ref & BUCKET_BIT:
+            seq, off = split_ref(ref)
+            b = self.buckets.get(seq)
+            if b is None or off < HEADER_SIZE or off >= b.loaded:
+                return None
+            h = self.buckets.head(seq, off)
+            if h is None or h[1] < 0:
+                return None
+            e = h[1]
+        else:
+            e = ref
+        if e >= self.head or not self.tl.has(e):
+            return None
+        due, loc, _nx, state, flags, _lv, tag = self.tl.read(e)
+        if tag != e & _TAG:
+            return None
+        if ref & BUCKET_BIT:
+            if loc != ref:
+                return None
+        elif loc & BUCKET_BIT:
+            return None  # a bucket record's ref is the bucket ref, not the entry index
+        return e, due, loc, state, flags
+
+    def ack(self, ref: int) -> None:
+        if ref < 0:
+            return
+        if ref & BUCKET_BIT:
+            ent = self._entry(ref)
+            if ent is None:
+                return
+            e = ent[0]
+        else:
+            e = ref
+        if e >= self.head:
+            return
+        f0 = e - e % self.pf
+        mf = self.tl.files.get(f0)
+        if mf is None:
+            return
+        buf, off = mf.buf, HEADER_SIZE + (e - f0) * ENTRY_SIZE
+        due, loc, _nx, state, flags, _lv, tag = _unpack_entry(buf, off)
+        if tag != e & _TAG or state != PENDING or (loc != ref if ref & BUCKET_BIT else loc & BUCKET_BIT):
+            return
+        if not self._handed(e, due, flags):
+            return
+        _STATE.pack_into(buf, off + 24, DONE)
+        self.tl.mark(f0, off)
+        if e == self._d_block or e == self.l_head:  # the done cursor waits on this one
+            self._advance_done()
+
+    def cancel(self, ref: int) -> bool:
+        if ref >= 0 and ref & BUCKET_BIT:
+            seq, off = split_ref(ref)
+            b = self.buckets.get(seq)
+            if b is None or off < HEADER_SIZE or off >= b.size:
+                return False
+            if off >= b.loaded:  # still only in the bucket: the bucket entry carries the marker
+                h = self.buckets.head(seq, off)
+                if h is None or h[0] != PENDING:
+                    return False
+                self.buckets.set_state(seq, off, CANCELLED)
+                return True
+        ent = self._entry(ref)
+        if ent is None:
+            return False
+        e, due, _loc, state, flags = ent
+        if state != PENDING or self._handed(e, due, flags):
+            return False
+        self.tl.set_state(e, CANCELLED)
+        return True
+
+    def record(self, ref: int) -> Record | None:
+        try:
+            if ref >= 0 and ref & BUCKET_BIT:
+                seq, off = split_ref(ref)
+                b = self.buckets.get(seq)
+                if b is None or off < HEADER_SIZE or off >= b.size:
+                    return None
+                if off >= b.loaded:
+                    h = self.buckets.head(seq, off)
+                    return self.buckets.read(seq, off) if h is not None and h[0] == PENDING else None
+            ent = self._entry(ref)
+            if ent is None or ent[3] != PENDING:
+                return None
+            return self._read(ent[2])
+        except StoreError:
+            return None  # a stale ref from before a restart pointing into rewritten space
+
+    def next_due_ms(self) -> int | None:
+        best: int | None = None
+        e = self._late_next()
+        if e != -1:
+            best = self.tl.read(e)[0]
+        if self.inited:
+            c = self._slot_hint()
+            if c is not None and (best is None or c < best):
+                best = c
+        m = self.buckets.min_due(self.window_ms)
+        if m is not None and (best is None or m < best):
+            best = m
+        return best
+
+    def _slot_hint(self) -> int | None:
+        k = self.s_k
+        sl = self._slot(k)
+        if sl is not None:
+            if self.s_o < 0:
+                if self.occ_send[k % self.N]:
+                    return k * self.P + sl[3]
+            else:
+                if self.s_after != sl[1]:
+                    return k * self.P + self.s_o
+                if self.s_nxt >= 0:
+                    return k * self.P + self.s_nxt
+        t = self._next_occ(self.occ_send, k)
+        if t is None:
+            return None
+        st = self._slot(t)
+        return t * self.P + (st[3] if st is not None else 0)
+
+    # -- durability -----------------------------------------------------------------------------
+    def flush(self) -> None:
+        if self._new_dir:
+            fsync_dir(self.partition_dir)
+            self._new_dir = False
+        self.slots.flush()
+        self.tl.flush()
+        self.buckets.flush()
+
+    def state(self) -> dict[str, Any]:
+        # Non-empty slots finished so far are covered by this checkpoint once it is written.
+        if self.fm_after is not None and (self.fm_before is None or self.fm_after < self.fm_before):
+            self.fm_before = self.fm_after
+        self.fm_after = None
+        floor = self.head
+        if self.d_o >= 0:
+            sl = self._slot(self.d_k)
+            if sl is not None and sl[0] < floor:
+                floor = sl[0]
+        for e in (self.l_head, self.l_sent):  # send follows l_sent's link: keep its file too
+            if e != -1 and e < floor:
+                floor = e
+        self._snap_files = [f for f, live in self.file_live.items() if live <= 0 and f + self.pf <= floor]
+        self._snap_buckets = self.buckets.deletable()
+        return {
+            "v": STATE_VERSION,
+            "precision_ms": self.P,
+            "window_ms": self.window_ms,
+            "init": self.inited,
+            "head": self.head,
+            "files": {str(f): n for f, n in self.file_live.items()},
+            "done": [self.d_k, self.d_o, self.d_after, self.d_nxt],
+            "send": self.s_k,
+            "late": [self.l_head, self.l_tail],
+            "now": self.now_last,
+            "n": [self.n_wheel, self.n_bucket],
+            "buckets": self.buckets.state(),
+        }
+
+    def reclaim(self) -> None:
+        """After a checkpoint: delete timer-log files and bucket files it no longer needs."""
+        for f in self._snap_files:
+            if self.file_live.get(f, 1) <= 0 and f + self.pf <= self.head:
+                self.tl.drop(f)
+                del self.file_live[f]
+        for seq in self._snap_buckets:
+            self.buckets.delete(seq)
+        self._snap_files, self._snap_buckets = [], []
+        self.fm_before = None
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        if not state:
+            self._wipe()
+            return
+        if int(state.get("v", 0)) != STATE_VERSION:
+            raise StoreError(f"unsupported timer-wheel checkpoint version {state.get('v')}")
+        p, w = int(state["precision_ms"]), int(state["window_ms"])
+        if (p, w) != (self.P, self.window_ms):
+            raise GeometryMismatch(
+                f"the checkpoint was written with wheel precision {p} ms and window {w} ms, but the configuration "
+                f"says precision {self.P} ms and window {self.window_ms} ms"
+            )
+        self._reset()
+        self.inited = bool(state["init"])
+        self.head = self._restored_head = int(state["head"])
+        files = {int(k): int(v) for k, v in state["files"].items()}
+        for f in list(self.tl.files):
+            if f not in files:
+                self.tl.drop(f)  # created after the checkpoint
+        for f, live in files.items():
+            if f in self.tl.files:
+                self.file_live[f] = live
+            elif live > 0 and f < self.head:
+                raise StoreError(f"{self.tl.dir}: timer-log file {f} is missing but holds {live} pending entries")
+        self.d_k, self.d_o, self.d_after, self.d_nxt = (int(x) for x in state["done"])
+        self.s_k, self.s_o, self.s_after, self.s_nxt = self.d_k, self.d_o, self.d_after, self.d_nxt
+        if self.inited:
+            self.late_below = int(state.get("send", self.d_k))
+        self.l_head, self.l_tail = (int(x) for x in state["late"])
+        self.l_sent = -1
+        self.now_last = int(state["now"])
+        self.n_wheel, self.n_bucket = (int(x) for x in state["n"])
+        self.buckets.restore(state.get("buckets"))
+        if self.slots.created and self.n_wheel > 0:
+            raise StoreError(f"{self.slots.path} is missing but the checkpoint names {self.n_wheel} pending entries")
+        self._repair()
+        if self.d_o >= 0 and self._slot(self.d_k) is None:
+            raise StoreError(f"timer wheel: the checkpoint's done cursor is in slot {self.d_k}, which is empty")
+
+    def _repair(self) -> None:
+        """Rebuild the occupancy flags for the ring ``[done, done + slots)`` and cut every chain
+        back to the entries the checkpoint covers (those before ``head``)."""
+        n, p, head, lo = self.N, self.P, self.head, self.d_k
+        mv = self.slots.buf[HEADER_SIZE : HEADER_SIZE + n * SLOT_SIZE]
+        q = mv.cast("q")
+        times, firsts, lasts, cms = q[0::4].tolist(), q[1::4].tolist(), q[2::4].tolist(), q[3::4].tolist()
+        q.release()
+        mv.release()
+        for r in [r for r, v in enumerate(cms) if v & 0xFFFFFFFF]:
+            t = times[r]
+            if t % p:
+                continue
+            k = t // p
+            if k < lo:
+                continue  # a previous lap's slot: its time never comes again, it reads as empty
+            if k >= lo + n or k % n != r:
+                # Ahead of the restored ring: written after the checkpoint (before it, the ring
+                # ended at done + slots). Cleared, or it would look valid once the window got there.
+                self.slots.write(r, 0, 0, 0, 0, 0)
+                continue
+            if lasts[r] >= head:
+                if firsts[r] >= head:
+                    self.slots.write(r, 0, 0, 0, 0, 0)  # created after the checkpoint
+                    continue
+                self._cut_chain(r, k, firsts[r])
+            self.occ_send[r] = 1
+            self.occ_done[r] = 1
+
+    def _cut_chain(self, r: int, k: int, first: int) -> None:
+        head, base = self.head, k * self.P
+        e, count, min_off = first, 0, self.P
+        while True:
+            due, _loc, nx, _st, _f, _lv, tag = self.tl.read(e)
+            if tag != e & _TAG:
+                raise StoreError(f"timer wheel: slot {k} links to entry {e}, which holds another entry")
+            count += 1
+            if due - base < min_off:
+                min_off = due - base
+            if nx < 0 or nx >= head:
+                break
+            e = nx
+        self.slots.write(r, base, first, e, count, min_off)
+
+    def _wipe(self) -> None:
+        """No checkpoint: the commit log replays everything, so start the wheel empty."""
+        self._reset()
+        for f in list(self.tl.files):
+            self.tl.drop(f)
+        if not self.slots.created:
+            path = self.slots.path
+            self.slots.close()
+            os.unlink(path)
+            self.slots = SlotFile(path, self.P, self.N)
+        self.buckets.restore(None)
+
+    def validate(self, head: int) -> list[tuple[int, int, str]]:
+        """Check the pending entries restored from the checkpoint against their bodies (see the
+        module docstring); ``head`` is the checkpointed log head. Returns the dropped ones as
+        ``(ref, locator, reason)``. Bounded by what the window holds, never history."""
+        found: list[tuple[int, int, str]] = []
+        lim = self._restored_head
+        e = self.l_head
+        while e != -1 and e < lim:
+            self._check_entry(e, head, found)
+            e = -1 if e == self.l_tail else self.tl.next_of(e)
+        if self.inited:
+            k = self.d_k
+            while True:
+                sl = self._slot(k)
+                if sl is not None and self.occ_done[k % self.N]:
+                    e, last = sl[0], sl[1]
+                    while e != -1 and e < lim:
+                        self._check_entry(e, head, found)
+                        e = -1 if e == last else self.tl.next_of(e)
+                nk = self._next_occ(self.occ_done, k)
+                if nk is None or nk >= self.d_k + self.N:
+                    break
+                k = nk
+        self.dropped.extend(found)
+        return found
+
+    def _check_entry(self, e: int, head: int, found: list[tuple[int, int, str]]) -> None:
+        due, loc, _nx, state, _f, _lv, _t = self.tl.read(e)
+        if state != PENDING:
+            return
+        reason = ""
+        if loc & BUCKET_BIT:
+            seq, off = split_ref(loc)
+            b = self.buckets.get(seq)
+            if b is None or off >= b.size or self.buckets.head(seq, off) is None:
+                reason = f"bucket entry {seq}:{off} does not exist"
+            else:
+                try:
+                    rec = self.buckets.read(seq, off)
+                except StoreError as ex:
+                    reason = str(ex)
+                else:
+                    if rec.due_ms != due:
+                        reason = f"bucket record due {rec.due_ms} does not match the entry's {due}"
+        elif loc >= head:
+            reason = f"position {loc} is at or beyond the log head {head}"
+        else:
+            try:
+                rec = self.log.read(loc, verify=True)
+            except (codec.CorruptRecord, StoreError) as ex:
+                reason = f"record does not verify: {ex}"
+            else:
+                if rec.due_ms != due or rec.rtype == codec.CANCEL:
+                    reason = (
+                        f"record at {loc} (type {rec.rtype}, due {rec.due_ms}) does not match the entry (due {due})"
+                    )
+        if reason:
+            self.tl.set_state(e, DROPPED)
+            found.append((loc if loc & BUCKET_BIT else e, loc, reason))
+
+    # -- introspection --------------------------------------------------------------------------
+    def where(self, ref: int) -> str | None:
+        """Which tier holds a not-yet-done ref: "slot", "late" or "bucket" (None when done or
+        unknown). For tests and the inspect command; not on the hot path."""
+        if ref >= 0 and ref & BUCKET_BIT:
+            seq, off = split_ref(ref)
+            b = self.buckets.get(seq)
+            if b is None or off < HEADER_SIZE or off >= b.size:
+                return None
+            if off >= b.loaded:
+                h = self.buckets.head(seq, off)
+                return "bucket" if h is not None and h[0] != CANCELLED else None
+        ent = self._entry(ref)
+        if ent is None or ent[3] >= DONE:
+            return None
+        return "late" if ent[4] & LATE else "slot"
+
+    def pending(self) -> dict[str, int]:
+        return {"wheel": self.n_wheel, "bucket": self.n_bucket}
+
+    def disk_bytes(self) -> int:
+        return self.slots.size() + self.tl.disk_bytes() + self.buckets.disk_bytes()
+
+    def close(self) -> None:
+        self.slots.close()
+        self.tl.close()
+        self.buckets.close()

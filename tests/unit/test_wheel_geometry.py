@@ -1,0 +1,128 @@
+"""The wheel's on-disk geometry is checked on open: a changed precision or window is refused with
+an error naming both values, not silently misread."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sidecar.store import codec
+from sidecar.store.log import CommitLog
+from sidecar.store.mapped import HEADER_SIZE, GeometryMismatch, StoreError
+from sidecar.wheel import WheelScheduler
+from sidecar.wheel.layout import ENTRY_SIZE, SLOT_SIZE
+
+T0 = 1_700_000_000_000
+
+
+def _log(root: Path) -> CommitLog:
+    log = CommitLog(root, 8192)
+    list(log.recover(None, None))
+    return log
+
+
+def _wheel(root: Path, log: CommitLog, precision: int = 10, window: int = 2_000, per_file: int = 16) -> WheelScheduler:
+    return WheelScheduler(
+        root, log, precision_ms=precision, window_ms=window, bucket_width_ms=500, entries_per_file=per_file
+    )
+
+
+def _seed(root: Path) -> dict[str, object]:
+    log = _log(root)
+    w = _wheel(root, log)
+    w.restore(None)
+    w.due(T0, 1)
+    pos = log.append(
+        rtype=codec.MESSAGE, due_ms=T0 + 100, enqueue_ms=T0, src_offset=0, src_partition=0, target_partition=-1,
+        retry_count=0, level=0, rid=b"a", topic=b"t", key=None, value=None, headers_blob=b"",
+    )
+    w.add(T0 + 100, 0, pos)
+    w.flush()
+    st = w.state()
+    w.close()
+    log.close()
+    return st
+
+
+def test_the_slot_file_is_sized_by_the_geometry(tmp_path: Path) -> None:
+    log = _log(tmp_path)
+    w = _wheel(tmp_path, log)
+    assert (tmp_path / "wheel" / "slots.whl").stat().st_size == HEADER_SIZE + 200 * SLOT_SIZE
+    assert SLOT_SIZE == 32 and ENTRY_SIZE == 32
+    w.close()
+    log.close()
+
+
+@pytest.mark.parametrize(
+    ("precision", "window", "says"),
+    [
+        (20, 2_000, ["precision 10 ms", "precision 20 ms"]),
+        (10, 4_000, ["window 2000 ms", "window 4000 ms"]),
+        (5, 1_000, ["precision 10 ms and window 2000 ms", "precision 5 ms and window 1000 ms"]),
+    ],
+)
+def test_reopening_with_another_geometry_is_refused(
+    tmp_path: Path, precision: int, window: int, says: list[str]
+) -> None:
+    _seed(tmp_path)
+    log = _log(tmp_path)
+    with pytest.raises(GeometryMismatch) as e:
+        _wheel(tmp_path, log, precision=precision, window=window)
+    for s in says:
+        assert s in str(e.value)
+    log.close()
+
+
+def test_a_checkpoint_from_another_geometry_is_refused(tmp_path: Path) -> None:
+    st = _seed(tmp_path)
+    log = _log(tmp_path / "other")
+    w = _wheel(tmp_path / "other", log, precision=5, window=1_000)
+    both = r"precision 10 ms and window 2000 ms.*precision 5 ms and window 1000 ms"
+    with pytest.raises(GeometryMismatch, match=both):
+        w.restore(st)
+    w.close()
+    log.close()
+
+
+def test_another_timer_log_file_size_is_refused(tmp_path: Path) -> None:
+    _seed(tmp_path)
+    log = _log(tmp_path)
+    with pytest.raises(GeometryMismatch, match="differs from the configured"):
+        _wheel(tmp_path, log, per_file=32)
+    log.close()
+
+
+def test_a_slot_file_killed_while_being_created_is_recreated(tmp_path: Path) -> None:
+    (tmp_path / "wheel").mkdir()
+    (tmp_path / "wheel" / "slots.whl").write_bytes(bytes(4096))  # open(O_CREAT) + ftruncate, no header
+    (tmp_path / "wheel" / "tl").mkdir()
+    (tmp_path / "wheel" / "tl" / f"{0:020d}.tl").write_bytes(b"")
+    log = _log(tmp_path)
+    w = _wheel(tmp_path, log)
+    w.restore(None)
+    assert w.slots.created and w.tl.files == {}
+    w.close()
+    log.close()
+
+
+def test_a_missing_slot_file_with_pending_entries_is_an_error(tmp_path: Path) -> None:
+    st = _seed(tmp_path)
+    (tmp_path / "wheel" / "slots.whl").unlink()
+    log = _log(tmp_path)
+    w = _wheel(tmp_path, log)
+    with pytest.raises(StoreError, match="missing"):
+        w.restore(st)
+    w.close()
+    log.close()
+
+
+def test_settings_the_wheel_cannot_honour(tmp_path: Path) -> None:
+    log = _log(tmp_path)
+    with pytest.raises(ValueError, match="precision"):
+        WheelScheduler(tmp_path, log, precision_ms=120_000, window_ms=240_000, bucket_width_ms=1000)
+    with pytest.raises(ValueError, match="multiple"):
+        WheelScheduler(tmp_path, log, precision_ms=10, window_ms=2_005, bucket_width_ms=1000)
+    with pytest.raises(ValueError, match="bucket width"):
+        WheelScheduler(tmp_path, log, precision_ms=10, window_ms=2_000, bucket_width_ms=3000)
+    log.close()
