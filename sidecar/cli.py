@@ -312,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("demo", help="local broker + sidecar + a few delayed records, printed as they arrive")
-    p.add_argument("--scheduler", default="levels", choices=["levels", "wheel"])
+    p.add_argument("--scheduler", default="wheel", choices=["levels", "wheel"])
 
     sub.add_parser("salvage", help="copy every readable record out of a damaged store (JSON lines)", add_help=False)
     sub.add_parser("accuracy", help="Spark accuracy report (see delay-sidecar accuracy --help)", add_help=False)

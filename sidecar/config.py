@@ -125,7 +125,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("ingress-topic", "ingress_topic", "delay.ingress", _str, "topic producers send delayed records to"),
     Option("dlq-topic", "dlq_topic", "delay.dlq", _str, "dead-letter topic"),
     Option("data-dir", "data_dir", "./data", _str, "store directory (one sub-directory per ingress partition)"),
-    Option("scheduler", "scheduler", "levels", _choice("levels", "wheel"), "levels (RocketMQ 4.x) or wheel"),
+    Option("scheduler", "scheduler", "wheel", _choice("levels", "wheel"),
+           "wheel (any delay, to the ms) or levels (RocketMQ 4.x delay levels)"),
     Option("group-id", "group_id", "delay-sidecar", _str, "consumer group of the ingress consumers"),
     Option("group-instance-id", "group_instance_id", None, _opt_str,
            "static group membership id (stable per instance, e.g. the pod name)"),
@@ -186,7 +187,7 @@ class Settings:
     ingress_topic: str = "delay.ingress"
     dlq_topic: str = "delay.dlq"
     data_dir: str = "./data"
-    scheduler: str = "levels"
+    scheduler: str = "wheel"
     group_id: str = "delay-sidecar"
     group_instance_id: str | None = None
     ingress_partitions: int = 6

@@ -282,7 +282,7 @@ def test_three_replicas(three_docs: list[Doc], tmp_path: Path) -> None:
     assert sts["template"]["spec"]["topologySpreadConstraints"][0]["topologyKey"] == "kubernetes.io/hostname"
     assert container(three_docs)["resources"]["requests"] == {"cpu": "500m", "memory": "512Mi"}
     s = settings_in_pod(three_docs, tmp_path, {})
-    assert s.scheduler == "levels"
+    assert s.scheduler == "levels"  # ci/three-replicas-values.yaml picks the levels scheduler
     assert s.levels_ms[-1] == 6 * 3_600_000 and len(s.levels_ms) == 12
     assert (s.fsync, s.fsync_interval_ms) == ("interval", 200)
     assert (s.ingress_partitions, s.replication_factor) == (12, 3)
@@ -294,7 +294,7 @@ def test_three_replicas(three_docs: list[Doc], tmp_path: Path) -> None:
 def test_default_config_loads_in_the_sidecar(default_docs: list[Doc], tmp_path: Path) -> None:
     s = settings_in_pod(default_docs, tmp_path, {})
     assert s.bootstrap_servers == "kafka-bootstrap:9092"
-    assert (s.ingress_topic, s.dlq_topic, s.scheduler) == ("delay.ingress", "delay.dlq", "levels")
+    assert (s.ingress_topic, s.dlq_topic, s.scheduler) == ("delay.ingress", "delay.dlq", "wheel")
     assert s.data_dir == DATA_DIR and s.http_port == 8080
     assert s.kafka == {"session.timeout.ms": "45000"}
     assert "security.protocol" not in s.kafka

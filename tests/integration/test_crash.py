@@ -40,11 +40,13 @@ COMMIT_INTERVAL_MS = 100
 IN_FLIGHT_WINDOW_MS = 2000
 
 
-@pytest.fixture
-def sidecar(kafka_bootstrap: str, tmp_path: Path, unique: str) -> Iterator[SidecarProcess]:
+@pytest.fixture(params=["levels", "wheel"])
+def sidecar(
+    request: pytest.FixtureRequest, kafka_bootstrap: str, tmp_path: Path, unique: str
+) -> Iterator[SidecarProcess]:
     sc = SidecarProcess(
         kafka_bootstrap, tmp_path / "data", f"ingress-crash-{unique}", f"dlq-crash-{unique}",
-        extra=["--scheduler", "levels", "--ingress-partitions", "3", "--segment-bytes", "256KiB",
+        extra=["--scheduler", request.param, "--ingress-partitions", "3", "--segment-bytes", "256KiB",
                "--max-record-bytes", "64KiB", "--commit-interval", f"{COMMIT_INTERVAL_MS}ms",
                "--batch-size", "500"],
     )
