@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import shutil
 import signal
 import sys
@@ -32,7 +33,7 @@ from typing import Any
 import orjson
 
 from sidecar.bench import lateness, mass_expiry, pending_memory, redis_zset, restart, throughput
-from sidecar.bench.report import machine_facts, markdown_table, walk_figures
+from sidecar.bench.report import machine_facts, markdown_pivot, walk_figures
 from sidecar.bench.workload import SIZES, Bench, BenchError, SidecarProc, kafka_ready, log, stop_all, uid
 
 SCENARIOS: dict[str, Callable[[Bench], dict[str, Any]]] = {
@@ -127,6 +128,7 @@ def bench_main(argv: list[str]) -> int:
             log(f"broker: {broker.describe()}")
         kafka_ready(bootstrap)
         report["machine"] = machine_facts(kafka_version)
+        report["machine"]["loadavg_1_5_15_at_start"] = [round(x, 2) for x in os.getloadavg()]
         report["settings"] = {"bootstrap": "local (started by the bench)" if broker else "external",
                               "workdir": str(workdir)}
         schedulers = ns.schedulers
@@ -157,6 +159,7 @@ def bench_main(argv: list[str]) -> int:
                 with contextlib.suppress(Exception):
                     bench.cleanup_topics()
             res["seconds"] = round(time.monotonic() - t0, 1)
+            res["loadavg_1_5_15"] = [round(x, 2) for x in os.getloadavg()]
             report["scenarios"][name] = res
             _write(out, report)
             log(f"scenario {name} done in {res['seconds']} s")
@@ -179,7 +182,7 @@ def bench_main(argv: list[str]) -> int:
         _write(out, report)
         if own_workdir and not ns.keep_workdir:
             shutil.rmtree(workdir, ignore_errors=True)
-    print(markdown_table(report))
+    print(markdown_pivot(report))
     log(f"report written to {out}")
     return 1 if failed else 0
 

@@ -21,11 +21,13 @@ from sidecar.bench.report import fig
 from sidecar.bench.workload import (
     Bench,
     PacedProducer,
+    ScriptProc,
     choice_delays,
     cpu_seconds,
     log,
     percentile,
     read_range,
+    schedstat,
     sleep_until_wall_ms,
     uid,
     uniform_delays,
@@ -58,6 +60,7 @@ def measure(bench: Bench, scheduler: str, rate: float, seconds: float) -> dict[s
     sc.start()
     try:
         cpu0 = cpu_seconds(sc.pid)
+        run0, wait0 = schedstat(sc.pid)
         prod = PacedProducer(bench.bootstrap, ingress, target, rate, 100, delays, duration_s=seconds)
         prod.start()
         prod.join(seconds + 120)
@@ -67,6 +70,7 @@ def measure(bench: Bench, scheduler: str, rate: float, seconds: float) -> dict[s
         wait_until(f"{sent} records delivered", lambda: bench.wm.total(target) >= sent,
                    max(WHEEL_DELAYS) / 1000 + 120, 0.25, sc.check_alive)
         cpu = cpu_seconds(sc.pid) - cpu0
+        run1, wait1 = schedstat(sc.pid)
         stats = sc.stats() or {}
     finally:
         sc.stop()
@@ -83,8 +87,40 @@ def measure(bench: Bench, scheduler: str, rate: float, seconds: float) -> dict[s
         "max": float(late[-1]) if late else None,
         "early": sum(1 for x in late if x < 0),
         "sidecar_cpu_share": cpu / (seconds + max(WHEEL_DELAYS) / 1000),
+        "main_thread_cpu_s": run1 - run0,
+        "main_thread_runqueue_wait_s": wait1 - wait0,
         "stats": {k: stats.get(k) for k in ("ingested", "delivered", "early", "dlq")},
     }
+
+
+def passthrough_latency(bench: Bench, rate: float, seconds: float) -> dict[str, Any]:
+    """The same paced load through the plain passthrough: latency = delivered timestamp - ingress
+    timestamp (joined by key). What this machine's produce -> broker -> consume -> produce path
+    costs under this load, with no store and no timer: context for the machine's jitter (it has a
+    leg the sidecar's lateness does not have, so it is not a floor)."""
+    ingress, target = f"bench.latpt.in.{uid()}", f"bench.latpt.out.{uid()}"
+    bench.topics(ingress, target)
+    expected = int(rate * seconds)
+    proc = ScriptProc("sidecar.bench.passthrough", bench.workdir,
+                      ["--bootstrap", bench.bootstrap, "--source", ingress, "--target", target, "--count",
+                       str(expected), "--group", f"bench-latpt-{uid()}", "--timeout", str(seconds + 120)], tag="lat")
+    proc.start()
+    proc.wait_event("ready", 60)
+    run0, wait0 = schedstat(proc.pid)
+    prod = PacedProducer(bench.bootstrap, ingress, target, rate, 100, lambda _i: 0, duration_s=seconds)
+    prod.start()
+    prod.join(seconds + 120)
+    wait_until("passthrough to copy the paced load", lambda: bench.wm.total(target) >= prod.sent, 120, 0.25,
+               proc.check_alive)
+    run1, wait1 = schedstat(proc.pid)
+    proc.stop()
+    src = read_range(bench.bootstrap, ingress, {}, bench.wm.high(ingress), keys=True)
+    dst = read_range(bench.bootstrap, target, {}, bench.wm.high(target), keys=True)
+    sent_at = dict(zip(src.keys, src.ts, strict=True))
+    lat = sorted(ts - sent_at[k] for k, ts in zip(dst.keys, dst.ts, strict=True) if k in sent_at)
+    return {"records": len(lat), "p50": percentile(lat, 50), "p99": percentile(lat, 99),
+            "p999": percentile(lat, 99.9), "max": float(lat[-1]) if lat else None,
+            "main_thread_cpu_s": run1 - run0, "main_thread_runqueue_wait_s": wait1 - wait0}
 
 
 def run(bench: Bench) -> dict[str, Any]:
@@ -106,8 +142,24 @@ def run(bench: Bench) -> dict[str, Any]:
             "max_ms": fig(m["max"], "ms"),
             "early": fig(m["early"], "records", "== 0"),
             "lost": fig(max(0, m["sent"] - (m["delivered"] - m["duplicates"])), "records", "== 0"),
+            "runqueue_wait_share": fig(m["main_thread_runqueue_wait_s"] / (seconds + WHEEL_DELAYS[1] / 1000), "x",
+                                       note="time the sidecar's main thread was runnable but waiting for a CPU"),
         }
         details[sched] = {**m, "max_throughput": top, "max_throughput_source": source}
+    if bench.schedulers:
+        rate = details[bench.schedulers[0]]["offered_rate"]
+        pt = passthrough_latency(bench, rate, seconds)
+        log(f"lateness: passthrough at {rate:,.0f} records/s: latency p50 {pt['p50']} p99 {pt['p99']} "
+            f"p99.9 {pt['p999']} max {pt['max']} ms")
+        results["passthrough_latency"] = {
+            "rate": fig(rate, "records/s"),
+            "p50_ms": fig(pt["p50"], "ms"),
+            "p99_ms": fig(pt["p99"], "ms"),
+            "p999_ms": fig(pt["p999"], "ms"),
+            "max_ms": fig(pt["max"], "ms"),
+            "runqueue_wait_share": fig(pt["main_thread_runqueue_wait_s"] / seconds, "x"),
+        }
+        details["passthrough_latency"] = pt
     bench.cleanup_topics()
     return {
         "method": "steady paced producer at 50 % of the measured maximum, lateness = delivered record "

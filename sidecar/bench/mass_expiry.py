@@ -138,6 +138,7 @@ def run(bench: Bench) -> dict[str, Any]:
             "ingest_during_drain_records_per_s": fig(kept, "records/s",
                                                      note=f"offered {bg_rate:,.0f} records/s in the background"),
             "ingest_kept_ratio": fig(kept / bg_rate if kept is not None else None, "x"),
+            "first_record_lateness_ms": fig(m["first_lateness_ms"], "ms"),
             "last_record_lateness_ms": fig(m["last_lateness_ms"], "ms"),
             "early": fig(m["early"], "records", "== 0"),
         }

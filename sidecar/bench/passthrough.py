@@ -41,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
 
     prod = Producer({"bootstrap.servers": ns.bootstrap, **DELIVERY_PRODUCER})
     cons = Consumer({"bootstrap.servers": ns.bootstrap, "group.id": ns.group, **INGRESS_CONSUMER})
-    state = {"in_flight": 0, "acked": 0, "failed": 0}
+    state = {"in_flight": 0, "acked": 0, "failed": 0, "consume_errors": 0}
+    errors: dict[str, int] = {}
 
     def on_delivery(err: Any, _msg: Any) -> None:
         state["in_flight"] -= 1
@@ -49,18 +50,23 @@ def main(argv: list[str] | None = None) -> int:
             state["acked"] += 1
         else:
             state["failed"] += 1
+            errors[str(err)] = errors.get(str(err), 0) + 1
 
     def on_assign(c: Consumer, parts: list[TopicPartition]) -> None:
         c.incremental_assign(parts)
         emit("ready", partitions=[p.partition for p in parts])
 
-    cons.subscribe([ns.source], on_assign=on_assign)
+    def on_lost(c: Consumer, parts: list[TopicPartition]) -> None:
+        emit("lost", partitions=[p.partition for p in parts])
+        c.incremental_unassign(parts)
+
+    cons.subscribe([ns.source], on_assign=on_assign, on_lost=on_lost)
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     cpu0 = ru0.ru_utime + ru0.ru_stime
     consumed = 0
     first_ms = 0
     positions: dict[int, int] = {}
-    last_commit = time.monotonic()
+    last_commit = last_progress = time.monotonic()
     deadline = time.monotonic() + ns.timeout
     backlog: list[Message] = []
     pos = 0
@@ -71,7 +77,10 @@ def main(argv: list[str] | None = None) -> int:
             cons.poll(0)
         while pos < len(backlog) and state["in_flight"] < MAX_IN_FLIGHT:
             m = backlog[pos]
-            if m.error() is not None:
+            err = m.error()
+            if err is not None:
+                state["consume_errors"] += 1
+                errors[str(err)] = errors.get(str(err), 0) + 1
                 pos += 1
                 continue
             try:
@@ -87,13 +96,17 @@ def main(argv: list[str] | None = None) -> int:
             positions[m.partition()] = m.offset() + 1  # type: ignore[index,operator]
         prod.poll(0)
         now = time.monotonic()
+        if now - last_progress >= 5:
+            emit("progress", consumed=consumed, positions={str(p): o for p, o in positions.items()}, errors=errors,
+                 **state)
+            last_progress = now
         if now - last_commit >= 0.2 and positions:
             cons.commit(offsets=[TopicPartition(ns.source, p, o) for p, o in positions.items()], asynchronous=True)
             last_commit = now
     prod.flush(60)
     ru = resource.getrusage(resource.RUSAGE_SELF)
     emit("done", cpu_s=ru.ru_utime + ru.ru_stime - cpu0, consumed=consumed, acked=state["acked"],
-         failed=state["failed"], first_produce_ms=first_ms)
+         failed=state["failed"], consume_errors=state["consume_errors"], errors=errors, first_produce_ms=first_ms)
     cons.close()
     return 0 if state["acked"] >= ns.count else 1
 

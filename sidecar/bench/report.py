@@ -108,7 +108,7 @@ def machine_facts(kafka_version: str | None) -> dict[str, Any]:
         "memory_bytes": vm.total,
         "platform": platform.platform(),
         "python": sys.version.split()[0],
-        "confluent_kafka": confluent_kafka.version()[0],
+        "confluent_kafka": str(getattr(confluent_kafka, "__version__", "") or confluent_kafka.version()),
         "librdkafka": confluent_kafka.libversion()[0],
         "kafka": kafka_version,
         "redis": _redis_version(),
@@ -141,3 +141,30 @@ def markdown_table(report: dict[str, Any]) -> str:
         if scenario.get("error"):
             rows.append(f"| {name} | error | {scenario['error'][:80]} | | | **no** |")
     return "\n".join(rows)
+
+
+def markdown_pivot(report: dict[str, Any]) -> str:
+    """The figures with one column per scheduler (and one for baselines: passthrough, Redis), one
+    row per scenario and figure path with the scheduler taken out: the compact table of the docs."""
+    scheds = list(report.get("settings", {}).get("schedulers", ["levels", "wheel"]))
+    rows: dict[tuple[str, str], dict[str, Figure]] = {}
+    for name, scenario in report.get("scenarios", {}).items():
+        for path, f in walk_figures(scenario.get("results", {})):
+            parts = path.split(".")
+            col = "baseline"
+            for s in scheds:
+                if s in parts:
+                    parts.remove(s)
+                    col = s
+                    break
+            rows.setdefault((name, ".".join(parts)), {})[col] = f
+    head = ["scenario", "figure", *scheds, "baseline", "unit", "goal", "met"]
+    out = ["| " + " | ".join(head) + " |", "| " + " | ".join(["---", "---"] + ["---:"] * (len(scheds) + 1)
+                                                          + ["---", "---", "---"]) + " |"]
+    for (name, path), cols in rows.items():
+        any_f = next(iter(cols.values()))
+        mets = [cols[c]["met"] for c in [*scheds, "baseline"] if c in cols and cols[c]["met"] is not None]
+        met = "" if not mets else ("yes" if all(mets) else ("**no**" if not any(mets) else "partly"))
+        vals = [_fmt(cols[c]["value"]) if c in cols else "" for c in [*scheds, "baseline"]]
+        out.append(f"| {name} | {path} | " + " | ".join(vals) + f" | {any_f['unit']} | {any_f['goal'] or ''} | {met} |")
+    return "\n".join(out)

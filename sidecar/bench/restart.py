@@ -121,11 +121,17 @@ def run(bench: Bench) -> dict[str, Any]:
         m = measure(bench, sc, n)
         log(f"restart {sched}: first on-time delivery {m['restart_s']} s after process start "
             f"(first delivery {m['first_delivery_s']} s, recovery {m['recovery_s']} s)")
-        note = None if m["restart_s"] is not None else "no on-time probe within the probe window"
+        note = None if m["restart_s"] is not None else (
+            f"no on-time probe within the {m['probe_window_ms'] / 1000:.0f} s probe window: the restart took longer "
+            "(see restart_to_first_delivery_s)")
+        on_time = fig(m["restart_s"], "s", "<= 5", note=note)
+        if m["restart_s"] is None:
+            on_time["met"] = False  # longer than the probe window, so longer than the goal too
         results[sched] = {
             "pending": fig(n, "records"),
-            "restart_to_first_on_time_s": fig(m["restart_s"], "s", "<= 5", note=note),
+            "restart_to_first_on_time_s": on_time,
             "restart_to_first_delivery_s": fig(m["first_delivery_s"], "s"),
+            "store_recovery_s": fig(m["recovery_s"], "s", note="partition.recovered: opening the store"),
             "early": fig(m["early"], "records", "== 0"),
         }
         details[sched] = {**m, "store": source}

@@ -41,7 +41,7 @@ MAX_DELAY_MS = 10_000
 
 
 def records_for(bench: Bench) -> int:
-    return 400_000 if bench.full else 20_000
+    return 300_000 if bench.full else 20_000
 
 
 def timeout_for(n: int) -> float:
@@ -119,7 +119,8 @@ def run(bench: Bench) -> dict[str, Any]:
     for label, (pre, target) in loads.items():
         pt = measure_passthrough(bench, pre, label)
         log(f"throughput {label}: passthrough {pt['records_per_s'] or 0:,.0f} records/s")
-        res: dict[str, Any] = {"passthrough": {"records_per_s": fig(pt["records_per_s"], "records/s")}}
+        res: dict[str, Any] = {"passthrough": {"records_per_s": fig(pt["records_per_s"], "records/s"),
+                                               "cpu_us_per_record": fig(pt["cpu_us_per_record"], "µs")}}
         det: dict[str, Any] = {"passthrough": pt}
         for sched in bench.schedulers:
             sc = measure_sidecar(bench, pre, target, sched, tag=f"tp-{label}")
@@ -128,6 +129,11 @@ def run(bench: Bench) -> dict[str, Any]:
             res[sched] = {
                 "records_per_s": fig(sc["records_per_s"], "records/s"),
                 "ratio_to_passthrough": fig(ratio, "x", GOAL_RATIO),
+                "cpu_us_per_record": fig(sc["cpu_us_per_record"], "µs"),
+                "cpu_ratio_to_passthrough": fig(
+                    pt["cpu_us_per_record"] / sc["cpu_us_per_record"]
+                    if pt.get("cpu_us_per_record") and sc["cpu_us_per_record"] else None, "x",
+                    note="passthrough CPU per record / sidecar CPU per record: the ratio without other load"),
                 "early": fig(sc["early"], "records", "== 0"),
             }
             det[sched] = sc

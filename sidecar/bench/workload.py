@@ -330,6 +330,7 @@ class Delivered:
     ts: list[int] = field(default_factory=list)
     deliver_at: list[int] = field(default_factory=list)
     ids: list[bytes] = field(default_factory=list)
+    keys: list[bytes] = field(default_factory=list)
 
     def window_rate(self) -> float | None:
         if len(self.ts) < 2:
@@ -339,7 +340,7 @@ class Delivered:
 
 
 def read_range(bootstrap: str, topic: str, start: dict[int, int], end: dict[int, int], headers: bool = False,
-               timeout_s: float = 300) -> Delivered:
+               timeout_s: float = 300, keys: bool = False) -> Delivered:
     """Read ``[start[p], end[p])`` of every partition ``p``."""
     out = Delivered()
     todo = {p: (start.get(p, 0), e) for p, e in end.items() if e > start.get(p, 0)}
@@ -361,6 +362,8 @@ def read_range(bootstrap: str, topic: str, start: dict[int, int], end: dict[int,
                 if e is None or off >= e:
                     continue
                 out.ts.append(m.timestamp()[1])
+                if keys:
+                    out.keys.append(m.key() or b"")
                 if headers:
                     da = -1
                     rid = b""
@@ -417,6 +420,16 @@ def cpu_seconds(pid: int) -> float:
     except psutil.Error:
         return 0.0
     return float(t.user + t.system)
+
+
+def schedstat(pid: int) -> tuple[float, float]:
+    """(seconds on a CPU, seconds runnable but waiting for a CPU) of a process's main thread, from
+    ``/proc/PID/schedstat``. The wait tells how much the machine's other load delayed it."""
+    try:
+        run_ns, wait_ns, _slices = Path(f"/proc/{pid}/schedstat").read_text().split()
+    except (OSError, ValueError):
+        return 0.0, 0.0
+    return int(run_ns) / 1e9, int(wait_ns) / 1e9
 
 
 class RssSampler(threading.Thread):
