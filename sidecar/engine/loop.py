@@ -51,6 +51,9 @@ from sidecar.store.log import CommitLog
 
 log = logs.get("sidecar")
 
+PUBLISH_CHUNK = 1000  # records handed out by a scheduler per call
+PUBLISH_BUDGET_PER_TURN = 5000  # records published per loop turn, across partitions
+
 
 def wall_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -360,14 +363,26 @@ class Sidecar:
         if len(stores) > 1:  # rotate the starting partition so a busy one cannot starve the rest
             self._rr = (self._rr + 1) % len(stores)
             stores = stores[self._rr:] + stores[: self._rr]
+        # Bounded work per turn, in chunks with a poll between them: a mass expiry starts
+        # publishing at once (not after decoding 20,000 records) and intake keeps its turns.
+        budget = PUBLISH_BUDGET_PER_TURN
         for store in stores:
-            room = self.s.max_in_flight - self.in_flight
-            if room <= 0:
-                break
-            for ref, rec in store.sched.due(now, room):
-                st = _InFlight(store, id_hash(rec.id), rec.due_ms)
-                if not self._produce(ref, rec, st, now):
+            while budget > 0:
+                room = min(self.s.max_in_flight - self.in_flight, PUBLISH_CHUNK, budget)
+                if room <= 0:
                     return
+                batch = store.sched.due(now, room)
+                if not batch:
+                    break
+                budget -= len(batch)
+                for i, (ref, rec) in enumerate(batch):
+                    st = _InFlight(store, id_hash(rec.id), rec.due_ms)
+                    if not self._produce(ref, rec, st, now):
+                        # The producer queue is full: what was handed out waits in the backlog.
+                        for ref2, rec2 in batch[i + 1 :]:
+                            self.backlog.append((ref2, rec2, _InFlight(store, id_hash(rec2.id), rec2.due_ms)))
+                        return
+                self.producer.poll(0)
 
     def _produce(self, ref: int, rec: Record, st: _InFlight, now: int) -> bool:
         if rec.due_ms > now:  # the publish-time check: never early, whatever the scheduler said

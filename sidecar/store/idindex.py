@@ -156,10 +156,22 @@ class IdIndex:
             if sh == EMPTY:
                 return False
             if sh == h and sref == ref:
-                _U64.pack_into(buf, off, TOMB)
                 self.live -= 1
-                self.tombs += 1
                 self.dirty = True
+                nxt = HEADER_SIZE + ((i + 1) & mask) * SLOT_SIZE
+                if _U64.unpack_from(buf, nxt)[0] != EMPTY:
+                    _U64.pack_into(buf, off, TOMB)
+                    self.tombs += 1
+                    return True
+                # The chain ends right after this slot: no probe needs it, nor the tombstones
+                # just before it. Emptying them keeps deliveries from filling the table with
+                # tombstones (which forced a stop-the-loop rebuild every few seconds).
+                _U64.pack_into(buf, off, EMPTY)
+                j = (i - 1) & mask
+                while _U64.unpack_from(buf, HEADER_SIZE + j * SLOT_SIZE)[0] == TOMB:
+                    _U64.pack_into(buf, HEADER_SIZE + j * SLOT_SIZE, EMPTY)
+                    self.tombs -= 1
+                    j = (j - 1) & mask
                 return True
             i = (i + 1) & mask
 
