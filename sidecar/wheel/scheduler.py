@@ -715,7 +715,7 @@ class WheelScheduler:
             "head": self.head,
             "files": {str(f): n for f, n in self.file_live.items()},
             "done": [self.d_k, self.d_o, self.d_after, self.d_nxt],
-            "send": self.s_k,
+            "send": max(self.s_k, self.late_below),  # high-water mark: survives repeated restarts
             "late": [self.l_head, self.l_tail],
             "now": self.now_last,
             "n": [self.n_wheel, self.n_bucket],

@@ -215,6 +215,26 @@ def test_in_flight_records_are_redelivered_after_a_crash(env: Env) -> None:
     assert env.take(T0 + 600) == [1, 3]
 
 
+def test_the_reader_position_survives_repeated_restarts(env: Env) -> None:
+    """After a restart the reader starts again at the done cursor, behind where it was; records
+    due in slots it had already passed must still go to the late chain after a second restart."""
+    a = env.add(T0 + 100)
+    env.add(T0 + 300)
+    out = env.w.due(T0 + 400, 10)
+    env.w.ack(out[1][0])  # the first one stays in flight: done stays in slot 10, the reader is at 40
+    env.checkpoint()
+    env.crash()
+    assert env.ckpt is not None and env.w.state()["send"] == (T0 + 400) // P
+    env.checkpoint()  # taken while the reader is back at slot 10
+    assert env.ckpt["sched"]["send"] == (T0 + 400) // P
+    late = env.add(T0 + 250)
+    assert env.w.where(late) == "late"
+    refs = env.crash()
+    assert [env.w.where(r) for r in refs] == ["late"]
+    assert env.take(T0 + 400) == [2, 0]  # the late chain first, then the in-flight one again (its slot)
+    assert env.w.where(a) is None
+
+
 def test_timer_log_files_are_deleted_once_consumed(env: Env) -> None:
     for i in range(40):
         env.add(T0 + 700 + i)
