@@ -156,7 +156,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("wheel-precision", "wheel_precision_ms", 10, _positive(parse_duration_ms), "timer wheel slot width"),
     Option("wheel-window", "wheel_window_ms", 3_600_000, _positive(parse_duration_ms),
            "timer wheel near window; later records wait in time buckets"),
-    Option("bucket-width", "bucket_width_ms", 3_600_000, _positive(parse_duration_ms), "time bucket width"),
+    Option("bucket-width", "bucket_width_ms", 1_800_000, _positive(parse_duration_ms),
+           "time bucket width (at most half the wheel window, so a bucket loads before it is due)"),
     Option("cancel-horizon", "cancel_horizon_ms", 86_400_000, parse_duration_ms,
            "how long a cancel that arrived before its message is remembered"),
     Option("delivery-grace", "delivery_grace_ms", 60_000, parse_duration_ms,
@@ -206,7 +207,7 @@ class Settings:
     segment_bytes: int = 64 * 1024 * 1024
     wheel_precision_ms: int = 10
     wheel_window_ms: int = 3_600_000
-    bucket_width_ms: int = 3_600_000
+    bucket_width_ms: int = 1_800_000
     cancel_horizon_ms: int = 86_400_000
     delivery_grace_ms: int = 60_000
     delivery_attempts: int = 5
