@@ -43,7 +43,15 @@ import os
 import struct
 from pathlib import Path
 
-from sidecar.store.mapped import HEADER, HEADER_SIZE, GeometryMismatch, MappedFile, StoreError, fsync_dir
+from sidecar.store.mapped import (
+    HEADER,
+    HEADER_SIZE,
+    GeometryMismatch,
+    MappedFile,
+    StoreError,
+    fsync_dir,
+    unborn,
+)
 
 SLOT_MAGIC = b"KDSWHL\x00\x01"
 TL_MAGIC = b"KDSWTL\x00\x01"
@@ -61,18 +69,6 @@ _STATE = struct.Struct("<B")
 
 PENDING, CANCELLED, DONE, DROPPED = 0, 1, 2, 3
 LATE = 1
-
-
-def unborn(path: Path) -> bool:
-    """True if ``path`` is an interrupted creation (empty or all zeros: killed between
-    ``open(O_CREAT)``, ``ftruncate`` and the header write). It holds nothing; delete it."""
-    with open(path, "rb") as f:
-        chunk = f.read(HEADER_SIZE)
-        while chunk:
-            if chunk.count(0) != len(chunk):
-                return False
-            chunk = f.read(1 << 20)
-    return True
 
 
 class SlotFile:
