@@ -345,12 +345,8 @@ class Sidecar:
 
     def _publish(self) -> None:
         now = wall_ms()
-        produced = 0
-        while self.backlog and self.in_flight < self.s.max_in_flight:
-            ref, rec, st = self.backlog.popleft()
-            if not self._produce(ref, rec, st, now):
-                return
-            produced += 1
+        if not self._flush_backlog(now):
+            return
         while self.retries and self.retries[0][0] <= now and self.in_flight < self.s.max_in_flight:
             _at, _seq, ref, st = heapq.heappop(self.retries)
             again = st.store.sched.record(ref) if st.store.partition in self.stores else None
@@ -565,17 +561,18 @@ class Sidecar:
         )
 
     def _drain(self, deadline: float) -> None:
-        """Wait for in-flight deliveries (and due retries) until none is left or the deadline."""
+        """Wait for in-flight deliveries (and the backlog) until none is left or the deadline."""
         while (self.in_flight or self.backlog) and time.monotonic() < deadline:
-            self._publish_backlog_only()
+            self._flush_backlog(wall_ms())
             self.producer.poll(0.05)
 
-    def _publish_backlog_only(self) -> None:
-        now = wall_ms()
-        while self.backlog:
+    def _flush_backlog(self, now: int) -> bool:
+        """Produce what waited for room in the producer queue; False if it is still full."""
+        while self.backlog and self.in_flight < self.s.max_in_flight:
             ref, rec, st = self.backlog.popleft()
             if not self._produce(ref, rec, st, now):
-                return
+                return False
+        return True
 
     def _shutdown(self, consumer: Consumer) -> None:
         log.info("sidecar.stopping", in_flight=self.in_flight)

@@ -33,7 +33,6 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from sidecar import contract as c
 from sidecar import logs
@@ -351,12 +350,3 @@ def compile_rules(
         target_allowlist=tuple(re.compile(p) for p in allowlist),
     )
 
-
-def describe(store: PartitionStore) -> dict[str, Any]:
-    return {
-        "partition": store.partition,
-        "pending": store.pending(),
-        "segments": len(store.log.segments),
-        "disk_bytes": store.disk_bytes(),
-        "next_offset": store.next_offset,
-    }
