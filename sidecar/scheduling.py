@@ -11,6 +11,7 @@ A scheduler owns the life of a commit-log record from ``add`` until it is done. 
   record, valid until ``ack``.
 - ``ack(ref)``: the record reached a terminal state (delivered or dead-lettered). The scheduler
   releases the log record once every earlier obligation allows it.
+- ``ack_many(refs)``: ``ack`` for a batch (the loop acks what one producer poll delivered).
 - ``cancel(ref)`` -> True if it was pending (not yet handed out and not done): O(1), a state
   marker the dequeue checks (RIP-43's delete magic).
 - ``record(ref)`` -> the stored record if ``ref`` is still pending, else ``None``.
@@ -38,6 +39,8 @@ class Scheduler(Protocol):
     def due(self, now_ms: int, limit: int) -> list[tuple[int, Record]]: ...
 
     def ack(self, ref: int) -> None: ...
+
+    def ack_many(self, refs: list[int]) -> None: ...
 
     def cancel(self, ref: int) -> bool: ...
 

@@ -29,6 +29,7 @@ import signal
 import time
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -45,8 +46,7 @@ from sidecar.levels.scheduler import LevelsScheduler
 from sidecar.retry import Backoff, ErrorKind, PublishFailurePolicy, Retry, classify, describe
 from sidecar.scheduling import Scheduler
 from sidecar.store import codec
-from sidecar.store.codec import Record, decode_headers
-from sidecar.store.idindex import id_hash
+from sidecar.store.codec import MESSAGE, Record, decode_headers
 from sidecar.store.log import CommitLog
 
 log = logs.get("sidecar")
@@ -83,13 +83,12 @@ def make_scheduler_factory(settings: Settings) -> Callable[[Path, CommitLog], Sc
     return make_wheel(settings)  # type: ignore[no-any-return,unused-ignore]
 
 
-class _InFlight:
-    __slots__ = ("attempt", "due_ms", "first_failure_ms", "rid_hash", "store")
+class _Attempts:
+    """Retry state of a record whose publishing failed (none for a record that went through)."""
 
-    def __init__(self, store: PartitionStore, rid_hash: int, due_ms: int) -> None:
-        self.store = store
-        self.rid_hash = rid_hash
-        self.due_ms = due_ms
+    __slots__ = ("attempt", "first_failure_ms")
+
+    def __init__(self) -> None:
         self.attempt = 0
         self.first_failure_ms = 0
 
@@ -111,8 +110,9 @@ class Sidecar:
         self.topic_cap = max(1, settings.max_in_flight // 4)
         self.troubled: dict[str, int] = {}  # targets whose last publish failed -> when
         self._rr = 0
-        self.backlog: deque[tuple[int, Record, _InFlight]] = deque()
-        self.retries: list[tuple[int, int, int, _InFlight]] = []  # (at_ms, seq, ref, state)
+        self.backlog: deque[tuple[int, Record, PartitionStore, _Attempts | None]] = deque()
+        # (at_ms, seq, ref, store, attempts)
+        self.retries: list[tuple[int, int, int, PartitionStore, _Attempts | None]] = []
         self._seq = itertools.count()
         self.policy = PublishFailurePolicy(
             backoff=Backoff(base_ms=100, cap_ms=10_000), grace_ms=settings.delivery_grace_ms,
@@ -291,7 +291,7 @@ class Sidecar:
                 if msgs:
                     self._ingest(msgs)
                 self._publish()
-                self.producer.poll(0)
+                self._poll(0)
                 mono = time.monotonic()
                 if mono - last_commit >= commit_every:
                     self._checkpoint_all(consumer)
@@ -348,12 +348,12 @@ class Sidecar:
         if not self._flush_backlog(now):
             return
         while self.retries and self.retries[0][0] <= now and self.in_flight < self.s.max_in_flight:
-            _at, _seq, ref, st = heapq.heappop(self.retries)
-            again = st.store.sched.record(ref) if st.store.partition in self.stores else None
+            _at, _seq, ref, store, att = heapq.heappop(self.retries)
+            again = store.sched.record(ref) if self.stores.get(store.partition) is store else None
             if again is None:
                 continue
             self.counters.publish_retries += 1
-            if not self._produce(ref, again, st, now):
+            if not self._produce(ref, again, store, att, now):
                 return
         stores = list(self.stores.values())
         if len(stores) > 1:  # rotate the starting partition so a busy one cannot starve the rest
@@ -362,6 +362,7 @@ class Sidecar:
         # Bounded work per turn, in chunks with a poll between them: a mass expiry starts
         # publishing at once (not after decoding 20,000 records) and intake keeps its turns.
         budget = PUBLISH_BUDGET_PER_TURN
+        produce = self._produce
         for store in stores:
             while budget > 0:
                 room = min(self.s.max_in_flight - self.in_flight, PUBLISH_CHUNK, budget)
@@ -372,107 +373,120 @@ class Sidecar:
                     break
                 budget -= len(batch)
                 for i, (ref, rec) in enumerate(batch):
-                    st = _InFlight(store, id_hash(rec.id), rec.due_ms)
-                    if not self._produce(ref, rec, st, now):
+                    if not produce(ref, rec, store, None, now):
                         # The producer queue is full: what was handed out waits in the backlog.
                         for ref2, rec2 in batch[i + 1 :]:
-                            self.backlog.append((ref2, rec2, _InFlight(store, id_hash(rec2.id), rec2.due_ms)))
+                            self.backlog.append((ref2, rec2, store, None))
                         return
-                self.producer.poll(0)
+                self._poll(0)
 
-    def _produce(self, ref: int, rec: Record, st: _InFlight, now: int) -> bool:
+    def _poll(self, timeout: float) -> None:
+        """Serve delivery reports, then hand the successes to their stores in one batch."""
+        self.producer.poll(timeout)
+        for store in self.stores.values():
+            if store.acked:
+                store.settle()
+
+    def _produce(self, ref: int, rec: Record, store: PartitionStore, att: _Attempts | None, now: int) -> bool:
         if rec.due_ms > now:  # the publish-time check: never early, whatever the scheduler said
             self.counters.early += 1
             log.error("publish.not_due", due_ms=rec.due_ms, now_ms=now)
-            heapq.heappush(self.retries, (rec.due_ms, next(self._seq), ref, st))
+            heapq.heappush(self.retries, (rec.due_ms, next(self._seq), ref, store, att))
             return True
         topic = bytes(rec.topic).decode()
-        if topic in self.troubled and self.topic_in_flight.get(topic, 0) >= self.topic_cap:
+        if self.troubled and topic in self.troubled and self.topic_in_flight.get(topic, 0) >= self.topic_cap:
             # A failing (slow, missing) target must not take the whole in-flight budget from the
             # healthy ones: park its records briefly. Healthy targets are never capped.
-            heapq.heappush(self.retries, (now + 200, next(self._seq), ref, st))
+            heapq.heappush(self.retries, (now + 200, next(self._seq), ref, store, att))
             return True
         headers = decode_headers(rec.headers)
-        if rec.rtype == codec.MESSAGE:
-            headers.append((c.ID, bytes(rec.id)))
-            headers.append((c.DELIVER_AT, str(rec.due_ms).encode()))
-            headers.append((c.ENQUEUED_AT, str(rec.enqueue_ms).encode()))
-            headers.append((c.SOURCE, f"{st.store.topic}:{rec.src_partition}:{rec.src_offset}".encode()))
-            if rec.retry_count:
-                headers.append((c.RETRY_COUNT, str(rec.retry_count).encode()))
-        kwargs: dict[str, Any] = {}
-        if rec.target_partition >= 0:
-            kwargs["partition"] = rec.target_partition
-        try:
-            self.producer.produce(
-                topic,
-                value=None if rec.value is None else bytes(rec.value),
-                key=None if rec.key is None else bytes(rec.key),
-                headers=cast(Any, headers),
-                on_delivery=lambda err, msg: self._on_delivery(err, msg, ref, rec, st, topic),
-                **kwargs,
+        if rec.rtype == MESSAGE:
+            headers += (
+                (c.ID, bytes(rec.id)),
+                (c.DELIVER_AT, b"%d" % rec.due_ms),
+                (c.ENQUEUED_AT, b"%d" % rec.enqueue_ms),
+                (c.SOURCE, b"%s:%d:%d" % (store.topic_bytes, rec.src_partition, rec.src_offset)),
             )
+            if rec.retry_count:
+                headers.append((c.RETRY_COUNT, b"%d" % rec.retry_count))
+        key = rec.key
+        value = rec.value
+        on_delivery = partial(self._on_delivery, ref, rec, store, att, topic)
+        try:
+            if rec.target_partition >= 0:
+                self.producer.produce(
+                    topic, value=None if value is None else bytes(value), key=None if key is None else bytes(key),
+                    headers=cast(Any, headers), on_delivery=on_delivery, partition=rec.target_partition,
+                )
+            else:
+                self.producer.produce(
+                    topic, value=None if value is None else bytes(value), key=None if key is None else bytes(key),
+                    headers=cast(Any, headers), on_delivery=on_delivery,
+                )
         except BufferError:
-            self.backlog.appendleft((ref, rec, st))
-            self.producer.poll(0.01)
+            self.backlog.appendleft((ref, rec, store, att))
+            self._poll(0.01)
             return False
         except KafkaException as e:  # e.g. an invalid partition given locally
-            self._failed(ref, rec, st, e.args[0])
+            self._failed(ref, rec, store, att, e.args[0])
             return True
         self.in_flight += 1
-        self.topic_in_flight[topic] = self.topic_in_flight.get(topic, 0) + 1
+        tif = self.topic_in_flight
+        tif[topic] = tif.get(topic, 0) + 1
         return True
 
     def _on_delivery(
-        self, err: KafkaError | None, msg: Message, ref: int, rec: Record, st: _InFlight, topic: str
+        self, ref: int, rec: Record, store: PartitionStore, att: _Attempts | None, topic: str,
+        err: KafkaError | None, msg: Message,
     ) -> None:
         self.in_flight -= 1
-        left = self.topic_in_flight[topic] - 1
+        tif = self.topic_in_flight
+        left = tif[topic] - 1
         if left:
-            self.topic_in_flight[topic] = left
+            tif[topic] = left
         else:
-            del self.topic_in_flight[topic]
-        if st.store.partition not in self.stores or self.stores[st.store.partition] is not st.store:
+            del tif[topic]
+        if self.stores.get(store.partition) is not store:
             return  # the partition was revoked; its new owner delivers from its own checkpoint
         if err is None:
-            if topic in self.troubled:
+            if self.troubled and topic in self.troubled:
                 del self.troubled[topic]
             if not self.broker_up:
                 self.broker_up = True
                 log.info("broker.reachable")
                 self._readiness()
-            _tt, ts = msg.timestamp()
-            lateness = ts - st.due_ms
+            lateness = msg.timestamp()[1] - rec.due_ms
             if lateness < 0:
                 self.counters.early += 1
             self.lateness_batch.append(lateness)
-            st.store.delivered(ref, st.rid_hash)
-            self.counters.delivered += 1
+            store.acked.append((ref, rec))  # settled in a batch after the poll (``_poll``)
             return
-        self._failed(ref, rec, st, err)
+        self._failed(ref, rec, store, att, err)
 
-    def _failed(self, ref: int, rec: Record, st: _InFlight, err: KafkaError) -> None:
+    def _failed(self, ref: int, rec: Record, store: PartitionStore, att: _Attempts | None, err: KafkaError) -> None:
         now = wall_ms()
         self.troubled[bytes(rec.topic).decode()] = now
-        st.attempt += 1
-        if st.first_failure_ms == 0:
-            st.first_failure_ms = now
+        if att is None:
+            att = _Attempts()
+        att.attempt += 1
+        if att.first_failure_ms == 0:
+            att.first_failure_ms = now
         kind = classify(err)
         if kind is ErrorKind.RETRIABLE and err.code() in (KafkaError._MSG_TIMED_OUT, KafkaError._TRANSPORT):
             self.broker_up = False
             self._readiness()
-        decision = self.policy.decide(kind, st.attempt, st.first_failure_ms, now, self.rng, error=describe(err))
+        decision = self.policy.decide(kind, att.attempt, att.first_failure_ms, now, self.rng, error=describe(err))
         if isinstance(decision, Retry):
-            if st.attempt == 1 or st.attempt % 100 == 0:
-                log.warning("publish.retry", topic=bytes(rec.topic).decode(), error=err.str(), attempt=st.attempt)
-            heapq.heappush(self.retries, (decision.at_ms, next(self._seq), ref, st))
+            if att.attempt == 1 or att.attempt % 100 == 0:
+                log.warning("publish.retry", topic=bytes(rec.topic).decode(), error=err.str(), attempt=att.attempt)
+            heapq.heappush(self.retries, (decision.at_ms, next(self._seq), ref, store, att))
             return
-        log.warning("publish.dead_letter", topic=bytes(rec.topic).decode(), error=err.str(), attempts=st.attempt)
+        log.warning("publish.dead_letter", topic=bytes(rec.topic).decode(), error=err.str(), attempts=att.attempt)
         if rec.rtype == codec.DEAD:
             # The DLQ itself refuses the record: keep retrying it rather than drop it.
-            heapq.heappush(self.retries, (now + 10_000, next(self._seq), ref, st))
+            heapq.heappush(self.retries, (now + 10_000, next(self._seq), ref, store, att))
             return
-        st.store.dead_letter(ref, rec, c.DELIVERY_FAILED, decision.error, st.attempt, now)
+        store.dead_letter(ref, rec, c.DELIVERY_FAILED, decision.error, att.attempt, now)
 
     # -- durability -----------------------------------------------------------------------------
     def _checkpoint_store(self, consumer: Consumer, store: PartitionStore, sync: bool = False) -> None:
@@ -564,13 +578,13 @@ class Sidecar:
         """Wait for in-flight deliveries (and the backlog) until none is left or the deadline."""
         while (self.in_flight or self.backlog) and time.monotonic() < deadline:
             self._flush_backlog(wall_ms())
-            self.producer.poll(0.05)
+            self._poll(0.05)
 
     def _flush_backlog(self, now: int) -> bool:
         """Produce what waited for room in the producer queue; False if it is still full."""
         while self.backlog and self.in_flight < self.s.max_in_flight:
-            ref, rec, st = self.backlog.popleft()
-            if not self._produce(ref, rec, st, now):
+            ref, rec, store, att = self.backlog.popleft()
+            if not self._produce(ref, rec, store, att, now):
                 return False
         return True
 
@@ -579,6 +593,7 @@ class Sidecar:
         deadline = time.monotonic() + self.s.shutdown_timeout_ms / 1000
         self._drain(deadline)
         self.producer.flush(max(0.0, deadline - time.monotonic()))
+        self._poll(0)
         for store in self.stores.values():
             self._checkpoint_store(consumer, store, sync=True)
         consumer.close()  # on_revoke closes the stores

@@ -109,7 +109,11 @@ class PartitionStore:
         durable: bool = True,
     ) -> None:
         self.topic = topic
+        self.topic_bytes = topic.encode()
         self.partition = partition
+        # delivered records not yet acked in the scheduler: the loop's delivery callbacks append
+        # here and ``settle`` acks them in one batch after each producer poll
+        self.acked: list[tuple[int, Record]] = []
         self.dir = root / f"{topic}-{partition}"
         self.rules = rules
         self.scheduler_name = scheduler_name
@@ -285,6 +289,17 @@ class PartitionStore:
         self.ids.remove(rid_hash, ref)
         self.dirty = True
 
+    def settle(self) -> None:
+        """Finish every record in ``acked`` (delivered): one scheduler call for the batch, so the
+        done cursor moves once per batch instead of once per delivery report."""
+        acked, self.acked = self.acked, []
+        remove = self.ids.remove
+        for ref, rec in acked:
+            remove(id_hash(rec.id), ref)
+        self.sched.ack_many([ref for ref, _rec in acked])
+        self.counters.delivered += len(acked)
+        self.dirty = True
+
     def dead_letter(self, ref: int, rec: Record, reason: str, error: str, attempts: int, now_ms: int) -> None:
         """Publishing failed for good: append a DLQ copy (durable, retried like any record), then
         finish the original."""
@@ -305,6 +320,8 @@ class PartitionStore:
     # -- durability -----------------------------------------------------------------------------
     def checkpoint(self, fsync: bool = True) -> None:
         """data -> index -> checkpoint; then reclaim what the checkpoint made unnecessary."""
+        if self.acked:
+            self.settle()
         if fsync:
             self.log.flush()
             self.sched.flush()

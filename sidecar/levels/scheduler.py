@@ -115,6 +115,10 @@ class LevelsScheduler:
         lv.queue.set_state(idx, DELIVERED)
         self._finish(lv, idx)
 
+    def ack_many(self, refs: list[int]) -> None:
+        for ref in refs:
+            self.ack(ref)
+
     def _finish(self, lv: _Level, idx: int) -> None:
         if idx != lv.done:
             lv.acked.add(idx)

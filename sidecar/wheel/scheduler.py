@@ -54,6 +54,8 @@ from __future__ import annotations
 
 import os
 import struct
+from array import array
+from bisect import bisect_right, insort
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +89,34 @@ _STATE = struct.Struct("<B")
 _unpack_entry = ENTRY.unpack_from
 
 
+class _SlotIndex:
+    """The entries of one slot grouped by due offset, each group in chain (arrival) order.
+
+    Built by one walk of the slot's chain and extended as entries are appended to it, so a pass
+    reads only the entries of its own offset: a slot with ``d`` distinct offsets costs one chain
+    walk plus one read per entry, not ``d`` chain walks. Entries are plain integers in arrays
+    (8 bytes each), and only slots up to ``index_max`` entries get one: beyond that the passes walk
+    the chain, which a mass expiry (one due ms, one pass) does anyway.
+    """
+
+    __slots__ = ("first", "k", "keys", "last", "offs")
+
+    def __init__(self, k: int, first: int) -> None:
+        self.k = k
+        self.first = first
+        self.last = -1
+        self.offs: dict[int, array[int]] = {}
+        self.keys: list[int] = []  # the offsets present, ascending
+
+    def after(self, o: int) -> int:
+        """Smallest offset above ``o`` present in the slot (-1: none)."""
+        i = bisect_right(self.keys, o)
+        return self.keys[i] if i < len(self.keys) else -1
+
+
+_EMPTY = array("q")
+
+
 def check_settings(precision_ms: int, window_ms: int, bucket_width_ms: int) -> None:
     """Refuse geometries the wheel cannot honour, with the reason."""
     if not 1 <= precision_ms <= MAX_PRECISION_MS:
@@ -118,6 +148,7 @@ class WheelScheduler:
         load_batch: int = 8_192,
         scan_factor: int = 4,
         done_batch: int = 65_536,
+        index_max: int = 1 << 17,
     ) -> None:
         check_settings(precision_ms, window_ms, bucket_width_ms)
         self.log = log
@@ -137,6 +168,7 @@ class WheelScheduler:
         self.load_batch = load_batch
         self.scan_factor = scan_factor
         self.done_batch = done_batch
+        self.index_max = index_max
         self.occ_send = bytearray(self.N)  # 1: slot at this position still to be read by send
         self.occ_done = bytearray(self.N)  # 1: slot at this position still to be passed by done
         self._budget = 0
@@ -172,6 +204,8 @@ class WheelScheduler:
         self._snap_buckets: list[int] = []
         self.occ_send[:] = bytes(self.N)
         self.occ_done[:] = bytes(self.N)
+        self._six: _SlotIndex | None = None  # slot index of the send cursor's slot
+        self._dix: _SlotIndex | None = None  # ... and of the done cursor's
 
     # -- planning -------------------------------------------------------------------------------
     def plan(self, mode: str, level: int, requested_due_ms: int, enqueue_ms: int) -> tuple[int, int] | None:
@@ -218,6 +252,36 @@ class WheelScheduler:
     def _limit_slot(self) -> int:
         """First slot the ring may not hold yet (see the module docstring: ``guard + slots``)."""
         return self._guard() + self.N
+
+    def _index(self, ix: _SlotIndex | None, k: int, first: int, last: int, count: int) -> _SlotIndex | None:
+        """The index of slot ``k`` brought up to its current ``last`` (None: the slot is too big)."""
+        if count > self.index_max:
+            return None
+        if ix is None or ix.k != k or ix.first != first:
+            ix = _SlotIndex(k, first)
+            e = first
+        elif ix.last == last:
+            return ix
+        else:
+            e = self.tl.next_of(ix.last)
+        base = k * self.P
+        files, pf = self.tl.files, self.pf
+        offs, keys = ix.offs, ix.keys
+        while True:
+            f0 = e - e % pf
+            due, _loc, nx, _st, _f, _lv, _t = _unpack_entry(files[f0].buf, HEADER_SIZE + (e - f0) * ENTRY_SIZE)
+            eo = due - base
+            lst = offs.get(eo)
+            if lst is None:
+                offs[eo] = array("q", (e,))
+                insort(keys, eo)
+            else:
+                lst.append(e)
+            if e == last:
+                break
+            e = nx
+        ix.last = last
+        return ix
 
     def _init_cursor(self, k: int) -> None:
         self.inited = True
@@ -406,34 +470,62 @@ class WheelScheduler:
             o = self.s_o
             base = k * P
             after = self.s_after
-            e = first if after == -1 else (-1 if after == last else tl.next_of(after))
-            nxt = self.s_nxt
             budget = self._budget
             room = limit - len(out)
             files, pf, read = tl.files, self.pf, self.log.read
-            cf, cbuf = -1, self.slots.buf
-            while e != -1 and room > 0 and budget > 0:
-                f0 = e - e % pf
-                if f0 != cf:
-                    cf, cbuf = f0, files[f0].buf
-                due, loc, nx, state, _f, _lv, _t = _unpack_entry(cbuf, HEADER_SIZE + (e - f0) * ENTRY_SIZE)
-                budget -= 1
-                eo = due - base
-                if eo == o:
+            ix = self._six = self._index(self._six, k, first, last, sl[2])
+            if ix is not None:
+                lst = ix.offs.get(o, _EMPTY)
+                i = 0 if after == -1 else bisect_right(lst, after)
+                n = len(lst)
+                while i < n and room > 0 and budget > 0:
+                    e = lst[i]
+                    f0 = e - e % pf
+                    _due, loc, _nx, state, _f, _lv, _t = _unpack_entry(
+                        files[f0].buf, HEADER_SIZE + (e - f0) * ENTRY_SIZE
+                    )
+                    budget -= 1
                     if state == PENDING:
                         out.append((loc, self._read(loc)) if loc & BUCKET_BIT else (e, read(loc)))
                         room -= 1
                     elif state == CANCELLED:
                         tl.set_state(e, DONE)  # the done cursor releases it
-                elif eo > o and (nxt < 0 or eo < nxt):
-                    nxt = eo
-                after = e
-                e = -1 if e == last else nx
-            self._budget = budget
-            self.s_after = after
-            self.s_nxt = nxt
-            if e != -1:
-                return  # limit or budget
+                    after = e
+                    i += 1
+                self._budget = budget
+                # the true next offset: a chain walk resuming from here (slot grown past
+                # index_max) must not miss the offsets of entries before ``after``
+                nxt = self.s_nxt = ix.after(o)
+                if i < n:
+                    self.s_after = after
+                    return  # limit or budget
+                self.s_after = last  # every entry of this offset up to the chain's end is examined
+            else:
+                e = first if after == -1 else (-1 if after == last else tl.next_of(after))
+                nxt = self.s_nxt
+                cf, cbuf = -1, self.slots.buf
+                while e != -1 and room > 0 and budget > 0:
+                    f0 = e - e % pf
+                    if f0 != cf:
+                        cf, cbuf = f0, files[f0].buf
+                    due, loc, nx, state, _f, _lv, _t = _unpack_entry(cbuf, HEADER_SIZE + (e - f0) * ENTRY_SIZE)
+                    budget -= 1
+                    eo = due - base
+                    if eo == o:
+                        if state == PENDING:
+                            out.append((loc, self._read(loc)) if loc & BUCKET_BIT else (e, read(loc)))
+                            room -= 1
+                        elif state == CANCELLED:
+                            tl.set_state(e, DONE)  # the done cursor releases it
+                    elif eo > o and (nxt < 0 or eo < nxt):
+                        nxt = eo
+                    after = e
+                    e = -1 if e == last else nx
+                self._budget = budget
+                self.s_after = after
+                self.s_nxt = nxt
+                if e != -1:
+                    return  # limit or budget
             if nxt >= 0:  # next pass
                 if now < base + nxt:
                     return
@@ -510,31 +602,56 @@ class WheelScheduler:
             o = self.d_o
             base = k * P
             after = self.d_after
-            e = first if after == -1 else (-1 if after == last else self.tl.next_of(after))
-            nxt = self.d_nxt
             stop = False
-            cf, cbuf = -1, self.slots.buf
-            while e != -1 and budget > 0:
-                f0 = e - e % pf
-                if f0 != cf:
-                    cf, cbuf = f0, files[f0].buf
-                due, loc, nx, state, _f, _lv, _t = _unpack_entry(cbuf, HEADER_SIZE + (e - f0) * ENTRY_SIZE)
-                eo = due - base
-                if eo == o:
+            ix = self._dix = self._index(self._dix, k, first, last, sl[2])
+            if ix is not None:
+                lst = ix.offs.get(o, _EMPTY)
+                i = 0 if after == -1 else bisect_right(lst, after)
+                n = len(lst)
+                while i < n and budget > 0:
+                    e = lst[i]
+                    f0 = e - e % pf
+                    _due, loc, _nx, state, _f, _lv, _t = _unpack_entry(
+                        files[f0].buf, HEADER_SIZE + (e - f0) * ENTRY_SIZE
+                    )
                     if state < DONE:
                         stop = True
                         self._d_block = e
                         break
                     budget -= 1
                     self._pass(e, loc, state)
-                elif eo > o and (nxt < 0 or eo < nxt):
-                    nxt = eo
-                after = e
-                e = -1 if e == last else nx
-            self.d_after = after
-            self.d_nxt = nxt
-            if stop or e != -1:
-                return
+                    after = e
+                    i += 1
+                nxt = self.d_nxt = ix.after(o)  # the true next offset (see _drain_slots)
+                if stop or i < n:
+                    self.d_after = after
+                    return
+                self.d_after = last
+            else:
+                e = first if after == -1 else (-1 if after == last else self.tl.next_of(after))
+                nxt = self.d_nxt
+                cf, cbuf = -1, self.slots.buf
+                while e != -1 and budget > 0:
+                    f0 = e - e % pf
+                    if f0 != cf:
+                        cf, cbuf = f0, files[f0].buf
+                    due, loc, nx, state, _f, _lv, _t = _unpack_entry(cbuf, HEADER_SIZE + (e - f0) * ENTRY_SIZE)
+                    eo = due - base
+                    if eo == o:
+                        if state < DONE:
+                            stop = True
+                            self._d_block = e
+                            break
+                        budget -= 1
+                        self._pass(e, loc, state)
+                    elif eo > o and (nxt < 0 or eo < nxt):
+                        nxt = eo
+                    after = e
+                    e = -1 if e == last else nx
+                self.d_after = after
+                self.d_nxt = nxt
+                if stop or e != -1:
+                    return
             if k == self.s_k and o >= self.s_o:
                 return  # send is still in this pass: more entries may be appended to it
             if nxt >= 0:
@@ -587,31 +704,44 @@ class WheelScheduler:
         return e, due, loc, state, flags
 
     def ack(self, ref: int) -> None:
+        if self._ack(ref):
+            self._advance_done()
+
+    def ack_many(self, refs: list[int]) -> None:
+        wake = False
+        ack = self._ack
+        for ref in refs:
+            if ack(ref):
+                wake = True
+        if wake:
+            self._advance_done()
+
+    def _ack(self, ref: int) -> bool:
+        """Mark the entry done; True if the done cursor waits on it (time to advance it)."""
         if ref < 0:
-            return
+            return False
         if ref & BUCKET_BIT:
             ent = self._entry(ref)
             if ent is None:
-                return
+                return False
             e = ent[0]
         else:
             e = ref
         if e >= self.head:
-            return
+            return False
         f0 = e - e % self.pf
         mf = self.tl.files.get(f0)
         if mf is None:
-            return
+            return False
         buf, off = mf.buf, HEADER_SIZE + (e - f0) * ENTRY_SIZE
         due, loc, _nx, state, flags, _lv, tag = _unpack_entry(buf, off)
         if tag != e & _TAG or state != PENDING or (loc != ref if ref & BUCKET_BIT else loc & BUCKET_BIT):
-            return
+            return False
         if not self._handed(e, due, flags):
-            return
+            return False
         _STATE.pack_into(buf, off + 24, DONE)
         self.tl.mark(f0, off)
-        if e == self._d_block or e == self.l_head:  # the done cursor waits on this one
-            self._advance_done()
+        return e == self._d_block or e == self.l_head  # the done cursor waits on this one
 
     def cancel(self, ref: int) -> bool:
         if ref >= 0 and ref & BUCKET_BIT:

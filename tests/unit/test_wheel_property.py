@@ -400,3 +400,17 @@ def test_many_records_one_slot_mixed_offsets_and_crash() -> None:
     script: list[tuple[Any, ...]] = [("add", "slot", x * 7919) for x in range(300)]
     script += [("tick", 11, 17, 0b101), ("ckpt",), ("tick", 0, 23, 0b11), ("crash",), ("tick", 1, 40, 0)]
     run(script, False, SMALL)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(ops, max_size=80), st.booleans())
+def test_wheel_matches_model_chain_walk_only(script: list[tuple[Any, ...]], auto_ckpt: bool) -> None:
+    """No slot index (as for slots over ``index_max``): every pass walks the slot's chain."""
+    run(script, auto_ckpt, {**SMALL, "index_max": 0}, (250, 5_000, 2_500))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(ops, max_size=80), st.booleans())
+def test_wheel_matches_model_index_outgrown(script: list[tuple[Any, ...]], auto_ckpt: bool) -> None:
+    """A tiny ``index_max``: slots start indexed and switch to chain walks mid-pass as they grow."""
+    run(script, auto_ckpt, {**SMALL, "index_max": 3}, (250, 5_000, 2_500))
