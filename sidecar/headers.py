@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sidecar import contract as c
 
@@ -44,9 +44,10 @@ class Rules:
     max_retries: int
     max_record_bytes: int
     target_allowlist: tuple[re.Pattern[str], ...] = ()
+    checked_targets: set[str] = field(default_factory=set, init=False, compare=False, repr=False)  # accepted
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Request:
     target_topic: str
     target_partition: int  # -1: let the producer's partitioner choose (by key)
@@ -59,12 +60,12 @@ class Request:
     user_headers: tuple[tuple[str, bytes | None], ...]  # headers to pass through
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Cancel:
     id: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Rejection:
     reason: str
     error: str
@@ -90,6 +91,8 @@ def _text(name: str, raw: bytes | None) -> str:
 
 
 def _int(name: str, raw: bytes | None) -> int:
+    if raw is not None and raw.isdigit() and len(raw) <= 18:
+        return int(raw)  # the common case: bytes.isdigit() is ASCII digits only
     if raw is None or raw == b"":
         raise _Bad(c.BAD_HEADER, f"header {name} is empty")
     if not _INT.match(raw):
@@ -99,6 +102,18 @@ def _int(name: str, raw: bytes | None) -> int:
 
 
 def _check_target(topic: str, rules: Rules) -> None:
+    """Raise ``_Bad`` for a target the rules refuse. A target is checked once, then remembered
+    (a workload has few targets; the check is a regex and the allowlist)."""
+    known = rules.checked_targets
+    if topic in known:
+        return
+    _check_target_uncached(topic, rules)
+    if len(known) >= 10_000:
+        known.clear()
+    known.add(topic)
+
+
+def _check_target_uncached(topic: str, rules: Rules) -> None:
     if not _TOPIC.match(topic):
         raise _Bad(c.BAD_HEADER, f"target topic {topic[:60]!r} is not a legal Kafka topic name")
     if topic in (rules.ingress_topic, rules.dlq_topic) or topic.startswith("__"):
@@ -120,20 +135,29 @@ def parse_ingress(
     now_ms: int,
     size: int,
     rules: Rules,
+    *,
+    headers_in_size: bool = True,
 ) -> Parsed:
     """Classify one ingress record. ``timestamp_ms`` is the record's Kafka timestamp (the base of
-    ``delay.ms``, ``delay.level`` and retry delays); ``now_ms`` bounds ``max-delay``."""
+    ``delay.ms``, ``delay.level`` and retry delays); ``now_ms`` bounds ``max-delay``. ``size`` is
+    ``record_size(key, value, headers)``, or only the key and value bytes with
+    ``headers_in_size=False`` (the headers are then counted here, in the same pass)."""
     try:
-        return _parse(headers or (), timestamp_ms, now_ms, size, rules)
+        return _parse(headers or (), timestamp_ms, now_ms, size, rules, not headers_in_size)
     except _Bad as bad:
         return Rejection(bad.reason, bad.error)
 
 
-def _parse(headers: HeaderList, ts: int, now: int, size: int, rules: Rules) -> Parsed:
+_CONTROL = frozenset((*c.CONTROL_HEADERS, c.ID))
+
+
+def _parse(headers: HeaderList, ts: int, now: int, size: int, rules: Rules, count_headers: bool) -> Parsed:
     control: dict[str, bytes | None] = {}
     user: list[tuple[str, bytes | None]] = []
     for name, value in headers:
-        if name in c.CONTROL_HEADERS or name == c.ID:
+        if count_headers:
+            size += len(name) + (0 if value is None else len(value))
+        if name in _CONTROL:
             if name in control and control[name] != value:
                 raise _Bad(c.BAD_HEADER, f"header {name} appears more than once with different values")
             control[name] = value
@@ -147,14 +171,17 @@ def _parse(headers: HeaderList, ts: int, now: int, size: int, rules: Rules) -> P
         return Cancel(target_id)
 
     # Decode every control header first so that a bad encoding always wins as the reason.
-    decoded = {name: _text(name, raw) for name, raw in control.items()}
+    for name, raw in control.items():
+        if not raw or not raw.isascii():
+            _text(name, raw)  # raises for an empty or non-UTF-8 value (valid non-ASCII passes)
 
     if size > rules.max_record_bytes:
         raise _Bad(c.TOO_LARGE, f"record is {size} bytes, over the limit of {rules.max_record_bytes}")
 
     key_override: bytes | None = None
     kms = c.TARGET_TOPIC not in control and c.KMS_TARGET_TOPIC in control
-    topic = decoded.get(c.KMS_TARGET_TOPIC if kms else c.TARGET_TOPIC)
+    raw_topic = control.get(c.KMS_TARGET_TOPIC if kms else c.TARGET_TOPIC)
+    topic = raw_topic.decode() if raw_topic else None
     if not topic:
         raise _Bad(c.MISSING_TARGET, f"no {c.TARGET_TOPIC} header")
     _check_target(topic, rules)
@@ -167,7 +194,7 @@ def _parse(headers: HeaderList, ts: int, now: int, size: int, rules: Rules) -> P
 
     rid: bytes | None = None
     if c.ID in control:
-        rid = decoded[c.ID].encode()
+        rid = control[c.ID] or b""  # validated above: valid UTF-8, as given
         if len(rid) > c.MAX_ID_BYTES:
             raise _Bad(c.BAD_HEADER, f"header {c.ID} is over {c.MAX_ID_BYTES} bytes")
 

@@ -41,7 +41,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from sidecar import contract as c
 from sidecar import logs
 from sidecar.config import Settings
-from sidecar.engine.partition import Counters, IngressRecord, PartitionStore, compile_rules
+from sidecar.engine.partition import Counters, PartitionStore, compile_rules
 from sidecar.levels.scheduler import LevelsScheduler
 from sidecar.retry import Backoff, ErrorKind, PublishFailurePolicy, Retry, classify, describe
 from sidecar.scheduling import Scheduler
@@ -326,6 +326,9 @@ class Sidecar:
 
     def _ingest(self, msgs: list[Message]) -> None:
         now = wall_ms()
+        stores = self.stores
+        topic = self.s.ingress_topic
+        last_partition, store = -1, None
         for m in msgs:
             err = m.error()
             if err is not None:
@@ -333,14 +336,13 @@ class Sidecar:
                     log.warning("consume.error", code=err.name(), error=err.str())
                 continue
             partition = cast(int, m.partition())
-            store = self.stores.get(partition)
+            if partition != last_partition:
+                last_partition, store = partition, stores.get(partition)
             if store is None:
                 continue  # revoked in between: the new owner consumes it
             ts_type, ts = m.timestamp()
-            store.ingest(
-                IngressRecord(cast(str, m.topic()), partition, cast(int, m.offset()), ts if ts_type else now,
-                              m.key(), m.value(), cast(Any, m.headers())),
-                now,
+            store.ingest_fields(
+                topic, cast(int, m.offset()), ts if ts_type else now, m.key(), m.value(), cast(Any, m.headers()), now
             )
 
     def _publish(self) -> None:

@@ -45,6 +45,7 @@ from sidecar.store.log import CommitLog
 from sidecar.store.mapped import StoreError
 
 HeaderList = list[tuple[str, bytes | None]]
+_NO_HEADERS = encode_headers(())
 log = logs.get("sidecar.store")
 
 
@@ -181,25 +182,38 @@ class PartitionStore:
 
     # -- intake ---------------------------------------------------------------------------------
     def ingest(self, m: IngressRecord, now_ms: int) -> None:
+        self.ingest_fields(m.topic, m.offset, m.timestamp_ms, m.key, m.value, m.headers, now_ms)
+
+    def ingest_fields(
+        self, topic: str, offset: int, ts: int, key: bytes | None, value: bytes | None,
+        headers: HeaderList | None, now_ms: int,
+    ) -> None:
+        """``ingest`` without the ``IngressRecord``: the loop's per-record call."""
         self.counters.ingested += 1
         self.dirty = True
-        self.next_offset = m.offset + 1
-        size = len(m.key or b"") + len(m.value or b"")
-        for name, v in m.headers or ():
-            size += len(name) + len(v or b"")
-        parsed = parse_ingress(m.headers, m.timestamp_ms, now_ms, size, self.rules)
-        if isinstance(parsed, Cancel):
-            self.log.release(self._append_cancel(m, parsed.id, now_ms))
+        self.next_offset = offset + 1
+        size = (0 if key is None else len(key)) + (0 if value is None else len(value))
+        parsed = parse_ingress(headers, ts, now_ms, size, self.rules, headers_in_size=False)
+        if type(parsed) is Request:
+            self._schedule(topic, offset, ts, key, value, headers, parsed, now_ms)
+        elif isinstance(parsed, Cancel):
+            self.log.release(self._append_cancel(offset, parsed.id, now_ms))
             self._apply_cancel(parsed.id, now_ms)
-            return
-        default_id = f"{m.topic}:{m.partition}:{m.offset}".encode()
-        if isinstance(parsed, Rejection):
-            self._reject(m, default_id, parsed.reason, parsed.error, now_ms)
-            return
-        self._schedule(m, parsed, default_id, now_ms)
+        else:
+            assert isinstance(parsed, Rejection)
+            self._reject(
+                topic, offset, ts, key, value, headers, self._default_id(topic, offset), parsed.reason, parsed.error,
+                now_ms,
+            )
 
-    def _schedule(self, m: IngressRecord, req: Request, default_id: bytes, now_ms: int) -> None:
-        rid = req.id or default_id
+    def _default_id(self, topic: str, offset: int) -> bytes:
+        return b"%s:%d:%d" % (topic.encode(), self.partition, offset)
+
+    def _schedule(
+        self, topic: str, offset: int, ts: int, key: bytes | None, value: bytes | None, headers: HeaderList | None,
+        req: Request, now_ms: int,
+    ) -> None:
+        rid = req.id or self._default_id(topic, offset)
         h = id_hash(rid)
         for ref in self.ids.find(h):
             if ref & PRECANCEL:
@@ -214,34 +228,35 @@ class PartitionStore:
             elif rec.id == rid:
                 self.counters.duplicates += 1
                 return
-        planned = self.sched.plan(req.mode, req.level, req.due_ms, m.timestamp_ms)
+        planned = self.sched.plan(req.mode, req.level, req.due_ms, ts)
         if planned is None:
             self._reject(
-                m, default_id, c.DELAY_OUT_OF_RANGE,
+                topic, offset, ts, key, value, headers, self._default_id(topic, offset), c.DELAY_OUT_OF_RANGE,
                 f"requested due time {req.due_ms} is beyond what the {self.sched.name} scheduler holds", now_ms,
             )
             return
         level, due = planned
-        key = req.key_override if req.key_override is not None else m.key
-        pos = self.log.append(
-            rtype=codec.MESSAGE, due_ms=due, enqueue_ms=m.timestamp_ms, src_offset=m.offset,
-            src_partition=m.partition, target_partition=req.target_partition, retry_count=req.retry_count,
-            level=level, rid=rid, topic=req.target_topic.encode(), key=key, value=m.value,
-            headers_blob=encode_headers(req.user_headers),
+        if req.key_override is not None:
+            key = req.key_override
+        blob = encode_headers(req.user_headers) if req.user_headers else _NO_HEADERS
+        pos = self.log.append_record(
+            codec.MESSAGE, due, ts, offset, self.partition, req.target_partition, req.retry_count, level, rid,
+            req.target_topic.encode(), key, value, blob,
         )
         self.ids.put(h, self.sched.add(due, level, pos))
         self.counters.scheduled += 1
 
-    def _reject(self, m: IngressRecord, rid: bytes, reason: str, error: str, now_ms: int) -> None:
+    def _reject(
+        self, topic: str, offset: int, ts: int, key: bytes | None, value: bytes | None, headers: HeaderList | None,
+        rid: bytes, reason: str, error: str, now_ms: int,
+    ) -> None:
         h = id_hash(rid)
         for ref in self.ids.find(h):  # a re-consumed bad record after a crash
             rec = self.sched.record(ref)
             if rec is not None and rec.id == rid:
                 return
-        headers = dlq_headers(list(m.headers or ()), reason, error, m.topic, m.partition, m.offset, 0)
-        ref = self._append_dead(
-            rid, m.key, m.value, headers, m.timestamp_ms, m.offset, now_ms,
-        )
+        out = dlq_headers(list(headers or ()), reason, error, topic, self.partition, offset, 0)
+        ref = self._append_dead(rid, key, value, out, ts, offset, now_ms)
         self.ids.put(h, ref)
         self.counters.dlq[reason] = self.counters.dlq.get(reason, 0) + 1
 
@@ -257,11 +272,9 @@ class PartitionStore:
         )
         return self.sched.add(due, level, pos)
 
-    def _append_cancel(self, m: IngressRecord, cid: bytes, now_ms: int) -> int:
-        return self.log.append(
-            rtype=codec.CANCEL, due_ms=now_ms, enqueue_ms=now_ms, src_offset=m.offset,
-            src_partition=m.partition, target_partition=-1, retry_count=0, level=0, rid=cid,
-            topic=b"", key=None, value=None, headers_blob=b"",
+    def _append_cancel(self, offset: int, cid: bytes, now_ms: int) -> int:
+        return self.log.append_record(
+            codec.CANCEL, now_ms, now_ms, offset, self.partition, -1, 0, 0, cid, b"", None, None, b"",
         )
 
     def _apply_cancel(self, cid: bytes, now_ms: int) -> None:

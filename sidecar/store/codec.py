@@ -52,6 +52,8 @@ FLAG_VALUE_NULL = 2
 HEAD = struct.Struct("<IIBBHIqqqiiHHHHIIII")
 HEAD_SIZE = HEAD.size  # 72
 assert HEAD_SIZE == 72
+_HEAD_BODY = struct.Struct("<BBHIqqqiiHHHHIIII")  # HEAD without length and crc
+assert _HEAD_BODY.size == HEAD_SIZE - 8
 _LEN_CRC = struct.Struct("<II")
 _U16 = struct.Struct("<H")
 _HDR_VALUE_LEN = struct.Struct("<i")
@@ -83,23 +85,23 @@ def encode_headers(headers: tuple[tuple[str, bytes | None], ...] | list[tuple[st
 
 
 def decode_headers(blob: memoryview | bytes) -> list[tuple[str, bytes | None]]:
-    mv = memoryview(blob)
-    if len(mv) == 0:
+    b = bytes(blob)  # one copy, then cheap bytes slices (memoryview slices of the map cost more)
+    if not b:
         return []
-    (count,) = _U16.unpack_from(mv, 0)
+    count = b[0] | b[1] << 8
     pos = 2
     out: list[tuple[str, bytes | None]] = []
     for _ in range(count):
-        (nlen,) = _U16.unpack_from(mv, pos)
+        nlen = b[pos] | b[pos + 1] << 8
         pos += 2
-        name = bytes(mv[pos : pos + nlen]).decode()
+        name = b[pos : pos + nlen].decode()
         pos += nlen
-        (vlen,) = _HDR_VALUE_LEN.unpack_from(mv, pos)
+        (vlen,) = _HDR_VALUE_LEN.unpack_from(b, pos)
         pos += 4
         if vlen < 0:
             out.append((name, None))
         else:
-            out.append((name, bytes(mv[pos : pos + vlen])))
+            out.append((name, b[pos : pos + vlen]))
             pos += vlen
     return out
 
@@ -150,6 +152,27 @@ def encode_into(
     crc = int(_crc(memoryview(buf)[offset + 8 : offset + 8 + body_len]))
     _LEN_CRC.pack_into(buf, offset, length, crc)
     return length
+
+
+def encode(
+    rtype: int, due_ms: int, enqueue_ms: int, src_offset: int, src_partition: int, target_partition: int,
+    retry_count: int, level: int, rid: bytes, topic: bytes, key: bytes | None, value: bytes | None,
+    headers_blob: bytes,
+) -> bytes:
+    """The same record as ``encode_into``, as one ``bytes`` (positional arguments, one join and
+    one CRC pass: the intake's fast path, written into the segment with a single copy)."""
+    flags = (FLAG_KEY_NULL if key is None else 0) | (FLAG_VALUE_NULL if value is None else 0)
+    k = b"" if key is None else key
+    v = b"" if value is None else value
+    body_len = HEAD_SIZE - 8 + len(rid) + len(topic) + len(k) + len(v) + len(headers_blob)
+    length = (8 + body_len + ALIGN - 1) & ~(ALIGN - 1)
+    head = _HEAD_BODY.pack(
+        rtype, VERSION, flags, body_len, due_ms, enqueue_ms, src_offset, src_partition, target_partition,
+        retry_count, level, len(rid), len(topic), len(k), len(v), len(headers_blob), 0,
+    )
+    body = b"".join((head, rid, topic, k, v, headers_blob, _ZERO_PAD[: length - 8 - body_len]))
+    crc = _crc(memoryview(body)[:body_len])
+    return _LEN_CRC.pack(length, crc) + body
 
 
 @dataclass(slots=True)

@@ -221,7 +221,22 @@ class CommitLog:
         value: bytes | None,
         headers_blob: bytes,
     ) -> int:
-        size = codec.encoded_size(len(rid), len(topic), len(key or b""), len(value or b""), len(headers_blob))
+        return self.append_record(
+            rtype, due_ms, enqueue_ms, src_offset, src_partition, target_partition, retry_count, level, rid, topic,
+            key, value, headers_blob,
+        )
+
+    def append_record(
+        self, rtype: int, due_ms: int, enqueue_ms: int, src_offset: int, src_partition: int, target_partition: int,
+        retry_count: int, level: int, rid: bytes, topic: bytes, key: bytes | None, value: bytes | None,
+        headers_blob: bytes,
+    ) -> int:
+        """Append one record (``codec`` layout); return its position."""
+        data = codec.encode(
+            rtype, due_ms, enqueue_ms, src_offset, src_partition, target_partition, retry_count, level, rid, topic,
+            key, value, headers_blob,
+        )
+        size = len(data)
         if size + HEADER_SIZE > self.segment_bytes:
             raise StoreError(f"record of {size} bytes does not fit a segment of {self.segment_bytes}")
         index, off = divmod(self.head, self.segment_bytes)
@@ -230,15 +245,11 @@ class CommitLog:
         if off < HEADER_SIZE:  # roll: the rest of the old segment stays zero (its sealed tail)
             off = HEADER_SIZE
             self.head = index * self.segment_bytes + off
-        if index not in self.segments:
-            self.segments[index] = self._map(index, create=True)
+        seg = self.segments.get(index)
+        if seg is None:
+            seg = self.segments[index] = self._map(index, create=True)
             self.live[index] = 0
-        seg = self.segments[index]
-        codec.encode_into(
-            seg.buf, off, rtype=rtype, due_ms=due_ms, enqueue_ms=enqueue_ms, src_offset=src_offset,
-            src_partition=src_partition, target_partition=target_partition, retry_count=retry_count,
-            level=level, rid=rid, topic=topic, key=key, value=value, headers_blob=headers_blob,
-        )
+        seg.buf[off : off + size] = data
         pos = self.head
         self.head += size
         self.live[index] += 1

@@ -137,3 +137,17 @@ def test_verify_false_skips_the_crc_only() -> None:
 def test_headers_round_trip(headers: list[tuple[str, bytes | None]]) -> None:
     assert codec.decode_headers(codec.encode_headers(headers)) == headers
     assert codec.decode_headers(b"") == []
+
+
+@given(records())
+def test_encode_is_byte_identical_to_encode_into(fields: dict[str, Any]) -> None:
+    """The intake's one-copy ``encode`` and the in-place ``encode_into`` write the same record."""
+    buf, n = encode(fields, 0, 0xAB)
+    f = dict(fields)
+    blob = codec.encode_headers(f.pop("headers"))
+    data = codec.encode(
+        f["rtype"], f["due_ms"], f["enqueue_ms"], f["src_offset"], f["src_partition"], f["target_partition"],
+        f["retry_count"], f["level"], f["rid"], f["topic"], f["key"], f["value"], blob,
+    )
+    assert data == bytes(buf[:n])
+    assert_same(codec.decode(memoryview(bytearray(data)), 0), fields)
