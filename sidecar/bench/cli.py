@@ -1,11 +1,12 @@
 """``delay-sidecar bench SCENARIO [--size small|full] --json OUT [--bootstrap-servers B]``.
 
 SCENARIO is one of ``throughput``, ``lateness``, ``pending-memory``, ``restart``, ``mass-expiry``,
-``redis-zset``, ``all``, or a comma-separated list of them. Without ``--bootstrap-servers`` the
-bench starts its own local broker (:class:`sidecar.kafka.local.LocalKafka`) in the work
-directory and stops it at the end. The schedulers measured are every one that runs: ``levels``
-always, ``wheel`` once ``python -m sidecar run --scheduler wheel`` starts (detected by trying),
-or the ones given with ``--schedulers``.
+``redis-zset``, ``append``, ``all``, or a comma-separated list of them. Without
+``--bootstrap-servers`` the bench starts its own local broker (:class:`sidecar.kafka.local.LocalKafka`)
+in the work directory and stops it at the end, unless every scenario asked for runs in-process
+without one (``append``). The schedulers measured are every one that runs: ``levels`` always,
+``wheel`` once ``python -m sidecar run --scheduler wheel`` starts (detected by trying), or the ones
+given with ``--schedulers``; in-process scenarios alone measure both unless told otherwise.
 
 The JSON report holds the machine facts, the settings, and per scenario its method, settings,
 ``results`` (every figure as ``{"value", "unit", "goal", "met"}``) and raw ``details``. It is
@@ -32,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from sidecar.bench import lateness, mass_expiry, pending_memory, redis_zset, restart, throughput
+from sidecar.bench import append, lateness, mass_expiry, pending_memory, redis_zset, restart, throughput
 from sidecar.bench.report import machine_facts, markdown_pivot, walk_figures
 from sidecar.bench.workload import SIZES, Bench, BenchError, SidecarProc, kafka_ready, log, stop_all, uid
 
@@ -43,7 +44,10 @@ SCENARIOS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "restart": restart.run,
     "mass-expiry": mass_expiry.run,
     "redis-zset": redis_zset.run,
+    "append": append.run,
 }
+# In-process scenarios: they measure the store alone and need neither a broker nor a sidecar process.
+NO_BROKER = frozenset({"append"})
 SCHEDULERS = ("levels", "wheel")
 
 
@@ -117,8 +121,9 @@ def bench_main(argv: list[str]) -> int:
     failed = False
     try:
         bootstrap = ns.bootstrap_servers
+        needs_broker = any(name not in NO_BROKER for name in ns.names)
         kafka_version: str | None = None
-        if bootstrap is None:
+        if bootstrap is None and needs_broker:
             from sidecar.kafka.local import LocalKafka
 
             broker = LocalKafka(port=0, data_dir=workdir / "kafka", prefer_docker=False)
@@ -126,13 +131,17 @@ def bench_main(argv: list[str]) -> int:
             bootstrap = broker.start(timeout=240)
             kafka_version = broker.kafka_version
             log(f"broker: {broker.describe()}")
-        kafka_ready(bootstrap)
+        if needs_broker:
+            kafka_ready(bootstrap)
         report["machine"] = machine_facts(kafka_version)
         report["machine"]["loadavg_1_5_15_at_start"] = [round(x, 2) for x in os.getloadavg()]
-        report["settings"] = {"bootstrap": "local (started by the bench)" if broker else "external",
+        report["settings"] = {"bootstrap": "local (started by the bench)" if broker else
+                              "external" if bootstrap and needs_broker else "none (no scenario needs a broker)",
                               "workdir": str(workdir)}
         schedulers = ns.schedulers
-        if schedulers is None:
+        if schedulers is None and not needs_broker:
+            schedulers = list(SCHEDULERS)  # in-process: nothing to detect
+        elif schedulers is None:
             schedulers = ["levels"]
             ok, why = scheduler_runs(bootstrap, workdir, "wheel")
             if ok:
@@ -143,7 +152,7 @@ def bench_main(argv: list[str]) -> int:
             if not ok:
                 report["settings"]["wheel_detection"] = why
         report["settings"]["schedulers"] = schedulers
-        bench = Bench(bootstrap, workdir, ns.size, schedulers,
+        bench = Bench(bootstrap or "", workdir, ns.size, schedulers,
                       profile_dir=Path(ns.profile).resolve() if ns.profile else None)
         _write(out, report)
         for name in ns.names:

@@ -86,6 +86,30 @@ def test_bench_redis_zset(kafka_bootstrap: str, tmp_path: Path) -> None:
     assert res["redis_memory"]["used_memory_bytes_per_pending"]["value"] > 0
 
 
+@pytest.mark.parametrize("broker", [False, True], ids=["no-broker", "with-broker"])
+def test_bench_append(broker: bool, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """In-process: no broker is started for it, and a given one is not needed (nor in the way)."""
+    out = tmp_path / "bench.json"
+    args = ["append"]
+    if broker:
+        args += ["--bootstrap-servers", request.getfixturevalue("kafka_bootstrap"), "--schedulers", "levels"]
+    report = _bench(args, out, timeout_s=120)
+    _check_shape(report, ["append"])
+    assert report["settings"]["bootstrap"].startswith("none")
+    assert report["machine"]["kafka"] is None
+    schedulers = ["levels"] if broker else ["levels", "wheel"]
+    assert report["settings"]["schedulers"] == schedulers
+    res = report["scenarios"]["append"]["results"]
+    for size in ("100B", "1KB"):
+        for policy in ("batch", "interval", "none"):
+            cells = [res[size][policy]["log"], *(res[size][policy]["store"][s] for s in schedulers)]
+            assert len(cells) == 1 + len(schedulers)
+            for cell in cells:
+                assert cell["records_per_s"]["value"] > 0 and cell["payload_mb_per_s"]["value"] > 0
+                assert cell["checkpoints"]["value"] >= 1 and cell["log_bytes_per_record"]["value"] > 0
+                assert cell["records_per_s"]["goal"] is None
+
+
 def test_bench_rejects_unknown_scenario(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "sidecar", "bench", "nope", "--json", str(tmp_path / "x.json")],
                           capture_output=True, text=True, timeout=60)
