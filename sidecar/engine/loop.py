@@ -29,6 +29,7 @@ import signal
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any, cast
@@ -41,7 +42,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from sidecar import contract as c
 from sidecar import logs
 from sidecar.config import Settings
-from sidecar.engine.partition import Counters, PartitionStore, compile_rules
+from sidecar.engine.partition import CheckpointJob, Counters, PartitionStore, compile_rules
 from sidecar.levels.scheduler import LevelsScheduler
 from sidecar.retry import Backoff, ErrorKind, PublishFailurePolicy, Retry, classify, describe
 from sidecar.scheduling import Scheduler
@@ -128,6 +129,8 @@ class Sidecar:
         self._last = Counters()
         self._tiers_seen: set[str] = set()
         self._last_fsync = 0.0
+        self.flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kds-flush")
+        self.jobs: dict[int, tuple[PartitionStore, CheckpointJob, Future[None]]] = {}
         self._warned: dict[str, float] = {}
 
     # -- clients --------------------------------------------------------------------------------
@@ -251,6 +254,10 @@ class Sidecar:
         for tp in partitions:
             store = self.stores.pop(tp.partition, None)
             if store is not None:
+                entry = self.jobs.pop(tp.partition, None)
+                if entry is not None:
+                    entry[2].result()
+                    store.finish_checkpoint(entry[1])  # no commit: the partition is no longer ours
                 store.checkpoint(fsync=self.s.fsync != "none")
                 store.close()
         consumer.incremental_unassign(partitions)
@@ -292,6 +299,8 @@ class Sidecar:
                     self._ingest(msgs)
                 self._publish()
                 self._poll(0)
+                if self.jobs:
+                    self._reap_jobs(consumer)
                 mono = time.monotonic()
                 if mono - last_commit >= commit_every:
                     self._checkpoint_all(consumer)
@@ -492,29 +501,56 @@ class Sidecar:
 
     # -- durability -----------------------------------------------------------------------------
     def _checkpoint_store(self, consumer: Consumer, store: PartitionStore, sync: bool = False) -> None:
-        # fsync=batch and interval msync data and index before the checkpoint; none leaves it to
-        # the OS (a process crash loses nothing, a power loss may). The offset commit always follows.
+        """A checkpoint of ``store`` done here and now (rebalance, shutdown), then its offset commit."""
+        self._await_job(consumer, store.partition)
         store.checkpoint(fsync=self.s.fsync != "none")
-        if store.next_offset is not None:
-            try:
-                offsets = [TopicPartition(store.topic, store.partition, store.next_offset)]
-                if sync:
-                    consumer.commit(offsets=offsets, asynchronous=False)
-                else:
-                    consumer.commit(offsets=offsets, asynchronous=True)
-            except KafkaException as e:
-                log.warning("commit.failed", partition=store.partition, error=str(e))
+        self._commit(consumer, store, store.next_offset, sync)
+
+    def _commit(self, consumer: Consumer, store: PartitionStore, offset: int | None, sync: bool = False) -> None:
+        if offset is None:
+            return
+        try:
+            offsets = [TopicPartition(store.topic, store.partition, offset)]
+            if sync:
+                consumer.commit(offsets=offsets, asynchronous=False)
+            else:
+                consumer.commit(offsets=offsets, asynchronous=True)
+        except KafkaException as e:
+            log.warning("commit.failed", partition=store.partition, error=str(e))
 
     def _checkpoint_all(self, consumer: Consumer) -> None:
         """batch/none: every commit-interval. interval: only every fsync-interval, because a
-        checkpoint (and the offset commit behind it) may only name data that has been msynced."""
+        checkpoint (and the offset commit behind it) may only name data that has been synced.
+
+        With fsync on, the syncs and the checkpoint write run on the flusher thread (they release
+        the GIL): the loop keeps consuming and publishing while the disk works, and the offset
+        commit follows when the job is done (``_reap_jobs``). One job per partition at a time."""
         mono = time.monotonic()
         if self.s.fsync == "interval" and mono - self._last_fsync < self.s.fsync_interval_ms / 1000:
             return
         self._last_fsync = mono
         for store in self.stores.values():
-            if store.dirty:
-                self._checkpoint_store(consumer, store)
+            if not store.dirty or store.partition in self.jobs:
+                continue
+            if self.s.fsync == "none":
+                self._checkpoint_store(consumer, store)  # no disk wait: nothing to hand off
+                continue
+            job = store.begin_checkpoint(fsync=True)
+            self.jobs[store.partition] = (store, job, self.flusher.submit(job.run))
+
+    def _reap_jobs(self, consumer: Consumer) -> None:
+        """Finish the checkpoint jobs the flusher completed: reclaim, then commit the offsets."""
+        for partition in [p for p, (_s, _j, fut) in self.jobs.items() if fut.done()]:
+            self._await_job(consumer, partition)
+
+    def _await_job(self, consumer: Consumer, partition: int) -> None:
+        entry = self.jobs.pop(partition, None)
+        if entry is None:
+            return
+        store, job, fut = entry
+        fut.result()  # a failed sync (EIO, ENOSPC) is fatal, as it is on the loop thread
+        store.finish_checkpoint(job)
+        self._commit(consumer, store, job.ingress_offset)
 
     def _check_space(self, consumer: Consumer) -> None:
         used = sum(store.disk_bytes() for store in self.stores.values())
@@ -602,6 +638,7 @@ class Sidecar:
         for store in self.stores.values():
             store.close()
         self.stores.clear()
+        self.flusher.shutdown(wait=True)
         self._stats()
         log.info("sidecar.stopped", in_flight=self.in_flight)
 

@@ -33,6 +33,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sidecar import contract as c
 from sidecar import logs
@@ -42,7 +43,7 @@ from sidecar.store import checkpoint, codec
 from sidecar.store.codec import Record, decode_headers, encode_headers
 from sidecar.store.idindex import PRECANCEL, IdIndex, id_hash
 from sidecar.store.log import CommitLog
-from sidecar.store.mapped import StoreError
+from sidecar.store.mapped import StoreError, SyncBatch, deferred_sync
 
 HeaderList = list[tuple[str, bytes | None]]
 _NO_HEADERS = encode_headers(())
@@ -111,6 +112,7 @@ class PartitionStore:
     ) -> None:
         self.topic = topic
         self.topic_bytes = topic.encode()
+        self.id_prefix = b"%s:%d:" % (self.topic_bytes, partition)  # default delay.id: <topic>:<partition>:<offset>
         self.partition = partition
         # delivered records not yet acked in the scheduler: the loop's delivery callbacks append
         # here and ``settle`` acks them in one batch after each producer poll
@@ -207,6 +209,8 @@ class PartitionStore:
             )
 
     def _default_id(self, topic: str, offset: int) -> bytes:
+        if topic == self.topic:
+            return self.id_prefix + b"%d" % offset
         return b"%s:%d:%d" % (topic.encode(), self.partition, offset)
 
     def _schedule(
@@ -333,30 +337,40 @@ class PartitionStore:
     # -- durability -----------------------------------------------------------------------------
     def checkpoint(self, fsync: bool = True) -> None:
         """data -> index -> checkpoint; then reclaim what the checkpoint made unnecessary."""
+        job = self.begin_checkpoint(fsync)
+        job.run()
+        self.finish_checkpoint(job)
+
+    def begin_checkpoint(self, fsync: bool = True) -> CheckpointJob:
+        """Snapshot the state a checkpoint names and note what must reach the disk before it
+        (the data and index pages, new files' directories) — without waiting for the disk. The
+        job's ``run`` (any thread) syncs them and then writes the checkpoint; ``finish_checkpoint``
+        (this thread, after ``run``) reclaims what the snapshot no longer needs. Between the two,
+        the store keeps working: what it writes is not named by the snapshot."""
         if self.acked:
             self.settle()
-        if fsync:
-            self.log.flush()
-            self.sched.flush()
-            self.ids.flush()
-        checkpoint.write(
-            self.dir,
-            {
-                "topic": self.topic,
-                "partition": self.partition,
-                "scheduler": self.scheduler_name,
-                "ingress_offset": self.next_offset,
-                "log": self.log.state(),
-                "sched": self.sched.state(),
-                "ids": self.ids.state(),
-            },
-            durable=fsync,
-        )
-        self.log.reclaim()
+        with deferred_sync() as batch:
+            if fsync:
+                self.log.flush()
+                self.sched.flush()
+                self.ids.flush()
+        doc = {
+            "topic": self.topic,
+            "partition": self.partition,
+            "scheduler": self.scheduler_name,
+            "ingress_offset": self.next_offset,
+            "log": self.log.state(),
+            "sched": self.sched.state(),
+            "ids": self.ids.state(),
+        }
+        self.dirty = False
+        return CheckpointJob(self.dir, doc, batch, fsync, self.log.reclaimable(), self.next_offset)
+
+    def finish_checkpoint(self, job: CheckpointJob) -> None:
+        self.log.reclaim(job.dead_segments)
         reclaim = getattr(self.sched, "reclaim", None)
         if reclaim is not None:
             reclaim()
-        self.dirty = False
 
     def pending(self) -> dict[str, int]:
         return self.sched.pending()
@@ -368,6 +382,23 @@ class PartitionStore:
         self.sched.close()
         self.ids.close()
         self.log.close()
+
+
+@dataclass(slots=True)
+class CheckpointJob:
+    """One checkpoint between ``begin_checkpoint`` and ``finish_checkpoint`` (see there)."""
+
+    dir: Path
+    doc: dict[str, Any]
+    syncs: SyncBatch
+    durable: bool
+    dead_segments: list[int]  # commit-log segments empty at the snapshot: deleted once it is durable
+    ingress_offset: int | None  # what the offset commit may name once the checkpoint is written
+
+    def run(self) -> None:
+        """data and index to disk, then the checkpoint (atomic, durable): safe on any thread."""
+        self.syncs.run()
+        checkpoint.write(self.dir, self.doc, durable=self.durable)
 
 
 def compile_rules(

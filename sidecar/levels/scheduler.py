@@ -68,6 +68,7 @@ class LevelsScheduler:
         self.levels_ms = levels_ms
         self.dir = directory / "levels"
         self.levels = [_Level(LevelQueue(self.dir / f"{i:02d}", entries_per_file)) for i in range(len(levels_ms) + 1)]
+        self._snap_done: list[int] = []  # each level's done at the last state() snapshot
 
     # -- planning -------------------------------------------------------------------------------
     def plan(self, mode: str, level: int, requested_due_ms: int, enqueue_ms: int) -> tuple[int, int] | None:
@@ -171,6 +172,9 @@ class LevelsScheduler:
             lv.queue.flush()
 
     def state(self) -> dict[str, Any]:
+        # reclaim may only drop what this snapshot no longer names, even if done moves on before
+        # the checkpoint holding it is durable
+        self._snap_done = [lv.done for lv in self.levels]
         return {"levels": [[lv.done, lv.write] for lv in self.levels], "table": list(self.levels_ms)}
 
     def restore(self, state: dict[str, Any] | None) -> None:
@@ -220,8 +224,9 @@ class LevelsScheduler:
         return dropped
 
     def reclaim(self) -> None:
-        for lv in self.levels:
-            lv.queue.drop_before(lv.done)
+        for lv, done in zip(self.levels, self._snap_done, strict=False):
+            lv.queue.drop_before(done)
+        self._snap_done = []
 
     def pending(self) -> dict[str, int]:
         return {f"level-{n}": lv.write - lv.done for n, lv in enumerate(self.levels) if lv.write > lv.done}

@@ -35,6 +35,7 @@ import sys
 from array import array
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from sidecar.store.mapped import HEADER_SIZE, MappedFile, unborn
 
@@ -47,8 +48,8 @@ PRECANCEL = 1 << 63
 _U64 = struct.Struct("<Q")
 
 
-def id_hash(rid: bytes | memoryview) -> int:
-    h = int.from_bytes(hashlib.blake2b(rid, digest_size=8).digest(), "little")
+def id_hash(rid: bytes | memoryview, _blake2b: Any = hashlib.blake2b, _from_bytes: Any = int.from_bytes) -> int:
+    h: int = _from_bytes(_blake2b(rid, digest_size=8).digest(), "little")
     return h if h >= 2 else h + 2
 
 

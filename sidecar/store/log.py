@@ -294,13 +294,20 @@ class CommitLog:
     def state(self) -> dict[str, object]:
         return {"head": self.head, "live": {str(k): v for k, v in self.live.items()}}
 
-    def reclaim(self) -> int:
-        """Delete sealed segments with no live record; call only after a checkpoint that covers
-        the releases. Returns the number of segments deleted."""
+    def reclaimable(self) -> list[int]:
+        """Sealed segments with no live record now (a checkpoint taken now covers their deletion)."""
         active = self.head // self.segment_bytes
-        dead = [i for i, n in self.live.items() if i < active and n <= 0 and i in self.segments]
+        return [i for i, n in self.live.items() if i < active and n <= 0 and i in self.segments]
+
+    def reclaim(self, dead: list[int] | None = None) -> int:
+        """Delete sealed segments with no live record; call only after a checkpoint that covers
+        the releases (``dead``: the ``reclaimable()`` of that checkpoint's snapshot). Returns the
+        number of segments deleted."""
+        if dead is None:
+            dead = self.reclaimable()
         for i in dead:
-            self._delete(i)
+            if self.live.get(i, 0) <= 0:
+                self._delete(i)
         return len(dead)
 
     def _delete(self, index: int) -> None:

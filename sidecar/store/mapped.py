@@ -26,6 +26,9 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from crc32c import crc32c
@@ -108,7 +111,12 @@ class MappedFile:
             raise StoreError(f"{self.path}: base {base} does not match its name ({self.base})")
 
     def flush(self, start: int = 0, end: int | None = None) -> None:
-        """msync the byte range (page-aligned outward) to disk."""
+        """msync the byte range (page-aligned outward) to disk (inside ``deferred_sync``: note
+        the file for the batch instead)."""
+        sink = _deferred.batch
+        if sink is not None:
+            sink.add_file(self)
+            return
         end = self.size if end is None else min(end, self.size)
         start = start - start % mmap.PAGESIZE
         if end > start:
@@ -136,11 +144,80 @@ def unborn(path: Path) -> bool:
 
 
 def fsync_dir(path: Path) -> None:
+    sink = _deferred.batch
+    if sink is not None:
+        sink.add_dir(path)
+        return
+    _fsync_dir_now(str(path))
+
+
+def _fsync_dir_now(path: str) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+class SyncBatch:
+    """The syncs the store asked for inside ``deferred_sync``, to be done later, on any thread.
+
+    Each file is synced whole with ``fdatasync`` on its own descriptor (opened now, so a file
+    renamed or deleted meanwhile is still the one synced). On Linux that writes back the pages
+    dirtied through a shared mapping exactly as ``msync`` does (both are the page cache's
+    writeback of the file), and unlike ``mmap.flush`` it releases the GIL: the event loop keeps
+    running while the disk works. Syncing more than the dirty ranges costs nothing extra (clean
+    pages are not written)."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, int] = {}
+        self.dirs: list[str] = []
+
+    def add_file(self, mf: MappedFile) -> None:
+        path = str(mf.path)
+        if path not in self.files:
+            self.files[path] = os.open(path, os.O_RDONLY)
+
+    def add_dir(self, path: Path) -> None:
+        if str(path) not in self.dirs:
+            self.dirs.append(str(path))
+
+    def run(self) -> None:
+        """Sync every file, then every directory; close the descriptors either way."""
+        try:
+            for fd in self.files.values():
+                os.fdatasync(fd)
+            for d in self.dirs:
+                _fsync_dir_now(d)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        for fd in self.files.values():
+            os.close(fd)
+        self.files.clear()
+
+
+class _Deferred(threading.local):
+    batch: SyncBatch | None = None
+
+
+_deferred = _Deferred()
+
+
+@contextmanager
+def deferred_sync() -> Iterator[SyncBatch]:
+    """Collect, instead of doing, every ``MappedFile.flush`` and ``fsync_dir`` of this thread
+    inside the block; the caller runs (or closes) the returned batch."""
+    prev, batch = _deferred.batch, SyncBatch()
+    _deferred.batch = batch
+    try:
+        yield batch
+    except BaseException:
+        batch.close()
+        raise
+    finally:
+        _deferred.batch = prev
 
 
 def atomic_write(path: Path, data: bytes) -> None:
