@@ -299,7 +299,8 @@ class WheelScheduler:
                 # Beyond the ring, even if already due (the reader is more than a window behind):
                 # its bucket keeps it in due order behind the backlog instead of jumping the queue.
                 return _BUCKET
-            if not loading and (due - due % self.width, self.width) in self.buckets.by_range:
+            by_range = self.buckets.by_range
+            if not loading and by_range and (due - due % self.width, self.width) in by_range:
                 # Its bucket is not fully linked into the wheel yet: join it there, so records of
                 # equal due time keep their arrival order (the bucket is linked before anything
                 # added to the ring after it).
