@@ -131,6 +131,7 @@ def test_200000_due_in_the_same_tick_with_bounded_rss(
     finally:
         stop.set()
         sampler.join(5)
+        sc.stop_quietly()  # never leave a sidecar running after its test
     assert len(got) == n
     assert min(r.timestamp_ms - due for r in got) >= 0, "never early"
     drain_s = (max(r.timestamp_ms for r in got) - due) / 1000
