@@ -76,6 +76,17 @@ def measure(bench: Bench, scheduler: str, rate: float, seconds: float) -> dict[s
         sc.stop()
     got = read_range(bench.bootstrap, target, {}, bench.wm.high(target), headers=True)
     late = sorted(ts - da for ts, da in zip(got.ts, got.deliver_at, strict=True))
+    # Per second of due time: the worst lateness and how many were over 50 ms, to tell a transient
+    # (start, a rebalance) from a periodic stall (checkpoints, GC) from steady overload.
+    t0 = min(got.deliver_at) if got.deliver_at else 0
+    worst: dict[int, int] = {}
+    over: dict[int, int] = {}
+    for ts, da in zip(got.ts, got.deliver_at, strict=True):
+        sec = (da - t0) // 1000
+        worst[sec] = max(worst.get(sec, 0), ts - da)
+        if ts - da > 50:
+            over[sec] = over.get(sec, 0) + 1
+    timeline = [[sec, worst[sec], over.get(sec, 0)] for sec in sorted(worst)]
     return {
         "offered_rate": rate,
         "sent": sent,
@@ -90,6 +101,7 @@ def measure(bench: Bench, scheduler: str, rate: float, seconds: float) -> dict[s
         "main_thread_cpu_s": run1 - run0,
         "main_thread_runqueue_wait_s": wait1 - wait0,
         "stats": {k: stats.get(k) for k in ("ingested", "delivered", "early", "dlq")},
+        "timeline_by_due_second": {"columns": ["second", "max_lateness_ms", "over_50ms"], "rows": timeline},
     }
 
 
