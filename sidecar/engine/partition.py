@@ -18,9 +18,13 @@ resume from. Outcomes:
 
 Recovery (``open``) reads the checkpoint, opens the log, the scheduler and the id index at their
 checkpointed state, then replays the log records appended after the checkpoint (validating each
-CRC, truncating a torn tail) through the same scheduling code, validates the scheduler entries
-restored from the checkpoint against the log (dropping and reporting dangling ones), and resumes
-consuming after the last replayed ingress offset.
+CRC, truncating a torn tail) through the same scheduling code, arms the scheduler's check of the
+entries restored from the checkpoint, and resumes consuming after the last replayed ingress
+offset. Nothing in it is O(pending): the restored entries point at records made durable before
+the checkpoint was written, so the scheduler checks each one against the log when it first reads
+it (before handing it out), and drops and reports a dangling one (disk damage) through
+``_dangling``: counted, logged as ``recovery.dangling_dropped`` with the hint to salvage, never
+published (docs/storage.md, "Recovery").
 
 A pre-cancel stays in the id index until its horizon expires, even after it cancelled its
 message: the message is not in the log, so if the process dies before the next checkpoint the
@@ -48,6 +52,8 @@ from sidecar.store.mapped import StoreError, SyncBatch, deferred_sync
 HeaderList = list[tuple[str, bytes | None]]
 _NO_HEADERS = encode_headers(())
 log = logs.get("sidecar.store")
+_DANGLING_KEPT = 1000  # dangling entries remembered (for the recovered event, inspect and tests)
+_DANGLING_LOGGED = 10  # logged one by one; after that at every power of two
 
 
 @dataclass(slots=True)
@@ -64,7 +70,7 @@ class Counters:
     publish_retries: int = 0
     early: int = 0
     replayed: int = 0
-    dangling: int = 0  # scheduler entries dropped by recovery's validation (disk damage)
+    dangling: int = 0  # restored scheduler entries dropped because their record fails the check (disk damage)
 
 
 @dataclass(slots=True)
@@ -131,7 +137,9 @@ class PartitionStore:
         self.sched: Scheduler
         self.ids: IdIndex
         self.truncated_bytes = 0
-        self.dangling: list[tuple[int, int, str]] = []  # (ref, log position, reason) dropped by recovery
+        # (ref, log position, reason) of dangling entries dropped so far (the first _DANGLING_KEPT)
+        self.dangling: list[tuple[int, int, str]] = []
+        self.dangling_count = 0
 
     # -- recovery -------------------------------------------------------------------------------
     def open(self) -> int | None:
@@ -161,18 +169,26 @@ class PartitionStore:
             # Records after the checkpoint were consumed before the crash: resume after them.
             resume = max(resume or 0, rec.src_offset + 1)
         self.truncated_bytes = sum(t.dropped_bytes for t in self.log.truncations)
-        validate: Callable[[int], list[tuple[int, int, str]]] | None = getattr(self.sched, "validate", None)
-        if validate is not None and head is not None:
-            self.dangling = validate(head)
-            if self.dangling:
-                self.counters.dangling += len(self.dangling)
-                log.error(
-                    "recovery.dangling_dropped", partition=self.partition, count=len(self.dangling),
-                    first=[{"ref": r, "position": p, "reason": why} for r, p, why in self.dangling[:10]],
-                    hint="disk damage: run `delay-sidecar salvage` on a copy of the data directory",
-                )
+        arm: Callable[[int, Callable[[int, int, str], None]], None] | None = getattr(self.sched, "arm", None)
+        if arm is not None and head is not None:
+            arm(head, self._dangling)
         self.next_offset = resume
         return resume
+
+    def _dangling(self, ref: int, pos: int, reason: str) -> None:
+        """The scheduler dropped an entry restored from the checkpoint whose record fails the
+        check (disk damage): it is never published. Counted; the first ones and then every power
+        of two are logged, so a damaged segment cannot flood the log."""
+        self.dangling_count += 1
+        self.counters.dangling += 1
+        if len(self.dangling) < _DANGLING_KEPT:
+            self.dangling.append((ref, pos, reason))
+        n = self.dangling_count
+        if n <= _DANGLING_LOGGED or n & (n - 1) == 0:
+            log.error(
+                "recovery.dangling_dropped", partition=self.partition, ref=ref, position=pos, reason=reason, count=n,
+                hint="disk damage: run `delay-sidecar salvage` on a copy of the data directory",
+            )
 
     def _replay(self, pos: int, rec: Record) -> None:
         if rec.rtype == codec.CANCEL:
@@ -349,6 +365,9 @@ class PartitionStore:
         the store keeps working: what it writes is not named by the snapshot."""
         if self.acked:
             self.settle()
+        # After a restart: a step of the id index's background recount (~10 ms), before the
+        # snapshot, so the first checkpoint after it ends records the exact counts.
+        self.ids.recount_step()
         with deferred_sync() as batch:
             if fsync:
                 self.log.flush()

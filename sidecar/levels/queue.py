@@ -4,7 +4,7 @@ Entry layout (24 bytes, little-endian)::
 
     0   u64  log_pos   position of the record in the commit log
     8   i64  due_ms    committed due time (epoch ms)
-    16  u8   state     0 pending, 1 delivered, 2 cancelled, 3 dropped (dangling, found by recovery)
+    16  u8   state     0 pending, 1 delivered, 2 cancelled, 3 dropped (dangling: its record failed the check)
     17  u8[7] padding (0)
 
 An entry is addressed by its index, which grows for the life of the queue. Index ``i`` lives in

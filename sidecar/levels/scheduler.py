@@ -18,12 +18,18 @@ checkpointed: after a crash everything in ``[done, write)`` is handed out again,
 whose state byte already says delivered or cancelled, so duplicates are limited to records that
 were in flight.
 
-Recovery validates the restored entries against the commit log (``validate``): every entry in
-``[done, write)`` of the checkpoint — bounded by what was pending, never history — must point
-below the checkpointed log head, into a segment that exists, at a record whose CRC verifies and
-whose due time and level match. A dangling entry (disk damage; with ``fsync: none`` a power loss
-that kept a queue page but not the log page behind it) is marked DROPPED and reported instead of
-crashing the partition on first read. Its log slot is not released (see ``LevelQueue.drop``).
+Recovery does not read the log behind the restored entries (that would be O(pending) at every
+start). The durability order is data -> index -> checkpoint: every entry in ``[done, write)`` of
+the checkpoint points at a record that was msynced before the checkpoint was written, so it can
+only dangle if the disk is damaged (or, with ``fsync: none``, after a power loss); entries written
+after the checkpoint are rewritten by the log replay. ``arm(head, report)`` makes the cheap
+structural checks at open — the queue files holding restored entries exist, and no restored entry
+points at or beyond the checkpointed log head (positions grow with the index within a level, so
+that is a binary search) — and arms the full check, which runs on the *first read* of each
+restored entry, in ``due`` (before it is handed out) and in ``record``: below the checkpointed
+head, in a segment that exists, CRC intact, same due time and level, not a cancel. A dangling
+entry is marked DROPPED, passed over (never handed out) and reported through ``report`` instead of
+crashing the partition. Its log slot is not released (see ``LevelQueue.drop``).
 
 Producer timestamps are not globally ordered, so a later entry in a level can carry an earlier
 due time than its head; it is then delivered when the head is due — late, never early (RocketMQ
@@ -32,6 +38,7 @@ has the same property and uses the store time to minimise it).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +61,7 @@ class _Level:
         self.write = 0
         self.send = 0
         self.done = 0
-        self.restored = 0  # ``write`` as restored from the checkpoint: [done, restored) is validated
+        self.restored = 0  # ``write`` as restored from the checkpoint: [done, restored) is checked on first read
         self.acked: set[int] = set()  # acked indexes above done: bounded by what is in flight
 
 
@@ -69,6 +76,9 @@ class LevelsScheduler:
         self.dir = directory / "levels"
         self.levels = [_Level(LevelQueue(self.dir / f"{i:02d}", entries_per_file)) for i in range(len(levels_ms) + 1)]
         self._snap_done: list[int] = []  # each level's done at the last state() snapshot
+        self.log_head: int | None = None  # the checkpointed log head: restored entries point below it
+        self.dropped: list[tuple[int, int, str]] = []  # what the default ``report`` collects
+        self.report: Callable[[int, int, str], None] = self._collect
 
     # -- planning -------------------------------------------------------------------------------
     def plan(self, mode: str, level: int, requested_due_ms: int, enqueue_ms: int) -> tuple[int, int] | None:
@@ -104,6 +114,9 @@ class LevelsScheduler:
                 ref = (n << _IDX_BITS) | idx
                 if state != PENDING:  # cancelled, or delivered before a restart
                     self._finish(lv, idx)
+                    continue
+                if idx < lv.restored and self._dangles(n, idx, pos, due):
+                    self._finish(lv, idx)  # restored, and its record fails the check: dropped, never handed out
                     continue
                 out.append((ref, self.log.read(pos)))
         return out
@@ -152,8 +165,10 @@ class LevelsScheduler:
         idx = ref & _IDX_MASK
         if idx < lv.done or idx >= lv.write:
             return None
-        pos, _due, state = lv.queue.read(idx)
+        pos, due, state = lv.queue.read(idx)
         if state != PENDING:
+            return None
+        if idx < lv.restored and self._dangles(n, idx, pos, due):
             return None
         return self.log.read(pos)
 
@@ -192,30 +207,83 @@ class LevelsScheduler:
             lv.write = lv.restored = int(write)
             lv.acked.clear()
 
+    # -- damage ---------------------------------------------------------------------------------
+    def arm(self, head: int, report: Callable[[int, int, str], None] | None = None) -> None:
+        """Called by recovery after the replay with the checkpointed log ``head``: the cheap
+        structural checks of the restored entries (see the module docstring; O(levels x log
+        pending)), and the full check of each restored entry at its first read. Dangling entries,
+        found now or later, go to ``report(ref, log_pos, reason)``. A missing queue file inside
+        ``[done, write)`` is not a dangling entry but a lost queue: that raises ``StoreError``."""
+        self.log_head = head
+        if report is not None:
+            self.report = report
+        for n, lv in enumerate(self.levels):
+            q = lv.queue
+            per = q.per_file
+            first = lv.done - lv.done % per
+            while first < lv.restored:
+                if first not in q.files:
+                    raise StoreError(f"{q.dir}: a queue file holding pending entries is missing")
+                first += per
+            # Positions grow with the index within a level: the entries at or beyond the head are
+            # a suffix of [done, restored). Find its start by bisection.
+            lo, hi = lv.done, lv.restored
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if q.read(mid)[0] >= head:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            for idx in range(lo, lv.restored):
+                pos, _due, state = q.read(idx)
+                if state == PENDING:
+                    self._drop(n, idx, pos, f"position {pos} is at or beyond the log head {head}")
+
+    def _fault(self, n: int, pos: int, due: int) -> str:
+        """Why the restored entry (level ``n``, ``pos``, ``due``) does not match its record; ""
+        if it does. The full check: bounds, segment, CRC, due time, level, type."""
+        head = self.log_head
+        if head is not None and pos >= head:
+            return f"position {pos} is at or beyond the log head {head}"
+        try:
+            rtype, rdue, rlevel = self.log.check(pos)
+        except (codec.CorruptRecord, StoreError) as e:
+            return f"record does not verify: {e}"
+        if rdue != due or rlevel != n or rtype == codec.CANCEL:
+            return (f"record at {pos} (type {rtype}, level {rlevel}, due {rdue}) "
+                    f"does not match the entry (level {n}, due {due})")
+        return ""
+
+    def _dangles(self, n: int, idx: int, pos: int, due: int) -> bool:
+        """Check a pending restored entry before its first use; drop and report it if it dangles."""
+        reason = self._fault(n, pos, due)
+        if not reason:
+            return False
+        self._drop(n, idx, pos, reason)
+        return True
+
+    def _drop(self, n: int, idx: int, pos: int, reason: str) -> None:
+        self.levels[n].queue.drop(idx)
+        self.report((n << _IDX_BITS) | idx, pos, reason)
+
+    def _collect(self, ref: int, pos: int, reason: str) -> None:
+        self.dropped.append((ref, pos, reason))
+
     def validate(self, head: int) -> list[tuple[int, int, str]]:
-        """Check the entries restored from the checkpoint against the log (see the module
-        docstring); ``head`` is the checkpointed log head. Returns the dropped ones as
-        ``(ref, log_pos, reason)``. A missing queue file inside ``[done, write)`` is not a dangling
-        entry but a lost queue: that raises ``StoreError``."""
+        """The full check of every pending restored entry at once, O(pending): for tests and
+        tools (recovery checks each one at its first read instead). Drops and returns the
+        dangling ones as ``(ref, log_pos, reason)``; they are not passed to ``report``."""
+        self.log_head = head
         dropped: list[tuple[int, int, str]] = []
         for n, lv in enumerate(self.levels):
             q = lv.queue
             bad: list[tuple[int, int, str]] = []
             try:
                 for idx, pos, due, state in q.scan(lv.done, lv.restored):
-                    if state != PENDING:
-                        continue
-                    if pos >= head:
-                        bad.append((idx, pos, f"position {pos} is at or beyond the log head {head}"))
-                        continue
-                    try:
-                        rtype, rdue, rlevel = self.log.check(pos)
-                    except (codec.CorruptRecord, StoreError) as e:
-                        bad.append((idx, pos, f"record does not verify: {e}"))
-                        continue
-                    if rdue != due or rlevel != n or rtype == codec.CANCEL:
-                        bad.append((idx, pos, f"record at {pos} (type {rtype}, level {rlevel}, due {rdue}) "
-                                              f"does not match the entry (level {n}, due {due})"))
+                    if state == PENDING:
+                        reason = self._fault(n, pos, due)
+                        if reason:
+                            bad.append((idx, pos, reason))
             except KeyError:
                 raise StoreError(f"{q.dir}: a queue file holding pending entries is missing") from None
             for idx, pos, reason in bad:

@@ -20,12 +20,20 @@ stale record left behind can never be read as valid later) and reported. A bad r
 *sealed* segment is corruption the log cannot explain: recovery refuses to start
 (``CorruptSegment``) rather than silently lose the rest of that segment.
 
+Looking for non-zero bytes behind the last record costs what was written there, not the segment
+size: segments are sparse files, and ``SEEK_DATA``/``SEEK_HOLE`` name the ranges that were ever
+written (pages dirtied through the mapping count, before any writeback), so only those are read;
+holes read as zeros by definition and are not touched. (Reading a 64 MiB hole through the mapping
+costs ~0.4 s of page faults.) Where the file system does not report holes, the whole range is
+data and is read, as before.
+
 Durability: appends go to the page cache through the mapping (they survive a process kill);
 ``flush()`` msyncs the dirty range, which is what makes them survive power loss.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,6 +49,39 @@ _ZERO_CHUNK = bytes(1 << 20)
 
 class CorruptSegment(StoreError):
     pass
+
+
+def _data_ranges(seg: MappedFile, start: int) -> list[tuple[int, int]]:
+    """The ranges of ``[start, seg.size)`` that may hold non-zero bytes: the file's data ranges
+    (``SEEK_DATA``/``SEEK_HOLE``); the whole range if the platform or file system cannot tell."""
+    end = seg.size
+    seek_data, seek_hole = getattr(os, "SEEK_DATA", None), getattr(os, "SEEK_HOLE", None)
+    if start >= end:
+        return []
+    if seek_data is None or seek_hole is None:
+        return [(start, end)]
+    out: list[tuple[int, int]] = []
+    try:
+        fd = os.open(seg.path, os.O_RDONLY)
+    except OSError:
+        return [(start, end)]
+    try:
+        pos = start
+        while pos < end:
+            try:
+                a = os.lseek(fd, pos, seek_data)
+            except OSError as e:
+                if e.errno == errno.ENXIO:  # no data at or after pos
+                    break
+                return [(start, end)]
+            if a >= end:
+                break
+            b = min(os.lseek(fd, a, seek_hole), end)
+            out.append((max(a, start), b))
+            pos = b
+    finally:
+        os.close(fd)
+    return out
 
 
 @dataclass(slots=True)
@@ -174,32 +215,34 @@ class CommitLog:
     @staticmethod
     def _zero_from(seg: MappedFile, off: int) -> bool:
         """True if the rest of the segment is zeros (the unused tail of a sealed segment)."""
-        end = seg.size
-        pos = off
-        while pos < end:
-            n = min(len(_ZERO_CHUNK), end - pos)
-            if seg.buf[pos : pos + n] != _ZERO_CHUNK[:n]:
-                return False
-            pos += n
+        for a, b in _data_ranges(seg, off):
+            pos = a
+            while pos < b:
+                n = min(len(_ZERO_CHUNK), b - pos)
+                if seg.buf[pos : pos + n] != _ZERO_CHUNK[:n]:
+                    return False
+                pos += n
         return True
 
     @staticmethod
     def _truncate(seg: MappedFile, off: int) -> int:
         """Zero everything from ``off`` to the last non-zero byte; return how many bytes that was."""
-        end = seg.size
+        ranges = _data_ranges(seg, off)
         last_nonzero = off
-        pos = off
-        while pos < end:
-            n = min(len(_ZERO_CHUNK), end - pos)
-            if seg.buf[pos : pos + n] != _ZERO_CHUNK[:n]:
-                last_nonzero = pos + len(bytes(seg.buf[pos : pos + n]).rstrip(b"\x00"))
-            pos += n
-        if last_nonzero > off:
-            pos = off
-            while pos < last_nonzero:
-                n = min(len(_ZERO_CHUNK), last_nonzero - pos)
-                seg.buf[pos : pos + n] = _ZERO_CHUNK[:n]
+        for a, b in ranges:
+            pos = a
+            while pos < b:
+                n = min(len(_ZERO_CHUNK), b - pos)
+                if seg.buf[pos : pos + n] != _ZERO_CHUNK[:n]:
+                    last_nonzero = pos + len(bytes(seg.buf[pos : pos + n]).rstrip(b"\x00"))
                 pos += n
+        if last_nonzero > off:
+            for a, b in ranges:  # holes stay holes
+                pos, b = a, min(b, last_nonzero)
+                while pos < b:
+                    n = min(len(_ZERO_CHUNK), b - pos)
+                    seg.buf[pos : pos + n] = _ZERO_CHUNK[:n]
+                    pos += n
             seg.flush(off, last_nonzero)
         return last_nonzero - off
 

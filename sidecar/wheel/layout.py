@@ -30,7 +30,7 @@ index is ``i - i % entries_per_file``::
                                tail on append, lets a million-entry slot be read in arrival order
                                in bounded chunks without walking it backwards
             24  u8   state     0 pending, 1 cancelled (RIP-43 ``MAGIC_DELETE``), 2 done,
-                               3 dropped (dangling: its body failed recovery's validation)
+                               3 dropped (dangling: its body failed the check)
             25  u8   flags     bit 0: the entry is on the late chain, not in a slot
             26  u16  level     the record's level (0 in wheel mode; kept for the record)
             28  u32  tag       low 32 bits of the entry's own index: a cheap check that a link

@@ -40,12 +40,19 @@ reused only for slots beyond ``guard + slots``, where ``guard`` is the lowest sl
 the last checkpoint could still need (the checkpointed done slot, or the first non-empty slot
 finished since), so a crash never finds a needed slot overwritten.
 
-Damage. ``validate`` (called by recovery after the replay) checks every pending entry the
-checkpoint restored against its body — below the checkpointed log head, CRC intact, same due time
-— and marks a dangling one DROPPED (skipped, its body not released: a wrong live count must not
-delete a segment that still holds pending records) instead of failing on first read. Bucket
-records are CRC-checked as they are loaded; a damaged one is not linked in (its bucket's count is
-released: the bucket is known to hold it). Both are reported in ``dropped``.
+Damage. Recovery does not read the bodies behind the restored entries (that would be
+O(pending) at every start): the durability order is data -> index -> checkpoint, so an entry the
+checkpoint covers points at a body that was made durable before the checkpoint was written and
+can only dangle if the disk is damaged (or, with ``fsync: none``, after a power loss); entries
+after the checkpoint's timer-log head are rewritten by the log replay. Instead each pending
+entry restored from the checkpoint (index below the restored head) is checked against its body
+on its *first read* — when send reaches it in ``due`` and in ``record`` — below the checkpointed
+log head (``arm``), CRC intact, same due time, not a cancel; a dangling one is marked DROPPED
+(skipped, never handed out, its body not released: a wrong live count must not delete a segment
+that still holds pending records) and reported through ``report``. Bucket records are
+CRC-checked as they are loaded; a damaged one is not linked in (its bucket's count is released:
+the bucket is known to hold it) and is reported the same way. ``validate`` is the same check of
+every restored entry at once, O(pending), for tests and tools.
 
 Nothing here reads a clock: time comes in as ``now_ms``.
 """
@@ -56,6 +63,7 @@ import os
 import struct
 from array import array
 from bisect import bisect_right, insort
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -173,8 +181,10 @@ class WheelScheduler:
         self.occ_done = bytearray(self.N)  # 1: slot at this position still to be passed by done
         self._budget = 0
         self._dbudget = 0
-        self.dropped: list[tuple[int, int, str]] = []  # (ref, body locator, reason): damage found
-        self._restored_head = 0
+        self.dropped: list[tuple[int, int, str]] = []  # (ref, body locator, reason): what ``report`` collects
+        self.report: Callable[[int, int, str], None] = self._collect
+        self.log_head: int | None = None  # the checkpointed log head: restored entries point below it
+        self._restored_head = 0  # entries below it were restored from the checkpoint: checked on first read
         self._reset()
 
     def _reset(self) -> None:
@@ -388,7 +398,7 @@ class WheelScheduler:
                         bs.read(seq, off)  # CRC check: a damaged copy is dropped here, not on delivery
                     except StoreError as e:
                         bs.release(seq)
-                        self.dropped.append((make_ref(seq, off), make_ref(seq, off), str(e)))
+                        self.report(make_ref(seq, off), make_ref(seq, off), str(e))
                         pos = off + total
                         continue
                     dest = self._destination(due, loading=True)
@@ -414,6 +424,8 @@ class WheelScheduler:
         """Send examines entry ``e`` in its turn: hand it out, or finish a cancelled one (done,
         delivered before a restart, and dropped entries are skipped)."""
         if state == PENDING:
+            if e < self._restored_head and self._dangles(e, self.tl.read(e)[0], loc):
+                return  # restored, and its body fails the check: dropped, never handed out
             out.append((loc if loc & BUCKET_BIT else e, self._read(loc)))
         elif state == CANCELLED:
             self.tl.set_state(e, DONE)  # the done cursor releases it
@@ -474,6 +486,7 @@ class WheelScheduler:
             budget = self._budget
             room = limit - len(out)
             files, pf, read = tl.files, self.pf, self.log.read
+            vlim = self._restored_head
             ix = self._six = self._index(self._six, k, first, last, sl[2])
             if ix is not None:
                 lst = ix.offs.get(o, _EMPTY)
@@ -482,10 +495,12 @@ class WheelScheduler:
                 while i < n and room > 0 and budget > 0:
                     e = lst[i]
                     f0 = e - e % pf
-                    _due, loc, _nx, state, _f, _lv, _t = _unpack_entry(
+                    due, loc, _nx, state, _f, _lv, _t = _unpack_entry(
                         files[f0].buf, HEADER_SIZE + (e - f0) * ENTRY_SIZE
                     )
                     budget -= 1
+                    if state == PENDING and e < vlim and self._dangles(e, due, loc):
+                        state = DROPPED  # restored, and its body fails the check: dropped, never handed out
                     if state == PENDING:
                         out.append((loc, self._read(loc)) if loc & BUCKET_BIT else (e, read(loc)))
                         room -= 1
@@ -513,6 +528,8 @@ class WheelScheduler:
                     budget -= 1
                     eo = due - base
                     if eo == o:
+                        if state == PENDING and e < vlim and self._dangles(e, due, loc):
+                            state = DROPPED  # restored, and its body fails the check: dropped, never handed out
                         if state == PENDING:
                             out.append((loc, self._read(loc)) if loc & BUCKET_BIT else (e, read(loc)))
                             room -= 1
@@ -778,6 +795,8 @@ class WheelScheduler:
             ent = self._entry(ref)
             if ent is None or ent[3] != PENDING:
                 return None
+            if ent[0] < self._restored_head and self._dangles(ent[0], ent[1], ent[2]):
+                return None
             return self._read(ent[2])
         except StoreError:
             return None  # a stale ref from before a restart pointing into rewritten space
@@ -959,15 +978,65 @@ class WheelScheduler:
             self.slots = SlotFile(path, self.P, self.N)
         self.buckets.restore(None)
 
+    # -- damage ---------------------------------------------------------------------------------
+    def arm(self, head: int, report: Callable[[int, int, str], None] | None = None) -> None:
+        """Called by recovery after the replay with the checkpointed log ``head``: arms the check
+        of each restored entry at its first read (see the module docstring); dangling entries and
+        damaged bucket records go to ``report(ref, locator, reason)``. O(1): ``restore`` has
+        already checked that the files holding restored entries exist."""
+        self.log_head = head
+        if report is not None:
+            self.report = report
+
+    def _collect(self, ref: int, loc: int, reason: str) -> None:
+        self.dropped.append((ref, loc, reason))
+
+    def _fault(self, due: int, loc: int) -> str:
+        """Why a restored entry (``due``, ``loc``) does not match its body; "" if it does."""
+        if loc & BUCKET_BIT:
+            seq, off = split_ref(loc)
+            b = self.buckets.get(seq)
+            if b is None or off >= b.size or self.buckets.head(seq, off) is None:
+                return f"bucket entry {seq}:{off} does not exist"
+            try:
+                rec = self.buckets.read(seq, off)
+            except StoreError as ex:
+                return str(ex)
+            if rec.due_ms != due:
+                return f"bucket record due {rec.due_ms} does not match the entry's {due}"
+            return ""
+        head = self.log_head
+        if head is not None and loc >= head:
+            return f"position {loc} is at or beyond the log head {head}"
+        try:
+            rtype, rdue, _level = self.log.check(loc)
+        except (codec.CorruptRecord, StoreError) as ex:
+            return f"record does not verify: {ex}"
+        if rdue != due or rtype == codec.CANCEL:
+            return f"record at {loc} (type {rtype}, due {rdue}) does not match the entry (due {due})"
+        return ""
+
+    def _dangles(self, e: int, due: int, loc: int) -> bool:
+        """Check pending restored entry ``e`` before its first use; drop and report it if it
+        dangles."""
+        reason = self._fault(due, loc)
+        if not reason:
+            return False
+        self.tl.set_state(e, DROPPED)
+        self.report(loc if loc & BUCKET_BIT else e, loc, reason)
+        return True
+
     def validate(self, head: int) -> list[tuple[int, int, str]]:
-        """Check the pending entries restored from the checkpoint against their bodies (see the
-        module docstring); ``head`` is the checkpointed log head. Returns the dropped ones as
-        ``(ref, locator, reason)``. Bounded by what the window holds, never history."""
+        """The check of every pending entry restored from the checkpoint at once (recovery checks
+        each one at its first read instead); ``head`` is the checkpointed log head. Returns the
+        dropped ones as ``(ref, locator, reason)`` (not passed to ``report``). O(pending): for
+        tests and tools."""
+        self.log_head = head
         found: list[tuple[int, int, str]] = []
         lim = self._restored_head
         e = self.l_head
         while e != -1 and e < lim:
-            self._check_entry(e, head, found)
+            self._check_entry(e, found)
             e = -1 if e == self.l_tail else self.tl.next_of(e)
         if self.inited:
             k = self.d_k
@@ -976,45 +1045,19 @@ class WheelScheduler:
                 if sl is not None and self.occ_done[k % self.N]:
                     e, last = sl[0], sl[1]
                     while e != -1 and e < lim:
-                        self._check_entry(e, head, found)
+                        self._check_entry(e, found)
                         e = -1 if e == last else self.tl.next_of(e)
                 nk = self._next_occ(self.occ_done, k)
                 if nk is None or nk >= self.d_k + self.N:
                     break
                 k = nk
-        self.dropped.extend(found)
         return found
 
-    def _check_entry(self, e: int, head: int, found: list[tuple[int, int, str]]) -> None:
+    def _check_entry(self, e: int, found: list[tuple[int, int, str]]) -> None:
         due, loc, _nx, state, _f, _lv, _t = self.tl.read(e)
         if state != PENDING:
             return
-        reason = ""
-        if loc & BUCKET_BIT:
-            seq, off = split_ref(loc)
-            b = self.buckets.get(seq)
-            if b is None or off >= b.size or self.buckets.head(seq, off) is None:
-                reason = f"bucket entry {seq}:{off} does not exist"
-            else:
-                try:
-                    rec = self.buckets.read(seq, off)
-                except StoreError as ex:
-                    reason = str(ex)
-                else:
-                    if rec.due_ms != due:
-                        reason = f"bucket record due {rec.due_ms} does not match the entry's {due}"
-        elif loc >= head:
-            reason = f"position {loc} is at or beyond the log head {head}"
-        else:
-            try:
-                rec = self.log.read(loc, verify=True)
-            except (codec.CorruptRecord, StoreError) as ex:
-                reason = f"record does not verify: {ex}"
-            else:
-                if rec.due_ms != due or rec.rtype == codec.CANCEL:
-                    reason = (
-                        f"record at {loc} (type {rec.rtype}, due {rec.due_ms}) does not match the entry (due {due})"
-                    )
+        reason = self._fault(due, loc)
         if reason:
             self.tl.set_state(e, DROPPED)
             found.append((loc if loc & BUCKET_BIT else e, loc, reason))

@@ -129,6 +129,38 @@ def test_torn_tail_at_every_byte_of_the_last_records(tmp_path: Path, fill: str) 
         log.close()
 
 
+def test_torn_tail_finds_stale_records_beyond_a_hole_and_reads_no_hole(tmp_path: Path) -> None:
+    """The search for non-zero bytes behind the last record reads only the ranges the file system
+    says were written: stale records far behind a hole are still found and zeroed, and the
+    unwritten rest of a big segment is neither read nor allocated."""
+    seg_bytes = 4 << 20
+    log, _ = reopen(tmp_path, seg=seg_bytes)
+    positions = [append(log, i) for i in range(20)]
+    ck = {"head": positions[5], "live": {"0": 5}}
+    stale_at = 3 << 20  # a whole, valid record (CRC and all) far behind the end, behind a hole
+    stale = bytes(log.segments[0].buf[positions[1] : positions[2]])
+    log.close()
+    path = tmp_path / "log" / f"{0:020d}.log"
+    with open(path, "r+b") as f:
+        f.seek(stale_at)
+        f.write(stale)
+    blocks = os.stat(path).st_blocks
+    log, replayed = reopen(tmp_path, ck, seg=seg_bytes)
+    assert replayed == positions[5:]
+    end = positions[-1] + size_of(100)
+    dropped = stale_at + len(stale.rstrip(b"\0")) - end
+    assert [(t.position, t.dropped_bytes) for t in log.truncations] == [(end, dropped)]
+    log.close()
+    assert path.read_bytes()[end:] == bytes(seg_bytes - end), "the stale record is zeroed"
+    if os.stat(path).st_blocks > blocks:
+        pytest.fail("the hole between the end and the stale record was filled in")
+    # A clean tail: nothing to drop, and the megabytes of hole behind it are not read.
+    log, replayed = reopen(tmp_path, ck, seg=seg_bytes)
+    assert replayed == positions[5:] and log.truncations == []
+    log.close()
+    assert os.stat(path).st_blocks <= blocks
+
+
 def test_record_ending_exactly_at_the_segment_end(tmp_path: Path) -> None:
     log, _ = reopen(tmp_path)
     value_len = 576 - 74  # 7 records of 576 bytes fill the 4032 data bytes of a segment exactly

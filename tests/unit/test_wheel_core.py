@@ -274,6 +274,43 @@ def test_validate_drops_dangling_entries(env: Env) -> None:
     assert env.log.live[0] == 1  # the damaged record's slot is not released: its segment stays for salvage
 
 
+def test_a_damaged_restored_entry_is_dropped_at_its_first_read(env: Env) -> None:
+    """Recovery does not read restored bodies; send checks each restored entry when it reaches
+    it (late chain and slot) and drops a dangling one instead of handing it out."""
+    env.take(T0 + 500)
+    for due in (T0 + 100, T0 + 100, T0 + 900, T0 + 900):
+        env.add(due)
+    assert [env.w.where(r) for r in range(4)] == ["late", "late", "slot", "slot"]
+    env.checkpoint()
+    head = int(env.ckpt["log"]["head"])  # type: ignore[index]
+    seg = next(iter(env.log.segments.values()))
+    starts = [64]
+    for _ in range(3):
+        starts.append(starts[-1] + codec.peek_length(seg.buf, starts[-1]))
+    env.w.close()
+    env.log.close()
+    with open(seg.path, "r+b") as f:  # disk damage inside records 1 (late) and 3 (slot)
+        for off in (starts[1], starts[3]):
+            f.seek(off + codec.HEAD_SIZE + 1)
+            byte = f.read(1)
+            f.seek(off + codec.HEAD_SIZE + 1)
+            f.write(bytes([byte[0] ^ 0xFF]))
+    env.log = CommitLog(env.root, env.seg)
+    env.w = WheelScheduler(env.root, env.log, **env.kw)
+    env.w.restore(env.ckpt["sched"])  # type: ignore[index]
+    live = {int(k): int(v) for k, v in env.ckpt["log"]["live"].items()}  # type: ignore[index]
+    assert list(env.log.recover(head, live)) == []
+    reported: list[tuple[int, int, str]] = []
+    env.w.arm(head, lambda ref, loc, why: reported.append((ref, loc, why)))
+    assert reported == [] and env.w.tl.read(1)[3] == env.w.tl.read(3)[3] == 0, "open reads no restored body"
+    assert env.take(T0 + 1000) == [0, 2]
+    assert [(r, loc) for r, loc, _why in reported] == [(1, starts[1]), (3, starts[3])]
+    assert all("does not verify" in why for _r, _loc, why in reported)
+    assert env.w.tl.read(1)[3] == env.w.tl.read(3)[3] == DROPPED
+    assert env.w.pending()["wheel"] == 0
+    assert env.log.live[0] == 2  # the damaged records' slots are not released: the segment stays for salvage
+
+
 def test_next_due_is_none_when_empty_and_the_reader_follows_the_clock(env: Env) -> None:
     assert env.w.next_due_ms() is None
     assert env.take(T0 + 3_600_000) == []
