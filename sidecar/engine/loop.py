@@ -499,6 +499,7 @@ class Sidecar:
         for store in self.stores.values():
             if store.dirty:
                 self._checkpoint_store(consumer, store)
+            store.trim()  # idle too: recovery, the scanners and the publisher read pages as well
 
     def _check_space(self, consumer: Consumer) -> None:
         used = sum(store.disk_bytes() for store in self.stores.values())

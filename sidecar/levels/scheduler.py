@@ -166,6 +166,10 @@ class LevelsScheduler:
         for lv in self.levels:
             lv.queue.flush()
 
+    def trim(self) -> None:
+        for lv in self.levels:
+            lv.queue.trim()
+
     def state(self) -> dict[str, Any]:
         return {"levels": [[lv.done, lv.write] for lv in self.levels], "table": list(self.levels_ms)}
 
