@@ -18,6 +18,8 @@ A scheduler owns the life of a commit-log record from ``add`` until it is done. 
 - ``next_due_ms()``: the earliest committed due time not yet handed out (a poll-timeout hint).
 - ``flush()``, ``state()`` (JSON-able checkpoint), ``restore(state)``, ``pending()`` (count per
   tier), ``disk_bytes()``, ``close()``.
+- ``trim()``: unmap the resident pages of its mmapped files from the process (RSS; nothing is
+  lost, see ``sidecar.store.mapped``).
 
 Nothing here reads a clock: time comes in as ``now_ms``.
 """
@@ -49,6 +51,8 @@ class Scheduler(Protocol):
     def next_due_ms(self) -> int | None: ...
 
     def flush(self) -> None: ...
+
+    def trim(self) -> None: ...
 
     def state(self) -> dict[str, Any]: ...
 

@@ -583,13 +583,13 @@ class Sidecar:
             return
         self._last_fsync = mono
         for store in self.stores.values():
-            if not store.dirty or store.partition in self.jobs:
-                continue
-            if self.s.fsync == "none":
-                self._checkpoint_store(consumer, store)  # no disk wait: nothing to hand off
-                continue
-            job = store.begin_checkpoint(fsync=True)
-            self.jobs[store.partition] = (store, job, self.flusher.submit(job.run))
+            if store.dirty and store.partition not in self.jobs:
+                if self.s.fsync == "none":
+                    self._checkpoint_store(consumer, store)  # no disk wait: nothing to hand off
+                else:
+                    job = store.begin_checkpoint(fsync=True)
+                    self.jobs[store.partition] = (store, job, self.flusher.submit(job.run))
+            store.trim()  # idle too: recovery, the scanners and the publisher read pages as well
 
     def _reap_jobs(self, consumer: Consumer) -> None:
         """Finish the checkpoint jobs the flusher completed: reclaim, then commit the offsets."""

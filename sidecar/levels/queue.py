@@ -129,6 +129,11 @@ class LevelQueue:
             first += self.per_file
         self.dirty_from, self.dirty_to = None, 0
 
+    def trim(self) -> None:
+        """Unmap every file's resident pages from this process (``MappedFile.drop_pages``)."""
+        for f in self.files.values():
+            f.drop_pages()
+
     def drop_before(self, idx: int) -> None:
         """Delete files whose every entry is below ``idx``."""
         for first in [k for k in self.files if k + self.per_file <= idx]:

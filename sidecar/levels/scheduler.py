@@ -186,6 +186,10 @@ class LevelsScheduler:
         for lv in self.levels:
             lv.queue.flush()
 
+    def trim(self) -> None:
+        for lv in self.levels:
+            lv.queue.trim()
+
     def state(self) -> dict[str, Any]:
         # reclaim may only drop what this snapshot no longer names, even if done moves on before
         # the checkpoint holding it is durable

@@ -266,6 +266,11 @@ class IdIndex:
             self.f.flush()
             self.dirty = False
 
+    def trim(self) -> None:
+        """Unmap the table's resident pages from this process (``MappedFile.drop_pages``): probes
+        land on random pages, so none is more likely than another to be needed next."""
+        self.f.drop_pages()
+
     def disk_bytes(self) -> int:
         return self.f.size
 

@@ -34,8 +34,9 @@ Durability: appends go to the page cache through the mapping (they survive a pro
 from __future__ import annotations
 
 import errno
+import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -333,6 +334,30 @@ class CommitLog:
             end = self.head - index * self.segment_bytes if index == last else self.segment_bytes
             seg.flush(max(start, 0), end)
         self.flushed = self.head
+
+    _trimmed: int | None = None  # the active segment at the last trim()
+
+    def trim(self, sealed: bool = True) -> None:
+        """Unmap the resident pages of the segments from this process (``MappedFile.drop_pages``),
+        all but the page the next append writes to: records are appended once and read back when
+        due, which faults them in again from the page cache. ``sealed=False``: only the segments
+        appended to since the last trim (a few madvise calls, not one per segment)."""
+        active, off = divmod(self.head, self.segment_bytes)
+        if sealed or self._trimmed is None:
+            indexes: Iterable[int] = list(self.segments)
+        else:
+            indexes = range(min(self._trimmed, active), active + 1)
+        page = off - off % mmap.PAGESIZE
+        for index in indexes:
+            seg = self.segments.get(index)
+            if seg is None:
+                continue
+            if index == active:
+                seg.drop_pages(0, page)
+                seg.drop_pages(page + mmap.PAGESIZE)  # the unwritten rest: read by recovery's tail check
+            else:
+                seg.drop_pages()
+        self._trimmed = active
 
     def state(self) -> dict[str, object]:
         return {"head": self.head, "live": {str(k): v for k, v in self.live.items()}}

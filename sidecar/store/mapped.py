@@ -19,10 +19,18 @@ fixed for the same reason).
 
 Files are created at full size with ``ftruncate`` (sparse until written), so the mapping never
 has to grow and a write never fails half-way for lack of space in the file.
+
+Resident pages. Every page of a mapping the process has read or written stays mapped into it
+and counts in its RSS (``RssFile``) until it is unmapped, although it is page cache. The owners
+of the files call ``drop_pages`` (``PartitionStore.trim``, docs/storage.md 9): ``MADV_DONTNEED``
+on a ``MAP_SHARED`` file mapping only removes the pages from this process's page tables; the
+data stays in the page cache (dirty pages included: the kernel moves the dirty bit to the page
+and writes it back as usual) and the next access faults it back in from there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import struct
@@ -36,6 +44,7 @@ from crc32c import crc32c
 HEADER = struct.Struct("<8sIIQQQ20sI")
 HEADER_SIZE = 64
 assert HEADER.size == HEADER_SIZE
+_DONTNEED: int | None = getattr(mmap, "MADV_DONTNEED", None)
 
 
 class StoreError(RuntimeError):
@@ -121,6 +130,19 @@ class MappedFile:
         start = start - start % mmap.PAGESIZE
         if end > start:
             self.mm.flush(start, end - start)
+
+    def drop_pages(self, start: int = 0, end: int | None = None) -> None:
+        """Unmap the resident pages of the byte range (page-aligned outward) from this process:
+        ``MADV_DONTNEED``, see the module docstring. Costs a few µs for a range with nothing
+        resident, plus ~30 ns per resident page; nothing is lost, not even data never msynced.
+        A no-op where the platform lacks the advice, on a closed mapping, or if the kernel refuses
+        it (e.g. locked memory)."""
+        end = self.size if end is None else min(end, self.size)
+        start = max(start - start % mmap.PAGESIZE, 0)
+        if _DONTNEED is None or end <= start or self.mm.closed:
+            return
+        with contextlib.suppress(OSError):
+            self.mm.madvise(_DONTNEED, start, end - start)
 
     def close(self) -> None:
         try:

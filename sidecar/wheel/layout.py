@@ -133,6 +133,10 @@ class SlotFile:
             self.f.flush(self.dirty_lo, self.dirty_hi)
             self.dirty_lo = self.dirty_hi = -1
 
+    def trim(self) -> None:
+        """Unmap the resident pages from this process (``MappedFile.drop_pages``)."""
+        self.f.drop_pages()
+
     def size(self) -> int:
         return self.f.size
 
@@ -253,6 +257,11 @@ class TimerLog:
             if f is not None:
                 f.flush(lo, hi)
         self.dirty.clear()
+
+    def trim(self) -> None:
+        """Unmap every file's resident pages from this process (``MappedFile.drop_pages``)."""
+        for f in self.files.values():
+            f.drop_pages()
 
     def disk_bytes(self) -> int:
         return len(self.files) * self.file_size

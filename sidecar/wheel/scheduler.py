@@ -842,6 +842,11 @@ class WheelScheduler:
         self.tl.flush()
         self.buckets.flush()
 
+    def trim(self) -> None:
+        """Unmap the slot file's and the timer log's resident pages (the buckets are not mapped)."""
+        self.slots.trim()
+        self.tl.trim()
+
     def state(self) -> dict[str, Any]:
         # Non-empty slots finished so far are covered by this checkpoint once it is written.
         if self.fm_after is not None and (self.fm_before is None or self.fm_after < self.fm_before):
