@@ -257,10 +257,7 @@ class Sidecar:
         for tp in partitions:
             store = self.stores.pop(tp.partition, None)
             if store is not None:
-                entry = self.jobs.pop(tp.partition, None)
-                if entry is not None:
-                    entry[2].result()
-                    store.finish_checkpoint(entry[1])  # no commit: the partition is no longer ours
+                self._await_job(None, tp.partition)  # no commit: the partition is no longer ours
                 store.checkpoint(fsync=self.s.fsync != "none")
                 store.close()
         consumer.incremental_unassign(partitions)
@@ -344,11 +341,8 @@ class Sidecar:
         self._drain(deadline=time.monotonic() + min(self.s.shutdown_timeout_ms / 1000, 10.0))
         stores, self.stores = self.stores, {}
         for partition, store in stores.items():
-            entry = self.jobs.pop(partition, None)
-            if entry is not None:
-                entry[2].result()
-                store.finish_checkpoint(entry[1])
-            store.checkpoint(fsync=self.s.fsync != "none")  # no offset commit: the consumer is fenced
+            self._await_job(None, partition)  # no offset commit: the consumer is fenced
+            store.checkpoint(fsync=self.s.fsync != "none")
             store.close()
         self.assigned = False
         self._readiness()
@@ -362,22 +356,23 @@ class Sidecar:
         )
         return fresh
 
-    def _due_now(self) -> bool:
-        now = wall_ms()
-        for store in self.stores.values():
-            d = store.sched.next_due_ms()
-            if d is not None and d <= now:
-                return True
-        return False
-
-    def _poll_timeout(self, now: int) -> float:
-        if self.backlog or (self.retries and self.retries[0][0] <= now):
-            return 0.0
+    def _next_due(self) -> int | None:
+        """The earliest due time any partition's scheduler has not handed out yet."""
         nxt: int | None = None
         for store in self.stores.values():
             d = store.sched.next_due_ms()
             if d is not None and (nxt is None or d < nxt):
                 nxt = d
+        return nxt
+
+    def _due_now(self) -> bool:
+        nxt = self._next_due()
+        return nxt is not None and nxt <= wall_ms()
+
+    def _poll_timeout(self, now: int) -> float:
+        if self.backlog or (self.retries and self.retries[0][0] <= now):
+            return 0.0
+        nxt = self._next_due()
         if self.retries:
             nxt = self.retries[0][0] if nxt is None else min(nxt, self.retries[0][0])
         if nxt is None:
@@ -596,14 +591,17 @@ class Sidecar:
         for partition in [p for p, (_s, _j, fut) in self.jobs.items() if fut.done()]:
             self._await_job(consumer, partition)
 
-    def _await_job(self, consumer: Consumer, partition: int) -> None:
+    def _await_job(self, consumer: Consumer | None, partition: int) -> None:
+        """Wait for the partition's checkpoint job, if any, and finish it; commit its offset
+        unless ``consumer`` is None (the partition is gone, or the consumer is fenced)."""
         entry = self.jobs.pop(partition, None)
         if entry is None:
             return
         store, job, fut = entry
         fut.result()  # a failed sync (EIO, ENOSPC) is fatal, as it is on the loop thread
         store.finish_checkpoint(job)
-        self._commit(consumer, store, job.ingress_offset)
+        if consumer is not None:
+            self._commit(consumer, store, job.ingress_offset)
 
     def _check_space(self, consumer: Consumer) -> None:
         used = sum(store.disk_bytes() for store in self.stores.values())

@@ -44,7 +44,6 @@ from typing import Any
 
 from sidecar.levels import table
 from sidecar.levels.queue import CANCELLED, DELIVERED, NO_POS, PENDING, LevelQueue
-from sidecar.store import codec
 from sidecar.store.codec import Record
 from sidecar.store.log import CommitLog
 from sidecar.store.mapped import StoreError
@@ -245,18 +244,8 @@ class LevelsScheduler:
 
     def _fault(self, n: int, pos: int, due: int) -> str:
         """Why the restored entry (level ``n``, ``pos``, ``due``) does not match its record; ""
-        if it does. The full check: bounds, segment, CRC, due time, level, type."""
-        head = self.log_head
-        if head is not None and pos >= head:
-            return f"position {pos} is at or beyond the log head {head}"
-        try:
-            rtype, rdue, rlevel = self.log.check(pos)
-        except (codec.CorruptRecord, StoreError) as e:
-            return f"record does not verify: {e}"
-        if rdue != due or rlevel != n or rtype == codec.CANCEL:
-            return (f"record at {pos} (type {rtype}, level {rlevel}, due {rdue}) "
-                    f"does not match the entry (level {n}, due {due})")
-        return ""
+        if it does (``CommitLog.fault``)."""
+        return self.log.fault(pos, due, self.log_head, n)
 
     def _dangles(self, n: int, idx: int, pos: int, due: int) -> bool:
         """Check a pending restored entry before its first use; drop and report it if it dangles."""

@@ -131,27 +131,12 @@ def encode_into(
 ) -> int:
     """Write one record at ``buf[offset:]``; return its length. The caller has checked the room
     with ``encoded_size``."""
-    flags = (FLAG_KEY_NULL if key is None else 0) | (FLAG_VALUE_NULL if value is None else 0)
-    k = key or b""
-    v = value or b""
-    body_len = HEAD_SIZE - 8 + len(rid) + len(topic) + len(k) + len(v) + len(headers_blob)
-    length = (8 + body_len + ALIGN - 1) & ~(ALIGN - 1)
-    HEAD.pack_into(
-        buf, offset, length, 0, rtype, VERSION, flags, body_len, due_ms, enqueue_ms, src_offset,
-        src_partition, target_partition, retry_count, level, len(rid), len(topic), len(k), len(v),
-        len(headers_blob), 0,
+    data = encode(
+        rtype, due_ms, enqueue_ms, src_offset, src_partition, target_partition, retry_count, level, rid, topic,
+        key, value, headers_blob,
     )
-    pos = offset + HEAD_SIZE
-    for part in (rid, topic, k, v, headers_blob):
-        n = len(part)
-        buf[pos : pos + n] = part
-        pos += n
-    pad = offset + length - pos
-    if pad:
-        buf[pos : pos + pad] = bytes(pad)
-    crc = int(_crc(memoryview(buf)[offset + 8 : offset + 8 + body_len]))
-    _LEN_CRC.pack_into(buf, offset, length, crc)
-    return length
+    buf[offset : offset + len(data)] = data
+    return len(data)
 
 
 def encode(
@@ -159,8 +144,8 @@ def encode(
     retry_count: int, level: int, rid: bytes, topic: bytes, key: bytes | None, value: bytes | None,
     headers_blob: bytes,
 ) -> bytes:
-    """The same record as ``encode_into``, as one ``bytes`` (positional arguments, one join and
-    one CRC pass: the intake's fast path, written into the segment with a single copy)."""
+    """One record as ``bytes`` (positional arguments, one join and one CRC pass): the intake
+    writes it into the segment with a single copy; ``encode_into`` writes it at an offset."""
     flags = (FLAG_KEY_NULL if key is None else 0) | (FLAG_VALUE_NULL if value is None else 0)
     k = b"" if key is None else key
     v = b"" if value is None else value

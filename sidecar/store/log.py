@@ -310,6 +310,24 @@ class CommitLog:
         seg, off = self._segment(pos)
         return codec.check(seg.buf, off)
 
+    def fault(self, pos: int, due: int, head: int | None, level: int | None = None) -> str:
+        """Why a scheduler entry (``pos``, ``due``, and ``level`` when the scheduler keeps one)
+        does not match the record it names; "" if it does. The full check: below the checkpointed
+        ``head``, segment present, CRC, due time, level, not a cancel command."""
+        if head is not None and pos >= head:
+            return f"position {pos} is at or beyond the log head {head}"
+        try:
+            rtype, rdue, rlevel = self.check(pos)
+        except (codec.CorruptRecord, StoreError) as e:
+            return f"record does not verify: {e}"
+        if level is None:
+            if rdue != due or rtype == codec.CANCEL:
+                return f"record at {pos} (type {rtype}, due {rdue}) does not match the entry (due {due})"
+        elif rdue != due or rlevel != level or rtype == codec.CANCEL:
+            return (f"record at {pos} (type {rtype}, level {rlevel}, due {rdue}) "
+                    f"does not match the entry (level {level}, due {due})")
+        return ""
+
     def release(self, pos: int) -> None:
         """The record at ``pos`` is no longer needed (delivered, cancelled, dead-lettered, moved)."""
         index = pos // self.segment_bytes
@@ -371,12 +389,12 @@ class CommitLog:
         """Delete sealed segments with no live record; call only after a checkpoint that covers
         the releases (``dead``: the ``reclaimable()`` of that checkpoint's snapshot). Returns the
         number of segments deleted."""
-        if dead is None:
-            dead = self.reclaimable()
-        for i in dead:
-            if self.live.get(i, 0) <= 0:
+        deleted = 0
+        for i in self.reclaimable() if dead is None else dead:
+            if i in self.segments and self.live.get(i, 0) <= 0:
                 self._delete(i)
-        return len(dead)
+                deleted += 1
+        return deleted
 
     def _delete(self, index: int) -> None:
         seg = self.segments.pop(index, None)

@@ -67,7 +67,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sidecar.store import codec
 from sidecar.store.buckets import BUCKET_BIT, BucketStore, make_ref, split_ref
 from sidecar.store.codec import Record
 from sidecar.store.log import CommitLog
@@ -115,6 +114,12 @@ class _SlotIndex:
         self.last = -1
         self.offs: dict[int, array[int]] = {}
         self.keys: list[int] = []  # the offsets present, ascending
+
+    def tail(self, o: int, after: int) -> tuple[array[int], int]:
+        """The entries of offset ``o`` in chain order, and the index of the first one after entry
+        ``after`` (-1: from the start of the pass)."""
+        lst = self.offs.get(o, _EMPTY)
+        return lst, 0 if after == -1 else bisect_right(lst, after)
 
     def after(self, o: int) -> int:
         """Smallest offset above ``o`` present in the slot (-1: none)."""
@@ -489,8 +494,7 @@ class WheelScheduler:
             vlim = self._restored_head
             ix = self._six = self._index(self._six, k, first, last, sl[2])
             if ix is not None:
-                lst = ix.offs.get(o, _EMPTY)
-                i = 0 if after == -1 else bisect_right(lst, after)
+                lst, i = ix.tail(o, after)
                 n = len(lst)
                 while i < n and room > 0 and budget > 0:
                     e = lst[i]
@@ -623,8 +627,7 @@ class WheelScheduler:
             stop = False
             ix = self._dix = self._index(self._dix, k, first, last, sl[2])
             if ix is not None:
-                lst = ix.offs.get(o, _EMPTY)
-                i = 0 if after == -1 else bisect_right(lst, after)
+                lst, i = ix.tail(o, after)
                 n = len(lst)
                 while i < n and budget > 0:
                     e = lst[i]
@@ -1010,16 +1013,7 @@ class WheelScheduler:
             if rec.due_ms != due:
                 return f"bucket record due {rec.due_ms} does not match the entry's {due}"
             return ""
-        head = self.log_head
-        if head is not None and loc >= head:
-            return f"position {loc} is at or beyond the log head {head}"
-        try:
-            rtype, rdue, _level = self.log.check(loc)
-        except (codec.CorruptRecord, StoreError) as ex:
-            return f"record does not verify: {ex}"
-        if rdue != due or rtype == codec.CANCEL:
-            return f"record at {loc} (type {rtype}, due {rdue}) does not match the entry (due {due})"
-        return ""
+        return self.log.fault(loc, due, self.log_head)
 
     def _dangles(self, e: int, due: int, loc: int) -> bool:
         """Check pending restored entry ``e`` before its first use; drop and report it if it

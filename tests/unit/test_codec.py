@@ -140,14 +140,13 @@ def test_headers_round_trip(headers: list[tuple[str, bytes | None]]) -> None:
 
 
 @given(records())
-def test_encode_is_byte_identical_to_encode_into(fields: dict[str, Any]) -> None:
-    """The intake's one-copy ``encode`` and the in-place ``encode_into`` write the same record."""
-    buf, n = encode(fields, 0, 0xAB)
+def test_encode_round_trips(fields: dict[str, Any]) -> None:
+    """The intake's positional one-copy ``encode`` decodes to the same fields."""
     f = dict(fields)
     blob = codec.encode_headers(f.pop("headers"))
     data = codec.encode(
         f["rtype"], f["due_ms"], f["enqueue_ms"], f["src_offset"], f["src_partition"], f["target_partition"],
         f["retry_count"], f["level"], f["rid"], f["topic"], f["key"], f["value"], blob,
     )
-    assert data == bytes(buf[:n])
+    assert len(data) % codec.ALIGN == 0
     assert_same(codec.decode(memoryview(bytearray(data)), 0), fields)
