@@ -18,9 +18,17 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=.venv/.kds-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q --upgrade pip "setuptools>=77" wheel
   .venv/bin/python -m pip install -q -e ".[test,spark]"
   touch "$stamp"
+fi
+# The C accelerator (sidecar/_native.c), built in place whenever its source is newer than the
+# library: the package runs without it, but slower, so a build failure is reported here.
+so=$(ls sidecar/_native.*.so 2>/dev/null | head -1 || true)
+if [ -z "$so" ] || [ sidecar/_native.c -nt "$so" ] || [ setup.py -nt "$so" ]; then
+  echo "setup: building sidecar._native" >&2
+  .venv/bin/python setup.py -q build_ext --inplace 2>&1 | grep -v -i "beta\|warnings.warn" >&2 || true
+  ls sidecar/_native.*.so >/dev/null 2>&1 || { echo "setup: sidecar._native did not build (gcc and Python headers needed)" >&2; exit 1; }
 fi
 # KDS_SETUP_STEPS limits the steps (e.g. "10-kafka" for the demo); default: all of them.
 for step in scripts/setup.d/*.sh; do

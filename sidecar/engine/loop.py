@@ -48,7 +48,7 @@ from sidecar.levels.scheduler import LevelsScheduler
 from sidecar.retry import Backoff, ErrorKind, PublishFailurePolicy, Retry, classify, describe
 from sidecar.scheduling import Scheduler
 from sidecar.store import codec
-from sidecar.store.codec import MESSAGE, Record, decode_headers
+from sidecar.store.codec import Record, delivery_headers
 from sidecar.store.log import CommitLog
 
 log = logs.get("sidecar")
@@ -452,35 +452,23 @@ class Sidecar:
             log.error("publish.not_due", due_ms=rec.due_ms, now_ms=now)
             heapq.heappush(self.retries, (rec.due_ms, next(self._seq), ref, store, att))
             return True
-        topic = bytes(rec.topic).decode()
+        topic = rec.topic.decode()
         if self.troubled and topic in self.troubled and self.topic_in_flight.get(topic, 0) >= self.topic_cap:
             # A failing (slow, missing) target must not take the whole in-flight budget from the
             # healthy ones: park its records briefly. Healthy targets are never capped.
             heapq.heappush(self.retries, (now + 200, next(self._seq), ref, store, att))
             return True
-        headers = decode_headers(rec.headers)
-        if rec.rtype == MESSAGE:
-            headers += (
-                (c.ID, bytes(rec.id)),
-                (c.DELIVER_AT, b"%d" % rec.due_ms),
-                (c.ENQUEUED_AT, b"%d" % rec.enqueue_ms),
-                (c.SOURCE, b"%s:%d:%d" % (store.topic_bytes, rec.src_partition, rec.src_offset)),
-            )
-            if rec.retry_count:
-                headers.append((c.RETRY_COUNT, b"%d" % rec.retry_count))
-        key = rec.key
-        value = rec.value
+        headers = delivery_headers(rec, store.topic_bytes)
         on_delivery = partial(self._on_delivery, ref, rec, store, att, topic)
         try:
             if rec.target_partition >= 0:
                 self.producer.produce(
-                    topic, value=None if value is None else bytes(value), key=None if key is None else bytes(key),
-                    headers=cast(Any, headers), on_delivery=on_delivery, partition=rec.target_partition,
+                    topic, value=rec.value, key=rec.key, headers=cast(Any, headers), on_delivery=on_delivery,
+                    partition=rec.target_partition,
                 )
             else:
                 self.producer.produce(
-                    topic, value=None if value is None else bytes(value), key=None if key is None else bytes(key),
-                    headers=cast(Any, headers), on_delivery=on_delivery,
+                    topic, value=rec.value, key=rec.key, headers=cast(Any, headers), on_delivery=on_delivery,
                 )
         except BufferError:
             self.backlog.appendleft((ref, rec, store, att))
@@ -524,7 +512,7 @@ class Sidecar:
 
     def _failed(self, ref: int, rec: Record, store: PartitionStore, att: _Attempts | None, err: KafkaError) -> None:
         now = wall_ms()
-        self.troubled[bytes(rec.topic).decode()] = now
+        self.troubled[rec.topic.decode()] = now
         if att is None:
             att = _Attempts()
         att.attempt += 1
@@ -537,10 +525,10 @@ class Sidecar:
         decision = self.policy.decide(kind, att.attempt, att.first_failure_ms, now, self.rng, error=describe(err))
         if isinstance(decision, Retry):
             if att.attempt == 1 or att.attempt % 100 == 0:
-                log.warning("publish.retry", topic=bytes(rec.topic).decode(), error=err.str(), attempt=att.attempt)
+                log.warning("publish.retry", topic=rec.topic.decode(), error=err.str(), attempt=att.attempt)
             heapq.heappush(self.retries, (decision.at_ms, next(self._seq), ref, store, att))
             return
-        log.warning("publish.dead_letter", topic=bytes(rec.topic).decode(), error=err.str(), attempts=att.attempt)
+        log.warning("publish.dead_letter", topic=rec.topic.decode(), error=err.str(), attempts=att.attempt)
         if rec.rtype == codec.DEAD:
             # The DLQ itself refuses the record: keep retrying it rather than drop it.
             heapq.heappush(self.retries, (now + 10_000, next(self._seq), ref, store, att))

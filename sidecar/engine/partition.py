@@ -197,7 +197,7 @@ class PartitionStore:
 
     def _replay(self, pos: int, rec: Record) -> None:
         if rec.rtype == codec.CANCEL:
-            self._apply_cancel(bytes(rec.id), rec.enqueue_ms)
+            self._apply_cancel(rec.id, rec.enqueue_ms)
             self.log.release(pos)
             return
         ref = self.sched.add(rec.due_ms, rec.level, pos)
@@ -343,15 +343,12 @@ class PartitionStore:
         finish the original."""
         headers: HeaderList = [
             *decode_headers(rec.headers),
-            (c.ID, bytes(rec.id)),
-            (c.TARGET_TOPIC, bytes(rec.topic)),
+            (c.ID, rec.id),
+            (c.TARGET_TOPIC, rec.topic),
         ]
         headers = dlq_headers(headers, reason, error, self.topic, rec.src_partition, rec.src_offset, attempts)
-        rid = bytes(rec.id)
-        self._append_dead(
-            rid, None if rec.key is None else bytes(rec.key), None if rec.value is None else bytes(rec.value),
-            headers, rec.enqueue_ms, rec.src_offset, now_ms,
-        )
+        rid = rec.id
+        self._append_dead(rid, rec.key, rec.value, headers, rec.enqueue_ms, rec.src_offset, now_ms)
         self.counters.dlq[reason] = self.counters.dlq.get(reason, 0) + 1
         self.delivered(ref, id_hash(rid))
 

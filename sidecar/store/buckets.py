@@ -241,9 +241,8 @@ class BucketStore:
         n = codec.encode_into(
             buf, 0, rtype=rec.rtype, due_ms=rec.due_ms, enqueue_ms=rec.enqueue_ms,
             src_offset=rec.src_offset, src_partition=rec.src_partition, target_partition=rec.target_partition,
-            retry_count=rec.retry_count, level=rec.level, rid=bytes(rec.id), topic=bytes(rec.topic),
-            key=None if rec.key is None else bytes(rec.key), value=None if rec.value is None else bytes(rec.value),
-            headers_blob=bytes(rec.headers),
+            retry_count=rec.retry_count, level=rec.level, rid=rec.id, topic=rec.topic,
+            key=rec.key, value=rec.value, headers_blob=rec.headers,
         )
         if n != rec.length:
             raise StoreError(f"re-encoded record is {n} bytes, the commit log's is {rec.length}")

@@ -31,15 +31,25 @@ caught by the CRC too, because it moves ``body_len`` or the bytes the CRC is che
 by the alignment and bounds checks). A zero ``length`` marks the unused, preallocated tail of a
 segment.
 
-Decoding returns memoryview slices into the mapped file: no copies on the delivery path.
+Decoding copies the byte fields out of the mapped file (``bytes``): a record outlives its mapping
+safely, and the delivery path hands them to the producer as they are.
+
+Every function here is the reference for its C twin in ``sidecar._native`` (the same bytes, the
+same answers and errors, property-tested in tests/unit/test_native.py). Where the extension is
+built (scripts/setup.sh builds it; ``KDS_PURE_PYTHON=1`` turns it off) the module's public names
+are rebound to the C functions at import, at the end of this file; ``py_*`` keep the Python ones.
 """
 
 from __future__ import annotations
 
+import os
 import struct
 from dataclasses import dataclass
+from types import ModuleType
 
 from crc32c import crc32c as _crc
+
+from sidecar import contract as c
 
 MESSAGE = 1
 CANCEL = 2
@@ -88,12 +98,19 @@ def decode_headers(blob: memoryview | bytes) -> list[tuple[str, bytes | None]]:
     b = bytes(blob)  # one copy, then cheap bytes slices (memoryview slices of the map cost more)
     if not b:
         return []
+    if len(b) < 2:
+        raise CorruptRecord("header blob is truncated")
     count = b[0] | b[1] << 8
     pos = 2
     out: list[tuple[str, bytes | None]] = []
+    n = len(b)
     for _ in range(count):
+        if pos + 2 > n:
+            raise CorruptRecord("header blob is truncated")
         nlen = b[pos] | b[pos + 1] << 8
         pos += 2
+        if pos + nlen + 4 > n:
+            raise CorruptRecord("header blob is truncated")
         name = b[pos : pos + nlen].decode()
         pos += nlen
         (vlen,) = _HDR_VALUE_LEN.unpack_from(b, pos)
@@ -101,9 +118,28 @@ def decode_headers(blob: memoryview | bytes) -> list[tuple[str, bytes | None]]:
         if vlen < 0:
             out.append((name, None))
         else:
+            if pos + vlen > n:
+                raise CorruptRecord("header blob is truncated")
             out.append((name, b[pos : pos + vlen]))
             pos += vlen
     return out
+
+
+def delivery_headers(rec: Record, source_topic: bytes) -> list[tuple[str, bytes | None]]:
+    """The headers a delivered record carries (DESIGN.md 1, outgoing): the stored ones, then for
+    a MESSAGE ``delay.id``, ``delay.deliver-at``, ``delay.enqueued-at``, ``delay.source``
+    (``<topic>:<partition>:<offset>``) and ``delay.retry-count`` when above zero."""
+    headers = decode_headers(rec.headers)
+    if rec.rtype == MESSAGE:
+        headers += (
+            (c.ID, bytes(rec.id)),
+            (c.DELIVER_AT, b"%d" % rec.due_ms),
+            (c.ENQUEUED_AT, b"%d" % rec.enqueue_ms),
+            (c.SOURCE, b"%s:%d:%d" % (source_topic, rec.src_partition, rec.src_offset)),
+        )
+        if rec.retry_count:
+            headers.append((c.RETRY_COUNT, b"%d" % rec.retry_count))
+    return headers
 
 
 def encoded_size(id_len: int, topic_len: int, key_len: int, value_len: int, headers_len: int) -> int:
@@ -162,8 +198,8 @@ def encode(
 
 @dataclass(slots=True)
 class Record:
-    """A decoded view of a record. Byte fields are memoryviews into the mapped file: valid only
-    while the file is mapped, so copy what must outlive it."""
+    """A decoded record (its byte fields are copies: ``bytes``). The C twin is
+    ``sidecar._native.Record``: the same fields, read-only."""
 
     length: int
     rtype: int
@@ -174,11 +210,11 @@ class Record:
     target_partition: int
     retry_count: int
     level: int
-    id: memoryview
-    topic: memoryview
-    key: memoryview | None
-    value: memoryview | None
-    headers: memoryview
+    id: bytes
+    topic: bytes
+    key: bytes | None
+    value: bytes | None
+    headers: bytes
 
 
 def peek_length(buf: memoryview | bytes, offset: int) -> int:
@@ -249,16 +285,59 @@ def decode(buf: memoryview, offset: int, limit: int | None = None, verify: bool 
         if len(pad) and pad != _ZERO_PAD[: len(pad)]:
             raise CorruptRecord(f"non-zero padding at {offset}")
     pos = offset + HEAD_SIZE
-    rid = buf[pos : pos + id_len]
+    rid = bytes(buf[pos : pos + id_len])
     pos += id_len
-    topic = buf[pos : pos + topic_len]
+    topic = bytes(buf[pos : pos + topic_len])
     pos += topic_len
-    key = None if flags & FLAG_KEY_NULL else buf[pos : pos + key_len]
+    key = None if flags & FLAG_KEY_NULL else bytes(buf[pos : pos + key_len])
     pos += key_len
-    value = None if flags & FLAG_VALUE_NULL else buf[pos : pos + value_len]
+    value = None if flags & FLAG_VALUE_NULL else bytes(buf[pos : pos + value_len])
     pos += value_len
-    headers = buf[pos : pos + headers_len]
+    headers = bytes(buf[pos : pos + headers_len])
     return Record(
         length, rtype, due_ms, enqueue_ms, src_offset, src_partition, target_partition, retry_count,
         level, rid, topic, key, value, headers,
+    )
+
+
+def append(
+    buf: memoryview | bytearray, offset: int, limit: int, rtype: int, due_ms: int, enqueue_ms: int, src_offset: int,
+    src_partition: int, target_partition: int, retry_count: int, level: int, rid: bytes, topic: bytes,
+    key: bytes | None, value: bytes | None, headers_blob: bytes,
+) -> int:
+    """Write one record at ``buf[offset:]`` if it ends at or before ``limit`` and return its
+    length; else write nothing and return minus its length (the caller rolls to a new segment)."""
+    data = encode(
+        rtype, due_ms, enqueue_ms, src_offset, src_partition, target_partition, retry_count, level, rid, topic,
+        key, value, headers_blob,
+    )
+    if offset + len(data) > limit:
+        return -len(data)
+    buf[offset : offset + len(data)] = data
+    return len(data)
+
+
+# -- the C twins (see the module docstring) ----------------------------------------------------
+py_encode, py_decode, py_append = encode, decode, append
+py_encode_headers, py_decode_headers, py_delivery_headers = encode_headers, decode_headers, delivery_headers
+PyRecord = Record
+
+
+def _load_native() -> ModuleType | None:
+    if os.environ.get("KDS_PURE_PYTHON"):
+        return None
+    try:
+        from sidecar import _native
+    except ImportError:
+        return None
+    _native.setup(CorruptRecord, c.ID, c.DELIVER_AT, c.ENQUEUED_AT, c.SOURCE, c.RETRY_COUNT)
+    return _native
+
+
+native = _load_native()
+if native is not None:
+    Record = native.Record  # type: ignore[misc]
+    encode, decode, append = native.encode, native.decode, native.append
+    encode_headers, decode_headers, delivery_headers = (
+        native.encode_headers, native.decode_headers, native.delivery_headers,
     )

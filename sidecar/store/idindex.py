@@ -30,6 +30,10 @@ then runs in the background, ``recount_step`` slots at a time (the store makes a
 checkpoint, before writing it): ``put`` and ``remove`` keep the partial counts of the slots
 already counted exact, so when the pass ends the counts are exact and replace the estimate.
 
+The probes (``find``, ``put``, ``remove``), the growth pass and ``id_hash`` have C twins in
+``sidecar._native`` (the same slots written, property-tested against these Python versions); an
+index opened with ``native=False``, or with ``KDS_PURE_PYTHON=1``, runs the Python ones.
+
 A ref with the top bit set is a *pre-cancel*: a cancel that arrived before its message; the low
 bits hold the cancel's time (epoch ms) so it can expire after the cancel horizon. Pre-cancels are
 matched on the 64-bit hash alone (there is no record to verify against).
@@ -44,6 +48,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from sidecar.store.codec import native as _native
 from sidecar.store.mapped import HEADER_SIZE, MappedFile, unborn
 
 MAGIC = b"KDSIDX\x00\x01"
@@ -59,16 +64,23 @@ _EMPTY_HASH = bytes(8)
 _TOMB_HASH = _U64.pack(TOMB)
 
 
-def id_hash(rid: bytes | memoryview, _blake2b: Any = hashlib.blake2b, _from_bytes: Any = int.from_bytes) -> int:
+def py_id_hash(rid: bytes | memoryview, _blake2b: Any = hashlib.blake2b, _from_bytes: Any = int.from_bytes) -> int:
+    """The 64-bit BLAKE2b digest of ``rid``, little-endian, forced >= 2 (0 and 1 mark slots)."""
     h: int = _from_bytes(_blake2b(rid, digest_size=8).digest(), "little")
     return h if h >= 2 else h + 2
+
+
+id_hash = py_id_hash if _native is None else _native.id_hash
 
 
 class IdIndex:
     _counted: bool
 
-    def __init__(self, directory: Path, initial_capacity: int = 1 << 16, count_at_open: int = 1 << 20) -> None:
+    def __init__(
+        self, directory: Path, initial_capacity: int = 1 << 16, count_at_open: int = 1 << 20, native: bool = True,
+    ) -> None:
         self.path = directory / "ids.idx"
+        self.native = _native if native else None
         self.live = 0
         self.tombs = 0
         self.count_at_open = count_at_open
@@ -163,6 +175,9 @@ class IdIndex:
 
     def find(self, h: int) -> list[int]:
         """Every ref stored under hash ``h`` (usually zero or one)."""
+        if self.native is not None:
+            found: list[int] = self.native.idx_find(self.f.buf, HEADER_SIZE, self.mask, h)
+            return found
         buf, mask = self.f.buf, self.mask
         i = h & mask
         out: list[int] = []
@@ -177,6 +192,22 @@ class IdIndex:
     def put(self, h: int, ref: int) -> None:
         if (self.live + self.tombs + 1) * 2 > self.cap:
             self._rebuild()
+        if self.native is not None:
+            r = self.native.idx_put(self.f.buf, HEADER_SIZE, self.mask, h, ref)
+            if r == 0:
+                if self._scan_off >= 0:
+                    self.live += 1  # a replayed insert made after the checkpoint: the estimate missed it
+                return
+            if r < 0:  # a tombstone reused
+                r = -r
+                self.tombs -= 1
+                if r < self._scan_off:
+                    self._scan_tombs -= 1
+            if r < self._scan_off:
+                self._scan_live += 1
+            self.live += 1
+            self.dirty = True
+            return
         buf, mask = self.f.buf, self.mask
         i = h & mask
         free = -1
@@ -204,6 +235,18 @@ class IdIndex:
         self.dirty = True
 
     def remove(self, h: int, ref: int) -> bool:
+        if self.native is not None:
+            done = self.native.idx_remove(self.f.buf, HEADER_SIZE, self.mask, h, ref, self._scan_off)
+            if done is None:
+                return False
+            off, tombs, scan_tombs = done
+            self.live -= 1
+            self.dirty = True
+            if off < self._scan_off:
+                self._scan_live -= 1
+            self.tombs += tombs
+            self._scan_tombs += scan_tombs
+            return True
         buf, mask = self.f.buf, self.mask
         i = h & mask
         while True:
@@ -244,14 +287,17 @@ class IdIndex:
         new = self._map(tmp, cap, create=True)
         mask = cap - 1
         live = 0
-        for h, ref in self._slots():
-            if h <= TOMB:
-                continue
-            live += 1
-            i = h & mask
-            while SLOT.unpack_from(new.buf, HEADER_SIZE + i * SLOT_SIZE)[0] != EMPTY:
-                i = (i + 1) & mask
-            SLOT.pack_into(new.buf, HEADER_SIZE + i * SLOT_SIZE, h, ref)
+        if self.native is not None:  # ~1 s for 10 M ids, against ~15 s in Python
+            live = self.native.idx_rehash(self.f.buf, new.buf, HEADER_SIZE, self.cap, mask)
+        else:
+            for h, ref in self._slots():
+                if h <= TOMB:
+                    continue
+                live += 1
+                i = h & mask
+                while SLOT.unpack_from(new.buf, HEADER_SIZE + i * SLOT_SIZE)[0] != EMPTY:
+                    i = (i + 1) & mask
+                SLOT.pack_into(new.buf, HEADER_SIZE + i * SLOT_SIZE, h, ref)
         new.flush()
         self.f.close()
         os.replace(tmp, self.path)

@@ -275,25 +275,36 @@ class CommitLog:
         retry_count: int, level: int, rid: bytes, topic: bytes, key: bytes | None, value: bytes | None,
         headers_blob: bytes,
     ) -> int:
-        """Append one record (``codec`` layout); return its position."""
-        data = codec.encode(
-            rtype, due_ms, enqueue_ms, src_offset, src_partition, target_partition, retry_count, level, rid, topic,
-            key, value, headers_blob,
-        )
-        size = len(data)
-        if size + HEADER_SIZE > self.segment_bytes:
-            raise StoreError(f"record of {size} bytes does not fit a segment of {self.segment_bytes}")
-        index, off = divmod(self.head, self.segment_bytes)
-        if off + size > self.segment_bytes:
-            index, off = index + 1, 0
-        if off < HEADER_SIZE:  # roll: the rest of the old segment stays zero (its sealed tail)
+        """Append one record (``codec`` layout); return its position. The record is encoded
+        straight into the mapped segment (``codec.append``), rolling to a new segment when it
+        does not fit the rest of this one."""
+        sb = self.segment_bytes
+        index, off = divmod(self.head, sb)
+        if off < HEADER_SIZE:  # a new segment starts after its header
             off = HEADER_SIZE
-            self.head = index * self.segment_bytes + off
+            self.head = index * sb + off
         seg = self.segments.get(index)
         if seg is None:
             seg = self.segments[index] = self._map(index, create=True)
             self.live[index] = 0
-        seg.buf[off : off + size] = data
+        size = codec.append(
+            seg.buf, off, sb, rtype, due_ms, enqueue_ms, src_offset, src_partition, target_partition, retry_count,
+            level, rid, topic, key, value, headers_blob,
+        )
+        if size < 0:
+            if off == HEADER_SIZE or HEADER_SIZE - size > sb:
+                raise StoreError(f"record of {-size} bytes does not fit a segment of {sb}")
+            # roll: the rest of the old segment stays zero (its sealed tail)
+            index, off = index + 1, HEADER_SIZE
+            self.head = index * sb + off
+            seg = self.segments.get(index)
+            if seg is None:
+                seg = self.segments[index] = self._map(index, create=True)
+                self.live[index] = 0
+            size = codec.append(
+                seg.buf, off, sb, rtype, due_ms, enqueue_ms, src_offset, src_partition, target_partition,
+                retry_count, level, rid, topic, key, value, headers_blob,
+            )
         pos = self.head
         self.head += size
         self.live[index] += 1

@@ -1,0 +1,1043 @@
+/* sidecar._native: the per-record byte work of the hot path, in C.
+ *
+ * Every function here has a pure-Python twin that stays the reference (sidecar/store/codec.py,
+ * sidecar/store/idindex.py): the twins are property-tested to give the same bytes and the same
+ * answers (tests/unit/test_native.py), and the Python ones run wherever this module cannot be
+ * built. What moved here is what the profile of the delivery path showed as Python overhead per
+ * record, not logic: record encode/decode with its CRC32C, the header blob, the headers a
+ * delivery carries, the id hash (BLAKE2b-64) and the id index's probes. Control flow, scheduling
+ * and durability order stay in Python.
+ *
+ * Layouts are documented where the Python twins live; this file follows them byte for byte.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------------------------------------
+ * CRC32C (Castagnoli): SSE4.2's crc32 instruction where the CPU has it, else a table. */
+
+static uint32_t crc_table[8][256];
+static int have_sse42 = 0;
+
+static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        crc_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xff];
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    have_sse42 = __builtin_cpu_supports("sse4.2");
+#endif
+}
+
+static uint32_t crc_sw(uint32_t crc, const uint8_t *p, size_t n) {
+    crc = ~crc;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        w ^= crc;
+        crc = crc_table[7][w & 0xff] ^ crc_table[6][(w >> 8) & 0xff] ^ crc_table[5][(w >> 16) & 0xff] ^
+              crc_table[4][(w >> 24) & 0xff] ^ crc_table[3][(w >> 32) & 0xff] ^ crc_table[2][(w >> 40) & 0xff] ^
+              crc_table[1][(w >> 48) & 0xff] ^ crc_table[0][w >> 56];
+        p += 8;
+        n -= 8;
+    }
+    while (n--) crc = (crc >> 8) ^ crc_table[0][(crc ^ *p++) & 0xff];
+    return ~crc;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const uint8_t *p, size_t n) {
+    uint64_t c = ~crc;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        c = __builtin_ia32_crc32di(c, w);
+        p += 8;
+        n -= 8;
+    }
+    uint32_t c32 = (uint32_t)c;
+    while (n--) c32 = __builtin_ia32_crc32qi(c32, *p++);
+    return ~c32;
+}
+#endif
+
+static uint32_t crc32c(const uint8_t *p, size_t n) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (have_sse42) return crc_hw(0, p, n);
+#endif
+    return crc_sw(0, p, n);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * BLAKE2b with an 8-byte digest and no key (RFC 7693): the id index's hash, the same value as
+ * hashlib.blake2b(rid, digest_size=8) read little-endian. */
+
+static const uint64_t b2_iv[8] = {
+    0x6A09E667F3BCC908ULL, 0xBB67AE8584CAA73BULL, 0x3C6EF372FE94F82BULL, 0xA54FF53A5F1D36F1ULL,
+    0x510E527FADE682D1ULL, 0x9B05688C2B3E6C1FULL, 0x1F83D9ABFB41BD6BULL, 0x5BE0CD19137E2179ULL};
+static const uint8_t b2_sigma[12][16] = {
+    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
+    {11, 8, 12, 0, 5, 2, 15, 13, 10, 14, 3, 6, 7, 1, 9, 4}, {7, 9, 3, 1, 13, 12, 11, 14, 2, 6, 5, 10, 4, 0, 15, 8},
+    {9, 0, 5, 7, 2, 4, 10, 15, 14, 1, 11, 12, 6, 8, 3, 13}, {2, 12, 6, 10, 0, 11, 8, 3, 4, 13, 7, 5, 15, 14, 1, 9},
+    {12, 5, 1, 15, 14, 13, 4, 10, 0, 7, 6, 3, 9, 2, 8, 11}, {13, 11, 7, 14, 12, 1, 3, 9, 5, 0, 15, 4, 8, 6, 2, 10},
+    {6, 15, 14, 9, 11, 3, 0, 8, 12, 2, 13, 7, 1, 4, 10, 5}, {10, 2, 8, 4, 7, 6, 1, 5, 15, 11, 9, 14, 3, 12, 13, 0},
+    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3}};
+
+#define ROTR64(x, y) (((x) >> (y)) | ((x) << (64 - (y))))
+#define B2G(a, b, c, d, x, y)                \
+    do {                                     \
+        v[a] = v[a] + v[b] + (x);            \
+        v[d] = ROTR64(v[d] ^ v[a], 32);      \
+        v[c] = v[c] + v[d];                  \
+        v[b] = ROTR64(v[b] ^ v[c], 24);      \
+        v[a] = v[a] + v[b] + (y);            \
+        v[d] = ROTR64(v[d] ^ v[a], 16);      \
+        v[c] = v[c] + v[d];                  \
+        v[b] = ROTR64(v[b] ^ v[c], 63);      \
+    } while (0)
+
+static inline uint64_t ld64(const uint8_t *p) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return w; /* little-endian hosts only: see the check in the module init */
+}
+
+static void b2_compress(uint64_t h[8], const uint8_t *block, uint64_t t, int last) {
+    uint64_t v[16], m[16];
+    for (int i = 0; i < 8; i++) {
+        v[i] = h[i];
+        v[i + 8] = b2_iv[i];
+    }
+    v[12] ^= t;
+    if (last) v[14] = ~v[14];
+    for (int i = 0; i < 16; i++) m[i] = ld64(block + 8 * i);
+    for (int r = 0; r < 12; r++) {
+        const uint8_t *s = b2_sigma[r];
+        B2G(0, 4, 8, 12, m[s[0]], m[s[1]]);
+        B2G(1, 5, 9, 13, m[s[2]], m[s[3]]);
+        B2G(2, 6, 10, 14, m[s[4]], m[s[5]]);
+        B2G(3, 7, 11, 15, m[s[6]], m[s[7]]);
+        B2G(0, 5, 10, 15, m[s[8]], m[s[9]]);
+        B2G(1, 6, 11, 12, m[s[10]], m[s[11]]);
+        B2G(2, 7, 8, 13, m[s[12]], m[s[13]]);
+        B2G(3, 4, 9, 14, m[s[14]], m[s[15]]);
+    }
+    for (int i = 0; i < 8; i++) h[i] ^= v[i] ^ v[i + 8];
+}
+
+static uint64_t blake2b64(const uint8_t *in, size_t n) {
+    uint64_t h[8];
+    memcpy(h, b2_iv, sizeof h);
+    h[0] ^= 0x01010000ULL ^ 8; /* fanout 1, depth 1, no key, 8-byte digest */
+    uint64_t t = 0;
+    while (n > 128) { /* the last block, even a full one, is compressed as the final one */
+        t += 128;
+        b2_compress(h, in, t, 0);
+        in += 128;
+        n -= 128;
+    }
+    uint8_t block[128];
+    memset(block, 0, sizeof block);
+    if (n) memcpy(block, in, n);
+    t += n;
+    b2_compress(h, block, t, 1);
+    return h[0];
+}
+
+static inline uint64_t id_hash_of(const uint8_t *p, size_t n) {
+    uint64_t h = blake2b64(p, n);
+    return h >= 2 ? h : h + 2; /* 0 and 1 mark empty and tombstone slots in the id index */
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Module state set by sidecar.store.codec / sidecar.contract at import (setup()). */
+
+static PyObject *CorruptRecord = NULL; /* codec.CorruptRecord */
+static PyObject *H_ID, *H_DELIVER_AT, *H_ENQUEUED_AT, *H_SOURCE, *H_RETRY_COUNT; /* header names (str) */
+
+/* ---------------------------------------------------------------------------------------------
+ * Record: codec.Record with bytes fields (a C type: built without running Python code). */
+
+typedef struct {
+    PyObject_HEAD long long length;
+    long long due_ms, enqueue_ms, src_offset;
+    int rtype, src_partition, target_partition, retry_count, level;
+    PyObject *id, *topic, *key, *value, *headers;
+} RecordObject;
+
+static PyTypeObject RecordType;
+
+static void Record_dealloc(RecordObject *r) {
+    Py_XDECREF(r->id);
+    Py_XDECREF(r->topic);
+    Py_XDECREF(r->key);
+    Py_XDECREF(r->value);
+    Py_XDECREF(r->headers);
+    Py_TYPE(r)->tp_free((PyObject *)r);
+}
+
+static const char *record_fields[] = {"length", "rtype", "due_ms", "enqueue_ms", "src_offset", "src_partition",
+                                      "target_partition", "retry_count", "level", "id", "topic", "key", "value",
+                                      "headers", NULL};
+
+static PyObject *Record_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    long long length, due, enq, srco;
+    int rtype, srcp, tgtp, retry, level;
+    PyObject *id, *topic, *key, *value, *headers;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "LiLLLiiiiOOOOO:Record", (char **)record_fields, &length, &rtype,
+                                     &due, &enq, &srco, &srcp, &tgtp, &retry, &level, &id, &topic, &key, &value,
+                                     &headers))
+        return NULL;
+    RecordObject *r = (RecordObject *)type->tp_alloc(type, 0);
+    if (!r) return NULL;
+    r->length = length;
+    r->rtype = rtype;
+    r->due_ms = due;
+    r->enqueue_ms = enq;
+    r->src_offset = srco;
+    r->src_partition = srcp;
+    r->target_partition = tgtp;
+    r->retry_count = retry;
+    r->level = level;
+    Py_INCREF(id);
+    r->id = id;
+    Py_INCREF(topic);
+    r->topic = topic;
+    Py_INCREF(key);
+    r->key = key;
+    Py_INCREF(value);
+    r->value = value;
+    Py_INCREF(headers);
+    r->headers = headers;
+    return (PyObject *)r;
+}
+
+static PyObject *Record_astuple(RecordObject *r) {
+    return Py_BuildValue("(LiLLLiiiiOOOOO)", r->length, r->rtype, r->due_ms, r->enqueue_ms, r->src_offset,
+                         r->src_partition, r->target_partition, r->retry_count, r->level, r->id, r->topic, r->key,
+                         r->value, r->headers);
+}
+
+static PyObject *Record_repr(RecordObject *r) {
+    return PyUnicode_FromFormat(
+        "Record(length=%lld, rtype=%d, due_ms=%lld, enqueue_ms=%lld, src_offset=%lld, src_partition=%d, "
+        "target_partition=%d, retry_count=%d, level=%d, id=%R, topic=%R, key=%R, value=%R, headers=%R)",
+        r->length, r->rtype, r->due_ms, r->enqueue_ms, r->src_offset, r->src_partition, r->target_partition,
+        r->retry_count, r->level, r->id, r->topic, r->key, r->value, r->headers);
+}
+
+static PyObject *Record_richcompare(PyObject *a, PyObject *b, int op) {
+    if ((op != Py_EQ && op != Py_NE) || !PyObject_TypeCheck(b, &RecordType)) Py_RETURN_NOTIMPLEMENTED;
+    PyObject *ta = Record_astuple((RecordObject *)a);
+    if (!ta) return NULL;
+    PyObject *tb = Record_astuple((RecordObject *)b);
+    if (!tb) {
+        Py_DECREF(ta);
+        return NULL;
+    }
+    PyObject *res = PyObject_RichCompare(ta, tb, op);
+    Py_DECREF(ta);
+    Py_DECREF(tb);
+    return res;
+}
+
+static PyMemberDef Record_members[] = {
+    {"length", T_LONGLONG, offsetof(RecordObject, length), READONLY, NULL},
+    {"rtype", T_INT, offsetof(RecordObject, rtype), READONLY, NULL},
+    {"due_ms", T_LONGLONG, offsetof(RecordObject, due_ms), READONLY, NULL},
+    {"enqueue_ms", T_LONGLONG, offsetof(RecordObject, enqueue_ms), READONLY, NULL},
+    {"src_offset", T_LONGLONG, offsetof(RecordObject, src_offset), READONLY, NULL},
+    {"src_partition", T_INT, offsetof(RecordObject, src_partition), READONLY, NULL},
+    {"target_partition", T_INT, offsetof(RecordObject, target_partition), READONLY, NULL},
+    {"retry_count", T_INT, offsetof(RecordObject, retry_count), READONLY, NULL},
+    {"level", T_INT, offsetof(RecordObject, level), READONLY, NULL},
+    {"id", T_OBJECT, offsetof(RecordObject, id), READONLY, NULL},
+    {"topic", T_OBJECT, offsetof(RecordObject, topic), READONLY, NULL},
+    {"key", T_OBJECT, offsetof(RecordObject, key), READONLY, NULL},
+    {"value", T_OBJECT, offsetof(RecordObject, value), READONLY, NULL},
+    {"headers", T_OBJECT, offsetof(RecordObject, headers), READONLY, NULL},
+    {NULL}};
+
+static PyTypeObject RecordType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "sidecar._native.Record",
+    .tp_doc = "A decoded commit-log record (codec.Record): byte fields are bytes copies.",
+    .tp_basicsize = sizeof(RecordObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = Record_new,
+    .tp_dealloc = (destructor)Record_dealloc,
+    .tp_repr = (reprfunc)Record_repr,
+    .tp_richcompare = Record_richcompare,
+    .tp_members = Record_members,
+    .tp_hash = PyObject_HashNotImplemented,
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * Record layout (codec.py): 72-byte head, then id | topic | key | value | headers, padded to 8. */
+
+#define HEAD_SIZE 72
+#define ALIGN 8
+#define VERSION 1
+#define FLAG_KEY_NULL 1
+#define FLAG_VALUE_NULL 2
+
+static inline uint16_t rd16(const uint8_t *p) {
+    return (uint16_t)(p[0] | p[1] << 8);
+}
+static inline uint32_t rd32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static inline int64_t rd64(const uint8_t *p) {
+    int64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+static inline void wr16(uint8_t *p, uint16_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+static inline void wr32(uint8_t *p, uint32_t v) {
+    memcpy(p, &v, 4);
+}
+static inline void wr64(uint8_t *p, int64_t v) {
+    memcpy(p, &v, 8);
+}
+
+static PyObject *corrupt(const char *fmt, Py_ssize_t a, Py_ssize_t b, Py_ssize_t c) {
+    PyObject *msg = PyUnicode_FromFormat(fmt, a, b, c);
+    if (msg) {
+        PyErr_SetObject(CorruptRecord ? CorruptRecord : PyExc_ValueError, msg);
+        Py_DECREF(msg);
+    }
+    return NULL;
+}
+
+static PyObject *bytes_or_none(int null, const uint8_t *p, Py_ssize_t n) {
+    if (null) Py_RETURN_NONE;
+    return PyBytes_FromStringAndSize((const char *)p, n);
+}
+
+/* decode(buf, offset, limit=None, verify=True) -> Record */
+static PyObject *native_decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    PyObject *limit_o = Py_None;
+    int verify = 1;
+    if (nargs < 2 || nargs > 4) {
+        PyErr_SetString(PyExc_TypeError, "decode(buf, offset, limit=None, verify=True)");
+        return NULL;
+    }
+    if (nargs >= 3) limit_o = args[2];
+    if (nargs == 4 && (verify = PyObject_IsTrue(args[3])) < 0) return NULL;
+    if (kwnames) {
+        Py_ssize_t nk = PyTuple_GET_SIZE(kwnames);
+        for (Py_ssize_t i = 0; i < nk; i++) {
+            PyObject *k = PyTuple_GET_ITEM(kwnames, i), *v = args[nargs + i];
+            if (PyUnicode_CompareWithASCIIString(k, "limit") == 0) {
+                limit_o = v;
+            } else if (PyUnicode_CompareWithASCIIString(k, "verify") == 0) {
+                if ((verify = PyObject_IsTrue(v)) < 0) return NULL;
+            } else {
+                PyErr_Format(PyExc_TypeError, "decode() got an unexpected keyword argument %R", k);
+                return NULL;
+            }
+        }
+    }
+    Py_ssize_t offset = PyLong_AsSsize_t(args[1]);
+    if (offset == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t end = view.len;
+    if (limit_o != Py_None) {
+        end = PyLong_AsSsize_t(limit_o);
+        if (end == -1 && PyErr_Occurred()) goto done;
+    }
+    const uint8_t *base = (const uint8_t *)view.buf;
+    if (offset < 0 || offset + HEAD_SIZE > end || end > view.len) {
+        corrupt("no room for a record header at %zd", offset, 0, 0);
+        goto done;
+    }
+    const uint8_t *p = base + offset;
+    uint32_t length = rd32(p), crc = rd32(p + 4), body_len = rd32(p + 12);
+    int rtype = p[8], version = p[9], flags = rd16(p + 10);
+    if (length == 0) {
+        corrupt("end of data at %zd", offset, 0, 0);
+        goto done;
+    }
+    if (length % ALIGN || length < HEAD_SIZE || offset + (Py_ssize_t)length > end || (uint64_t)body_len + 8 > length ||
+        (uint64_t)body_len + 8 + ALIGN <= length) {
+        corrupt("bad record length %zd at %zd", (Py_ssize_t)length, offset, 0);
+        goto done;
+    }
+    if (version != VERSION || rtype < 1 || rtype > 3) {
+        corrupt("bad record type/version %zd/%zd at %zd", rtype, version, offset);
+        goto done;
+    }
+    uint32_t id_len = rd16(p + 52), topic_len = rd16(p + 54), key_len = rd32(p + 56), value_len = rd32(p + 60),
+             headers_len = rd32(p + 64);
+    if ((uint64_t)HEAD_SIZE - 8 + id_len + topic_len + (uint64_t)key_len + value_len + headers_len != body_len) {
+        corrupt("record fields do not add up at %zd", offset, 0, 0);
+        goto done;
+    }
+    if (verify) {
+        if (crc32c(p + 8, body_len) != crc) {
+            corrupt("CRC mismatch at %zd", offset, 0, 0);
+            goto done;
+        }
+        for (uint32_t i = 8 + body_len; i < length; i++)
+            if (p[i]) {
+                corrupt("non-zero padding at %zd", offset, 0, 0);
+                goto done;
+            }
+    }
+    RecordObject *r = (RecordObject *)RecordType.tp_alloc(&RecordType, 0);
+    if (!r) goto done;
+    r->length = length;
+    r->rtype = rtype;
+    r->due_ms = rd64(p + 16);
+    r->enqueue_ms = rd64(p + 24);
+    r->src_offset = rd64(p + 32);
+    r->src_partition = (int32_t)rd32(p + 40);
+    r->target_partition = (int32_t)rd32(p + 44);
+    r->retry_count = rd16(p + 48);
+    r->level = rd16(p + 50);
+    const uint8_t *q = p + HEAD_SIZE;
+    r->id = PyBytes_FromStringAndSize((const char *)q, id_len);
+    q += id_len;
+    r->topic = PyBytes_FromStringAndSize((const char *)q, topic_len);
+    q += topic_len;
+    r->key = bytes_or_none(flags & FLAG_KEY_NULL, q, key_len);
+    q += key_len;
+    r->value = bytes_or_none(flags & FLAG_VALUE_NULL, q, value_len);
+    q += value_len;
+    r->headers = PyBytes_FromStringAndSize((const char *)q, headers_len);
+    if (!r->id || !r->topic || !r->key || !r->value || !r->headers) {
+        Py_DECREF(r);
+        goto done;
+    }
+    result = (PyObject *)r;
+done:
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* The bytes of one optional field: a buffer, or None (null). */
+typedef struct {
+    Py_buffer view;
+    int null, held;
+} Field;
+
+static int field_get(PyObject *o, Field *f, int nullable, const char *name) {
+    f->held = 0;
+    f->null = 0;
+    if (o == Py_None) {
+        if (!nullable) {
+            PyErr_Format(PyExc_TypeError, "%s must be bytes, not None", name);
+            return -1;
+        }
+        f->null = 1;
+        f->view.buf = NULL;
+        f->view.len = 0;
+        return 0;
+    }
+    if (PyObject_GetBuffer(o, &f->view, PyBUF_SIMPLE) < 0) return -1;
+    f->held = 1;
+    return 0;
+}
+
+static void field_release(Field *f) {
+    if (f->held) PyBuffer_Release(&f->view);
+    f->held = 0;
+}
+
+/* Write one record at dst (room for `length` bytes, checked by the caller). */
+static void write_record(uint8_t *dst, uint32_t length, uint32_t body_len, int rtype, int64_t due, int64_t enq,
+                         int64_t srco, int32_t srcp, int32_t tgtp, int retry, int level, Field *fs) {
+    uint8_t *p = dst;
+    p[8] = (uint8_t)rtype;
+    p[9] = VERSION;
+    wr16(p + 10, (uint16_t)((fs[2].null ? FLAG_KEY_NULL : 0) | (fs[3].null ? FLAG_VALUE_NULL : 0)));
+    wr32(p + 12, body_len);
+    wr64(p + 16, due);
+    wr64(p + 24, enq);
+    wr64(p + 32, srco);
+    wr32(p + 40, (uint32_t)srcp);
+    wr32(p + 44, (uint32_t)tgtp);
+    wr16(p + 48, (uint16_t)retry);
+    wr16(p + 50, (uint16_t)level);
+    wr16(p + 52, (uint16_t)fs[0].view.len);
+    wr16(p + 54, (uint16_t)fs[1].view.len);
+    wr32(p + 56, (uint32_t)fs[2].view.len);
+    wr32(p + 60, (uint32_t)fs[3].view.len);
+    wr32(p + 64, (uint32_t)fs[4].view.len);
+    wr32(p + 68, 0);
+    uint8_t *q = p + HEAD_SIZE;
+    for (int i = 0; i < 5; i++) {
+        if (fs[i].view.len) memcpy(q, fs[i].view.buf, fs[i].view.len);
+        q += fs[i].view.len;
+    }
+    memset(q, 0, (size_t)(p + length - q));
+    wr32(p, length);
+    wr32(p + 4, crc32c(p + 8, body_len));
+}
+
+/* The arguments of encode/encode_into after the buffer ones:
+ * rtype, due_ms, enqueue_ms, src_offset, src_partition, target_partition, retry_count, level,
+ * rid, topic, key, value, headers_blob */
+typedef struct {
+    long long due, enq, srco;
+    long rtype, srcp, tgtp, retry, level;
+    Field fs[5];
+    uint32_t length, body_len;
+} EncodeArgs;
+
+static int encode_args(PyObject *const *a, EncodeArgs *e) {
+    e->rtype = PyLong_AsLong(a[0]);
+    e->due = PyLong_AsLongLong(a[1]);
+    e->enq = PyLong_AsLongLong(a[2]);
+    e->srco = PyLong_AsLongLong(a[3]);
+    e->srcp = PyLong_AsLong(a[4]);
+    e->tgtp = PyLong_AsLong(a[5]);
+    e->retry = PyLong_AsLong(a[6]);
+    e->level = PyLong_AsLong(a[7]);
+    if (PyErr_Occurred()) return -1;
+    if (e->rtype < 0 || e->rtype > 255 || e->srcp < INT32_MIN || e->srcp > INT32_MAX || e->tgtp < INT32_MIN ||
+        e->tgtp > INT32_MAX || e->retry < 0 || e->retry > 0xffff || e->level < 0 || e->level > 0xffff) {
+        PyErr_SetString(PyExc_ValueError, "record field out of range");
+        return -1;
+    }
+    static const char *names[5] = {"rid", "topic", "key", "value", "headers_blob"};
+    int i;
+    for (i = 0; i < 5; i++)
+        if (field_get(a[8 + i], &e->fs[i], i == 2 || i == 3, names[i]) < 0) goto fail;
+    if (e->fs[0].view.len > 0xffff || e->fs[1].view.len > 0xffff || e->fs[2].view.len > 0xffffffffLL ||
+        e->fs[3].view.len > 0xffffffffLL || e->fs[4].view.len > 0xffffffffLL) {
+        PyErr_SetString(PyExc_ValueError, "record field too long");
+        goto fail;
+    }
+    uint64_t body = (uint64_t)HEAD_SIZE - 8;
+    for (int k = 0; k < 5; k++) body += (uint64_t)e->fs[k].view.len;
+    uint64_t length = (8 + body + ALIGN - 1) & ~(uint64_t)(ALIGN - 1);
+    if (length >= (1ULL << 31)) {
+        PyErr_SetString(PyExc_ValueError, "record too large");
+        goto fail;
+    }
+    e->body_len = (uint32_t)body;
+    e->length = (uint32_t)length;
+    return 0;
+fail:
+    while (--i >= 0) field_release(&e->fs[i]);
+    return -1;
+}
+
+static void encode_release(EncodeArgs *e) {
+    for (int i = 0; i < 5; i++) field_release(&e->fs[i]);
+}
+
+/* encode(rtype, due_ms, ..., headers_blob) -> bytes: codec.encode */
+static PyObject *native_encode(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 13) {
+        PyErr_SetString(PyExc_TypeError, "encode() takes 13 positional arguments");
+        return NULL;
+    }
+    EncodeArgs e;
+    if (encode_args(args, &e) < 0) return NULL;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, e.length);
+    if (out)
+        write_record((uint8_t *)PyBytes_AS_STRING(out), e.length, e.body_len, (int)e.rtype, e.due, e.enq, e.srco,
+                     (int32_t)e.srcp, (int32_t)e.tgtp, (int)e.retry, (int)e.level, e.fs);
+    encode_release(&e);
+    return out;
+}
+
+/* append(buf, offset, limit, rtype, ..., headers_blob) -> int: write the record at buf[offset:]
+ * if it ends at or before `limit` and return its length; else write nothing and return minus
+ * its length (the caller rolls to a new segment). */
+static PyObject *native_append(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 16) {
+        PyErr_SetString(PyExc_TypeError, "append() takes 16 positional arguments");
+        return NULL;
+    }
+    Py_ssize_t offset = PyLong_AsSsize_t(args[1]), limit = PyLong_AsSsize_t(args[2]);
+    if (PyErr_Occurred()) return NULL;
+    EncodeArgs e;
+    if (encode_args(args + 3, &e) < 0) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0) {
+        encode_release(&e);
+        return NULL;
+    }
+    PyObject *out = NULL;
+    if (offset < 0 || limit > view.len) {
+        PyErr_SetString(PyExc_ValueError, "append: offset or limit outside the buffer");
+    } else if (offset + (Py_ssize_t)e.length > limit) {
+        out = PyLong_FromLong(-(long)e.length);
+    } else {
+        write_record((uint8_t *)view.buf + offset, e.length, e.body_len, (int)e.rtype, e.due, e.enq, e.srco,
+                     (int32_t)e.srcp, (int32_t)e.tgtp, (int)e.retry, (int)e.level, e.fs);
+        out = PyLong_FromLong((long)e.length);
+    }
+    PyBuffer_Release(&view);
+    encode_release(&e);
+    return out;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Header blob: u16 count, then per header u16 name_len, name, i32 value_len (-1: null), value. */
+
+static PyObject *native_encode_headers(PyObject *self, PyObject *headers) {
+    PyObject *seq = PySequence_Fast(headers, "headers must be a sequence of (name, value) pairs");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *out = NULL;
+    if (n > 0xffff) {
+        PyErr_SetString(PyExc_ValueError, "more than 65535 headers");
+        goto done;
+    }
+    Py_ssize_t size = 2;
+    for (Py_ssize_t i = 0; i < n; i++) { /* first pass: validate and size */
+        PyObject *it = items[i];
+        if (!PyTuple_Check(it) || PyTuple_GET_SIZE(it) != 2) {
+            PyErr_SetString(PyExc_TypeError, "a header must be a (name, value) tuple");
+            goto done;
+        }
+        Py_ssize_t nl;
+        if (!PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(it, 0), &nl)) goto done;
+        if (nl > 0xffff) {
+            PyErr_SetString(PyExc_ValueError, "header name over 65535 bytes");
+            goto done;
+        }
+        PyObject *v = PyTuple_GET_ITEM(it, 1);
+        size += 2 + nl + 4;
+        if (v != Py_None) {
+            if (!PyBytes_Check(v)) {
+                PyErr_SetString(PyExc_TypeError, "a header value must be bytes or None");
+                goto done;
+            }
+            if (PyBytes_GET_SIZE(v) > INT32_MAX) {
+                PyErr_SetString(PyExc_ValueError, "header value too long");
+                goto done;
+            }
+            size += PyBytes_GET_SIZE(v);
+        }
+    }
+    out = PyBytes_FromStringAndSize(NULL, size);
+    if (!out) goto done;
+    uint8_t *p = (uint8_t *)PyBytes_AS_STRING(out);
+    wr16(p, (uint16_t)n);
+    p += 2;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *it = items[i], *v = PyTuple_GET_ITEM(it, 1);
+        Py_ssize_t nl;
+        const char *name = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(it, 0), &nl);
+        wr16(p, (uint16_t)nl);
+        memcpy(p + 2, name, nl);
+        p += 2 + nl;
+        if (v == Py_None) {
+            wr32(p, 0xffffffffu);
+            p += 4;
+        } else {
+            Py_ssize_t vl = PyBytes_GET_SIZE(v);
+            wr32(p, (uint32_t)vl);
+            memcpy(p + 4, PyBytes_AS_STRING(v), vl);
+            p += 4 + vl;
+        }
+    }
+done:
+    Py_DECREF(seq);
+    return out;
+}
+
+/* Append the headers of blob[0:n] to list `out`. */
+static int decode_headers_into(const uint8_t *b, Py_ssize_t n, PyObject *out) {
+    if (n == 0) return 0;
+    if (n < 2) goto bad;
+    Py_ssize_t count = rd16(b), pos = 2;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (pos + 2 > n) goto bad;
+        Py_ssize_t nl = rd16(b + pos);
+        pos += 2;
+        if (pos + nl + 4 > n) goto bad;
+        PyObject *name = PyUnicode_DecodeUTF8((const char *)b + pos, nl, NULL);
+        if (!name) return -1;
+        pos += nl;
+        int32_t vl = (int32_t)rd32(b + pos);
+        pos += 4;
+        PyObject *value;
+        if (vl < 0) {
+            value = Py_None;
+            Py_INCREF(value);
+        } else {
+            if (pos + vl > n) {
+                Py_DECREF(name);
+                goto bad;
+            }
+            value = PyBytes_FromStringAndSize((const char *)b + pos, vl);
+            pos += vl;
+        }
+        if (!value) {
+            Py_DECREF(name);
+            return -1;
+        }
+        PyObject *t = PyTuple_New(2);
+        if (!t) {
+            Py_DECREF(name);
+            Py_DECREF(value);
+            return -1;
+        }
+        PyTuple_SET_ITEM(t, 0, name);
+        PyTuple_SET_ITEM(t, 1, value);
+        int rc = PyList_Append(out, t);
+        Py_DECREF(t);
+        if (rc < 0) return -1;
+    }
+    return 0;
+bad:
+    PyErr_SetString(CorruptRecord ? CorruptRecord : PyExc_ValueError, "header blob is truncated");
+    return -1;
+}
+
+static PyObject *native_decode_headers(PyObject *self, PyObject *blob) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(blob, &view, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *out = PyList_New(0);
+    if (out && decode_headers_into((const uint8_t *)view.buf, view.len, out) < 0) Py_CLEAR(out);
+    PyBuffer_Release(&view);
+    return out;
+}
+
+static int append_pair(PyObject *out, PyObject *name, PyObject *value) {
+    if (!value) return -1;
+    PyObject *t = PyTuple_Pack(2, name, value);
+    Py_DECREF(value);
+    if (!t) return -1;
+    int rc = PyList_Append(out, t);
+    Py_DECREF(t);
+    return rc;
+}
+
+/* delivery_headers(rec, source_topic) -> list: the headers a delivered record carries. The
+ * stored ones, then for a MESSAGE delay.id, delay.deliver-at, delay.enqueued-at, delay.source
+ * ("<topic>:<partition>:<offset>") and delay.retry-count when > 0 (DESIGN.md 1, outgoing). */
+static PyObject *native_delivery_headers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyObject_TypeCheck(args[0], &RecordType) || !PyBytes_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "delivery_headers(rec: Record, source_topic: bytes)");
+        return NULL;
+    }
+    RecordObject *r = (RecordObject *)args[0];
+    if (!H_ID) {
+        PyErr_SetString(PyExc_RuntimeError, "sidecar._native.setup() was not called");
+        return NULL;
+    }
+    PyObject *out = PyList_New(0);
+    if (!out) return NULL;
+    if (decode_headers_into((const uint8_t *)PyBytes_AS_STRING(r->headers), PyBytes_GET_SIZE(r->headers), out) < 0)
+        goto fail;
+    if (r->rtype == 1) {
+        char tmp[32];
+        if (append_pair(out, H_ID, (Py_INCREF(r->id), r->id)) < 0) goto fail;
+        int n = snprintf(tmp, sizeof tmp, "%lld", r->due_ms);
+        if (append_pair(out, H_DELIVER_AT, PyBytes_FromStringAndSize(tmp, n)) < 0) goto fail;
+        n = snprintf(tmp, sizeof tmp, "%lld", r->enqueue_ms);
+        if (append_pair(out, H_ENQUEUED_AT, PyBytes_FromStringAndSize(tmp, n)) < 0) goto fail;
+        if (append_pair(out, H_SOURCE,
+                        PyBytes_FromFormat("%s:%d:%zd", PyBytes_AS_STRING(args[1]), r->src_partition,
+                                           (Py_ssize_t)r->src_offset)) < 0)
+            goto fail;
+        if (r->retry_count) {
+            n = snprintf(tmp, sizeof tmp, "%d", r->retry_count);
+            if (append_pair(out, H_RETRY_COUNT, PyBytes_FromStringAndSize(tmp, n)) < 0) goto fail;
+        }
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The id index (idindex.py): 16-byte slots (u64 hash, u64 ref) after a header, linear probing. */
+
+#define EMPTY 0
+#define TOMB 1
+
+static PyObject *native_id_hash(PyObject *self, PyObject *rid) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(rid, &view, PyBUF_SIMPLE) < 0) return NULL;
+    uint64_t h = id_hash_of((const uint8_t *)view.buf, view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLongLong(h);
+}
+
+typedef struct {
+    Py_buffer view;
+    uint8_t *base; /* first slot */
+    uint64_t mask, h;
+} Table;
+
+/* (buf, header_size, mask, h, ...): the table and the hash */
+static int table_get(PyObject *const *args, Table *t, int writable) {
+    Py_ssize_t hs = PyLong_AsSsize_t(args[1]);
+    t->mask = PyLong_AsUnsignedLongLong(args[2]);
+    t->h = PyLong_AsUnsignedLongLong(args[3]);
+    if (PyErr_Occurred()) return -1;
+    if (PyObject_GetBuffer(args[0], &t->view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0) return -1;
+    if (hs < 0 || (t->mask & (t->mask + 1)) || (uint64_t)(t->view.len - hs) < (t->mask + 1) * 16) {
+        PyBuffer_Release(&t->view);
+        PyErr_SetString(PyExc_ValueError, "id index: buffer does not hold the table");
+        return -1;
+    }
+    t->base = (uint8_t *)t->view.buf + hs;
+    return 0;
+}
+
+static inline uint64_t slot_hash(Table *t, uint64_t i) {
+    uint64_t v;
+    memcpy(&v, t->base + i * 16, 8);
+    return v;
+}
+static inline uint64_t slot_ref(Table *t, uint64_t i) {
+    uint64_t v;
+    memcpy(&v, t->base + i * 16 + 8, 8);
+    return v;
+}
+
+/* idx_find(buf, header_size, mask, h) -> list[int]: every ref stored under h */
+static PyObject *native_idx_find(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "idx_find(buf, header_size, mask, h)");
+        return NULL;
+    }
+    Table t;
+    if (table_get(args, &t, 0) < 0) return NULL;
+    PyObject *out = PyList_New(0);
+    for (uint64_t i = t.h & t.mask, n = 0; out && n <= t.mask; i = (i + 1) & t.mask, n++) {
+        uint64_t sh = slot_hash(&t, i);
+        if (sh == EMPTY) break;
+        if (sh == t.h) {
+            PyObject *ref = PyLong_FromUnsignedLongLong(slot_ref(&t, i));
+            if (!ref || PyList_Append(out, ref) < 0) Py_CLEAR(out);
+            Py_XDECREF(ref);
+        }
+    }
+    PyBuffer_Release(&t.view);
+    return out;
+}
+
+/* idx_put(buf, header_size, mask, h, ref) -> int: 0 if (h, ref) is already there (nothing
+ * written); else the byte offset of the slot written, negated if it was a tombstone. The caller
+ * keeps the counts (and has made room: the table is never full). */
+static PyObject *native_idx_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "idx_put(buf, header_size, mask, h, ref)");
+        return NULL;
+    }
+    uint64_t ref = PyLong_AsUnsignedLongLong(args[4]);
+    if (PyErr_Occurred()) return NULL;
+    Table t;
+    if (table_get(args, &t, 1) < 0) return NULL;
+    int64_t free_slot = -1;
+    uint64_t i = t.h & t.mask, n = 0;
+    for (; n <= t.mask; i = (i + 1) & t.mask, n++) {
+        uint64_t sh = slot_hash(&t, i);
+        if (sh == EMPTY) break;
+        if (sh == t.h && slot_ref(&t, i) == ref) {
+            PyBuffer_Release(&t.view);
+            return PyLong_FromLong(0);
+        }
+        if (sh == TOMB && free_slot < 0) free_slot = (int64_t)i;
+    }
+    if (n > t.mask && free_slot < 0) {
+        PyBuffer_Release(&t.view);
+        PyErr_SetString(PyExc_RuntimeError, "id index is full");
+        return NULL;
+    }
+    uint64_t at = free_slot >= 0 ? (uint64_t)free_slot : i;
+    memcpy(t.base + at * 16, &t.h, 8);
+    memcpy(t.base + at * 16 + 8, &ref, 8);
+    long long off = (long long)(t.base - (uint8_t *)t.view.buf) + (long long)at * 16;
+    PyBuffer_Release(&t.view);
+    return PyLong_FromLongLong(free_slot >= 0 ? -off : off);
+}
+
+/* idx_remove(buf, header_size, mask, h, ref, scan_off) -> None | (off, tombs, scan_tombs):
+ * remove (h, ref). The slot becomes a tombstone, or empty when the probe chain ends right after
+ * it, and then the tombstones just before it are emptied too (idindex.py explains why). Returns
+ * the removed slot's byte offset and the change in the tombstone count, overall and among the
+ * slots below scan_off (the background recount's counted part). */
+static PyObject *native_idx_remove(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "idx_remove(buf, header_size, mask, h, ref, scan_off)");
+        return NULL;
+    }
+    uint64_t ref = PyLong_AsUnsignedLongLong(args[4]);
+    long long scan_off = PyLong_AsLongLong(args[5]);
+    if (PyErr_Occurred()) return NULL;
+    Table t;
+    if (table_get(args, &t, 1) < 0) return NULL;
+    long long hs = (long long)(t.base - (uint8_t *)t.view.buf);
+    for (uint64_t i = t.h & t.mask, n = 0; n <= t.mask; i = (i + 1) & t.mask, n++) {
+        uint64_t sh = slot_hash(&t, i);
+        if (sh == EMPTY) break;
+        if (sh != t.h || slot_ref(&t, i) != ref) continue;
+        long long off = hs + (long long)i * 16, tombs = 0, scan_tombs = 0;
+        uint64_t v;
+        if (slot_hash(&t, (i + 1) & t.mask) != EMPTY) {
+            v = TOMB;
+            memcpy(t.base + i * 16, &v, 8);
+            tombs = 1;
+            scan_tombs = off < scan_off;
+        } else {
+            v = EMPTY;
+            memcpy(t.base + i * 16, &v, 8);
+            for (uint64_t j = (i - 1) & t.mask; slot_hash(&t, j) == TOMB; j = (j - 1) & t.mask) {
+                memcpy(t.base + j * 16, &v, 8);
+                tombs -= 1;
+                if (hs + (long long)j * 16 < scan_off) scan_tombs -= 1;
+            }
+        }
+        PyBuffer_Release(&t.view);
+        return Py_BuildValue("(LLL)", off, tombs, scan_tombs);
+    }
+    PyBuffer_Release(&t.view);
+    Py_RETURN_NONE;
+}
+
+/* idx_rehash(old_buf, new_buf, header_size, old_cap, new_mask) -> int: insert every live slot of
+ * the old table into the (empty) new one; return how many. The id index's growth, at C speed. */
+static PyObject *native_idx_rehash(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "idx_rehash(old_buf, new_buf, header_size, old_cap, new_mask)");
+        return NULL;
+    }
+    Py_ssize_t hs = PyLong_AsSsize_t(args[2]);
+    uint64_t cap = PyLong_AsUnsignedLongLong(args[3]), mask = PyLong_AsUnsignedLongLong(args[4]);
+    if (PyErr_Occurred()) return NULL;
+    Py_buffer ov, nv;
+    if (PyObject_GetBuffer(args[0], &ov, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(args[1], &nv, PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&ov);
+        return NULL;
+    }
+    PyObject *out = NULL;
+    if (hs < 0 || (mask & (mask + 1)) || (uint64_t)(ov.len - hs) < cap * 16 ||
+        (uint64_t)(nv.len - hs) < (mask + 1) * 16) {
+        PyErr_SetString(PyExc_ValueError, "id index: buffer does not hold the table");
+        goto done;
+    }
+    const uint8_t *src = (const uint8_t *)ov.buf + hs;
+    uint8_t *dst = (uint8_t *)nv.buf + hs;
+    uint64_t live = 0;
+    for (uint64_t k = 0; k < cap; k++) {
+        uint64_t h, r, e;
+        memcpy(&h, src + k * 16, 8);
+        if (h <= TOMB) continue;
+        memcpy(&r, src + k * 16 + 8, 8);
+        if (++live > mask + 1) {
+            PyErr_SetString(PyExc_RuntimeError, "id index: the new table is too small");
+            goto done;
+        }
+        uint64_t i = h & mask;
+        for (;;) {
+            memcpy(&e, dst + i * 16, 8);
+            if (e == EMPTY) break;
+            i = (i + 1) & mask;
+        }
+        memcpy(dst + i * 16, &h, 8);
+        memcpy(dst + i * 16 + 8, &r, 8);
+    }
+    out = PyLong_FromUnsignedLongLong(live);
+done:
+    PyBuffer_Release(&ov);
+    PyBuffer_Release(&nv);
+    return out;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * crc32c(data) -> int: exposed for the tests (the same checksum the records carry). */
+
+static PyObject *native_crc32c(PyObject *self, PyObject *data) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) return NULL;
+    uint32_t c = crc32c((const uint8_t *)view.buf, view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(c);
+}
+
+static PyObject *native_crc32c_software(PyObject *self, PyObject *data) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) return NULL;
+    uint32_t c = crc_sw(0, (const uint8_t *)view.buf, view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(c);
+}
+
+/* setup(corrupt_record, id, deliver_at, enqueued_at, source, retry_count): the exception class
+ * decode raises and the outgoing header names, from codec.py and contract.py (one definition). */
+static PyObject *native_setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "setup(CorruptRecord, id, deliver_at, enqueued_at, source, retry_count)");
+        return NULL;
+    }
+    for (int i = 1; i < 6; i++)
+        if (!PyUnicode_Check(args[i])) {
+            PyErr_SetString(PyExc_TypeError, "header names must be str");
+            return NULL;
+        }
+    PyObject **slots[6] = {&CorruptRecord, &H_ID, &H_DELIVER_AT, &H_ENQUEUED_AT, &H_SOURCE, &H_RETRY_COUNT};
+    for (int i = 0; i < 6; i++) {
+        Py_INCREF(args[i]);
+        Py_XSETREF(*slots[i], args[i]);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"setup", (PyCFunction)(void (*)(void))native_setup, METH_FASTCALL, NULL},
+    {"decode", (PyCFunction)(void (*)(void))native_decode, METH_FASTCALL | METH_KEYWORDS, NULL},
+    {"encode", (PyCFunction)(void (*)(void))native_encode, METH_FASTCALL, NULL},
+    {"append", (PyCFunction)(void (*)(void))native_append, METH_FASTCALL, NULL},
+    {"encode_headers", native_encode_headers, METH_O, NULL},
+    {"decode_headers", native_decode_headers, METH_O, NULL},
+    {"delivery_headers", (PyCFunction)(void (*)(void))native_delivery_headers, METH_FASTCALL, NULL},
+    {"id_hash", native_id_hash, METH_O, NULL},
+    {"idx_find", (PyCFunction)(void (*)(void))native_idx_find, METH_FASTCALL, NULL},
+    {"idx_put", (PyCFunction)(void (*)(void))native_idx_put, METH_FASTCALL, NULL},
+    {"idx_remove", (PyCFunction)(void (*)(void))native_idx_remove, METH_FASTCALL, NULL},
+    {"idx_rehash", (PyCFunction)(void (*)(void))native_idx_rehash, METH_FASTCALL, NULL},
+    {"crc32c", native_crc32c, METH_O, NULL},
+    {"crc32c_software", native_crc32c_software, METH_O, NULL},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "sidecar._native",
+                                       "The hot path's per-record byte work in C (see the file header).", -1,
+                                       methods};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    const uint16_t probe = 1;
+    if (*(const uint8_t *)&probe != 1) {
+        PyErr_SetString(PyExc_ImportError, "sidecar._native needs a little-endian host");
+        return NULL;
+    }
+    crc_init();
+    if (PyType_Ready(&RecordType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&moduledef);
+    if (!m) return NULL;
+    Py_INCREF(&RecordType);
+    if (PyModule_AddObject(m, "Record", (PyObject *)&RecordType) < 0) {
+        Py_DECREF(&RecordType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    PyModule_AddIntConstant(m, "HARDWARE_CRC", have_sse42);
+    return m;
+}

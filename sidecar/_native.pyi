@@ -1,0 +1,55 @@
+# Type stub of the C accelerator (sidecar/_native.c); the Python twins live in
+# sidecar/store/codec.py and sidecar/store/idindex.py.
+from collections.abc import Sequence
+
+HARDWARE_CRC: int
+
+class Record:
+    length: int
+    rtype: int
+    due_ms: int
+    enqueue_ms: int
+    src_offset: int
+    src_partition: int
+    target_partition: int
+    retry_count: int
+    level: int
+    id: bytes
+    topic: bytes
+    key: bytes | None
+    value: bytes | None
+    headers: bytes
+    def __init__(
+        self, length: int, rtype: int, due_ms: int, enqueue_ms: int, src_offset: int, src_partition: int,
+        target_partition: int, retry_count: int, level: int, id: bytes, topic: bytes, key: bytes | None,
+        value: bytes | None, headers: bytes,
+    ) -> None: ...
+
+def setup(
+    corrupt_record: type[Exception], id: str, deliver_at: str, enqueued_at: str, source: str, retry_count: str, /
+) -> None: ...
+def decode(
+    buf: memoryview | bytes | bytearray, offset: int, limit: int | None = None, verify: bool = True
+) -> Record: ...
+def encode(
+    rtype: int, due_ms: int, enqueue_ms: int, src_offset: int, src_partition: int, target_partition: int,
+    retry_count: int, level: int, rid: bytes, topic: bytes, key: bytes | None, value: bytes | None,
+    headers_blob: bytes, /,
+) -> bytes: ...
+def append(
+    buf: memoryview | bytearray, offset: int, limit: int, rtype: int, due_ms: int, enqueue_ms: int, src_offset: int,
+    src_partition: int, target_partition: int, retry_count: int, level: int, rid: bytes, topic: bytes,
+    key: bytes | None, value: bytes | None, headers_blob: bytes, /,
+) -> int: ...
+def encode_headers(headers: Sequence[tuple[str, bytes | None]], /) -> bytes: ...
+def decode_headers(blob: memoryview | bytes, /) -> list[tuple[str, bytes | None]]: ...
+def delivery_headers(rec: Record, source_topic: bytes, /) -> list[tuple[str, bytes | None]]: ...
+def id_hash(rid: bytes | memoryview, /) -> int: ...
+def idx_find(buf: memoryview, header_size: int, mask: int, h: int, /) -> list[int]: ...
+def idx_put(buf: memoryview, header_size: int, mask: int, h: int, ref: int, /) -> int: ...
+def idx_remove(
+    buf: memoryview, header_size: int, mask: int, h: int, ref: int, scan_off: int, /
+) -> tuple[int, int, int] | None: ...
+def idx_rehash(old: memoryview, new: memoryview, header_size: int, old_cap: int, new_mask: int, /) -> int: ...
+def crc32c(data: bytes | bytearray | memoryview, /) -> int: ...
+def crc32c_software(data: bytes | bytearray | memoryview, /) -> int: ...
