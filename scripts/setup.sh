@@ -27,8 +27,12 @@ fi
 so=$(ls sidecar/_native.*.so 2>/dev/null | head -1 || true)
 if [ -z "$so" ] || [ sidecar/_native.c -nt "$so" ] || [ setup.py -nt "$so" ]; then
   echo "setup: building sidecar._native" >&2
-  .venv/bin/python setup.py -q build_ext --inplace 2>&1 | grep -v -i "beta\|warnings.warn" >&2 || true
-  ls sidecar/_native.*.so >/dev/null 2>&1 || { echo "setup: sidecar._native did not build (gcc and Python headers needed)" >&2; exit 1; }
+  .venv/bin/python setup.py build_ext --inplace >"$KDS_CACHE/native-build.log" 2>&1 || true
+  if ! ls sidecar/_native.*.so >/dev/null 2>&1; then
+    cat "$KDS_CACHE/native-build.log" >&2
+    echo "setup: sidecar._native did not build (gcc and the Python headers are needed)" >&2
+    exit 1
+  fi
 fi
 # KDS_SETUP_STEPS limits the steps (e.g. "10-kafka" for the demo); default: all of them.
 for step in scripts/setup.d/*.sh; do
