@@ -749,10 +749,14 @@ static PyObject *native_delivery_headers(PyObject *self, PyObject *const *args, 
         if (append_pair(out, H_DELIVER_AT, PyBytes_FromStringAndSize(tmp, n)) < 0) goto fail;
         n = snprintf(tmp, sizeof tmp, "%lld", r->enqueue_ms);
         if (append_pair(out, H_ENQUEUED_AT, PyBytes_FromStringAndSize(tmp, n)) < 0) goto fail;
-        if (append_pair(out, H_SOURCE,
-                        PyBytes_FromFormat("%s:%d:%zd", PyBytes_AS_STRING(args[1]), r->src_partition,
-                                           (Py_ssize_t)r->src_offset)) < 0)
-            goto fail;
+        n = snprintf(tmp, sizeof tmp, ":%d:%lld", r->src_partition, r->src_offset);
+        Py_ssize_t sl = PyBytes_GET_SIZE(args[1]);
+        PyObject *source = PyBytes_FromStringAndSize(NULL, sl + n);
+        if (source) {
+            memcpy(PyBytes_AS_STRING(source), PyBytes_AS_STRING(args[1]), sl);
+            memcpy(PyBytes_AS_STRING(source) + sl, tmp, n);
+        }
+        if (append_pair(out, H_SOURCE, source) < 0) goto fail;
         if (r->retry_count) {
             n = snprintf(tmp, sizeof tmp, "%d", r->retry_count);
             if (append_pair(out, H_RETRY_COUNT, PyBytes_FromStringAndSize(tmp, n)) < 0) goto fail;

@@ -1,0 +1,180 @@
+"""The C accelerator (sidecar._native) against its Python twins: the same bytes, the same answers,
+the same errors, for any input (hypothesis). The Python functions are the reference; the C ones
+are what runs. In CI the extension must be built: a silent fall back to Python would make every
+benchmark measure the wrong thing."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from crc32c import crc32c as reference_crc32c
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sidecar.store import codec
+from sidecar.store.idindex import HEADER_SIZE, IdIndex, py_id_hash
+from tests.unit.test_codec import HEADERS, records
+
+native = codec.native
+needs_native = pytest.mark.skipif(native is None and os.environ.get("CI") != "true", reason="sidecar._native not built")
+
+
+def test_built_in_ci() -> None:
+    if os.environ.get("CI") == "true" or native is not None:
+        assert native is not None, "sidecar._native is not built: scripts/setup.sh builds it"
+        assert codec.decode is native.decode and codec.Record is native.Record
+    else:
+        assert codec.decode is codec.py_decode
+
+
+def args_of(f: dict[str, Any]) -> tuple[Any, ...]:
+    return (
+        f["rtype"], f["due_ms"], f["enqueue_ms"], f["src_offset"], f["src_partition"], f["target_partition"],
+        f["retry_count"], f["level"], f["rid"], f["topic"], f["key"], f["value"], codec.py_encode_headers(f["headers"]),
+    )
+
+
+@needs_native
+@given(st.binary(max_size=3000))
+def test_crc32c(data: bytes) -> None:
+    assert native is not None
+    assert native.crc32c(data) == native.crc32c_software(data) == reference_crc32c(data)
+
+
+@needs_native
+@given(st.one_of(st.binary(max_size=300), st.binary(min_size=120, max_size=140), st.binary(min_size=250, max_size=260)))
+def test_id_hash(rid: bytes) -> None:
+    assert native is not None
+    digest = int.from_bytes(hashlib.blake2b(rid, digest_size=8).digest(), "little")
+    assert native.id_hash(rid) == py_id_hash(rid) == (digest if digest >= 2 else digest + 2)
+
+
+@needs_native
+@given(HEADERS)
+def test_header_blobs(headers: list[tuple[str, bytes | None]]) -> None:
+    assert native is not None
+    blob = native.encode_headers(headers)
+    assert blob == codec.py_encode_headers(headers)
+    assert native.decode_headers(blob) == codec.py_decode_headers(blob) == headers
+
+
+@needs_native
+@given(st.binary(max_size=40))
+def test_damaged_header_blobs(blob: bytes) -> None:
+    assert native is not None
+    outcomes = []
+    for fn in (native.decode_headers, codec.py_decode_headers):
+        try:
+            outcomes.append(("ok", fn(blob)))
+        except codec.CorruptRecord as e:
+            outcomes.append(("corrupt", str(e)))
+        except UnicodeDecodeError:
+            outcomes.append(("utf8", ""))
+    assert outcomes[0] == outcomes[1]
+
+
+@needs_native
+@settings(max_examples=200)
+@given(records(), st.integers(0, 16).map(lambda n: n * 8), st.integers(-64, 64))
+def test_encode_append_decode(f: dict[str, Any], offset: int, slack: int) -> None:
+    assert native is not None
+    args = args_of(f)
+    data = native.encode(*args)
+    assert data == codec.py_encode(*args)
+    limit = offset + len(data) + slack
+    bufs = [bytearray(b"\xee" * (offset + len(data) + 64)) for _ in range(2)]
+    assert native.append(bufs[0], offset, limit, *args) == codec.py_append(bufs[1], offset, limit, *args)
+    assert bufs[0] == bufs[1]
+    fits = slack >= 0
+    assert (bufs[0][offset : offset + len(data)] == data) == fits
+    if not fits:
+        return
+    for verify in (True, False):
+        got, want = native.decode(bufs[0], offset, verify=verify), codec.py_decode(memoryview(bufs[1]), offset,
+                                                                                   verify=verify)
+        for name in ("length", "rtype", "due_ms", "enqueue_ms", "src_offset", "src_partition", "target_partition",
+                     "retry_count", "level", "id", "topic", "key", "value", "headers"):
+            assert getattr(got, name) == getattr(want, name), name
+
+
+@needs_native
+@settings(max_examples=300)
+@given(records(), st.data())
+def test_decode_rejects_what_python_rejects(f: dict[str, Any], data: st.DataObject) -> None:
+    """Any damage (a flipped byte anywhere, a short limit) gives the same error, word for word."""
+    assert native is not None
+    buf = bytearray(native.encode(*args_of(f))) + bytes(16)
+    at = data.draw(st.integers(0, len(buf) - 1))
+    buf[at] ^= data.draw(st.integers(1, 255))
+    limit = data.draw(st.one_of(st.none(), st.integers(0, len(buf))))
+    outcomes = []
+    for fn in (native.decode, codec.py_decode):
+        try:
+            rec = fn(memoryview(buf), 0, limit)
+            outcomes.append(("ok", rec.length, rec.id, rec.value, rec.headers))
+        except codec.CorruptRecord as e:
+            outcomes.append(("corrupt", str(e)))
+    assert outcomes[0] == outcomes[1]
+
+
+@needs_native
+@given(records(), st.binary(min_size=1, max_size=30))
+def test_delivery_headers(f: dict[str, Any], source: bytes) -> None:
+    assert native is not None
+    data = native.encode(*args_of(f))
+    got = native.delivery_headers(native.decode(data, 0), source)
+    want = codec.py_delivery_headers(codec.py_decode(memoryview(data), 0), source)
+    assert got == want
+
+
+@needs_native
+def test_record_type_behaves_like_the_dataclass() -> None:
+    assert native is not None
+    fields = (80, 1, 5, 6, 7, 8, -1, 0, 2, b"id", b"t", None, b"v", b"\x00\x00")
+    a, b = native.Record(*fields), codec.PyRecord(*fields)
+    assert [getattr(a, n) for n in codec.PyRecord.__slots__] == [getattr(b, n) for n in codec.PyRecord.__slots__]
+    assert a == native.Record(*fields) and a != native.Record(*fields[:-1], b"")
+    assert "due_ms=5" in repr(a)
+    with pytest.raises(AttributeError):
+        a.due_ms = 1  # type: ignore[misc]
+
+
+# -- id index: the C probes write the same slots as the Python ones --------------------------------
+hashes = st.integers(0, 40).map(lambda k: 2 + (k % 5) + (k // 5) * 64)
+ops = st.lists(st.tuples(st.sampled_from(["put", "remove", "find"]), hashes, st.integers(1, 6)), max_size=300)
+
+
+@needs_native
+@settings(max_examples=150, deadline=None)
+@given(ops, st.integers(0, 16))
+def test_id_index_twins(program: list[tuple[str, int, int]], scan_at: int) -> None:
+    """Two tables fed the same operations, one through C and one through Python, stay byte for
+    byte identical, with identical counts (including the background recount's partial ones, and
+    across growth, which the C rehash does)."""
+    with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
+        c_ix = IdIndex(Path(d1), initial_capacity=16, native=True)
+        p_ix = IdIndex(Path(d2), initial_capacity=16, native=False)
+        assert c_ix.native is not None and p_ix.native is None
+        for step, (op, h, r) in enumerate(program):
+            if step == scan_at * 10:  # a recount in progress: put/remove keep its partial counts
+                for ix in (c_ix, p_ix):
+                    ix._scan_off = HEADER_SIZE + (ix.cap // 2) * 16
+                    ix._scan_live, ix._scan_tombs = ix._count_range(0, ix.cap // 2)
+            if op == "put":
+                c_ix.put(h, r)
+                p_ix.put(h, r)
+            elif op == "remove":
+                assert c_ix.remove(h, r) == p_ix.remove(h, r)
+            else:
+                assert c_ix.find(h) == p_ix.find(h)
+            assert (c_ix.cap, c_ix.live, c_ix.tombs, c_ix._scan_off, c_ix._scan_live, c_ix._scan_tombs) == (
+                p_ix.cap, p_ix.live, p_ix.tombs, p_ix._scan_off, p_ix._scan_live, p_ix._scan_tombs
+            )
+        assert bytes(c_ix.f.buf) == bytes(p_ix.f.buf)
+        c_ix.close()
+        p_ix.close()
