@@ -967,6 +967,158 @@ done:
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * parse_request: the common ingress request, parsed without Python code (headers.py has the
+ * full parser, which stays the only authority). It answers only for a record whose control
+ * headers are among delay.target-topic (a target already checked and accepted), delay.ms or
+ * delay.deliver-at (one at most), delay.target-partition and delay.id, each once, with a
+ * non-empty ASCII value, strict decimal numbers and everything in range; then its answer is the
+ * one the full parser gives. Anything else (a cancel, a level, a retry, the kafka-message-
+ * scheduler headers, any fault at all) returns None, and the caller runs the full parser. */
+
+static PyObject *control_codes = NULL; /* dict: control header name -> code (0: not handled here) */
+static PyObject *MODE_NOW, *MODE_MS, *MODE_AT;
+#define C_TOPIC 1
+#define C_MS 2
+#define C_AT 3
+#define C_PARTITION 4
+#define C_ID 5
+#define MAX_EPOCH_MS 253402300799999LL
+
+/* strict decimal: 1..18 ASCII digits (headers.py's _int fast case) */
+static int digits(PyObject *v, long long *out) {
+    Py_ssize_t n = PyBytes_GET_SIZE(v);
+    const char *p = PyBytes_AS_STRING(v);
+    if (n < 1 || n > 18) return 0;
+    long long x = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') return 0;
+        x = x * 10 + (p[i] - '0');
+    }
+    *out = x;
+    return 1;
+}
+
+static int ascii_nonempty(PyObject *v) {
+    if (!PyBytes_Check(v) || PyBytes_GET_SIZE(v) == 0) return 0;
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(v);
+    for (Py_ssize_t i = 0, n = PyBytes_GET_SIZE(v); i < n; i++)
+        if (p[i] & 0x80) return 0;
+    return 1;
+}
+
+/* parse_request(headers, ts, now, size, max_record_bytes, max_delay_ms, checked_targets)
+ *   -> None | (target_topic, target_partition, id | None, due_ms, mode, user_headers)
+ * `size` is the key and value bytes; the headers are counted here (len(name) + len(value)). */
+static PyObject *native_parse_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "parse_request(headers, ts, now, size, max_record_bytes, max_delay_ms, "
+                                         "checked_targets)");
+        return NULL;
+    }
+    if (!control_codes) {
+        PyErr_SetString(PyExc_RuntimeError, "sidecar._native.setup_parser() was not called");
+        return NULL;
+    }
+    PyObject *headers = args[0];
+    long long ts = PyLong_AsLongLong(args[1]), now = PyLong_AsLongLong(args[2]), size = PyLong_AsLongLong(args[3]),
+              max_bytes = PyLong_AsLongLong(args[4]), max_delay = PyLong_AsLongLong(args[5]);
+    if (PyErr_Occurred()) return NULL;
+    PyObject *found[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+    Py_ssize_t n = 0;
+    PyObject **items = NULL;
+    if (headers != Py_None) {
+        if (!PyList_Check(headers) && !PyTuple_Check(headers)) Py_RETURN_NONE;
+        n = PySequence_Fast_GET_SIZE(headers);
+        items = PySequence_Fast_ITEMS(headers);
+    }
+    Py_ssize_t n_user = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *it = items[i];
+        if (!PyTuple_Check(it) || PyTuple_GET_SIZE(it) != 2) Py_RETURN_NONE;
+        PyObject *name = PyTuple_GET_ITEM(it, 0), *value = PyTuple_GET_ITEM(it, 1);
+        if (!PyUnicode_CheckExact(name)) Py_RETURN_NONE;
+        size += PyUnicode_GET_LENGTH(name);
+        if (value != Py_None) {
+            if (!PyBytes_Check(value)) Py_RETURN_NONE;
+            size += PyBytes_GET_SIZE(value);
+        }
+        PyObject *code_o = PyDict_GetItemWithError(control_codes, name);
+        if (!code_o) {
+            if (PyErr_Occurred()) return NULL;
+            n_user++;
+            continue;
+        }
+        long code = PyLong_AsLong(code_o);
+        if (code <= 0 || code > 5 || found[code] || !ascii_nonempty(value)) Py_RETURN_NONE;
+        found[code] = value;
+    }
+    if (size > max_bytes || !found[C_TOPIC] || (found[C_MS] && found[C_AT])) Py_RETURN_NONE;
+    PyObject *topic = PyUnicode_DecodeASCII(PyBytes_AS_STRING(found[C_TOPIC]), PyBytes_GET_SIZE(found[C_TOPIC]), NULL);
+    if (!topic) return NULL;
+    int known = PySet_Contains(args[6], topic);
+    if (known <= 0) {
+        Py_DECREF(topic);
+        if (known < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    long long partition = -1, due = ts, x = 0;
+    PyObject *mode = MODE_NOW;
+    int ok = 1;
+    if (found[C_PARTITION]) ok = digits(found[C_PARTITION], &partition) && partition <= 1000000;
+    if (ok && found[C_ID]) ok = PyBytes_GET_SIZE(found[C_ID]) <= 255;
+    if (ok && found[C_MS]) {
+        ok = digits(found[C_MS], &x);
+        due = ts + x;
+        mode = MODE_MS;
+    } else if (ok && found[C_AT]) {
+        ok = digits(found[C_AT], &x);
+        due = x;
+        mode = MODE_AT;
+    }
+    if (ok) ok = due <= MAX_EPOCH_MS && due - (now > ts ? now : ts) <= max_delay;
+    if (!ok) {
+        Py_DECREF(topic);
+        Py_RETURN_NONE;
+    }
+    PyObject *user = PyTuple_New(n_user);
+    if (!user) {
+        Py_DECREF(topic);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0, k = 0; i < n; i++) {
+        PyObject *it = items[i];
+        if (PyDict_GetItemWithError(control_codes, PyTuple_GET_ITEM(it, 0))) continue;
+        if (PyErr_Occurred()) {
+            Py_DECREF(topic);
+            Py_DECREF(user);
+            return NULL;
+        }
+        Py_INCREF(it);
+        PyTuple_SET_ITEM(user, k++, it);
+    }
+    PyObject *rid = found[C_ID] ? found[C_ID] : Py_None;
+    return Py_BuildValue("(NLOLON)", topic, partition, rid, due, mode, user);
+}
+
+/* setup_parser(codes): {control header name: code}, 1 target topic, 2 delay.ms, 3 deliver-at,
+ * 4 target partition, 5 id, 0 any other control header (headers.py owns the names). */
+static PyObject *native_setup_parser(PyObject *self, PyObject *codes) {
+    if (!PyDict_Check(codes)) {
+        PyErr_SetString(PyExc_TypeError, "setup_parser(codes: dict[str, int])");
+        return NULL;
+    }
+    Py_INCREF(codes);
+    Py_XSETREF(control_codes, codes);
+    if (!MODE_NOW) {
+        MODE_NOW = PyUnicode_InternFromString("now");
+        MODE_MS = PyUnicode_InternFromString("ms");
+        MODE_AT = PyUnicode_InternFromString("at");
+        if (!MODE_NOW || !MODE_MS || !MODE_AT) return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* ---------------------------------------------------------------------------------------------
  * crc32c(data) -> int: exposed for the tests (the same checksum the records carry). */
 
 static PyObject *native_crc32c(PyObject *self, PyObject *data) {
@@ -1018,6 +1170,8 @@ static PyMethodDef methods[] = {
     {"idx_put", (PyCFunction)(void (*)(void))native_idx_put, METH_FASTCALL, NULL},
     {"idx_remove", (PyCFunction)(void (*)(void))native_idx_remove, METH_FASTCALL, NULL},
     {"idx_rehash", (PyCFunction)(void (*)(void))native_idx_rehash, METH_FASTCALL, NULL},
+    {"parse_request", (PyCFunction)(void (*)(void))native_parse_request, METH_FASTCALL, NULL},
+    {"setup_parser", native_setup_parser, METH_O, NULL},
     {"crc32c", native_crc32c, METH_O, NULL},
     {"crc32c_software", native_crc32c_software, METH_O, NULL},
     {NULL, NULL, 0, NULL}};

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sidecar import contract as c
+from sidecar.store.codec import native as _native
 
 _INT = re.compile(rb"^-?[0-9]{1,18}\Z")
 _TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}\Z")
@@ -236,3 +237,41 @@ def _parse(headers: HeaderList, ts: int, now: int, size: int, rules: Rules, coun
     if due > MAX_EPOCH_MS or due - max(now, ts) > rules.max_delay_ms:
         raise _Bad(c.DELAY_OUT_OF_RANGE, f"due time {due} is beyond the maximum delay of {rules.max_delay_ms} ms")
     return Request(topic, partition, rid, due, mode, level, retry, key_override, tuple(user))
+
+
+# -- the C fast path -----------------------------------------------------------------------------
+# ``sidecar._native.parse_request`` answers for the common request only (see its comment in
+# sidecar/_native.c) and returns None for everything else, which then goes through ``_parse``.
+# Its codes: which control headers it handles; 0 sends the record to the full parser.
+_FAST_CODES = {
+    **dict.fromkeys(_CONTROL, 0),
+    c.TARGET_TOPIC: 1, c.DELAY_MS: 2, c.DELIVER_AT: 3, c.TARGET_PARTITION: 4, c.ID: 5,
+}
+FastRequest = tuple[str, int, bytes | None, int, str, tuple[tuple[str, bytes | None], ...]]
+
+
+def py_parse_request(
+    headers: HeaderList | None, ts: int, now: int, size: int, rules: Rules
+) -> FastRequest | None:
+    """The reference of the C fast path: what ``_parse`` says, when it is a request the fast
+    path handles (a known target, no level, retry or kafka-message-scheduler headers, ASCII
+    control values); else None. ``size`` excludes the headers."""
+    names = [name for name, _v in headers or ()]
+    handled = {n for n, code in _FAST_CODES.items() if code}
+    control = [n for n in names if n in _CONTROL]
+    if any(n not in handled for n in control) or len(control) != len(set(control)):
+        return None
+    if any(not v or not v.isascii() for n, v in headers or () if n in _CONTROL):
+        return None
+    if rules.checked_targets.isdisjoint(
+        {v.decode() for n, v in headers or () if n == c.TARGET_TOPIC and v and v.isascii()}
+    ):
+        return None
+    parsed = parse_ingress(headers, ts, now, size, rules, headers_in_size=False)
+    if not isinstance(parsed, Request):
+        return None
+    return (parsed.target_topic, parsed.target_partition, parsed.id, parsed.due_ms, parsed.mode, parsed.user_headers)
+
+
+if _native is not None:
+    _native.setup_parser(_FAST_CODES)

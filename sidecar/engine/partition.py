@@ -44,12 +44,13 @@ from sidecar import logs
 from sidecar.headers import Cancel, Rejection, Request, Rules, parse_ingress
 from sidecar.scheduling import Scheduler
 from sidecar.store import checkpoint, codec
-from sidecar.store.codec import Record, decode_headers, encode_headers
+from sidecar.store.codec import Record, decode_headers, encode_headers, native
 from sidecar.store.idindex import PRECANCEL, IdIndex, id_hash
 from sidecar.store.log import CommitLog
 from sidecar.store.mapped import StoreError, SyncBatch, deferred_sync
 
 HeaderList = list[tuple[str, bytes | None]]
+_fast = None if native is None else native.parse_request  # the common request, parsed in C (headers.py)
 _NO_HEADERS = encode_headers(())
 log = logs.get("sidecar.store")
 _DANGLING_KEPT = 1000  # dangling entries remembered (for the recovered event, inspect and tests)
@@ -216,9 +217,23 @@ class PartitionStore:
         self.dirty = True
         self.next_offset = offset + 1
         size = (0 if key is None else len(key)) + (0 if value is None else len(value))
-        parsed = parse_ingress(headers, ts, now_ms, size, self.rules, headers_in_size=False)
+        rules = self.rules
+        if _fast is not None:
+            req = _fast(headers, ts, now_ms, size, rules.max_record_bytes, rules.max_delay_ms, rules.checked_targets)
+            if req is not None:
+                target, target_partition, rid, due, mode, user = req
+                self._schedule(
+                    topic, offset, ts, key, value, headers, target, target_partition, rid, due, mode, 0, 0, None,
+                    user, now_ms,
+                )
+                return
+        parsed = parse_ingress(headers, ts, now_ms, size, rules, headers_in_size=False)
         if type(parsed) is Request:
-            self._schedule(topic, offset, ts, key, value, headers, parsed, now_ms)
+            self._schedule(
+                topic, offset, ts, key, value, headers, parsed.target_topic, parsed.target_partition, parsed.id,
+                parsed.due_ms, parsed.mode, parsed.level, parsed.retry_count, parsed.key_override,
+                parsed.user_headers, now_ms,
+            )
         elif isinstance(parsed, Cancel):
             self.log.release(self._append_cancel(offset, parsed.id, now_ms))
             self._apply_cancel(parsed.id, now_ms)
@@ -236,9 +251,12 @@ class PartitionStore:
 
     def _schedule(
         self, topic: str, offset: int, ts: int, key: bytes | None, value: bytes | None, headers: HeaderList | None,
-        req: Request, now_ms: int,
+        target: str, target_partition: int, req_id: bytes | None, req_due: int, mode: str, req_level: int,
+        retry_count: int, key_override: bytes | None, user_headers: tuple[tuple[str, bytes | None], ...],
+        now_ms: int,
     ) -> None:
-        rid = req.id or self._default_id(topic, offset)
+        """Store and schedule a request (the fields of ``headers.Request``)."""
+        rid = req_id or self._default_id(topic, offset)
         h = id_hash(rid)
         for ref in self.ids.find(h):
             if ref & PRECANCEL:
@@ -253,20 +271,20 @@ class PartitionStore:
             elif rec.id == rid:
                 self.counters.duplicates += 1
                 return
-        planned = self.sched.plan(req.mode, req.level, req.due_ms, ts)
+        planned = self.sched.plan(mode, req_level, req_due, ts)
         if planned is None:
             self._reject(
                 topic, offset, ts, key, value, headers, self._default_id(topic, offset), c.DELAY_OUT_OF_RANGE,
-                f"requested due time {req.due_ms} is beyond what the {self.sched.name} scheduler holds", now_ms,
+                f"requested due time {req_due} is beyond what the {self.sched.name} scheduler holds", now_ms,
             )
             return
         level, due = planned
-        if req.key_override is not None:
-            key = req.key_override
-        blob = encode_headers(req.user_headers) if req.user_headers else _NO_HEADERS
+        if key_override is not None:
+            key = key_override
+        blob = encode_headers(user_headers) if user_headers else _NO_HEADERS
         pos = self.log.append_record(
-            codec.MESSAGE, due, ts, offset, self.partition, req.target_partition, req.retry_count, level, rid,
-            req.target_topic.encode(), key, value, blob,
+            codec.MESSAGE, due, ts, offset, self.partition, target_partition, retry_count, level, rid,
+            target.encode(), key, value, blob,
         )
         self.ids.put(h, self.sched.add(due, level, pos))
         self.counters.scheduled += 1

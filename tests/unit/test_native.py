@@ -16,6 +16,9 @@ from crc32c import crc32c as reference_crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sidecar import contract as c
+from sidecar.engine.partition import compile_rules
+from sidecar.headers import Rules, py_parse_request
 from sidecar.store import codec
 from sidecar.store.idindex import HEADER_SIZE, IdIndex, py_id_hash
 from tests.unit.test_codec import HEADERS, records
@@ -178,3 +181,83 @@ def test_id_index_twins(program: list[tuple[str, int, int]], scan_at: int) -> No
         assert bytes(c_ix.f.buf) == bytes(p_ix.f.buf)
         c_ix.close()
         p_ix.close()
+
+
+# -- the ingress fast path: never a different answer from the full parser ---------------------------
+_NAMES = [c.TARGET_TOPIC, c.DELAY_MS, c.DELIVER_AT, c.TARGET_PARTITION, c.ID, c.LEVEL, c.CANCEL, c.RETRY_COUNT,
+          c.KMS_EPOCH, c.KMS_TARGET_TOPIC, c.SOURCE, "app", "trace-id", "delay.other"]
+_VALUES = st.one_of(
+    st.none(), st.sampled_from([b"", b"out", b"other", b"unknown", b"in", b"__x", b"0", b"5", b"-5", b"+5", b"1000001",
+                                b"1700000000000", b"99999999999999999999", b"1 ", "\u00e9".encode(), b"\xff"]),
+    st.integers(0, 10**13).map(lambda n: str(n).encode()), st.binary(max_size=8), st.binary(min_size=250, max_size=260),
+)
+_NUMBER = st.one_of(st.integers(0, 10**13).map(lambda n: str(n).encode()), _VALUES)
+
+
+@st.composite
+def _header_lists(draw: st.DrawFn) -> list[tuple[str, bytes | None]]:
+    """Mostly near-valid requests (a target, a delay, an id...), then a few random headers on top
+    and a shuffle: both sides of every check the fast path makes."""
+    headers: list[tuple[str, bytes | None]] = []
+    if draw(st.integers(0, 9)):
+        headers.append((c.TARGET_TOPIC, draw(st.sampled_from([b"out", b"out", b"other", b"unknown", b"in", b""]))))
+    for name in (c.DELAY_MS, c.DELIVER_AT, c.ID, c.TARGET_PARTITION, "app"):
+        if draw(st.integers(0, 2)) == 0:
+            headers.append((name, draw(_NUMBER)))
+    headers += draw(st.lists(st.tuples(st.sampled_from(_NAMES), _VALUES), max_size=2))
+    return draw(st.permutations(headers))
+
+
+_HEADER_LISTS = _header_lists()
+
+
+def _rules(max_record_bytes: int = 1 << 20) -> Rules:
+    rules = compile_rules("in", "dlq", (1000, 5000), 86_400_000, (1000, 2000), 3, max_record_bytes, ())
+    rules.checked_targets.update({"out", "other"})  # accepted earlier by the full parser
+    return rules
+
+
+def _fast(headers: Any, ts: int, now: int, size: int, rules: Rules) -> Any:
+    assert native is not None
+    return native.parse_request(headers, ts, now, size, rules.max_record_bytes, rules.max_delay_ms,
+                                rules.checked_targets)
+
+
+@needs_native
+@settings(max_examples=600)
+@given(_HEADER_LISTS, st.integers(0, 2 * 10**12), st.integers(0, 2 * 10**12), st.integers(0, 300),
+       st.sampled_from([1 << 20, 100, 40]))
+def test_parse_request_agrees_with_the_full_parser(
+    headers: list[tuple[str, bytes | None]], ts: int, now: int, size: int, max_bytes: int
+) -> None:
+    rules = _rules(max_bytes)
+    got = _fast(headers, ts, now, size, rules)
+    want = py_parse_request(headers, ts, now, size, rules)
+    if want is None:
+        assert got is None
+    elif got is not None:
+        assert got == want
+
+
+@needs_native
+@given(st.sampled_from(["out", "other"]), st.one_of(st.none(), st.sampled_from([c.DELAY_MS, c.DELIVER_AT])),
+       st.integers(0, 3_600_000), st.booleans(), st.booleans(),
+       st.lists(st.tuples(st.sampled_from(["app", "trace"]), st.one_of(st.none(), st.binary(max_size=10))), max_size=3))
+def test_parse_request_takes_the_common_requests(
+    target: str, delay: str | None, n: int, with_id: bool, with_partition: bool,
+    user: list[tuple[str, bytes | None]],
+) -> None:
+    ts = now = 1_700_000_000_000
+    headers = [(c.TARGET_TOPIC, target.encode()), *user]
+    if delay is not None:
+        headers.append((delay, str(n if delay == c.DELAY_MS else ts + n).encode()))
+    if with_id:
+        headers.insert(0, (c.ID, b"order-42"))
+    if with_partition:
+        headers.append((c.TARGET_PARTITION, b"3"))
+    rules = _rules()
+    got = _fast(headers, ts, now, 100, rules)
+    assert got is not None
+    assert got == py_parse_request(headers, ts, now, 100, rules)
+    assert got[3] == ts + n if delay else ts
+    assert got[5] == tuple(user)
