@@ -878,6 +878,43 @@ static PyObject *native_idx_put(PyObject *self, PyObject *const *args, Py_ssize_
  * it, and then the tombstones just before it are emptied too (idindex.py explains why). Returns
  * the removed slot's byte offset and the change in the tombstone count, overall and among the
  * slots below scan_off (the background recount's counted part). */
+/* Remove (h, ref) from the table: 1 if found (its byte offset and the tombstone deltas set). */
+static int table_remove(Table *t, uint64_t h, uint64_t ref, long long scan_off, long long *off_out,
+                        long long *tombs_out, long long *scan_tombs_out) {
+    long long hs = (long long)(t->base - (uint8_t *)t->view.buf);
+    for (uint64_t i = h & t->mask, n = 0; n <= t->mask; i = (i + 1) & t->mask, n++) {
+        uint64_t sh = slot_hash(t, i);
+        if (sh == EMPTY) break;
+        if (sh != h || slot_ref(t, i) != ref) continue;
+        long long off = hs + (long long)i * 16, tombs = 0, scan_tombs = 0;
+        uint64_t v;
+        if (slot_hash(t, (i + 1) & t->mask) != EMPTY) {
+            v = TOMB;
+            memcpy(t->base + i * 16, &v, 8);
+            tombs = 1;
+            scan_tombs = off < scan_off;
+        } else {
+            v = EMPTY;
+            memcpy(t->base + i * 16, &v, 8);
+            for (uint64_t j = (i - 1) & t->mask; slot_hash(t, j) == TOMB; j = (j - 1) & t->mask) {
+                memcpy(t->base + j * 16, &v, 8);
+                tombs -= 1;
+                if (hs + (long long)j * 16 < scan_off) scan_tombs -= 1;
+            }
+        }
+        *off_out = off;
+        *tombs_out = tombs;
+        *scan_tombs_out = scan_tombs;
+        return 1;
+    }
+    return 0;
+}
+
+/* idx_remove(buf, header_size, mask, h, ref, scan_off) -> None | (off, tombs, scan_tombs):
+ * remove (h, ref). The slot becomes a tombstone, or empty when the probe chain ends right after
+ * it, and then the tombstones just before it are emptied too (idindex.py explains why). Returns
+ * the removed slot's byte offset and the change in the tombstone count, overall and among the
+ * slots below scan_off (the background recount's counted part). */
 static PyObject *native_idx_remove(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 6) {
         PyErr_SetString(PyExc_TypeError, "idx_remove(buf, header_size, mask, h, ref, scan_off)");
@@ -888,32 +925,52 @@ static PyObject *native_idx_remove(PyObject *self, PyObject *const *args, Py_ssi
     if (PyErr_Occurred()) return NULL;
     Table t;
     if (table_get(args, &t, 1) < 0) return NULL;
-    long long hs = (long long)(t.base - (uint8_t *)t.view.buf);
-    for (uint64_t i = t.h & t.mask, n = 0; n <= t.mask; i = (i + 1) & t.mask, n++) {
-        uint64_t sh = slot_hash(&t, i);
-        if (sh == EMPTY) break;
-        if (sh != t.h || slot_ref(&t, i) != ref) continue;
-        long long off = hs + (long long)i * 16, tombs = 0, scan_tombs = 0;
-        uint64_t v;
-        if (slot_hash(&t, (i + 1) & t.mask) != EMPTY) {
-            v = TOMB;
-            memcpy(t.base + i * 16, &v, 8);
-            tombs = 1;
-            scan_tombs = off < scan_off;
-        } else {
-            v = EMPTY;
-            memcpy(t.base + i * 16, &v, 8);
-            for (uint64_t j = (i - 1) & t.mask; slot_hash(&t, j) == TOMB; j = (j - 1) & t.mask) {
-                memcpy(t.base + j * 16, &v, 8);
-                tombs -= 1;
-                if (hs + (long long)j * 16 < scan_off) scan_tombs -= 1;
-            }
+    long long off, tombs, scan_tombs;
+    int found = table_remove(&t, t.h, ref, scan_off, &off, &tombs, &scan_tombs);
+    PyBuffer_Release(&t.view);
+    if (!found) Py_RETURN_NONE;
+    return Py_BuildValue("(LLL)", off, tombs, scan_tombs);
+}
+
+/* idx_remove_delivered(buf, header_size, mask, pairs, scan_off) -> (removed, tombs, scan_live,
+ * scan_tombs): remove (id_hash(rec.id), ref) for every (ref, rec) of a settled batch, in order;
+ * return how many were found and the count deltas (scan_live: removed slots below scan_off). */
+static PyObject *native_idx_remove_delivered(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyList_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "idx_remove_delivered(buf, header_size, mask, pairs: list, scan_off)");
+        return NULL;
+    }
+    long long scan_off = PyLong_AsLongLong(args[4]);
+    if (PyErr_Occurred()) return NULL;
+    PyObject *targs[4] = {args[0], args[1], args[2], args[1]}; /* h is per pair: any int here */
+    Table t;
+    if (table_get(targs, &t, 1) < 0) return NULL;
+    long long removed = 0, tombs = 0, scan_live = 0, scan_tombs = 0;
+    PyObject *pairs = args[3];
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(pairs); k++) {
+        PyObject *pair = PyList_GET_ITEM(pairs, k);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+            !PyObject_TypeCheck(PyTuple_GET_ITEM(pair, 1), &RecordType)) {
+            PyErr_SetString(PyExc_TypeError, "pairs must be (ref, Record) tuples");
+            goto fail;
         }
-        PyBuffer_Release(&t.view);
-        return Py_BuildValue("(LLL)", off, tombs, scan_tombs);
+        uint64_t ref = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(pair, 0));
+        if (PyErr_Occurred()) goto fail;
+        PyObject *rid = ((RecordObject *)PyTuple_GET_ITEM(pair, 1))->id;
+        uint64_t h = id_hash_of((const uint8_t *)PyBytes_AS_STRING(rid), PyBytes_GET_SIZE(rid));
+        long long off, dt, dst;
+        if (table_remove(&t, h, ref, scan_off, &off, &dt, &dst)) {
+            removed++;
+            tombs += dt;
+            scan_tombs += dst;
+            scan_live -= off < scan_off;
+        }
     }
     PyBuffer_Release(&t.view);
-    Py_RETURN_NONE;
+    return Py_BuildValue("(LLLL)", removed, tombs, scan_live, scan_tombs);
+fail:
+    PyBuffer_Release(&t.view);
+    return NULL;
 }
 
 /* idx_rehash(old_buf, new_buf, header_size, old_cap, new_mask) -> int: insert every live slot of
@@ -1169,6 +1226,7 @@ static PyMethodDef methods[] = {
     {"idx_find", (PyCFunction)(void (*)(void))native_idx_find, METH_FASTCALL, NULL},
     {"idx_put", (PyCFunction)(void (*)(void))native_idx_put, METH_FASTCALL, NULL},
     {"idx_remove", (PyCFunction)(void (*)(void))native_idx_remove, METH_FASTCALL, NULL},
+    {"idx_remove_delivered", (PyCFunction)(void (*)(void))native_idx_remove_delivered, METH_FASTCALL, NULL},
     {"idx_rehash", (PyCFunction)(void (*)(void))native_idx_rehash, METH_FASTCALL, NULL},
     {"parse_request", (PyCFunction)(void (*)(void))native_parse_request, METH_FASTCALL, NULL},
     {"setup_parser", native_setup_parser, METH_O, NULL},

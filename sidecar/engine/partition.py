@@ -349,9 +349,7 @@ class PartitionStore:
         """Finish every record in ``acked`` (delivered): one scheduler call for the batch, so the
         done cursor moves once per batch instead of once per delivery report."""
         acked, self.acked = self.acked, []
-        remove = self.ids.remove
-        for ref, rec in acked:
-            remove(id_hash(rec.id), ref)
+        self.ids.remove_delivered(acked)
         self.sched.ack_many([ref for ref, _rec in acked])
         self.counters.delivered += len(acked)
         self.dirty = True

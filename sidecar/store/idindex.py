@@ -281,6 +281,23 @@ class IdIndex:
                 return True
             i = (i + 1) & mask
 
+    def remove_delivered(self, pairs: list[tuple[int, Any]]) -> int:
+        """``remove(id_hash(rec.id), ref)`` for every ``(ref, rec)`` of a settled batch, in
+        order (the C twin does the batch in one call); return how many were found."""
+        if self.native is not None:
+            removed, tombs, scan_live, scan_tombs = self.native.idx_remove_delivered(
+                self.f.buf, HEADER_SIZE, self.mask, pairs, self._scan_off
+            )
+            if removed:
+                self.live -= removed
+                self.tombs += tombs
+                self._scan_live += scan_live
+                self._scan_tombs += scan_tombs
+                self.dirty = True
+            return int(removed)
+        remove = self.remove
+        return sum(remove(id_hash(rec.id), ref) for ref, rec in pairs)
+
     def _rebuild(self) -> None:
         cap = self.cap * 2 if self.live * 4 >= self.cap else self.cap
         tmp = self.path.with_name("ids.idx.new")

@@ -261,3 +261,32 @@ def test_parse_request_takes_the_common_requests(
     assert got == py_parse_request(headers, ts, now, 100, rules)
     assert got[3] == ts + n if delay else ts
     assert got[5] == tuple(user)
+
+
+@needs_native
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.binary(max_size=12), max_size=60, unique=True), st.data())
+def test_remove_delivered_twins(ids: list[bytes], data: st.DataObject) -> None:
+    """A settled batch removed in one C call leaves the same table and counts as ``remove`` one
+    record at a time (including refs that are not there, and a recount in progress)."""
+    assert native is not None
+    with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
+        c_ix = IdIndex(Path(d1), initial_capacity=16, native=True)
+        p_ix = IdIndex(Path(d2), initial_capacity=16, native=False)
+        for ref, rid in enumerate(ids):
+            c_ix.put(py_id_hash(rid), ref)
+            p_ix.put(py_id_hash(rid), ref)
+        if data.draw(st.booleans()):
+            for ix in (c_ix, p_ix):
+                ix._scan_off = HEADER_SIZE + (ix.cap // 2) * 16
+                ix._scan_live, ix._scan_tombs = ix._count_range(0, ix.cap // 2)
+        chosen = data.draw(st.lists(st.integers(0, len(ids) + 3), max_size=len(ids) + 4))
+        pairs = [(ref, native.Record(80, 1, 0, 0, 0, 0, -1, 0, 0, ids[ref] if ref < len(ids) else b"gone", b"t",
+                                     None, None, b"")) for ref in chosen]
+        assert c_ix.remove_delivered(pairs) == p_ix.remove_delivered(pairs)
+        assert (c_ix.live, c_ix.tombs, c_ix._scan_live, c_ix._scan_tombs) == (
+            p_ix.live, p_ix.tombs, p_ix._scan_live, p_ix._scan_tombs
+        )
+        assert bytes(c_ix.f.buf) == bytes(p_ix.f.buf)
+        c_ix.close()
+        p_ix.close()
