@@ -13,9 +13,16 @@ ARG PYTHON_IMAGE=python:3.11-slim
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+# gcc for the C accelerator (sidecar/_native.c); the runtime image gets only the built wheel.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && rm -rf /var/lib/apt/lists/*
+COPY pyproject.toml setup.py README.md ./
 COPY sidecar ./sidecar
-RUN pip wheel --wheel-dir /wheels .
+RUN pip wheel --wheel-dir /wheels . \
+ && python -c "import sys, zipfile, glob; w = glob.glob('/wheels/kafka_delay_sidecar-*.whl')[0]; \
+sys.exit(0 if any(n.startswith('sidecar/_native.') and n.endswith('.so') for n in zipfile.ZipFile(w).namelist()) \
+else 'the wheel has no sidecar._native')"
 
 # ---- runtime ---------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE}
