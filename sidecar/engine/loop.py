@@ -33,7 +33,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import orjson
 import psutil
@@ -392,14 +392,14 @@ class Sidecar:
                 elif err.code() != KafkaError._PARTITION_EOF and self._should_warn(f"consume:{err.code()}"):
                     log.warning("consume.error", code=err.name(), error=err.str())
                 continue
-            partition = cast(int, m.partition())
+            partition: int = m.partition()  # type: ignore[assignment]  # (no typing.cast call per record)
             if partition != last_partition:
                 last_partition, store = partition, stores.get(partition)
             if store is None:
                 continue  # revoked in between: the new owner consumes it
             ts_type, ts = m.timestamp()
             store.ingest_fields(
-                topic, cast(int, m.offset()), ts if ts_type else now, m.key(), m.value(), cast(Any, m.headers()), now
+                topic, m.offset(), ts if ts_type else now, m.key(), m.value(), m.headers(), now,  # type: ignore[arg-type]
             )
 
     def _publish(self) -> None:
@@ -458,17 +458,17 @@ class Sidecar:
             # healthy ones: park its records briefly. Healthy targets are never capped.
             heapq.heappush(self.retries, (now + 200, next(self._seq), ref, store, att))
             return True
-        headers = delivery_headers(rec, store.topic_bytes)
+        headers: Any = delivery_headers(rec, store.topic_bytes)
         on_delivery = partial(self._on_delivery, ref, rec, store, att, topic)
         try:
             if rec.target_partition >= 0:
                 self.producer.produce(
-                    topic, value=rec.value, key=rec.key, headers=cast(Any, headers), on_delivery=on_delivery,
+                    topic, value=rec.value, key=rec.key, headers=headers, on_delivery=on_delivery,
                     partition=rec.target_partition,
                 )
             else:
                 self.producer.produce(
-                    topic, value=rec.value, key=rec.key, headers=cast(Any, headers), on_delivery=on_delivery,
+                    topic, value=rec.value, key=rec.key, headers=headers, on_delivery=on_delivery,
                 )
         except BufferError:
             self.backlog.appendleft((ref, rec, store, att))
