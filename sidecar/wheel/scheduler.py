@@ -69,6 +69,7 @@ from typing import Any
 
 from sidecar.store.buckets import BUCKET_BIT, BucketStore, make_ref, split_ref
 from sidecar.store.codec import Record
+from sidecar.store.codec import native as _native
 from sidecar.store.log import CommitLog
 from sidecar.store.mapped import HEADER_SIZE, GeometryMismatch, StoreError, fsync_dir
 from sidecar.wheel.layout import (
@@ -83,6 +84,7 @@ from sidecar.wheel.layout import (
     SLOT_SIZE,
     SlotFile,
     TimerLog,
+    wl_link,
 )
 
 STATE_VERSION = 1
@@ -162,6 +164,7 @@ class WheelScheduler:
         scan_factor: int = 4,
         done_batch: int = 65_536,
         index_max: int = 1 << 17,
+        native: bool = True,
     ) -> None:
         check_settings(precision_ms, window_ms, bucket_width_ms)
         self.log = log
@@ -182,6 +185,9 @@ class WheelScheduler:
         self.scan_factor = scan_factor
         self.done_batch = done_batch
         self.index_max = index_max
+        # the C record writes (sidecar._native), or their Python twins in layout.py
+        self.native = _native if native else None
+        self._wl_link = wl_link if self.native is None else self.native.wl_link
         self.occ_send = bytearray(self.N)  # 1: slot at this position still to be read by send
         self.occ_done = bytearray(self.N)  # 1: slot at this position still to be passed by done
         self._budget = 0
@@ -333,18 +339,43 @@ class WheelScheduler:
         self.n_wheel += 1
         return idx
 
-    def _link_slot(self, due: int, idx: int) -> None:
-        kd = due // self.P
+    def _append_slot(self, due: int, loc: int, level: int) -> int:
+        """Append a timer-log entry for ``due`` and link it at the tail of its slot's chain: the
+        per-record intake path, so the entry write, the slot read, the link patch and the slot
+        write are one ``wl_link`` call (C, or its Python twin)."""
+        idx = self.head
+        f0 = idx - idx % self.pf
+        tl = self.tl
+        mf = tl.files.get(f0)
+        if mf is None:
+            mf = tl.create(f0)
+            self.file_live[f0] = 0
+        P = self.P
+        kd = due // P
         pos = kd % self.N
-        t, first, last, count, min_off, _r = SLOT.unpack_from(self.slots.buf, HEADER_SIZE + pos * SLOT_SIZE)
-        off = due - kd * self.P
-        if count and t == kd * self.P:
-            self.tl.set_next(last, idx)
-            self.slots.write(pos, t, first, idx, count + 1, off if off < min_off else min_off)
-        else:
-            self.slots.write(pos, kd * self.P, idx, idx, 1, off)
+        soff = HEADER_SIZE + pos * SLOT_SIZE
+        last = self._wl_link(mf.buf, HEADER_SIZE, f0, idx, due, loc, 0, level, self.slots.buf, soff, kd * P)
+        lo = tl.app_lo
+        if lo < 0:
+            tl.app_lo = lo = idx
+        tl.app_hi = idx + 1
+        if last < 0:
             self.occ_send[pos] = 1
             self.occ_done[pos] = 1
+        elif last < f0:
+            tl.set_next(last, idx)  # the old tail is in an older file
+        elif last < lo:
+            # patched in place before this flush's appended range: flush must msync it too
+            tl.mark(f0, HEADER_SIZE + (last - f0) * ENTRY_SIZE)
+        sf = self.slots
+        if soff < sf.dirty_lo or sf.dirty_lo < 0:
+            sf.dirty_lo = soff
+        if soff + SLOT_SIZE > sf.dirty_hi:
+            sf.dirty_hi = soff + SLOT_SIZE
+        self.file_live[f0] += 1
+        self.head = idx + 1
+        self.n_wheel += 1
+        return idx
 
     def _link_late(self, idx: int) -> None:
         if self.l_tail == -1:
@@ -354,12 +385,11 @@ class WheelScheduler:
             self.l_tail = idx
 
     def _link(self, due: int, loc: int, level: int, dest: int) -> int:
-        idx = self._new_entry(due, loc, level, LATE if dest == _LATE else 0)
         if dest == _LATE:
+            idx = self._new_entry(due, loc, level, LATE)
             self._link_late(idx)
-        else:
-            self._link_slot(due, idx)
-        return idx
+            return idx
+        return self._append_slot(due, loc, level)
 
     def add(self, due_ms: int, level: int, log_pos: int) -> int:
         if not self.inited:
@@ -367,18 +397,35 @@ class WheelScheduler:
             # at the earliest of this record's due and enqueue times.
             rec = self.log.read(log_pos)
             self._init_cursor(min(due_ms, rec.enqueue_ms) // self.P)
-        dest = self._destination(due_ms)
-        if dest == _BUCKET:
-            rec = self.log.read(log_pos)
-            seg = self.log.segments.get(log_pos // self.log.segment_bytes)
-            off = log_pos % self.log.segment_bytes
-            # the record's bytes exactly as in the log (CRC intact); re-encoded if not addressable
-            raw = seg.buf[off : off + rec.length] if seg is not None else BucketStore.encode(rec)
-            ref = self.buckets.append(due_ms - due_ms % self.width, self.width, due_ms, raw)
-            self.log.release(log_pos)
-            self.n_bucket += 1
-            return ref
-        return self._link(due_ms, log_pos, level, dest)
+        # _destination, inlined: this runs once per record
+        kd = due_ms // self.P
+        s_k = self.s_k
+        if kd < self.late_below or kd < s_k or (kd == s_k and 0 <= self.s_o > due_ms - kd * self.P):
+            return self._link(due_ms, log_pos, level, _LATE)  # its slot is behind the reader: already due
+        g = self.d_k  # _guard()
+        fm = self.fm_before
+        if fm is not None and fm < g:
+            g = fm
+        fm = self.fm_after
+        if fm is not None and fm < g:
+            g = fm
+        if kd >= g + self.N:
+            return self._add_bucket(due_ms, log_pos)  # beyond the ring (see _destination)
+        by_range = self.buckets.by_range
+        if by_range and (due_ms - due_ms % self.width, self.width) in by_range:
+            return self._add_bucket(due_ms, log_pos)  # its bucket is not fully linked yet
+        return self._append_slot(due_ms, log_pos, level)
+
+    def _add_bucket(self, due_ms: int, log_pos: int) -> int:
+        rec = self.log.read(log_pos)
+        seg = self.log.segments.get(log_pos // self.log.segment_bytes)
+        off = log_pos % self.log.segment_bytes
+        # the record's bytes exactly as in the log (CRC intact); re-encoded if not addressable
+        raw = seg.buf[off : off + rec.length] if seg is not None else BucketStore.encode(rec)
+        ref = self.buckets.append(due_ms - due_ms % self.width, self.width, due_ms, raw)
+        self.log.release(log_pos)
+        self.n_bucket += 1
+        return ref
 
     # -- bucket loading -------------------------------------------------------------------------
     def _load(self) -> None:
