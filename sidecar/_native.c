@@ -1214,6 +1214,78 @@ static PyObject *native_setup(PyObject *self, PyObject *const *args, Py_ssize_t 
     Py_RETURN_NONE;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Timer wheel (sidecar/wheel/layout.py): the intake's fixed-size writes into the mmapped timer
+ * log and slot file, in one call instead of four struct calls. The Python twin, wl_link in
+ * layout.py, is the reference. Entry: due i64 | loc i64 | next i64 | state u8 | flags u8 |
+ * level u16 | tag u32. Slot: time i64 | first i64 | last i64 | count u32 | min_off u16 | 0 u16. */
+
+#define WL_SIZE 32
+
+/* wl_link(tl_buf, header_size, tl_first, idx, due, loc, flags, level, slot_buf, slot_off,
+ * slot_time) -> int: write entry idx (pending, no next, tagged) into the timer-log file whose
+ * first index is tl_first, and append it to the chain of the slot at slot_off that starts at
+ * slot_time. Returns -1 if the slot held no such chain (it now holds idx alone), else the
+ * chain's previous tail, whose link was patched here when it lives in the same file
+ * (tail >= tl_first); the caller patches one in an older file, and records what is dirty. */
+static PyObject *native_wl_link(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 11) {
+        PyErr_SetString(PyExc_TypeError,
+                        "wl_link(tl_buf, header_size, tl_first, idx, due, loc, flags, level, slot_buf, slot_off, "
+                        "slot_time)");
+        return NULL;
+    }
+    long long hs = PyLong_AsLongLong(args[1]), first = PyLong_AsLongLong(args[2]), idx = PyLong_AsLongLong(args[3]);
+    long long due = PyLong_AsLongLong(args[4]), loc = PyLong_AsLongLong(args[5]);
+    long flags = PyLong_AsLong(args[6]), level = PyLong_AsLong(args[7]);
+    long long soff = PyLong_AsLongLong(args[9]), stime = PyLong_AsLongLong(args[10]);
+    if (PyErr_Occurred()) return NULL;
+    Py_buffer tv, sv;
+    if (PyObject_GetBuffer(args[0], &tv, PyBUF_WRITABLE) < 0) return NULL;
+    if (PyObject_GetBuffer(args[8], &sv, PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&tv);
+        return NULL;
+    }
+    PyObject *out = NULL;
+    long long eoff = hs + (idx - first) * WL_SIZE, moff = due - stime;
+    if (hs < 0 || idx < first || eoff + WL_SIZE > tv.len || soff < 0 || soff + WL_SIZE > sv.len ||
+        flags < 0 || flags > 255 || moff < 0 || moff > 0xFFFF || rd32((uint8_t *)sv.buf + soff + 24) == 0xFFFFFFFF) {
+        PyErr_SetString(PyExc_ValueError, "wl_link: entry or slot out of range");
+        goto done;
+    }
+    uint8_t *ent = (uint8_t *)tv.buf + eoff, *slot = (uint8_t *)sv.buf + soff;
+    wr64(ent, due);
+    wr64(ent + 8, loc);
+    wr64(ent + 16, -1);
+    ent[24] = 0;
+    ent[25] = (uint8_t)flags;
+    wr16(ent + 26, (uint16_t)(level & 0xFFFF));
+    wr32(ent + 28, (uint32_t)(idx & 0xFFFFFFFF));
+    int64_t t = rd64(slot), last = rd64(slot + 16);
+    uint32_t count = rd32(slot + 24);
+    uint16_t min_off = rd16(slot + 28);
+    if (count && t == stime) {
+        if (last >= first && last < idx) wr64((uint8_t *)tv.buf + hs + (last - first) * WL_SIZE + 16, idx);
+        wr64(slot + 16, idx);
+        wr32(slot + 24, count + 1);
+        if (moff < min_off) wr16(slot + 28, (uint16_t)moff);
+        wr16(slot + 30, 0);
+        out = PyLong_FromLongLong(last);
+    } else {
+        wr64(slot, stime);
+        wr64(slot + 8, idx);
+        wr64(slot + 16, idx);
+        wr32(slot + 24, 1);
+        wr16(slot + 28, (uint16_t)moff);
+        wr16(slot + 30, 0);
+        out = PyLong_FromLong(-1);
+    }
+done:
+    PyBuffer_Release(&tv);
+    PyBuffer_Release(&sv);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"setup", (PyCFunction)(void (*)(void))native_setup, METH_FASTCALL, NULL},
     {"decode", (PyCFunction)(void (*)(void))native_decode, METH_FASTCALL | METH_KEYWORDS, NULL},
@@ -1230,6 +1302,7 @@ static PyMethodDef methods[] = {
     {"idx_rehash", (PyCFunction)(void (*)(void))native_idx_rehash, METH_FASTCALL, NULL},
     {"parse_request", (PyCFunction)(void (*)(void))native_parse_request, METH_FASTCALL, NULL},
     {"setup_parser", native_setup_parser, METH_O, NULL},
+    {"wl_link", (PyCFunction)(void (*)(void))native_wl_link, METH_FASTCALL, NULL},
     {"crc32c", native_crc32c, METH_O, NULL},
     {"crc32c_software", native_crc32c_software, METH_O, NULL},
     {NULL, NULL, 0, NULL}};

@@ -1,5 +1,5 @@
 # Type stub of the C accelerator (sidecar/_native.c); the Python twins live in
-# sidecar/store/codec.py and sidecar/store/idindex.py.
+# sidecar/store/codec.py, sidecar/store/idindex.py and sidecar/wheel/layout.py.
 from collections.abc import Sequence
 
 HARDWARE_CRC: int
@@ -54,5 +54,9 @@ def idx_remove_delivered(
     buf: memoryview, header_size: int, mask: int, pairs: list[tuple[int, Record]], scan_off: int, /
 ) -> tuple[int, int, int, int]: ...
 def idx_rehash(old: memoryview, new: memoryview, header_size: int, old_cap: int, new_mask: int, /) -> int: ...
+def wl_link(
+    tl_buf: memoryview, header_size: int, tl_first: int, idx: int, due: int, loc: int, flags: int, level: int,
+    slot_buf: memoryview, slot_off: int, slot_time: int, /,
+) -> int: ...
 def crc32c(data: bytes | bytearray | memoryview, /) -> int: ...
 def crc32c_software(data: bytes | bytearray | memoryview, /) -> int: ...

@@ -71,6 +71,34 @@ PENDING, CANCELLED, DONE, DROPPED = 0, 1, 2, 3
 LATE = 1
 
 
+def wl_link(
+    tl_buf: memoryview, header_size: int, tl_first: int, idx: int, due: int, loc: int, flags: int, level: int,
+    slot_buf: memoryview, slot_off: int, slot_time: int,
+) -> int:
+    """Write entry ``idx`` (pending, no next, tagged) into the timer-log file whose first index is
+    ``tl_first`` and append it to the chain of the slot at byte ``slot_off`` starting at
+    ``slot_time``. Returns -1 if the slot held no such chain (it now holds ``idx`` alone), else the
+    chain's previous tail, whose link is patched here when it lives in the same file
+    (``tail >= tl_first``): the caller patches one in an older file and records what is dirty.
+
+    The reference for ``sidecar._native.wl_link`` (the intake's writes in one call)."""
+    off = due - slot_time
+    if not 0 <= off <= 0xFFFF or idx < tl_first:
+        raise ValueError("wl_link: entry or slot out of range")
+    ENTRY.pack_into(
+        tl_buf, header_size + (idx - tl_first) * ENTRY_SIZE, due, loc, -1, PENDING, flags, level & 0xFFFF,
+        idx & 0xFFFFFFFF,
+    )
+    t, first, last, count, min_off, _r = SLOT.unpack_from(slot_buf, slot_off)
+    if count and t == slot_time:
+        if tl_first <= last < idx:
+            _NEXT.pack_into(tl_buf, header_size + (last - tl_first) * ENTRY_SIZE + 16, idx)
+        SLOT.pack_into(slot_buf, slot_off, t, first, idx, count + 1, off if off < min_off else min_off, 0)
+        return int(last)
+    SLOT.pack_into(slot_buf, slot_off, slot_time, idx, idx, 1, off, 0)
+    return -1
+
+
 class SlotFile:
     """The ring of slots. Refuses a file written with another precision or window."""
 
@@ -192,17 +220,23 @@ class TimerLog:
             raise StoreError(f"timer-log entry {idx} is not on disk (file {first} is missing)")
         return f.buf, HEADER_SIZE + (idx - first) * ENTRY_SIZE
 
+    def create(self, first: int) -> MappedFile:
+        """Open a new file for entries from ``first`` on (the log head has reached it)."""
+        path = self.dir / f"{first:020d}.tl"
+        if path.exists():  # a file left from before a restore's head: reuse its space
+            path.unlink()
+        f = self.files[first] = self._map(first, create=True)
+        self.dir_dirty = True
+        return f
+
     def append(self, idx: int, due_ms: int, loc: int, flags: int, level: int) -> bool:
         """Write entry ``idx`` (the log head); return True if this opened a new file."""
         first = idx - idx % self.per_file
         f = self.files.get(first)
         created = False
         if f is None:
-            path = self.dir / f"{first:020d}.tl"
-            if path.exists():  # a file left from before a restore's head: reuse its space
-                path.unlink()
-            f = self.files[first] = self._map(first, create=True)
-            created = self.dir_dirty = True
+            f = self.create(first)
+            created = True
         ENTRY.pack_into(
             f.buf, HEADER_SIZE + (idx - first) * ENTRY_SIZE, due_ms, loc, -1, PENDING, flags, level & 0xFFFF,
             idx & 0xFFFFFFFF,

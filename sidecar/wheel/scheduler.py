@@ -69,6 +69,7 @@ from typing import Any
 
 from sidecar.store.buckets import BUCKET_BIT, BucketStore, make_ref, split_ref
 from sidecar.store.codec import Record
+from sidecar.store.codec import native as _native
 from sidecar.store.log import CommitLog
 from sidecar.store.mapped import HEADER_SIZE, GeometryMismatch, StoreError, fsync_dir
 from sidecar.wheel.layout import (
@@ -83,6 +84,7 @@ from sidecar.wheel.layout import (
     SLOT_SIZE,
     SlotFile,
     TimerLog,
+    wl_link,
 )
 
 STATE_VERSION = 1
@@ -94,6 +96,12 @@ _SLOT, _LATE, _BUCKET = 0, 1, 2
 _TAG = 0xFFFFFFFF
 _STATE = struct.Struct("<B")
 _unpack_entry = ENTRY.unpack_from
+# Narrow views of an entry for the per-record loops: unpacking only the fields a loop uses costs
+# a third of the full 7-field unpack.
+_due_next = struct.Struct("<q8xq").unpack_from  # (due, next)
+_loc_state = struct.Struct("<8xq8xB").unpack_from  # (loc, state)
+_walk = struct.Struct("<qqqB").unpack_from  # (due, loc, next, state)
+_ack_fields = struct.Struct("<qq8xBBxxI").unpack_from  # (due, loc, state, flags, tag)
 
 
 class _SlotIndex:
@@ -162,6 +170,7 @@ class WheelScheduler:
         scan_factor: int = 4,
         done_batch: int = 65_536,
         index_max: int = 1 << 17,
+        native: bool = True,
     ) -> None:
         check_settings(precision_ms, window_ms, bucket_width_ms)
         self.log = log
@@ -182,6 +191,9 @@ class WheelScheduler:
         self.scan_factor = scan_factor
         self.done_batch = done_batch
         self.index_max = index_max
+        # the C record writes (sidecar._native), or their Python twins in layout.py
+        self.native = _native if native else None
+        self._wl_link = wl_link if self.native is None else self.native.wl_link
         self.occ_send = bytearray(self.N)  # 1: slot at this position still to be read by send
         self.occ_done = bytearray(self.N)  # 1: slot at this position still to be passed by done
         self._budget = 0
@@ -268,13 +280,23 @@ class WheelScheduler:
         """First slot the ring may not hold yet (see the module docstring: ``guard + slots``)."""
         return self._guard() + self.N
 
-    def _index(self, ix: _SlotIndex | None, k: int, first: int, last: int, count: int) -> _SlotIndex | None:
-        """The index of slot ``k`` brought up to its current ``last`` (None: the slot is too big)."""
+    def _index(
+        self, ix: _SlotIndex | None, other: _SlotIndex | None, k: int, first: int, last: int, count: int
+    ) -> _SlotIndex | None:
+        """The index of slot ``k`` brought up to its current ``last`` (None: the slot is too big).
+        ``other`` is the other cursor's index: done usually follows send into the same slot, and
+        one index serves both (it is a cache of the chain, the same whoever built it)."""
         if count > self.index_max:
             return None
         if ix is None or ix.k != k or ix.first != first:
-            ix = _SlotIndex(k, first)
-            e = first
+            if other is not None and other.k == k and other.first == first:
+                ix = other
+                if ix.last == last:
+                    return ix
+                e = self.tl.next_of(ix.last)
+            else:
+                ix = _SlotIndex(k, first)
+                e = first
         elif ix.last == last:
             return ix
         else:
@@ -282,9 +304,12 @@ class WheelScheduler:
         base = k * self.P
         files, pf = self.tl.files, self.pf
         offs, keys = ix.offs, ix.keys
+        cf, cbuf = -1, self.slots.buf
         while True:
             f0 = e - e % pf
-            due, _loc, nx, _st, _f, _lv, _t = _unpack_entry(files[f0].buf, HEADER_SIZE + (e - f0) * ENTRY_SIZE)
+            if f0 != cf:
+                cf, cbuf = f0, files[f0].buf
+            due, nx = _due_next(cbuf, HEADER_SIZE + (e - f0) * ENTRY_SIZE)
             eo = due - base
             lst = offs.get(eo)
             if lst is None:
@@ -333,18 +358,43 @@ class WheelScheduler:
         self.n_wheel += 1
         return idx
 
-    def _link_slot(self, due: int, idx: int) -> None:
-        kd = due // self.P
+    def _append_slot(self, due: int, loc: int, level: int) -> int:
+        """Append a timer-log entry for ``due`` and link it at the tail of its slot's chain: the
+        per-record intake path, so the entry write, the slot read, the link patch and the slot
+        write are one ``wl_link`` call (C, or its Python twin)."""
+        idx = self.head
+        f0 = idx - idx % self.pf
+        tl = self.tl
+        mf = tl.files.get(f0)
+        if mf is None:
+            mf = tl.create(f0)
+            self.file_live[f0] = 0
+        P = self.P
+        kd = due // P
         pos = kd % self.N
-        t, first, last, count, min_off, _r = SLOT.unpack_from(self.slots.buf, HEADER_SIZE + pos * SLOT_SIZE)
-        off = due - kd * self.P
-        if count and t == kd * self.P:
-            self.tl.set_next(last, idx)
-            self.slots.write(pos, t, first, idx, count + 1, off if off < min_off else min_off)
-        else:
-            self.slots.write(pos, kd * self.P, idx, idx, 1, off)
+        soff = HEADER_SIZE + pos * SLOT_SIZE
+        last = self._wl_link(mf.buf, HEADER_SIZE, f0, idx, due, loc, 0, level, self.slots.buf, soff, kd * P)
+        lo = tl.app_lo
+        if lo < 0:
+            tl.app_lo = lo = idx
+        tl.app_hi = idx + 1
+        if last < 0:
             self.occ_send[pos] = 1
             self.occ_done[pos] = 1
+        elif last < f0:
+            tl.set_next(last, idx)  # the old tail is in an older file
+        elif last < lo:
+            # patched in place before this flush's appended range: flush must msync it too
+            tl.mark(f0, HEADER_SIZE + (last - f0) * ENTRY_SIZE)
+        sf = self.slots
+        if soff < sf.dirty_lo or sf.dirty_lo < 0:
+            sf.dirty_lo = soff
+        if soff + SLOT_SIZE > sf.dirty_hi:
+            sf.dirty_hi = soff + SLOT_SIZE
+        self.file_live[f0] += 1
+        self.head = idx + 1
+        self.n_wheel += 1
+        return idx
 
     def _link_late(self, idx: int) -> None:
         if self.l_tail == -1:
@@ -354,12 +404,11 @@ class WheelScheduler:
             self.l_tail = idx
 
     def _link(self, due: int, loc: int, level: int, dest: int) -> int:
-        idx = self._new_entry(due, loc, level, LATE if dest == _LATE else 0)
         if dest == _LATE:
+            idx = self._new_entry(due, loc, level, LATE)
             self._link_late(idx)
-        else:
-            self._link_slot(due, idx)
-        return idx
+            return idx
+        return self._append_slot(due, loc, level)
 
     def add(self, due_ms: int, level: int, log_pos: int) -> int:
         if not self.inited:
@@ -367,18 +416,35 @@ class WheelScheduler:
             # at the earliest of this record's due and enqueue times.
             rec = self.log.read(log_pos)
             self._init_cursor(min(due_ms, rec.enqueue_ms) // self.P)
-        dest = self._destination(due_ms)
-        if dest == _BUCKET:
-            rec = self.log.read(log_pos)
-            seg = self.log.segments.get(log_pos // self.log.segment_bytes)
-            off = log_pos % self.log.segment_bytes
-            # the record's bytes exactly as in the log (CRC intact); re-encoded if not addressable
-            raw = seg.buf[off : off + rec.length] if seg is not None else BucketStore.encode(rec)
-            ref = self.buckets.append(due_ms - due_ms % self.width, self.width, due_ms, raw)
-            self.log.release(log_pos)
-            self.n_bucket += 1
-            return ref
-        return self._link(due_ms, log_pos, level, dest)
+        # _destination, inlined: this runs once per record
+        kd = due_ms // self.P
+        s_k = self.s_k
+        if kd < self.late_below or kd < s_k or (kd == s_k and 0 <= self.s_o > due_ms - kd * self.P):
+            return self._link(due_ms, log_pos, level, _LATE)  # its slot is behind the reader: already due
+        g = self.d_k  # _guard()
+        fm = self.fm_before
+        if fm is not None and fm < g:
+            g = fm
+        fm = self.fm_after
+        if fm is not None and fm < g:
+            g = fm
+        if kd >= g + self.N:
+            return self._add_bucket(due_ms, log_pos)  # beyond the ring (see _destination)
+        by_range = self.buckets.by_range
+        if by_range and (due_ms - due_ms % self.width, self.width) in by_range:
+            return self._add_bucket(due_ms, log_pos)  # its bucket is not fully linked yet
+        return self._append_slot(due_ms, log_pos, level)
+
+    def _add_bucket(self, due_ms: int, log_pos: int) -> int:
+        rec = self.log.read(log_pos)
+        seg = self.log.segments.get(log_pos // self.log.segment_bytes)
+        off = log_pos % self.log.segment_bytes
+        # the record's bytes exactly as in the log (CRC intact); re-encoded if not addressable
+        raw = seg.buf[off : off + rec.length] if seg is not None else BucketStore.encode(rec)
+        ref = self.buckets.append(due_ms - due_ms % self.width, self.width, due_ms, raw)
+        self.log.release(log_pos)
+        self.n_bucket += 1
+        return ref
 
     # -- bucket loading -------------------------------------------------------------------------
     def _load(self) -> None:
@@ -492,21 +558,24 @@ class WheelScheduler:
             room = limit - len(out)
             files, pf, read = tl.files, self.pf, self.log.read
             vlim = self._restored_head
-            ix = self._six = self._index(self._six, k, first, last, sl[2])
+            ix = self._six = self._index(self._six, self._dix, k, first, last, sl[2])
             if ix is not None:
                 lst, i = ix.tail(o, after)
                 n = len(lst)
+                append = out.append
+                cf, cbuf = -1, self.slots.buf
                 while i < n and room > 0 and budget > 0:
                     e = lst[i]
                     f0 = e - e % pf
-                    due, loc, _nx, state, _f, _lv, _t = _unpack_entry(
-                        files[f0].buf, HEADER_SIZE + (e - f0) * ENTRY_SIZE
-                    )
+                    if f0 != cf:
+                        cf, cbuf = f0, files[f0].buf
+                    off = HEADER_SIZE + (e - f0) * ENTRY_SIZE
+                    loc, state = _loc_state(cbuf, off)
                     budget -= 1
-                    if state == PENDING and e < vlim and self._dangles(e, due, loc):
+                    if state == PENDING and e < vlim and self._dangles(e, _unpack_entry(cbuf, off)[0], loc):
                         state = DROPPED  # restored, and its body fails the check: dropped, never handed out
                     if state == PENDING:
-                        out.append((loc, self._read(loc)) if loc & BUCKET_BIT else (e, read(loc)))
+                        append((loc, self._read(loc)) if loc & BUCKET_BIT else (e, read(loc)))
                         room -= 1
                     elif state == CANCELLED:
                         tl.set_state(e, DONE)  # the done cursor releases it
@@ -528,7 +597,7 @@ class WheelScheduler:
                     f0 = e - e % pf
                     if f0 != cf:
                         cf, cbuf = f0, files[f0].buf
-                    due, loc, nx, state, _f, _lv, _t = _unpack_entry(cbuf, HEADER_SIZE + (e - f0) * ENTRY_SIZE)
+                    due, loc, nx, state = _walk(cbuf, HEADER_SIZE + (e - f0) * ENTRY_SIZE)
                     budget -= 1
                     eo = due - base
                     if eo == o:
@@ -625,24 +694,35 @@ class WheelScheduler:
             base = k * P
             after = self.d_after
             stop = False
-            ix = self._dix = self._index(self._dix, k, first, last, sl[2])
+            ix = self._dix = self._index(self._dix, self._six, k, first, last, sl[2])
             if ix is not None:
                 lst, i = ix.tail(o, after)
                 n = len(lst)
+                release, file_live = self.log.release, self.file_live
+                cf, cbuf = -1, self.slots.buf
+                i0 = i
                 while i < n and budget > 0:
                     e = lst[i]
                     f0 = e - e % pf
-                    _due, loc, _nx, state, _f, _lv, _t = _unpack_entry(
-                        files[f0].buf, HEADER_SIZE + (e - f0) * ENTRY_SIZE
-                    )
+                    if f0 != cf:
+                        cf, cbuf = f0, files[f0].buf
+                    loc, state = _loc_state(cbuf, HEADER_SIZE + (e - f0) * ENTRY_SIZE)
                     if state < DONE:
                         stop = True
                         self._d_block = e
                         break
                     budget -= 1
-                    self._pass(e, loc, state)
+                    # _pass, inlined
+                    if state == DROPPED:
+                        pass
+                    elif loc & BUCKET_BIT:
+                        self.buckets.release(split_ref(loc)[0])
+                    else:
+                        release(loc)
+                    file_live[f0] -= 1
                     after = e
                     i += 1
+                self.n_wheel -= i - i0
                 nxt = self.d_nxt = ix.after(o)  # the true next offset (see _drain_slots)
                 if stop or i < n:
                     self.d_after = after
@@ -656,7 +736,7 @@ class WheelScheduler:
                     f0 = e - e % pf
                     if f0 != cf:
                         cf, cbuf = f0, files[f0].buf
-                    due, loc, nx, state, _f, _lv, _t = _unpack_entry(cbuf, HEADER_SIZE + (e - f0) * ENTRY_SIZE)
+                    due, loc, nx, state = _walk(cbuf, HEADER_SIZE + (e - f0) * ENTRY_SIZE)
                     eo = due - base
                     if eo == o:
                         if state < DONE:
@@ -729,11 +809,56 @@ class WheelScheduler:
             self._advance_done()
 
     def ack_many(self, refs: list[int]) -> None:
+        """``_ack`` of each ref (with ``_handed`` inlined for commit-log refs: this runs once per
+        delivered record), then one advance of the done cursor if it waited on one of them."""
         wake = False
-        ack = self._ack
+        head, pf, files, P = self.head, self.pf, self.tl.files, self.P
+        s_k, s_o, s_after, l_sent = self.s_k, self.s_o, self.s_after, self.l_sent
+        d_block, l_head = self._d_block, self.l_head
+        mark = self.tl.mark
+        cf, cbuf, lo, hi = -1, self.slots.buf, 0, 0  # the file of the previous entry; its patched range
         for ref in refs:
-            if ack(ref):
+            if ref < 0 or ref >= head:
+                if ref >= 0 and ref & BUCKET_BIT and self._ack(ref):
+                    wake = True
+                continue
+            e = ref
+            f0 = e - e % pf
+            if f0 != cf:
+                mf = files.get(f0)
+                if mf is None:
+                    continue
+                if hi:
+                    mark(cf, lo)
+                    mark(cf, hi)
+                cf, cbuf, lo, hi = f0, mf.buf, 1 << 62, 0
+            off = HEADER_SIZE + (e - f0) * ENTRY_SIZE
+            due, loc, state, flags, tag = _ack_fields(cbuf, off)
+            if tag != e & _TAG or state != PENDING or loc & BUCKET_BIT:
+                continue
+            if flags & LATE:
+                if l_sent == -1 or e > l_sent:
+                    continue
+            else:
+                k = due // P
+                if k == s_k:
+                    if s_o < 0:
+                        continue
+                    eo = due - k * P
+                    if eo > s_o or (eo == s_o and (s_after == -1 or e > s_after)):
+                        continue  # not handed out yet
+                elif k > s_k:
+                    continue
+            cbuf[off + 24] = DONE
+            if off < lo:
+                lo = off
+            if off > hi:
+                hi = off
+            if e in (d_block, l_head):  # the done cursor waits on this one
                 wake = True
+        if hi:
+            mark(cf, lo)
+            mark(cf, hi)
         if wake:
             self._advance_done()
 
