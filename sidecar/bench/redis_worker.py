@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
 
                 while True:
                     try:
-                        prod.produce(topic, value=value, key=key, headers=headers, on_delivery=on_delivery)
+                        prod.produce(topic, value, key, -1, on_delivery, None, 0, headers)  # positional, as the sidecar
                         break
                     except BufferError:
                         prod.poll(0.01)
