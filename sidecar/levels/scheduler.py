@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.levels import table
-from sidecar.levels.queue import CANCELLED, DELIVERED, NO_POS, PENDING, LevelQueue
+from sidecar.levels.queue import CANCELLED, DELIVERED, ENTRY, ENTRY_SIZE, NO_POS, PENDING, LevelQueue
 from sidecar.store.codec import Record
 from sidecar.store.log import CommitLog
 from sidecar.store.mapped import StoreError
@@ -99,25 +99,35 @@ class LevelsScheduler:
             if lv.send < lv.write:
                 heads.append((lv.queue.due_of(lv.send), n))
         heads.sort()
+        unpack = ENTRY.unpack_from
+        read = self.log.read
         for head_due, n in heads:
             if head_due > now_ms or len(out) >= limit:
                 break
             lv = self.levels[n]
             q = lv.queue
-            while lv.send < lv.write and len(out) < limit:
-                idx = lv.send
-                pos, due, state = q.read(idx)
-                if due > now_ms and state == PENDING:
-                    break
-                lv.send = idx + 1
-                ref = (n << _IDX_BITS) | idx
-                if state != PENDING:  # cancelled, or delivered before a restart
-                    self._finish(lv, idx)
-                    continue
-                if idx < lv.restored and self._dangles(n, idx, pos, due):
-                    self._finish(lv, idx)  # restored, and its record fails the check: dropped, never handed out
-                    continue
-                out.append((ref, self.log.read(pos)))
+            idx, write = lv.send, lv.write
+            blocked = False
+            while idx < write and len(out) < limit and not blocked:
+                # One queue file at a time, read straight from its buffer (no lookup per entry);
+                # at most ``limit - len(out)`` entries, since each adds at most one record.
+                f, off = q._locate(idx)
+                stop = min(write, idx - idx % q.per_file + q.per_file, idx + limit - len(out))
+                buf = f.buf
+                while idx < stop:
+                    pos, due, state = unpack(buf, off)
+                    if due > now_ms and state == PENDING:
+                        blocked = True
+                        break
+                    lv.send = idx + 1
+                    if state != PENDING:  # cancelled, or delivered before a restart
+                        self._finish(lv, idx)
+                    elif idx < lv.restored and self._dangles(n, idx, pos, due):
+                        self._finish(lv, idx)  # restored, and its record fails the check: dropped, never handed out
+                    else:
+                        out.append(((n << _IDX_BITS) | idx, read(pos)))
+                    idx += 1
+                    off += ENTRY_SIZE
         return out
 
     def ack(self, ref: int) -> None:
@@ -129,8 +139,18 @@ class LevelsScheduler:
         self._finish(lv, idx)
 
     def ack_many(self, refs: list[int]) -> None:
+        """``ack`` for each ref (one call per batch of delivery reports)."""
+        levels = self.levels
         for ref in refs:
-            self.ack(ref)
+            lv = levels[ref >> _IDX_BITS]
+            idx = ref & _IDX_MASK
+            if idx < lv.done or idx >= lv.send:
+                continue
+            lv.queue.set_state(idx, DELIVERED)
+            if idx != lv.done:
+                lv.acked.add(idx)
+            else:
+                self._finish(lv, idx)
 
     def _finish(self, lv: _Level, idx: int) -> None:
         if idx != lv.done:
