@@ -5,8 +5,9 @@
  * answers (tests/unit/test_native.py), and the Python ones run wherever this module cannot be
  * built. What moved here is what the profile of the delivery path showed as Python overhead per
  * record, not logic: record encode/decode with its CRC32C, the header blob, the headers a
- * delivery carries, the id hash (BLAKE2b-64) and the id index's probes. Control flow, scheduling
- * and durability order stay in Python.
+ * delivery carries, the id hash (BLAKE2b-64), the id index's probes and the timer wheel's
+ * per-entry walks (twins in sidecar/wheel/layout.py). Control flow, scheduling and durability
+ * order stay in Python.
  *
  * Layouts are documented where the Python twins live; this file follows them byte for byte.
  */
@@ -1286,6 +1287,381 @@ done:
     return out;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Timer wheel: the per-entry walks of the reader (wl_send), the done cursor (wl_done), the slot
+ * index's build (wl_group) and the batch ack (wl_ack), each over the entries of one timer-log
+ * file; the Python twins in layout.py are the reference and say what each returns. A pass is
+ * indexed (lst: an int64 buffer of the entries of the pass's offset, read from position i) or a
+ * chain walk (lst None: from entry e through last, skipping other offsets and noting in nxt the
+ * smallest one above o). why: 0 end of the pass, 1 out of room/budget, 2 next entry in another
+ * file, 3 next entry needs the caller. */
+
+#define WL_PENDING 0
+#define WL_CANCELLED 1
+#define WL_DONE 2
+#define WL_DROPPED 3
+#define WL_LATE 1
+#define WL_BUCKET_BIT (1LL << 62)
+
+static inline long long floordiv64(long long a, long long b) {
+    long long q = a / b;
+    if ((a % b != 0) && ((a < 0) != (b < 0))) q--;
+    return q;
+}
+
+typedef struct {
+    Py_buffer tv, lv;
+    int have_l;
+    const int64_t *lst;
+    Py_ssize_t n;
+    long long hs, f0, nent;
+} WalkBufs;
+
+static int walk_open(WalkBufs *w, PyObject *buf, PyObject *lst, int writable) {
+    w->have_l = 0;
+    w->lst = NULL;
+    w->n = -1;
+    if (PyObject_GetBuffer(buf, &w->tv, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0) return -1;
+    if (lst != Py_None) {
+        if (PyObject_GetBuffer(lst, &w->lv, PyBUF_SIMPLE) < 0) {
+            PyBuffer_Release(&w->tv);
+            return -1;
+        }
+        w->have_l = 1;
+        w->lst = (const int64_t *)w->lv.buf;
+        w->n = w->lv.len / 8;
+    }
+    return 0;
+}
+
+static void walk_close(WalkBufs *w) {
+    PyBuffer_Release(&w->tv);
+    if (w->have_l) PyBuffer_Release(&w->lv);
+}
+
+/* the byte offset of entry x in the file, or -1 if it does not fit (a damaged link) */
+static inline long long walk_off(WalkBufs *w, long long x) {
+    long long off = w->hs + (x - w->f0) * WL_SIZE;
+    if (off < 0 || off + WL_SIZE > w->tv.len) return -1;
+    return off;
+}
+
+/* wl_send(buf, hs, f0, nent, lst, i, e, last, base, o, nxt, after, room, budget, vlim, pend)
+ * -> (why, i, e, after, nxt, budget, room, lo, hi) */
+static PyObject *native_wl_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 16 || !PyList_Check(args[15])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "wl_send(buf, hs, f0, nent, lst, i, e, last, base, o, nxt, after, room, budget, vlim, pend)");
+        return NULL;
+    }
+    WalkBufs w;
+    w.hs = PyLong_AsLongLong(args[1]);
+    w.f0 = PyLong_AsLongLong(args[2]);
+    w.nent = PyLong_AsLongLong(args[3]);
+    long long i = PyLong_AsLongLong(args[5]), e = PyLong_AsLongLong(args[6]), last = PyLong_AsLongLong(args[7]);
+    long long base = PyLong_AsLongLong(args[8]), o = PyLong_AsLongLong(args[9]), nxt = PyLong_AsLongLong(args[10]);
+    long long after = PyLong_AsLongLong(args[11]), room = PyLong_AsLongLong(args[12]);
+    long long budget = PyLong_AsLongLong(args[13]), vlim = PyLong_AsLongLong(args[14]);
+    if (PyErr_Occurred()) return NULL;
+    PyObject *pend = args[15];
+    if (walk_open(&w, args[0], args[4], 1) < 0) return NULL;
+    uint8_t *b = (uint8_t *)w.tv.buf;
+    long long lo = -1, hi = -1, end = w.f0 + w.nent;
+    int why;
+    PyObject *out = NULL;
+    for (;;) {
+        long long x;
+        if (w.have_l) {
+            if (i >= w.n) { why = 0; break; }
+            x = w.lst[i];
+        } else {
+            if (e == -1) { why = 0; break; }
+            x = e;
+        }
+        if (room <= 0 || budget <= 0) { why = 1; break; }
+        if (x < w.f0 || x >= end) { why = 2; break; }
+        long long off = walk_off(&w, x);
+        if (off < 0) {
+            PyErr_SetString(PyExc_ValueError, "wl_send: entry beyond the file");
+            goto fail;
+        }
+        const uint8_t *p = b + off;
+        int64_t due = rd64(p), loc = rd64(p + 8), nx = rd64(p + 16);
+        int state = p[24];
+        long long eo = (long long)((uint64_t)due - (uint64_t)base);
+        if (!w.have_l && eo != o) {
+            if (eo > o && (nxt < 0 || eo < nxt)) nxt = eo;
+        } else if (state == WL_PENDING) {
+            if (x < vlim) { why = 3; break; }
+            PyObject *t = Py_BuildValue("(LL)", x, (long long)loc);
+            if (!t) goto fail;
+            int rc = PyList_Append(pend, t);
+            Py_DECREF(t);
+            if (rc < 0) goto fail;
+            room--;
+        } else if (state == WL_CANCELLED) {
+            b[off + 24] = WL_DONE;
+            if (lo < 0 || off < lo) lo = off;
+            if (off > hi) hi = off;
+        }
+        budget--;
+        after = x;
+        if (w.have_l) i++;
+        else e = x == last ? -1 : nx;
+    }
+    out = Py_BuildValue("(iLLLLLLLL)", why, i, e, after, nxt, budget, room, lo, hi);
+fail:
+    walk_close(&w);
+    return out;
+}
+
+/* flush a run of releases in one commit-log segment into segs */
+static int seg_add(PyObject *segs, long long g, long long c) {
+    if (c == 0) return 0;
+    PyObject *k = PyLong_FromLongLong(g);
+    if (!k) return -1;
+    PyObject *v = PyDict_GetItemWithError(segs, k);
+    long long have = 0;
+    if (v) {
+        have = PyLong_AsLongLong(v);
+        if (have == -1 && PyErr_Occurred()) { Py_DECREF(k); return -1; }
+    } else if (PyErr_Occurred()) { Py_DECREF(k); return -1; }
+    PyObject *nv = PyLong_FromLongLong(have + c);
+    if (!nv) { Py_DECREF(k); return -1; }
+    int rc = PyDict_SetItem(segs, k, nv);
+    Py_DECREF(k);
+    Py_DECREF(nv);
+    return rc;
+}
+
+/* wl_done(buf, hs, f0, nent, lst, i, e, last, base, o, nxt, after, budget, seg_bytes, segs, blocs)
+ * -> (why, i, e, after, nxt, budget, passed) */
+static PyObject *native_wl_done(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 16 || !PyDict_Check(args[14]) || !PyList_Check(args[15])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "wl_done(buf, hs, f0, nent, lst, i, e, last, base, o, nxt, after, budget, seg_bytes, segs, blocs)");
+        return NULL;
+    }
+    WalkBufs w;
+    w.hs = PyLong_AsLongLong(args[1]);
+    w.f0 = PyLong_AsLongLong(args[2]);
+    w.nent = PyLong_AsLongLong(args[3]);
+    long long i = PyLong_AsLongLong(args[5]), e = PyLong_AsLongLong(args[6]), last = PyLong_AsLongLong(args[7]);
+    long long base = PyLong_AsLongLong(args[8]), o = PyLong_AsLongLong(args[9]), nxt = PyLong_AsLongLong(args[10]);
+    long long after = PyLong_AsLongLong(args[11]), budget = PyLong_AsLongLong(args[12]);
+    long long seg_bytes = PyLong_AsLongLong(args[13]);
+    if (PyErr_Occurred()) return NULL;
+    if (seg_bytes <= 0) {
+        PyErr_SetString(PyExc_ValueError, "wl_done: segment size must be positive");
+        return NULL;
+    }
+    PyObject *segs = args[14], *blocs = args[15];
+    if (walk_open(&w, args[0], args[4], 0) < 0) return NULL;
+    const uint8_t *b = (const uint8_t *)w.tv.buf;
+    long long end = w.f0 + w.nent, passed = 0, run_g = 0, run_c = 0;
+    int why;
+    PyObject *out = NULL;
+    for (;;) {
+        long long x;
+        if (w.have_l) {
+            if (i >= w.n) { why = 0; break; }
+            x = w.lst[i];
+        } else {
+            if (e == -1) { why = 0; break; }
+            x = e;
+        }
+        if (budget <= 0) { why = 1; break; }
+        if (x < w.f0 || x >= end) { why = 2; break; }
+        long long off = walk_off(&w, x);
+        if (off < 0) {
+            PyErr_SetString(PyExc_ValueError, "wl_done: entry beyond the file");
+            goto fail;
+        }
+        const uint8_t *p = b + off;
+        int64_t due = rd64(p), loc = rd64(p + 8), nx = rd64(p + 16);
+        int state = p[24];
+        long long eo = (long long)((uint64_t)due - (uint64_t)base);
+        if (!w.have_l && eo != o) {
+            if (eo > o && (nxt < 0 || eo < nxt)) nxt = eo;
+        } else {
+            if (state < WL_DONE) { why = 3; break; }
+            budget--;
+            passed++;
+            if (state == WL_DROPPED) {
+            } else if (loc & WL_BUCKET_BIT) {
+                PyObject *v = PyLong_FromLongLong(loc);
+                if (!v) goto fail;
+                int rc = PyList_Append(blocs, v);
+                Py_DECREF(v);
+                if (rc < 0) goto fail;
+            } else {
+                long long g = floordiv64(loc, seg_bytes);
+                if (run_c && g != run_g) {
+                    if (seg_add(segs, run_g, run_c) < 0) goto fail;
+                    run_c = 0;
+                }
+                run_g = g;
+                run_c++;
+            }
+        }
+        after = x;
+        if (w.have_l) i++;
+        else e = x == last ? -1 : nx;
+    }
+    if (seg_add(segs, run_g, run_c) < 0) goto fail;
+    out = Py_BuildValue("(iLLLLLL)", why, i, e, after, nxt, budget, passed);
+fail:
+    walk_close(&w);
+    return out;
+}
+
+/* wl_group(buf, hs, f0, nent, e, last, base) -> ({offset: int64 bytes}, e). Offsets are grouped
+ * through a run cache (a slot's entries mostly share an offset) and a dict of growable buffers. */
+typedef struct {
+    long long key;
+    int64_t *v;
+    Py_ssize_t n, cap;
+} WlGroup;
+
+static PyObject *native_wl_group(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "wl_group(buf, hs, f0, nent, e, last, base)");
+        return NULL;
+    }
+    WalkBufs w;
+    w.hs = PyLong_AsLongLong(args[1]);
+    w.f0 = PyLong_AsLongLong(args[2]);
+    w.nent = PyLong_AsLongLong(args[3]);
+    long long e = PyLong_AsLongLong(args[4]), last = PyLong_AsLongLong(args[5]), base = PyLong_AsLongLong(args[6]);
+    if (PyErr_Occurred()) return NULL;
+    if (walk_open(&w, args[0], Py_None, 0) < 0) return NULL;
+    const uint8_t *b = (const uint8_t *)w.tv.buf;
+    long long end = w.f0 + w.nent;
+    WlGroup *gs = NULL;
+    Py_ssize_t ng = 0, capg = 0, cur = -1;
+    PyObject *out = NULL, *d = NULL;
+    /* groups are looked up by a linear scan from the last one hit: a slot holds at most
+     * `precision` offsets and its entries arrive mostly in runs of one offset */
+    while (e != -1 && e >= w.f0 && e < end) {
+        long long off = walk_off(&w, e);
+        if (off < 0) {
+            PyErr_SetString(PyExc_ValueError, "wl_group: entry beyond the file");
+            goto fail;
+        }
+        int64_t due = rd64(b + off), nx = rd64(b + off + 16);
+        long long eo = (long long)((uint64_t)due - (uint64_t)base);
+        if (cur < 0 || gs[cur].key != eo) {
+            cur = -1;
+            for (Py_ssize_t j = 0; j < ng; j++)
+                if (gs[j].key == eo) { cur = j; break; }
+            if (cur < 0) {
+                if (ng == capg) {
+                    Py_ssize_t nc = capg ? capg * 2 : 8;
+                    WlGroup *ngs = PyMem_Realloc(gs, nc * sizeof(WlGroup));
+                    if (!ngs) { PyErr_NoMemory(); goto fail; }
+                    gs = ngs;
+                    capg = nc;
+                }
+                gs[ng].key = eo;
+                gs[ng].v = NULL;
+                gs[ng].n = gs[ng].cap = 0;
+                cur = ng++;
+            }
+        }
+        WlGroup *g = &gs[cur];
+        if (g->n == g->cap) {
+            Py_ssize_t nc = g->cap ? g->cap * 2 : 64;
+            int64_t *nv = PyMem_Realloc(g->v, nc * sizeof(int64_t));
+            if (!nv) { PyErr_NoMemory(); goto fail; }
+            g->v = nv;
+            g->cap = nc;
+        }
+        g->v[g->n++] = e;
+        e = e == last ? -1 : nx;
+    }
+    d = PyDict_New();
+    if (!d) goto fail;
+    for (Py_ssize_t j = 0; j < ng; j++) {
+        PyObject *k = PyLong_FromLongLong(gs[j].key);
+        PyObject *v = PyBytes_FromStringAndSize((const char *)gs[j].v, gs[j].n * (Py_ssize_t)sizeof(int64_t));
+        int rc = (k && v) ? PyDict_SetItem(d, k, v) : -1;
+        Py_XDECREF(k);
+        Py_XDECREF(v);
+        if (rc < 0) goto fail;
+    }
+    out = Py_BuildValue("(OL)", d, e);
+fail:
+    Py_XDECREF(d);
+    for (Py_ssize_t j = 0; j < ng; j++) PyMem_Free(gs[j].v);
+    PyMem_Free(gs);
+    walk_close(&w);
+    return out;
+}
+
+/* wl_ack(buf, hs, f0, nent, refs, j, head, P, s_k, s_o, s_after, l_sent, wait_a, wait_b)
+ * -> (j, lo, hi, wake) */
+static PyObject *native_wl_ack(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 14 || !PyList_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "wl_ack(buf, hs, f0, nent, refs, j, head, P, s_k, s_o, s_after, l_sent, wait_a, wait_b)");
+        return NULL;
+    }
+    long long hs = PyLong_AsLongLong(args[1]), f0 = PyLong_AsLongLong(args[2]), nent = PyLong_AsLongLong(args[3]);
+    Py_ssize_t j = PyLong_AsSsize_t(args[5]);
+    long long head = PyLong_AsLongLong(args[6]), P = PyLong_AsLongLong(args[7]), s_k = PyLong_AsLongLong(args[8]);
+    long long s_o = PyLong_AsLongLong(args[9]), s_after = PyLong_AsLongLong(args[10]);
+    long long l_sent = PyLong_AsLongLong(args[11]), wa = PyLong_AsLongLong(args[12]), wb = PyLong_AsLongLong(args[13]);
+    if (PyErr_Occurred()) return NULL;
+    if (P <= 0 || j < 0) {
+        PyErr_SetString(PyExc_ValueError, "wl_ack: bad precision or position");
+        return NULL;
+    }
+    Py_buffer tv;
+    if (PyObject_GetBuffer(args[0], &tv, PyBUF_WRITABLE) < 0) return NULL;
+    PyObject *refs = args[4], *out = NULL;
+    uint8_t *b = (uint8_t *)tv.buf;
+    long long end = f0 + nent < head ? f0 + nent : head, lo = -1, hi = -1;
+    int wake = 0;
+    while (j < PyList_GET_SIZE(refs)) {
+        PyObject *r = PyList_GET_ITEM(refs, j);
+        int ovf = 0;
+        long long e = PyLong_AsLongLongAndOverflow(r, &ovf);
+        if (e == -1 && PyErr_Occurred()) goto done;
+        if (ovf || e < f0 || e >= end || e < 0) break;
+        j++;
+        long long off = hs + (e - f0) * WL_SIZE;
+        if (off < 0 || off + WL_SIZE > tv.len) {
+            PyErr_SetString(PyExc_ValueError, "wl_ack: entry beyond the file");
+            goto done;
+        }
+        const uint8_t *p = b + off;
+        int64_t due = rd64(p), loc = rd64(p + 8);
+        int state = p[24], flags = p[25];
+        uint32_t tag = rd32(p + 28);
+        if (tag != (uint32_t)(e & 0xFFFFFFFF) || state != WL_PENDING || (loc & WL_BUCKET_BIT)) continue;
+        if (flags & WL_LATE) {
+            if (l_sent == -1 || e > l_sent) continue;
+        } else {
+            long long k = floordiv64(due, P);
+            if (k == s_k) {
+                if (s_o < 0) continue;
+                long long eo = due - k * P;
+                if (eo > s_o || (eo == s_o && (s_after == -1 || e > s_after))) continue;
+            } else if (k > s_k) {
+                continue;
+            }
+        }
+        b[off + 24] = WL_DONE;
+        if (lo < 0 || off < lo) lo = off;
+        if (off > hi) hi = off;
+        if (e == wa || e == wb) wake = 1;
+    }
+    out = Py_BuildValue("(nLLO)", j, lo, hi, wake ? Py_True : Py_False);
+done:
+    PyBuffer_Release(&tv);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"setup", (PyCFunction)(void (*)(void))native_setup, METH_FASTCALL, NULL},
     {"decode", (PyCFunction)(void (*)(void))native_decode, METH_FASTCALL | METH_KEYWORDS, NULL},
@@ -1303,6 +1679,10 @@ static PyMethodDef methods[] = {
     {"parse_request", (PyCFunction)(void (*)(void))native_parse_request, METH_FASTCALL, NULL},
     {"setup_parser", native_setup_parser, METH_O, NULL},
     {"wl_link", (PyCFunction)(void (*)(void))native_wl_link, METH_FASTCALL, NULL},
+    {"wl_send", (PyCFunction)(void (*)(void))native_wl_send, METH_FASTCALL, NULL},
+    {"wl_done", (PyCFunction)(void (*)(void))native_wl_done, METH_FASTCALL, NULL},
+    {"wl_group", (PyCFunction)(void (*)(void))native_wl_group, METH_FASTCALL, NULL},
+    {"wl_ack", (PyCFunction)(void (*)(void))native_wl_ack, METH_FASTCALL, NULL},
     {"crc32c", native_crc32c, METH_O, NULL},
     {"crc32c_software", native_crc32c_software, METH_O, NULL},
     {NULL, NULL, 0, NULL}};

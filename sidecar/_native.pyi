@@ -1,6 +1,7 @@
 # Type stub of the C accelerator (sidecar/_native.c); the Python twins live in
 # sidecar/store/codec.py, sidecar/store/idindex.py and sidecar/wheel/layout.py.
 from collections.abc import Sequence
+from typing import Any
 
 HARDWARE_CRC: int
 
@@ -58,5 +59,20 @@ def wl_link(
     tl_buf: memoryview, header_size: int, tl_first: int, idx: int, due: int, loc: int, flags: int, level: int,
     slot_buf: memoryview, slot_off: int, slot_time: int, /,
 ) -> int: ...
+def wl_send(
+    buf: memoryview, hs: int, f0: int, nent: int, lst: Any, i: int, e: int, last: int, base: int, o: int,
+    nxt: int, after: int, room: int, budget: int, vlim: int, pend: list[tuple[int, int]], /,
+) -> tuple[int, int, int, int, int, int, int, int, int]: ...
+def wl_done(
+    buf: memoryview, hs: int, f0: int, nent: int, lst: Any, i: int, e: int, last: int, base: int, o: int,
+    nxt: int, after: int, budget: int, seg_bytes: int, segs: dict[int, int], blocs: list[int], /,
+) -> tuple[int, int, int, int, int, int, int]: ...
+def wl_group(
+    buf: memoryview, hs: int, f0: int, nent: int, e: int, last: int, base: int, /
+) -> tuple[dict[int, bytes], int]: ...
+def wl_ack(
+    buf: memoryview, hs: int, f0: int, nent: int, refs: list[int], j: int, head: int, P: int, s_k: int, s_o: int,
+    s_after: int, l_sent: int, wait_a: int, wait_b: int, /,
+) -> tuple[int, int, int, bool]: ...
 def crc32c(data: bytes | bytearray | memoryview, /) -> int: ...
 def crc32c_software(data: bytes | bytearray | memoryview, /) -> int: ...

@@ -41,8 +41,11 @@ from __future__ import annotations
 
 import os
 import struct
+from array import array
 from pathlib import Path
+from typing import Any
 
+from sidecar.store.buckets import BUCKET_BIT
 from sidecar.store.mapped import (
     HEADER,
     HEADER_SIZE,
@@ -66,6 +69,10 @@ ENTRY_SIZE = ENTRY.size
 assert ENTRY_SIZE == 32
 _NEXT = struct.Struct("<q")
 _STATE = struct.Struct("<B")
+_DUE = struct.Struct("<q").unpack_from
+_LOC_STATE = struct.Struct("<8xq8xB").unpack_from  # (loc, state)
+_WALK = struct.Struct("<qqqB").unpack_from  # (due, loc, next, state)
+_ACK = struct.Struct("<qq8xBBxxI").unpack_from  # (due, loc, state, flags, tag)
 
 PENDING, CANCELLED, DONE, DROPPED = 0, 1, 2, 3
 LATE = 1
@@ -97,6 +104,200 @@ def wl_link(
         return int(last)
     SLOT.pack_into(slot_buf, slot_off, slot_time, idx, idx, 1, off, 0)
     return -1
+
+
+# -- the wheel's per-entry walks -----------------------------------------------------------------
+# The reader's and the done cursor's passes, the slot index's build and the batch ack, each over
+# the entries of ONE timer-log file (``f0 .. f0 + nent - 1``, mapped at ``buf``): the caller
+# switches files between calls, and handles the rare entries that need Python (a restored entry
+# whose body must be checked, a bucket ref). A pass is either *indexed* (``lst``: the slot
+# index's entries of the pass's offset, read from position ``i``) or a *chain walk* (``lst`` is
+# None: from entry ``e``, -1 when nothing is left, through the slot's ``last``; entries of other
+# offsets are skipped, noting the smallest one above ``o`` in ``nxt``). Each returns ``why`` it
+# stopped: 0 the pass's end, 1 out of room or budget, 2 the next entry is in another file,
+# 3 the next entry needs the caller (see each function). These functions are the reference for
+# their C twins in ``sidecar._native``.
+END, EXHAUSTED, OTHER_FILE, CALLER = 0, 1, 2, 3
+
+
+def wl_send(
+    buf: memoryview, hs: int, f0: int, nent: int, lst: Any, i: int, e: int, last: int, base: int, o: int,
+    nxt: int, after: int, room: int, budget: int, vlim: int, pend: list[tuple[int, int]],
+) -> tuple[int, int, int, int, int, int, int, int, int]:
+    """The send cursor's pass over offset ``o`` of the slot starting at ``base``: append
+    ``(entry, loc)`` of each pending entry to ``pend`` (at most ``room``), flip cancelled ones to
+    done (the done cursor releases them), skip done and dropped ones; one ``budget`` unit per entry
+    examined. Stops (why 3) before a pending entry below ``vlim``: restored from the checkpoint,
+    its body is checked first. Returns ``(why, i, e, after, nxt, budget, room, lo, hi)``: the
+    position reached, the last entry examined, and the byte range of the states flipped here
+    (``hi`` -1: none)."""
+    lo = hi = -1
+    end = f0 + nent
+    n = -1 if lst is None else len(lst)
+    while True:
+        if lst is not None:
+            if i >= n:
+                why = END
+                break
+            x = lst[i]
+        else:
+            if e == -1:
+                why = END
+                break
+            x = e
+        if room <= 0 or budget <= 0:
+            why = EXHAUSTED
+            break
+        if not f0 <= x < end:
+            why = OTHER_FILE
+            break
+        off = hs + (x - f0) * ENTRY_SIZE
+        due, loc, nx, state = _WALK(buf, off)
+        eo = due - base
+        if lst is None and eo != o:
+            if eo > o and (nxt < 0 or eo < nxt):
+                nxt = eo
+        elif state == PENDING:
+            if x < vlim:
+                why = CALLER
+                break
+            pend.append((x, loc))
+            room -= 1
+        elif state == CANCELLED:
+            buf[off + 24] = DONE
+            if lo < 0 or off < lo:
+                lo = off
+            if off > hi:
+                hi = off
+        budget -= 1
+        after = x
+        if lst is not None:
+            i += 1
+        else:
+            e = -1 if x == last else nx
+    return why, i, e, after, nxt, budget, room, lo, hi
+
+
+def wl_done(
+    buf: memoryview, hs: int, f0: int, nent: int, lst: Any, i: int, e: int, last: int, base: int, o: int,
+    nxt: int, after: int, budget: int, seg_bytes: int, segs: dict[int, int], blocs: list[int],
+) -> tuple[int, int, int, int, int, int, int]:
+    """The done cursor's pass over offset ``o``: cross the entries whose state is done or dropped,
+    one ``budget`` unit each, and collect what to release — per commit-log segment
+    (``loc // seg_bytes``) a count in ``segs``, bucket refs in ``blocs``; a dropped entry's body is
+    not released. Stops (why 3) at an entry of the pass still pending or cancelled: the one done
+    waits on. Returns ``(why, i, e, after, nxt, budget, passed)``."""
+    end = f0 + nent
+    n = -1 if lst is None else len(lst)
+    passed = 0
+    while True:
+        if lst is not None:
+            if i >= n:
+                why = END
+                break
+            x = lst[i]
+        else:
+            if e == -1:
+                why = END
+                break
+            x = e
+        if budget <= 0:
+            why = EXHAUSTED
+            break
+        if not f0 <= x < end:
+            why = OTHER_FILE
+            break
+        due, loc, nx, state = _WALK(buf, hs + (x - f0) * ENTRY_SIZE)
+        eo = due - base
+        if lst is None and eo != o:
+            if eo > o and (nxt < 0 or eo < nxt):
+                nxt = eo
+        else:
+            if state < DONE:
+                why = CALLER
+                break
+            budget -= 1
+            passed += 1
+            if state == DROPPED:
+                pass
+            elif loc & BUCKET_BIT:
+                blocs.append(loc)
+            else:
+                g = loc // seg_bytes
+                segs[g] = segs.get(g, 0) + 1
+        after = x
+        if lst is not None:
+            i += 1
+        else:
+            e = -1 if x == last else nx
+    return why, i, e, after, nxt, budget, passed
+
+
+def wl_group(
+    buf: memoryview, hs: int, f0: int, nent: int, e: int, last: int, base: int
+) -> tuple[dict[int, bytes], int]:
+    """Walk the chain from entry ``e`` through ``last`` while it stays in this file, grouping the
+    entries by offset (``due - base``), in chain order: the slot index's build. Returns
+    ``({offset: entries as native int64 bytes}, the next entry to walk)`` (-1: ``last`` reached)."""
+    end = f0 + nent
+    groups: dict[int, array[int]] = {}
+    while e != -1 and f0 <= e < end:
+        off = hs + (e - f0) * ENTRY_SIZE
+        due, nx = _DUE(buf, off)[0], _NEXT.unpack_from(buf, off + 16)[0]
+        g = groups.get(due - base)
+        if g is None:
+            groups[due - base] = array("q", (e,))
+        else:
+            g.append(e)
+        e = -1 if e == last else nx
+    return {k: v.tobytes() for k, v in groups.items()}, e
+
+
+def wl_ack(
+    buf: memoryview, hs: int, f0: int, nent: int, refs: list[int], j: int, head: int, P: int, s_k: int, s_o: int,
+    s_after: int, l_sent: int, wait_a: int, wait_b: int,
+) -> tuple[int, int, int, bool]:
+    """``ack`` of ``refs[j:]`` while they are commit-log refs of this file below ``head``: an
+    entry whose tag matches, still pending, not a bucket body, and already examined by the send
+    cursor (``s_k, s_o, s_after``; ``l_sent`` for the late chain) becomes done; the others are
+    ignored. Stops at the first ref it does not cover (another file, a bucket ref, out of range):
+    the caller deals with that one. Returns ``(j, lo, hi, wake)``: the position reached, the byte
+    range of the states flipped (``hi`` -1: none), and whether one of them was ``wait_a`` or
+    ``wait_b`` (the entries the done cursor waits on)."""
+    lo = hi = -1
+    wake = False
+    end = min(f0 + nent, head)
+    n = len(refs)
+    while j < n:
+        e = refs[j]
+        if not f0 <= e < end or e < 0:
+            break
+        j += 1
+        off = hs + (e - f0) * ENTRY_SIZE
+        due, loc, state, flags, tag = _ACK(buf, off)
+        if tag != e & 0xFFFFFFFF or state != PENDING or loc & BUCKET_BIT:
+            continue
+        if flags & LATE:
+            if l_sent == -1 or e > l_sent:
+                continue
+        else:
+            k = due // P
+            if k == s_k:
+                if s_o < 0:
+                    continue
+                eo = due - k * P
+                if eo > s_o or (eo == s_o and (s_after == -1 or e > s_after)):
+                    continue  # not handed out yet
+            elif k > s_k:
+                continue
+        buf[off + 24] = DONE
+        if lo < 0 or off < lo:
+            lo = off
+        if off > hi:
+            hi = off
+        if e in (wait_a, wait_b):
+            wake = True
+    return j, lo, hi, wake
 
 
 class SlotFile:

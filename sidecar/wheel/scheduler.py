@@ -73,18 +73,25 @@ from sidecar.store.codec import native as _native
 from sidecar.store.log import CommitLog
 from sidecar.store.mapped import HEADER_SIZE, GeometryMismatch, StoreError, fsync_dir
 from sidecar.wheel.layout import (
+    CALLER,
     CANCELLED,
     DONE,
     DROPPED,
+    END,
     ENTRY,
     ENTRY_SIZE,
     LATE,
+    OTHER_FILE,
     PENDING,
     SLOT,
     SLOT_SIZE,
     SlotFile,
     TimerLog,
+    wl_ack,
+    wl_done,
+    wl_group,
     wl_link,
+    wl_send,
 )
 
 STATE_VERSION = 1
@@ -96,12 +103,7 @@ _SLOT, _LATE, _BUCKET = 0, 1, 2
 _TAG = 0xFFFFFFFF
 _STATE = struct.Struct("<B")
 _unpack_entry = ENTRY.unpack_from
-# Narrow views of an entry for the per-record loops: unpacking only the fields a loop uses costs
-# a third of the full 7-field unpack.
-_due_next = struct.Struct("<q8xq").unpack_from  # (due, next)
-_loc_state = struct.Struct("<8xq8xB").unpack_from  # (loc, state)
 _walk = struct.Struct("<qqqB").unpack_from  # (due, loc, next, state)
-_ack_fields = struct.Struct("<qq8xBBxxI").unpack_from  # (due, loc, state, flags, tag)
 
 
 class _SlotIndex:
@@ -193,7 +195,12 @@ class WheelScheduler:
         self.index_max = index_max
         # the C record writes (sidecar._native), or their Python twins in layout.py
         self.native = _native if native else None
-        self._wl_link = wl_link if self.native is None else self.native.wl_link
+        nat = self.native
+        self._wl_link = wl_link if nat is None else nat.wl_link
+        self._wl_send = wl_send if nat is None else nat.wl_send
+        self._wl_done = wl_done if nat is None else nat.wl_done
+        self._wl_group = wl_group if nat is None else nat.wl_group
+        self._wl_ack = wl_ack if nat is None else nat.wl_ack
         self.occ_send = bytearray(self.N)  # 1: slot at this position still to be read by send
         self.occ_done = bytearray(self.N)  # 1: slot at this position still to be passed by done
         self._budget = 0
@@ -302,24 +309,17 @@ class WheelScheduler:
         else:
             e = self.tl.next_of(ix.last)
         base = k * self.P
-        files, pf = self.tl.files, self.pf
+        files, pf, group = self.tl.files, self.pf, self._wl_group
         offs, keys = ix.offs, ix.keys
-        cf, cbuf = -1, self.slots.buf
-        while True:
+        while e != -1:  # one call per timer-log file the chain crosses
             f0 = e - e % pf
-            if f0 != cf:
-                cf, cbuf = f0, files[f0].buf
-            due, nx = _due_next(cbuf, HEADER_SIZE + (e - f0) * ENTRY_SIZE)
-            eo = due - base
-            lst = offs.get(eo)
-            if lst is None:
-                offs[eo] = array("q", (e,))
-                insort(keys, eo)
-            else:
-                lst.append(e)
-            if e == last:
-                break
-            e = nx
+            got, e = group(files[f0].buf, HEADER_SIZE, f0, pf, e, last, base)
+            for eo, raw in got.items():
+                lst = offs.get(eo)
+                if lst is None:
+                    offs[eo] = lst = array("q")
+                    insort(keys, eo)
+                lst.frombytes(raw)
         ix.last = last
         return ix
 
@@ -560,62 +560,59 @@ class WheelScheduler:
             vlim = self._restored_head
             ix = self._six = self._index(self._six, self._dix, k, first, last, sl[2])
             if ix is not None:
+                lst: array[int] | None
                 lst, i = ix.tail(o, after)
-                n = len(lst)
-                append = out.append
-                cf, cbuf = -1, self.slots.buf
-                while i < n and room > 0 and budget > 0:
-                    e = lst[i]
-                    f0 = e - e % pf
-                    if f0 != cf:
-                        cf, cbuf = f0, files[f0].buf
-                    off = HEADER_SIZE + (e - f0) * ENTRY_SIZE
-                    loc, state = _loc_state(cbuf, off)
+                n, e, nxt = len(lst), -1, -1
+            else:
+                lst, i, n = None, 0, 0
+                e = first if after == -1 else (-1 if after == last else tl.next_of(after))
+                nxt = self.s_nxt
+            send, mark = self._wl_send, tl.mark
+            pend: list[tuple[int, int]] = []
+            why = END
+            while True:  # one call per timer-log file, and one per restored entry to check
+                x = e if lst is None else (lst[i] if i < n else -1)
+                if x == -1:
+                    why = END
+                    break
+                f0 = x - x % pf
+                cbuf = files[f0].buf
+                why, i, e, after, nxt, budget, room, lo, hi = send(
+                    cbuf, HEADER_SIZE, f0, pf, lst, i, e, last, base, o, nxt, after, room, budget, vlim, pend
+                )
+                if hi >= 0:
+                    mark(f0, lo)
+                    mark(f0, hi)
+                if why == CALLER:  # pending, restored: its body is checked before it is handed out
+                    x = e if lst is None else lst[i]
+                    due, loc, nx = _walk(cbuf, HEADER_SIZE + (x - f0) * ENTRY_SIZE)[:3]
                     budget -= 1
-                    if state == PENDING and e < vlim and self._dangles(e, _unpack_entry(cbuf, off)[0], loc):
-                        state = DROPPED  # restored, and its body fails the check: dropped, never handed out
-                    if state == PENDING:
-                        append((loc, self._read(loc)) if loc & BUCKET_BIT else (e, read(loc)))
+                    if not self._dangles(x, due, loc):
+                        pend.append((x, loc))
                         room -= 1
-                    elif state == CANCELLED:
-                        tl.set_state(e, DONE)  # the done cursor releases it
-                    after = e
-                    i += 1
-                self._budget = budget
+                    after = x
+                    if lst is None:
+                        e = -1 if x == last else nx
+                    else:
+                        i += 1
+                elif why != OTHER_FILE:
+                    break
+            self._budget = budget
+            append, rd = out.append, self._read
+            for x, loc in pend:
+                append((loc, rd(loc)) if loc & BUCKET_BIT else (x, read(loc)))
+            if ix is not None:
                 # the true next offset: a chain walk resuming from here (slot grown past
                 # index_max) must not miss the offsets of entries before ``after``
                 nxt = self.s_nxt = ix.after(o)
-                if i < n:
+                if why != END:
                     self.s_after = after
                     return  # limit or budget
                 self.s_after = last  # every entry of this offset up to the chain's end is examined
             else:
-                e = first if after == -1 else (-1 if after == last else tl.next_of(after))
-                nxt = self.s_nxt
-                cf, cbuf = -1, self.slots.buf
-                while e != -1 and room > 0 and budget > 0:
-                    f0 = e - e % pf
-                    if f0 != cf:
-                        cf, cbuf = f0, files[f0].buf
-                    due, loc, nx, state = _walk(cbuf, HEADER_SIZE + (e - f0) * ENTRY_SIZE)
-                    budget -= 1
-                    eo = due - base
-                    if eo == o:
-                        if state == PENDING and e < vlim and self._dangles(e, due, loc):
-                            state = DROPPED  # restored, and its body fails the check: dropped, never handed out
-                        if state == PENDING:
-                            out.append((loc, self._read(loc)) if loc & BUCKET_BIT else (e, read(loc)))
-                            room -= 1
-                        elif state == CANCELLED:
-                            tl.set_state(e, DONE)  # the done cursor releases it
-                    elif eo > o and (nxt < 0 or eo < nxt):
-                        nxt = eo
-                    after = e
-                    e = -1 if e == last else nx
-                self._budget = budget
                 self.s_after = after
                 self.s_nxt = nxt
-                if e != -1:
+                if why != END:
                     return  # limit or budget
             if nxt >= 0:  # next pass
                 if now < base + nxt:
@@ -675,6 +672,7 @@ class WheelScheduler:
         # slots
         P = self.P
         self._d_block = -1
+        file_live, live, seg_bytes = self.file_live, self.log.live, self.log.segment_bytes
         while budget > 0:
             k = self.d_k
             if k > self.s_k or (k == self.s_k and self.s_o < 0):
@@ -693,65 +691,51 @@ class WheelScheduler:
             o = self.d_o
             base = k * P
             after = self.d_after
-            stop = False
             ix = self._dix = self._index(self._dix, self._six, k, first, last, sl[2])
             if ix is not None:
+                lst: array[int] | None
                 lst, i = ix.tail(o, after)
-                n = len(lst)
-                release, file_live = self.log.release, self.file_live
-                cf, cbuf = -1, self.slots.buf
-                i0 = i
-                while i < n and budget > 0:
-                    e = lst[i]
-                    f0 = e - e % pf
-                    if f0 != cf:
-                        cf, cbuf = f0, files[f0].buf
-                    loc, state = _loc_state(cbuf, HEADER_SIZE + (e - f0) * ENTRY_SIZE)
-                    if state < DONE:
-                        stop = True
-                        self._d_block = e
-                        break
-                    budget -= 1
-                    # _pass, inlined
-                    if state == DROPPED:
-                        pass
-                    elif loc & BUCKET_BIT:
-                        self.buckets.release(split_ref(loc)[0])
-                    else:
-                        release(loc)
-                    file_live[f0] -= 1
-                    after = e
-                    i += 1
-                self.n_wheel -= i - i0
+                n, e, nxt = len(lst), -1, -1
+            else:
+                lst, i, n = None, 0, 0
+                e = first if after == -1 else (-1 if after == last else self.tl.next_of(after))
+                nxt = self.d_nxt
+            walk = self._wl_done
+            segs: dict[int, int] = {}
+            blocs: list[int] = []
+            why = END
+            while True:  # one call per timer-log file
+                x = e if lst is None else (lst[i] if i < n else -1)
+                if x == -1:
+                    why = END
+                    break
+                f0 = x - x % pf
+                why, i, e, after, nxt, budget, passed = walk(
+                    files[f0].buf, HEADER_SIZE, f0, pf, lst, i, e, last, base, o, nxt, after, budget, seg_bytes,
+                    segs, blocs,
+                )
+                file_live[f0] -= passed
+                self.n_wheel -= passed
+                if why == CALLER:
+                    self._d_block = e if lst is None else lst[i]  # the entry the done cursor waits on
+                if why != OTHER_FILE:
+                    break
+            # log.release and buckets.release of each body crossed, a count per segment
+            for g, c in segs.items():
+                if g in live:
+                    live[g] -= c
+            for loc in blocs:
+                self.buckets.release(split_ref(loc)[0])
+            if ix is not None:
                 nxt = self.d_nxt = ix.after(o)  # the true next offset (see _drain_slots)
-                if stop or i < n:
+                if why != END:
                     self.d_after = after
                     return
                 self.d_after = last
             else:
-                e = first if after == -1 else (-1 if after == last else self.tl.next_of(after))
-                nxt = self.d_nxt
-                cf, cbuf = -1, self.slots.buf
-                while e != -1 and budget > 0:
-                    f0 = e - e % pf
-                    if f0 != cf:
-                        cf, cbuf = f0, files[f0].buf
-                    due, loc, nx, state = _walk(cbuf, HEADER_SIZE + (e - f0) * ENTRY_SIZE)
-                    eo = due - base
-                    if eo == o:
-                        if state < DONE:
-                            stop = True
-                            self._d_block = e
-                            break
-                        budget -= 1
-                        self._pass(e, loc, state)
-                    elif eo > o and (nxt < 0 or eo < nxt):
-                        nxt = eo
-                    after = e
-                    e = -1 if e == last else nx
                 self.d_after = after
                 self.d_nxt = nxt
-                if stop or e != -1:
+                if why != END:
                     return
             if k == self.s_k and o >= self.s_o:
                 return  # send is still in this pass: more entries may be appended to it
@@ -809,56 +793,32 @@ class WheelScheduler:
             self._advance_done()
 
     def ack_many(self, refs: list[int]) -> None:
-        """``_ack`` of each ref (with ``_handed`` inlined for commit-log refs: this runs once per
-        delivered record), then one advance of the done cursor if it waited on one of them."""
+        """``_ack`` of each ref — the commit-log refs of one timer-log file at a time in one
+        ``wl_ack`` call (C, or its Python twin), the rest one by one — then one advance of the
+        done cursor if it waited on one of them."""
         wake = False
-        head, pf, files, P = self.head, self.pf, self.tl.files, self.P
-        s_k, s_o, s_after, l_sent = self.s_k, self.s_o, self.s_after, self.l_sent
-        d_block, l_head = self._d_block, self.l_head
-        mark = self.tl.mark
-        cf, cbuf, lo, hi = -1, self.slots.buf, 0, 0  # the file of the previous entry; its patched range
-        for ref in refs:
+        head, pf, files = self.head, self.pf, self.tl.files
+        ack, mark = self._wl_ack, self.tl.mark
+        args = (self.P, self.s_k, self.s_o, self.s_after, self.l_sent, self._d_block, self.l_head)
+        j, n = 0, len(refs)
+        while j < n:
+            ref = refs[j]
             if ref < 0 or ref >= head:
                 if ref >= 0 and ref & BUCKET_BIT and self._ack(ref):
                     wake = True
+                j += 1
                 continue
-            e = ref
-            f0 = e - e % pf
-            if f0 != cf:
-                mf = files.get(f0)
-                if mf is None:
-                    continue
-                if hi:
-                    mark(cf, lo)
-                    mark(cf, hi)
-                cf, cbuf, lo, hi = f0, mf.buf, 1 << 62, 0
-            off = HEADER_SIZE + (e - f0) * ENTRY_SIZE
-            due, loc, state, flags, tag = _ack_fields(cbuf, off)
-            if tag != e & _TAG or state != PENDING or loc & BUCKET_BIT:
+            f0 = ref - ref % pf
+            mf = files.get(f0)
+            if mf is None:
+                j += 1
                 continue
-            if flags & LATE:
-                if l_sent == -1 or e > l_sent:
-                    continue
-            else:
-                k = due // P
-                if k == s_k:
-                    if s_o < 0:
-                        continue
-                    eo = due - k * P
-                    if eo > s_o or (eo == s_o and (s_after == -1 or e > s_after)):
-                        continue  # not handed out yet
-                elif k > s_k:
-                    continue
-            cbuf[off + 24] = DONE
-            if off < lo:
-                lo = off
-            if off > hi:
-                hi = off
-            if e in (d_block, l_head):  # the done cursor waits on this one
+            j, lo, hi, w = ack(mf.buf, HEADER_SIZE, f0, pf, refs, j, head, *args)
+            if hi >= 0:
+                mark(f0, lo)
+                mark(f0, hi)
+            if w:
                 wake = True
-        if hi:
-            mark(cf, lo)
-            mark(cf, hi)
         if wake:
             self._advance_done()
 

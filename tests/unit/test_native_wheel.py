@@ -1,9 +1,11 @@
-"""The timer wheel's C record writes (``sidecar._native.wl_*``) against their Python twins in
-``sidecar.wheel.layout``: the same bytes written, the same result, the same refusals."""
+"""The timer wheel's C functions (``sidecar._native.wl_*``: the intake's record writes and the
+publish/settle walks) against their Python twins in ``sidecar.wheel.layout``: the same bytes
+written, the same result, the same refusals."""
 
 from __future__ import annotations
 
 import struct
+from array import array
 from typing import Any
 
 import pytest
@@ -76,3 +78,130 @@ def test_wl_link_builds_a_chain() -> None:
         assert [layout.ENTRY.unpack_from(tl, HS + i * 32) for i in range(3)] == [
             (1005, 7, 1, 0, 0, 0, 0), (1003, 8, 2, 0, 0, 0, 1), (1009, 9, -1, 0, 0, 0, 2),
         ]
+
+
+# -- the per-entry walks (wl_send, wl_done, wl_group, wl_ack) ------------------------------------
+# A random timer-log file of PER_FILE entries whose links only go forward (as the log's do),
+# some of them out of the file, and random cursor positions, budgets and limits around it.
+
+BASE = 1_000_000
+BUCKET = 1 << 62
+
+
+@st.composite
+def _tl_file(draw: st.DrawFn) -> tuple[int, bytearray]:
+    f0 = draw(st.integers(0, 1 << 30)) * PER_FILE
+    tl = bytearray(HS + PER_FILE * 32)
+    for j in range(PER_FILE):
+        x = f0 + j
+        due = BASE + draw(st.integers(-1, 3))
+        loc = draw(st.one_of(st.integers(0, 999), st.integers(0, 99).map(lambda v: BUCKET | v)))
+        nxt = draw(st.one_of(st.just(-1), st.integers(x + 1, f0 + PER_FILE + 2)))
+        tag = x & 0xFFFFFFFF if draw(st.integers(0, 9)) else draw(st.integers(0, 0xFFFFFFFF))
+        layout.ENTRY.pack_into(
+            tl, HS + j * 32, due, loc, nxt, draw(st.integers(0, 3)), draw(st.integers(0, 1)), 0, tag
+        )
+    return f0, tl
+
+
+def _walk_args(data: st.DataObject, f0: int) -> tuple[Any, ...]:
+    entry = st.integers(f0 - 2, f0 + PER_FILE + 1)
+    lst = data.draw(st.one_of(st.none(), st.lists(entry, max_size=10).map(lambda v: array("q", v))))
+    i = data.draw(st.integers(0, 10))
+    e = data.draw(st.one_of(st.just(-1), entry))
+    last = data.draw(entry)
+    o = data.draw(st.integers(-1, 3))
+    nxt = data.draw(st.integers(-1, 3))
+    after = data.draw(st.one_of(st.just(-1), entry))
+    return lst, i, e, last, BASE, o, nxt, after
+
+
+def _twin(fn_c: Any, fn_py: Any, tl: bytearray, *args: Any, extra: Any = ()) -> None:
+    tc, tp = bytearray(tl), bytearray(tl)
+    xc, xp = [type(x)() for x in extra], [type(x)() for x in extra]
+    rc = fn_c(memoryview(tc), HS, *args, *xc)
+    rp = fn_py(memoryview(tp), HS, *args, *xp)
+    assert rc == rp
+    assert tc == tp
+    assert xc == xp
+    assert [list(x.items()) if isinstance(x, dict) else x for x in xc] == [
+        list(x.items()) if isinstance(x, dict) else x for x in xp
+    ]
+
+
+@needs_native
+@settings(max_examples=400, deadline=None)
+@given(data=st.data(), f=_tl_file(), room=st.integers(0, 6), budget=st.integers(0, 12), vl=st.integers(-1, 9))
+def test_wl_send_matches_the_python_twin(
+    data: st.DataObject, f: tuple[int, bytearray], room: int, budget: int, vl: int
+) -> None:
+    f0, tl = f
+    lst, i, e, last, base, o, nxt, after = _walk_args(data, f0)
+    assert native is not None
+    _twin(
+        native.wl_send, layout.wl_send, tl, f0, PER_FILE, lst, i, e, last, base, o, nxt, after, room, budget,
+        f0 + vl, extra=([],),
+    )
+
+
+@needs_native
+@settings(max_examples=400, deadline=None)
+@given(data=st.data(), f=_tl_file(), budget=st.integers(0, 12), seg=st.integers(1, 400))
+def test_wl_done_matches_the_python_twin(data: st.DataObject, f: tuple[int, bytearray], budget: int, seg: int) -> None:
+    f0, tl = f
+    lst, i, e, last, base, o, nxt, after = _walk_args(data, f0)
+    assert native is not None
+    _twin(
+        native.wl_done, layout.wl_done, tl, f0, PER_FILE, lst, i, e, last, base, o, nxt, after, budget, seg,
+        extra=({}, []),
+    )
+
+
+@needs_native
+@settings(max_examples=400, deadline=None)
+@given(data=st.data(), f=_tl_file())
+def test_wl_group_matches_the_python_twin(data: st.DataObject, f: tuple[int, bytearray]) -> None:
+    f0, tl = f
+    entry = st.integers(f0 - 2, f0 + PER_FILE + 1)
+    e, last = data.draw(st.one_of(st.just(-1), entry)), data.draw(entry)
+    assert native is not None
+    _twin(native.wl_group, layout.wl_group, tl, f0, PER_FILE, e, last, BASE)
+
+
+@needs_native
+@settings(max_examples=400, deadline=None)
+@given(data=st.data(), f=_tl_file(), P=st.integers(1, 5))
+def test_wl_ack_matches_the_python_twin(data: st.DataObject, f: tuple[int, bytearray], P: int) -> None:
+    f0, tl = f
+    entry = st.integers(f0 - 2, f0 + PER_FILE + 1)
+    refs = data.draw(st.lists(st.one_of(entry, entry, st.just(-1), st.integers(0, 9).map(lambda v: BUCKET | v))))
+    j = data.draw(st.integers(0, len(refs)))
+    head = data.draw(st.integers(f0, f0 + PER_FILE + 2))
+    s_k = data.draw(st.integers(BASE // P - 2, BASE // P + 4))
+    s_o = data.draw(st.integers(-1, P))
+    s_after, l_sent, wa, wb = (data.draw(st.one_of(st.just(-1), entry)) for _ in range(4))
+    assert native is not None
+    _twin(native.wl_ack, layout.wl_ack, tl, f0, PER_FILE, refs, j, head, P, s_k, s_o, s_after, l_sent, wa, wb)
+
+
+def test_wl_walks_follow_a_chain_across_files() -> None:
+    """A chain of 5 entries over two files (4 per file here), offsets 0 1 0 0 1: each walk stops
+    at the file boundary (why 2) and resumes in the next file where it stopped."""
+    per, files = 4, {0: bytearray(HS + 4 * 32), 4: bytearray(HS + 4 * 32)}
+    for x, off in zip((1, 2, 3, 4, 6), (0, 1, 0, 0, 1), strict=True):
+        nx = {1: 2, 2: 3, 3: 4, 4: 6, 6: -1}[x]
+        layout.ENTRY.pack_into(files[x - x % per], HS + (x % per) * 32, BASE + off, 100 + x, nx, 0, 0, 0, x)
+    for mod in (layout, native) if native is not None else (layout,):
+        got: dict[int, bytes] = {}
+        e = 1
+        while e != -1:
+            f0 = e - e % per
+            g, e = mod.wl_group(memoryview(bytearray(files[f0])), HS, f0, per, e, 6, BASE)
+            for k, v in g.items():
+                got[k] = got.get(k, b"") + v
+        assert {k: list(array("q", v)) for k, v in got.items()} == {0: [1, 3, 4], 1: [2, 6]}
+        pend: list[tuple[int, int]] = []
+        r = mod.wl_send(memoryview(files[0]), HS, 0, per, None, 0, 1, 6, BASE, 0, -1, -1, 10, 10, 0, pend)
+        assert r == (2, 0, 4, 3, 1, 7, 8, -1, -1) and pend == [(1, 101), (3, 103)]
+        r = mod.wl_send(memoryview(files[4]), HS, 4, per, None, 0, 4, 6, BASE, 0, 1, 3, 8, 7, 0, pend)
+        assert r == (0, 0, -1, 6, 1, 5, 7, -1, -1) and pend == [(1, 101), (3, 103), (4, 104)]
