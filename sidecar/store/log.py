@@ -345,6 +345,14 @@ class CommitLog:
         if index in self.live:  # a dangling scheduler entry (segment gone) has nothing to release
             self.live[index] -= 1
 
+    def release_counts(self, counts: dict[int, int]) -> None:
+        """``release`` for many records at once: ``counts`` maps a segment index to how many of
+        its records are no longer needed."""
+        live = self.live
+        for index, n in counts.items():
+            if index in live:
+                live[index] -= n
+
     # -- durability -----------------------------------------------------------------------------
     def flush(self) -> None:
         """msync everything appended since the last flush (and the directory, if a segment was

@@ -672,7 +672,7 @@ class WheelScheduler:
         # slots
         P = self.P
         self._d_block = -1
-        file_live, live, seg_bytes = self.file_live, self.log.live, self.log.segment_bytes
+        file_live, seg_bytes = self.file_live, self.log.segment_bytes
         while budget > 0:
             k = self.d_k
             if k > self.s_k or (k == self.s_k and self.s_o < 0):
@@ -721,9 +721,7 @@ class WheelScheduler:
                 if why != OTHER_FILE:
                     break
             # log.release and buckets.release of each body crossed, a count per segment
-            for g, c in segs.items():
-                if g in live:
-                    live[g] -= c
+            self.log.release_counts(segs)
             for loc in blocs:
                 self.buckets.release(split_ref(loc)[0])
             if ix is not None:
