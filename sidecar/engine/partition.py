@@ -56,6 +56,8 @@ log = logs.get("sidecar.store")
 _DANGLING_KEPT = 1000  # dangling entries remembered (for the recovered event, inspect and tests)
 _DANGLING_LOGGED = 10  # logged one by one; after that at every power of two
 TRIM_ALL_EVERY = 16  # trim(): all of the store is dropped at least every 16th call (~3 s)
+TRIM_DRAIN_RECORDS = 4096  # trim(): at least this many delivered since the previous call, and 4x
+# more than ingested, is a backlog being drained: its commit log and scheduler pages go every call
 
 
 @dataclass(slots=True)
@@ -146,6 +148,9 @@ class PartitionStore:
         self._trims = 0
         self._trimmed_at = 0  # ``checkpoints`` at the previous trim()
         self._idle = False  # as seen by the previous trim()
+        self.settled = 0  # records delivered (settled) since open
+        self._settled_at_trim = 0
+        self._offset_at_trim: int | None = None
 
     # -- recovery -------------------------------------------------------------------------------
     def open(self) -> int | None:
@@ -352,6 +357,7 @@ class PartitionStore:
         self.ids.remove_delivered(acked)
         self.sched.ack_many([ref for ref, _rec in acked])
         self.counters.delivered += len(acked)
+        self.settled += len(acked)
         self.dirty = True
 
     def dead_letter(self, ref: int, rec: Record, reason: str, error: str, attempts: int, now_ms: int) -> None:
@@ -422,13 +428,28 @@ class PartitionStore:
         and its chain links are written at random, so under a stream of writes their pages come
         back at once (with ``fsync=none``, which has no msync to write-protect them anyway, that
         measured +0.33 page faults per ingested record), and an idle store would pay a madvise per
-        file per interval for the few pages its scanners touch."""
+        file per interval for the few pages its scanners touch.
+
+        A store draining a backlog (a mass expiry: at least ``TRIM_DRAIN_RECORDS`` delivered since
+        the previous call and four times more than ingested) also drops its whole commit log and
+        the scheduler's files at every call: the publisher reads them front to back at up to
+        ~100k records/s, ~30 MB/s of pages it will not read again, which would otherwise stay
+        mapped until the next full drop (measured: +107 MiB RSS during a one-million-record
+        drain). The few writes of the intake beside it do not make the re-faults matter."""
         self._trims += 1
         idle = self._trimmed_at == self.checkpoints
+        offset = self.next_offset or 0
+        delivered = self.settled - self._settled_at_trim
+        ingested = offset - (offset if self._offset_at_trim is None else self._offset_at_trim)
+        draining = delivered >= TRIM_DRAIN_RECORDS and delivered >= 4 * ingested
+        self._settled_at_trim, self._offset_at_trim = self.settled, offset
         if (idle and not self._idle) or self._trims % TRIM_ALL_EVERY == 0:
             self.log.trim()
             self.sched.trim()
             self.ids.trim()
+        elif draining:
+            self.log.trim()
+            self.sched.trim()
         else:
             self.log.trim(sealed=False)
         self._idle = idle

@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 
 from sidecar import contract as c
-from sidecar.engine.partition import TRIM_ALL_EVERY, Counters, IngressRecord, PartitionStore, compile_rules
+from sidecar.engine.partition import (
+    TRIM_ALL_EVERY,
+    TRIM_DRAIN_RECORDS,
+    Counters,
+    IngressRecord,
+    PartitionStore,
+    compile_rules,
+)
 from sidecar.levels.scheduler import LevelsScheduler
 from sidecar.scheduling import Scheduler
 from sidecar.store import codec
@@ -208,4 +215,47 @@ def test_trim_policy_busy_idle(tmp_path: Path) -> None:
         full.append(before - rss_file() >= 4096)
     calls = [i + 1 for i, dropped in enumerate(full) if dropped]
     assert calls == [TRIM_ALL_EVERY, TRIM_ALL_EVERY + 5, 2 * TRIM_ALL_EVERY]
+    store.close()
+
+
+@pytest.mark.parametrize("scheduler", ["levels", "wheel"])
+def test_trim_while_draining_a_backlog(tmp_path: Path, scheduler: str) -> None:
+    """A store that delivers a backlog (thousands settled since the previous trim, few ingested)
+    drops the commit log and scheduler pages the publisher read at that trim, not only at every
+    ``TRIM_ALL_EVERY``-th: RSS falls back to about where it was before the reads (the id index's
+    pages, touched by the removals, stay). One that ingests as much as it delivers drops only
+    what was appended."""
+    n = 7 * TRIM_DRAIN_RECORDS
+    store = make_store(tmp_path, scheduler, Counters())
+    for i in range(n):
+        headers: list[tuple[str, bytes | None]] = [(c.TARGET_TOPIC, b"target"), (c.DELAY_MS, b"1000")]
+        store.ingest(IngressRecord("in", 0, i, T0, b"k", b"v" * 200, headers), T0)
+    store.checkpoint(fsync=False)
+    store.trim()
+    store.trim()  # idle: everything goes
+    base = rss_file()
+    batch = store.sched.due(T0 + 2000, 3 * TRIM_DRAIN_RECORDS)  # ~3.6 MB of records read
+    assert len(batch) == 3 * TRIM_DRAIN_RECORDS
+    store.acked.extend(batch)
+    store.settle()
+    store.checkpoint(fsync=False)  # busy: not the idle trim
+    before = rss_file()
+    store.trim()
+    after = rss_file()
+    assert before - after >= 3 * MiB, f"draining: only {(before - after) / 1024:.0f} KiB dropped"
+    assert after - base <= 1.5 * MiB, f"draining: {(after - base) / 1024:.0f} KiB still mapped"
+
+    calls: list[str] = []
+    log_trim, sched_trim = store.log.trim, store.sched.trim
+    store.log.trim = lambda sealed=True: (calls.append(f"log sealed={sealed}"), log_trim(sealed))[1]  # type: ignore[method-assign]
+    store.sched.trim = lambda: (calls.append("sched"), sched_trim())[1]  # type: ignore[method-assign]
+    batch = store.sched.due(T0 + 2000, 3 * TRIM_DRAIN_RECORDS)
+    store.acked.extend(batch)
+    store.settle()
+    for k in range(len(batch)):  # steady state, not a drain: as many ingested as delivered
+        headers = [(c.TARGET_TOPIC, b"target"), (c.DELAY_MS, b"100000")]
+        store.ingest(IngressRecord("in", 0, n + k, T0, b"k", b"v", headers), T0)
+    store.checkpoint(fsync=False)
+    store.trim()
+    assert calls == ["log sealed=False"]
     store.close()
