@@ -283,20 +283,7 @@ class CommitLog:
         if off < HEADER_SIZE:  # a new segment starts after its header
             off = HEADER_SIZE
             self.head = index * sb + off
-        seg = self.segments.get(index)
-        if seg is None:
-            seg = self.segments[index] = self._map(index, create=True)
-            self.live[index] = 0
-        size = codec.append(
-            seg.buf, off, sb, rtype, due_ms, enqueue_ms, src_offset, src_partition, target_partition, retry_count,
-            level, rid, topic, key, value, headers_blob,
-        )
-        if size < 0:
-            if off == HEADER_SIZE or HEADER_SIZE - size > sb:
-                raise StoreError(f"record of {-size} bytes does not fit a segment of {sb}")
-            # roll: the rest of the old segment stays zero (its sealed tail)
-            index, off = index + 1, HEADER_SIZE
-            self.head = index * sb + off
+        while True:
             seg = self.segments.get(index)
             if seg is None:
                 seg = self.segments[index] = self._map(index, create=True)
@@ -305,6 +292,13 @@ class CommitLog:
                 seg.buf, off, sb, rtype, due_ms, enqueue_ms, src_offset, src_partition, target_partition,
                 retry_count, level, rid, topic, key, value, headers_blob,
             )
+            if size >= 0:
+                break
+            if off == HEADER_SIZE or HEADER_SIZE - size > sb:
+                raise StoreError(f"record of {-size} bytes does not fit a segment of {sb}")
+            # roll: the rest of the old segment stays zero (its sealed tail)
+            index, off = index + 1, HEADER_SIZE
+            self.head = index * sb + off
         pos = self.head
         self.head += size
         self.live[index] += 1
