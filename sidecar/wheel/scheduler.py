@@ -287,6 +287,18 @@ class WheelScheduler:
         """First slot the ring may not hold yet (see the module docstring: ``guard + slots``)."""
         return self._guard() + self.N
 
+    def _resume(
+        self, ix: _SlotIndex | None, o: int, after: int, first: int, last: int, nxt: int
+    ) -> tuple[array[int] | None, int, int, int, int]:
+        """Where a cursor's pass over offset ``o`` resumes after entry ``after`` (-1: from the
+        start): ``(lst, i, n, e, nxt)`` — with an index, its list for ``o`` and the position in it
+        (``e`` and ``nxt`` unused: -1); without, the chain's next entry ``e`` and the cursor's
+        saved next offset ``nxt``."""
+        if ix is not None:
+            lst, i = ix.tail(o, after)
+            return lst, i, len(lst), -1, -1
+        return None, 0, 0, first if after == -1 else (-1 if after == last else self.tl.next_of(after)), nxt
+
     def _index(
         self, ix: _SlotIndex | None, other: _SlotIndex | None, k: int, first: int, last: int, count: int
     ) -> _SlotIndex | None:
@@ -559,14 +571,7 @@ class WheelScheduler:
             files, pf, read = tl.files, self.pf, self.log.read
             vlim = self._restored_head
             ix = self._six = self._index(self._six, self._dix, k, first, last, sl[2])
-            if ix is not None:
-                lst: array[int] | None
-                lst, i = ix.tail(o, after)
-                n, e, nxt = len(lst), -1, -1
-            else:
-                lst, i, n = None, 0, 0
-                e = first if after == -1 else (-1 if after == last else tl.next_of(after))
-                nxt = self.s_nxt
+            lst, i, n, e, nxt = self._resume(ix, o, after, first, last, self.s_nxt)
             send, mark = self._wl_send, tl.mark
             pend: list[tuple[int, int]] = []
             why = END
@@ -692,14 +697,7 @@ class WheelScheduler:
             base = k * P
             after = self.d_after
             ix = self._dix = self._index(self._dix, self._six, k, first, last, sl[2])
-            if ix is not None:
-                lst: array[int] | None
-                lst, i = ix.tail(o, after)
-                n, e, nxt = len(lst), -1, -1
-            else:
-                lst, i, n = None, 0, 0
-                e = first if after == -1 else (-1 if after == last else self.tl.next_of(after))
-                nxt = self.d_nxt
+            lst, i, n, e, nxt = self._resume(ix, o, after, first, last, self.d_nxt)
             walk = self._wl_done
             segs: dict[int, int] = {}
             blocs: list[int] = []
