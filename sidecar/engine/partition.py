@@ -34,6 +34,7 @@ message is consumed again and must be cancelled again.
 from __future__ import annotations
 
 import re
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,11 +48,16 @@ from sidecar.store import checkpoint, codec
 from sidecar.store.codec import Record, decode_headers, encode_headers, native
 from sidecar.store.idindex import PRECANCEL, IdIndex, id_hash
 from sidecar.store.log import CommitLog
-from sidecar.store.mapped import StoreError, SyncBatch, deferred_sync
+from sidecar.store.mapped import HEADER_SIZE, StoreError, SyncBatch, deferred_sync
 
 HeaderList = list[tuple[str, bytes | None]]
 _fast = None if native is None else native.parse_request  # the common request, parsed in C (headers.py)
 _NO_HEADERS = encode_headers(())
+_run = None if native is None else native.ingest_run  # the intake fast path (ingest_many), in C
+FAST_INTAKE = _run is not None
+# ingest_run's state array: these common fields (the C side's IN_* indexes), then the scheduler's
+# values (its intake_begin) from _SCHED_AT
+_HEAD, _NEXT, _ILIVE, _SCHED_AT = 1, 4, 8, 16
 log = logs.get("sidecar.store")
 _DANGLING_KEPT = 1000  # dangling entries remembered (for the recovered event, inspect and tests)
 _DANGLING_LOGGED = 10  # logged one by one; after that at every power of two
@@ -136,6 +142,8 @@ class PartitionStore:
         self.counters = counters
         self.durable = durable
         self.next_offset: int | None = None  # next ingress offset to consume
+        self._intake_begin: Callable[[], tuple[int, list[int], tuple[Any, ...]] | None] | None = None
+        self._intake_end: Callable[[array[int], int, int], None] | None = None
         self.dirty = False
         self.log: CommitLog
         self.sched: Scheduler
@@ -167,6 +175,9 @@ class PartitionStore:
                 )
         self.log = CommitLog(self.dir, self.segment_bytes)
         self.sched = self.make_scheduler(self.dir, self.log)
+        # the scheduler's side of ingest_many (both built-in schedulers have it)
+        self._intake_begin = getattr(self.sched, "intake_begin", None)
+        self._intake_end = getattr(self.sched, "intake_end", None)
         self.sched.restore(ck.get("sched") if ck else None)
         self.ids = IdIndex(self.dir)
         self.ids.restore(ck.get("ids") if ck else None)
@@ -248,6 +259,49 @@ class PartitionStore:
                 topic, offset, ts, key, value, headers, self._default_id(topic, offset), parsed.reason, parsed.error,
                 now_ms,
             )
+
+    def ingest_many(self, msgs: list[Any], start: int, now_ms: int, topic: str) -> int:
+        """Store ``msgs[start:]`` (consumer Messages) while each is the common case, in one C call
+        (``_native.ingest_run``): a message of this partition without error, a request the fast
+        parser accepts, no id-index entry under its id's hash, a plan, room in the current
+        segment, the scheduler's plain append, no index growth. Returns the index of the first
+        message not stored: the caller runs it through the reference path (``ingest_fields``,
+        which handles everything) and calls again. Every Python-visible field ends as
+        ``ingest_fields`` would leave it, so the fast path changes nothing but the cost
+        (docs/storage.md 2.6). Returns ``start`` when the fast path is off (no extension)."""
+        begin = self._intake_begin
+        if _run is None or begin is None or topic != self.topic or type(msgs) is not list:
+            return start
+        sched = begin()
+        if sched is None:
+            return start
+        kind, values, bufs = sched
+        lg, ids, rules = self.log, self.ids, self.rules
+        sb = lg.segment_bytes
+        seg = lg.segments.get(lg.head // sb)
+        st = array("q", [
+            kind, lg.head, sb, HEADER_SIZE, -1, rules.max_record_bytes, rules.max_delay_ms, ids.mask, ids.live,
+            ids.tombs, ids._scan_off, ids._scan_live, ids._scan_tombs, 0, 0, 0, *values,
+        ])
+        end: int = _run(
+            msgs, start, now_ms, self.partition, self.id_prefix, rules.checked_targets, _NO_HEADERS,
+            None if seg is None else seg.buf, ids.f.buf, st, bufs,
+        )
+        count = end - start
+        if count:
+            counters = self.counters
+            counters.ingested += count
+            counters.scheduled += count
+            self.dirty = True
+            self.next_offset = st[_NEXT]
+            lg.live[lg.head // sb] += count
+            lg.head = st[_HEAD]
+            lg.appended += count
+            ids.live, ids.tombs, ids._scan_off, ids._scan_live, ids._scan_tombs = st[_ILIVE : _ILIVE + 5]
+            ids.dirty = True
+            assert self._intake_end is not None
+            self._intake_end(st, _SCHED_AT, count)
+        return end
 
     def _default_id(self, topic: str, offset: int) -> bytes:
         if topic == self.topic:

@@ -91,6 +91,36 @@ class LevelsScheduler:
         lv.write = idx + 1
         return (level << _IDX_BITS) | idx
 
+    def intake_begin(self) -> tuple[int, list[int], tuple[Any, ...]]:
+        """The state ``_native.ingest_run`` needs for ``plan`` and ``add``, as ``(kind, values,
+        buffers)`` (partition.py names the layout): the level count and file size, then per level
+        its write index, the first index of the queue file holding it (-1: not created yet), the
+        queue's dirty range and the level's delay; the buffers are those files."""
+        lvs = self.levels
+        values = [len(lvs), lvs[0].queue.per_file, 0, 0, 0, 0, 0, 0]
+        bufs = []
+        for n, lv in enumerate(lvs):
+            q, idx = lv.queue, lv.write
+            first = idx - idx % q.per_file
+            f = q.files.get(first)
+            dirty_from = q.dirty_from
+            values += (
+                idx, -1 if f is None else first, -1 if dirty_from is None else dirty_from, q.dirty_to,
+                self.levels_ms[n - 1] if n else 0,
+            )
+            bufs.append(None if f is None else f.buf)
+        return 1, values, tuple(bufs)
+
+    def intake_end(self, st: Any, base: int, count: int) -> None:
+        """Take back the write indexes and dirty ranges ``ingest_run`` moved."""
+        at = base + 8
+        for lv in self.levels:
+            q = lv.queue
+            lv.write = st[at]
+            q.dirty_from = None if st[at + 2] < 0 else st[at + 2]
+            q.dirty_to = st[at + 3]
+            at += 5
+
     # -- dequeue --------------------------------------------------------------------------------
     def due(self, now_ms: int, limit: int) -> list[tuple[int, Record]]:
         out: list[tuple[int, Record]] = []

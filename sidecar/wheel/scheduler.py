@@ -447,6 +447,36 @@ class WheelScheduler:
             return self._add_bucket(due_ms, log_pos)  # its bucket is not fully linked yet
         return self._append_slot(due_ms, log_pos, level)
 
+    def intake_begin(self) -> tuple[int, list[int], tuple[Any, ...]] | None:
+        """The state ``_native.ingest_run`` needs for ``add``'s plain case (``_append_slot``), as
+        ``(kind, values, buffers)`` (partition.py names the layout); None when the next ``add``
+        cannot be that case (no cursor yet)."""
+        if not self.inited:
+            return None
+        idx, tl, sf = self.head, self.tl, self.slots
+        f0 = idx - idx % self.pf
+        mf = tl.files.get(f0)
+        values = [
+            self.P, self.N, self.late_below, self.s_k, self.s_o, self._guard(), idx, self.pf,
+            -1 if mf is None else f0, tl.app_lo, tl.app_hi, sf.dirty_lo, sf.dirty_hi, -1, -1, self.width,
+        ]
+        bufs = (None if mf is None else mf.buf, sf.buf, self.occ_send, self.occ_done, self.buckets.by_range)
+        return 0, values, bufs
+
+    def intake_end(self, st: array[int], base: int, count: int) -> None:
+        """Take back what ``ingest_run`` changed: ``count`` entries appended to the timer-log file
+        of the head at ``intake_begin`` (the kernel stops at a file boundary)."""
+        f0 = self.head - self.head % self.pf
+        self.head = st[base + 6]
+        self.file_live[f0] += count
+        self.n_wheel += count
+        tl, sf = self.tl, self.slots
+        tl.app_lo, tl.app_hi = st[base + 9], st[base + 10]
+        sf.dirty_lo, sf.dirty_hi = st[base + 11], st[base + 12]
+        if st[base + 13] >= 0:  # old tails patched in place: the range of them, for flush
+            tl.mark(f0, st[base + 13])
+            tl.mark(f0, st[base + 14] - ENTRY_SIZE)
+
     def _add_bucket(self, due_ms: int, log_pos: int) -> int:
         rec = self.log.read(log_pos)
         seg = self.log.segments.get(log_pos // self.log.segment_bytes)

@@ -1,0 +1,253 @@
+"""The C intake fast path (``PartitionStore.ingest_many`` -> ``_native.ingest_run``) against the
+reference path (``ingest_fields`` per record): the same random consumer batches are fed to
+``Sidecar._ingest`` with the fast path on and off, and everything must come out identical — the
+bytes of every file of both partition stores (commit-log segments, scheduler files, id index,
+checkpoint) and every plain Python-visible field of the store, its log, id index and scheduler,
+after every batch.
+
+The batches mix what the fast path takes (plain requests) with everything it must hand back to
+the reference path at the right record: errors, records of another (or no) partition, cancels
+before and after their message, duplicates, level requests, bad input bound for the DLQ, records
+already due or beyond the wheel's ring, records that do not fit the rest of a segment (a small
+``segment_bytes``), a full timer-log or queue file (small files), id-index growth (a tiny
+initial table), while the scheduler's cursors move (records handed out and settled) and
+checkpoints flush and reset the dirty ranges.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError
+
+from sidecar import contract as c
+from sidecar.config import Settings
+from sidecar.engine import loop
+from sidecar.engine import partition as partition_mod
+from sidecar.engine.partition import PartitionStore
+from sidecar.levels.scheduler import LevelsScheduler
+from sidecar.store.codec import native
+from sidecar.store.idindex import IdIndex
+from sidecar.wheel import WheelScheduler
+
+pytestmark = pytest.mark.skipif(native is None, reason="the C extension is not built (or KDS_PURE_PYTHON=1)")
+
+T0 = 1_700_000_000_000
+TOPIC = "in"
+LEVELS = (1000, 5000, 10_000, 60_000)
+
+
+class _Err:
+    def code(self) -> int:
+        return KafkaError._PARTITION_EOF
+
+    def str(self) -> str:
+        return "eof"
+
+    def name(self) -> str:
+        return "_PARTITION_EOF"
+
+
+class Msg:
+    """What ``_ingest`` calls of a confluent_kafka Message."""
+
+    def __init__(
+        self, partition: int, offset: int, ts: tuple[int, int], key: bytes | None, value: bytes | None,
+        headers: list[tuple[str, bytes | None]] | None, err: bool = False,
+    ) -> None:
+        self._p, self._o, self._ts, self._k, self._v, self._h, self._e = partition, offset, ts, key, value, headers, err
+
+    def error(self) -> Any:
+        return _Err() if self._e else None
+
+    def topic(self) -> str:
+        return TOPIC
+
+    def partition(self) -> int:
+        return self._p
+
+    def offset(self) -> int:
+        return self._o
+
+    def timestamp(self) -> tuple[int, int]:
+        return self._ts
+
+    def key(self) -> bytes | None:
+        return self._k
+
+    def value(self) -> bytes | None:
+        return self._v
+
+    def headers(self) -> list[tuple[str, bytes | None]] | None:
+        return None if self._h is None else list(self._h)
+
+
+def batches(seed: int, n_batches: int) -> list[tuple[int, list[Msg]]]:
+    """(clock, messages) per batch: a random mix of every kind of consumed record."""
+    rng = random.Random(seed)
+    offsets = {0: 0, 1: 0, 2: 0}
+    ids = [b"id-%d" % i for i in range(40)]
+    out = []
+    now = T0
+    for _ in range(n_batches):
+        now += rng.choice((0, 7, 250, 1500, 9000))
+        msgs = []
+        for _ in range(rng.randint(0, 120)):
+            p = rng.choices((0, 1, 2), (85, 12, 3))[0]
+            off = offsets[p]
+            offsets[p] += 1
+            ts = (1, now - rng.randint(0, 3000)) if rng.random() < 0.95 else (0, 0)
+            key = None if rng.random() < 0.1 else b"k%d" % off
+            value = None if rng.random() < 0.05 else bytes(rng.randint(0, 700))
+            h: list[tuple[str, bytes | None]] = [(c.TARGET_TOPIC, b"out")]
+            r = rng.random()
+            if r < 0.5:
+                h.append((c.DELAY_MS, str(rng.choice((0, 1, 5, 999, 4000, 30_000, 200_000))).encode()))
+            elif r < 0.6:  # already due, or beyond the wheel's ring (a bucket)
+                h.append((c.DELIVER_AT, str(now + rng.choice((-60_000, -5, 0, 3 * 3_600_000))).encode()))
+            elif r < 0.65:
+                h.append((c.LEVEL, str(rng.randint(0, 5)).encode()))
+            elif r < 0.75:
+                h = [(c.CANCEL, rng.choice(ids))]
+            elif r < 0.8:  # bad input: to the DLQ
+                h = rng.choice(([(c.DELAY_MS, b"5")], [(c.TARGET_TOPIC, b"out"), (c.DELAY_MS, b"x")],
+                                [(c.TARGET_TOPIC, b"out"), (c.DELAY_MS, b"1"), (c.DELIVER_AT, b"1")]))
+            if rng.random() < 0.3 and h[0][0] != c.CANCEL:
+                h.append((c.ID, rng.choice(ids)))
+            if rng.random() < 0.3:
+                h.append(("app", None if rng.random() < 0.2 else b"x" * rng.randint(0, 40)))
+            if rng.random() < 0.1:
+                h.append((c.TARGET_PARTITION, str(rng.randint(0, 3)).encode()))
+            msgs.append(Msg(p, off, ts, key, value, None if rng.random() < 0.02 else h, err=rng.random() < 0.03))
+        out.append((now, msgs))
+    return out
+
+
+def plain(v: Any) -> Any:
+    """A comparable copy of a plain value; None for what is not state (files, paths, callables)."""
+    if v is None or isinstance(v, (bool, int, str, bytes)):
+        return v
+    if isinstance(v, (bytearray, memoryview)):
+        return bytes(v)
+    if isinstance(v, (list, tuple)):
+        items = [plain(x) for x in v]
+        return items if all(x is not None or y is None for x, y in zip(items, v, strict=True)) else None
+    if isinstance(v, set):
+        return sorted(plain(x) for x in v)
+    if isinstance(v, dict):
+        return {k: (x if x is not None else type(y).__name__) for k, y in v.items() for x in [plain(y)]}
+    if hasattr(v, "__array_interface__") or type(v).__name__ == "array":
+        return bytes(v)
+    return None
+
+
+def fields(obj: Any) -> dict[str, Any]:
+    names = list(vars(obj)) if hasattr(obj, "__dict__") else list(type(obj).__slots__)
+    return {k: p for k in names for p in [plain(getattr(obj, k))] if p is not None}
+
+
+def state(st: PartitionStore) -> dict[str, Any]:
+    out = {"store": fields(st), "log": fields(st.log), "ids": fields(st.ids), "sched": fields(st.sched)}
+    sched = st.sched
+    if isinstance(sched, WheelScheduler):
+        out |= {"tl": fields(sched.tl), "slots": fields(sched.slots), "buckets": fields(sched.buckets)}
+    else:
+        assert isinstance(sched, LevelsScheduler)
+        for n, lv in enumerate(sched.levels):
+            out[f"level{n}"] = fields(lv)
+            out[f"queue{n}"] = fields(lv.queue)
+    return out
+
+
+def files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def run(root: Path, scheduler: str, seed: int, fast: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
+    clock = [T0]
+    monkeypatch.setattr(loop, "FAST_INTAKE", fast)
+    monkeypatch.setattr(loop, "FAST_RETRY", seed % 3)  # retry soon after a bail: more boundaries tested
+    monkeypatch.setattr(loop, "wall_ms", lambda: clock[0])
+    # a tiny id index, so it grows (and its growth is the reference path's) many times
+    monkeypatch.setattr(partition_mod, "IdIndex", functools.partial(IdIndex, initial_capacity=64))
+    s = Settings(scheduler=scheduler, data_dir=str(root), bootstrap_servers="x:1", ingress_topic=TOPIC,
+                 levels_ms=LEVELS, max_delay_ms=400 * 86_400_000)
+    sc = loop.Sidecar(s)
+    if scheduler == "wheel":
+        def make(d: Path, lg: Any) -> Any:
+            return WheelScheduler(d, lg, precision_ms=10, window_ms=3_600_000, bucket_width_ms=3_600_000,
+                                  levels_ms=LEVELS, entries_per_file=32)
+    else:
+        def make(d: Path, lg: Any) -> Any:
+            return LevelsScheduler(d, lg, LEVELS, entries_per_file=32)
+    for p in (0, 1):
+        st = PartitionStore(s.data_path, TOPIC, p, rules=sc.rules, scheduler_name=scheduler, make_scheduler=make,
+                            segment_bytes=8192, cancel_horizon_ms=20_000, counters=sc.counters)
+        st.open()
+        sc.stores[p] = st
+    rng = random.Random(seed + 1)
+    states = []
+    for now, msgs in batches(seed, 40):
+        clock[0] = now
+        sc._ingest(msgs)
+        states.append([state(sc.stores[p]) for p in (0, 1)])
+        for st in sc.stores.values():
+            if rng.random() < 0.5:  # hand out and settle what is due: the cursors move
+                st.acked.extend(st.sched.due(now, rng.randint(1, 200)))
+                st.settle()
+            if rng.random() < 0.3:
+                st.checkpoint(fsync=True)
+    counters = fields(sc.counters)
+    for st in sc.stores.values():
+        st.checkpoint(fsync=True)
+    final = [state(sc.stores[p]) for p in (0, 1)]
+    for st in sc.stores.values():
+        st.close()
+    return states, final, counters, files(root)
+
+
+@pytest.mark.parametrize("scheduler", ["wheel", "levels"])
+@pytest.mark.parametrize("seed", range(6))
+def test_fast_intake_matches_reference(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scheduler: str, seed: int
+) -> None:
+    taken = [0]
+    real = partition_mod.PartitionStore.ingest_many
+
+    def counting(self: PartitionStore, msgs: list[Any], start: int, now_ms: int, topic: str) -> int:
+        end = real(self, msgs, start, now_ms, topic)
+        taken[0] += end - start
+        return end
+
+    monkeypatch.setattr(partition_mod.PartitionStore, "ingest_many", counting)
+    ref = run(tmp_path / "ref", scheduler, seed, False, monkeypatch)
+    assert taken[0] == 0
+    fast = run(tmp_path / "fast", scheduler, seed, True, monkeypatch)
+    assert taken[0] > 100  # the fast path did take a good part of the records
+    ref_states, ref_final, ref_counters, ref_files = ref
+    fast_states, fast_final, fast_counters, fast_files = fast
+    assert fast_counters == ref_counters
+    for n, (a, b) in enumerate(zip(fast_states, ref_states, strict=True)):
+        assert a == b, f"state after batch {n} differs"
+    assert fast_final == ref_final
+    assert fast_files.keys() == ref_files.keys()
+    for name in ref_files:
+        assert fast_files[name] == ref_files[name], name
+
+
+def test_fast_intake_is_off_without_the_extension(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no extension the loop never calls the fast path, and ``ingest_many`` takes nothing."""
+    monkeypatch.setattr(partition_mod, "_run", None)
+    s = Settings(scheduler="levels", data_dir=str(tmp_path), bootstrap_servers="x:1", ingress_topic=TOPIC)
+    sc = loop.Sidecar(s)
+    st = PartitionStore(s.data_path, TOPIC, 0, rules=sc.rules, scheduler_name="levels",
+                        make_scheduler=sc.make_scheduler, segment_bytes=1 << 20, cancel_horizon_ms=1000,
+                        counters=sc.counters)
+    st.open()
+    msgs = [Msg(0, 0, (1, T0), b"k", b"v", [(c.TARGET_TOPIC, b"out"), (c.DELAY_MS, b"5")])]
+    assert st.ingest_many(msgs, 0, T0, TOPIC) == 0
+    st.close()
