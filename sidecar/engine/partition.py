@@ -16,6 +16,13 @@ resume from. Outcomes:
   dead letter is as durable and as retried as any delivery;
 - a second pending record with the same ``delay.id`` -> dropped and counted.
 
+The common request (a plain ``delay.ms``/``delay.deliver-at`` request with no id-index entry
+under its id's hash, fitting the current segment and the scheduler's plain append) takes a C fast
+path: ``ingest_many`` stores a run of such consumed messages in one ``_native.ingest_run`` call,
+which checks each record is that case before writing anything for it and stops at the first that
+is not; the loop runs that one through ``ingest_fields`` (the reference for everything) and calls
+again. Both leave the same bytes and the same state (docs/storage.md 2.6).
+
 Recovery (``open``) reads the checkpoint, opens the log, the scheduler and the id index at their
 checkpointed state, then replays the log records appended after the checkpoint (validating each
 CRC, truncating a torn tail) through the same scheduling code, arms the scheduler's check of the
