@@ -44,6 +44,7 @@ from sidecar import contract as c
 from sidecar import logs
 from sidecar.config import Settings
 from sidecar.engine.partition import CheckpointJob, Counters, PartitionStore, compile_rules
+from sidecar.engine.turns import SLOW_TURN_S, TurnWatch
 from sidecar.levels.scheduler import LevelsScheduler
 from sidecar.retry import Backoff, ErrorKind, PublishFailurePolicy, Retry, classify, describe
 from sidecar.scheduling import Scheduler
@@ -135,6 +136,7 @@ class Sidecar:
         self.flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kds-flush")
         self.jobs: dict[int, tuple[PartitionStore, CheckpointJob, Future[None]]] = {}
         self._warned: dict[str, float] = {}
+        self.turns = TurnWatch()
 
     # -- clients --------------------------------------------------------------------------------
     def _common(self) -> dict[str, Any]:
@@ -284,12 +286,16 @@ class Sidecar:
         # youngest generation grow before a collection (fewer pauses on the delivery path).
         gc.freeze()
         gc.set_threshold(20_000, 20, 20)
+        self.turns.install()
         log.info("sidecar.started", config=self.s.masked(), pid=os.getpid())
         last_commit = last_stats = last_space = time.monotonic()
         stats_every = self.s.stats_interval_ms / 1000
         commit_every = self.s.commit_interval_ms / 1000
+        turns = self.turns
+        clock = time.perf_counter
         try:
             while not self.stop_requested:
+                t0 = clock()
                 now = wall_ms()
                 timeout = self._poll_timeout(now)
                 if not self.paused:
@@ -300,6 +306,7 @@ class Sidecar:
                     msgs = consumer.consume(num_messages=self.s.batch_size, timeout=0)
                     if not msgs:
                         time.sleep(timeout)
+                t1 = clock()
                 if msgs:
                     # In slices, publishing in between whatever fell due meanwhile: a full batch
                     # takes tens of ms to store, and due records must not wait behind it.
@@ -309,14 +316,17 @@ class Sidecar:
                             self._publish()
                 if self.consumer_fatal:
                     consumer = self._replace_consumer(consumer)
+                t2 = clock()
                 self._publish()
                 self._poll(0)
+                t3 = clock()
                 if self.jobs:
                     self._reap_jobs(consumer)
                 mono = time.monotonic()
                 if mono - last_commit >= commit_every:
                     self._checkpoint_all(consumer)
                     last_commit = mono
+                t4 = clock()
                 if mono - last_space >= 1.0:
                     self._check_space(consumer)
                     if self.metrics is not None:
@@ -327,7 +337,13 @@ class Sidecar:
                     last_stats = mono
                 if self.health is not None:
                     self.health.beat(mono)
+                t5 = clock()
+                # The wait inside consume (up to the next due time) is not work: a turn is slow
+                # when everything after it took longer than SLOW_TURN_S.
+                if t5 - t1 > SLOW_TURN_S:
+                    turns.slow(t0, t1, t2, t3, t4, t5, len(msgs), self.in_flight)
         finally:
+            self.turns.uninstall()
             self._shutdown(consumer)
         return 0
 
@@ -624,11 +640,13 @@ class Sidecar:
     def _stats(self) -> None:
         pending = {t: n for t, n in self._pending().items() if n}
         k = self.counters
+        slow_turns, slowest_turn_ms = self.turns.take()
         log.info(
             "stats", ingested=k.ingested, scheduled=k.scheduled, delivered=k.delivered, cancelled=k.cancelled,
             duplicates=k.duplicates, dlq=sum(k.dlq.values()), dlq_by_reason={r: n for r, n in k.dlq.items() if n},
             pending=sum(pending.values()), pending_by_tier=pending, in_flight=self.in_flight,
-            retry_queue=len(self.retries), early=k.early, paused=self.paused,
+            retry_queue=len(self.retries), early=k.early, paused=self.paused, slow_turns=slow_turns,
+            slowest_turn_ms=slowest_turn_ms,
         )
 
     def _sync_metrics(self, pending: dict[str, int]) -> None:
