@@ -69,6 +69,7 @@ class MappedFile:
         geom_b: int,
         base: int,
         create: bool,
+        sync_header: bool = True,
     ) -> None:
         self.path = path
         self.magic = magic
@@ -95,7 +96,8 @@ class MappedFile:
             head = HEADER.pack(magic, version, HEADER_SIZE, geom_a, geom_b, base, b"", 0)
             crc = crc32c(head[:60])
             HEADER.pack_into(self.buf, 0, magic, version, HEADER_SIZE, geom_a, geom_b, base, b"", crc)
-            self.mm.flush(0, min(mmap.PAGESIZE, size))
+            if sync_header:  # False: the caller syncs the whole file before anything names it
+                self.mm.flush(0, min(mmap.PAGESIZE, size))
         else:
             self._check(version)
 
@@ -193,6 +195,7 @@ class SyncBatch:
 
     def __init__(self) -> None:
         self.files: dict[str, int] = {}
+        self.renames: list[tuple[str, str]] = []
         self.dirs: list[str] = []
 
     def add_file(self, mf: MappedFile) -> None:
@@ -200,15 +203,23 @@ class SyncBatch:
         if path not in self.files:
             self.files[path] = os.open(path, os.O_RDONLY)
 
+    def add_rename(self, src: Path, dst: Path) -> None:
+        """``os.replace(src, dst)`` after every file is synced and before the directories are:
+        a file (added before) takes its name only once its contents are on the disk."""
+        self.renames.append((str(src), str(dst)))
+
     def add_dir(self, path: Path) -> None:
         if str(path) not in self.dirs:
             self.dirs.append(str(path))
 
     def run(self) -> None:
-        """Sync every file, then every directory; close the descriptors either way."""
+        """Sync every file, then rename, then sync every directory; close the descriptors either
+        way."""
         try:
             for fd in self.files.values():
                 os.fdatasync(fd)
+            for src, dst in self.renames:
+                os.replace(src, dst)
             for d in self.dirs:
                 _fsync_dir_now(d)
         finally:
@@ -225,6 +236,11 @@ class _Deferred(threading.local):
 
 
 _deferred = _Deferred()
+
+
+def current_batch() -> SyncBatch | None:
+    """The batch collecting this thread's syncs (inside ``deferred_sync``), else None."""
+    return _deferred.batch
 
 
 @contextmanager
