@@ -44,10 +44,12 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from sidecar import logs
 from sidecar.store.codec import native as _native
 from sidecar.store.mapped import HEADER_SIZE, MappedFile, current_batch, fsync_dir, unborn
 
@@ -62,6 +64,7 @@ _COUNT_CHUNK = 1 << 18  # slots per bytes.count pass (4 MiB copied)
 _FF = b"\xff" * _COUNT_CHUNK
 _EMPTY_HASH = bytes(8)
 _TOMB_HASH = _U64.pack(TOMB)
+log = logs.get("sidecar.store")
 
 
 def py_id_hash(rid: bytes | memoryview, _blake2b: Any = hashlib.blake2b, _from_bytes: Any = int.from_bytes) -> int:
@@ -312,6 +315,7 @@ class IdIndex:
         then ``ids.idx`` on disk is the old table the previous checkpoint describes, whole; a crash
         in between leaves that pair (plus the log records after it, replayed), and the unnamed
         table is deleted at the next open."""
+        started = time.perf_counter()
         if self._swap is not None:  # two rebuilds within one checkpoint interval: name the first
             self._name_swap(sync=True)
         cap = self.cap * 2 if self.live * 4 >= self.cap else self.cap
@@ -338,6 +342,7 @@ class IdIndex:
         # Recounted here: counts restored from a checkpoint can miss inserts made after it.
         self.cap, self.mask, self.tombs, self.live = cap, mask, 0, live
         self._scan_off = -1  # exact now: a background recount has nothing left to do
+        log.info("ids.rebuilt", capacity=cap, live=live, ms=round((time.perf_counter() - started) * 1000, 1))
 
     def _name_swap(self, sync: bool) -> None:
         """Give the rebuilt table the name ``ids.idx``: synced first (``sync``), renamed, the

@@ -35,16 +35,21 @@ import mmap
 import os
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from crc32c import crc32c
 
+from sidecar import logs
+
 HEADER = struct.Struct("<8sIIQQQ20sI")
 HEADER_SIZE = 64
 assert HEADER.size == HEADER_SIZE
 _DONTNEED: int | None = getattr(mmap, "MADV_DONTNEED", None)
+SLOW_CREATE_S = 0.02  # a file creation slower than this is logged (it stalls the loop that asked)
+log = logs.get("sidecar.store")
 
 
 class StoreError(RuntimeError):
@@ -77,6 +82,7 @@ class MappedFile:
         self.geom_a = geom_a
         self.geom_b = geom_b
         self.base = base
+        started = time.perf_counter()
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         fd = os.open(path, flags, 0o644)
         try:
@@ -98,6 +104,10 @@ class MappedFile:
             HEADER.pack_into(self.buf, 0, magic, version, HEADER_SIZE, geom_a, geom_b, base, b"", crc)
             if sync_header:  # False: the caller syncs the whole file before anything names it
                 self.mm.flush(0, min(mmap.PAGESIZE, size))
+            took = time.perf_counter() - started
+            if took > SLOW_CREATE_S:
+                log.warning("store.slow_file_create", path=str(path), size=size, ms=round(took * 1000, 1),
+                            synced_header=sync_header)
         else:
             self._check(version)
 
