@@ -209,9 +209,13 @@ class SyncBatch:
         self.dirs: list[str] = []
 
     def add_file(self, mf: MappedFile) -> None:
-        path = str(mf.path)
-        if path not in self.files:
-            self.files[path] = os.open(path, os.O_RDONLY)
+        self.add_path(mf.path)
+
+    def add_path(self, path: Path) -> None:
+        """A file written with ``write`` or through a mapping, synced whole (``fdatasync``)."""
+        key = str(path)
+        if key not in self.files:
+            self.files[key] = os.open(key, os.O_RDONLY)
 
     def add_rename(self, src: Path, dst: Path) -> None:
         """``os.replace(src, dst)`` after every file is synced and before the directories are:
