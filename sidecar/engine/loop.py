@@ -43,6 +43,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from sidecar import contract as c
 from sidecar import logs
 from sidecar.config import Settings
+from sidecar.engine.heap import HeapReleaser
 from sidecar.engine.partition import CheckpointJob, Counters, PartitionStore, compile_rules
 from sidecar.engine.turns import SLOW_TURN_S, TurnWatch
 from sidecar.levels.scheduler import LevelsScheduler
@@ -137,6 +138,9 @@ class Sidecar:
         self.jobs: dict[int, tuple[PartitionStore, CheckpointJob, Future[None]]] = {}
         self._warned: dict[str, float] = {}
         self.turns = TurnWatch()
+        # A burst leaves its heap high-water mark behind (librdkafka's pre-fetched fetch buffers,
+        # freed but pinned in their arena): given back once the burst is over, off the loop thread.
+        self.heap = HeapReleaser(executor=self.flusher)
 
     # -- clients --------------------------------------------------------------------------------
     def _common(self) -> dict[str, Any]:
@@ -325,6 +329,7 @@ class Sidecar:
                 mono = time.monotonic()
                 if mono - last_commit >= commit_every:
                     self._checkpoint_all(consumer)
+                    self.heap.tick(self._work_done(), mono)
                     last_commit = mono
                 t4 = clock()
                 if mono - last_space >= 1.0:
@@ -587,6 +592,11 @@ class Sidecar:
                     job = store.begin_checkpoint(fsync=True)
                     self.jobs[store.partition] = (store, job, self.flusher.submit(job.run))
             store.trim()  # idle too: recovery, the scanners and the publisher read pages as well
+
+    def _work_done(self) -> int:
+        """Records consumed and delivered so far (any kind): it stops moving when a burst is over."""
+        k = self.counters
+        return k.ingested + k.delivered + k.publish_retries + sum(k.dlq.values())
 
     def _reap_jobs(self, consumer: Consumer) -> None:
         """Finish the checkpoint jobs the flusher completed: reclaim, then commit the offsets."""
