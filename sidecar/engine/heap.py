@@ -5,17 +5,18 @@ mark. Most of it is librdkafka's: the consumer pre-fetches up to ``queued.max.me
 (64 MiB by default) of fetch responses, allocated on its broker thread and so in a glibc
 per-thread arena, and frees them on the loop thread once the records are consumed. Freed
 chunks are returned to the OS only from the top of an arena; one live chunk above them (the
-current fetch buffer) pins the rest. Measured after loading one million pending records: 46 MiB
+current fetch buffer) pins the rest. Measured after loading one million pending records: 47 MiB
 of such free-but-resident pages in one arena (levels; the amount depends on where the last live
-chunks happen to sit, 8-48 MiB across runs), i.e. 50 B of RSS per pending record that no record
-owns.
+chunks happen to sit, 9-51 MiB across runs), i.e. up to 50 B of RSS per pending record that no
+record owns.
 
 What: glibc's ``malloc_trim(0)`` walks every arena and ``madvise(MADV_DONTNEED)``s the whole
 free pages inside it, not only the top. It costs ~0.25 ms per MiB released (page-table work) and
 ~1 ms when there is nothing to release, so it is not for the hot path: :class:`HeapReleaser`
 calls it once a burst is over — after a commit interval in which nothing was consumed or
 delivered, following one in which something was — and at most once per ``min_gap_s``. The call
-runs on a worker thread (ctypes releases the GIL), so the loop never waits for it.
+runs on a worker thread (ctypes releases the GIL), so the loop does not wait for it (only a
+checkpoint job queued behind it on that thread does, and the release only happens when idle).
 
 Where there is no ``malloc_trim`` (musl, macOS) :func:`release_heap` does nothing and says so.
 """
