@@ -164,7 +164,8 @@ def test_lv_ack_matches_the_python_twin(data: st.DataObject, nlv: int) -> None:
 def test_lv_ack_advances_over_out_of_order_acks() -> None:
     """An ack of 1, then of 0: done waits, then crosses 0, 1 and the dropped 2 (at NO_POS: it
     releases nothing) and stops at the pending 3; each record is released once in its segment."""
-    for fn in (queue.lv_ack, native.lv_ack if native is not None else queue.lv_ack):
+    fns: list[Any] = [queue.lv_ack] if native is None else [queue.lv_ack, native.lv_ack]
+    for fn in fns:
         b = bytearray(HS + PER_FILE * ENTRY_SIZE)
         for i, pos in enumerate((HS, SEG + HS, NO_POS, 2 * SEG + 8)):
             ENTRY.pack_into(b, HS + i * ENTRY_SIZE, pos, 5, 3 if pos == NO_POS else 0)
