@@ -6,8 +6,8 @@
  * built. What moved here is what the profile of the delivery path showed as Python overhead per
  * record, not logic: record encode/decode with its CRC32C, the header blob, the headers a
  * delivery carries, the id hash (BLAKE2b-64), the id index's probes and the timer wheel's
- * per-entry walks (twins in sidecar/wheel/layout.py). Control flow, scheduling and durability
- * order stay in Python.
+ * per-entry walks (twins in sidecar/wheel/layout.py) and the level scheduler's (twins in
+ * sidecar/levels/queue.py). Control flow, scheduling and durability order stay in Python.
  *
  * Layouts are documented where the Python twins live; this file follows them byte for byte.
  */
@@ -1662,6 +1662,262 @@ done:
     return out;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Delay levels (sidecar/levels/queue.py): the dequeue's walk over one queue file (lv_due) and
+ * the batch ack with the done cursor's advance (lv_ack); the Python twins there are the
+ * reference and say what each returns. Queue entry (24 bytes): log_pos u64 | due i64 | state u8 |
+ * 7 zero bytes. An entry in [done, send) is finished exactly when its state is not PENDING, so
+ * the done cursor reads the state bytes; releases are counted per commit-log segment in segs. */
+
+#define LV_SIZE 24
+#define LV_PENDING 0
+#define LV_DELIVERED 1
+#define LV_IDX_BITS 48
+#define LV_IDX_MASK ((1LL << LV_IDX_BITS) - 1)
+
+static PyObject *LV_BUF = NULL; /* "buf": the MappedFile attribute holding the mapping */
+
+/* One mapped file held for the length of a call: the buffer of files[first] (a MappedFile's
+ * buf, or a commit-log segment's), re-fetched when the walk moves to another file. */
+typedef struct {
+    long long first;
+    int have;
+    Py_buffer v;
+} LvFile;
+
+static void lv_file_release(LvFile *f) {
+    if (f->have) PyBuffer_Release(&f->v);
+    f->have = 0;
+}
+
+/* Hold the buffer of files[key] in f. Returns 1 if held, 0 if files has no such key (no error
+ * set), -1 on error. */
+static int lv_file_get(LvFile *f, PyObject *files, long long key, int writable) {
+    if (f->have && f->first == key) return 1;
+    lv_file_release(f);
+    if (!LV_BUF && !(LV_BUF = PyUnicode_InternFromString("buf"))) return -1;
+    PyObject *k = PyLong_FromLongLong(key);
+    if (!k) return -1;
+    PyObject *mf = PyDict_GetItemWithError(files, k);
+    Py_DECREF(k);
+    if (!mf) return PyErr_Occurred() ? -1 : 0;
+    PyObject *mv = PyObject_GetAttr(mf, LV_BUF);
+    if (!mv) return -1;
+    int rc = PyObject_GetBuffer(mv, &f->v, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE);
+    Py_DECREF(mv);
+    if (rc < 0) return -1;
+    f->have = 1;
+    f->first = key;
+    return 1;
+}
+
+/* run-length count of releases per segment, flushed into segs with seg_add */
+typedef struct {
+    long long g, c;
+} LvRun;
+
+static inline int lv_release(LvRun *r, PyObject *segs, uint64_t pos, long long seg_bytes) {
+    if (pos == 0) return 0; /* NO_POS: a dropped entry releases nothing */
+    long long g = (long long)(pos / (uint64_t)seg_bytes);
+    if (r->c && g != r->g) {
+        if (seg_add(segs, r->g, r->c) < 0) return -1;
+        r->c = 0;
+    }
+    r->g = g;
+    r->c++;
+    return 0;
+}
+
+/* lv_due(buf, hs, f0, idx, stop, now, restored, done, room, ref_hi, segments, seg_bytes, segs,
+ * out) -> (why, idx, done, room) */
+static PyObject *native_lv_due(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 14 || !PyDict_Check(args[10]) || !PyDict_Check(args[12]) || !PyList_Check(args[13])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "lv_due(buf, hs, f0, idx, stop, now, restored, done, room, ref_hi, segments, seg_bytes, segs, out)");
+        return NULL;
+    }
+    long long hs = PyLong_AsLongLong(args[1]), f0 = PyLong_AsLongLong(args[2]), idx = PyLong_AsLongLong(args[3]);
+    long long stop = PyLong_AsLongLong(args[4]), now = PyLong_AsLongLong(args[5]);
+    long long restored = PyLong_AsLongLong(args[6]), done = PyLong_AsLongLong(args[7]);
+    long long room = PyLong_AsLongLong(args[8]), ref_hi = PyLong_AsLongLong(args[9]);
+    long long seg_bytes = PyLong_AsLongLong(args[11]);
+    if (PyErr_Occurred()) return NULL;
+    if (seg_bytes <= 0) {
+        PyErr_SetString(PyExc_ValueError, "lv_due: segment size must be positive");
+        return NULL;
+    }
+    PyObject *segments = args[10], *segs = args[12], *out = args[13], *res = NULL;
+    Py_buffer qv;
+    if (PyObject_GetBuffer(args[0], &qv, PyBUF_SIMPLE) < 0) return NULL;
+    const uint8_t *qb = (const uint8_t *)qv.buf;
+    LvFile seg = {0};
+    LvRun run = {0, 0};
+    int why = 0;
+    while (idx < stop) {
+        if (room <= 0) { why = 1; break; }
+        long long off = hs + (idx - f0) * LV_SIZE;
+        if (idx < f0 || off < 0 || off + LV_SIZE > qv.len) {
+            PyErr_SetString(PyExc_ValueError, "lv_due: entry beyond the file");
+            goto fail;
+        }
+        const uint8_t *p = qb + off;
+        uint64_t pos = (uint64_t)rd64(p);
+        int64_t due = rd64(p + 8);
+        int state = p[16];
+        if (state == LV_PENDING) {
+            if (due > now) { why = 2; break; }
+            if (idx < restored) { why = 3; break; }
+            int got = lv_file_get(&seg, segments, (long long)(pos / (uint64_t)seg_bytes), 0);
+            if (got < 0) goto fail;
+            if (got == 0) { why = 3; break; }
+            PyObject *o = PyLong_FromUnsignedLongLong(pos % (uint64_t)seg_bytes);
+            if (!o) goto fail;
+            PyObject *dargs[4] = {seg.v.obj, o, Py_None, Py_False};
+            PyObject *rec = native_decode(NULL, dargs, 4, NULL);
+            Py_DECREF(o);
+            if (!rec) {
+                /* the caller's CommitLog.read raises it, as before */
+                if (CorruptRecord && PyErr_ExceptionMatches(CorruptRecord)) {
+                    PyErr_Clear();
+                    why = 3;
+                    break;
+                }
+                goto fail;
+            }
+            PyObject *t = PyTuple_New(2), *r = PyLong_FromLongLong(ref_hi | idx);
+            if (!t || !r) {
+                Py_XDECREF(t);
+                Py_XDECREF(r);
+                Py_DECREF(rec);
+                goto fail;
+            }
+            PyTuple_SET_ITEM(t, 0, r);
+            PyTuple_SET_ITEM(t, 1, rec);
+            int rc = PyList_Append(out, t);
+            Py_DECREF(t);
+            if (rc < 0) goto fail;
+            room--;
+        } else if (idx == done) {
+            if (lv_release(&run, segs, pos, seg_bytes) < 0) goto fail;
+            done++;
+        }
+        idx++;
+    }
+    if (seg_add(segs, run.g, run.c) < 0) goto fail;
+    run.c = 0;
+    res = Py_BuildValue("(iLLL)", why, idx, done, room);
+fail:
+    if (!res && run.c) {
+        /* keep what was counted: the caller releases segs even when this raises */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        (void)seg_add(segs, run.g, run.c);
+        PyErr_Restore(et, ev, tb);
+    }
+    lv_file_release(&seg);
+    PyBuffer_Release(&qv);
+    return res;
+}
+
+/* the entry idx of a level: its bytes in f (files: the level's {first: MappedFile}); NULL with an
+ * error set if its file is missing (KeyError, as LevelQueue._locate) */
+static uint8_t *lv_entry(LvFile *f, PyObject *files, long long per_file, long long hs, long long idx) {
+    long long first = idx - idx % per_file;
+    int got = lv_file_get(f, files, first, 1);
+    if (got < 0) return NULL;
+    if (got == 0) {
+        PyErr_Format(PyExc_KeyError, "queue entry %lld is not on disk", idx);
+        return NULL;
+    }
+    long long off = hs + (idx - first) * LV_SIZE;
+    if (off + LV_SIZE > f->v.len) {
+        PyErr_SetString(PyExc_ValueError, "lv_ack: entry beyond the file");
+        return NULL;
+    }
+    return (uint8_t *)f->v.buf + off;
+}
+
+/* lv_ack(refs, files, per_file, hs, cur, seg_bytes, segs) -> None; cur: int64 [done, send,
+ * dirty_lo, dirty_hi] per level, updated in place */
+static PyObject *native_lv_ack(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7 || !PyList_Check(args[0]) || !PyList_Check(args[1]) || !PyDict_Check(args[6])) {
+        PyErr_SetString(PyExc_TypeError, "lv_ack(refs, files, per_file, hs, cur, seg_bytes, segs)");
+        return NULL;
+    }
+    long long per_file = PyLong_AsLongLong(args[2]), hs = PyLong_AsLongLong(args[3]);
+    long long seg_bytes = PyLong_AsLongLong(args[5]);
+    if (PyErr_Occurred()) return NULL;
+    if (seg_bytes <= 0 || per_file <= 0 || hs < 0) {
+        PyErr_SetString(PyExc_ValueError, "lv_ack: bad geometry");
+        return NULL;
+    }
+    PyObject *refs = args[0], *files = args[1], *segs = args[6], *res = NULL;
+    Py_ssize_t nlv = PyList_GET_SIZE(files);
+    for (Py_ssize_t n = 0; n < nlv; n++)
+        if (!PyDict_Check(PyList_GET_ITEM(files, n))) {
+            PyErr_SetString(PyExc_TypeError, "lv_ack: files must be dicts");
+            return NULL;
+        }
+    Py_buffer cv;
+    if (PyObject_GetBuffer(args[4], &cv, PyBUF_WRITABLE | PyBUF_FORMAT) < 0) return NULL;
+    if (cv.itemsize != 8 || cv.len < (Py_ssize_t)(4 * 8 * nlv) || !cv.format || strcmp(cv.format, "q") != 0) {
+        PyErr_SetString(PyExc_TypeError, "lv_ack: cur must be an int64 array of 4 per level");
+        PyBuffer_Release(&cv);
+        return NULL;
+    }
+    int64_t *cur = (int64_t *)cv.buf;
+    LvFile *fs = PyMem_Calloc(nlv ? nlv : 1, sizeof(LvFile));
+    if (!fs) {
+        PyBuffer_Release(&cv);
+        return PyErr_NoMemory();
+    }
+    LvRun run = {0, 0};
+    for (Py_ssize_t j = 0; j < PyList_GET_SIZE(refs); j++) {
+        int ovf = 0;
+        long long ref = PyLong_AsLongLongAndOverflow(PyList_GET_ITEM(refs, j), &ovf);
+        if (ref == -1 && PyErr_Occurred()) goto fail;
+        long long n = ref >> LV_IDX_BITS;
+        if (ovf || ref < 0 || n >= nlv) {
+            PyErr_Format(PyExc_IndexError, "ref %R names no level", PyList_GET_ITEM(refs, j));
+            goto fail;
+        }
+        long long idx = ref & LV_IDX_MASK;
+        int64_t *c = cur + 4 * n;
+        if (idx < c[0] || idx >= c[1]) continue;
+        PyObject *lf = PyList_GET_ITEM(files, n);
+        uint8_t *p = lv_entry(&fs[n], lf, per_file, hs, idx);
+        if (!p) goto fail;
+        p[16] = LV_DELIVERED;
+        if (c[2] < 0 || idx < c[2]) c[2] = idx;
+        if (idx + 1 > c[3]) c[3] = idx + 1;
+        if (idx != c[0]) continue;
+        /* the done cursor waited on this entry: cross every finished entry from here */
+        long long done = c[0], send = c[1];
+        while (done < send) {
+            const uint8_t *q = lv_entry(&fs[n], lf, per_file, hs, done);
+            if (!q) goto fail; /* done stays where it was, as in the twin */
+            if (q[16] == LV_PENDING) break;
+            if (lv_release(&run, segs, (uint64_t)rd64(q), seg_bytes) < 0) goto fail;
+            done++;
+        }
+        c[0] = done;
+    }
+    if (seg_add(segs, run.g, run.c) < 0) goto fail;
+    run.c = 0;
+    res = Py_NewRef(Py_None);
+fail:
+    if (!res && run.c) {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        (void)seg_add(segs, run.g, run.c);
+        PyErr_Restore(et, ev, tb);
+    }
+    for (Py_ssize_t n = 0; n < nlv; n++) lv_file_release(&fs[n]);
+    PyMem_Free(fs);
+    PyBuffer_Release(&cv);
+    return res;
+}
+
 static PyMethodDef methods[] = {
     {"setup", (PyCFunction)(void (*)(void))native_setup, METH_FASTCALL, NULL},
     {"decode", (PyCFunction)(void (*)(void))native_decode, METH_FASTCALL | METH_KEYWORDS, NULL},
@@ -1683,6 +1939,8 @@ static PyMethodDef methods[] = {
     {"wl_done", (PyCFunction)(void (*)(void))native_wl_done, METH_FASTCALL, NULL},
     {"wl_group", (PyCFunction)(void (*)(void))native_wl_group, METH_FASTCALL, NULL},
     {"wl_ack", (PyCFunction)(void (*)(void))native_wl_ack, METH_FASTCALL, NULL},
+    {"lv_due", (PyCFunction)(void (*)(void))native_lv_due, METH_FASTCALL, NULL},
+    {"lv_ack", (PyCFunction)(void (*)(void))native_lv_ack, METH_FASTCALL, NULL},
     {"crc32c", native_crc32c, METH_O, NULL},
     {"crc32c_software", native_crc32c_software, METH_O, NULL},
     {NULL, NULL, 0, NULL}};

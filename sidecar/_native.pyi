@@ -1,6 +1,7 @@
 # Type stub of the C accelerator (sidecar/_native.c); the Python twins live in
-# sidecar/store/codec.py, sidecar/store/idindex.py and sidecar/wheel/layout.py.
-from collections.abc import Sequence
+# sidecar/store/codec.py, sidecar/store/idindex.py, sidecar/wheel/layout.py and
+# sidecar/levels/queue.py.
+from collections.abc import MutableSequence, Sequence
 from typing import Any
 
 HARDWARE_CRC: int
@@ -74,5 +75,13 @@ def wl_ack(
     buf: memoryview, hs: int, f0: int, nent: int, refs: list[int], j: int, head: int, P: int, s_k: int, s_o: int,
     s_after: int, l_sent: int, wait_a: int, wait_b: int, /,
 ) -> tuple[int, int, int, bool]: ...
+def lv_due(
+    buf: memoryview, hs: int, f0: int, idx: int, stop: int, now: int, restored: int, done: int, room: int,
+    ref_hi: int, segments: dict[int, Any], seg_bytes: int, segs: dict[int, int], out: list[tuple[int, Any]], /,
+) -> tuple[int, int, int, int]: ...
+def lv_ack(
+    refs: list[int], files: list[dict[int, Any]], per_file: int, hs: int, cur: MutableSequence[int],
+    seg_bytes: int, segs: dict[int, int], /,
+) -> None: ...
 def crc32c(data: bytes | bytearray | memoryview, /) -> int: ...
 def crc32c_software(data: bytes | bytearray | memoryview, /) -> int: ...
