@@ -50,7 +50,7 @@ from sidecar.levels.scheduler import LevelsScheduler
 from sidecar.retry import Backoff, ErrorKind, PublishFailurePolicy, Retry, classify, describe
 from sidecar.scheduling import Scheduler
 from sidecar.store import codec
-from sidecar.store.codec import Record, delivery_headers
+from sidecar.store.codec import Record, delivery_headers, native
 from sidecar.store.log import CommitLog
 
 log = logs.get("sidecar")
@@ -58,6 +58,9 @@ log = logs.get("sidecar")
 PUBLISH_CHUNK = 1000  # records handed out by a scheduler per call
 PUBLISH_BUDGET_PER_TURN = 5000  # records published per loop turn, across partitions
 INGEST_SLICE = 250  # consumed records stored between two checks for due records
+# The publish fast path in C (docs/storage.md 2.6): ``_produce`` and ``_on_delivery`` stay the
+# reference and take every record it hands back.
+_publish_due = None if native is None else native.publish_due
 
 
 def wall_ms() -> int:
@@ -141,6 +144,11 @@ class Sidecar:
         # A burst leaves its heap high-water mark behind (librdkafka's pre-fetched fetch buffers,
         # freed but pinned in their arena): given back once the burst is over, off the loop thread.
         self.heap = HeapReleaser(executor=self.flusher)
+        # The C publish path reads and writes the state above in this instance's dict, the same
+        # place the Python code keeps it (made last: every attribute it reads exists by now).
+        self._fast: Any = None
+        if native is not None:
+            self._fast = native.Publisher(self.__dict__, self._on_delivery, (BufferError, KafkaException))
 
     # -- clients --------------------------------------------------------------------------------
     def _common(self) -> dict[str, Any]:
@@ -442,7 +450,6 @@ class Sidecar:
         # Bounded work per turn, in chunks with a poll between them: a mass expiry starts
         # publishing at once (not after decoding 20,000 records) and intake keeps its turns.
         budget = PUBLISH_BUDGET_PER_TURN
-        produce = self._produce
         for store in stores:
             while budget > 0:
                 room = min(self.s.max_in_flight - self.in_flight, PUBLISH_CHUNK, budget)
@@ -452,13 +459,34 @@ class Sidecar:
                 if not batch:
                     break
                 budget -= len(batch)
-                for i, (ref, rec) in enumerate(batch):
-                    if not produce(ref, rec, store, None, now):
-                        # The producer queue is full: what was handed out waits in the backlog.
-                        for ref2, rec2 in batch[i + 1 :]:
-                            self.backlog.append((ref2, rec2, store, None))
-                        return
+                if not self._publish_batch(batch, store, now):
+                    return
                 self._poll(0)
+
+    def _publish_batch(self, batch: list[tuple[int, Record]], store: PartitionStore, now: int) -> bool:
+        """Produce a due batch; False if the producer queue filled up (the rest waits in the
+        backlog). With the extension, ``publish_due`` produces the plain records in C and stops at
+        any other one, which goes through ``_produce`` here (or ``_refused``, when the producer
+        raised for it) before C takes over again."""
+        i, n = 0, len(batch)
+        while i < n:
+            refused = None
+            if self._fast is not None and _publish_due is not None:
+                i, refused = _publish_due(self._fast, self.producer.produce, batch, i, store, now)
+                if i == n:
+                    return True
+            ref, rec = batch[i]
+            if refused is None:
+                ok = self._produce(ref, rec, store, None, now)
+            else:
+                ok = self._refused(ref, rec, store, None, refused)
+            i += 1
+            if not ok:
+                # The producer queue is full: what was handed out waits in the backlog.
+                for ref2, rec2 in batch[i:]:
+                    self.backlog.append((ref2, rec2, store, None))
+                return False
+        return True
 
     def _poll(self, timeout: float) -> None:
         """Serve delivery reports, then hand the successes to their stores in one batch."""
@@ -489,16 +517,23 @@ class Sidecar:
                 topic, rec.value, rec.key, rec.target_partition,
                 partial(self._on_delivery, ref, rec, store, att, topic), None, 0, headers,
             )
-        except BufferError:
-            self.backlog.appendleft((ref, rec, store, att))
-            self._poll(0.01)
-            return False
-        except KafkaException as e:  # e.g. an invalid partition given locally
-            self._failed(ref, rec, store, att, e.args[0])
-            return True
+        except (BufferError, KafkaException) as e:
+            return self._refused(ref, rec, store, att, e)
         self.in_flight += 1
         tif = self.topic_in_flight
         tif[topic] = tif.get(topic, 0) + 1
+        return True
+
+    def _refused(
+        self, ref: int, rec: Record, store: PartitionStore, att: _Attempts | None, e: BufferError | KafkaException,
+    ) -> bool:
+        """``produce`` raised for the record: False when the producer queue is full (the record
+        goes first in the backlog); a local error (e.g. an invalid partition) is a failed publish."""
+        if isinstance(e, BufferError):
+            self.backlog.appendleft((ref, rec, store, att))
+            self._poll(0.01)
+            return False
+        self._failed(ref, rec, store, att, e.args[0])
         return True
 
     def _on_delivery(
