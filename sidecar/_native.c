@@ -7,7 +7,10 @@
  * record, not logic: record encode/decode with its CRC32C, the header blob, the headers a
  * delivery carries, the id hash (BLAKE2b-64), the id index's probes and the timer wheel's
  * per-entry walks (twins in sidecar/wheel/layout.py) and the level scheduler's (twins in
- * sidecar/levels/queue.py). Control flow, scheduling and durability order stay in Python.
+ * sidecar/levels/queue.py), and the publish side's per-record bookkeeping (publish_due /
+ * Delivery; the reference is Sidecar._produce / _on_delivery in sidecar/engine/loop.py, which
+ * take every case that is not plain). Control flow, scheduling and durability order stay in
+ * Python.
  *
  * Layouts are documented where the Python twins live; this file follows them byte for byte.
  */
