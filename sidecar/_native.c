@@ -6,8 +6,11 @@
  * built. What moved here is what the profile of the delivery path showed as Python overhead per
  * record, not logic: record encode/decode with its CRC32C, the header blob, the headers a
  * delivery carries, the id hash (BLAKE2b-64), the id index's probes and the timer wheel's
- * per-entry walks (twins in sidecar/wheel/layout.py). Control flow, scheduling and durability
- * order stay in Python.
+ * per-entry walks (twins in sidecar/wheel/layout.py) and the level scheduler's (twins in
+ * sidecar/levels/queue.py), and the publish side's per-record bookkeeping (publish_due /
+ * Delivery; the reference is Sidecar._produce / _on_delivery in sidecar/engine/loop.py, which
+ * take every case that is not plain). Control flow, scheduling and durability order stay in
+ * Python.
  *
  * Layouts are documented where the Python twins live; this file follows them byte for byte.
  */
@@ -726,6 +729,21 @@ static int append_pair(PyObject *out, PyObject *name, PyObject *value) {
     return rc;
 }
 
+/* v in decimal at p, unterminated; returns the length (at most 20). snprintf("%lld") costs ~1k
+ * instructions a call, three to four calls per published record. */
+static int fmt_ll(char *p, long long v) {
+    char tmp[20];
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    int n = 0, k = 0;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0) p[k++] = '-';
+    while (n) p[k++] = tmp[--n];
+    return k;
+}
+
 /* delivery_headers(rec, source_topic) -> list: the headers a delivered record carries. The
  * stored ones, then for a MESSAGE delay.id, delay.deliver-at, delay.enqueued-at, delay.source
  * ("<topic>:<partition>:<offset>") and delay.retry-count when > 0 (DESIGN.md 1, outgoing). */
@@ -744,13 +762,16 @@ static PyObject *native_delivery_headers(PyObject *self, PyObject *const *args, 
     if (decode_headers_into((const uint8_t *)PyBytes_AS_STRING(r->headers), PyBytes_GET_SIZE(r->headers), out) < 0)
         goto fail;
     if (r->rtype == 1) {
-        char tmp[32];
+        char tmp[48];
         if (append_pair(out, H_ID, (Py_INCREF(r->id), r->id)) < 0) goto fail;
-        int n = snprintf(tmp, sizeof tmp, "%lld", r->due_ms);
+        int n = fmt_ll(tmp, r->due_ms);
         if (append_pair(out, H_DELIVER_AT, PyBytes_FromStringAndSize(tmp, n)) < 0) goto fail;
-        n = snprintf(tmp, sizeof tmp, "%lld", r->enqueue_ms);
+        n = fmt_ll(tmp, r->enqueue_ms);
         if (append_pair(out, H_ENQUEUED_AT, PyBytes_FromStringAndSize(tmp, n)) < 0) goto fail;
-        n = snprintf(tmp, sizeof tmp, ":%d:%lld", r->src_partition, r->src_offset);
+        tmp[0] = ':';
+        n = 1 + fmt_ll(tmp + 1, r->src_partition);
+        tmp[n++] = ':';
+        n += fmt_ll(tmp + n, r->src_offset);
         Py_ssize_t sl = PyBytes_GET_SIZE(args[1]);
         PyObject *source = PyBytes_FromStringAndSize(NULL, sl + n);
         if (source) {
@@ -759,7 +780,7 @@ static PyObject *native_delivery_headers(PyObject *self, PyObject *const *args, 
         }
         if (append_pair(out, H_SOURCE, source) < 0) goto fail;
         if (r->retry_count) {
-            n = snprintf(tmp, sizeof tmp, "%d", r->retry_count);
+            n = fmt_ll(tmp, r->retry_count);
             if (append_pair(out, H_RETRY_COUNT, PyBytes_FromStringAndSize(tmp, n)) < 0) goto fail;
         }
     }
@@ -2063,6 +2084,617 @@ fail:
     return result;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Delay levels (sidecar/levels/queue.py): the dequeue's walk over one queue file (lv_due) and
+ * the batch ack with the done cursor's advance (lv_ack); the Python twins there are the
+ * reference and say what each returns. Queue entry (24 bytes): log_pos u64 | due i64 | state u8 |
+ * 7 zero bytes. An entry in [done, send) is finished exactly when its state is not PENDING, so
+ * the done cursor reads the state bytes; releases are counted per commit-log segment in segs. */
+
+#define LV_SIZE 24
+#define LV_PENDING 0
+#define LV_DELIVERED 1
+#define LV_IDX_BITS 48
+#define LV_IDX_MASK ((1LL << LV_IDX_BITS) - 1)
+
+static PyObject *LV_BUF = NULL; /* "buf": the MappedFile attribute holding the mapping */
+
+/* One mapped file held for the length of a call: the buffer of files[first] (a MappedFile's
+ * buf, or a commit-log segment's), re-fetched when the walk moves to another file. */
+typedef struct {
+    long long first;
+    int have;
+    Py_buffer v;
+} LvFile;
+
+static void lv_file_release(LvFile *f) {
+    if (f->have) PyBuffer_Release(&f->v);
+    f->have = 0;
+}
+
+/* Hold the buffer of files[key] in f. Returns 1 if held, 0 if files has no such key (no error
+ * set), -1 on error. */
+static int lv_file_get(LvFile *f, PyObject *files, long long key, int writable) {
+    if (f->have && f->first == key) return 1;
+    lv_file_release(f);
+    if (!LV_BUF && !(LV_BUF = PyUnicode_InternFromString("buf"))) return -1;
+    PyObject *k = PyLong_FromLongLong(key);
+    if (!k) return -1;
+    PyObject *mf = PyDict_GetItemWithError(files, k);
+    Py_DECREF(k);
+    if (!mf) return PyErr_Occurred() ? -1 : 0;
+    PyObject *mv = PyObject_GetAttr(mf, LV_BUF);
+    if (!mv) return -1;
+    int rc = PyObject_GetBuffer(mv, &f->v, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE);
+    Py_DECREF(mv);
+    if (rc < 0) return -1;
+    f->have = 1;
+    f->first = key;
+    return 1;
+}
+
+/* run-length count of releases per segment, flushed into segs with seg_add */
+typedef struct {
+    long long g, c;
+} LvRun;
+
+static inline int lv_release(LvRun *r, PyObject *segs, uint64_t pos, long long seg_bytes) {
+    if (pos == 0) return 0; /* NO_POS: a dropped entry releases nothing */
+    long long g = (long long)(pos / (uint64_t)seg_bytes);
+    if (r->c && g != r->g) {
+        if (seg_add(segs, r->g, r->c) < 0) return -1;
+        r->c = 0;
+    }
+    r->g = g;
+    r->c++;
+    return 0;
+}
+
+/* lv_due(buf, hs, f0, idx, stop, now, restored, done, room, ref_hi, segments, seg_bytes, segs,
+ * out) -> (why, idx, done, room) */
+static PyObject *native_lv_due(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 14 || !PyDict_Check(args[10]) || !PyDict_Check(args[12]) || !PyList_Check(args[13])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "lv_due(buf, hs, f0, idx, stop, now, restored, done, room, ref_hi, segments, seg_bytes, segs, out)");
+        return NULL;
+    }
+    long long hs = PyLong_AsLongLong(args[1]), f0 = PyLong_AsLongLong(args[2]), idx = PyLong_AsLongLong(args[3]);
+    long long stop = PyLong_AsLongLong(args[4]), now = PyLong_AsLongLong(args[5]);
+    long long restored = PyLong_AsLongLong(args[6]), done = PyLong_AsLongLong(args[7]);
+    long long room = PyLong_AsLongLong(args[8]), ref_hi = PyLong_AsLongLong(args[9]);
+    long long seg_bytes = PyLong_AsLongLong(args[11]);
+    if (PyErr_Occurred()) return NULL;
+    if (seg_bytes <= 0) {
+        PyErr_SetString(PyExc_ValueError, "lv_due: segment size must be positive");
+        return NULL;
+    }
+    PyObject *segments = args[10], *segs = args[12], *out = args[13], *res = NULL;
+    Py_buffer qv;
+    if (PyObject_GetBuffer(args[0], &qv, PyBUF_SIMPLE) < 0) return NULL;
+    const uint8_t *qb = (const uint8_t *)qv.buf;
+    LvFile seg = {0};
+    LvRun run = {0, 0};
+    int why = 0;
+    while (idx < stop) {
+        if (room <= 0) { why = 1; break; }
+        long long off = hs + (idx - f0) * LV_SIZE;
+        if (idx < f0 || off < 0 || off + LV_SIZE > qv.len) {
+            PyErr_SetString(PyExc_ValueError, "lv_due: entry beyond the file");
+            goto fail;
+        }
+        const uint8_t *p = qb + off;
+        uint64_t pos = (uint64_t)rd64(p);
+        int64_t due = rd64(p + 8);
+        int state = p[16];
+        if (state == LV_PENDING) {
+            if (due > now) { why = 2; break; }
+            if (idx < restored) { why = 3; break; }
+            int got = lv_file_get(&seg, segments, (long long)(pos / (uint64_t)seg_bytes), 0);
+            if (got < 0) goto fail;
+            if (got == 0) { why = 3; break; }
+            PyObject *o = PyLong_FromUnsignedLongLong(pos % (uint64_t)seg_bytes);
+            if (!o) goto fail;
+            PyObject *dargs[4] = {seg.v.obj, o, Py_None, Py_False};
+            PyObject *rec = native_decode(NULL, dargs, 4, NULL);
+            Py_DECREF(o);
+            if (!rec) {
+                /* the caller's CommitLog.read raises it, as before */
+                if (CorruptRecord && PyErr_ExceptionMatches(CorruptRecord)) {
+                    PyErr_Clear();
+                    why = 3;
+                    break;
+                }
+                goto fail;
+            }
+            PyObject *t = PyTuple_New(2), *r = PyLong_FromLongLong(ref_hi | idx);
+            if (!t || !r) {
+                Py_XDECREF(t);
+                Py_XDECREF(r);
+                Py_DECREF(rec);
+                goto fail;
+            }
+            PyTuple_SET_ITEM(t, 0, r);
+            PyTuple_SET_ITEM(t, 1, rec);
+            int rc = PyList_Append(out, t);
+            Py_DECREF(t);
+            if (rc < 0) goto fail;
+            room--;
+        } else if (idx == done) {
+            if (lv_release(&run, segs, pos, seg_bytes) < 0) goto fail;
+            done++;
+        }
+        idx++;
+    }
+    if (seg_add(segs, run.g, run.c) < 0) goto fail;
+    run.c = 0;
+    res = Py_BuildValue("(iLLL)", why, idx, done, room);
+fail:
+    if (!res && run.c) {
+        /* keep what was counted: the caller releases segs even when this raises */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        (void)seg_add(segs, run.g, run.c);
+        PyErr_Restore(et, ev, tb);
+    }
+    lv_file_release(&seg);
+    PyBuffer_Release(&qv);
+    return res;
+}
+
+/* the entry idx of a level: its bytes in f (files: the level's {first: MappedFile}); NULL with an
+ * error set if its file is missing (KeyError, as LevelQueue._locate) */
+static uint8_t *lv_entry(LvFile *f, PyObject *files, long long per_file, long long hs, long long idx) {
+    long long first = idx - idx % per_file;
+    int got = lv_file_get(f, files, first, 1);
+    if (got < 0) return NULL;
+    if (got == 0) {
+        PyErr_Format(PyExc_KeyError, "queue entry %lld is not on disk", idx);
+        return NULL;
+    }
+    long long off = hs + (idx - first) * LV_SIZE;
+    if (off + LV_SIZE > f->v.len) {
+        PyErr_SetString(PyExc_ValueError, "lv_ack: entry beyond the file");
+        return NULL;
+    }
+    return (uint8_t *)f->v.buf + off;
+}
+
+/* lv_ack(refs, files, per_file, hs, cur, seg_bytes, segs) -> None; cur: int64 [done, send,
+ * dirty_lo, dirty_hi] per level, updated in place */
+static PyObject *native_lv_ack(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7 || !PyList_Check(args[0]) || !PyList_Check(args[1]) || !PyDict_Check(args[6])) {
+        PyErr_SetString(PyExc_TypeError, "lv_ack(refs, files, per_file, hs, cur, seg_bytes, segs)");
+        return NULL;
+    }
+    long long per_file = PyLong_AsLongLong(args[2]), hs = PyLong_AsLongLong(args[3]);
+    long long seg_bytes = PyLong_AsLongLong(args[5]);
+    if (PyErr_Occurred()) return NULL;
+    if (seg_bytes <= 0 || per_file <= 0 || hs < 0) {
+        PyErr_SetString(PyExc_ValueError, "lv_ack: bad geometry");
+        return NULL;
+    }
+    PyObject *refs = args[0], *files = args[1], *segs = args[6], *res = NULL;
+    Py_ssize_t nlv = PyList_GET_SIZE(files);
+    for (Py_ssize_t n = 0; n < nlv; n++)
+        if (!PyDict_Check(PyList_GET_ITEM(files, n))) {
+            PyErr_SetString(PyExc_TypeError, "lv_ack: files must be dicts");
+            return NULL;
+        }
+    Py_buffer cv;
+    if (PyObject_GetBuffer(args[4], &cv, PyBUF_WRITABLE | PyBUF_FORMAT) < 0) return NULL;
+    if (cv.itemsize != 8 || cv.len < (Py_ssize_t)(4 * 8 * nlv) || !cv.format || strcmp(cv.format, "q") != 0) {
+        PyErr_SetString(PyExc_TypeError, "lv_ack: cur must be an int64 array of 4 per level");
+        PyBuffer_Release(&cv);
+        return NULL;
+    }
+    int64_t *cur = (int64_t *)cv.buf;
+    LvFile *fs = PyMem_Calloc(nlv ? nlv : 1, sizeof(LvFile));
+    if (!fs) {
+        PyBuffer_Release(&cv);
+        return PyErr_NoMemory();
+    }
+    LvRun run = {0, 0};
+    for (Py_ssize_t j = 0; j < PyList_GET_SIZE(refs); j++) {
+        int ovf = 0;
+        long long ref = PyLong_AsLongLongAndOverflow(PyList_GET_ITEM(refs, j), &ovf);
+        if (ref == -1 && PyErr_Occurred()) goto fail;
+        long long n = ref >> LV_IDX_BITS;
+        if (ovf || ref < 0 || n >= nlv) {
+            PyErr_Format(PyExc_IndexError, "ref %R names no level", PyList_GET_ITEM(refs, j));
+            goto fail;
+        }
+        long long idx = ref & LV_IDX_MASK;
+        int64_t *c = cur + 4 * n;
+        if (idx < c[0] || idx >= c[1]) continue;
+        PyObject *lf = PyList_GET_ITEM(files, n);
+        uint8_t *p = lv_entry(&fs[n], lf, per_file, hs, idx);
+        if (!p) goto fail;
+        p[16] = LV_DELIVERED;
+        if (c[2] < 0 || idx < c[2]) c[2] = idx;
+        if (idx + 1 > c[3]) c[3] = idx + 1;
+        if (idx != c[0]) continue;
+        /* the done cursor waited on this entry: cross every finished entry from here */
+        long long done = c[0], send = c[1];
+        while (done < send) {
+            const uint8_t *q = lv_entry(&fs[n], lf, per_file, hs, done);
+            if (!q) goto fail; /* done stays where it was, as in the twin */
+            if (q[16] == LV_PENDING) break;
+            if (lv_release(&run, segs, (uint64_t)rd64(q), seg_bytes) < 0) goto fail;
+            done++;
+        }
+        c[0] = done;
+    }
+    if (seg_add(segs, run.g, run.c) < 0) goto fail;
+    run.c = 0;
+    res = Py_NewRef(Py_None);
+fail:
+    if (!res && run.c) {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        (void)seg_add(segs, run.g, run.c);
+        PyErr_Restore(et, ev, tb);
+    }
+    for (Py_ssize_t n = 0; n < nlv; n++) lv_file_release(&fs[n]);
+    PyMem_Free(fs);
+    PyBuffer_Release(&cv);
+    return res;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The publish fast path (engine/loop.py: Sidecar._produce and Sidecar._on_delivery are the
+ * reference). ``publish_due`` produces a due batch with the client's bound ``produce``; each record
+ * gets a ``Delivery`` as its delivery-report callable. Both read and write the loop's state where
+ * the Python code keeps it, the Sidecar's instance dict (in_flight, topic_in_flight, troubled,
+ * broker_up, stores, lateness_batch, counters), so the two paths can interleave record by record.
+ * Anything not plain goes back to Python: a record not due yet (the never-early check), a troubled
+ * target, a refused produce (BufferError / KafkaException, handed back to the caller), a failed
+ * delivery, a revoked partition, the broker marked down. */
+
+static PyObject *S_in_flight, *S_topic_in_flight, *S_troubled, *S_broker_up, *S_stores, *S_lateness_batch,
+    *S_counters, *S_early, *S_acked, *S_timestamp, *S_topic_bytes, *S_partition;
+
+typedef struct {
+    PyObject_HEAD PyObject *state; /* the Sidecar's __dict__ */
+    PyObject *on_delivery;         /* Sidecar._on_delivery (bound): the reference path */
+    PyObject *refused;             /* exception types a produce call hands back, not raises */
+    PyObject *topic_b, *topic_s;   /* the last target topic, bytes and str (one decode per topic) */
+} PublisherObject;
+
+static int Publisher_traverse(PublisherObject *p, visitproc visit, void *arg) {
+    Py_VISIT(p->state);
+    Py_VISIT(p->on_delivery);
+    Py_VISIT(p->refused);
+    return 0;
+}
+
+static int Publisher_clear(PublisherObject *p) {
+    Py_CLEAR(p->state);
+    Py_CLEAR(p->on_delivery);
+    Py_CLEAR(p->refused);
+    Py_CLEAR(p->topic_b);
+    Py_CLEAR(p->topic_s);
+    return 0;
+}
+
+static void Publisher_dealloc(PublisherObject *p) {
+    PyObject_GC_UnTrack(p);
+    Publisher_clear(p);
+    Py_TYPE(p)->tp_free((PyObject *)p);
+}
+
+static PyObject *Publisher_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *state, *on_delivery, *refused;
+    if (!PyArg_ParseTuple(args, "O!OO:Publisher", &PyDict_Type, &state, &on_delivery, &refused)) return NULL;
+    PublisherObject *p = (PublisherObject *)type->tp_alloc(type, 0);
+    if (!p) return NULL;
+    Py_INCREF(state);
+    p->state = state;
+    Py_INCREF(on_delivery);
+    p->on_delivery = on_delivery;
+    Py_INCREF(refused);
+    p->refused = refused;
+    return (PyObject *)p;
+}
+
+static PyTypeObject PublisherType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "sidecar._native.Publisher",
+    .tp_doc = "Publisher(state, on_delivery, refused): the loop state publish_due and its Delivery reports use.",
+    .tp_basicsize = sizeof(PublisherObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = Publisher_new,
+    .tp_dealloc = (destructor)Publisher_dealloc,
+    .tp_traverse = (traverseproc)Publisher_traverse,
+    .tp_clear = (inquiry)Publisher_clear,
+};
+
+typedef struct {
+    PyObject_HEAD PublisherObject *pub;
+    PyObject *ref, *rec, *store, *topic, *partition;
+    vectorcallfunc vectorcall;
+} DeliveryObject;
+
+static void Delivery_dealloc(DeliveryObject *d) {
+    Py_XDECREF(d->pub);
+    Py_XDECREF(d->ref);
+    Py_XDECREF(d->rec);
+    Py_XDECREF(d->store);
+    Py_XDECREF(d->topic);
+    Py_XDECREF(d->partition);
+    Py_TYPE(d)->tp_free((PyObject *)d);
+}
+
+/* state[name] (a KeyError as an AttributeError would be: the Sidecar always has these) */
+static PyObject *state_get(PyObject *state, PyObject *name) {
+    PyObject *v = PyDict_GetItemWithError(state, name);
+    if (!v && !PyErr_Occurred()) PyErr_SetObject(PyExc_AttributeError, name);
+    return v; /* borrowed */
+}
+
+/* state[name] += delta for an int */
+static int state_add(PyObject *d, PyObject *name, long long delta) {
+    PyObject *v = state_get(d, name);
+    if (!v) return -1;
+    long long x = PyLong_AsLongLong(v);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    PyObject *nv = PyLong_FromLongLong(x + delta);
+    if (!nv) return -1;
+    int rc = PyDict_SetItem(d, name, nv);
+    Py_DECREF(nv);
+    return rc;
+}
+
+/* topic_in_flight[topic] += 1, or -= 1 and gone at 0 (a missing key is a KeyError, as in Python) */
+static int tif_add(PyObject *state, PyObject *topic, int delta) {
+    PyObject *tif = state_get(state, S_topic_in_flight);
+    if (!tif) return -1;
+    if (!PyDict_Check(tif)) {
+        PyErr_SetString(PyExc_TypeError, "topic_in_flight is not a dict");
+        return -1;
+    }
+    PyObject *v = PyDict_GetItemWithError(tif, topic);
+    long long x = 0;
+    if (v) {
+        x = PyLong_AsLongLong(v);
+        if (x == -1 && PyErr_Occurred()) return -1;
+    } else if (PyErr_Occurred()) {
+        return -1;
+    } else if (delta < 0) {
+        PyErr_SetObject(PyExc_KeyError, topic);
+        return -1;
+    }
+    x += delta;
+    if (x == 0) return PyDict_DelItem(tif, topic);
+    PyObject *nv = PyLong_FromLongLong(x);
+    if (!nv) return -1;
+    int rc = PyDict_SetItem(tif, topic, nv);
+    Py_DECREF(nv);
+    return rc;
+}
+
+/* The delivery report: the common success in C, everything else through Sidecar._on_delivery. */
+static PyObject *Delivery_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    DeliveryObject *d = (DeliveryObject *)self;
+    if (PyVectorcall_NARGS(nargsf) != 2 || (kwnames && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "Delivery(err, msg)");
+        return NULL;
+    }
+    PyObject *err = args[0], *msg = args[1], *state = d->pub->state;
+    PyObject *troubled = state_get(state, S_troubled);
+    if (!troubled) return NULL;
+    PyObject *broker_up = state_get(state, S_broker_up);
+    if (!broker_up) return NULL;
+    PyObject *stores = state_get(state, S_stores);
+    if (!stores) return NULL;
+    PyObject *current = NULL;
+    if (PyDict_Check(stores)) {
+        current = PyDict_GetItemWithError(stores, d->partition);
+        if (!current && PyErr_Occurred()) return NULL;
+    }
+    if (err != Py_None || !PyDict_Check(troubled) || PyDict_GET_SIZE(troubled) || broker_up != Py_True ||
+        current != d->store) {
+        PyObject *a[7] = {d->ref, d->rec, d->store, Py_None, d->topic, err, msg};
+        return PyObject_Vectorcall(d->pub->on_delivery, a, 7, NULL);
+    }
+    if (state_add(state, S_in_flight, -1) < 0 || tif_add(state, d->topic, -1) < 0) return NULL;
+    PyObject *ts = PyObject_CallMethodNoArgs(msg, S_timestamp);
+    if (!ts) return NULL;
+    long long t = -1;
+    if (PyTuple_Check(ts) && PyTuple_GET_SIZE(ts) == 2) {
+        t = PyLong_AsLongLong(PyTuple_GET_ITEM(ts, 1));
+    } else {
+        PyErr_SetString(PyExc_TypeError, "msg.timestamp() is not a (type, ms) pair");
+    }
+    Py_DECREF(ts);
+    if (t == -1 && PyErr_Occurred()) return NULL;
+    long long lateness = t - ((RecordObject *)d->rec)->due_ms;
+    if (lateness < 0) {
+        PyObject *counters = state_get(state, S_counters);
+        if (!counters) return NULL;
+        PyObject *early = PyObject_GetAttr(counters, S_early);
+        if (!early) return NULL;
+        long long e = PyLong_AsLongLong(early);
+        Py_DECREF(early);
+        if (e == -1 && PyErr_Occurred()) return NULL;
+        PyObject *ne = PyLong_FromLongLong(e + 1);
+        if (!ne) return NULL;
+        int rc = PyObject_SetAttr(counters, S_early, ne);
+        Py_DECREF(ne);
+        if (rc < 0) return NULL;
+    }
+    PyObject *batch = state_get(state, S_lateness_batch);
+    if (!batch) return NULL;
+    PyObject *lv = PyLong_FromLongLong(lateness);
+    if (!lv) return NULL;
+    int rc = PyList_Check(batch) ? PyList_Append(batch, lv) : -1;
+    Py_DECREF(lv);
+    if (rc < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "lateness_batch is not a list");
+        return NULL;
+    }
+    PyObject *acked = PyObject_GetAttr(d->store, S_acked);
+    if (!acked) return NULL;
+    PyObject *pair = PyTuple_Pack(2, d->ref, d->rec);
+    rc = pair && PyList_Check(acked) ? PyList_Append(acked, pair) : -1;
+    Py_XDECREF(pair);
+    Py_DECREF(acked);
+    if (rc < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "store.acked is not a list");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyTypeObject DeliveryType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "sidecar._native.Delivery",
+    .tp_doc = "The delivery-report callable of a record produced by publish_due.",
+    .tp_basicsize = sizeof(DeliveryObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_dealloc = (destructor)Delivery_dealloc,
+    .tp_vectorcall_offset = offsetof(DeliveryObject, vectorcall),
+    .tp_call = PyVectorcall_Call,
+};
+
+/* rec.topic.decode(), the same str object while the topic does not change */
+static PyObject *topic_str(PublisherObject *p, PyObject *b) {
+    if (p->topic_b && (p->topic_b == b || (PyBytes_GET_SIZE(p->topic_b) == PyBytes_GET_SIZE(b) &&
+                                           !memcmp(PyBytes_AS_STRING(p->topic_b), PyBytes_AS_STRING(b),
+                                                   PyBytes_GET_SIZE(b))))) {
+        Py_INCREF(p->topic_s);
+        return p->topic_s;
+    }
+    PyObject *s = PyUnicode_DecodeUTF8(PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b), NULL);
+    if (!s) return NULL;
+    Py_INCREF(b);
+    Py_XSETREF(p->topic_b, b);
+    Py_INCREF(s);
+    Py_XSETREF(p->topic_s, s);
+    return s;
+}
+
+/* publish_due(pub, produce, batch, i, store, now) -> (j, refused)
+ *
+ * Produces batch[i:] ((ref, Record) pairs from the scheduler's due) while each is plain: due at
+ * ``now`` (re-checked here, never early) and no target troubled. Stops at the first record that is
+ * not (j: the caller runs Sidecar._produce on it) or whose produce raised one of ``refused``
+ * (returned, j: that record; nothing was counted for it); j == len(batch) when all went. */
+static PyObject *native_publish_due(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6 || !PyObject_TypeCheck(args[0], &PublisherType) || !PyList_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "publish_due(pub: Publisher, produce, batch: list, i, store, now)");
+        return NULL;
+    }
+    PublisherObject *pub = (PublisherObject *)args[0];
+    PyObject *produce = args[1], *batch = args[2], *store = args[4], *state = pub->state;
+    Py_ssize_t i = PyLong_AsSsize_t(args[3]);
+    long long now = PyLong_AsLongLong(args[5]);
+    if (PyErr_Occurred()) return NULL;
+    if (!H_ID) {
+        PyErr_SetString(PyExc_RuntimeError, "sidecar._native.setup() was not called");
+        return NULL;
+    }
+    PyObject *topic_bytes = PyObject_GetAttr(store, S_topic_bytes);
+    if (!topic_bytes) return NULL;
+    PyObject *partition = PyObject_GetAttr(store, S_partition), *refused = NULL;
+    if (!partition || !PyBytes_Check(topic_bytes)) {
+        if (partition) PyErr_SetString(PyExc_TypeError, "store.topic_bytes is not bytes");
+        goto fail;
+    }
+    PyObject *zero = PyLong_FromLong(0);
+    Py_DECREF(zero); /* a cached small int: stays alive */
+    for (; i < PyList_GET_SIZE(batch); i++) {
+        PyObject *pair = PyList_GET_ITEM(batch, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "publish_due: batch items are (ref, Record) pairs");
+            goto fail;
+        }
+        PyObject *ref = PyTuple_GET_ITEM(pair, 0), *recobj = PyTuple_GET_ITEM(pair, 1);
+        if (!PyObject_TypeCheck(recobj, &RecordType)) break;
+        RecordObject *rec = (RecordObject *)recobj;
+        if (rec->due_ms > now || !PyBytes_Check(rec->topic)) break;
+        PyObject *troubled = state_get(state, S_troubled);
+        if (!troubled) goto fail;
+        if (!PyDict_Check(troubled) || PyDict_GET_SIZE(troubled)) break;
+        PyObject *topic = topic_str(pub, rec->topic);
+        if (!topic) goto fail;
+        PyObject *hargs[2] = {recobj, topic_bytes};
+        PyObject *headers = native_delivery_headers(NULL, hargs, 2);
+        DeliveryObject *cb = headers ? PyObject_New(DeliveryObject, &DeliveryType) : NULL;
+        PyObject *tp = cb ? PyLong_FromLong(rec->target_partition) : NULL;
+        if (cb) {
+            cb->vectorcall = Delivery_vectorcall;
+            Py_INCREF(pub);
+            cb->pub = pub;
+            Py_INCREF(ref);
+            cb->ref = ref;
+            Py_INCREF(recobj);
+            cb->rec = recobj;
+            Py_INCREF(store);
+            cb->store = store;
+            Py_INCREF(topic);
+            cb->topic = topic;
+            Py_INCREF(partition);
+            cb->partition = partition;
+        }
+        PyObject *res = NULL;
+        if (tp) {
+            /* positional, in the client's order: topic, value, key, partition, callback,
+             * on_delivery (alias, unused), timestamp (0: now), headers */
+            PyObject *a[8] = {topic, rec->value, rec->key, tp, (PyObject *)cb, Py_None, zero, headers};
+            res = PyObject_Vectorcall(produce, a, 8, NULL);
+        }
+        Py_XDECREF(tp);
+        Py_XDECREF((PyObject *)cb);
+        Py_XDECREF(headers);
+        if (!res) {
+            Py_DECREF(topic);
+            if (!PyErr_ExceptionMatches(pub->refused)) goto fail;
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            PyErr_NormalizeException(&type, &value, &tb);
+            if (tb && value) PyException_SetTraceback(value, tb);
+            Py_XDECREF(type);
+            Py_XDECREF(tb);
+            refused = value;
+            break;
+        }
+        Py_DECREF(res);
+        int rc = state_add(state, S_in_flight, 1) < 0 || tif_add(state, topic, 1) < 0 ? -1 : 0;
+        Py_DECREF(topic);
+        if (rc < 0) goto fail;
+    }
+    Py_DECREF(topic_bytes);
+    Py_DECREF(partition);
+    PyObject *out = Py_BuildValue("(nO)", i, refused ? refused : Py_None);
+    Py_XDECREF(refused);
+    return out;
+fail:
+    Py_DECREF(topic_bytes);
+    Py_XDECREF(partition);
+    return NULL;
+}
+
+static int publish_init(PyObject *m) {
+    static const char *names[] = {"in_flight", "topic_in_flight", "troubled", "broker_up", "stores",
+                                  "lateness_batch", "counters", "early", "acked", "timestamp",
+                                  "topic_bytes", "partition"};
+    PyObject **slots[] = {&S_in_flight, &S_topic_in_flight, &S_troubled, &S_broker_up, &S_stores,
+                          &S_lateness_batch, &S_counters, &S_early, &S_acked, &S_timestamp,
+                          &S_topic_bytes, &S_partition};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+        if (!(*slots[k] = PyUnicode_InternFromString(names[k]))) return -1;
+    if (PyType_Ready(&PublisherType) < 0 || PyType_Ready(&DeliveryType) < 0) return -1;
+    Py_INCREF(&PublisherType);
+    if (PyModule_AddObject(m, "Publisher", (PyObject *)&PublisherType) < 0) {
+        Py_DECREF(&PublisherType);
+        return -1;
+    }
+    Py_INCREF(&DeliveryType);
+    if (PyModule_AddObject(m, "Delivery", (PyObject *)&DeliveryType) < 0) {
+        Py_DECREF(&DeliveryType);
+        return -1;
+    }
+    return 0;
+}
+
 static PyMethodDef methods[] = {
     {"setup", (PyCFunction)(void (*)(void))native_setup, METH_FASTCALL, NULL},
     {"decode", (PyCFunction)(void (*)(void))native_decode, METH_FASTCALL | METH_KEYWORDS, NULL},
@@ -2085,6 +2717,9 @@ static PyMethodDef methods[] = {
     {"wl_group", (PyCFunction)(void (*)(void))native_wl_group, METH_FASTCALL, NULL},
     {"wl_ack", (PyCFunction)(void (*)(void))native_wl_ack, METH_FASTCALL, NULL},
     {"ingest_run", (PyCFunction)(void (*)(void))native_ingest_run, METH_FASTCALL, NULL},
+    {"lv_due", (PyCFunction)(void (*)(void))native_lv_due, METH_FASTCALL, NULL},
+    {"lv_ack", (PyCFunction)(void (*)(void))native_lv_ack, METH_FASTCALL, NULL},
+    {"publish_due", (PyCFunction)(void (*)(void))native_publish_due, METH_FASTCALL, NULL},
     {"crc32c", native_crc32c, METH_O, NULL},
     {"crc32c_software", native_crc32c_software, METH_O, NULL},
     {NULL, NULL, 0, NULL}};
@@ -2106,6 +2741,10 @@ PyMODINIT_FUNC PyInit__native(void) {
     Py_INCREF(&RecordType);
     if (PyModule_AddObject(m, "Record", (PyObject *)&RecordType) < 0) {
         Py_DECREF(&RecordType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (publish_init(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

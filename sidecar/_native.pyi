@@ -1,6 +1,8 @@
 # Type stub of the C accelerator (sidecar/_native.c); the Python twins live in
-# sidecar/store/codec.py, sidecar/store/idindex.py and sidecar/wheel/layout.py.
-from collections.abc import Sequence
+# sidecar/store/codec.py, sidecar/store/idindex.py, sidecar/wheel/layout.py and
+# sidecar/levels/queue.py; the publish fast path's (Publisher, Delivery, publish_due) are
+# Sidecar._produce / _on_delivery (sidecar/engine/loop.py).
+from collections.abc import Callable, MutableSequence, Sequence
 from typing import Any
 
 HARDWARE_CRC: int
@@ -78,5 +80,29 @@ def ingest_run(
     msgs: list[Any], start: int, now: int, partition: int, id_prefix: bytes, checked_targets: set[str],
     no_headers: bytes, seg_buf: memoryview | None, idx_buf: memoryview, st: Any, sched_bufs: tuple[Any, ...], /,
 ) -> int: ...
+def lv_due(
+    buf: memoryview, hs: int, f0: int, idx: int, stop: int, now: int, restored: int, done: int, room: int,
+    ref_hi: int, segments: dict[int, Any], seg_bytes: int, segs: dict[int, int], out: list[tuple[int, Any]], /,
+) -> tuple[int, int, int, int]: ...
+def lv_ack(
+    refs: list[int], files: list[dict[int, Any]], per_file: int, hs: int, cur: MutableSequence[int],
+    seg_bytes: int, segs: dict[int, int], /,
+) -> None: ...
+class Publisher:
+    """The loop state ``publish_due`` and its ``Delivery`` reports use: the Sidecar's instance dict,
+    its ``_on_delivery`` (the reference path) and the exception types ``produce`` hands back."""
+
+    def __init__(
+        self, state: dict[str, Any], on_delivery: Callable[..., None], refused: tuple[type[BaseException], ...], /
+    ) -> None: ...
+
+class Delivery:
+    """A record's delivery-report callable (made by ``publish_due`` only)."""
+
+    def __call__(self, err: Any, msg: Any, /) -> None: ...
+
+def publish_due(
+    pub: Publisher, produce: Callable[..., Any], batch: list[tuple[int, Record]], i: int, store: Any, now: int, /
+) -> tuple[int, BaseException | None]: ...
 def crc32c(data: bytes | bytearray | memoryview, /) -> int: ...
 def crc32c_software(data: bytes | bytearray | memoryview, /) -> int: ...

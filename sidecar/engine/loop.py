@@ -43,12 +43,14 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from sidecar import contract as c
 from sidecar import logs
 from sidecar.config import Settings
+from sidecar.engine.heap import HeapReleaser
 from sidecar.engine.partition import FAST_INTAKE, CheckpointJob, Counters, PartitionStore, compile_rules
+from sidecar.engine.turns import SLOW_TURN_S, TurnWatch
 from sidecar.levels.scheduler import LevelsScheduler
 from sidecar.retry import Backoff, ErrorKind, PublishFailurePolicy, Retry, classify, describe
 from sidecar.scheduling import Scheduler
 from sidecar.store import codec
-from sidecar.store.codec import Record, delivery_headers
+from sidecar.store.codec import Record, delivery_headers, native
 from sidecar.store.log import CommitLog
 
 log = logs.get("sidecar")
@@ -57,6 +59,9 @@ PUBLISH_CHUNK = 1000  # records handed out by a scheduler per call
 PUBLISH_BUDGET_PER_TURN = 5000  # records published per loop turn, across partitions
 INGEST_SLICE = 250  # consumed records stored between two checks for due records
 FAST_RETRY = 32  # records left to the reference path after the C intake took none (PartitionStore.ingest_many)
+# The publish fast path in C (docs/storage.md 2.6): ``_produce`` and ``_on_delivery`` stay the
+# reference and take every record it hands back.
+_publish_due = None if native is None else native.publish_due
 
 
 def wall_ms() -> int:
@@ -136,6 +141,15 @@ class Sidecar:
         self.flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kds-flush")
         self.jobs: dict[int, tuple[PartitionStore, CheckpointJob, Future[None]]] = {}
         self._warned: dict[str, float] = {}
+        self.turns = TurnWatch()
+        # A burst leaves its heap high-water mark behind (librdkafka's pre-fetched fetch buffers,
+        # freed but pinned in their arena): given back once the burst is over, off the loop thread.
+        self.heap = HeapReleaser(executor=self.flusher)
+        # The C publish path reads and writes the state above in this instance's dict, the same
+        # place the Python code keeps it (made last: every attribute it reads exists by now).
+        self._fast: Any = None
+        if native is not None:
+            self._fast = native.Publisher(self.__dict__, self._on_delivery, (BufferError, KafkaException))
 
     # -- clients --------------------------------------------------------------------------------
     def _common(self) -> dict[str, Any]:
@@ -285,12 +299,16 @@ class Sidecar:
         # youngest generation grow before a collection (fewer pauses on the delivery path).
         gc.freeze()
         gc.set_threshold(20_000, 20, 20)
+        self.turns.install()
         log.info("sidecar.started", config=self.s.masked(), pid=os.getpid())
         last_commit = last_stats = last_space = time.monotonic()
         stats_every = self.s.stats_interval_ms / 1000
         commit_every = self.s.commit_interval_ms / 1000
+        turns = self.turns
+        clock = time.perf_counter
         try:
             while not self.stop_requested:
+                t0 = clock()
                 now = wall_ms()
                 timeout = self._poll_timeout(now)
                 if not self.paused:
@@ -301,6 +319,7 @@ class Sidecar:
                     msgs = consumer.consume(num_messages=self.s.batch_size, timeout=0)
                     if not msgs:
                         time.sleep(timeout)
+                t1 = clock()
                 if msgs:
                     # In slices, publishing in between whatever fell due meanwhile: a full batch
                     # takes tens of ms to store, and due records must not wait behind it.
@@ -310,14 +329,18 @@ class Sidecar:
                             self._publish()
                 if self.consumer_fatal:
                     consumer = self._replace_consumer(consumer)
+                t2 = clock()
                 self._publish()
                 self._poll(0)
+                t3 = clock()
                 if self.jobs:
                     self._reap_jobs(consumer)
                 mono = time.monotonic()
                 if mono - last_commit >= commit_every:
                     self._checkpoint_all(consumer)
+                    self.heap.tick(self._work_done(), mono)
                     last_commit = mono
+                t4 = clock()
                 if mono - last_space >= 1.0:
                     self._check_space(consumer)
                     if self.metrics is not None:
@@ -328,7 +351,13 @@ class Sidecar:
                     last_stats = mono
                 if self.health is not None:
                     self.health.beat(mono)
+                t5 = clock()
+                # The wait inside consume (up to the next due time) is not work: a turn is slow
+                # when everything after it took longer than SLOW_TURN_S.
+                if t5 - t1 > SLOW_TURN_S:
+                    turns.slow(t0, t1, t2, t3, t4, t5, len(msgs), self.in_flight)
         finally:
+            self.turns.uninstall()
             self._shutdown(consumer)
         return 0
 
@@ -435,7 +464,6 @@ class Sidecar:
         # Bounded work per turn, in chunks with a poll between them: a mass expiry starts
         # publishing at once (not after decoding 20,000 records) and intake keeps its turns.
         budget = PUBLISH_BUDGET_PER_TURN
-        produce = self._produce
         for store in stores:
             while budget > 0:
                 room = min(self.s.max_in_flight - self.in_flight, PUBLISH_CHUNK, budget)
@@ -445,13 +473,34 @@ class Sidecar:
                 if not batch:
                     break
                 budget -= len(batch)
-                for i, (ref, rec) in enumerate(batch):
-                    if not produce(ref, rec, store, None, now):
-                        # The producer queue is full: what was handed out waits in the backlog.
-                        for ref2, rec2 in batch[i + 1 :]:
-                            self.backlog.append((ref2, rec2, store, None))
-                        return
+                if not self._publish_batch(batch, store, now):
+                    return
                 self._poll(0)
+
+    def _publish_batch(self, batch: list[tuple[int, Record]], store: PartitionStore, now: int) -> bool:
+        """Produce a due batch; False if the producer queue filled up (the rest waits in the
+        backlog). With the extension, ``publish_due`` produces the plain records in C and stops at
+        any other one, which goes through ``_produce`` here (or ``_refused``, when the producer
+        raised for it) before C takes over again."""
+        i, n = 0, len(batch)
+        while i < n:
+            refused = None
+            if self._fast is not None and _publish_due is not None:
+                i, refused = _publish_due(self._fast, self.producer.produce, batch, i, store, now)
+                if i == n:
+                    return True
+            ref, rec = batch[i]
+            if refused is None:
+                ok = self._produce(ref, rec, store, None, now)
+            else:
+                ok = self._refused(ref, rec, store, None, refused)
+            i += 1
+            if not ok:
+                # The producer queue is full: what was handed out waits in the backlog.
+                for ref2, rec2 in batch[i:]:
+                    self.backlog.append((ref2, rec2, store, None))
+                return False
+        return True
 
     def _poll(self, timeout: float) -> None:
         """Serve delivery reports, then hand the successes to their stores in one batch."""
@@ -482,16 +531,23 @@ class Sidecar:
                 topic, rec.value, rec.key, rec.target_partition,
                 partial(self._on_delivery, ref, rec, store, att, topic), None, 0, headers,
             )
-        except BufferError:
-            self.backlog.appendleft((ref, rec, store, att))
-            self._poll(0.01)
-            return False
-        except KafkaException as e:  # e.g. an invalid partition given locally
-            self._failed(ref, rec, store, att, e.args[0])
-            return True
+        except (BufferError, KafkaException) as e:
+            return self._refused(ref, rec, store, att, e)
         self.in_flight += 1
         tif = self.topic_in_flight
         tif[topic] = tif.get(topic, 0) + 1
+        return True
+
+    def _refused(
+        self, ref: int, rec: Record, store: PartitionStore, att: _Attempts | None, e: BufferError | KafkaException,
+    ) -> bool:
+        """``produce`` raised for the record: False when the producer queue is full (the record
+        goes first in the backlog); a local error (e.g. an invalid partition) is a failed publish."""
+        if isinstance(e, BufferError):
+            self.backlog.appendleft((ref, rec, store, att))
+            self._poll(0.01)
+            return False
+        self._failed(ref, rec, store, att, e.args[0])
         return True
 
     def _on_delivery(
@@ -586,6 +642,11 @@ class Sidecar:
                     self.jobs[store.partition] = (store, job, self.flusher.submit(job.run))
             store.trim()  # idle too: recovery, the scanners and the publisher read pages as well
 
+    def _work_done(self) -> int:
+        """Records consumed and delivered so far (any kind): it stops moving when a burst is over."""
+        k = self.counters
+        return k.ingested + k.delivered + k.publish_retries + sum(k.dlq.values())
+
     def _reap_jobs(self, consumer: Consumer) -> None:
         """Finish the checkpoint jobs the flusher completed: reclaim, then commit the offsets."""
         for partition in [p for p, (_s, _j, fut) in self.jobs.items() if fut.done()]:
@@ -638,11 +699,13 @@ class Sidecar:
     def _stats(self) -> None:
         pending = {t: n for t, n in self._pending().items() if n}
         k = self.counters
+        slow_turns, slowest_turn_ms = self.turns.take()
         log.info(
             "stats", ingested=k.ingested, scheduled=k.scheduled, delivered=k.delivered, cancelled=k.cancelled,
             duplicates=k.duplicates, dlq=sum(k.dlq.values()), dlq_by_reason={r: n for r, n in k.dlq.items() if n},
             pending=sum(pending.values()), pending_by_tier=pending, in_flight=self.in_flight,
-            retry_queue=len(self.retries), early=k.early, paused=self.paused,
+            retry_queue=len(self.retries), early=k.early, paused=self.paused, slow_turns=slow_turns,
+            slowest_turn_ms=slowest_turn_ms,
         )
 
     def _sync_metrics(self, pending: dict[str, int]) -> None:

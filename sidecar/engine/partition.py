@@ -40,6 +40,8 @@ message is consumed again and must be cancelled again.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 from array import array
 from collections.abc import Callable
@@ -457,7 +459,7 @@ class PartitionStore:
             if fsync:
                 self.log.flush()
                 self.sched.flush()
-                self.ids.flush()
+            self.ids.flush(sync=fsync)  # without fsync still: a rebuilt id index takes its name
         doc = {
             "topic": self.topic,
             "partition": self.partition,
@@ -469,10 +471,11 @@ class PartitionStore:
         }
         self.dirty = False
         self.checkpoints += 1
-        return CheckpointJob(self.dir, doc, batch, fsync, self.log.reclaimable(), self.next_offset)
+        dead = self.log.reclaimable()
+        return CheckpointJob(self.dir, doc, batch, fsync, dead, [self.log.path_of(i) for i in dead], self.next_offset)
 
     def finish_checkpoint(self, job: CheckpointJob) -> None:
-        self.log.reclaim(job.dead_segments)
+        self.log.reclaim(job.dead_segments, unlink=False)  # the job deleted the files
         reclaim = getattr(self.sched, "reclaim", None)
         if reclaim is not None:
             reclaim()
@@ -537,12 +540,20 @@ class CheckpointJob:
     syncs: SyncBatch
     durable: bool
     dead_segments: list[int]  # commit-log segments empty at the snapshot: deleted once it is durable
+    dead_paths: list[Path]  # their files
     ingress_offset: int | None  # what the offset commit may name once the checkpoint is written
 
     def run(self) -> None:
-        """data and index to disk, then the checkpoint (atomic, durable): safe on any thread."""
+        """data and index to disk, then the checkpoint (atomic, durable), then delete the segments
+        it no longer needs: safe on any thread. Deleting a 64 MiB segment took 7-98 ms (its page
+        cache dropped, its blocks freed and discarded): on the loop thread that was a stall of every
+        delivery. A sealed segment never gets a record again, so deleting it here, before the loop
+        unmaps it, is safe; a crash before the unlink leaves a file recovery deletes."""
         self.syncs.run()
         checkpoint.write(self.dir, self.doc, durable=self.durable)
+        for path in self.dead_paths:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
 
 def compile_rules(

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableSequence
 from pathlib import Path
+from typing import Any
 
+from sidecar.store import codec
 from sidecar.store.mapped import HEADER_SIZE, MappedFile, fsync_dir, unborn
 
 MAGIC = b"KDSLVQ\x00\x01"
@@ -30,6 +32,119 @@ ENTRY_SIZE = ENTRY.size
 _STATE = struct.Struct("<B")
 PENDING, DELIVERED, CANCELLED, DROPPED = 0, 1, 2, 3
 NO_POS = 0  # inside the first segment's file header: never a record's position
+IDX_BITS = 48  # a scheduler ref is ``level << IDX_BITS | index``
+IDX_MASK = (1 << IDX_BITS) - 1
+
+
+# -- the scheduler's per-entry walks -------------------------------------------------------------
+# The dequeue's walk over one queue file (``lv_due``) and the batch ack with the done cursor's
+# advance (``lv_ack``, ``lv_advance``). Each level's done cursor crosses the contiguous run of
+# finished entries above it; an entry in ``[done, send)`` (handed out) is finished exactly when
+# its state byte is no longer PENDING (delivered, cancelled before it was due, dropped), so the
+# state bytes are the record of out-of-order acks: no set of acked indexes is kept in memory.
+# Each record the done cursor passes is released in its commit-log segment: the walks count the
+# releases per segment (``pos // seg_bytes``) in ``segs`` for ``CommitLog.release_counts``; a
+# dropped entry (``NO_POS``) releases nothing. These functions are the reference for their C
+# twins in ``sidecar._native``. ``lv_due`` returns why it stopped: 0 ``stop`` reached, 1 out of
+# room, 2 a pending entry not yet due, 3 the next entry needs the caller.
+END, FULL, BLOCKED, CALLER = 0, 1, 2, 3
+
+
+def lv_due(
+    buf: memoryview, hs: int, f0: int, idx: int, stop: int, now: int, restored: int, done: int, room: int,
+    ref_hi: int, segments: dict[int, Any], seg_bytes: int, segs: dict[int, int], out: list[tuple[int, Any]],
+) -> tuple[int, int, int, int]:
+    """The dequeue of one level over the entries ``idx .. stop - 1`` of the queue file whose first
+    index is ``f0`` (mapped at ``buf``): append ``(ref_hi | index, record)`` for each pending entry
+    (at most ``room``), the record decoded from its commit-log segment (``segments``: the log's
+    ``{segment index: MappedFile}``, unverified like ``CommitLog.read``); a finished entry
+    (cancelled, or delivered before a restart) is passed, and crossed by the done cursor when it is
+    at ``done``. Stops (why 2) at a pending entry due after ``now``, and (why 3) at a pending entry
+    below ``restored`` (restored from the checkpoint: checked before its first use) or whose
+    record cannot be decoded here (segment missing, record corrupt: the caller's ``read`` raises
+    the error). Returns ``(why, idx, done, room)``; the entries before ``idx`` are examined."""
+    while idx < stop:
+        if room <= 0:
+            return FULL, idx, done, room
+        pos, due, state = ENTRY.unpack_from(buf, hs + (idx - f0) * ENTRY_SIZE)
+        if state == PENDING:
+            if due > now:
+                return BLOCKED, idx, done, room
+            if idx < restored:
+                return CALLER, idx, done, room
+            g, off = divmod(pos, seg_bytes)
+            seg = segments.get(g)
+            if seg is None:
+                return CALLER, idx, done, room
+            try:
+                rec = codec.decode(seg.buf, off, None, False)
+            except codec.CorruptRecord:
+                return CALLER, idx, done, room
+            out.append((ref_hi | idx, rec))
+            room -= 1
+        elif idx == done:
+            if pos != NO_POS:
+                g = pos // seg_bytes
+                segs[g] = segs.get(g, 0) + 1
+            done += 1
+        idx += 1
+    return END, idx, done, room
+
+
+def _entry_at(files: dict[int, MappedFile], per_file: int, hs: int, idx: int) -> tuple[memoryview, int]:
+    f = files.get(idx - idx % per_file)
+    if f is None:
+        raise KeyError(f"queue entry {idx} is not on disk")
+    return f.buf, hs + (idx % per_file) * ENTRY_SIZE
+
+
+def lv_advance(
+    files: dict[int, MappedFile], per_file: int, hs: int, done: int, send: int, seg_bytes: int, segs: dict[int, int]
+) -> int:
+    """The done cursor of one level (its queue files ``files``): cross the finished entries from
+    ``done`` up to ``send``, counting their releases in ``segs``; return the new ``done``. Raises
+    ``KeyError`` for an entry whose file is missing."""
+    while done < send:
+        buf, off = _entry_at(files, per_file, hs, done)
+        pos, _due, state = ENTRY.unpack_from(buf, off)
+        if state == PENDING:
+            break
+        if pos != NO_POS:
+            g = pos // seg_bytes
+            segs[g] = segs.get(g, 0) + 1
+        done += 1
+    return done
+
+
+def lv_ack(
+    refs: list[int], files: list[dict[int, MappedFile]], per_file: int, hs: int, cur: MutableSequence[int],
+    seg_bytes: int, segs: dict[int, int],
+) -> None:
+    """The batch ack: each ref (``level << IDX_BITS | index``) handed out and not yet passed by
+    its level's done cursor becomes DELIVERED, and the done cursor advances when it was the entry
+    it waited on (``lv_advance``); other refs are ignored. ``files[n]`` are level ``n``'s queue
+    files; ``cur[4n : 4n + 4]`` is the level's ``[done, send, dirty_lo, dirty_hi]``, updated in
+    place: ``done``, and the range of entries whose state was written (``dirty_lo`` -1: none;
+    ``dirty_hi`` exclusive). Raises ``IndexError`` for a ref of no level, ``KeyError`` for an
+    entry whose file is missing."""
+    nlv = len(files)
+    for ref in refs:
+        n = ref >> IDX_BITS
+        if not 0 <= n < nlv:
+            raise IndexError(f"ref {ref} names no level")
+        idx = ref & IDX_MASK
+        c = 4 * n
+        done, send = cur[c], cur[c + 1]
+        if idx < done or idx >= send:
+            continue
+        buf, off = _entry_at(files[n], per_file, hs, idx)
+        buf[off + 16] = DELIVERED
+        if cur[c + 2] < 0 or idx < cur[c + 2]:
+            cur[c + 2] = idx
+        if idx + 1 > cur[c + 3]:
+            cur[c + 3] = idx + 1
+        if idx == done:
+            cur[c] = lv_advance(files[n], per_file, hs, done, send, seg_bytes, segs)
 
 
 class LevelQueue:

@@ -13,7 +13,13 @@ Each level keeps three cursors over its entry indexes::
 ``due(now)`` walks each level from ``send`` while the head is due. ``ack`` marks an entry
 delivered; ``done`` advances over the contiguous prefix of finished entries (faust's contiguous
 offset commit: acks arrive out of order, the checkpoint only ever moves over a gap-free prefix),
-releasing each record's commit-log slot as it passes. Only ``done`` and ``write`` are
+releasing each record's commit-log slot as it passes. An entry in ``[done, send)`` is finished
+exactly when its state byte is no longer PENDING (delivered, cancelled before it was due,
+dropped), so the state bytes are the record of out-of-order acks and no set of them is kept. The
+per-entry loops — the walk of ``due`` over one queue file, decoding each due record, and the
+batch ack with the done cursor's advance — run in C (``sidecar._native.lv_due``, ``lv_ack``) or
+in their Python twins in ``sidecar.levels.queue``; restored entries (below) and records that do
+not decode are left to the Python code here. Only ``done`` and ``write`` are
 checkpointed: after a crash everything in ``[done, write)`` is handed out again, except entries
 whose state byte already says delivered or cancelled, so duplicates are limited to records that
 were in flight.
@@ -38,22 +44,36 @@ has the same property and uses the store time to minimise it).
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from sidecar.levels import table
-from sidecar.levels.queue import CANCELLED, DELIVERED, ENTRY, ENTRY_SIZE, NO_POS, PENDING, LevelQueue
+from sidecar.levels.queue import (
+    BLOCKED,
+    CALLER,
+    CANCELLED,
+    DELIVERED,
+    IDX_BITS,
+    IDX_MASK,
+    PENDING,
+    LevelQueue,
+    lv_ack,
+    lv_advance,
+    lv_due,
+)
 from sidecar.store.codec import Record
+from sidecar.store.codec import native as _native
 from sidecar.store.log import CommitLog
-from sidecar.store.mapped import StoreError
+from sidecar.store.mapped import HEADER_SIZE, StoreError
 
-_IDX_BITS = 48
-_IDX_MASK = (1 << _IDX_BITS) - 1
+_IDX_BITS = IDX_BITS
+_IDX_MASK = IDX_MASK
 
 
 class _Level:
-    __slots__ = ("acked", "done", "queue", "restored", "send", "write")
+    __slots__ = ("done", "queue", "restored", "send", "write")
 
     def __init__(self, queue: LevelQueue) -> None:
         self.queue = queue
@@ -61,19 +81,25 @@ class _Level:
         self.send = 0
         self.done = 0
         self.restored = 0  # ``write`` as restored from the checkpoint: [done, restored) is checked on first read
-        self.acked: set[int] = set()  # acked indexes above done: bounded by what is in flight
 
 
 class LevelsScheduler:
     name = "levels"
 
     def __init__(
-        self, directory: Path, log: CommitLog, levels_ms: tuple[int, ...], entries_per_file: int = 65536
+        self, directory: Path, log: CommitLog, levels_ms: tuple[int, ...], entries_per_file: int = 65536,
+        native: bool = True,
     ) -> None:
         self.log = log
         self.levels_ms = levels_ms
         self.dir = directory / "levels"
+        self.per_file = entries_per_file
         self.levels = [_Level(LevelQueue(self.dir / f"{i:02d}", entries_per_file)) for i in range(len(levels_ms) + 1)]
+        self._files = [lv.queue.files for lv in self.levels]
+        # the per-entry walks in C (sidecar._native), or their Python twins in queue.py
+        nat = _native if native else None
+        self._lv_due = lv_due if nat is None else nat.lv_due
+        self._lv_ack = lv_ack if nat is None else nat.lv_ack
         self._snap_done: list[int] = []  # each level's done at the last state() snapshot
         self.log_head: int | None = None  # the checkpointed log head: restored entries point below it
         self.dropped: list[tuple[int, int, str]] = []  # what the default ``report`` collects
@@ -129,72 +155,76 @@ class LevelsScheduler:
             if lv.send < lv.write:
                 heads.append((lv.queue.due_of(lv.send), n))
         heads.sort()
-        unpack = ENTRY.unpack_from
-        read = self.log.read
-        for head_due, n in heads:
-            if head_due > now_ms or len(out) >= limit:
-                break
-            lv = self.levels[n]
-            q = lv.queue
-            idx, write = lv.send, lv.write
-            blocked = False
-            while idx < write and len(out) < limit and not blocked:
-                # One queue file at a time, read straight from its buffer (no lookup per entry);
-                # at most ``limit - len(out)`` entries, since each adds at most one record.
-                f, off = q._locate(idx)
-                stop = min(write, idx - idx % q.per_file + q.per_file, idx + limit - len(out))
-                buf = f.buf
-                while idx < stop:
-                    pos, due, state = unpack(buf, off)
-                    if due > now_ms and state == PENDING:
-                        blocked = True
+        walk, per = self._lv_due, self.per_file
+        log = self.log
+        segments, seg_bytes = log.segments, log.segment_bytes
+        segs: dict[int, int] = {}  # releases by the done cursor, per log segment
+        try:
+            for head_due, n in heads:
+                if head_due > now_ms or len(out) >= limit:
+                    break
+                lv = self.levels[n]
+                q = lv.queue
+                idx, write = lv.send, lv.write
+                while idx < write and len(out) < limit:
+                    # one call per queue file, read straight from its buffer (lv_due), and one
+                    # per entry it leaves to Python (restored, or its record does not decode)
+                    f, _off = q._locate(idx)
+                    first = idx - idx % per
+                    why, idx, lv.done, _room = walk(
+                        f.buf, HEADER_SIZE, first, idx, min(write, first + per), now_ms, lv.restored, lv.done,
+                        limit - len(out), n << IDX_BITS, segments, seg_bytes, segs, out,
+                    )
+                    lv.send = idx
+                    if why == BLOCKED:
                         break
-                    lv.send = idx + 1
-                    if state != PENDING:  # cancelled, or delivered before a restart
-                        self._finish(lv, idx)
-                    elif idx < lv.restored and self._dangles(n, idx, pos, due):
-                        self._finish(lv, idx)  # restored, and its record fails the check: dropped, never handed out
-                    else:
-                        out.append(((n << _IDX_BITS) | idx, read(pos)))
-                    idx += 1
-                    off += ENTRY_SIZE
+                    if why == CALLER:  # pending and due
+                        pos, due, _state = q.read(idx)
+                        lv.send = idx + 1
+                        if idx < lv.restored and self._dangles(n, idx, pos, due):
+                            self._finish(lv, idx)  # restored, and its record fails the check: dropped, never handed out
+                        else:
+                            out.append(((n << IDX_BITS) | idx, log.read(pos)))
+                        idx += 1
+        finally:
+            if segs:
+                log.release_counts(segs)
         return out
 
     def ack(self, ref: int) -> None:
-        lv = self.levels[ref >> _IDX_BITS]
-        idx = ref & _IDX_MASK
+        lv = self.levels[ref >> IDX_BITS]
+        idx = ref & IDX_MASK
         if idx < lv.done or idx >= lv.send:
             return
         lv.queue.set_state(idx, DELIVERED)
         self._finish(lv, idx)
 
     def ack_many(self, refs: list[int]) -> None:
-        """``ack`` for each ref (one call per batch of delivery reports)."""
+        """``ack`` for each ref (one call per batch of delivery reports): ``lv_ack``."""
         levels = self.levels
-        for ref in refs:
-            lv = levels[ref >> _IDX_BITS]
-            idx = ref & _IDX_MASK
-            if idx < lv.done or idx >= lv.send:
-                continue
-            lv.queue.set_state(idx, DELIVERED)
-            if idx != lv.done:
-                lv.acked.add(idx)
-            else:
-                self._finish(lv, idx)
+        cur = array("q")
+        for lv in levels:
+            cur.extend((lv.done, lv.send, -1, -1))
+        segs: dict[int, int] = {}
+        try:
+            self._lv_ack(refs, self._files, self.per_file, HEADER_SIZE, cur, self.log.segment_bytes, segs)
+        finally:
+            for n, lv in enumerate(levels):
+                lv.done = cur[4 * n]
+                if cur[4 * n + 2] >= 0:
+                    lv.queue._dirty(cur[4 * n + 2])
+                    lv.queue._dirty(cur[4 * n + 3] - 1)
+            if segs:
+                self.log.release_counts(segs)
 
     def _finish(self, lv: _Level, idx: int) -> None:
+        """Entry ``idx`` of ``lv`` (handed out, its state no longer PENDING) is finished: if the
+        done cursor waits on it, advance the cursor over every finished entry from there."""
         if idx != lv.done:
-            lv.acked.add(idx)
-            return
-        q = lv.queue
-        while True:
-            pos, _due, _state = q.read(lv.done)
-            if pos != NO_POS:
-                self.log.release(pos)
-            lv.done += 1
-            if lv.done not in lv.acked:
-                break
-            lv.acked.discard(lv.done)
+            return  # its state byte says it is finished: the cursor crosses it when it gets there
+        segs: dict[int, int] = {}
+        lv.done = lv_advance(lv.queue.files, self.per_file, HEADER_SIZE, lv.done, lv.send, self.log.segment_bytes, segs)
+        self.log.release_counts(segs)
 
     def cancel(self, ref: int) -> bool:
         lv = self.levels[ref >> _IDX_BITS]
@@ -258,7 +288,6 @@ class LevelsScheduler:
         for lv, (done, write) in zip(self.levels, state["levels"], strict=True):
             lv.done = lv.send = int(done)
             lv.write = lv.restored = int(write)
-            lv.acked.clear()
 
     # -- damage ---------------------------------------------------------------------------------
     def arm(self, head: int, report: Callable[[int, int, str], None] | None = None) -> None:

@@ -34,10 +34,12 @@ count, load progress and live count. ``restore`` truncates each file to its chec
 (records appended after the checkpoint are replayed from the commit log and appended again),
 deletes files the checkpoint does not know, and refuses to start if a file it needs is missing.
 ``flush`` makes every file written since the last flush durable (and the directory when files
-were created), before the checkpoint is written: with far-future records spread over many buckets
-that is many files, so beyond a handful it is one ``syncfs(2)`` of the data volume instead of one
-``fsync`` per file (Linux; elsewhere, or if it fails, per-file ``fsync``). A file whose descriptor
-was evicted from the small cache of open files is reopened for its ``fsync``.
+were created), before the checkpoint is written. Inside a checkpoint (``deferred_sync``) it only
+names the files for the batch, which the flusher thread syncs, so the loop never waits on the
+disk for them. Called directly, with far-future records spread over many buckets that is many
+files, so beyond a handful it is one ``syncfs(2)`` of the data volume instead of one ``fsync`` per
+file (Linux; elsewhere, or if it fails, per-file ``fsync``); a file whose descriptor was evicted
+from the small cache of open files is reopened for its ``fsync``.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ from typing import Any
 from crc32c import crc32c
 
 from sidecar.store import codec
-from sidecar.store.mapped import HEADER, HEADER_SIZE, StoreError, fsync_dir
+from sidecar.store.mapped import HEADER, HEADER_SIZE, StoreError, current_batch, fsync_dir
 
 MAGIC = b"KDSBKT\x00\x01"
 VERSION = 1
@@ -359,6 +361,13 @@ class BucketStore:
     # -- durability -----------------------------------------------------------------------------
     def flush(self) -> None:
         dirty = [seq for seq in self._dirty if seq in self.buckets]
+        batch = current_batch()
+        if batch is not None:
+            # Inside a checkpoint: the flusher thread syncs them (the loop must not wait on the
+            # disk; with many files, one syncfs would not be cheaper there than fdatasync each).
+            for seq in dirty:
+                batch.add_path(self.path(self.buckets[seq]))
+            dirty = []
         synced = False
         if len(dirty) >= _SYNCFS_FROM and _syncfs is not None:
             dfd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)

@@ -44,12 +44,14 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from sidecar import logs
 from sidecar.store.codec import native as _native
-from sidecar.store.mapped import HEADER_SIZE, MappedFile, unborn
+from sidecar.store.mapped import HEADER_SIZE, MappedFile, current_batch, fsync_dir, unborn
 
 MAGIC = b"KDSIDX\x00\x01"
 VERSION = 1
@@ -62,6 +64,7 @@ _COUNT_CHUNK = 1 << 18  # slots per bytes.count pass (4 MiB copied)
 _FF = b"\xff" * _COUNT_CHUNK
 _EMPTY_HASH = bytes(8)
 _TOMB_HASH = _U64.pack(TOMB)
+log = logs.get("sidecar.store")
 
 
 def py_id_hash(rid: bytes | memoryview, _blake2b: Any = hashlib.blake2b, _from_bytes: Any = int.from_bytes) -> int:
@@ -89,8 +92,7 @@ class IdIndex:
         self._scan_off = -1
         self._scan_live = 0
         self._scan_tombs = 0
-        tmp = self.path.with_name("ids.idx.new")
-        if tmp.exists():  # a rebuild was interrupted: the old file is still whole
+        for tmp in directory.glob("ids.idx.new*"):  # a rebuild not yet named: the old file is whole
             tmp.unlink()
         if self.path.exists() and unborn(self.path):  # killed while creating it: nothing in it
             self.path.unlink()
@@ -105,6 +107,9 @@ class IdIndex:
             self._counted = True
         self.mask = self.cap - 1
         self.dirty = False
+        # A rebuilt table not yet named ids.idx: it takes the name at the next flush (``_rebuild``).
+        self._swap: MappedFile | None = None
+        self._rebuilds = 0
 
     def restore(self, state: dict[str, int] | None) -> None:
         """Count the occupied slots, or start from the checkpointed counts (``state``) and count
@@ -160,12 +165,12 @@ class IdIndex:
         return {"cap": self.cap, "live": self.live, "tombs": self.tombs}
 
     @staticmethod
-    def _map(path: Path, cap: int, create: bool) -> MappedFile:
+    def _map(path: Path, cap: int, create: bool, sync_header: bool = True) -> MappedFile:
         if cap & (cap - 1):
             raise ValueError(f"{path}: capacity {cap} is not a power of two")
         return MappedFile(
             path, magic=MAGIC, version=VERSION, size=HEADER_SIZE + cap * SLOT_SIZE,
-            geom_a=SLOT_SIZE, geom_b=cap, base=0, create=create,
+            geom_a=SLOT_SIZE, geom_b=cap, base=0, create=create, sync_header=sync_header,
         )
 
     def _slots(self) -> Iterator[tuple[int, int]]:
@@ -299,9 +304,25 @@ class IdIndex:
         return sum(remove(id_hash(rec.id), ref) for ref, rec in pairs)
 
     def _rebuild(self) -> None:
+        """Rehash every live slot into a new table (twice the size when a quarter of the slots
+        are live, else the same size without the tombstones), in a file of its own.
+
+        The new table is not synced here: an msync of the whole file on the loop thread stalled
+        every delivery for 50-80 ms at 2^20 slots (the rehash itself, most of it first-touch page
+        faults, is 25-40 ms). It stays named ``ids.idx.new.<n>`` and takes the name ``ids.idx`` at the
+        next ``flush``, which the checkpoint runs on its flusher thread in the durability order:
+        new table synced, renamed, directory synced, then the checkpoint that describes it. Until
+        then ``ids.idx`` on disk is the old table the previous checkpoint describes, whole; a crash
+        in between leaves that pair (plus the log records after it, replayed), and the unnamed
+        table is deleted at the next open."""
+        started = time.perf_counter()
+        if self._swap is not None:  # two rebuilds within one checkpoint interval: name the first
+            self._name_swap(sync=True)
         cap = self.cap * 2 if self.live * 4 >= self.cap else self.cap
-        tmp = self.path.with_name("ids.idx.new")
-        new = self._map(tmp, cap, create=True)
+        # A name of its own: the previous rebuild's rename may still be queued on the flusher.
+        self._rebuilds += 1
+        tmp = self.path.with_name(f"ids.idx.new.{self._rebuilds}")
+        new = self._map(tmp, cap, create=True, sync_header=False)
         mask = cap - 1
         live = 0
         if self.native is not None:  # ~1 s for 10 M ids, against ~15 s in Python
@@ -315,17 +336,39 @@ class IdIndex:
                 while SLOT.unpack_from(new.buf, HEADER_SIZE + i * SLOT_SIZE)[0] != EMPTY:
                     i = (i + 1) & mask
                 SLOT.pack_into(new.buf, HEADER_SIZE + i * SLOT_SIZE, h, ref)
-        new.flush()
         self.f.close()
-        os.replace(tmp, self.path)
-        self.f = new
-        new.path = self.path
+        self.f = self._swap = new
+        self.dirty = True
         # Recounted here: counts restored from a checkpoint can miss inserts made after it.
         self.cap, self.mask, self.tombs, self.live = cap, mask, 0, live
         self._scan_off = -1  # exact now: a background recount has nothing left to do
+        log.info("ids.rebuilt", capacity=cap, live=live, ms=round((time.perf_counter() - started) * 1000, 1))
 
-    def flush(self) -> None:
-        if self.dirty:
+    def _name_swap(self, sync: bool) -> None:
+        """Give the rebuilt table the name ``ids.idx``: synced first (``sync``), renamed, the
+        directory synced — inside ``deferred_sync`` all three go to the batch, in that order."""
+        swap, self._swap = self._swap, None
+        assert swap is not None
+        batch = current_batch()
+        if not sync:
+            os.replace(swap.path, self.path)
+        elif batch is not None:
+            batch.add_file(swap)
+            batch.add_rename(swap.path, self.path)
+            batch.add_dir(self.path.parent)
+        else:
+            swap.mm.flush()
+            os.replace(swap.path, self.path)
+            fsync_dir(self.path.parent)
+        swap.path = self.path
+
+    def flush(self, sync: bool = True) -> None:
+        """Make the table durable (``sync``; inside ``deferred_sync``: note it for the batch). With
+        ``sync=False`` (``fsync=none``) only a rebuilt table's rename happens."""
+        if self._swap is not None:
+            self._name_swap(sync)
+            self.dirty = False
+        elif self.dirty and sync:
             self.f.flush()
             self.dirty = False
 

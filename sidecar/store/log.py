@@ -33,6 +33,7 @@ Durability: appends go to the page cache through the mapping (they survive a pro
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import mmap
 import os
@@ -120,6 +121,10 @@ class CommitLog:
     # -- files ----------------------------------------------------------------------------------
     def _path(self, index: int) -> Path:
         return self.dir / f"{index * self.segment_bytes:020d}.log"
+
+    def path_of(self, index: int) -> Path:
+        """The file of segment ``index``."""
+        return self._path(index)
 
     def _map(self, index: int, create: bool) -> MappedFile:
         self._created |= create
@@ -398,23 +403,26 @@ class CommitLog:
         active = self.head // self.segment_bytes
         return [i for i, n in self.live.items() if i < active and n <= 0 and i in self.segments]
 
-    def reclaim(self, dead: list[int] | None = None) -> int:
+    def reclaim(self, dead: list[int] | None = None, unlink: bool = True) -> int:
         """Delete sealed segments with no live record; call only after a checkpoint that covers
-        the releases (``dead``: the ``reclaimable()`` of that checkpoint's snapshot). Returns the
-        number of segments deleted."""
+        the releases (``dead``: the ``reclaimable()`` of that checkpoint's snapshot). With
+        ``unlink=False`` the caller has deleted the files (the checkpoint job does, off the loop
+        thread): only the mappings are closed. Returns the number of segments reclaimed."""
         deleted = 0
         for i in self.reclaimable() if dead is None else dead:
             if i in self.segments and self.live.get(i, 0) <= 0:
-                self._delete(i)
+                self._delete(i, unlink)
                 deleted += 1
         return deleted
 
-    def _delete(self, index: int) -> None:
+    def _delete(self, index: int, unlink: bool = True) -> None:
         seg = self.segments.pop(index, None)
         self.live.pop(index, None)
         if seg is not None:
             seg.close()
-            os.unlink(seg.path)
+            if unlink:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(seg.path)
 
     def disk_bytes(self) -> int:
         return len(self.segments) * self.segment_bytes

@@ -35,16 +35,21 @@ import mmap
 import os
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from crc32c import crc32c
 
+from sidecar import logs
+
 HEADER = struct.Struct("<8sIIQQQ20sI")
 HEADER_SIZE = 64
 assert HEADER.size == HEADER_SIZE
 _DONTNEED: int | None = getattr(mmap, "MADV_DONTNEED", None)
+SLOW_CREATE_S = 0.02  # a file creation slower than this is logged (it stalls the loop that asked)
+log = logs.get("sidecar.store")
 
 
 class StoreError(RuntimeError):
@@ -69,6 +74,7 @@ class MappedFile:
         geom_b: int,
         base: int,
         create: bool,
+        sync_header: bool = True,
     ) -> None:
         self.path = path
         self.magic = magic
@@ -76,6 +82,7 @@ class MappedFile:
         self.geom_a = geom_a
         self.geom_b = geom_b
         self.base = base
+        started = time.perf_counter()
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         fd = os.open(path, flags, 0o644)
         try:
@@ -95,7 +102,12 @@ class MappedFile:
             head = HEADER.pack(magic, version, HEADER_SIZE, geom_a, geom_b, base, b"", 0)
             crc = crc32c(head[:60])
             HEADER.pack_into(self.buf, 0, magic, version, HEADER_SIZE, geom_a, geom_b, base, b"", crc)
-            self.mm.flush(0, min(mmap.PAGESIZE, size))
+            if sync_header:  # False: the caller syncs the whole file before anything names it
+                self.mm.flush(0, min(mmap.PAGESIZE, size))
+            took = time.perf_counter() - started
+            if took > SLOW_CREATE_S:
+                log.warning("store.slow_file_create", path=str(path), size=size, ms=round(took * 1000, 1),
+                            synced_header=sync_header)
         else:
             self._check(version)
 
@@ -193,22 +205,35 @@ class SyncBatch:
 
     def __init__(self) -> None:
         self.files: dict[str, int] = {}
+        self.renames: list[tuple[str, str]] = []
         self.dirs: list[str] = []
 
     def add_file(self, mf: MappedFile) -> None:
-        path = str(mf.path)
-        if path not in self.files:
-            self.files[path] = os.open(path, os.O_RDONLY)
+        self.add_path(mf.path)
+
+    def add_path(self, path: Path) -> None:
+        """A file written with ``write`` or through a mapping, synced whole (``fdatasync``)."""
+        key = str(path)
+        if key not in self.files:
+            self.files[key] = os.open(key, os.O_RDONLY)
+
+    def add_rename(self, src: Path, dst: Path) -> None:
+        """``os.replace(src, dst)`` after every file is synced and before the directories are:
+        a file (added before) takes its name only once its contents are on the disk."""
+        self.renames.append((str(src), str(dst)))
 
     def add_dir(self, path: Path) -> None:
         if str(path) not in self.dirs:
             self.dirs.append(str(path))
 
     def run(self) -> None:
-        """Sync every file, then every directory; close the descriptors either way."""
+        """Sync every file, then rename, then sync every directory; close the descriptors either
+        way."""
         try:
             for fd in self.files.values():
                 os.fdatasync(fd)
+            for src, dst in self.renames:
+                os.replace(src, dst)
             for d in self.dirs:
                 _fsync_dir_now(d)
         finally:
@@ -225,6 +250,11 @@ class _Deferred(threading.local):
 
 
 _deferred = _Deferred()
+
+
+def current_batch() -> SyncBatch | None:
+    """The batch collecting this thread's syncs (inside ``deferred_sync``), else None."""
+    return _deferred.batch
 
 
 @contextmanager

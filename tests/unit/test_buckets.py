@@ -177,3 +177,38 @@ def test_many_buckets_with_few_open_files(tmp_path: Path, log: CommitLog) -> Non
         bs.delete(seq)
     assert list((tmp_path / "b").glob("*.bkt")) == []
     bs.close()
+
+
+def test_flush_inside_a_checkpoint_leaves_the_syncs_to_the_batch(
+    tmp_path: Path, log: CommitLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sidecar.store import buckets as buckets_mod
+    from sidecar.store import mapped
+    from sidecar.store.mapped import deferred_sync
+
+    bs = BucketStore(tmp_path / "b")
+    for k in range(10):  # ten files: more than the syncfs threshold
+        rec = _record(log, T0 + k * H, i=k)
+        bs.append(T0 + k * H, H, rec.due_ms, BucketStore.encode(rec))
+    now: list[str] = []
+    monkeypatch.setattr(buckets_mod.os, "fsync", lambda fd: now.append("fsync"))
+    monkeypatch.setattr(buckets_mod, "_syncfs", lambda fd: now.append("syncfs") or 0)
+    later: list[int] = []
+    monkeypatch.setattr(mapped.os, "fdatasync", later.append)
+    with deferred_sync() as batch:
+        bs.flush()
+    assert now == []  # nothing synced on the calling thread
+    assert sorted(Path(p).name for p in batch.files) == sorted(p.name for p in (tmp_path / "b").glob("*.bkt"))
+    assert len(batch.files) == 10
+    assert batch.dirs  # the new files' directories, synced by the batch too
+    batch.run()
+    assert len(later) == 10
+    assert now == ["fsync"] * len(batch.dirs)  # the batch's directory syncs
+    now.clear()
+    bs.flush()  # nothing dirty any more
+    assert now == []
+    rec = _record(log, T0, i=99)
+    bs.append(T0, H, rec.due_ms, BucketStore.encode(rec))
+    bs.flush()  # outside a checkpoint: synced here
+    assert now == ["fsync"]
+    bs.close()

@@ -1,0 +1,85 @@
+"""Slow loop turns: which phase of the event loop held up deliveries, and for how long.
+
+Every due record waits for the loop turn that is running when it falls due, so a turn's length is
+a floor under lateness: a 200 ms turn makes records 200 ms late no matter how precise the
+scheduler is. The loop takes a ``perf_counter`` reading at each phase boundary (six per turn,
+whatever the batch size) and hands them here only when the turn's work took longer than
+``SLOW_TURN_S``; the wait inside ``consume`` is not work and is reported apart.
+
+A slow turn is logged as ``loop.slow_turn`` with the time of each phase (consume, ingest,
+publish + delivery reports, checkpoint, housekeeping) and the garbage collection that ran inside
+it, at most once per ``LOG_EVERY_S`` (the ones in between are counted in ``suppressed``), so an
+overloaded sidecar cannot flood its log. ``stats`` carries the count and the longest turn since
+the previous ``stats`` line.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from typing import Any
+
+from sidecar import logs
+
+log = logs.get("sidecar")
+
+SLOW_TURN_S = 0.05  # a turn longer than this delays every record due during it by as much
+LOG_EVERY_S = 1.0
+
+
+class TurnWatch:
+    __slots__ = ("_gc_gen", "_gc_ms", "_gc_start", "_gc_stop", "_last_log", "_suppressed", "max_ms", "slow_turns")
+
+    def __init__(self) -> None:
+        self.slow_turns = 0
+        self.max_ms = 0.0
+        self._last_log = -LOG_EVERY_S
+        self._suppressed = 0
+        self._gc_start = 0.0  # perf_counter at the start of the last collection
+        self._gc_stop = 0.0
+        self._gc_ms = 0.0
+        self._gc_gen = -1
+
+    def install(self) -> None:
+        if self._on_gc not in gc.callbacks:
+            gc.callbacks.append(self._on_gc)
+
+    def uninstall(self) -> None:
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._gc_start = time.perf_counter()
+        else:
+            self._gc_stop = time.perf_counter()
+            self._gc_ms = (self._gc_stop - self._gc_start) * 1000
+            self._gc_gen = int(info.get("generation", -1))
+
+    def slow(self, t0: float, t1: float, t2: float, t3: float, t4: float, t5: float, consumed: int,
+             in_flight: int) -> None:
+        """A turn whose work (t1 -> t5) took longer than SLOW_TURN_S."""
+        ms = (t5 - t1) * 1000
+        self.slow_turns += 1
+        if ms > self.max_ms:
+            self.max_ms = ms
+        if t5 - self._last_log < LOG_EVERY_S:
+            self._suppressed += 1
+            return
+        self._last_log = t5
+        in_turn = t0 <= self._gc_start <= t5
+        log.warning(
+            "loop.slow_turn", turn_ms=round(ms, 1), consume_wait_ms=round((t1 - t0) * 1000, 1),
+            ingest_ms=round((t2 - t1) * 1000, 1), publish_ms=round((t3 - t2) * 1000, 1),
+            checkpoint_ms=round((t4 - t3) * 1000, 1), housekeeping_ms=round((t5 - t4) * 1000, 1),
+            gc_ms=round(self._gc_ms, 1) if in_turn else 0.0, gc_generation=self._gc_gen if in_turn else None,
+            consumed=consumed, in_flight=in_flight, suppressed=self._suppressed,
+        )
+        self._suppressed = 0
+
+    def take(self) -> tuple[int, float]:
+        """(slow turns, longest turn in ms) since the previous call: for the ``stats`` line."""
+        out = (self.slow_turns, round(self.max_ms, 1))
+        self.slow_turns = 0
+        self.max_ms = 0.0
+        return out
