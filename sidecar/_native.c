@@ -1725,7 +1725,9 @@ done:
 #define IN_W_MARK_LO 29
 #define IN_W_MARK_HI 30
 #define IN_W_WIDTH 31
-#define IN_W_SIZE 32
+#define IN_W_LHEAD 32
+#define IN_W_LTAIL 33
+#define IN_W_SIZE 34
 /* levels: per level L, IN_L_BASE + IN_L_STRIDE * L + (write, first, dirty_from, dirty_to, ms) */
 #define IN_L_COUNT 16
 #define IN_L_PER_FILE 17
@@ -1964,7 +1966,37 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
         long long ref = 0;
         if (kind == 0) {
             long long P = st[IN_W_P], N = st[IN_W_N], kd = floordiv64(due, P), sk = st[IN_W_SK], so = st[IN_W_SO];
-            if (kd < st[IN_W_LATE_BELOW] || kd < sk || (kd == sk && so >= 0 && so > due - kd * P)) goto next;
+            if (kd < st[IN_W_LATE_BELOW] || kd < sk || (kd == sk && so >= 0 && so > due - kd * P)) {
+                /* already due (its slot is behind the reader): a LATE entry at the tail of the late
+                   chain, as add -> _link(_LATE) does; the reference patches a tail in an older file */
+                long long idx = st[IN_W_HEAD], pf = st[IN_W_PF], f0 = idx - idx % pf, lt = st[IN_W_LTAIL];
+                if (f0 != st[IN_W_F0] || !bp[0] || hs + (idx - f0 + 1) * WL_SIZE > blen[0]) goto next;
+                if (lt != -1 && (lt < f0 || lt >= idx)) goto next;
+                write_record((uint8_t *)segv.buf + soff_log, (uint32_t)length, (uint32_t)body, 1, due, ts, offset,
+                             (int32_t)partition, (int32_t)tpart, 0, 0, fs);
+                uint8_t *ent = bp[0] + hs + (idx - f0) * WL_SIZE;
+                wr64(ent, due);
+                wr64(ent + 8, head);
+                wr64(ent + 16, -1);
+                ent[24] = 0;
+                ent[25] = WL_LATE;
+                wr16(ent + 26, 0);
+                wr32(ent + 28, (uint32_t)(idx & 0xFFFFFFFF));
+                if (st[IN_W_APP_LO] < 0) st[IN_W_APP_LO] = idx;
+                st[IN_W_APP_HI] = idx + 1;
+                if (lt == -1) {
+                    st[IN_W_LHEAD] = idx;
+                } else { /* TimerLog.set_next: patched and marked for flush whatever the range */
+                    long long moff_e = hs + (lt - f0) * WL_SIZE;
+                    wr64(bp[0] + moff_e + 16, idx);
+                    if (st[IN_W_MARK_LO] < 0 || moff_e < st[IN_W_MARK_LO]) st[IN_W_MARK_LO] = moff_e;
+                    if (moff_e + WL_SIZE > st[IN_W_MARK_HI]) st[IN_W_MARK_HI] = moff_e + WL_SIZE;
+                }
+                st[IN_W_LTAIL] = idx;
+                st[IN_W_HEAD] = idx + 1;
+                ref = idx;
+                goto stored;
+            }
             if (kd >= st[IN_W_GUARD] + N) goto next;
             PyObject *by_range = PyTuple_GET_ITEM(sbufs, 4);
             if (PyDict_GET_SIZE(by_range)) { /* its bucket is not fully linked yet: the reference joins it */
@@ -2047,6 +2079,7 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
             lv[0] = idx + 1;
             ref = (level << 48) | idx;
         }
+    stored:
         st[IN_HEAD] = head + (long long)length;
         memcpy(ibase + at * 16, &h, 8);
         memcpy(ibase + at * 16 + 8, &ref, 8);

@@ -448,7 +448,8 @@ class WheelScheduler:
         return self._append_slot(due_ms, log_pos, level)
 
     def intake_begin(self) -> tuple[int, list[int], tuple[Any, ...]] | None:
-        """The state ``_native.ingest_run`` needs for ``add``'s plain case (``_append_slot``), as
+        """The state ``_native.ingest_run`` needs for ``add``'s plain cases (``_append_slot``, and an
+        already due record's ``_link`` to the late chain), as
         ``(kind, values, buffers)`` (partition.py names the layout); None when the next ``add``
         cannot be that case (no cursor yet)."""
         if not self.inited:
@@ -459,6 +460,7 @@ class WheelScheduler:
         values = [
             self.P, self.N, self.late_below, self.s_k, self.s_o, self._guard(), idx, self.pf,
             -1 if mf is None else f0, tl.app_lo, tl.app_hi, sf.dirty_lo, sf.dirty_hi, -1, -1, self.width,
+            self.l_head, self.l_tail,
         ]
         bufs = (None if mf is None else mf.buf, sf.buf, self.occ_send, self.occ_done, self.buckets.by_range)
         return 0, values, bufs
@@ -472,6 +474,7 @@ class WheelScheduler:
         self.n_wheel += count
         tl, sf = self.tl, self.slots
         tl.app_lo, tl.app_hi = st[base + 9], st[base + 10]
+        self.l_head, self.l_tail = st[base + 16], st[base + 17]  # late entries appended to the late chain
         sf.dirty_lo, sf.dirty_hi = st[base + 11], st[base + 12]
         if st[base + 13] >= 0:  # old tails patched in place: the range of them, for flush
             tl.mark(f0, st[base + 13])
