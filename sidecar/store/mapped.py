@@ -177,6 +177,16 @@ def unborn(path: Path) -> bool:
     return True
 
 
+def headerless(path: Path) -> bool:
+    """True if ``path``'s header is all zeros (or the file is shorter than one): a file created
+    with ``sync_header=False`` whose header never reached the disk. Its owner syncs the header with
+    the first flush that covers anything in the file, before any checkpoint can name the file, so
+    such a file holds nothing a checkpoint needs (only after a power loss can one exist at all)."""
+    with open(path, "rb") as f:
+        head = f.read(HEADER_SIZE)
+    return len(head) < HEADER_SIZE or head.count(0) == HEADER_SIZE
+
+
 def fsync_dir(path: Path) -> None:
     sink = _deferred.batch
     if sink is not None:

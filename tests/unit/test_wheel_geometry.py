@@ -126,3 +126,52 @@ def test_settings_the_wheel_cannot_honour(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="bucket width"):
         WheelScheduler(tmp_path, log, precision_ms=10, window_ms=2_000, bucket_width_ms=3000)
     log.close()
+
+
+def test_a_new_timer_log_file_gets_its_header_synced_by_the_flush_not_on_creation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import mmap as mmap_mod
+
+    from sidecar.store import mapped
+
+    synced: list[tuple[int, int]] = []
+    real = mmap_mod.mmap.flush
+
+    class Spy(mmap_mod.mmap):
+        def flush(self, *a: int) -> None:  # type: ignore[override]
+            synced.append((a[0], a[1]) if a else (0, len(self)))
+            real(self, *a)
+
+    log = _log(tmp_path)
+    w = _wheel(tmp_path, log)
+    w.restore(None)
+    w.due(T0, 1)
+    monkeypatch.setattr(mapped.mmap, "mmap", Spy)
+    pos = log.append(
+        rtype=codec.MESSAGE, due_ms=T0 + 100, enqueue_ms=T0, src_offset=0, src_partition=0, target_partition=-1,
+        retry_count=0, level=0, rid=b"a", topic=b"t", key=None, value=None, headers_blob=b"",
+    )
+    w.add(T0 + 100, 0, pos)  # opens timer-log file 0
+    assert 0 in w.tl.files
+    assert synced == []  # nothing msynced on the loop when the file was created
+    w.flush()
+    assert any(start == 0 for start, _n in synced)  # the flush covers the header's page
+    w.close()
+    log.close()
+
+
+def test_a_timer_log_file_whose_header_never_reached_the_disk_is_deleted_at_open(tmp_path: Path) -> None:
+    _seed(tmp_path)
+    tl = tmp_path / "wheel" / "tl"
+    stray = tl / f"{16:020d}.tl"
+    body = bytearray((tl / f"{0:020d}.tl").read_bytes())
+    body[:HEADER_SIZE] = bytes(HEADER_SIZE)  # a power loss kept entries but not the header
+    body[HEADER_SIZE : HEADER_SIZE + 8] = (T0).to_bytes(8, "little")
+    stray.write_bytes(bytes(body))
+    log = _log(tmp_path)
+    w = _wheel(tmp_path, log)
+    assert not stray.exists()
+    assert sorted(w.tl.files) == [0]
+    w.close()
+    log.close()
