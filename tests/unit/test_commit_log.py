@@ -337,3 +337,73 @@ def test_sparse_preallocation(tmp_path: Path) -> None:
     assert st.st_size == 64 << 20
     assert st.st_blocks * 512 <= 1 << 20, "preallocated with ftruncate: sparse until written"
     log.close()
+
+
+def _zero_header(path: Path) -> None:
+    with open(path, "r+b") as f:
+        f.write(bytes(HEADER_SIZE))
+
+
+def test_a_new_segment_is_not_msynced_when_created_but_by_the_next_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import mmap as mmap_mod
+
+    from sidecar.store import mapped
+
+    log, _ = reopen(tmp_path)
+    synced: list[tuple[int, ...]] = []
+    real = mmap_mod.mmap.flush
+
+    class Spy(mmap_mod.mmap):
+        def flush(self, *a: int) -> None:  # type: ignore[override]
+            synced.append(a)
+            real(self, *a)
+
+    monkeypatch.setattr(mapped.mmap, "mmap", Spy)
+    n = 0
+    while 1 not in log.segments and n < 100:  # until a record opens segment 1
+        append(log, n)
+        n += 1
+    assert 1 in log.segments
+    assert synced == []  # created without an msync on the caller's thread
+    log.flush()
+    # only segment 1 was mapped through the spy: the flush syncs it from its first byte (its header)
+    assert [a[0] for a in synced] == [0]
+    log.close()
+
+
+def test_a_headerless_newest_segment_after_the_checkpoint_is_deleted(tmp_path: Path) -> None:
+    log, _ = reopen(tmp_path)
+    for n in range(3):
+        append(log, n)
+    log.flush()
+    state = log.state()
+    n = 3
+    while 1 not in log.segments:  # on into segment 1, after the checkpoint
+        append(log, n)
+        n += 1
+    in_seg0 = n - 1 - 3  # records 3 .. n-2 went into segment 0, n-1 opened segment 1
+    append(log, n)
+    log.close()
+    _zero_header(tmp_path / "log" / f"{SEG:020d}.log")  # a power loss kept its records, not its header
+    log, got = reopen(tmp_path, state)
+    assert all(pos < SEG for pos in got)  # segment 1's records are consumed again, not replayed
+    assert len(got) == in_seg0  # the rest of segment 0 replays
+    assert not (tmp_path / "log" / f"{SEG:020d}.log").exists()
+    assert list(log.segments) == [0] and log.head < SEG  # appends go on after segment 0's last record
+    log.close()
+
+
+def test_a_headerless_segment_the_checkpoint_names_is_refused(tmp_path: Path) -> None:
+    log, _ = reopen(tmp_path)
+    n = 0
+    while 1 not in log.segments:
+        append(log, n)
+        n += 1
+    log.flush()
+    state = log.state()  # head in segment 1
+    log.close()
+    _zero_header(tmp_path / "log" / f"{SEG:020d}.log")
+    with pytest.raises(CorruptSegment, match="header is zeros"):
+        reopen(tmp_path, state)
