@@ -316,6 +316,17 @@ static inline void wr64(uint8_t *p, int64_t v) {
     memcpy(p, &v, 8);
 }
 
+/* A new timer-log entry (layout.ENTRY, docs/wheel.md): pending, no next yet, tagged with its index. */
+static inline void wl_entry(uint8_t *ent, int64_t due, int64_t loc, int flags, int level, long long idx) {
+    wr64(ent, due);
+    wr64(ent + 8, loc);
+    wr64(ent + 16, -1);
+    ent[24] = 0;
+    ent[25] = (uint8_t)flags;
+    wr16(ent + 26, (uint16_t)(level & 0xFFFF));
+    wr32(ent + 28, (uint32_t)(idx & 0xFFFFFFFF));
+}
+
 static PyObject *corrupt(const char *fmt, Py_ssize_t a, Py_ssize_t b, Py_ssize_t c) {
     PyObject *msg = PyUnicode_FromFormat(fmt, a, b, c);
     if (msg) {
@@ -1276,13 +1287,7 @@ static PyObject *native_wl_link(PyObject *self, PyObject *const *args, Py_ssize_
         goto done;
     }
     uint8_t *ent = (uint8_t *)tv.buf + eoff, *slot = (uint8_t *)sv.buf + soff;
-    wr64(ent, due);
-    wr64(ent + 8, loc);
-    wr64(ent + 16, -1);
-    ent[24] = 0;
-    ent[25] = (uint8_t)flags;
-    wr16(ent + 26, (uint16_t)(level & 0xFFFF));
-    wr32(ent + 28, (uint32_t)(idx & 0xFFFFFFFF));
+    wl_entry(ent, due, loc, (int)flags, (int)level, idx);
     int64_t t = rd64(slot), last = rd64(slot + 16);
     uint32_t count = rd32(slot + 24);
     uint16_t min_off = rd16(slot + 28);
@@ -1974,14 +1979,7 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
                 if (lt != -1 && (lt < f0 || lt >= idx)) goto next;
                 write_record((uint8_t *)segv.buf + soff_log, (uint32_t)length, (uint32_t)body, 1, due, ts, offset,
                              (int32_t)partition, (int32_t)tpart, 0, 0, fs);
-                uint8_t *ent = bp[0] + hs + (idx - f0) * WL_SIZE;
-                wr64(ent, due);
-                wr64(ent + 8, head);
-                wr64(ent + 16, -1);
-                ent[24] = 0;
-                ent[25] = WL_LATE;
-                wr16(ent + 26, 0);
-                wr32(ent + 28, (uint32_t)(idx & 0xFFFFFFFF));
+                wl_entry(bp[0] + hs + (idx - f0) * WL_SIZE, due, head, WL_LATE, 0, idx);
                 if (st[IN_W_APP_LO] < 0) st[IN_W_APP_LO] = idx;
                 st[IN_W_APP_HI] = idx + 1;
                 if (lt == -1) {
@@ -2026,14 +2024,7 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
             /* -- writes: log, timer log + slot, id index ---------------------------------------- */
             write_record((uint8_t *)segv.buf + soff_log, (uint32_t)length, (uint32_t)body, 1, due, ts, offset,
                          (int32_t)partition, (int32_t)tpart, 0, 0, fs);
-            uint8_t *ent = bp[0] + hs + (idx - f0) * WL_SIZE;
-            wr64(ent, due);
-            wr64(ent + 8, head);
-            wr64(ent + 16, -1);
-            ent[24] = 0;
-            ent[25] = 0;
-            wr16(ent + 26, 0);
-            wr32(ent + 28, (uint32_t)(idx & 0xFFFFFFFF));
+            wl_entry(bp[0] + hs + (idx - f0) * WL_SIZE, due, head, 0, 0, idx);
             long long lo = st[IN_W_APP_LO];
             if (lo < 0) st[IN_W_APP_LO] = lo = idx;
             st[IN_W_APP_HI] = idx + 1;
