@@ -45,6 +45,7 @@ from sidecar import logs
 from sidecar.config import Settings
 from sidecar.engine.heap import HeapReleaser
 from sidecar.engine.partition import FAST_INTAKE, CheckpointJob, Counters, PartitionStore, compile_rules
+from sidecar.engine.threads import HelperThreads
 from sidecar.engine.turns import SLOW_TURN_S, TurnWatch
 from sidecar.levels.scheduler import LevelsScheduler
 from sidecar.retry import Backoff, ErrorKind, PublishFailurePolicy, Retry, classify, describe
@@ -300,6 +301,9 @@ class Sidecar:
         gc.freeze()
         gc.set_threshold(20_000, 20, 20)
         self.turns.install()
+        # This thread is the loop: the clients' and the flusher's threads must not preempt it.
+        helpers = HelperThreads(enabled=self.s.helper_threads == "batch")
+        helpers.demote()
         log.info("sidecar.started", config=self.s.masked(), pid=os.getpid())
         last_commit = last_stats = last_space = time.monotonic()
         stats_every = self.s.stats_interval_ms / 1000
@@ -320,6 +324,7 @@ class Sidecar:
                     if not msgs:
                         time.sleep(timeout)
                 t1 = clock()
+                turns.mark()  # also counts the turn
                 if msgs:
                     # In slices, publishing in between whatever fell due meanwhile: a full batch
                     # takes tens of ms to store, and due records must not wait behind it.
@@ -342,6 +347,7 @@ class Sidecar:
                     last_commit = mono
                 t4 = clock()
                 if mono - last_space >= 1.0:
+                    helpers.demote()  # librdkafka starts a thread per broker it connects to
                     self._check_space(consumer)
                     if self.metrics is not None:
                         self._sync_metrics(self._pending())
@@ -660,7 +666,9 @@ class Sidecar:
             return
         store, job, fut = entry
         fut.result()  # a failed sync (EIO, ENOSPC) is fatal, as it is on the loop thread
-        store.finish_checkpoint(job)
+        gone = store.finish_checkpoint(job)
+        if gone:
+            self.flusher.submit(gone.run)  # freeing the files' blocks must not stall the loop
         if consumer is not None:
             self._commit(consumer, store, job.ingress_offset)
 
@@ -699,12 +707,12 @@ class Sidecar:
     def _stats(self) -> None:
         pending = {t: n for t, n in self._pending().items() if n}
         k = self.counters
-        slow_turns, slowest_turn_ms = self.turns.take()
+        turn_count, slow_turns, slowest_turn_ms = self.turns.take()
         log.info(
             "stats", ingested=k.ingested, scheduled=k.scheduled, delivered=k.delivered, cancelled=k.cancelled,
             duplicates=k.duplicates, dlq=sum(k.dlq.values()), dlq_by_reason={r: n for r, n in k.dlq.items() if n},
             pending=sum(pending.values()), pending_by_tier=pending, in_flight=self.in_flight,
-            retry_queue=len(self.retries), early=k.early, paused=self.paused, slow_turns=slow_turns,
+            retry_queue=len(self.retries), early=k.early, paused=self.paused, turns=turn_count, slow_turns=slow_turns,
             slowest_turn_ms=slowest_turn_ms,
         )
 

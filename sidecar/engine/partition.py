@@ -57,7 +57,7 @@ from sidecar.store import checkpoint, codec
 from sidecar.store.codec import Record, decode_headers, encode_headers, native
 from sidecar.store.idindex import PRECANCEL, IdIndex, id_hash
 from sidecar.store.log import CommitLog
-from sidecar.store.mapped import HEADER_SIZE, StoreError, SyncBatch, deferred_sync
+from sidecar.store.mapped import HEADER_SIZE, Disposal, StoreError, SyncBatch, deferred_disposal, deferred_sync
 
 HeaderList = list[tuple[str, bytes | None]]
 _fast = None if native is None else native.parse_request  # the common request, parsed in C (headers.py)
@@ -442,7 +442,7 @@ class PartitionStore:
         """data -> index -> checkpoint; then reclaim what the checkpoint made unnecessary."""
         job = self.begin_checkpoint(fsync)
         job.run()
-        self.finish_checkpoint(job)
+        self.finish_checkpoint(job).run()
 
     def begin_checkpoint(self, fsync: bool = True) -> CheckpointJob:
         """Snapshot the state a checkpoint names and note what must reach the disk before it
@@ -474,11 +474,16 @@ class PartitionStore:
         dead = self.log.reclaimable()
         return CheckpointJob(self.dir, doc, batch, fsync, dead, [self.log.path_of(i) for i in dead], self.next_offset)
 
-    def finish_checkpoint(self, job: CheckpointJob) -> None:
-        self.log.reclaim(job.dead_segments, unlink=False)  # the job deleted the files
-        reclaim = getattr(self.sched, "reclaim", None)
-        if reclaim is not None:
-            reclaim()
+    def finish_checkpoint(self, job: CheckpointJob) -> Disposal:
+        """Drop what the checkpoint made unnecessary (dead log segments, scheduler files). The
+        files are closed and deleted by the returned disposal, which the caller runs on another
+        thread (or at once): freeing a 64 MiB segment's blocks took ~55 ms (mapped.Disposal)."""
+        with deferred_disposal() as gone:
+            self.log.reclaim(job.dead_segments, unlink=False)  # the job deleted the files
+            reclaim = getattr(self.sched, "reclaim", None)
+            if reclaim is not None:
+                reclaim()
+        return gone
 
     def trim(self) -> None:
         """Unmap the resident pages of the store's mmapped files from this process, so RSS holds

@@ -8,7 +8,13 @@ whatever the batch size) and hands them here only when the turn's work took long
 
 A slow turn is logged as ``loop.slow_turn`` with the time of each phase (consume, ingest,
 publish + delivery reports, checkpoint, housekeeping) and the garbage collection that ran inside
-it, at most once per ``LOG_EVERY_S`` (the ones in between are counted in ``suppressed``), so an
+it, and the loop thread's own resource use over the turn (``getrusage(RUSAGE_THREAD)``, read at
+the start of every turn's work, one system call): user and system CPU time, page faults, and
+context switches. They tell the three kinds of stall apart: a turn mostly of CPU time is work
+(user) or kernel work such as page faults (system); a turn with little CPU and voluntary switches
+waited in the kernel (a page fault blocked on the filesystem, a lock); involuntary switches with
+little CPU mean the thread was runnable but another process had the core. A slow turn is logged
+at most once per ``LOG_EVERY_S`` (the ones in between are counted in ``suppressed``), so an
 overloaded sidecar cannot flood its log. ``stats`` carries the count and the longest turn since
 the previous ``stats`` line.
 """
@@ -16,6 +22,7 @@ the previous ``stats`` line.
 from __future__ import annotations
 
 import gc
+import resource
 import time
 from typing import Any
 
@@ -28,9 +35,11 @@ LOG_EVERY_S = 1.0
 
 
 class TurnWatch:
-    __slots__ = ("_gc_gen", "_gc_ms", "_gc_start", "_gc_stop", "_last_log", "_suppressed", "max_ms", "slow_turns")
+    __slots__ = ("_gc_gen", "_gc_ms", "_gc_start", "_gc_stop", "_last_log", "_ru", "_suppressed", "max_ms",
+                 "slow_turns", "turns")
 
     def __init__(self) -> None:
+        self.turns = 0
         self.slow_turns = 0
         self.max_ms = 0.0
         self._last_log = -LOG_EVERY_S
@@ -39,6 +48,13 @@ class TurnWatch:
         self._gc_stop = 0.0
         self._gc_ms = 0.0
         self._gc_gen = -1
+        self._ru = resource.getrusage(resource.RUSAGE_THREAD)
+
+    def mark(self) -> None:
+        """The start of a turn's work: counts the turn, and notes the thread's resource use so far
+        for a slow turn's deltas."""
+        self.turns += 1
+        self._ru = resource.getrusage(resource.RUSAGE_THREAD)
 
     def install(self) -> None:
         if self._on_gc not in gc.callbacks:
@@ -68,18 +84,23 @@ class TurnWatch:
             return
         self._last_log = t5
         in_turn = t0 <= self._gc_start <= t5
+        a, b = self._ru, resource.getrusage(resource.RUSAGE_THREAD)
         log.warning(
             "loop.slow_turn", turn_ms=round(ms, 1), consume_wait_ms=round((t1 - t0) * 1000, 1),
             ingest_ms=round((t2 - t1) * 1000, 1), publish_ms=round((t3 - t2) * 1000, 1),
             checkpoint_ms=round((t4 - t3) * 1000, 1), housekeeping_ms=round((t5 - t4) * 1000, 1),
             gc_ms=round(self._gc_ms, 1) if in_turn else 0.0, gc_generation=self._gc_gen if in_turn else None,
             consumed=consumed, in_flight=in_flight, suppressed=self._suppressed,
+            user_ms=round((b.ru_utime - a.ru_utime) * 1000, 1), system_ms=round((b.ru_stime - a.ru_stime) * 1000, 1),
+            minor_faults=b.ru_minflt - a.ru_minflt, major_faults=b.ru_majflt - a.ru_majflt,
+            waits=b.ru_nvcsw - a.ru_nvcsw, preemptions=b.ru_nivcsw - a.ru_nivcsw,
         )
         self._suppressed = 0
 
-    def take(self) -> tuple[int, float]:
-        """(slow turns, longest turn in ms) since the previous call: for the ``stats`` line."""
-        out = (self.slow_turns, round(self.max_ms, 1))
+    def take(self) -> tuple[int, int, float]:
+        """(turns, slow turns, longest turn in ms) since the previous call: for the ``stats`` line."""
+        out = (self.turns, self.slow_turns, round(self.max_ms, 1))
+        self.turns = 0
         self.slow_turns = 0
         self.max_ms = 0.0
         return out

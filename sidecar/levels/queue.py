@@ -16,7 +16,6 @@ in the entry, so the scanner never reads the big log to decide whether a record 
 
 from __future__ import annotations
 
-import os
 import struct
 from collections.abc import Iterator, MutableSequence
 from pathlib import Path
@@ -256,9 +255,7 @@ class LevelQueue:
     def drop_before(self, idx: int) -> None:
         """Delete files whose every entry is below ``idx``."""
         for first in [k for k in self.files if k + self.per_file <= idx]:
-            f = self.files.pop(first)
-            f.close()
-            os.unlink(f.path)
+            self.files.pop(first).dispose(unlink=True)
 
     def disk_bytes(self) -> int:
         return len(self.files) * (HEADER_SIZE + self.per_file * ENTRY_SIZE)

@@ -33,7 +33,6 @@ Durability: appends go to the page cache through the mapping (they survive a pro
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import mmap
 import os
@@ -439,10 +438,7 @@ class CommitLog:
         seg = self.segments.pop(index, None)
         self.live.pop(index, None)
         if seg is not None:
-            seg.close()
-            if unlink:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(seg.path)
+            seg.dispose(unlink)  # inside a checkpoint's finish: on the flusher thread (mapped.Disposal)
 
     def disk_bytes(self) -> int:
         return len(self.segments) * self.segment_bytes

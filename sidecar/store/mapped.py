@@ -163,6 +163,19 @@ class MappedFile:
         except (BufferError, ValueError):
             pass  # views into the mapping are still alive: the last one's release unmaps
 
+    def dispose(self, unlink: bool = False) -> None:
+        """``close`` (and delete the file, ``unlink``) for good: the store drops the file. Inside
+        ``deferred_disposal`` this only notes it for the disposal, run later on another thread;
+        the caller must not touch the file again either way."""
+        sink = _deferred.disposal
+        if sink is not None:
+            sink.files.append((self, unlink))
+            return
+        self.close()
+        if unlink:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+
 
 def unborn(path: Path) -> bool:
     """True if ``path`` is an interrupted creation: empty, or nothing but zeros. A process killed
@@ -255,8 +268,39 @@ class SyncBatch:
         self.files.clear()
 
 
+class Disposal:
+    """Store files dropped inside ``deferred_disposal``: closed (and deleted) later, on any thread.
+
+    Why not on the loop thread: whoever drops the last reference to a file that is no longer
+    linked frees its blocks then and there, in the ``munmap`` of its mapping or the ``unlink`` of
+    its name, whichever comes last. For a 64 MiB log segment on ext4 that took 52-58 ms
+    (measured: ``mmap.close`` of an unlinked segment; 5 ms when the file is still linked), a stall
+    of every delivery at each segment roll. Both calls release the GIL."""
+
+    def __init__(self) -> None:
+        self.files: list[tuple[MappedFile, bool]] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.files)
+
+    def run(self) -> None:
+        """Close (and delete) every file; a failure is logged, not raised: nothing names these
+        files any more, and one left behind is deleted after the next start (recovery, reclaim)."""
+        for f, unlink in self.files:
+            f.close()
+            if unlink:
+                try:
+                    os.unlink(f.path)
+                except FileNotFoundError:
+                    pass
+                except OSError as e:
+                    log.warning("store.delete_failed", path=str(f.path), error=str(e))
+        self.files.clear()
+
+
 class _Deferred(threading.local):
     batch: SyncBatch | None = None
+    disposal: Disposal | None = None
 
 
 _deferred = _Deferred()
@@ -280,6 +324,18 @@ def deferred_sync() -> Iterator[SyncBatch]:
         raise
     finally:
         _deferred.batch = prev
+
+
+@contextmanager
+def deferred_disposal() -> Iterator[Disposal]:
+    """Collect, instead of doing, every ``MappedFile.dispose`` of this thread inside the block;
+    the caller runs the returned disposal (on another thread, once nothing uses those files)."""
+    prev, sink = _deferred.disposal, Disposal()
+    _deferred.disposal = sink
+    try:
+        yield sink
+    finally:
+        _deferred.disposal = prev
 
 
 def atomic_write(path: Path, data: bytes) -> None:

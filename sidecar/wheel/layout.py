@@ -477,8 +477,7 @@ class TimerLog:
         f = self.files.pop(first, None)
         self.dirty.pop(first, None)
         if f is not None:
-            f.close()
-            os.unlink(f.path)
+            f.dispose(unlink=True)
 
     def flush(self) -> None:
         if self.dir_dirty:

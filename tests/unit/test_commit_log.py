@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
 
 from sidecar.store import codec
 from sidecar.store.log import CommitLog, CorruptSegment
-from sidecar.store.mapped import HEADER_SIZE, GeometryMismatch, StoreError
+from sidecar.store.mapped import HEADER_SIZE, GeometryMismatch, StoreError, deferred_disposal
 
 SEG = 4096
 DATA = SEG - HEADER_SIZE  # 4032 = 7 * 576
@@ -407,3 +408,33 @@ def test_a_headerless_segment_the_checkpoint_names_is_refused(tmp_path: Path) ->
     _zero_header(tmp_path / "log" / f"{SEG:020d}.log")
     with pytest.raises(CorruptSegment, match="header is zeros"):
         reopen(tmp_path, state)
+
+
+def test_reclaim_inside_a_deferred_disposal_leaves_closing_and_deleting_to_it(tmp_path: Path) -> None:
+    """Inside ``deferred_disposal`` (a checkpoint's finish) a dead segment leaves the log at once
+    but its mapping is closed, and its file deleted, only when the disposal runs: on the flusher
+    thread, where freeing a 64 MiB segment's blocks (~55 ms) stalls nothing."""
+    log, _ = reopen(tmp_path)
+    positions = [append(log, i, 300) for i in range(25)]
+    seg0 = log.segments[0]
+    path0 = tmp_path / "log" / f"{0:020d}.log"
+    for p in positions:
+        if p // SEG == 0:
+            log.release(p)
+    with deferred_disposal() as gone:
+        assert log.reclaim() == 1
+    assert 0 not in log.segments and log.reclaimable() == []
+    assert gone and not seg0.mm.closed and path0.exists(), "nothing closed or deleted yet"
+    done = threading.Thread(target=gone.run)
+    done.start()
+    done.join()
+    assert seg0.mm.closed and not path0.exists()
+    assert not gone
+    # outside a disposal: at once, as before
+    for p in positions:
+        if p // SEG == 1:
+            log.release(p)
+    seg1 = log.segments[1]
+    assert log.reclaim() == 1
+    assert seg1.mm.closed and not (tmp_path / "log" / f"{1:020d}.log").exists()
+    log.close()

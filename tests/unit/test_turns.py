@@ -29,8 +29,8 @@ def test_slow_turn_is_logged_with_its_phases() -> None:
     assert ev["consume_wait_ms"] == 30.0
     assert (ev["ingest_ms"], ev["publish_ms"], ev["checkpoint_ms"], ev["housekeeping_ms"]) == (5.0, 80.0, 1.0, 2.0)
     assert (ev["consumed"], ev["in_flight"], ev["suppressed"]) == (250, 17, 0)
-    assert w.take() == (1, 88.0)
-    assert w.take() == (0, 0.0)  # reset by take()
+    assert w.take() == (0, 1, 88.0)  # slow() does not count turns: mark() does
+    assert w.take() == (0, 0, 0.0)  # reset by take()
 
 
 def test_log_is_rate_limited_but_every_slow_turn_counted() -> None:
@@ -41,7 +41,7 @@ def test_log_is_rate_limited_but_every_slow_turn_counted() -> None:
             w.slow(*_turn(start + i * 0.1 * LOG_EVERY_S, (0.0, 60.0 + i, 0.0, 0.0, 0.0)), consumed=1, in_flight=0)
         w.slow(*_turn(start + 2 * LOG_EVERY_S, (0.0, 70.0, 0.0, 0.0, 0.0)), consumed=1, in_flight=0)
     assert [ev["suppressed"] for ev in logs] == [0, 9]
-    count, longest = w.take()
+    _, count, longest = w.take()
     assert count == 11
     assert longest == 70.0
 
@@ -68,3 +68,28 @@ def test_gc_inside_the_turn_is_reported() -> None:
     finally:
         w.uninstall()
     assert w._on_gc not in gc.callbacks
+
+
+def test_thread_resource_use_over_the_turn_is_reported() -> None:
+    import mmap
+    import time
+
+    w = TurnWatch()
+    t0 = time.perf_counter()
+    w.mark()
+    # CPU work, and first touches of fresh anonymous pages (minor faults), between mark and slow
+    x = 0
+    while time.perf_counter() - t0 < 0.06:
+        x += 1
+    m = mmap.mmap(-1, 256 * mmap.PAGESIZE)
+    for i in range(0, len(m), mmap.PAGESIZE):
+        m[i] = 1
+    m.close()
+    t1 = time.perf_counter()
+    with capture_logs() as logs:
+        w.slow(t0, t0, t1, t1, t1, t1, consumed=0, in_flight=0)
+    (ev,) = logs
+    assert ev["user_ms"] + ev["system_ms"] >= 30.0  # most of the 60 ms spin was this thread's CPU
+    assert ev["minor_faults"] >= 256
+    for key in ("major_faults", "waits", "preemptions"):
+        assert ev[key] >= 0

@@ -1,0 +1,91 @@
+"""Helper threads demoted to SCHED_BATCH, the loop thread left alone (sidecar/engine/threads.py)."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+from structlog.testing import capture_logs
+
+from sidecar.engine import threads
+from sidecar.engine.threads import HelperThreads
+
+pytestmark = pytest.mark.skipif(not threads.supported(), reason="needs Linux SCHED_BATCH and /proc/self/task")
+
+
+class _Parked(threading.Thread):
+    """A thread that reports its native id and waits until released."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.tid = 0
+        self.ready = threading.Event()
+        self.release = threading.Event()
+
+    def run(self) -> None:
+        self.tid = threading.get_native_id()
+        self.ready.set()
+        self.release.wait(30)
+
+
+def _start() -> _Parked:
+    t = _Parked()
+    t.start()
+    assert t.ready.wait(10)
+    return t
+
+
+def test_helpers_become_batch_and_the_loop_thread_does_not() -> None:
+    loop_tid = threading.get_native_id()
+    assert os.sched_getscheduler(loop_tid) == os.SCHED_OTHER
+    first = _start()
+    try:
+        h = HelperThreads()
+        assert h.demote() >= 1
+        assert os.sched_getscheduler(first.tid) == os.SCHED_BATCH
+        assert os.sched_getscheduler(loop_tid) == os.SCHED_OTHER
+        # a thread started later (librdkafka connecting to another broker) is caught by the next call
+        later = _start()
+        try:
+            assert os.sched_getscheduler(later.tid) == os.SCHED_OTHER  # inherited from this thread
+            assert h.demote() == 1  # only the new one: the others are remembered
+            assert os.sched_getscheduler(later.tid) == os.SCHED_BATCH
+            assert h.demote() == 0
+        finally:
+            later.release.set()
+            later.join()
+    finally:
+        first.release.set()
+        first.join()
+        os.sched_setscheduler(loop_tid, os.SCHED_OTHER, os.sched_param(0))
+
+
+def test_disabled_leaves_every_thread_alone() -> None:
+    t = _start()
+    try:
+        assert HelperThreads(enabled=False).demote() == 0
+        assert os.sched_getscheduler(t.tid) == os.SCHED_OTHER
+    finally:
+        t.release.set()
+        t.join()
+
+
+def test_a_refused_call_is_logged_once_and_not_fatal(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+
+    def refuse(tid: int, policy: int, param: object) -> None:
+        calls.append(tid)
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "sched_setscheduler", refuse)
+    a, b = _start(), _start()
+    try:
+        with capture_logs() as logs:
+            assert HelperThreads().demote() == 0
+        assert {a.tid, b.tid} <= set(calls)
+        assert [ev["event"] for ev in logs] == ["threads.demote_failed"]
+    finally:
+        for t in (a, b):
+            t.release.set()
+            t.join()
