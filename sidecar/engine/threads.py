@@ -6,17 +6,22 @@ a core back as soon as it is runnable. It shares the process with helper threads
 thread) and the flusher (syncs, checkpoints). Each ``produce`` batch, fetch response and finished
 sync wakes one of them, and under Linux's fair scheduler a woken thread preempts the thread that
 is running when its virtual deadline is earlier, which for a thread that just slept is the usual
-case. Measured on the 2-core bench machine at 26k records/s with ``perf sched``: the loop thread
-was switched out while runnable ~330 times a second, four in five of them for the producer's
-broker thread and the flusher; it waited for a core 27 % of the time it ran.
+case.
 
 What: ``SCHED_BATCH`` (``sched(7)``) keeps a thread's share of the CPU (same weight as
 ``SCHED_OTHER`` at the same nice value) but a waking batch thread never preempts the running one:
 it waits for the running thread's slice to end, or for another core. The helpers lose a few
 hundred microseconds of wake-up latency when the cores are busy, which nothing in the sidecar
 notices (the producer batches for ``linger.ms`` anyway, and the flusher's work is not waited on);
-the loop keeps its core until it sleeps in ``consume``. The same run with the helpers demoted
-waited for a core 13 % of the time.
+the loop keeps its core until it sleeps in ``consume``.
+
+Measured on the 2-core bench machine (``perf record -e sched:sched_switch`` on the loop thread,
+levels lateness runs): before, the loop was switched out while runnable 345 times a second, 57 %
+of them for the sidecar's own helpers (2 131 times in 15 s for one librdkafka broker thread, 592
+for the flusher); after, 93 times a second, mostly for the broker's threads. The share of its
+running time the loop waits for a core (the bench's ``runqueue_wait_share``) went from 0.10-0.27
+across runs to 0.13-0.21: on a machine shared with the broker most of what is left is other
+processes, which only a core of its own (a Kubernetes CPU request) removes.
 
 How: the threads are listed from ``/proc/self/task`` (librdkafka starts broker threads whenever
 it connects to another broker, so the loop calls :meth:`HelperThreads.demote` once a second and
