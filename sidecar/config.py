@@ -176,9 +176,9 @@ OPTIONS: tuple[Option, ...] = (
            "deadline for a graceful shutdown on SIGTERM"),
     Option("stats-interval", "stats_interval_ms", 10_000, _positive(parse_duration_ms),
            "period of the stats log line"),
-    Option("helper-threads", "helper_threads", "batch", _choice("batch", "normal"),
-           "batch: librdkafka's and the flusher's threads run SCHED_BATCH, so they never preempt the "
-           "event loop (README, Operations); normal: leave them alone"),
+    Option("helper-threads", "helper_threads", "flusher", _choice("flusher", "all", "none"),
+           "which helper threads run SCHED_BATCH, so they never preempt the event loop: the flusher, "
+           "all (also librdkafka's), none (README, Operations)"),
     Option("log-level", "log_level", "info", _choice("debug", "info", "warning", "error"), "log level"),
 )
 
@@ -220,7 +220,7 @@ class Settings:
     disk_min_free_bytes: int = 256 * 1024 * 1024
     shutdown_timeout_ms: int = 30_000
     stats_interval_ms: int = 10_000
-    helper_threads: str = "batch"
+    helper_threads: str = "flusher"
     log_level: str = "info"
     kafka: dict[str, str] = field(default_factory=dict)
 

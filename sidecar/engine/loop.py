@@ -45,7 +45,7 @@ from sidecar import logs
 from sidecar.config import Settings
 from sidecar.engine.heap import HeapReleaser
 from sidecar.engine.partition import FAST_INTAKE, CheckpointJob, Counters, PartitionStore, compile_rules
-from sidecar.engine.threads import HelperThreads
+from sidecar.engine.threads import HelperThreads, demote_self
 from sidecar.engine.turns import SLOW_TURN_S, TurnWatch
 from sidecar.levels.scheduler import LevelsScheduler
 from sidecar.retry import Backoff, ErrorKind, PublishFailurePolicy, Retry, classify, describe
@@ -139,7 +139,9 @@ class Sidecar:
         self._tiers_seen: set[str] = set()
         self._last_fsync = 0.0
         self.consumer_fatal = ""  # set by a fatal consume error: the loop replaces the consumer
-        self.flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kds-flush")
+        # SCHED_BATCH: a finished sync must not preempt the loop (engine/threads.py)
+        self.flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kds-flush",
+                                          initializer=demote_self if settings.helper_threads != "none" else None)
         self.jobs: dict[int, tuple[PartitionStore, CheckpointJob, Future[None]]] = {}
         self._warned: dict[str, float] = {}
         self.turns = TurnWatch()
@@ -302,7 +304,7 @@ class Sidecar:
         gc.set_threshold(20_000, 20, 20)
         self.turns.install()
         # This thread is the loop: the clients' and the flusher's threads must not preempt it.
-        helpers = HelperThreads(enabled=self.s.helper_threads == "batch")
+        helpers = HelperThreads(enabled=self.s.helper_threads == "all")
         helpers.demote()
         log.info("sidecar.started", config=self.s.masked(), pid=os.getpid())
         last_commit = last_stats = last_space = time.monotonic()

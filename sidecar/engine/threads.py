@@ -1,4 +1,4 @@
-"""Helper threads that cannot preempt the event loop: ``SCHED_BATCH`` for every thread but it.
+"""Helper threads that cannot preempt the event loop: ``SCHED_BATCH``.
 
 Why: every due record waits for the loop thread (only it calls ``produce``), so the loop must get
 a core back as soon as it is runnable. It shares the process with helper threads: librdkafka's
@@ -10,24 +10,30 @@ case.
 
 What: ``SCHED_BATCH`` (``sched(7)``) keeps a thread's share of the CPU (same weight as
 ``SCHED_OTHER`` at the same nice value) but a waking batch thread never preempts the running one:
-it waits for the running thread's slice to end, or for another core. The helpers lose a few
-hundred microseconds of wake-up latency when the cores are busy, which nothing in the sidecar
-notices (the producer batches for ``linger.ms`` anyway, and the flusher's work is not waited on);
-the loop keeps its core until it sleeps in ``consume``.
+it waits for the running thread's slice to end, or for another core.
 
 Measured on the 2-core bench machine (``perf record -e sched:sched_switch`` on the loop thread,
-levels lateness runs): before, the loop was switched out while runnable 345 times a second, 57 %
-of them for the sidecar's own helpers (2 131 times in 15 s for one librdkafka broker thread, 592
-for the flusher); after, 93 times a second, mostly for the broker's threads. The share of its
-running time the loop waits for a core (the bench's ``runqueue_wait_share``) went from 0.10-0.27
-across runs to 0.13-0.21: on a machine shared with the broker most of what is left is other
-processes, which only a core of its own (a Kubernetes CPU request) removes.
+levels lateness runs): with every helper ``SCHED_OTHER`` the loop was switched out while runnable
+345 times a second, 57 % of them for the sidecar's own helpers (2 131 times in 15 s for one
+librdkafka broker thread, 592 for the flusher); with every helper ``SCHED_BATCH``, 93 times a
+second, mostly for the broker's threads. What that does to the end-to-end figures was lost in
+this machine's run-to-run noise (lateness p99 22-230 ms either way at ~27k records/s), and for
+librdkafka's threads the trade is real: a delayed fetch or produce request stalls the pipeline
+when the loop is busy, so a drain's throughput can suffer. Hence the setting
+``helper-threads``:
+
+* ``flusher`` (default): only the flusher. Nothing waits for it (the offset commit follows its
+  checkpoint whenever it is done), so its wake-up latency costs nothing; it sets its own policy
+  when its thread starts (``demote_self``, the executor's initializer).
+* ``all``: the flusher and every librdkafka thread, for deployments where lateness matters more
+  than peak throughput.
+* ``none``: leave every thread alone.
 
 How: the threads are listed from ``/proc/self/task`` (librdkafka starts broker threads whenever
 it connects to another broker, so the loop calls :meth:`HelperThreads.demote` once a second and
 only new thread ids are touched). ``sched_setscheduler`` on a thread id is per-thread on Linux and
 needs no privilege to go from ``SCHED_OTHER`` to ``SCHED_BATCH``. Elsewhere (no ``/proc``, no
-``SCHED_BATCH``) this does nothing. ``helper-threads = normal`` turns it off.
+``SCHED_BATCH``) this does nothing.
 """
 
 from __future__ import annotations
@@ -46,6 +52,18 @@ TASKS = Path("/proc/self/task")
 def supported() -> bool:
     """Whether this platform can demote a single thread (Linux with ``SCHED_BATCH``)."""
     return hasattr(os, "SCHED_BATCH") and hasattr(os, "sched_setscheduler") and TASKS.is_dir()
+
+
+def demote_self() -> bool:
+    """Make the calling thread ``SCHED_BATCH`` (a thread pool's initializer); False if refused."""
+    if not supported():
+        return False
+    try:
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+    except OSError as e:
+        log.warning("threads.demote_failed", tid=threading.get_native_id(), error=str(e))
+        return False
+    return True
 
 
 class HelperThreads:

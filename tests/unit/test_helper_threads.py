@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 
 import pytest
 from structlog.testing import capture_logs
@@ -11,7 +12,27 @@ from structlog.testing import capture_logs
 from sidecar.engine import threads
 from sidecar.engine.threads import HelperThreads
 
-pytestmark = pytest.mark.skipif(not threads.supported(), reason="needs Linux SCHED_BATCH and /proc/self/task")
+
+def _allowed() -> bool:
+    """Whether this machine lets a thread of ours become SCHED_BATCH (a seccomp profile may not)."""
+    if not threads.supported():
+        return False
+    result: list[bool] = []
+
+    def probe() -> None:
+        try:
+            os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+            result.append(True)
+        except PermissionError:
+            result.append(False)
+
+    t = threading.Thread(target=probe)
+    t.start()
+    t.join()
+    return result == [True]
+
+
+needs_batch = pytest.mark.skipif(not _allowed(), reason="needs Linux SCHED_BATCH, /proc/self/task and permission")
 
 
 class _Parked(threading.Thread):
@@ -36,6 +57,7 @@ def _start() -> _Parked:
     return t
 
 
+@needs_batch
 def test_helpers_become_batch_and_the_loop_thread_does_not() -> None:
     loop_tid = threading.get_native_id()
     assert os.sched_getscheduler(loop_tid) == os.SCHED_OTHER
@@ -61,6 +83,7 @@ def test_helpers_become_batch_and_the_loop_thread_does_not() -> None:
         os.sched_setscheduler(loop_tid, os.SCHED_OTHER, os.sched_param(0))
 
 
+@needs_batch
 def test_disabled_leaves_every_thread_alone() -> None:
     t = _start()
     try:
@@ -71,6 +94,7 @@ def test_disabled_leaves_every_thread_alone() -> None:
         t.join()
 
 
+@pytest.mark.skipif(not threads.supported(), reason="needs Linux SCHED_BATCH and /proc/self/task")
 def test_a_refused_call_is_logged_once_and_not_fatal(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
 
@@ -89,3 +113,25 @@ def test_a_refused_call_is_logged_once_and_not_fatal(monkeypatch: pytest.MonkeyP
         for t in (a, b):
             t.release.set()
             t.join()
+
+
+@needs_batch
+def test_demote_self_in_a_thread_pool_initializer() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1, initializer=threads.demote_self) as pool:
+        assert pool.submit(os.sched_getscheduler, 0).result() == os.SCHED_BATCH
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the caller's thread is not touched
+
+
+@needs_batch
+def test_the_sidecar_flusher_is_batch_unless_none(tmp_path: Path) -> None:
+    from sidecar.config import Settings
+    from sidecar.engine.loop import Sidecar
+
+    for mode, policy in (("flusher", os.SCHED_BATCH), ("all", os.SCHED_BATCH), ("none", os.SCHED_OTHER)):
+        sc = Sidecar(Settings(data_dir=str(tmp_path / mode), bootstrap_servers="127.0.0.1:1", helper_threads=mode))
+        try:
+            assert sc.flusher.submit(os.sched_getscheduler, 0).result() == policy, mode
+        finally:
+            sc.flusher.shutdown(wait=True)
