@@ -4,8 +4,9 @@ Method: a sidecar runs on a fresh one-partition ingress topic while the bench pr
 records at a steady rate of half the sidecar's maximum (the ``throughput`` scenario's figure
 for this scheduler and 100 B records when it ran in the same invocation, else the same
 measurement done here, with the same N) for a fixed time. Delays: levels mode uses ``delay.ms``
-values that are level times exactly (1 s, 5 s, 10 s), so the committed ``delay.deliver-at`` is the requested time
-(in levels mode ``deliver-at`` is always the level's time: enqueue timestamp + level delay);
+values that are level times exactly (1 s, 5 s, 10 s), so the committed ``delay.deliver-at`` is the
+requested time (in levels mode ``deliver-at`` is always the level's time: enqueue timestamp +
+level delay);
 wheel mode uses uniform 1-10 s (``deliver-at`` is then the request rounded *up* to the 10 ms
 slot). After the last record is due and delivered, every delivered record is read back and
 ``lateness = record timestamp - delay.deliver-at`` (the record timestamp is the sidecar's send

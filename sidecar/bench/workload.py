@@ -670,40 +670,21 @@ class Bench:
         the first scenario."""
         topic = f"bench.warmup.{uid()}"
         create_topics(self.bootstrap, [topic])
-        prod = producer(self.bootstrap)
-        value = value_of(100)
-        stop = threading.Event()
-        produced = [0]
-
-        def produce() -> None:
-            t0 = time.monotonic()
-            while not stop.is_set():
-                want = int((time.monotonic() - t0) * rate)
-                try:
-                    while produced[0] < want:
-                        prod.produce(topic, value=value)
-                        produced[0] += 1
-                except BufferError:
-                    pass
-                prod.poll(0.005)
-            prod.flush(60)
-
-        th = threading.Thread(target=produce, daemon=True)
+        prod = PacedProducer(self.bootstrap, topic, topic, rate, 100, lambda _i: 0, duration_s=seconds)
         cons = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"bench-warmup-{uid()}",
                          "enable.auto.commit": False, "fetch.wait.max.ms": 10})
         cons.assign([TopicPartition(topic, 0, 0)])
         consumed = 0
-        th.start()
+        prod.start()
         try:
             deadline = time.monotonic() + seconds
             while time.monotonic() < deadline:
                 consumed += len(cons.consume(num_messages=1000, timeout=0.1))
         finally:
-            stop.set()
-            th.join(90)
+            prod.stop()
             cons.close()
             delete_topics(self.bootstrap, [topic])
-        return {"seconds": seconds, "rate": rate, "produced": produced[0], "consumed": consumed}
+        return {"seconds": seconds, "rate": rate, "produced": prod.sent, "consumed": consumed}
 
     def cleanup_topics(self) -> None:
         """Delete the topics created so far (frees broker disk between scenarios)."""

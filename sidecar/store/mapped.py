@@ -171,6 +171,9 @@ class MappedFile:
         if sink is not None:
             sink.files.append((self, unlink))
             return
+        self._drop(unlink)
+
+    def _drop(self, unlink: bool) -> None:
         self.close()
         if unlink:
             with contextlib.suppress(FileNotFoundError):
@@ -287,14 +290,10 @@ class Disposal:
         """Close (and delete) every file; a failure is logged, not raised: nothing names these
         files any more, and one left behind is deleted after the next start (recovery, reclaim)."""
         for f, unlink in self.files:
-            f.close()
-            if unlink:
-                try:
-                    os.unlink(f.path)
-                except FileNotFoundError:
-                    pass
-                except OSError as e:
-                    log.warning("store.delete_failed", path=str(f.path), error=str(e))
+            try:
+                f._drop(unlink)
+            except OSError as e:
+                log.warning("store.delete_failed", path=str(f.path), error=str(e))
         self.files.clear()
 
 
