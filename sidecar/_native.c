@@ -1415,10 +1415,10 @@ static PyObject *native_wl_send(PyObject *self, PyObject *const *args, Py_ssize_
         int64_t due = rd64(p), loc = rd64(p + 8), nx = rd64(p + 16);
         int state = p[24];
         long long eo = (long long)((uint64_t)due - (uint64_t)base);
-        if (!w.have_l && eo != o) {
+        if (!w.have_l && o >= 0 && eo != o) {
             if (eo > o && (nxt < 0 || eo < nxt)) nxt = eo;
         } else if (state == WL_PENDING) {
-            if (x < vlim) { why = 3; break; }
+            if (x < vlim || (o < 0 && due > base)) { why = 3; break; }
             PyObject *t = Py_BuildValue("(LL)", x, (long long)loc);
             if (!t) goto fail;
             int rc = PyList_Append(pend, t);
@@ -1507,7 +1507,7 @@ static PyObject *native_wl_done(PyObject *self, PyObject *const *args, Py_ssize_
         int64_t due = rd64(p), loc = rd64(p + 8), nx = rd64(p + 16);
         int state = p[24];
         long long eo = (long long)((uint64_t)due - (uint64_t)base);
-        if (!w.have_l && eo != o) {
+        if (!w.have_l && o >= 0 && eo != o) {
             if (eo > o && (nxt < 0 || eo < nxt)) nxt = eo;
         } else {
             if (state < WL_DONE) { why = 3; break; }

@@ -114,10 +114,11 @@ def wl_link(
 # whose body must be checked, a bucket ref). A pass is either *indexed* (``lst``: the slot
 # index's entries of the pass's offset, read from position ``i``) or a *chain walk* (``lst`` is
 # None: from entry ``e``, -1 when nothing is left, through the slot's ``last``; entries of other
-# offsets are skipped, noting the smallest one above ``o`` in ``nxt``). Each returns ``why`` it
-# stopped: 0 the pass's end, 1 out of room or budget, 2 the next entry is in another file,
-# 3 the next entry needs the caller (see each function). These functions are the reference for
-# their C twins in ``sidecar._native``.
+# offsets are skipped, noting the smallest one above ``o`` in ``nxt``; with ``o`` < 0 the walk
+# is of the late chain, whose entries all belong to its one pass whatever their due times). Each
+# returns ``why`` it stopped: 0 the pass's end, 1 out of room or budget, 2 the next entry is in
+# another file, 3 the next entry needs the caller (see each function). These functions are the
+# reference for their C twins in ``sidecar._native``.
 END, EXHAUSTED, OTHER_FILE, CALLER = 0, 1, 2, 3
 
 
@@ -129,7 +130,9 @@ def wl_send(
     ``(entry, loc)`` of each pending entry to ``pend`` (at most ``room``), flip cancelled ones to
     done (the done cursor releases them), skip done and dropped ones; one ``budget`` unit per entry
     examined. Stops (why 3) before a pending entry below ``vlim``: restored from the checkpoint,
-    its body is checked first. Returns ``(why, i, e, after, nxt, budget, room, lo, hi)``: the
+    its body is checked first. On the late chain (``o`` < 0, ``base`` the current time) it also
+    stops (why 3) before a pending entry due after ``base``: only after the clock stepped back,
+    and never handed out early. Returns ``(why, i, e, after, nxt, budget, room, lo, hi)``: the
     position reached, the last entry examined, and the byte range of the states flipped here
     (``hi`` -1: none)."""
     lo = hi = -1
@@ -155,11 +158,11 @@ def wl_send(
         off = hs + (x - f0) * ENTRY_SIZE
         due, loc, nx, state = _WALK(buf, off)
         eo = due - base
-        if lst is None and eo != o:
+        if lst is None and o >= 0 and eo != o:
             if eo > o and (nxt < 0 or eo < nxt):
                 nxt = eo
         elif state == PENDING:
-            if x < vlim:
+            if x < vlim or (o < 0 and due > base):
                 why = CALLER
                 break
             pend.append((x, loc))
@@ -210,7 +213,7 @@ def wl_done(
             break
         due, loc, nx, state = _WALK(buf, hs + (x - f0) * ENTRY_SIZE)
         eo = due - base
-        if lst is None and eo != o:
+        if lst is None and o >= 0 and eo != o:
             if eo > o and (nxt < 0 or eo < nxt):
                 nxt = eo
         else:

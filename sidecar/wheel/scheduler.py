@@ -536,16 +536,6 @@ class WheelScheduler:
             return self.buckets.read(seq, off)
         return self.log.read(loc)
 
-    def _visit(self, e: int, loc: int, state: int, out: list[tuple[int, Record]]) -> None:
-        """Send examines entry ``e`` in its turn: hand it out, or finish a cancelled one (done,
-        delivered before a restart, and dropped entries are skipped)."""
-        if state == PENDING:
-            if e < self._restored_head and self._dangles(e, self.tl.read(e)[0], loc):
-                return  # restored, and its body fails the check: dropped, never handed out
-            out.append((loc if loc & BUCKET_BIT else e, self._read(loc)))
-        elif state == CANCELLED:
-            self.tl.set_state(e, DONE)  # the done cursor releases it
-
     def _late_next(self) -> int:
         if self.l_sent == -1:
             return self.l_head
@@ -554,17 +544,42 @@ class WheelScheduler:
         return self.tl.next_of(self.l_sent)
 
     def _drain_late(self, now: int, limit: int, out: list[tuple[int, Record]]) -> None:
+        """Hand out the late chain from the entry after ``l_sent``: one ``wl_send`` call per
+        timer-log file, in its late mode (``o`` -1: every entry is of the pass; it stops at a
+        pending entry due after ``now``, which only a clock step back leaves on the chain)."""
         e = self._late_next()
-        files, pf = self.tl.files, self.pf
-        while e != -1 and len(out) < limit and self._budget > 0:
+        if e == -1:
+            return
+        files, pf, last, vlim = self.tl.files, self.pf, self.l_tail, self._restored_head
+        send, mark = self._wl_send, self.tl.mark
+        sent, budget, room = self.l_sent, self._budget, limit - len(out)
+        pend: list[tuple[int, int]] = []
+        while e != -1:
             f0 = e - e % pf
-            due, loc, nx, state, _f, _lv, _t = _unpack_entry(files[f0].buf, HEADER_SIZE + (e - f0) * ENTRY_SIZE)
-            if state == PENDING and due > now:
-                break  # only after a clock step backwards: never early
-            self._budget -= 1
-            self._visit(e, loc, state, out)
-            self.l_sent = e
-            e = -1 if e == self.l_tail else nx
+            cbuf = files[f0].buf
+            why, _i, e, sent, _n, budget, room, lo, hi = send(
+                cbuf, HEADER_SIZE, f0, pf, None, 0, e, last, now, -1, -1, sent, room, budget, vlim, pend
+            )
+            if hi >= 0:
+                mark(f0, lo)
+                mark(f0, hi)
+            if why == CALLER:  # pending, and restored (its body is checked) or not yet due
+                due, loc, nx = _walk(cbuf, HEADER_SIZE + (e - f0) * ENTRY_SIZE)[:3]
+                if due > now:
+                    break  # never early
+                budget -= 1
+                if not self._dangles(e, due, loc):
+                    pend.append((e, loc))
+                    room -= 1
+                sent = e
+                e = -1 if e == last else nx
+            elif why != OTHER_FILE:
+                break
+        self._budget = budget
+        self.l_sent = sent
+        append, rd = out.append, self._read
+        for x, loc in pend:
+            append((loc if loc & BUCKET_BIT else x, rd(loc)))
 
     def _drain_slots(self, now: int, limit: int, out: list[tuple[int, Record]]) -> None:
         P = self.P
@@ -679,34 +694,40 @@ class WheelScheduler:
         return out
 
     # -- finishing ------------------------------------------------------------------------------
-    def _pass(self, e: int, loc: int, state: int) -> None:
-        """The done cursor crosses entry ``e``: release its body (not a dropped one's)."""
-        if state == DROPPED:
-            pass
-        elif loc & BUCKET_BIT:
+    def _done_late(self, budget: int) -> int:
+        e, sent, pf, files = self.l_head, self.l_sent, self.pf, self.tl.files
+        walk, file_live = self._wl_done, self.file_live
+        segs: dict[int, int] = {}
+        blocs: list[int] = []
+        why, after = END, -1
+        while e != -1:
+            f0 = e - e % pf
+            why, _i, e, after, _n, budget, passed = walk(
+                files[f0].buf, HEADER_SIZE, f0, pf, None, 0, e, sent, 0, -1, -1, after, budget,
+                self.log.segment_bytes, segs, blocs,
+            )
+            file_live[f0] -= passed
+            self.n_wheel -= passed
+            if why != OTHER_FILE:
+                break
+        self.log.release_counts(segs)
+        for loc in blocs:
             self.buckets.release(split_ref(loc)[0])
+        if why != END:
+            self.l_head = e  # the entry done waits on, or where the budget ran out
+        elif sent == self.l_tail:
+            self.l_head = self.l_tail = self.l_sent = -1
         else:
-            self.log.release(loc)
-        first = e - e % self.pf
-        self.file_live[first] -= 1
-        self.n_wheel -= 1
+            self.l_head = self.tl.next_of(sent)
+        return budget
 
     def _advance_done(self) -> None:
         budget = self.done_batch
         files, pf = self.tl.files, self.pf
-        # late chain
-        while self.l_head != -1 and self.l_sent != -1 and self.l_head <= self.l_sent and budget > 0:
-            e = self.l_head
-            f0 = e - e % pf
-            _due, loc, nx, state, _f, _lv, _t = _unpack_entry(files[f0].buf, HEADER_SIZE + (e - f0) * ENTRY_SIZE)
-            if state < DONE:
-                break
-            budget -= 1
-            self._pass(e, loc, state)
-            if e == self.l_tail:
-                self.l_head = self.l_tail = self.l_sent = -1
-            else:
-                self.l_head = nx
+        # the late chain, through the last entry send examined (``l_sent``): one wl_done call
+        # per timer-log file, in its late mode (``o`` -1)
+        if self.l_head != -1 and self.l_sent != -1 and self.l_head <= self.l_sent:
+            budget = self._done_late(budget)
         # slots
         P = self.P
         self._d_block = -1

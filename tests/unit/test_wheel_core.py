@@ -144,6 +144,30 @@ def test_late_arrivals_go_out_at_once_in_arrival_order(env: Env) -> None:
     assert env.take(T0 + 110) == [2, 3, 1]  # late chain first (arrival order), then the rest of slot 10
 
 
+def test_a_late_chain_across_timer_log_files_is_read_in_chunks_and_never_early(env: Env) -> None:
+    """The late chain is walked one timer-log file per call (8 entries per file here): a cancel
+    inside it is skipped, ``limit`` cuts it anywhere and the pass resumes, and a clock stepped
+    back stops it before the first entry not yet due; once all are acked the done cursor crosses
+    the chain, releasing every body, and its emptied files go at the next checkpoint."""
+    env.add(T0 + 100)
+    assert env.take(T0 + 110, limit=1) == [0]
+    refs = [env.add(T0 + 60 + i) for i in range(20)]  # ids 1..20, due T0+60 .. T0+79: all late
+    assert {env.w.where(r) for r in refs} == {"late"}
+    assert env.w.cancel(refs[4]) is True  # id 5
+    got = []
+    for _ in range(3):
+        got += env.take(T0 + 70, limit=3)  # the clock stepped back below ids 12..20's due times
+    assert got == [1, 2, 3, 4, 6, 7, 8, 9, 10]
+    assert env.take(T0 + 70) == [11]
+    assert env.take(T0 + 70) == []
+    assert env.take(T0 + 110, limit=4) == [12, 13, 14, 15]
+    assert env.take(T0 + 110) == [16, 17, 18, 19, 20]
+    assert env.w.pending() == {"wheel": 0, "bucket": 0}
+    assert all(v == 0 for v in env.log.live.values())
+    env.checkpoint()
+    assert len(env.w.tl.files) <= 1
+
+
 def test_same_slot_earlier_offset_after_its_pass_is_late(env: Env) -> None:
     env.add(T0 + 205)
     assert env.take(T0 + 206) == [0]
