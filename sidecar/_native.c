@@ -2174,6 +2174,63 @@ static inline int lv_release(LvRun *r, PyObject *segs, uint64_t pos, long long s
     return 0;
 }
 
+/* wl_read(segments, seg_bytes, pend, i, out) -> i: for pend[i], pend[i + 1], ... (the (entry, loc)
+ * pairs wl_send collected), append (entry, record) to out, the record decoded straight from its
+ * commit-log segment; stop at the first pair the caller must read itself (a bucket ref, a missing
+ * segment, a record that does not decode: CommitLog.read raises for it as it always did) and
+ * return its position, or len(pend). */
+static PyObject *native_wl_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyDict_Check(args[0]) || !PyList_Check(args[2]) || !PyList_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "wl_read(segments, seg_bytes, pend, i, out)");
+        return NULL;
+    }
+    long long seg_bytes = PyLong_AsLongLong(args[1]);
+    Py_ssize_t i = PyLong_AsSsize_t(args[3]);
+    if (PyErr_Occurred()) return NULL;
+    if (seg_bytes <= 0 || i < 0) {
+        PyErr_SetString(PyExc_ValueError, "wl_read: segment size must be positive and i not negative");
+        return NULL;
+    }
+    PyObject *segments = args[0], *pend = args[2], *out = args[4];
+    LvFile seg = {0};
+    PyObject *res = NULL;
+    for (; i < PyList_GET_SIZE(pend); i++) {
+        PyObject *pair = PyList_GET_ITEM(pend, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "wl_read: pend holds (entry, loc) pairs");
+            goto fail;
+        }
+        long long loc = PyLong_AsLongLong(PyTuple_GET_ITEM(pair, 1));
+        if (loc == -1 && PyErr_Occurred()) goto fail;
+        if (loc < 0 || (loc & WL_BUCKET_BIT)) break;
+        int got = lv_file_get(&seg, segments, loc / seg_bytes, 0);
+        if (got < 0) goto fail;
+        if (got == 0) break;
+        PyObject *o = PyLong_FromLongLong(loc % seg_bytes);
+        if (!o) goto fail;
+        PyObject *dargs[4] = {seg.v.obj, o, Py_None, Py_False};
+        PyObject *rec = native_decode(NULL, dargs, 4, NULL);
+        Py_DECREF(o);
+        if (!rec) {
+            if (CorruptRecord && PyErr_ExceptionMatches(CorruptRecord)) {
+                PyErr_Clear();
+                break;
+            }
+            goto fail;
+        }
+        PyObject *t = PyTuple_Pack(2, PyTuple_GET_ITEM(pair, 0), rec);
+        Py_DECREF(rec);
+        if (!t) goto fail;
+        int rc = PyList_Append(out, t);
+        Py_DECREF(t);
+        if (rc < 0) goto fail;
+    }
+    res = PyLong_FromSsize_t(i);
+fail:
+    lv_file_release(&seg);
+    return res;
+}
+
 /* lv_due(buf, hs, f0, idx, stop, now, restored, done, room, ref_hi, segments, seg_bytes, segs,
  * out) -> (why, idx, done, room) */
 static PyObject *native_lv_due(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -2737,6 +2794,7 @@ static PyMethodDef methods[] = {
     {"setup_parser", native_setup_parser, METH_O, NULL},
     {"wl_link", (PyCFunction)(void (*)(void))native_wl_link, METH_FASTCALL, NULL},
     {"wl_send", (PyCFunction)(void (*)(void))native_wl_send, METH_FASTCALL, NULL},
+    {"wl_read", (PyCFunction)(void (*)(void))native_wl_read, METH_FASTCALL, NULL},
     {"wl_done", (PyCFunction)(void (*)(void))native_wl_done, METH_FASTCALL, NULL},
     {"wl_group", (PyCFunction)(void (*)(void))native_wl_group, METH_FASTCALL, NULL},
     {"wl_ack", (PyCFunction)(void (*)(void))native_wl_ack, METH_FASTCALL, NULL},

@@ -65,6 +65,9 @@ def wl_send(
     buf: memoryview, hs: int, f0: int, nent: int, lst: Any, i: int, e: int, last: int, base: int, o: int,
     nxt: int, after: int, room: int, budget: int, vlim: int, pend: list[tuple[int, int]], /,
 ) -> tuple[int, int, int, int, int, int, int, int, int]: ...
+def wl_read(
+    segments: dict[int, Any], seg_bytes: int, pend: list[tuple[int, int]], i: int, out: list[tuple[int, Any]], /
+) -> int: ...
 def wl_done(
     buf: memoryview, hs: int, f0: int, nent: int, lst: Any, i: int, e: int, last: int, base: int, o: int,
     nxt: int, after: int, budget: int, seg_bytes: int, segs: dict[int, int], blocs: list[int], /,

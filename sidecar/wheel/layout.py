@@ -45,7 +45,9 @@ from array import array
 from pathlib import Path
 from typing import Any
 
+from sidecar.store import codec
 from sidecar.store.buckets import BUCKET_BIT
+from sidecar.store.codec import Record
 from sidecar.store.mapped import (
     HEADER,
     HEADER_SIZE,
@@ -180,6 +182,31 @@ def wl_send(
         else:
             e = -1 if x == last else nx
     return why, i, e, after, nxt, budget, room, lo, hi
+
+
+def wl_read(
+    segments: dict[int, Any], seg_bytes: int, pend: list[tuple[int, int]], i: int, out: list[tuple[int, Record]]
+) -> int:
+    """Append ``(entry, record)`` to ``out`` for ``pend[i]``, ``pend[i + 1]``, ... (the pairs
+    ``wl_send`` collected), each record decoded from its commit-log segment (``segments`` maps a
+    segment number to its mapped file); stop at the first pair the caller must read itself (a
+    bucket ref, a missing segment, a record that does not decode) and return its position, or
+    ``len(pend)``."""
+    n = len(pend)
+    while i < n:
+        x, loc = pend[i]
+        if loc < 0 or loc & BUCKET_BIT:
+            break
+        seg = segments.get(loc // seg_bytes)
+        if seg is None:
+            break
+        try:
+            rec = codec.decode(seg.buf, loc % seg_bytes, verify=False)
+        except codec.CorruptRecord:
+            break
+        out.append((x, rec))
+        i += 1
+    return i
 
 
 def wl_done(

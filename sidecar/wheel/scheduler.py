@@ -91,6 +91,7 @@ from sidecar.wheel.layout import (
     wl_done,
     wl_group,
     wl_link,
+    wl_read,
     wl_send,
 )
 
@@ -199,6 +200,7 @@ class WheelScheduler:
         self._wl_link = wl_link if nat is None else nat.wl_link
         self._wl_send = wl_send if nat is None else nat.wl_send
         self._wl_done = wl_done if nat is None else nat.wl_done
+        self._wl_read = wl_read if nat is None else nat.wl_read
         self._wl_group = wl_group if nat is None else nat.wl_group
         self._wl_ack = wl_ack if nat is None else nat.wl_ack
         self.occ_send = bytearray(self.N)  # 1: slot at this position still to be read by send
@@ -536,6 +538,19 @@ class WheelScheduler:
             return self.buckets.read(seq, off)
         return self.log.read(loc)
 
+    def _hand_out(self, pend: list[tuple[int, int]], out: list[tuple[int, Record]]) -> None:
+        """``(ref, record)`` onto ``out`` for each ``(entry, loc)`` of ``pend``: the commit log's
+        records decoded in runs by ``wl_read``; a bucket's record (its ref is its loc), or one
+        ``wl_read`` leaves, read here."""
+        i, n = 0, len(pend)
+        log = self.log
+        while i < n:
+            i = self._wl_read(log.segments, log.segment_bytes, pend, i, out)
+            if i < n:
+                x, loc = pend[i]
+                out.append((loc if loc & BUCKET_BIT else x, self._read(loc)))
+                i += 1
+
     def _late_next(self) -> int:
         if self.l_sent == -1:
             return self.l_head
@@ -577,9 +592,7 @@ class WheelScheduler:
                 break
         self._budget = budget
         self.l_sent = sent
-        append, rd = out.append, self._read
-        for x, loc in pend:
-            append((loc if loc & BUCKET_BIT else x, rd(loc)))
+        self._hand_out(pend, out)
 
     def _drain_slots(self, now: int, limit: int, out: list[tuple[int, Record]]) -> None:
         P = self.P
@@ -616,7 +629,7 @@ class WheelScheduler:
             after = self.s_after
             budget = self._budget
             room = limit - len(out)
-            files, pf, read = tl.files, self.pf, self.log.read
+            files, pf = tl.files, self.pf
             vlim = self._restored_head
             ix = self._six = self._index(self._six, self._dix, k, first, last, sl[2])
             lst, i, n, e, nxt = self._resume(ix, o, after, first, last, self.s_nxt)
@@ -651,9 +664,7 @@ class WheelScheduler:
                 elif why != OTHER_FILE:
                     break
             self._budget = budget
-            append, rd = out.append, self._read
-            for x, loc in pend:
-                append((loc, rd(loc)) if loc & BUCKET_BIT else (x, read(loc)))
+            self._hand_out(pend, out)
             if ix is not None:
                 # the true next offset: a chain walk resuming from here (slot grown past
                 # index_max) must not miss the offsets of entries before ``after``

@@ -205,3 +205,43 @@ def test_wl_walks_follow_a_chain_across_files() -> None:
         assert r == (2, 0, 4, 3, 1, 7, 8, -1, -1) and pend == [(1, 101), (3, 103)]
         r = mod.wl_send(memoryview(files[4]), HS, 4, per, None, 0, 4, 6, BASE, 0, 1, 3, 8, 7, 0, pend)
         assert r == (0, 0, -1, 6, 1, 5, 7, -1, -1) and pend == [(1, 101), (3, 103), (4, 104)]
+
+
+def _fields(out: list[tuple[int, Any]]) -> list[tuple[Any, ...]]:
+    return [(x, r.due_ms, r.src_offset, bytes(r.id), bytes(r.topic), bytes(r.value)) for x, r in out]
+
+
+@pytest.mark.parametrize("mod", ["python", "c"])
+def test_wl_read_decodes_runs_and_leaves_the_rest_to_the_caller(mod: str, tmp_path: Any) -> None:
+    """``wl_read`` decodes the commit log's records of ``pend`` in order, straight from the
+    segments (three of them here), and stops at a bucket ref, a segment that is gone and an offset
+    that holds no record, returning that position; the C twin gives the same records and stops."""
+    if mod == "c" and native is None:
+        pytest.skip("sidecar._native is not built (or KDS_PURE_PYTHON=1)")
+    from sidecar.store.codec import MESSAGE
+    from sidecar.store.log import CommitLog
+
+    fn = layout.wl_read if mod == "python" else native.wl_read  # type: ignore[union-attr]
+    log = CommitLog(tmp_path, 4096)
+    list(log.recover(None, None))
+    pos = [
+        log.append(rtype=MESSAGE, due_ms=BASE + n, enqueue_ms=BASE, src_offset=n, src_partition=0,
+                   target_partition=-1, retry_count=0, level=0, rid=b"r%d" % n, topic=b"t", key=None,
+                   value=bytes([n]) * 700, headers_blob=b"")
+        for n in range(12)
+    ]
+    assert len({p // 4096 for p in pos}) == 3
+    ok = [(100 + n, p) for n, p in enumerate(pos)]
+    tail = pos[-1] // 4096 * 4096 + 4000  # past the last record of the last segment: zeros
+    pend = [*ok[:5], (200, BUCKET | 7), *ok[5:9], (201, 50 * 4096 + 64), *ok[9:11], (202, tail), ok[11]]
+    out: list[tuple[int, Any]] = []
+    stops = []
+    i = 0
+    while i < len(pend):
+        i = fn(log.segments, 4096, pend, i, out)
+        stops.append(i)
+        i += 1
+    assert stops == [5, 10, 13, 15]
+    assert _fields(out) == [(100 + n, BASE + n, n, b"r%d" % n, b"t", bytes([n]) * 700) for n in range(12)]
+    assert fn(log.segments, 4096, pend, len(pend), out) == len(pend)
+    log.close()
