@@ -9,12 +9,14 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar.contract import REASONS
 from sidecar.health import HealthServer
-from sidecar.metrics import Metrics, level_tier
+from sidecar.metrics import Metrics, _LatenessHistogram, level_tier
 
 P = "delay_sidecar_"
 
@@ -151,6 +153,27 @@ def test_early_deliveries_are_counted_and_observed_as_zero(metrics: Metrics) -> 
     assert value(text, P + "early_deliveries_total") == 2
     assert value(text, P + "delivery_lateness_seconds_bucket", le="0.001") == 2
     assert value(text, P + "delivery_lateness_seconds_sum") == pytest.approx(0.003)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    bounds=st.lists(st.integers(0, 5_000), min_size=1, max_size=8, unique=True).map(sorted),
+    batches=st.lists(st.lists(st.integers(-2_000, 10_000), max_size=40), max_size=4),
+)
+def test_batch_bucketing_matches_one_value_at_a_time(bounds: list[int], batches: list[list[int]]) -> None:
+    """The sorted batch count against the reference model: each value, negatives as 0, in the
+    first bucket whose bound is >= it, else +Inf; the sum of the clamped values."""
+    h = _LatenessHistogram("x", "x", [b / 1000 for b in bounds])
+    want = [0] * (len(bounds) + 1)
+    want_sum = 0
+    for batch in batches:
+        assert h.observe_ms(batch) == sum(1 for v in batch if v < 0)
+        for v in batch:
+            v = max(v, 0)
+            want[next((i for i, b in enumerate(bounds) if v <= b), len(bounds))] += 1
+            want_sum += v
+    assert h._counts == want
+    assert h._sum_ms == want_sum
 
 
 def _stats(partitions: dict[str, Any], topic: str = "delay.ingress") -> str:
