@@ -2174,6 +2174,22 @@ static inline int lv_release(LvRun *r, PyObject *segs, uint64_t pos, long long s
     return 0;
 }
 
+/* The record at commit-log position pos, decoded from its segment (seg caches the segment's
+ * buffer between calls): a new reference; NULL with no exception set when the caller must read it
+ * itself (the segment is gone, or the record does not decode: CommitLog.read raises for it as it
+ * always did); NULL with an exception on error. */
+static PyObject *log_decode_at(LvFile *seg, PyObject *segments, long long seg_bytes, uint64_t pos) {
+    int got = lv_file_get(seg, segments, (long long)(pos / (uint64_t)seg_bytes), 0);
+    if (got <= 0) return NULL;
+    PyObject *o = PyLong_FromUnsignedLongLong(pos % (uint64_t)seg_bytes);
+    if (!o) return NULL;
+    PyObject *dargs[4] = {seg->v.obj, o, Py_None, Py_False};
+    PyObject *rec = native_decode(NULL, dargs, 4, NULL);
+    Py_DECREF(o);
+    if (!rec && CorruptRecord && PyErr_ExceptionMatches(CorruptRecord)) PyErr_Clear();
+    return rec;
+}
+
 /* wl_read(segments, seg_bytes, pend, i, out) -> i: for pend[i], pend[i + 1], ... (the (entry, loc)
  * pairs wl_send collected), append (entry, record) to out, the record decoded straight from its
  * commit-log segment; stop at the first pair the caller must read itself (a bucket ref, a missing
@@ -2203,20 +2219,10 @@ static PyObject *native_wl_read(PyObject *self, PyObject *const *args, Py_ssize_
         long long loc = PyLong_AsLongLong(PyTuple_GET_ITEM(pair, 1));
         if (loc == -1 && PyErr_Occurred()) goto fail;
         if (loc < 0 || (loc & WL_BUCKET_BIT)) break;
-        int got = lv_file_get(&seg, segments, loc / seg_bytes, 0);
-        if (got < 0) goto fail;
-        if (got == 0) break;
-        PyObject *o = PyLong_FromLongLong(loc % seg_bytes);
-        if (!o) goto fail;
-        PyObject *dargs[4] = {seg.v.obj, o, Py_None, Py_False};
-        PyObject *rec = native_decode(NULL, dargs, 4, NULL);
-        Py_DECREF(o);
+        PyObject *rec = log_decode_at(&seg, segments, seg_bytes, (uint64_t)loc);
         if (!rec) {
-            if (CorruptRecord && PyErr_ExceptionMatches(CorruptRecord)) {
-                PyErr_Clear();
-                break;
-            }
-            goto fail;
+            if (PyErr_Occurred()) goto fail;
+            break;
         }
         PyObject *t = PyTuple_Pack(2, PyTuple_GET_ITEM(pair, 0), rec);
         Py_DECREF(rec);
@@ -2270,22 +2276,11 @@ static PyObject *native_lv_due(PyObject *self, PyObject *const *args, Py_ssize_t
         if (state == LV_PENDING) {
             if (due > now) { why = 2; break; }
             if (idx < restored) { why = 3; break; }
-            int got = lv_file_get(&seg, segments, (long long)(pos / (uint64_t)seg_bytes), 0);
-            if (got < 0) goto fail;
-            if (got == 0) { why = 3; break; }
-            PyObject *o = PyLong_FromUnsignedLongLong(pos % (uint64_t)seg_bytes);
-            if (!o) goto fail;
-            PyObject *dargs[4] = {seg.v.obj, o, Py_None, Py_False};
-            PyObject *rec = native_decode(NULL, dargs, 4, NULL);
-            Py_DECREF(o);
+            PyObject *rec = log_decode_at(&seg, segments, seg_bytes, pos);
             if (!rec) {
-                /* the caller's CommitLog.read raises it, as before */
-                if (CorruptRecord && PyErr_ExceptionMatches(CorruptRecord)) {
-                    PyErr_Clear();
-                    why = 3;
-                    break;
-                }
-                goto fail;
+                if (PyErr_Occurred()) goto fail;
+                why = 3; /* the caller reads it: CommitLog.read raises, as before */
+                break;
             }
             PyObject *t = PyTuple_New(2), *r = PyLong_FromLongLong(ref_hi | idx);
             if (!t || !r) {

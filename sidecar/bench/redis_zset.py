@@ -122,19 +122,11 @@ def measure_redis(bench: Bench, srv: RedisServer, pre: Preloaded, target: str) -
 
 
 def measure_round(bench: Bench, srv: RedisServer, pre: Preloaded, target: str, r: int) -> dict[str, Any]:
-    """The Redis queue and every scheduler back to back on one pre-loaded topic, in the order
-    rotated by ``r`` (the ``throughput`` rounds); ratios against this round's Redis rate."""
-    one: dict[str, Any] = {}
-    for name in throughput.round_order([REDIS, *bench.schedulers], r):
-        if name == REDIS:
-            one[name] = measure_redis(bench, srv, pre, target)
-        else:
-            one[name] = throughput.measure_sidecar(bench, pre, target, name, tag="rz")
-    redis_rate = one[REDIS]["records_per_s"]
-    for sched in bench.schedulers:
-        rate = one[sched]["records_per_s"]
-        one[sched]["ratio_to_redis"] = rate / redis_rate if rate and redis_rate else None
-    log(f"redis-zset round {r + 1}: Redis queue {redis_rate or 0:,.0f} records/s, " + ", ".join(
+    """The Redis queue and every scheduler back to back on one pre-loaded topic (a ``throughput``
+    round); ratios against this round's Redis rate."""
+    one = throughput.one_round(bench, r, REDIS, lambda: measure_redis(bench, srv, pre, target),
+                               lambda s: throughput.measure_sidecar(bench, pre, target, s, tag="rz"), "ratio_to_redis")
+    log(f"redis-zset round {r + 1}: Redis queue {one[REDIS]['records_per_s'] or 0:,.0f} records/s, " + ", ".join(
         f"{s} {one[s]['records_per_s'] or 0:,.0f} ({one[s]['ratio_to_redis'] or 0:.2f}x)" for s in bench.schedulers))
     return one
 

@@ -27,6 +27,7 @@ figure is the median over the rounds; every round's rates and ratios are in ``de
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 from sidecar.bench.report import fig
@@ -137,24 +138,30 @@ def preload_workload(bench: Bench, n: int, value_size: int, label: str) -> tuple
     return pre, target
 
 
+def one_round(bench: Bench, r: int, baseline: str, measure_baseline: Callable[[], dict[str, Any]],
+              measure_sched: Callable[[str], dict[str, Any]], ratio_key: str) -> dict[str, Any]:
+    """One round: ``baseline`` and every scheduler back to back, in the order rotated by ``r``;
+    each scheduler's ``ratio_key`` is its rate over this round's baseline rate."""
+    one: dict[str, Any] = {}
+    for name in round_order([baseline, *bench.schedulers], r):
+        one[name] = measure_baseline() if name == baseline else measure_sched(name)
+    base = one[baseline]["records_per_s"]
+    for sched in bench.schedulers:
+        rate = one[sched]["records_per_s"]
+        one[sched][ratio_key] = rate / base if rate and base else None
+    return one
+
+
 def measure_rounds(bench: Bench, pre: Preloaded, target: str, label: str, rounds: int) -> list[dict[str, Any]]:
-    """``rounds`` rounds of the passthrough and every scheduler on one pre-loaded topic; each
-    round's ratios are against that round's passthrough."""
+    """``rounds`` rounds of the passthrough and every scheduler on one pre-loaded topic."""
     out: list[dict[str, Any]] = []
     for r in range(rounds):
-        one: dict[str, Any] = {}
-        for name in round_order([PASSTHROUGH, *bench.schedulers], r):
-            if name == PASSTHROUGH:
-                one[name] = measure_passthrough(bench, pre, label)
-            else:
-                one[name] = measure_sidecar(bench, pre, target, name, tag=f"tp-{label}")
-        pt = one[PASSTHROUGH]["records_per_s"]
-        for sched in bench.schedulers:
-            rate = one[sched]["records_per_s"]
-            one[sched]["ratio_to_passthrough"] = rate / pt if rate and pt else None
-        log(f"throughput {label} round {r + 1}/{rounds}: passthrough {pt or 0:,.0f} records/s, " + ", ".join(
-            f"{s} {one[s]['records_per_s'] or 0:,.0f} ({one[s]['ratio_to_passthrough'] or 0:.2f})"
-            for s in bench.schedulers))
+        one = one_round(bench, r, PASSTHROUGH, lambda: measure_passthrough(bench, pre, label),
+                        lambda s: measure_sidecar(bench, pre, target, s, tag=f"tp-{label}"), "ratio_to_passthrough")
+        log(f"throughput {label} round {r + 1}/{rounds}: passthrough {one[PASSTHROUGH]['records_per_s'] or 0:,.0f} "
+            "records/s, " + ", ".join(
+                f"{s} {one[s]['records_per_s'] or 0:,.0f} ({one[s]['ratio_to_passthrough'] or 0:.2f})"
+                for s in bench.schedulers))
         out.append(one)
     return out
 

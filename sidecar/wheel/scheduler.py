@@ -706,6 +706,9 @@ class WheelScheduler:
 
     # -- finishing ------------------------------------------------------------------------------
     def _done_late(self, budget: int) -> int:
+        """The done cursor's pass over the late chain, from ``l_head`` through ``l_sent``: one
+        ``wl_done`` call per timer-log file (late mode, ``o`` -1), the bodies crossed released in
+        counts per segment; returns the budget left."""
         e, sent, pf, files = self.l_head, self.l_sent, self.pf, self.tl.files
         walk, file_live = self._wl_done, self.file_live
         segs: dict[int, int] = {}
