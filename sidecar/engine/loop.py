@@ -484,6 +484,11 @@ class Sidecar:
                 if not self._publish_batch(batch, store, now):
                     return
                 self._poll(0)
+                if len(batch) < room:
+                    # Nothing more is due (or the scheduler's scan budget ran out: then it still
+                    # reports a due time <= now and the next turn does not wait): asking again
+                    # would cost a whole empty ``due`` call per turn.
+                    break
 
     def _publish_batch(self, batch: list[tuple[int, Record]], store: PartitionStore, now: int) -> bool:
         """Produce a due batch; False if the producer queue filled up (the rest waits in the
