@@ -1,10 +1,10 @@
 """``delay-sidecar bench SCENARIO [--size small|full] --json OUT [--bootstrap-servers B]``.
 
 SCENARIO is one of ``throughput``, ``lateness``, ``pending-memory``, ``restart``, ``mass-expiry``,
-``redis-zset``, ``append``, ``all``, or a comma-separated list of them. Without
+``redis-zset``, ``append``, ``steady``, ``all``, or a comma-separated list of them. Without
 ``--bootstrap-servers`` the bench starts its own local broker (:class:`sidecar.kafka.local.LocalKafka`)
 in the work directory and stops it at the end, unless every scenario asked for runs in-process
-without one (``append``). The schedulers measured are every one that runs: ``levels`` always,
+without one (``append``, ``steady``). The schedulers measured are every one that runs: ``levels`` always,
 ``wheel`` once ``python -m sidecar run --scheduler wheel`` starts (detected by trying), or the ones
 given with ``--schedulers``; in-process scenarios alone measure both unless told otherwise.
 
@@ -33,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from sidecar.bench import append, lateness, mass_expiry, pending_memory, redis_zset, restart, throughput
+from sidecar.bench import append, lateness, mass_expiry, pending_memory, redis_zset, restart, steady, throughput
 from sidecar.bench.report import machine_facts, markdown_pivot, walk_figures
 from sidecar.bench.workload import SIZES, Bench, BenchError, SidecarProc, kafka_ready, log, stop_all, uid
 
@@ -45,11 +45,13 @@ SCENARIOS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "mass-expiry": mass_expiry.run,
     "redis-zset": redis_zset.run,
     "append": append.run,
+    "steady": steady.run,
 }
 WARMUP_S = 45.0  # traffic through a broker started by the bench, before the first scenario (full size)
 
-# In-process scenarios: they measure the store alone and need neither a broker nor a sidecar process.
-NO_BROKER = frozenset({"append"})
+# In-process scenarios: they measure the store (append) or the loop (steady) alone and need neither a
+# broker nor a sidecar process.
+NO_BROKER = frozenset({"append", "steady"})
 SCHEDULERS = ("levels", "wheel")
 
 

@@ -110,6 +110,25 @@ def test_bench_append(broker: bool, request: pytest.FixtureRequest, tmp_path: Pa
                 assert cell["records_per_s"]["goal"] is None
 
 
+def test_bench_steady(tmp_path: Path) -> None:
+    """In-process steady state: every record handed to the loop is acked, none early, and the
+    phase split accounts for no more CPU than the whole."""
+    out = tmp_path / "bench.json"
+    report = _bench(["steady"], out, timeout_s=180)
+    _check_shape(report, ["steady"])
+    assert report["settings"]["bootstrap"].startswith("none")
+    sc = report["scenarios"]["steady"]
+    rate, seconds = sc["settings"]["rate"], sc["settings"]["seconds"]
+    for sched in ("levels", "wheel"):
+        d = sc["details"][sched]
+        assert d["records"] == int(rate * seconds)
+        assert d["early"] == 0 and d["lateness_p50_ms"] is not None and d["lateness_p50_ms"] >= 0
+        assert d["turns"] > 0 and d["cpu_us_per_record"] > 0
+        parts = d["ingest_us_per_record"] + d["publish_us_per_record"] + d["checkpoint_us_per_record"]
+        assert 0 < parts <= d["cpu_us_per_record"] + 0.05
+        assert sc["results"][sched]["cpu_us_per_record"]["goal"] is None
+
+
 def test_bench_rejects_unknown_scenario(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "sidecar", "bench", "nope", "--json", str(tmp_path / "x.json")],
                           capture_output=True, text=True, timeout=60)
