@@ -6,9 +6,9 @@ for this scheduler and 100 B records when it ran in the same invocation, else th
 measurement done here, with the same N) for a fixed time. Delays: levels mode uses ``delay.ms``
 values that are level times exactly (1 s, 5 s, 10 s), so the committed ``delay.deliver-at`` is the
 requested time (in levels mode ``deliver-at`` is always the level's time: enqueue timestamp +
-level delay);
-wheel mode uses uniform 1-10 s (``deliver-at`` is then the request rounded *up* to the 10 ms
-slot). After the last record is due and delivered, every delivered record is read back and
+level delay); wheel mode uses uniform 1-10 s in ms (the wheel commits the requested ms:
+``deliver-at`` is the record's timestamp + ``delay.ms``, and nearly every ms holds due records).
+After the last record is due and delivered, every delivered record is read back and
 ``lateness = record timestamp - delay.deliver-at`` (the record timestamp is the sidecar's send
 time) gives p50 / p99 / p99.9 / max and the early count (lateness < 0).
 """
