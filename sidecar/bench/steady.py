@@ -65,9 +65,6 @@ class _Msg:
     def error(self) -> None:
         return None
 
-    def topic(self) -> str:
-        return "bench.steady.in"
-
     def partition(self) -> int:
         return 0
 
@@ -96,9 +93,6 @@ class _Delivered:
     def timestamp(self) -> tuple[int, int]:
         return 1, self.ts
 
-    def error(self) -> None:
-        return None
-
 
 class _Producer:
     """Takes produce calls (the client's positional order) and acks them all at the next poll."""
@@ -116,9 +110,6 @@ class _Producer:
         for cb in pending:
             cb(None, done)
         return len(pending)
-
-    def __len__(self) -> int:
-        return len(self.pending)
 
 
 def measure(workdir: Path, scheduler: str, rate: float, seconds: float) -> dict[str, Any]:
