@@ -2208,7 +2208,10 @@ static PyObject *native_wl_read(PyObject *self, PyObject *const *args, Py_ssize_
         return NULL;
     }
     PyObject *segments = args[0], *pend = args[2], *out = args[4];
-    LvFile seg = {0};
+    /* Two segments held at once: a due ms's records arrived at scattered times, so the reads
+     * alternate between the live segments and one held buffer would be re-fetched at every switch. */
+    LvFile segs2[2] = {{0}, {0}};
+    int last_used = 0;
     PyObject *res = NULL;
     for (; i < PyList_GET_SIZE(pend); i++) {
         PyObject *pair = PyList_GET_ITEM(pend, i);
@@ -2219,7 +2222,11 @@ static PyObject *native_wl_read(PyObject *self, PyObject *const *args, Py_ssize_
         long long loc = PyLong_AsLongLong(PyTuple_GET_ITEM(pair, 1));
         if (loc == -1 && PyErr_Occurred()) goto fail;
         if (loc < 0 || (loc & WL_BUCKET_BIT)) break;
-        PyObject *rec = log_decode_at(&seg, segments, seg_bytes, (uint64_t)loc);
+        long long g = (long long)((uint64_t)loc / (uint64_t)seg_bytes);
+        int use = (segs2[0].have && segs2[0].first == g) ? 0 : (segs2[1].have && segs2[1].first == g) ? 1 : -1;
+        if (use < 0) use = !segs2[0].have ? 0 : !segs2[1].have ? 1 : 1 - last_used; /* replace the older */
+        last_used = use;
+        PyObject *rec = log_decode_at(&segs2[use], segments, seg_bytes, (uint64_t)loc);
         if (!rec) {
             if (PyErr_Occurred()) goto fail;
             break;
@@ -2233,7 +2240,8 @@ static PyObject *native_wl_read(PyObject *self, PyObject *const *args, Py_ssize_
     }
     res = PyLong_FromSsize_t(i);
 fail:
-    lv_file_release(&seg);
+    lv_file_release(&segs2[0]);
+    lv_file_release(&segs2[1]);
     return res;
 }
 
