@@ -69,6 +69,17 @@ def wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+GC_THRESHOLD = (20_000, 20, 20)
+
+
+def quiet_gc() -> None:
+    """The loop's collector settings. Nothing long-lived is made of per-record Python objects, and
+    the hot path makes no reference cycles: move start-up's objects out of the collector's sight
+    and let the youngest generation grow before a collection (fewer pauses on the delivery path)."""
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLD)
+
+
 def ensure_topics(admin: AdminClient, topics: dict[str, int], replication_factor: int, timeout: float = 30) -> None:
     """Create the topics that are missing (ingress, DLQ); an existing topic is left as it is."""
     existing = set(admin.list_topics(timeout=timeout).topics)
@@ -297,11 +308,7 @@ class Sidecar:
         )
         if self.health is not None:
             self.health.set_recovered(True)
-        # Nothing long-lived is made of per-record Python objects, and the hot path makes no
-        # reference cycles: move start-up's objects out of the collector's sight and let the
-        # youngest generation grow before a collection (fewer pauses on the delivery path).
-        gc.freeze()
-        gc.set_threshold(20_000, 20, 20)
+        quiet_gc()
         self.turns.install()
         # This thread is the loop: the clients' and the flusher's threads must not preempt it.
         helpers = HelperThreads(enabled=self.s.helper_threads == "all")
