@@ -19,7 +19,8 @@ loop's timeout. It checkpoints every ``commit-interval`` as the loop does with `
 the snapshot and the reclaim on the loop thread, the syncs and the checkpoint write on a flusher
 thread, whose CPU is not counted. The syncs matter to the loop thread all the same: a page they
 wrote back is write-protected again, so the next write to it faults (the id index, the timer
-log's chain links and acks are written at scattered places: about one fault per record).
+log's chain links and acks are written at scattered places: the wheel takes about one fault per
+record).
 The garbage collector is set as ``Sidecar.run`` sets it (``quiet_gc``).
 The run ends when every record was acked.
 
@@ -121,6 +122,7 @@ class _Producer:
 def measure(workdir: Path, scheduler: str, rate: float, seconds: float) -> dict[str, Any]:
     d = Path(tempfile.mkdtemp(prefix=f"steady-{scheduler}-", dir=workdir))
     saved_gc = gc.get_threshold()
+    flusher = ThreadPoolExecutor(1, thread_name_prefix="steady-flusher")
     try:
         s = Settings(scheduler=scheduler, data_dir=str(d), bootstrap_servers="127.0.0.1:9", ingress_topic="in")
         sc = Sidecar(s)
@@ -145,7 +147,6 @@ def measure(workdir: Path, scheduler: str, rate: float, seconds: float) -> dict[
         quiet_gc()
         commit_s = s.commit_interval_ms / 1000
         cpu = [0.0, 0.0, 0.0]  # ingest, publish, checkpoint
-        flusher = ThreadPoolExecutor(1, thread_name_prefix="steady-flusher")
         job: tuple[CheckpointJob, Future[None]] | None = None
         turns = i = 0
         t0 = last = time.monotonic()
@@ -196,7 +197,6 @@ def measure(workdir: Path, scheduler: str, rate: float, seconds: float) -> dict[
         if job is not None:
             job[1].result()
             st.finish_checkpoint(job[0]).run()
-        flusher.shutdown(wait=True)
         st.close()
         us = 1e6 / n
         return {
@@ -213,6 +213,7 @@ def measure(workdir: Path, scheduler: str, rate: float, seconds: float) -> dict[
             "early": sum(1 for x in late if x < 0),
         }
     finally:
+        flusher.shutdown(wait=True)
         gc.unfreeze()
         gc.set_threshold(*saved_gc)
         shutil.rmtree(d, ignore_errors=True)
