@@ -11,8 +11,12 @@ publishes. The rate is ``(N - 1) / (last - first delivered record timestamp)``: 
 timestamp is the publisher's send time, so process start-up and group join are not counted for
 either side, and the bench process itself only polls high watermarks while it waits.
 Because every record is already due, this is the pipeline's capacity (consume, store, schedule,
-due scan, publish, ack), which is what bounds the sustained rate; the delays themselves only
-matter for lateness (see the ``lateness`` scenario, which runs at 50 % of this figure).
+due scan, publish, ack) on the path a backlog takes; the delays themselves only matter for
+lateness (see the ``lateness`` scenario, which runs at 50 % of this figure). For the levels that
+is also the path of the sustained rate. The wheel hands a record stored already due out from its
+late chain (one arrival-ordered walk), while records due 1-10 s after arrival go through its slots
+(one pass per distinct due ms, at scattered places): a path that costs it more per record (the
+``steady`` scenario; docs/benchmarks.md, "Why one goal or the other misses").
 
 Rounds: one measurement takes 3-6 s, and on a shared 2-core machine a neighbour's burst inside
 that window moves one process's rate by 20-30 % (the same commit measured a 100 B ratio of 0.63
