@@ -72,6 +72,8 @@ def test_bench_throughput_and_lateness(kafka_bootstrap: str, tmp_path: Path) -> 
         assert lat["rate"]["value"] > 0
         assert 0 <= lat["p50_ms"]["value"] <= lat["p99_ms"]["value"] <= lat["max_ms"]["value"]
         assert lat["p50_ms"]["goal"] == "<= 10" and lat["p99_ms"]["goal"] == "<= 50"
+        # the load generator's own failures are reported apart from what the sidecar lost
+        assert report["scenarios"]["lateness"]["details"][sched]["produce_failed"] == 0
 
 
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server not installed (setup.d/40-redis.sh)")
