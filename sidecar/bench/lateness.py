@@ -69,8 +69,7 @@ def measure(bench: Bench, scheduler: str, rate: float, seconds: float) -> dict[s
         prod.join(seconds + 120)
         if prod.is_alive():
             prod.stop()
-        # records the broker refused to the load generator never reached the sidecar: not "lost"
-        sent = prod.sent - prod.failed
+        sent = prod.accepted  # what the broker refused never reached the sidecar: not "lost"
         wait_until(f"{sent} records delivered", lambda: bench.wm.total(target) >= sent,
                    max(WHEEL_DELAYS) / 1000 + 120, 0.25, sc.check_alive)
         cpu = cpu_seconds(sc.pid) - cpu0
@@ -127,8 +126,8 @@ def passthrough_latency(bench: Bench, rate: float, seconds: float) -> dict[str, 
     prod = PacedProducer(bench.bootstrap, ingress, target, rate, 100, lambda _i: 0, duration_s=seconds)
     prod.start()
     prod.join(seconds + 120)
-    wait_until("passthrough to copy the paced load", lambda: bench.wm.total(target) >= prod.sent - prod.failed, 120,
-               0.25, proc.check_alive)
+    wait_until("passthrough to copy the paced load", lambda: bench.wm.total(target) >= prod.accepted, 120, 0.25,
+               proc.check_alive)
     run1, wait1 = schedstat(proc.pid)
     proc.stop()
     src = read_range(bench.bootstrap, ingress, {}, bench.wm.high(ingress), keys=True)

@@ -15,13 +15,12 @@ would be: 100 B value, a key, ``delay.target-topic`` and ``delay.ms`` — level 
 the wheel makes one pass per distinct due ms). A stand-in for the producer takes every produce
 call and acks it at the next poll, with the poll's wall clock as the delivered record's timestamp.
 Between turns the loop sleeps until the next due time or the next tick, like ``consume`` with the
-loop's timeout. It checkpoints every ``commit-interval`` as the loop does with ``fsync: batch``:
-the snapshot and the reclaim on the loop thread, the syncs and the checkpoint write on a flusher
-thread, whose CPU is not counted. The syncs matter to the loop thread all the same: a page they
-wrote back is write-protected again, so the next write to it faults (the id index, the timer
-log's chain links and acks are written at scattered places: the wheel takes about one fault per
-record).
-The garbage collector is set as ``Sidecar.run`` sets it (``quiet_gc``).
+loop's timeout. It checkpoints every ``commit-interval`` through the loop's own checkpoint path
+(``fsync: batch``): the snapshot and the reclaim on the loop thread, the syncs and the checkpoint
+write on the loop's flusher thread, whose CPU is not counted. The syncs matter to the loop thread
+all the same: a page they wrote back is write-protected again, so the next write to it faults
+(the id index, the timer log's chain links and acks are written at scattered places: the wheel
+takes about one fault per record). The garbage collector is set as ``Sidecar.run`` sets it (``quiet_gc``).
 The run ends when every record was acked.
 
 Figures per scheduler: main-thread CPU (``time.thread_time``) per record over the whole run, split
@@ -39,7 +38,6 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +46,7 @@ from sidecar.bench.report import fig
 from sidecar.bench.workload import Bench, log, percentile, value_of, wall_ms
 from sidecar.config import Settings
 from sidecar.engine.loop import INGEST_SLICE, Sidecar, quiet_gc
-from sidecar.engine.partition import CheckpointJob, PartitionStore
+from sidecar.engine.partition import PartitionStore
 
 TICK_S = 0.005
 LEVEL_DELAYS = (1_000, 5_000, 10_000)
@@ -101,6 +99,13 @@ class _Delivered:
         return 1, self.ts
 
 
+class _Consumer:
+    """What the loop's checkpoint path calls on the consumer: the offset commit, taken and dropped."""
+
+    def commit(self, offsets: Any = None, asynchronous: bool = True) -> None:
+        return None
+
+
 class _Producer:
     """Takes produce calls (the client's positional order) and acks them all at the next poll."""
 
@@ -122,10 +127,11 @@ class _Producer:
 def measure(workdir: Path, scheduler: str, rate: float, seconds: float) -> dict[str, Any]:
     d = Path(tempfile.mkdtemp(prefix=f"steady-{scheduler}-", dir=workdir))
     saved_gc = gc.get_threshold()
-    flusher = ThreadPoolExecutor(1, thread_name_prefix="steady-flusher")
+    sc: Sidecar | None = None
     try:
         s = Settings(scheduler=scheduler, data_dir=str(d), bootstrap_servers="127.0.0.1:9", ingress_topic="in")
         sc = Sidecar(s)
+        consumer: Any = _Consumer()
         st = PartitionStore(s.data_path, "in", 0, rules=sc.rules, scheduler_name=scheduler,
                             make_scheduler=sc.make_scheduler, segment_bytes=s.segment_bytes,
                             cancel_horizon_ms=s.cancel_horizon_ms, counters=sc.counters)
@@ -147,7 +153,6 @@ def measure(workdir: Path, scheduler: str, rate: float, seconds: float) -> dict[
         quiet_gc()
         commit_s = s.commit_interval_ms / 1000
         cpu = [0.0, 0.0, 0.0]  # ingest, publish, checkpoint
-        job: tuple[CheckpointJob, Future[None]] | None = None
         turns = i = 0
         t0 = last = time.monotonic()
         m0 = time.thread_time()
@@ -174,16 +179,10 @@ def measure(workdir: Path, scheduler: str, rate: float, seconds: float) -> dict[
             cpu[0] += b - a
             cpu[1] += e - b
             if now_m - last >= commit_s:
-                # as ``Sidecar._checkpoint_all`` with fsync on: snapshot here, the syncs and the
-                # checkpoint write on the flusher thread (not this thread's CPU), finish here
-                if job is not None and job[1].done():
-                    job[1].result()
-                    flusher.submit(st.finish_checkpoint(job[0]).run)
-                    job = None
-                if job is None and st.dirty:
-                    cj = st.begin_checkpoint(fsync=True)
-                    job = (cj, flusher.submit(cj.run))
-                st.trim()
+                # the loop's own checkpoint path: snapshot here, the syncs and the checkpoint
+                # write on its flusher thread (not this thread's CPU), finish here
+                sc._reap_jobs(consumer)
+                sc._checkpoint_all(consumer)
                 last = now_m
                 cpu[2] += time.thread_time() - e
             nxt = sc._next_due()
@@ -194,9 +193,7 @@ def measure(workdir: Path, scheduler: str, rate: float, seconds: float) -> dict[
         total = time.thread_time() - m0
         wall = time.monotonic() - t0
         late = sorted(sc.lateness_batch)
-        if job is not None:
-            job[1].result()
-            st.finish_checkpoint(job[0]).run()
+        sc._await_job(None, 0)
         st.close()
         us = 1e6 / n
         return {
@@ -213,7 +210,8 @@ def measure(workdir: Path, scheduler: str, rate: float, seconds: float) -> dict[
             "early": sum(1 for x in late if x < 0),
         }
     finally:
-        flusher.shutdown(wait=True)
+        if sc is not None:
+            sc.flusher.shutdown(wait=True)
         gc.unfreeze()
         gc.set_threshold(*saved_gc)
         shutil.rmtree(d, ignore_errors=True)

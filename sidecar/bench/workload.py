@@ -263,6 +263,11 @@ class PacedProducer(threading.Thread):
         if err is not None:
             self.failed += 1
 
+    @property
+    def accepted(self) -> int:
+        """Records the broker took: the ones it refused never reach the process under test."""
+        return self.sent - self.failed
+
     def run(self) -> None:
         target = (c.TARGET_TOPIC, self.target)
         encoded: dict[int, bytes] = {}  # delay -> its header value
