@@ -1250,44 +1250,57 @@ static PyObject *native_setup(PyObject *self, PyObject *const *args, Py_ssize_t 
 /* ---------------------------------------------------------------------------------------------
  * Timer wheel (sidecar/wheel/layout.py): the intake's fixed-size writes into the mmapped timer
  * log and slot file, in one call instead of four struct calls. The Python twin, wl_link in
- * layout.py, is the reference. Entry: due i64 | loc i64 | next i64 | state u8 | flags u8 |
- * level u16 | tag u32. Slot: time i64 | first i64 | last i64 | count u32 | min_off u16 | 0 u16. */
+ * layout.py, is the reference. Entry: due i64 | loc i64 | next i64 | 0 u8 | flags u8 |
+ * level u16 | tag u32; its state u8 in the file's state array (below). Slot: time i64 | first i64 |
+ * last i64 | count u32 | min_off u16 | 0 u16. */
 
 #define WL_SIZE 32
+#define WL_PENDING 0
+#define WL_CANCELLED 1
+#define WL_DONE 2
+#define WL_DROPPED 3
+#define WL_LATE 1
+#define WL_BUCKET_BIT (1LL << 62)
+/* A timer-log file keeps its entries' states apart from the entries (layout.py): nent state bytes
+ * after the header, then the entries. Every function here takes hs = the byte offset of the file's
+ * first ENTRY (header + nent), so entry x is at hs + (x - f0) * WL_SIZE and its state byte at
+ * hs - nent + (x - f0). */
+#define WL_STATE_OFF(hs, nent, f0, x) ((hs) - (nent) + ((x) - (f0)))
 
-/* wl_link(tl_buf, header_size, tl_first, idx, due, loc, flags, level, slot_buf, slot_off,
+/* wl_link(tl_buf, hs, tl_first, nent, idx, due, loc, flags, level, slot_buf, slot_off,
  * slot_time) -> int: write entry idx (pending, no next, tagged) into the timer-log file whose
  * first index is tl_first, and append it to the chain of the slot at slot_off that starts at
  * slot_time. Returns -1 if the slot held no such chain (it now holds idx alone), else the
  * chain's previous tail, whose link was patched here when it lives in the same file
  * (tail >= tl_first); the caller patches one in an older file, and records what is dirty. */
 static PyObject *native_wl_link(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 11) {
+    if (nargs != 12) {
         PyErr_SetString(PyExc_TypeError,
-                        "wl_link(tl_buf, header_size, tl_first, idx, due, loc, flags, level, slot_buf, slot_off, "
+                        "wl_link(tl_buf, hs, tl_first, nent, idx, due, loc, flags, level, slot_buf, slot_off, "
                         "slot_time)");
         return NULL;
     }
-    long long hs = PyLong_AsLongLong(args[1]), first = PyLong_AsLongLong(args[2]), idx = PyLong_AsLongLong(args[3]);
-    long long due = PyLong_AsLongLong(args[4]), loc = PyLong_AsLongLong(args[5]);
-    long flags = PyLong_AsLong(args[6]), level = PyLong_AsLong(args[7]);
-    long long soff = PyLong_AsLongLong(args[9]), stime = PyLong_AsLongLong(args[10]);
+    long long hs = PyLong_AsLongLong(args[1]), first = PyLong_AsLongLong(args[2]), nent = PyLong_AsLongLong(args[3]);
+    long long idx = PyLong_AsLongLong(args[4]), due = PyLong_AsLongLong(args[5]), loc = PyLong_AsLongLong(args[6]);
+    long flags = PyLong_AsLong(args[7]), level = PyLong_AsLong(args[8]);
+    long long soff = PyLong_AsLongLong(args[10]), stime = PyLong_AsLongLong(args[11]);
     if (PyErr_Occurred()) return NULL;
     Py_buffer tv, sv;
     if (PyObject_GetBuffer(args[0], &tv, PyBUF_WRITABLE) < 0) return NULL;
-    if (PyObject_GetBuffer(args[8], &sv, PyBUF_WRITABLE) < 0) {
+    if (PyObject_GetBuffer(args[9], &sv, PyBUF_WRITABLE) < 0) {
         PyBuffer_Release(&tv);
         return NULL;
     }
     PyObject *out = NULL;
     long long eoff = hs + (idx - first) * WL_SIZE, moff = due - stime;
-    if (hs < 0 || idx < first || eoff + WL_SIZE > tv.len || soff < 0 || soff + WL_SIZE > sv.len ||
+    if (nent <= 0 || hs < nent || idx < first || idx >= first + nent || eoff + WL_SIZE > tv.len || soff < 0 || soff + WL_SIZE > sv.len ||
         flags < 0 || flags > 255 || moff < 0 || moff > 0xFFFF || rd32((uint8_t *)sv.buf + soff + 24) == 0xFFFFFFFF) {
         PyErr_SetString(PyExc_ValueError, "wl_link: entry or slot out of range");
         goto done;
     }
     uint8_t *ent = (uint8_t *)tv.buf + eoff, *slot = (uint8_t *)sv.buf + soff;
     wl_entry(ent, due, loc, (int)flags, (int)level, idx);
+    ((uint8_t *)tv.buf)[WL_STATE_OFF(hs, nent, first, idx)] = WL_PENDING;
     int64_t t = rd64(slot), last = rd64(slot + 16);
     uint32_t count = rd32(slot + 24);
     uint16_t min_off = rd16(slot + 28);
@@ -1322,12 +1335,6 @@ done:
  * smallest one above o). why: 0 end of the pass, 1 out of room/budget, 2 next entry in another
  * file, 3 next entry needs the caller. */
 
-#define WL_PENDING 0
-#define WL_CANCELLED 1
-#define WL_DONE 2
-#define WL_DROPPED 3
-#define WL_LATE 1
-#define WL_BUCKET_BIT (1LL << 62)
 
 static inline long long floordiv64(long long a, long long b) {
     long long q = a / b;
@@ -1344,6 +1351,10 @@ typedef struct {
 } WalkBufs;
 
 static int walk_open(WalkBufs *w, PyObject *buf, PyObject *lst, int writable) {
+    if (w->nent <= 0 || w->hs < w->nent) { /* the state bytes sit between the header and hs */
+        PyErr_SetString(PyExc_ValueError, "timer-log walk: bad file geometry");
+        return -1;
+    }
     w->have_l = 0;
     w->lst = NULL;
     w->n = -1;
@@ -1413,7 +1424,8 @@ static PyObject *native_wl_send(PyObject *self, PyObject *const *args, Py_ssize_
         }
         const uint8_t *p = b + off;
         int64_t due = rd64(p), loc = rd64(p + 8), nx = rd64(p + 16);
-        int state = p[24];
+        long long soff = WL_STATE_OFF(w.hs, w.nent, w.f0, x);
+        int state = b[soff];
         long long eo = (long long)((uint64_t)due - (uint64_t)base);
         if (!w.have_l && o >= 0 && eo != o) {
             if (eo > o && (nxt < 0 || eo < nxt)) nxt = eo;
@@ -1426,9 +1438,9 @@ static PyObject *native_wl_send(PyObject *self, PyObject *const *args, Py_ssize_
             if (rc < 0) goto fail;
             room--;
         } else if (state == WL_CANCELLED) {
-            b[off + 24] = WL_DONE;
-            if (lo < 0 || off < lo) lo = off;
-            if (off > hi) hi = off;
+            b[soff] = WL_DONE;
+            if (lo < 0 || soff < lo) lo = soff;
+            if (soff > hi) hi = soff;
         }
         budget--;
         after = x;
@@ -1505,7 +1517,7 @@ static PyObject *native_wl_done(PyObject *self, PyObject *const *args, Py_ssize_
         }
         const uint8_t *p = b + off;
         int64_t due = rd64(p), loc = rd64(p + 8), nx = rd64(p + 16);
-        int state = p[24];
+        int state = b[WL_STATE_OFF(w.hs, w.nent, w.f0, x)];
         long long eo = (long long)((uint64_t)due - (uint64_t)base);
         if (!w.have_l && o >= 0 && eo != o) {
             if (eo > o && (nxt < 0 || eo < nxt)) nxt = eo;
@@ -1638,8 +1650,8 @@ static PyObject *native_wl_ack(PyObject *self, PyObject *const *args, Py_ssize_t
     long long s_o = PyLong_AsLongLong(args[9]), s_after = PyLong_AsLongLong(args[10]);
     long long l_sent = PyLong_AsLongLong(args[11]), wa = PyLong_AsLongLong(args[12]), wb = PyLong_AsLongLong(args[13]);
     if (PyErr_Occurred()) return NULL;
-    if (P <= 0 || j < 0) {
-        PyErr_SetString(PyExc_ValueError, "wl_ack: bad precision or position");
+    if (P <= 0 || j < 0 || nent <= 0 || hs < nent) {
+        PyErr_SetString(PyExc_ValueError, "wl_ack: bad precision, position or file geometry");
         return NULL;
     }
     Py_buffer tv;
@@ -1662,7 +1674,8 @@ static PyObject *native_wl_ack(PyObject *self, PyObject *const *args, Py_ssize_t
         }
         const uint8_t *p = b + off;
         int64_t due = rd64(p), loc = rd64(p + 8);
-        int state = p[24], flags = p[25];
+        long long soff = WL_STATE_OFF(hs, nent, f0, e);
+        int state = b[soff], flags = p[25];
         uint32_t tag = rd32(p + 28);
         if (tag != (uint32_t)(e & 0xFFFFFFFF) || state != WL_PENDING || (loc & WL_BUCKET_BIT)) continue;
         if (flags & WL_LATE) {
@@ -1677,9 +1690,9 @@ static PyObject *native_wl_ack(PyObject *self, PyObject *const *args, Py_ssize_t
                 continue;
             }
         }
-        b[off + 24] = WL_DONE;
-        if (lo < 0 || off < lo) lo = off;
-        if (off > hi) hi = off;
+        b[soff] = WL_DONE;
+        if (lo < 0 || soff < lo) lo = soff;
+        if (soff > hi) hi = soff;
         if (e == wa || e == wb) wake = 1;
     }
     out = Py_BuildValue("(nLLO)", j, lo, hi, wake ? Py_True : Py_False);
@@ -1975,17 +1988,19 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
                 /* already due (its slot is behind the reader): a LATE entry at the tail of the late
                    chain, as add -> _link(_LATE) does; the reference patches a tail in an older file */
                 long long idx = st[IN_W_HEAD], pf = st[IN_W_PF], f0 = idx - idx % pf, lt = st[IN_W_LTAIL];
-                if (f0 != st[IN_W_F0] || !bp[0] || hs + (idx - f0 + 1) * WL_SIZE > blen[0]) goto next;
+                long long ths = hs + pf; /* the file's entries follow its state bytes */
+                if (f0 != st[IN_W_F0] || !bp[0] || ths + (idx - f0 + 1) * WL_SIZE > blen[0]) goto next;
                 if (lt != -1 && (lt < f0 || lt >= idx)) goto next;
                 write_record((uint8_t *)segv.buf + soff_log, (uint32_t)length, (uint32_t)body, 1, due, ts, offset,
                              (int32_t)partition, (int32_t)tpart, 0, 0, fs);
-                wl_entry(bp[0] + hs + (idx - f0) * WL_SIZE, due, head, WL_LATE, 0, idx);
+                wl_entry(bp[0] + ths + (idx - f0) * WL_SIZE, due, head, WL_LATE, 0, idx);
+                bp[0][hs + (idx - f0)] = WL_PENDING;
                 if (st[IN_W_APP_LO] < 0) st[IN_W_APP_LO] = idx;
                 st[IN_W_APP_HI] = idx + 1;
                 if (lt == -1) {
                     st[IN_W_LHEAD] = idx;
                 } else { /* TimerLog.set_next: patched and marked for flush whatever the range */
-                    long long moff_e = hs + (lt - f0) * WL_SIZE;
+                    long long moff_e = ths + (lt - f0) * WL_SIZE;
                     wr64(bp[0] + moff_e + 16, idx);
                     if (st[IN_W_MARK_LO] < 0 || moff_e < st[IN_W_MARK_LO]) st[IN_W_MARK_LO] = moff_e;
                     if (moff_e + WL_SIZE > st[IN_W_MARK_HI]) st[IN_W_MARK_HI] = moff_e + WL_SIZE;
@@ -2008,8 +2023,8 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
                     goto next;
                 }
             }
-            long long idx = st[IN_W_HEAD], pf = st[IN_W_PF], f0 = idx - idx % pf;
-            if (f0 != st[IN_W_F0] || !bp[0] || hs + (idx - f0 + 1) * WL_SIZE > blen[0]) goto next;
+            long long idx = st[IN_W_HEAD], pf = st[IN_W_PF], f0 = idx - idx % pf, ths = hs + pf;
+            if (f0 != st[IN_W_F0] || !bp[0] || ths + (idx - f0 + 1) * WL_SIZE > blen[0]) goto next;
             long long pos = kd % N;
             if (pos < 0) pos += N;
             long long soff = hs + pos * WL_SIZE, stime = kd * P, moff = due - stime;
@@ -2024,18 +2039,19 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
             /* -- writes: log, timer log + slot, id index ---------------------------------------- */
             write_record((uint8_t *)segv.buf + soff_log, (uint32_t)length, (uint32_t)body, 1, due, ts, offset,
                          (int32_t)partition, (int32_t)tpart, 0, 0, fs);
-            wl_entry(bp[0] + hs + (idx - f0) * WL_SIZE, due, head, 0, 0, idx);
+            wl_entry(bp[0] + ths + (idx - f0) * WL_SIZE, due, head, 0, 0, idx);
+            bp[0][hs + (idx - f0)] = WL_PENDING;
             long long lo = st[IN_W_APP_LO];
             if (lo < 0) st[IN_W_APP_LO] = lo = idx;
             st[IN_W_APP_HI] = idx + 1;
             if (linked) {
-                wr64(bp[0] + hs + (last - f0) * WL_SIZE + 16, idx);
+                wr64(bp[0] + ths + (last - f0) * WL_SIZE + 16, idx);
                 wr64(slot + 16, idx);
                 wr32(slot + 24, count + 1);
                 if (moff < rd16(slot + 28)) wr16(slot + 28, (uint16_t)moff);
                 wr16(slot + 30, 0);
                 if (last < lo) { /* patched before this flush's appended range: flush msyncs it too */
-                    long long moff_e = hs + (last - f0) * WL_SIZE;
+                    long long moff_e = ths + (last - f0) * WL_SIZE;
                     if (st[IN_W_MARK_LO] < 0 || moff_e < st[IN_W_MARK_LO]) st[IN_W_MARK_LO] = moff_e;
                     if (moff_e + WL_SIZE > st[IN_W_MARK_HI]) st[IN_W_MARK_HI] = moff_e + WL_SIZE;
                 }

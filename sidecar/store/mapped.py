@@ -91,6 +91,12 @@ class MappedFile:
             else:
                 actual = os.fstat(fd).st_size
                 if actual != size:
+                    # a file of another format version is sized differently: say which version
+                    head = os.pread(fd, HEADER_SIZE, 0)
+                    if len(head) == HEADER_SIZE and head[:8] == magic:
+                        ver = HEADER.unpack_from(head, 0)[1]
+                        if ver != version:
+                            raise GeometryMismatch(f"{path}: format version {ver}, this build reads {version}")
                     raise GeometryMismatch(
                         f"{path}: file size {actual} differs from the configured {size}"
                     )

@@ -18,10 +18,16 @@ window (``window / precision`` slots; 10 ms x 1 h = 360,000 slots = 11.5 MB, spa
 
 Timer log ``<partition-dir>/wheel/tl/<first-index>.tl`` — fixed 32-byte entries addressed by a
 64-bit index that grows for the life of the store; index ``i`` lives in the file whose first
-index is ``i - i % entries_per_file``::
+index is ``i - i % entries_per_file``. Each entry's *state* is kept apart from the entry, one byte
+per entry in a dense array ahead of the entries::
 
-    header  magic b"KDSWTL\\0\\1", version 1, geom_a = 32 (entry size), geom_b = entries per file,
+    header  magic b"KDSWTL\\0\\1", version 2, geom_a = 32 (entry size), geom_b = entries per file,
             base = first index
+    states  at HEADER_SIZE: entries_per_file bytes, byte ``i - first`` the state of entry ``i``:
+            0 pending, 1 cancelled (RIP-43 ``MAGIC_DELETE``), 2 done, 3 dropped (dangling: its
+            body failed the check)
+    entries at HEADER_SIZE + entries_per_file (``TimerLog.hs``), entry ``i`` at
+            ``hs + (i - first) * 32``:
     entry   0   i64  due_ms    the committed (requested) due time, exact to the ms
             8   i64  loc       where the body is: a commit-log position, or a bucket ref (bit 62
                                set: bucket sequence number and offset, see ``sidecar.store.buckets``)
@@ -29,12 +35,19 @@ index is ``i - i % entries_per_file``::
                                backwards (``prev_pos``); a forward link, patched into the previous
                                tail on append, lets a million-entry slot be read in arrival order
                                in bounded chunks without walking it backwards
-            24  u8   state     0 pending, 1 cancelled (RIP-43 ``MAGIC_DELETE``), 2 done,
-                               3 dropped (dangling: its body failed the check)
+            24  u8   reserved (0; version 1 kept the state here)
             25  u8   flags     bit 0: the entry is on the late chain, not in a slot
             26  u16  level     the record's level (0 in wheel mode; kept for the record)
             28  u32  tag       low 32 bits of the entry's own index: a cheap check that a link
                                led to the entry it meant
+
+Why the states are apart (version 2). Entries are written in arrival order, but acks come in due
+order: with delays spread over seconds, the entries acked in one checkpoint interval are scattered
+over every page of the last seconds of log. Each checkpoint's sync write-protects the pages it
+wrote back, so every ack into an entry took a page fault (one per record, measured) and the sync
+wrote those pages again. One state byte per entry packs the same acks into 1/32 of the pages. A
+version-1 file is refused at open (``GeometryMismatch``): let the old build drain its store, then
+start this one on an empty data directory.
 """
 
 from __future__ import annotations
@@ -61,7 +74,8 @@ from sidecar.store.mapped import (
 
 SLOT_MAGIC = b"KDSWHL\x00\x01"
 TL_MAGIC = b"KDSWTL\x00\x01"
-VERSION = 1
+VERSION = 1  # the slot file's
+TL_VERSION = 2  # the timer log's: states apart from the entries
 
 SLOT = struct.Struct("<qqqIHH")
 SLOT_SIZE = SLOT.size
@@ -71,38 +85,37 @@ ENTRY = struct.Struct("<qqqBBHI")
 ENTRY_SIZE = ENTRY.size
 assert ENTRY_SIZE == 32
 _NEXT = struct.Struct("<q")
-_STATE = struct.Struct("<B")
 _DUE = struct.Struct("<q").unpack_from
-_LOC_STATE = struct.Struct("<8xq8xB").unpack_from  # (loc, state)
-_WALK = struct.Struct("<qqqB").unpack_from  # (due, loc, next, state)
-_ACK = struct.Struct("<qq8xBBxxI").unpack_from  # (due, loc, state, flags, tag)
+_WALK = struct.Struct("<qqq").unpack_from  # (due, loc, next)
+_ACK = struct.Struct("<qq9xBxxI").unpack_from  # (due, loc, flags, tag)
 
 PENDING, CANCELLED, DONE, DROPPED = 0, 1, 2, 3
 LATE = 1
 
 
 def wl_link(
-    tl_buf: memoryview, header_size: int, tl_first: int, idx: int, due: int, loc: int, flags: int, level: int,
+    tl_buf: memoryview, hs: int, tl_first: int, nent: int, idx: int, due: int, loc: int, flags: int, level: int,
     slot_buf: memoryview, slot_off: int, slot_time: int,
 ) -> int:
     """Write entry ``idx`` (pending, no next, tagged) into the timer-log file whose first index is
-    ``tl_first`` and append it to the chain of the slot at byte ``slot_off`` starting at
-    ``slot_time``. Returns -1 if the slot held no such chain (it now holds ``idx`` alone), else the
-    chain's previous tail, whose link is patched here when it lives in the same file
-    (``tail >= tl_first``): the caller patches one in an older file and records what is dirty.
+    ``tl_first`` (``nent`` entries, the first at byte ``hs``) and append it to the chain of the slot at
+    byte ``slot_off`` starting at ``slot_time``. Returns -1 if the slot held no such chain (it now
+    holds ``idx`` alone), else the chain's previous tail, whose link is patched here when it lives
+    in the same file (``tail >= tl_first``): the caller patches one in an older file and records
+    what is dirty.
 
     The reference for ``sidecar._native.wl_link`` (the intake's writes in one call)."""
     off = due - slot_time
-    if not 0 <= off <= 0xFFFF or idx < tl_first:
+    if not 0 <= off <= 0xFFFF or not tl_first <= idx < tl_first + nent or hs < nent:
         raise ValueError("wl_link: entry or slot out of range")
     ENTRY.pack_into(
-        tl_buf, header_size + (idx - tl_first) * ENTRY_SIZE, due, loc, -1, PENDING, flags, level & 0xFFFF,
-        idx & 0xFFFFFFFF,
+        tl_buf, hs + (idx - tl_first) * ENTRY_SIZE, due, loc, -1, 0, flags, level & 0xFFFF, idx & 0xFFFFFFFF
     )
+    tl_buf[hs - nent + idx - tl_first] = PENDING
     t, first, last, count, min_off, _r = SLOT.unpack_from(slot_buf, slot_off)
     if count and t == slot_time:
         if tl_first <= last < idx:
-            _NEXT.pack_into(tl_buf, header_size + (last - tl_first) * ENTRY_SIZE + 16, idx)
+            _NEXT.pack_into(tl_buf, hs + (last - tl_first) * ENTRY_SIZE + 16, idx)
         SLOT.pack_into(slot_buf, slot_off, t, first, idx, count + 1, off if off < min_off else min_off, 0)
         return int(last)
     SLOT.pack_into(slot_buf, slot_off, slot_time, idx, idx, 1, off, 0)
@@ -111,7 +124,8 @@ def wl_link(
 
 # -- the wheel's per-entry walks -----------------------------------------------------------------
 # The reader's and the done cursor's passes, the slot index's build and the batch ack, each over
-# the entries of ONE timer-log file (``f0 .. f0 + nent - 1``, mapped at ``buf``): the caller
+# the entries of ONE timer-log file (``f0 .. f0 + nent - 1``, mapped at ``buf``, the first entry at
+# byte ``hs``, the state of entry ``x`` at byte ``hs - nent + x - f0``): the caller
 # switches files between calls, and handles the rare entries that need Python (a restored entry
 # whose body must be checked, a bucket ref). A pass is either *indexed* (``lst``: the slot
 # index's entries of the pass's offset, read from position ``i``) or a *chain walk* (``lst`` is
@@ -157,8 +171,9 @@ def wl_send(
         if not f0 <= x < end:
             why = OTHER_FILE
             break
-        off = hs + (x - f0) * ENTRY_SIZE
-        due, loc, nx, state = _WALK(buf, off)
+        due, loc, nx = _WALK(buf, hs + (x - f0) * ENTRY_SIZE)
+        soff = hs - nent + x - f0
+        state = buf[soff]
         eo = due - base
         if lst is None and o >= 0 and eo != o:
             if eo > o and (nxt < 0 or eo < nxt):
@@ -170,11 +185,11 @@ def wl_send(
             pend.append((x, loc))
             room -= 1
         elif state == CANCELLED:
-            buf[off + 24] = DONE
-            if lo < 0 or off < lo:
-                lo = off
-            if off > hi:
-                hi = off
+            buf[soff] = DONE
+            if lo < 0 or soff < lo:
+                lo = soff
+            if soff > hi:
+                hi = soff
         budget -= 1
         after = x
         if lst is not None:
@@ -238,7 +253,8 @@ def wl_done(
         if not f0 <= x < end:
             why = OTHER_FILE
             break
-        due, loc, nx, state = _WALK(buf, hs + (x - f0) * ENTRY_SIZE)
+        due, loc, nx = _WALK(buf, hs + (x - f0) * ENTRY_SIZE)
+        state = buf[hs - nent + x - f0]
         eo = due - base
         if lst is None and o >= 0 and eo != o:
             if eo > o and (nxt < 0 or eo < nxt):
@@ -304,8 +320,9 @@ def wl_ack(
         if not f0 <= e < end or e < 0:
             break
         j += 1
-        off = hs + (e - f0) * ENTRY_SIZE
-        due, loc, state, flags, tag = _ACK(buf, off)
+        due, loc, flags, tag = _ACK(buf, hs + (e - f0) * ENTRY_SIZE)
+        soff = hs - nent + e - f0
+        state = buf[soff]
         if tag != e & 0xFFFFFFFF or state != PENDING or loc & BUCKET_BIT:
             continue
         if flags & LATE:
@@ -321,11 +338,11 @@ def wl_ack(
                     continue  # not handed out yet
             elif k > s_k:
                 continue
-        buf[off + 24] = DONE
-        if lo < 0 or off < lo:
-            lo = off
-        if off > hi:
-            hi = off
+        buf[soff] = DONE
+        if lo < 0 or soff < lo:
+            lo = soff
+        if soff > hi:
+            hi = soff
         if e in (wait_a, wait_b):
             wake = True
     return j, lo, hi, wake
@@ -413,7 +430,8 @@ class TimerLog:
         self.dir = directory
         self.dir.mkdir(parents=True, exist_ok=True)
         self.per_file = entries_per_file
-        self.file_size = HEADER_SIZE + entries_per_file * ENTRY_SIZE
+        self.hs = HEADER_SIZE + entries_per_file  # the first entry's byte offset, after the states
+        self.file_size = self.hs + entries_per_file * ENTRY_SIZE
         self.files: dict[int, MappedFile] = {}
         self.dirty: dict[int, list[int]] = {}  # entries patched in place (links, states)
         self.app_lo = -1  # appended since the last flush: [app_lo, app_hi)
@@ -433,7 +451,7 @@ class TimerLog:
         # checkpoint can name the file; a file whose header never reached the disk is deleted at
         # open (``headerless``).
         return MappedFile(
-            self.dir / f"{first:020d}.tl", magic=TL_MAGIC, version=VERSION, size=self.file_size,
+            self.dir / f"{first:020d}.tl", magic=TL_MAGIC, version=TL_VERSION, size=self.file_size,
             geom_a=ENTRY_SIZE, geom_b=self.per_file, base=first, create=create, sync_header=False,
         )
 
@@ -455,7 +473,7 @@ class TimerLog:
         f = self.files.get(first)
         if f is None:
             raise StoreError(f"timer-log entry {idx} is not on disk (file {first} is missing)")
-        return f.buf, HEADER_SIZE + (idx - first) * ENTRY_SIZE
+        return f.buf, self.hs + (idx - first) * ENTRY_SIZE
 
     def create(self, first: int) -> MappedFile:
         """Open a new file for entries from ``first`` on (the log head has reached it)."""
@@ -475,17 +493,19 @@ class TimerLog:
             f = self.create(first)
             created = True
         ENTRY.pack_into(
-            f.buf, HEADER_SIZE + (idx - first) * ENTRY_SIZE, due_ms, loc, -1, PENDING, flags, level & 0xFFFF,
-            idx & 0xFFFFFFFF,
+            f.buf, self.hs + (idx - first) * ENTRY_SIZE, due_ms, loc, -1, 0, flags, level & 0xFFFF, idx & 0xFFFFFFFF
         )
+        f.buf[HEADER_SIZE + idx - first] = PENDING
         if self.app_lo < 0:
             self.app_lo = idx
         self.app_hi = idx + 1
         return created
 
     def read(self, idx: int) -> tuple[int, int, int, int, int, int, int]:
+        """``(due, loc, next, state, flags, level, tag)`` of entry ``idx``."""
         buf, off = self.locate(idx)
-        return ENTRY.unpack_from(buf, off)
+        due, loc, nx, _r, flags, level, tag = ENTRY.unpack_from(buf, off)
+        return due, loc, nx, buf[HEADER_SIZE + idx % self.per_file], flags, level, tag
 
     def next_of(self, idx: int) -> int:
         buf, off = self.locate(idx)
@@ -499,9 +519,9 @@ class TimerLog:
 
     def set_state(self, idx: int, state: int) -> None:
         first = idx - idx % self.per_file
-        buf, off = self.locate(idx)
-        _STATE.pack_into(buf, off + 24, state)
-        self.mark(first, off)
+        buf, _off = self.locate(idx)
+        buf[HEADER_SIZE + idx - first] = state
+        self.mark(first, HEADER_SIZE + idx - first)
 
     def drop(self, first: int) -> None:
         f = self.files.pop(first, None)
@@ -518,8 +538,8 @@ class TimerLog:
             while idx < self.app_hi:
                 first = idx - idx % self.per_file
                 end = min(self.app_hi, first + self.per_file)
-                self.mark(first, HEADER_SIZE + (idx - first) * ENTRY_SIZE)
-                self.mark(first, HEADER_SIZE + (end - 1 - first) * ENTRY_SIZE)
+                self.mark(first, HEADER_SIZE + idx - first)  # their states
+                self.mark(first, self.hs + (end - 1 - first) * ENTRY_SIZE)
                 idx = end
             self.app_lo = self.app_hi = -1
         for first, (lo, hi) in self.dirty.items():

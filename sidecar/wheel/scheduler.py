@@ -25,13 +25,15 @@ from its cursor on the next call, so a million-record slot is read in ``limit``-
 flat memory. The reader never starts a slot at or beyond the start of a bucket that still holds
 records not linked in: loading stays ahead of reading, so bucket records land in their slots.
 
-Finishing. ``ack`` marks an entry done (state byte). The *done* cursor follows the send cursor
-over entries whose state is done (acks arrive out of order; done only crosses a gap-free prefix,
-like the levels scheduler) and releases each record's commit-log slot — or its bucket's live count
-— as it passes. Only done is checkpointed: after a crash everything from done on is read again,
-entries already done are skipped (not redelivered), so duplicates are limited to records that
-were in flight. The done cursor names the slot, the pass and the chain position, so a crash in the
-middle of a million-record slot resumes there.
+Finishing. ``ack`` marks an entry done (its state byte, which the timer log keeps in a dense array
+apart from the entries: acks come in due order, entries were written in arrival order, and one byte
+per entry keeps the scattered ack writes on few pages; see ``layout``). The *done* cursor follows
+the send cursor over entries whose state is done (acks arrive out of order; done only crosses a
+gap-free prefix, like the levels scheduler) and releases each record's commit-log slot — or its
+bucket's live count — as it passes. Only done is checkpointed: after a crash everything from done
+on is read again, entries already done are skipped (not redelivered), so duplicates are limited to
+records that were in flight. The done cursor names the slot, the pass and the chain position, so a
+crash in the middle of a million-record slot resumes there.
 
 Durability and the ring. The slot file and timer log are mmapped and written in place; the
 checkpoint names the timer-log head, so entries past it are rewritten by the partition's replay,
@@ -78,7 +80,6 @@ from sidecar.wheel.layout import (
     DONE,
     DROPPED,
     END,
-    ENTRY,
     ENTRY_SIZE,
     LATE,
     OTHER_FILE,
@@ -102,9 +103,7 @@ MAX_PRECISION_MS = 60_000
 _NEG = -(1 << 62)
 _SLOT, _LATE, _BUCKET = 0, 1, 2
 _TAG = 0xFFFFFFFF
-_STATE = struct.Struct("<B")
-_unpack_entry = ENTRY.unpack_from
-_walk = struct.Struct("<qqqB").unpack_from  # (due, loc, next, state)
+_walk = struct.Struct("<qqq").unpack_from  # (due, loc, next)
 
 
 class _SlotIndex:
@@ -327,7 +326,7 @@ class WheelScheduler:
         offs, keys = ix.offs, ix.keys
         while e != -1:  # one call per timer-log file the chain crosses
             f0 = e - e % pf
-            got, e = group(files[f0].buf, HEADER_SIZE, f0, pf, e, last, base)
+            got, e = group(files[f0].buf, self.tl.hs, f0, pf, e, last, base)
             for eo, raw in got.items():
                 lst = offs.get(eo)
                 if lst is None:
@@ -387,7 +386,7 @@ class WheelScheduler:
         kd = due // P
         pos = kd % self.N
         soff = HEADER_SIZE + pos * SLOT_SIZE
-        last = self._wl_link(mf.buf, HEADER_SIZE, f0, idx, due, loc, 0, level, self.slots.buf, soff, kd * P)
+        last = self._wl_link(mf.buf, tl.hs, f0, self.pf, idx, due, loc, 0, level, self.slots.buf, soff, kd * P)
         lo = tl.app_lo
         if lo < 0:
             tl.app_lo = lo = idx
@@ -399,7 +398,7 @@ class WheelScheduler:
             tl.set_next(last, idx)  # the old tail is in an older file
         elif last < lo:
             # patched in place before this flush's appended range: flush must msync it too
-            tl.mark(f0, HEADER_SIZE + (last - f0) * ENTRY_SIZE)
+            tl.mark(f0, tl.hs + (last - f0) * ENTRY_SIZE)
         sf = self.slots
         if soff < sf.dirty_lo or sf.dirty_lo < 0:
             sf.dirty_lo = soff
@@ -573,13 +572,13 @@ class WheelScheduler:
             f0 = e - e % pf
             cbuf = files[f0].buf
             why, _i, e, sent, _n, budget, room, lo, hi = send(
-                cbuf, HEADER_SIZE, f0, pf, None, 0, e, last, now, -1, -1, sent, room, budget, vlim, pend
+                cbuf, self.tl.hs, f0, pf, None, 0, e, last, now, -1, -1, sent, room, budget, vlim, pend
             )
             if hi >= 0:
                 mark(f0, lo)
                 mark(f0, hi)
             if why == CALLER:  # pending, and restored (its body is checked) or not yet due
-                due, loc, nx = _walk(cbuf, HEADER_SIZE + (e - f0) * ENTRY_SIZE)[:3]
+                due, loc, nx = _walk(cbuf, self.tl.hs + (e - f0) * ENTRY_SIZE)[:3]
                 if due > now:
                     break  # never early
                 budget -= 1
@@ -644,14 +643,14 @@ class WheelScheduler:
                 f0 = x - x % pf
                 cbuf = files[f0].buf
                 why, i, e, after, nxt, budget, room, lo, hi = send(
-                    cbuf, HEADER_SIZE, f0, pf, lst, i, e, last, base, o, nxt, after, room, budget, vlim, pend
+                    cbuf, self.tl.hs, f0, pf, lst, i, e, last, base, o, nxt, after, room, budget, vlim, pend
                 )
                 if hi >= 0:
                     mark(f0, lo)
                     mark(f0, hi)
                 if why == CALLER:  # pending, restored: its body is checked before it is handed out
                     x = e if lst is None else lst[i]
-                    due, loc, nx = _walk(cbuf, HEADER_SIZE + (x - f0) * ENTRY_SIZE)[:3]
+                    due, loc, nx = _walk(cbuf, self.tl.hs + (x - f0) * ENTRY_SIZE)[:3]
                     budget -= 1
                     if not self._dangles(x, due, loc):
                         pend.append((x, loc))
@@ -717,7 +716,7 @@ class WheelScheduler:
         while e != -1:
             f0 = e - e % pf
             why, _i, e, after, _n, budget, passed = walk(
-                files[f0].buf, HEADER_SIZE, f0, pf, None, 0, e, sent, 0, -1, -1, after, budget,
+                files[f0].buf, self.tl.hs, f0, pf, None, 0, e, sent, 0, -1, -1, after, budget,
                 self.log.segment_bytes, segs, blocs,
             )
             file_live[f0] -= passed
@@ -777,7 +776,7 @@ class WheelScheduler:
                     break
                 f0 = x - x % pf
                 why, i, e, after, nxt, budget, passed = walk(
-                    files[f0].buf, HEADER_SIZE, f0, pf, lst, i, e, last, base, o, nxt, after, budget, seg_bytes,
+                    files[f0].buf, self.tl.hs, f0, pf, lst, i, e, last, base, o, nxt, after, budget, seg_bytes,
                     segs, blocs,
                 )
                 file_live[f0] -= passed
@@ -877,7 +876,7 @@ class WheelScheduler:
             if mf is None:
                 j += 1
                 continue
-            j, lo, hi, w = ack(mf.buf, HEADER_SIZE, f0, pf, refs, j, head, *args)
+            j, lo, hi, w = ack(mf.buf, self.tl.hs, f0, pf, refs, j, head, *args)
             if hi >= 0:
                 mark(f0, lo)
                 mark(f0, hi)
@@ -899,18 +898,14 @@ class WheelScheduler:
             e = ref
         if e >= self.head:
             return False
-        f0 = e - e % self.pf
-        mf = self.tl.files.get(f0)
-        if mf is None:
+        if not self.tl.has(e):
             return False
-        buf, off = mf.buf, HEADER_SIZE + (e - f0) * ENTRY_SIZE
-        due, loc, _nx, state, flags, _lv, tag = _unpack_entry(buf, off)
+        due, loc, _nx, state, flags, _lv, tag = self.tl.read(e)
         if tag != e & _TAG or state != PENDING or (loc != ref if ref & BUCKET_BIT else loc & BUCKET_BIT):
             return False
         if not self._handed(e, due, flags):
             return False
-        _STATE.pack_into(buf, off + 24, DONE)
-        self.tl.mark(f0, off)
+        self.tl.set_state(e, DONE)
         return e == self._d_block or e == self.l_head  # the done cursor waits on this one
 
     def cancel(self, ref: int) -> bool:

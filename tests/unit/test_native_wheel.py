@@ -20,12 +20,14 @@ needs_native = pytest.mark.skipif(native is None, reason="sidecar._native is not
 HS = 64
 PER_FILE = 8
 SLOTS = 4
+EHS = HS + PER_FILE  # a timer-log file's first entry: after the header and its PER_FILE state bytes
+TL_SIZE = EHS + PER_FILE * 32
 
 
 def _outcome(fn: Any, tl: bytearray, sl: bytearray, *args: Any) -> tuple[Any, bytes, bytes]:
     t, s = memoryview(tl), memoryview(sl)
     try:
-        r: Any = fn(t, HS, *args[:6], s, *args[6:])
+        r: Any = fn(t, EHS, *args[:7], s, *args[7:])
     except (ValueError, struct.error, OverflowError):
         r = "refused"
     return r, bytes(tl), bytes(sl)
@@ -50,7 +52,7 @@ def test_wl_link_matches_the_python_twin(
     level: int, existing: bool,
 ) -> None:
     idx = tl_first + at
-    tl = bytearray(data.draw(st.binary(min_size=HS + PER_FILE * 32, max_size=HS + PER_FILE * 32)))
+    tl = bytearray(data.draw(st.binary(min_size=TL_SIZE, max_size=TL_SIZE)))
     sl = bytearray(data.draw(st.binary(min_size=HS + SLOTS * 32, max_size=HS + SLOTS * 32)))
     soff = HS + pos * 32
     if existing:  # a live chain in this slot; its tail in this file, an older one, or odd places
@@ -58,7 +60,7 @@ def test_wl_link_matches_the_python_twin(
         count = data.draw(st.integers(1, 0xFFFFFFFE))
         min_off = data.draw(st.integers(0, 0xFFFF))
         layout.SLOT.pack_into(sl, soff, slot_time, data.draw(st.integers(0, 1 << 40)), last, count, min_off, 0)
-    args = (tl_first, idx, slot_time + off, loc, flags, level, soff, slot_time)
+    args = (tl_first, PER_FILE, idx, slot_time + off, loc, flags, level, soff, slot_time)
     assert native is not None
     c = _outcome(native.wl_link, bytearray(tl), bytearray(sl), *args)
     py = _outcome(layout.wl_link, bytearray(tl), bytearray(sl), *args)
@@ -68,16 +70,19 @@ def test_wl_link_matches_the_python_twin(
 
 
 def test_wl_link_builds_a_chain() -> None:
-    tl, sl = bytearray(HS + PER_FILE * 32), bytearray(HS + SLOTS * 32)
+    tl, sl = bytearray(TL_SIZE), bytearray(HS + SLOTS * 32)
     for fn in (layout.wl_link, native.wl_link if native is not None else layout.wl_link):
-        tl[:], sl[:] = bytes(len(tl)), bytes(len(sl))
-        assert fn(memoryview(tl), HS, 0, 0, 1005, 7, 0, 0, memoryview(sl), HS + 32, 1000) == -1
-        assert fn(memoryview(tl), HS, 0, 1, 1003, 8, 0, 0, memoryview(sl), HS + 32, 1000) == 0
-        assert fn(memoryview(tl), HS, 0, 2, 1009, 9, 0, 0, memoryview(sl), HS + 32, 1000) == 1
+        tl[:], sl[:] = b"\x07" * len(tl), bytes(len(sl))  # states left over from before a restore
+        assert fn(memoryview(tl), EHS, 0, PER_FILE, 0, 1005, 7, 0, 0, memoryview(sl), HS + 32, 1000) == -1
+        assert fn(memoryview(tl), EHS, 0, PER_FILE, 1, 1003, 8, 0, 0, memoryview(sl), HS + 32, 1000) == 0
+        assert fn(memoryview(tl), EHS, 0, PER_FILE, 2, 1009, 9, 0, 0, memoryview(sl), HS + 32, 1000) == 1
         assert layout.SLOT.unpack_from(sl, HS + 32) == (1000, 0, 2, 3, 3, 0)
-        assert [layout.ENTRY.unpack_from(tl, HS + i * 32) for i in range(3)] == [
+        assert [layout.ENTRY.unpack_from(tl, EHS + i * 32) for i in range(3)] == [
             (1005, 7, 1, 0, 0, 0, 0), (1003, 8, 2, 0, 0, 0, 1), (1009, 9, -1, 0, 0, 0, 2),
         ]
+        assert tl[HS : HS + PER_FILE] == bytes(3) + b"\x07" * 5  # the linked entries are pending
+        with pytest.raises(ValueError):  # an index beyond the file
+            fn(memoryview(tl), EHS, 0, PER_FILE, PER_FILE, 1005, 7, 0, 0, memoryview(sl), HS + 32, 1000)
 
 
 # -- the per-entry walks (wl_send, wl_done, wl_group, wl_ack) ------------------------------------
@@ -91,16 +96,15 @@ BUCKET = 1 << 62
 @st.composite
 def _tl_file(draw: st.DrawFn) -> tuple[int, bytearray]:
     f0 = draw(st.integers(0, 1 << 30)) * PER_FILE
-    tl = bytearray(HS + PER_FILE * 32)
+    tl = bytearray(TL_SIZE)
     for j in range(PER_FILE):
         x = f0 + j
         due = BASE + draw(st.integers(-1, 3))
         loc = draw(st.one_of(st.integers(0, 999), st.integers(0, 99).map(lambda v: BUCKET | v)))
         nxt = draw(st.one_of(st.just(-1), st.integers(x + 1, f0 + PER_FILE + 2)))
         tag = x & 0xFFFFFFFF if draw(st.integers(0, 9)) else draw(st.integers(0, 0xFFFFFFFF))
-        layout.ENTRY.pack_into(
-            tl, HS + j * 32, due, loc, nxt, draw(st.integers(0, 3)), draw(st.integers(0, 1)), 0, tag
-        )
+        layout.ENTRY.pack_into(tl, EHS + j * 32, due, loc, nxt, 0, draw(st.integers(0, 1)), 0, tag)
+        tl[HS + j] = draw(st.integers(0, 3))  # its state
     return f0, tl
 
 
@@ -119,8 +123,8 @@ def _walk_args(data: st.DataObject, f0: int) -> tuple[Any, ...]:
 def _twin(fn_c: Any, fn_py: Any, tl: bytearray, *args: Any, extra: Any = ()) -> None:
     tc, tp = bytearray(tl), bytearray(tl)
     xc, xp = [type(x)() for x in extra], [type(x)() for x in extra]
-    rc = fn_c(memoryview(tc), HS, *args, *xc)
-    rp = fn_py(memoryview(tp), HS, *args, *xp)
+    rc = fn_c(memoryview(tc), EHS, *args, *xc)
+    rp = fn_py(memoryview(tp), EHS, *args, *xp)
     assert rc == rp
     assert tc == tp
     assert xc == xp
@@ -187,23 +191,25 @@ def test_wl_ack_matches_the_python_twin(data: st.DataObject, f: tuple[int, bytea
 def test_wl_walks_follow_a_chain_across_files() -> None:
     """A chain of 5 entries over two files (4 per file here), offsets 0 1 0 0 1: each walk stops
     at the file boundary (why 2) and resumes in the next file where it stopped."""
-    per, files = 4, {0: bytearray(HS + 4 * 32), 4: bytearray(HS + 4 * 32)}
+    per = 4
+    ehs = HS + per
+    files = {0: bytearray(ehs + 4 * 32), 4: bytearray(ehs + 4 * 32)}
     for x, off in zip((1, 2, 3, 4, 6), (0, 1, 0, 0, 1), strict=True):
         nx = {1: 2, 2: 3, 3: 4, 4: 6, 6: -1}[x]
-        layout.ENTRY.pack_into(files[x - x % per], HS + (x % per) * 32, BASE + off, 100 + x, nx, 0, 0, 0, x)
+        layout.ENTRY.pack_into(files[x - x % per], ehs + (x % per) * 32, BASE + off, 100 + x, nx, 0, 0, 0, x)
     for mod in (layout, native) if native is not None else (layout,):
         got: dict[int, bytes] = {}
         e = 1
         while e != -1:
             f0 = e - e % per
-            g, e = mod.wl_group(memoryview(bytearray(files[f0])), HS, f0, per, e, 6, BASE)
+            g, e = mod.wl_group(memoryview(bytearray(files[f0])), ehs, f0, per, e, 6, BASE)
             for k, v in g.items():
                 got[k] = got.get(k, b"") + v
         assert {k: list(array("q", v)) for k, v in got.items()} == {0: [1, 3, 4], 1: [2, 6]}
         pend: list[tuple[int, int]] = []
-        r = mod.wl_send(memoryview(files[0]), HS, 0, per, None, 0, 1, 6, BASE, 0, -1, -1, 10, 10, 0, pend)
+        r = mod.wl_send(memoryview(files[0]), ehs, 0, per, None, 0, 1, 6, BASE, 0, -1, -1, 10, 10, 0, pend)
         assert r == (2, 0, 4, 3, 1, 7, 8, -1, -1) and pend == [(1, 101), (3, 103)]
-        r = mod.wl_send(memoryview(files[4]), HS, 4, per, None, 0, 4, 6, BASE, 0, 1, 3, 8, 7, 0, pend)
+        r = mod.wl_send(memoryview(files[4]), ehs, 4, per, None, 0, 4, 6, BASE, 0, 1, 3, 8, 7, 0, pend)
         assert r == (0, 0, -1, 6, 1, 5, 7, -1, -1) and pend == [(1, 101), (3, 103), (4, 104)]
 
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from crc32c import crc32c
 
 from sidecar.store import codec
 from sidecar.store.log import CommitLog
-from sidecar.store.mapped import HEADER_SIZE, GeometryMismatch, StoreError
+from sidecar.store.mapped import HEADER, HEADER_SIZE, GeometryMismatch, StoreError
 from sidecar.wheel import WheelScheduler
 from sidecar.wheel.layout import ENTRY_SIZE, SLOT_SIZE
 
@@ -82,6 +83,43 @@ def test_a_checkpoint_from_another_geometry_is_refused(tmp_path: Path) -> None:
     with pytest.raises(GeometryMismatch, match=both):
         w.restore(st)
     w.close()
+    log.close()
+
+
+def test_the_timer_log_keeps_its_states_apart_and_refuses_a_version_1_file(tmp_path: Path) -> None:
+    """Version 2: a file is the header, one state byte per entry, then the 32-byte entries; an ack
+    writes the state byte and leaves the entry alone. A version-1 file (states inside the entries)
+    is refused, naming both versions, not misread."""
+    import struct
+
+    log = _log(tmp_path)
+    w = _wheel(tmp_path, log)
+    w.restore(None)
+    w.due(T0, 1)
+    pos = log.append(
+        rtype=codec.MESSAGE, due_ms=T0 + 5, enqueue_ms=T0, src_offset=0, src_partition=0, target_partition=-1,
+        retry_count=0, level=0, rid=b"a", topic=b"t", key=None, value=None, headers_blob=b"",
+    )
+    ref = w.add(T0 + 5, 0, pos)
+    f = tmp_path / "wheel" / "tl" / f"{0:020d}.tl"
+    assert f.stat().st_size == HEADER_SIZE + 16 + 16 * ENTRY_SIZE
+    buf, off = w.tl.locate(ref)
+    assert off == HEADER_SIZE + 16 + ref * ENTRY_SIZE
+    entry = bytes(buf[off : off + ENTRY_SIZE])
+    assert [x[0] for x in w.due(T0 + 5, 10)] == [ref]
+    w.ack(ref)
+    assert buf[HEADER_SIZE + ref] == 2 and w.tl.read(ref)[3] == 2  # done, in the state array
+    assert bytes(buf[off : off + ENTRY_SIZE]) == entry  # the entry itself is not written by the ack
+    w.flush()
+    w.close()
+    log.close()
+    raw = bytearray(f.read_bytes())
+    v1 = bytearray(HEADER.pack(*HEADER.unpack_from(raw, 0)[:1], 1, *HEADER.unpack_from(raw, 0)[2:]))
+    v1[60:64] = struct.pack("<I", crc32c(bytes(v1[:60])))
+    f.write_bytes(bytes(v1) + bytes(16 * ENTRY_SIZE))  # a version-1 file: header, then 32-byte entries
+    log = _log(tmp_path)
+    with pytest.raises(GeometryMismatch, match="format version 1, this build reads 2"):
+        _wheel(tmp_path, log)
     log.close()
 
 
