@@ -76,6 +76,26 @@ def test_bench_throughput_and_lateness(kafka_bootstrap: str, tmp_path: Path) -> 
         assert report["scenarios"]["lateness"]["details"][sched]["produce_failed"] == 0
 
 
+def test_bench_mass_expiry(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """Every record of the one due millisecond is drained, none early, each scheduler's ratio taken
+    against a passthrough of the same records measured right after its own drain."""
+    out = tmp_path / "bench.json"
+    report = _bench(["mass-expiry", "--bootstrap-servers", kafka_bootstrap], out, timeout_s=420)
+    _check_shape(report, ["mass-expiry"])
+    sc = report["scenarios"]["mass-expiry"]
+    n = sc["settings"]["records"]
+    for sched in report["settings"]["schedulers"]:
+        res, d = sc["results"][sched], sc["details"][sched]
+        assert d["delivered"] == n and d["early"] == 0
+        pt = res["passthrough_records_per_s"]["value"]
+        assert pt > 0 and d["passthrough"]["delivered"] == n
+        assert res["drain_ratio_to_passthrough"]["goal"] == ">= 0.8"
+        assert res["drain_ratio_to_passthrough"]["value"] == pytest.approx(
+            res["drain_records_per_s"]["value"] / pt, rel=2e-3
+        )  # figures are rounded
+        assert res["rss_growth_mb"]["goal"] == "<= 100"
+
+
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server not installed (setup.d/40-redis.sh)")
 def test_bench_redis_zset(kafka_bootstrap: str, tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
