@@ -1745,7 +1745,8 @@ done:
 #define IN_W_WIDTH 31
 #define IN_W_LHEAD 32
 #define IN_W_LTAIL 33
-#define IN_W_SIZE 34
+#define IN_W_NEW 34 /* slot chains started here (occ_send flags set): the scheduler's search memo is stale */
+#define IN_W_SIZE 35
 /* levels: per level L, IN_L_BASE + IN_L_STRIDE * L + (write, first, dirty_from, dirty_to, ms) */
 #define IN_L_COUNT 16
 #define IN_L_PER_FILE 17
@@ -2064,6 +2065,7 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
                 wr16(slot + 30, 0);
                 bp[2][pos] = 1;
                 bp[3][pos] = 1;
+                st[IN_W_NEW]++;
             }
             if (soff < st[IN_W_SD_LO] || st[IN_W_SD_LO] < 0) st[IN_W_SD_LO] = soff;
             if (soff + WL_SIZE > st[IN_W_SD_HI]) st[IN_W_SD_HI] = soff + WL_SIZE;

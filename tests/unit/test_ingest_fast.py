@@ -251,3 +251,32 @@ def test_fast_intake_is_off_without_the_extension(tmp_path: Path, monkeypatch: p
     msgs = [Msg(0, 0, (1, T0), b"k", b"v", [(c.TARGET_TOPIC, b"out"), (c.DELAY_MS, b"5")])]
     assert st.ingest_many(msgs, 0, T0, TOPIC) == 0
     st.close()
+
+
+@pytest.mark.skipif(native is None, reason="sidecar._native is not built (or KDS_PURE_PYTHON=1)")
+def test_a_slot_started_by_the_fast_intake_is_seen_by_the_next_due_time(tmp_path: Path) -> None:
+    """The wheel remembers its search for the next occupied slot (``_next_send``); a slot chain the
+    C intake starts must show in ``next_due_ms`` at once, not after the memo ages out."""
+    s = Settings(scheduler="wheel", data_dir=str(tmp_path), bootstrap_servers="x:1", ingress_topic=TOPIC)
+    sc = loop.Sidecar(s)
+    st = PartitionStore(s.data_path, TOPIC, 0, rules=sc.rules, scheduler_name="wheel",
+                        make_scheduler=sc.make_scheduler, segment_bytes=1 << 20, cancel_horizon_ms=1000,
+                        counters=sc.counters)
+    st.open()
+    w = st.sched
+    assert isinstance(w, WheelScheduler)
+    far = T0 + 2 * 3_600_000  # beyond the 1 h ring: a bucket record, no slot
+    sc.stores[0] = st
+    sc._ingest([Msg(0, 0, (1, T0), b"k", b"v", [(c.TARGET_TOPIC, b"out"), (c.DELAY_MS, str(far - T0).encode())])])
+    assert w.due(T0, 10) == [] and w.next_due_ms() == far  # no slot occupied: the memo says so
+    def msg(i: int, delay: int) -> Msg:
+        return Msg(0, i, (1, T0), b"k", b"v", [(c.TARGET_TOPIC, b"out"), (c.DELAY_MS, str(delay).encode())])
+
+    sc._ingest([msg(1, 5_000)])  # the timer log's first entry: the Python path opens its file
+    assert w.next_due_ms() == T0 + 5_000
+    for i, delay in enumerate([900, 40], start=2):
+        assert st.ingest_many([msg(i, delay)], 0, T0, TOPIC) == 1  # taken by the C intake
+        assert w.next_due_ms() == T0 + delay  # each one due sooner than the last
+    assert [rec.due_ms for _ref, rec in w.due(T0 + 900, 10)] == [T0 + 40, T0 + 900]
+    assert w.next_due_ms() == T0 + 5_000
+    st.close()
