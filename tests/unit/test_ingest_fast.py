@@ -239,15 +239,20 @@ def test_fast_intake_matches_reference(
         assert fast_files[name] == ref_files[name], name
 
 
-def test_fast_intake_is_off_without_the_extension(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With no extension the loop never calls the fast path, and ``ingest_many`` takes nothing."""
-    monkeypatch.setattr(partition_mod, "_run", None)
-    s = Settings(scheduler="levels", data_dir=str(tmp_path), bootstrap_servers="x:1", ingress_topic=TOPIC)
+def _store(root: Path, scheduler: str) -> tuple[loop.Sidecar, PartitionStore]:
+    s = Settings(scheduler=scheduler, data_dir=str(root), bootstrap_servers="x:1", ingress_topic=TOPIC)
     sc = loop.Sidecar(s)
-    st = PartitionStore(s.data_path, TOPIC, 0, rules=sc.rules, scheduler_name="levels",
+    st = PartitionStore(s.data_path, TOPIC, 0, rules=sc.rules, scheduler_name=scheduler,
                         make_scheduler=sc.make_scheduler, segment_bytes=1 << 20, cancel_horizon_ms=1000,
                         counters=sc.counters)
     st.open()
+    return sc, st
+
+
+def test_fast_intake_is_off_without_the_extension(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no extension the loop never calls the fast path, and ``ingest_many`` takes nothing."""
+    monkeypatch.setattr(partition_mod, "_run", None)
+    _sc, st = _store(tmp_path, "levels")
     msgs = [Msg(0, 0, (1, T0), b"k", b"v", [(c.TARGET_TOPIC, b"out"), (c.DELAY_MS, b"5")])]
     assert st.ingest_many(msgs, 0, T0, TOPIC) == 0
     st.close()
@@ -257,12 +262,7 @@ def test_fast_intake_is_off_without_the_extension(tmp_path: Path, monkeypatch: p
 def test_a_slot_started_by_the_fast_intake_is_seen_by_the_next_due_time(tmp_path: Path) -> None:
     """The wheel remembers its search for the next occupied slot (``_next_send``); a slot chain the
     C intake starts must show in ``next_due_ms`` at once, not after the memo ages out."""
-    s = Settings(scheduler="wheel", data_dir=str(tmp_path), bootstrap_servers="x:1", ingress_topic=TOPIC)
-    sc = loop.Sidecar(s)
-    st = PartitionStore(s.data_path, TOPIC, 0, rules=sc.rules, scheduler_name="wheel",
-                        make_scheduler=sc.make_scheduler, segment_bytes=1 << 20, cancel_horizon_ms=1000,
-                        counters=sc.counters)
-    st.open()
+    sc, st = _store(tmp_path, "wheel")
     w = st.sched
     assert isinstance(w, WheelScheduler)
     far = T0 + 2 * 3_600_000  # beyond the 1 h ring: a bucket record, no slot

@@ -29,16 +29,20 @@ def _wheel(root: Path, log: CommitLog, precision: int = 10, window: int = 2_000,
     )
 
 
+def _add(w: WheelScheduler, log: CommitLog, due: int) -> int:
+    pos = log.append(
+        rtype=codec.MESSAGE, due_ms=due, enqueue_ms=T0, src_offset=0, src_partition=0, target_partition=-1,
+        retry_count=0, level=0, rid=b"a", topic=b"t", key=None, value=None, headers_blob=b"",
+    )
+    return w.add(due, 0, pos)
+
+
 def _seed(root: Path) -> dict[str, object]:
     log = _log(root)
     w = _wheel(root, log)
     w.restore(None)
     w.due(T0, 1)
-    pos = log.append(
-        rtype=codec.MESSAGE, due_ms=T0 + 100, enqueue_ms=T0, src_offset=0, src_partition=0, target_partition=-1,
-        retry_count=0, level=0, rid=b"a", topic=b"t", key=None, value=None, headers_blob=b"",
-    )
-    w.add(T0 + 100, 0, pos)
+    _add(w, log, T0 + 100)
     w.flush()
     st = w.state()
     w.close()
@@ -96,11 +100,7 @@ def test_the_timer_log_keeps_its_states_apart_and_refuses_a_version_1_file(tmp_p
     w = _wheel(tmp_path, log)
     w.restore(None)
     w.due(T0, 1)
-    pos = log.append(
-        rtype=codec.MESSAGE, due_ms=T0 + 5, enqueue_ms=T0, src_offset=0, src_partition=0, target_partition=-1,
-        retry_count=0, level=0, rid=b"a", topic=b"t", key=None, value=None, headers_blob=b"",
-    )
-    ref = w.add(T0 + 5, 0, pos)
+    ref = _add(w, log, T0 + 5)
     f = tmp_path / "wheel" / "tl" / f"{0:020d}.tl"
     assert f.stat().st_size == HEADER_SIZE + 16 + 16 * ENTRY_SIZE
     buf, off = w.tl.locate(ref)
@@ -186,11 +186,7 @@ def test_a_new_timer_log_file_gets_its_header_synced_by_the_flush_not_on_creatio
     w.restore(None)
     w.due(T0, 1)
     monkeypatch.setattr(mapped.mmap, "mmap", Spy)
-    pos = log.append(
-        rtype=codec.MESSAGE, due_ms=T0 + 100, enqueue_ms=T0, src_offset=0, src_partition=0, target_partition=-1,
-        retry_count=0, level=0, rid=b"a", topic=b"t", key=None, value=None, headers_blob=b"",
-    )
-    w.add(T0 + 100, 0, pos)  # opens timer-log file 0
+    _add(w, log, T0 + 100)  # opens timer-log file 0
     assert 0 in w.tl.files
     assert synced == []  # nothing msynced on the loop when the file was created
     w.flush()
