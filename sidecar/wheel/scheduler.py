@@ -601,7 +601,7 @@ class WheelScheduler:
                 mark(f0, lo)
                 mark(f0, hi)
             if why == CALLER:  # pending, and restored (its body is checked) or not yet due
-                due, loc, nx = _walk(cbuf, self.tl.hs + (e - f0) * ENTRY_SIZE)[:3]
+                due, loc, nx = _walk(cbuf, self.tl.hs + (e - f0) * ENTRY_SIZE)
                 if due > now:
                     break  # never early
                 budget -= 1
@@ -673,7 +673,7 @@ class WheelScheduler:
                     mark(f0, hi)
                 if why == CALLER:  # pending, restored: its body is checked before it is handed out
                     x = e if lst is None else lst[i]
-                    due, loc, nx = _walk(cbuf, self.tl.hs + (x - f0) * ENTRY_SIZE)[:3]
+                    due, loc, nx = _walk(cbuf, self.tl.hs + (x - f0) * ENTRY_SIZE)
                     budget -= 1
                     if not self._dangles(x, due, loc):
                         pend.append((x, loc))
