@@ -108,6 +108,18 @@ static const uint8_t b2_sigma[12][16] = {
         v[b] = ROTR64(v[b] ^ v[c], 63);      \
     } while (0)
 
+#define B2ROUND(r)                                                                  \
+    do {                                                                            \
+        B2G(0, 4, 8, 12, m[b2_sigma[r][0]], m[b2_sigma[r][1]]);                     \
+        B2G(1, 5, 9, 13, m[b2_sigma[r][2]], m[b2_sigma[r][3]]);                     \
+        B2G(2, 6, 10, 14, m[b2_sigma[r][4]], m[b2_sigma[r][5]]);                    \
+        B2G(3, 7, 11, 15, m[b2_sigma[r][6]], m[b2_sigma[r][7]]);                    \
+        B2G(0, 5, 10, 15, m[b2_sigma[r][8]], m[b2_sigma[r][9]]);                    \
+        B2G(1, 6, 11, 12, m[b2_sigma[r][10]], m[b2_sigma[r][11]]);                  \
+        B2G(2, 7, 8, 13, m[b2_sigma[r][12]], m[b2_sigma[r][13]]);                   \
+        B2G(3, 4, 9, 14, m[b2_sigma[r][14]], m[b2_sigma[r][15]]);                   \
+    } while (0)
+
 static inline uint64_t ld64(const uint8_t *p) {
     uint64_t w;
     memcpy(&w, p, 8);
@@ -123,17 +135,21 @@ static void b2_compress(uint64_t h[8], const uint8_t *block, uint64_t t, int las
     v[12] ^= t;
     if (last) v[14] = ~v[14];
     for (int i = 0; i < 16; i++) m[i] = ld64(block + 8 * i);
-    for (int r = 0; r < 12; r++) {
-        const uint8_t *s = b2_sigma[r];
-        B2G(0, 4, 8, 12, m[s[0]], m[s[1]]);
-        B2G(1, 5, 9, 13, m[s[2]], m[s[3]]);
-        B2G(2, 6, 10, 14, m[s[4]], m[s[5]]);
-        B2G(3, 7, 11, 15, m[s[6]], m[s[7]]);
-        B2G(0, 5, 10, 15, m[s[8]], m[s[9]]);
-        B2G(1, 6, 11, 12, m[s[10]], m[s[11]]);
-        B2G(2, 7, 8, 13, m[s[12]], m[s[13]]);
-        B2G(3, 4, 9, 14, m[s[14]], m[s[15]]);
-    }
+    /* The twelve rounds written out (as RFC 7693's reference code does): with a constant round
+     * number every message index is a constant, so m[] stays in registers; a loop over r reads
+     * the schedule from memory and ran about twice as slow (gcc -O2 does not unroll it). */
+    B2ROUND(0);
+    B2ROUND(1);
+    B2ROUND(2);
+    B2ROUND(3);
+    B2ROUND(4);
+    B2ROUND(5);
+    B2ROUND(6);
+    B2ROUND(7);
+    B2ROUND(8);
+    B2ROUND(9);
+    B2ROUND(10);
+    B2ROUND(11);
     for (int i = 0; i < 8; i++) h[i] ^= v[i] ^ v[i + 8];
 }
 
@@ -1096,60 +1112,79 @@ static int ascii_nonempty(PyObject *v) {
     return 1;
 }
 
-/* parse_request(headers, ts, now, size, max_record_bytes, max_delay_ms, checked_targets)
- *   -> None | (target_topic, target_partition, id | None, due_ms, mode, user_headers)
- * `size` is the key and value bytes; the headers are counted here (len(name) + len(value)). */
-static PyObject *native_parse_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "parse_request(headers, ts, now, size, max_record_bytes, max_delay_ms, "
-                                         "checked_targets)");
-        return NULL;
-    }
+/* The parsed common request (parse_core). topic and user are new references, rid and mode
+ * borrowed (rid: the delay.id value, or NULL). */
+typedef struct {
+    PyObject *topic, *rid, *mode, *user;
+    long long partition, due;
+} Request;
+
+/* The last target topic parse_core checked (ingest_run keeps one per call, and releases it): the
+ * same bytes give the same str, already found in checked_targets, without a decode and a set
+ * lookup per record. Both are strong references (the headers they came from are freed). */
+typedef struct {
+    PyObject *bytes, *str;
+} TopicMemo;
+
+#define PARSE_MAX_HEADERS 64 /* more headers: the full parser (they are remembered on the stack) */
+
+/* parse_request's work: 1 and *out filled for the common request, 0 for any other (the full
+ * parser answers), -1 with an exception set. `memo` may be NULL. */
+static int parse_core(PyObject *headers, long long ts, long long now, long long size, long long max_bytes,
+                      long long max_delay, PyObject *checked, TopicMemo *memo, Request *out) {
     if (!control_codes) {
         PyErr_SetString(PyExc_RuntimeError, "sidecar._native.setup_parser() was not called");
-        return NULL;
+        return -1;
     }
-    PyObject *headers = args[0];
-    long long ts = PyLong_AsLongLong(args[1]), now = PyLong_AsLongLong(args[2]), size = PyLong_AsLongLong(args[3]),
-              max_bytes = PyLong_AsLongLong(args[4]), max_delay = PyLong_AsLongLong(args[5]);
-    if (PyErr_Occurred()) return NULL;
     PyObject *found[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+    unsigned char control[PARSE_MAX_HEADERS];
     Py_ssize_t n = 0;
     PyObject **items = NULL;
     if (headers != Py_None) {
-        if (!PyList_Check(headers) && !PyTuple_Check(headers)) Py_RETURN_NONE;
+        if (!PyList_Check(headers) && !PyTuple_Check(headers)) return 0;
         n = PySequence_Fast_GET_SIZE(headers);
         items = PySequence_Fast_ITEMS(headers);
     }
+    if (n > PARSE_MAX_HEADERS) return 0;
     Py_ssize_t n_user = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *it = items[i];
-        if (!PyTuple_Check(it) || PyTuple_GET_SIZE(it) != 2) Py_RETURN_NONE;
+        if (!PyTuple_Check(it) || PyTuple_GET_SIZE(it) != 2) return 0;
         PyObject *name = PyTuple_GET_ITEM(it, 0), *value = PyTuple_GET_ITEM(it, 1);
-        if (!PyUnicode_CheckExact(name)) Py_RETURN_NONE;
+        if (!PyUnicode_CheckExact(name)) return 0;
         size += PyUnicode_GET_LENGTH(name);
         if (value != Py_None) {
-            if (!PyBytes_Check(value)) Py_RETURN_NONE;
+            if (!PyBytes_Check(value)) return 0;
             size += PyBytes_GET_SIZE(value);
         }
         PyObject *code_o = PyDict_GetItemWithError(control_codes, name);
+        control[i] = code_o != NULL;
         if (!code_o) {
-            if (PyErr_Occurred()) return NULL;
+            if (PyErr_Occurred()) return -1;
             n_user++;
             continue;
         }
         long code = PyLong_AsLong(code_o);
-        if (code <= 0 || code > 5 || found[code] || !ascii_nonempty(value)) Py_RETURN_NONE;
+        if (code <= 0 || code > 5 || found[code] || !ascii_nonempty(value)) return 0;
         found[code] = value;
     }
-    if (size > max_bytes || !found[C_TOPIC] || (found[C_MS] && found[C_AT])) Py_RETURN_NONE;
-    PyObject *topic = PyUnicode_DecodeASCII(PyBytes_AS_STRING(found[C_TOPIC]), PyBytes_GET_SIZE(found[C_TOPIC]), NULL);
-    if (!topic) return NULL;
-    int known = PySet_Contains(args[6], topic);
-    if (known <= 0) {
-        Py_DECREF(topic);
-        if (known < 0) return NULL;
-        Py_RETURN_NONE;
+    if (size > max_bytes || !found[C_TOPIC] || (found[C_MS] && found[C_AT])) return 0;
+    PyObject *tb = found[C_TOPIC], *topic;
+    if (memo && memo->bytes && PyBytes_GET_SIZE(memo->bytes) == PyBytes_GET_SIZE(tb) &&
+        !memcmp(PyBytes_AS_STRING(memo->bytes), PyBytes_AS_STRING(tb), PyBytes_GET_SIZE(tb))) {
+        topic = Py_NewRef(memo->str);
+    } else {
+        topic = PyUnicode_DecodeASCII(PyBytes_AS_STRING(tb), PyBytes_GET_SIZE(tb), NULL);
+        if (!topic) return -1;
+        int known = PySet_Contains(checked, topic);
+        if (known <= 0) {
+            Py_DECREF(topic);
+            return known;
+        }
+        if (memo) {
+            Py_XSETREF(memo->bytes, Py_NewRef(tb));
+            Py_XSETREF(memo->str, Py_NewRef(topic));
+        }
     }
     long long partition = -1, due = ts, x = 0;
     PyObject *mode = MODE_NOW;
@@ -1168,26 +1203,44 @@ static PyObject *native_parse_request(PyObject *self, PyObject *const *args, Py_
     if (ok) ok = due <= MAX_EPOCH_MS && due - (now > ts ? now : ts) <= max_delay;
     if (!ok) {
         Py_DECREF(topic);
-        Py_RETURN_NONE;
+        return 0;
     }
     PyObject *user = PyTuple_New(n_user);
     if (!user) {
         Py_DECREF(topic);
-        return NULL;
+        return -1;
     }
     for (Py_ssize_t i = 0, k = 0; i < n; i++) {
-        PyObject *it = items[i];
-        if (PyDict_GetItemWithError(control_codes, PyTuple_GET_ITEM(it, 0))) continue;
-        if (PyErr_Occurred()) {
-            Py_DECREF(topic);
-            Py_DECREF(user);
-            return NULL;
-        }
-        Py_INCREF(it);
-        PyTuple_SET_ITEM(user, k++, it);
+        if (control[i]) continue;
+        Py_INCREF(items[i]);
+        PyTuple_SET_ITEM(user, k++, items[i]);
     }
-    PyObject *rid = found[C_ID] ? found[C_ID] : Py_None;
-    return Py_BuildValue("(NLOLON)", topic, partition, rid, due, mode, user);
+    out->topic = topic;
+    out->rid = found[C_ID];
+    out->mode = mode;
+    out->user = user;
+    out->partition = partition;
+    out->due = due;
+    return 1;
+}
+
+/* parse_request(headers, ts, now, size, max_record_bytes, max_delay_ms, checked_targets)
+ *   -> None | (target_topic, target_partition, id | None, due_ms, mode, user_headers)
+ * `size` is the key and value bytes; the headers are counted here (len(name) + len(value)). */
+static PyObject *native_parse_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "parse_request(headers, ts, now, size, max_record_bytes, max_delay_ms, "
+                                         "checked_targets)");
+        return NULL;
+    }
+    long long ts = PyLong_AsLongLong(args[1]), now = PyLong_AsLongLong(args[2]), size = PyLong_AsLongLong(args[3]),
+              max_bytes = PyLong_AsLongLong(args[4]), max_delay = PyLong_AsLongLong(args[5]);
+    if (PyErr_Occurred()) return NULL;
+    Request r;
+    int rc = parse_core(args[0], ts, now, size, max_bytes, max_delay, args[6], NULL, &r);
+    if (rc < 0) return NULL;
+    if (rc == 0) Py_RETURN_NONE;
+    return Py_BuildValue("(NLOLON)", r.topic, r.partition, r.rid ? r.rid : Py_None, r.due, r.mode, r.user);
 }
 
 /* setup_parser(codes): {control header name: code}, 1 target topic, 2 delay.ms, 3 deliver-at,
@@ -1782,8 +1835,41 @@ static int in_ll(PyObject *o, long long *out) {
     return 1;
 }
 
-static PyObject *in_call(PyObject *m, PyObject *name) {
-    PyObject *r = PyObject_CallMethodNoArgs(m, name);
+/* The message accessors ingest_run calls, in this order. For the last message type seen, their
+ * method descriptors (a C type's methods) are looked up once and called directly: a call by name
+ * looks the method up in the type's dictionary each time, seven times per record. A type whose
+ * accessors are anything else (a Python class in a test) is called by name. */
+enum { M_ERROR, M_PARTITION, M_TIMESTAMP, M_OFFSET, M_KEY, M_VALUE, M_HEADERS, M_COUNT };
+static PyTypeObject *in_type = NULL; /* strong reference */
+static PyObject *in_descr[M_COUNT];  /* NULL: call by name */
+
+static PyObject *in_name(int k) {
+    PyObject *names[M_COUNT] = {S_error, S_partition, S_timestamp, S_offset, S_key, S_value, S_headers};
+    return names[k];
+}
+
+static void in_learn(PyTypeObject *tp) {
+    for (int k = 0; k < M_COUNT; k++) Py_CLEAR(in_descr[k]);
+    Py_INCREF(tp);
+    Py_XSETREF(in_type, tp);
+    PyObject *found[M_COUNT];
+    int all = 1;
+    for (int k = 0; k < M_COUNT; k++) {
+        found[k] = PyObject_GetAttr((PyObject *)tp, in_name(k));
+        if (!found[k]) PyErr_Clear();
+        all = all && found[k] && Py_IS_TYPE(found[k], &PyMethodDescr_Type);
+    }
+    for (int k = 0; k < M_COUNT; k++) {
+        if (all)
+            in_descr[k] = found[k];
+        else
+            Py_XDECREF(found[k]);
+    }
+}
+
+static PyObject *in_call(PyObject *m, int k) {
+    if (Py_TYPE(m) != in_type) in_learn(Py_TYPE(m));
+    PyObject *r = in_descr[k] ? PyObject_Vectorcall(in_descr[k], &m, 1, NULL) : PyObject_CallMethodNoArgs(m, in_name(k));
     if (!r) PyErr_Clear(); /* the reference path calls it again and raises */
     return r;
 }
@@ -1798,6 +1884,7 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
         return NULL;
     }
     if (in_names() < 0) return NULL;
+    TopicMemo memo = {NULL, NULL};
     PyObject *msgs = args[0], *prefix = args[4], *checked = args[5], *no_headers = args[6], *sbufs = args[10];
     Py_ssize_t start = PyLong_AsSsize_t(args[1]);
     long long now = PyLong_AsLongLong(args[2]), partition = PyLong_AsLongLong(args[3]);
@@ -1855,25 +1942,17 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
         goto fail;
     }
     uint8_t *ibase = (uint8_t *)idxv.buf + hs;
-    PyObject *pargs[7];
-    PyObject *o_now = PyLong_FromLongLong(now), *o_maxb = PyLong_FromLongLong(maxb),
-             *o_maxd = PyLong_FromLongLong(maxd);
-    if (!o_now || !o_maxb || !o_maxd) {
-        Py_XDECREF(o_now);
-        Py_XDECREF(o_maxb);
-        Py_XDECREF(o_maxd);
-        goto fail;
-    }
     for (; i < n && have_seg; i++) {
         PyObject *m = PyList_GET_ITEM(msgs, i);
         PyObject *err = NULL, *po = NULL, *tso = NULL, *offo = NULL, *key = NULL, *value = NULL, *headers = NULL;
-        PyObject *req = NULL, *blob = NULL;
-        int ok = 0;
+        PyObject *blob = NULL;
+        Request req;
+        int ok = 0, parsed = 0;
         long long part, ts_type, ts, offset;
         /* -- every check, before the first write ---------------------------------------------- */
-        if (!(err = in_call(m, S_error)) || err != Py_None) goto next;
-        if (!(po = in_call(m, S_partition)) || !in_ll(po, &part) || part != partition) goto next;
-        if (!(tso = in_call(m, S_timestamp)) || !PyTuple_Check(tso) || PyTuple_GET_SIZE(tso) != 2 ||
+        if (!(err = in_call(m, M_ERROR)) || err != Py_None) goto next;
+        if (!(po = in_call(m, M_PARTITION)) || !in_ll(po, &part) || part != partition) goto next;
+        if (!(tso = in_call(m, M_TIMESTAMP)) || !PyTuple_Check(tso) || PyTuple_GET_SIZE(tso) != 2 ||
             !in_ll(PyTuple_GET_ITEM(tso, 0), &ts_type))
             goto next;
         if (ts_type) {
@@ -1881,31 +1960,19 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
         } else {
             ts = now;
         }
-        if (!(offo = in_call(m, S_offset)) || !in_ll(offo, &offset) || offset < 0) goto next;
-        if (!(key = in_call(m, S_key)) || (key != Py_None && !PyBytes_CheckExact(key))) goto next;
-        if (!(value = in_call(m, S_value)) || (value != Py_None && !PyBytes_CheckExact(value))) goto next;
-        if (!(headers = in_call(m, S_headers))) goto next;
+        if (!(offo = in_call(m, M_OFFSET)) || !in_ll(offo, &offset) || offset < 0) goto next;
+        if (!(key = in_call(m, M_KEY)) || (key != Py_None && !PyBytes_CheckExact(key))) goto next;
+        if (!(value = in_call(m, M_VALUE)) || (value != Py_None && !PyBytes_CheckExact(value))) goto next;
+        if (!(headers = in_call(m, M_HEADERS))) goto next;
         long long size = (key == Py_None ? 0 : PyBytes_GET_SIZE(key)) + (value == Py_None ? 0 : PyBytes_GET_SIZE(value));
-        PyObject *o_ts = PyLong_FromLongLong(ts), *o_size = PyLong_FromLongLong(size);
-        if (o_ts && o_size) {
-            pargs[0] = headers, pargs[1] = o_ts, pargs[2] = o_now, pargs[3] = o_size;
-            pargs[4] = o_maxb, pargs[5] = o_maxd, pargs[6] = checked;
-            req = native_parse_request(NULL, pargs, 7);
-        }
-        Py_XDECREF(o_ts);
-        Py_XDECREF(o_size);
-        if (!req) {
-            PyErr_Clear();
-            goto next;
-        }
-        if (req == Py_None) goto next;
-        /* (target_topic, target_partition, id | None, due_ms, mode, user_headers) */
-        PyObject *target = PyTuple_GET_ITEM(req, 0), *rido = PyTuple_GET_ITEM(req, 2), *mode = PyTuple_GET_ITEM(req, 4),
-                 *user = PyTuple_GET_ITEM(req, 5);
-        long long tpart, due;
-        if (!in_ll(PyTuple_GET_ITEM(req, 1), &tpart) || !in_ll(PyTuple_GET_ITEM(req, 3), &due)) goto next;
+        int prc = parse_core(headers, ts, now, size, maxb, maxd, checked, &memo, &req);
+        if (prc < 0) PyErr_Clear();
+        if (prc <= 0) goto next;
+        parsed = 1;
+        PyObject *mode = req.mode, *user = req.user;
+        long long tpart = req.partition, due = req.due;
         Py_ssize_t tlen;
-        const char *tname = PyUnicode_AsUTF8AndSize(target, &tlen);
+        const char *tname = PyUnicode_AsUTF8AndSize(req.topic, &tlen);
         if (!tname || tlen > 0xffff) {
             PyErr_Clear();
             goto next;
@@ -1913,13 +1980,13 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
         char ridbuf[256 + 32];
         const char *rid;
         Py_ssize_t rlen;
-        if (rido != Py_None && PyBytes_GET_SIZE(rido) > 0) {
-            rid = PyBytes_AS_STRING(rido);
-            rlen = PyBytes_GET_SIZE(rido);
+        if (req.rid && PyBytes_GET_SIZE(req.rid) > 0) {
+            rid = PyBytes_AS_STRING(req.rid);
+            rlen = PyBytes_GET_SIZE(req.rid);
         } else { /* the default delay.id: <topic>:<partition>:<offset> */
             rlen = PyBytes_GET_SIZE(prefix);
             memcpy(ridbuf, PyBytes_AS_STRING(prefix), rlen);
-            rlen += snprintf(ridbuf + rlen, 32, "%lld", offset);
+            rlen += fmt_ll(ridbuf + rlen, offset);
             rid = ridbuf;
         }
         uint64_t h = id_hash_of((const uint8_t *)rid, rlen);
@@ -2109,15 +2176,17 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
         Py_XDECREF(key);
         Py_XDECREF(value);
         Py_XDECREF(headers);
-        Py_XDECREF(req);
+        if (parsed) {
+            Py_DECREF(req.topic);
+            Py_DECREF(req.user);
+        }
         Py_XDECREF(blob);
         if (!ok) break;
     }
-    Py_DECREF(o_now);
-    Py_DECREF(o_maxb);
-    Py_DECREF(o_maxd);
     result = PyLong_FromSsize_t(i);
 fail:
+    Py_XDECREF(memo.bytes);
+    Py_XDECREF(memo.str);
     while (--nbuf >= 0)
         if (bufs[nbuf].obj) PyBuffer_Release(&bufs[nbuf]);
     if (have_idx) PyBuffer_Release(&idxv);

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, Message
 
 from sidecar import contract as c
 from sidecar.config import Settings
@@ -86,8 +86,9 @@ class Msg:
         return None if self._h is None else list(self._h)
 
 
-def batches(seed: int, n_batches: int) -> list[tuple[int, list[Msg]]]:
-    """(clock, messages) per batch: a random mix of every kind of consumed record."""
+def batches(seed: int, n_batches: int) -> list[tuple[int, list[Msg | Message]]]:
+    """(clock, messages) per batch: a random mix of every kind of consumed record, as the client's
+    ``Message`` or the stand-in above."""
     rng = random.Random(seed)
     offsets = {0: 0, 1: 0, 2: 0}
     ids = [b"id-%d" % i for i in range(40)]
@@ -122,7 +123,13 @@ def batches(seed: int, n_batches: int) -> list[tuple[int, list[Msg]]]:
                 h.append(("app", None if rng.random() < 0.2 else b"x" * rng.randint(0, 40)))
             if rng.random() < 0.1:
                 h.append((c.TARGET_PARTITION, str(rng.randint(0, 3)).encode()))
-            msgs.append(Msg(p, off, ts, key, value, None if rng.random() < 0.02 else h, err=rng.random() < 0.03))
+            hs = None if rng.random() < 0.02 else h
+            err = rng.random() < 0.03
+            if rng.random() < 0.5:  # the client's own type, mixed with the stand-in (the C side caches per type)
+                msgs.append(Message(topic=TOPIC, partition=p, offset=off, key=key, value=value, headers=hs,
+                                    timestamp=ts, error=KafkaError(KafkaError._PARTITION_EOF) if err else None))
+            else:
+                msgs.append(Msg(p, off, ts, key, value, hs, err=err))
         out.append((now, msgs))
     return out
 
