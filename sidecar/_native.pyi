@@ -98,6 +98,8 @@ class Publisher:
     def __init__(
         self, state: dict[str, Any], on_delivery: Callable[..., None], refused: tuple[type[BaseException], ...], /
     ) -> None: ...
+    def sync(self) -> None:
+        """Add the in-flight counts its delivery reports changed to the state (after every poll)."""
 
 class Delivery:
     """A record's delivery-report callable (made by ``publish_due`` only)."""

@@ -525,6 +525,8 @@ class Sidecar:
     def _poll(self, timeout: float) -> None:
         """Serve delivery reports, then hand the successes to their stores in one batch."""
         self.producer.poll(timeout)
+        if self._fast is not None:
+            self._fast.sync()  # the in-flight counts its reports took down
         for store in self.stores.values():
             if store.acked:
                 store.settle()
