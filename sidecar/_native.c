@@ -1867,9 +1867,15 @@ static void in_learn(PyTypeObject *tp) {
     }
 }
 
-static PyObject *in_call(PyObject *m, int k) {
+/* m.<accessor k>(), raising what it raises */
+static PyObject *msg_call(PyObject *m, int k) {
+    if (in_names() < 0) return NULL;
     if (Py_TYPE(m) != in_type) in_learn(Py_TYPE(m));
-    PyObject *r = in_descr[k] ? PyObject_Vectorcall(in_descr[k], &m, 1, NULL) : PyObject_CallMethodNoArgs(m, in_name(k));
+    return in_descr[k] ? PyObject_Vectorcall(in_descr[k], &m, 1, NULL) : PyObject_CallMethodNoArgs(m, in_name(k));
+}
+
+static PyObject *in_call(PyObject *m, int k) {
+    PyObject *r = msg_call(m, k);
     if (!r) PyErr_Clear(); /* the reference path calls it again and raises */
     return r;
 }
@@ -2699,12 +2705,6 @@ static PyTypeObject PublisherType = {
     .tp_methods = Publisher_methods,
 };
 
-/* msg.timestamp(), through the method descriptor when msg is the consumed messages' type */
-static PyObject *msg_timestamp(PyObject *msg) {
-    if (Py_TYPE(msg) == in_type && in_descr[M_TIMESTAMP]) return PyObject_Vectorcall(in_descr[M_TIMESTAMP], &msg, 1, NULL);
-    return PyObject_CallMethodNoArgs(msg, S_timestamp);
-}
-
 /* The delivery report: the common success in C, everything else through Sidecar._on_delivery. */
 static PyObject *Delivery_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     DeliveryObject *d = (DeliveryObject *)self;
@@ -2732,7 +2732,7 @@ static PyObject *Delivery_vectorcall(PyObject *self, PyObject *const *args, size
     PublisherObject *pub = d->pub;
     pub->pend_in_flight--;
     if (pub_tif(pub, d->topic, -1) < 0) return NULL;
-    PyObject *ts = msg_timestamp(msg);
+    PyObject *ts = msg_call(msg, M_TIMESTAMP); /* the delivered Message is the consumed ones' type */
     if (!ts) return NULL;
     long long t = -1;
     if (PyTuple_Check(ts) && PyTuple_GET_SIZE(ts) == 2) {

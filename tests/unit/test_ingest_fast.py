@@ -272,13 +272,14 @@ def test_a_slot_started_by_the_fast_intake_is_seen_by_the_next_due_time(tmp_path
     sc, st = _store(tmp_path, "wheel")
     w = st.sched
     assert isinstance(w, WheelScheduler)
-    far = T0 + 2 * 3_600_000  # beyond the 1 h ring: a bucket record, no slot
-    sc.stores[0] = st
-    sc._ingest([Msg(0, 0, (1, T0), b"k", b"v", [(c.TARGET_TOPIC, b"out"), (c.DELAY_MS, str(far - T0).encode())])])
-    assert w.due(T0, 10) == [] and w.next_due_ms() == far  # no slot occupied: the memo says so
+
     def msg(i: int, delay: int) -> Msg:
         return Msg(0, i, (1, T0), b"k", b"v", [(c.TARGET_TOPIC, b"out"), (c.DELAY_MS, str(delay).encode())])
 
+    far = T0 + 2 * 3_600_000  # beyond the 1 h ring: a bucket record, no slot
+    sc.stores[0] = st
+    sc._ingest([msg(0, far - T0)])
+    assert w.due(T0, 10) == [] and w.next_due_ms() == far  # no slot occupied: the memo says so
     sc._ingest([msg(1, 5_000)])  # the timer log's first entry: the Python path opens its file
     assert w.next_due_ms() == T0 + 5_000
     for i, delay in enumerate([900, 40], start=2):
