@@ -139,7 +139,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("fsync", "fsync", "batch", _choice("batch", "interval", "none"),
            "batch: durable before every ingress commit; interval: every fsync-interval; none: OS decides"),
     Option("fsync-interval", "fsync_interval_ms", 1000, parse_duration_ms, "flush period for fsync=interval"),
-    Option("commit-interval", "commit_interval_ms", 200, _positive(parse_duration_ms),
+    Option("commit-interval", "commit_interval_ms", 1000, _positive(parse_duration_ms),
            "how often ingress offsets are made durable and committed"),
     Option("levels", "levels_ms", _levels(DEFAULT_LEVELS), _levels, "delay level table (1-based)"),
     Option("max-delay", "max_delay_ms", 400 * 86_400_000, _positive(parse_duration_ms),
@@ -200,7 +200,7 @@ class Settings:
     http_host: str = "0.0.0.0"
     fsync: str = "batch"
     fsync_interval_ms: int = 1000
-    commit_interval_ms: int = 200
+    commit_interval_ms: int = 1000
     levels_ms: tuple[int, ...] = _levels(DEFAULT_LEVELS)
     max_delay_ms: int = 400 * 86_400_000
     retry_ladder_ms: tuple[int, ...] = _durations(DEFAULT_RETRY_LADDER)

@@ -22,7 +22,7 @@ work directory, removed when the cell is done. Two layers are measured, both rep
 
 Both layers write the same log records (the same bytes per record), and both take the records in
 batches of the loop's ``batch-size`` (1 000). The cadence is the loop's, on the time the store is
-busy: after every batch, once ``commit-interval`` (200 ms) has passed since the last commit tick,
+busy: after every batch, once ``commit-interval`` (1 s) has passed since the last commit tick,
 ``batch`` and ``none`` checkpoint; ``interval`` checkpoints only if ``fsync-interval`` (1 s) has
 also passed since its last checkpoint (``Sidecar.run`` / ``_checkpoint_all``). A final checkpoint
 ends every cell (the loop's shutdown checkpoint), so under ``batch`` and ``interval`` all N records

@@ -47,7 +47,7 @@ from sidecar.bench.report import fig
 from sidecar.bench.workload import Bench, log, percentile, value_of, wall_ms
 from sidecar.config import Settings
 from sidecar.engine.loop import INGEST_SLICE, Sidecar, quiet_gc
-from sidecar.engine.partition import PartitionStore
+from sidecar.engine.partition import TRIM_INTERVAL_S, PartitionStore
 
 TICK_S = 0.005
 LEVEL_DELAYS = (1_000, 5_000, 10_000)
@@ -155,7 +155,7 @@ def measure(workdir: Path, scheduler: str, rate: float, seconds: float) -> dict[
         commit_s = s.commit_interval_ms / 1000
         cpu = [0.0, 0.0, 0.0]  # ingest, publish, checkpoint
         turns = i = 0
-        t0 = last = time.monotonic()
+        t0 = last = last_trim = time.monotonic()
         m0 = time.thread_time()
         deadline = t0 + seconds + max(WHEEL_DELAYS) / 1000 + 120
         while sc.counters.delivered < n:
@@ -185,7 +185,10 @@ def measure(workdir: Path, scheduler: str, rate: float, seconds: float) -> dict[
                 sc._reap_jobs(consumer)
                 sc._checkpoint_all(consumer)
                 last = now_m
-                cpu[2] += time.thread_time() - e
+            if now_m - last_trim >= TRIM_INTERVAL_S:
+                sc._trim_all()  # on its own clock, as in the loop
+                last_trim = now_m
+            cpu[2] += time.thread_time() - e
             nxt = sc._next_due()
             wait = TICK_S - (time.monotonic() - t0) % TICK_S if i < n else 0.1
             if nxt is not None:

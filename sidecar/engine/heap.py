@@ -13,8 +13,9 @@ record owns.
 What: glibc's ``malloc_trim(0)`` walks every arena and ``madvise(MADV_DONTNEED)``s the whole
 free pages inside it, not only the top. It costs ~0.25 ms per MiB released (page-table work) and
 ~1 ms when there is nothing to release, so it is not for the hot path: :class:`HeapReleaser`
-calls it once a burst is over — after a commit interval in which nothing was consumed or
-delivered, following one in which something was — and at most once per ``min_gap_s``. The call
+calls it once a burst is over — after a trim interval (``TRIM_INTERVAL_S``, 200 ms) in which
+nothing was consumed or delivered, following one in which something was — and at most once per
+``min_gap_s``. The call
 runs on a worker thread (ctypes releases the GIL), so the loop does not wait for it (only a
 checkpoint job queued behind it on that thread does, and the release only happens when idle).
 

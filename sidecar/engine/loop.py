@@ -44,7 +44,14 @@ from sidecar import contract as c
 from sidecar import logs
 from sidecar.config import Settings
 from sidecar.engine.heap import HeapReleaser
-from sidecar.engine.partition import FAST_INTAKE, CheckpointJob, Counters, PartitionStore, compile_rules
+from sidecar.engine.partition import (
+    FAST_INTAKE,
+    TRIM_INTERVAL_S,
+    CheckpointJob,
+    Counters,
+    PartitionStore,
+    compile_rules,
+)
 from sidecar.engine.threads import HelperThreads, demote_self
 from sidecar.engine.turns import SLOW_TURN_S, TurnWatch
 from sidecar.levels.scheduler import LevelsScheduler
@@ -314,7 +321,7 @@ class Sidecar:
         helpers = HelperThreads(enabled=self.s.helper_threads == "all")
         helpers.demote()
         log.info("sidecar.started", config=self.s.masked(), pid=os.getpid())
-        last_commit = last_stats = last_space = time.monotonic()
+        last_commit = last_stats = last_space = last_trim = time.monotonic()
         stats_every = self.s.stats_interval_ms / 1000
         commit_every = self.s.commit_interval_ms / 1000
         turns = self.turns
@@ -352,8 +359,11 @@ class Sidecar:
                 mono = time.monotonic()
                 if mono - last_commit >= commit_every:
                     self._checkpoint_all(consumer)
-                    self.heap.tick(self._work_done(), mono)
                     last_commit = mono
+                if mono - last_trim >= TRIM_INTERVAL_S:
+                    self._trim_all()
+                    self.heap.tick(self._work_done(), mono)
+                    last_trim = mono
                 t4 = clock()
                 if mono - last_space >= 1.0:
                     helpers.demote()  # librdkafka starts a thread per broker it connects to
@@ -662,7 +672,13 @@ class Sidecar:
                 else:
                     job = store.begin_checkpoint(fsync=True)
                     self.jobs[store.partition] = (store, job, self.flusher.submit(job.run))
-            store.trim()  # idle too: recovery, the scanners and the publisher read pages as well
+
+    def _trim_all(self) -> None:
+        """Every ``TRIM_INTERVAL_S``: idle stores too (recovery, the scanners and the publisher read
+        pages as well). On its own clock, not the checkpoints': RSS must not follow the
+        commit interval."""
+        for store in self.stores.values():
+            store.trim()
 
     def _work_done(self) -> int:
         """Records consumed and delivered so far (any kind): it stops moving when a burst is over."""

@@ -70,6 +70,7 @@ _HEAD, _NEXT, _ILIVE, _SCHED_AT = 1, 4, 8, 16
 log = logs.get("sidecar.store")
 _DANGLING_KEPT = 1000  # dangling entries remembered (for the recovered event, inspect and tests)
 _DANGLING_LOGGED = 10  # logged one by one; after that at every power of two
+TRIM_INTERVAL_S = 0.2  # how often the loop calls trim(), whatever the commit interval
 TRIM_ALL_EVERY = 16  # trim(): all of the store is dropped at least every 16th call (~3 s)
 TRIM_DRAIN_RECORDS = 4096  # trim(): at least this many delivered since the previous call, and 4x
 # more than ingested, is a backlog being drained: its commit log and scheduler pages go every call
@@ -163,7 +164,6 @@ class PartitionStore:
         self.dangling_count = 0
         self.checkpoints = 0  # written since open: trim() tells a busy store from an idle one by it
         self._trims = 0
-        self._trimmed_at = 0  # ``checkpoints`` at the previous trim()
         self._idle = False  # as seen by the previous trim()
         self.settled = 0  # records delivered (settled) since open
         self._settled_at_trim = 0
@@ -203,7 +203,7 @@ class PartitionStore:
         arm: Callable[[int, Callable[[int, int, str], None]], None] | None = getattr(self.sched, "arm", None)
         if arm is not None and head is not None:
             arm(head, self._dangling)
-        self.next_offset = resume
+        self.next_offset = self._offset_at_trim = resume
         return resume
 
     def _dangling(self, ref: int, pos: int, reason: str) -> None:
@@ -488,16 +488,18 @@ class PartitionStore:
     def trim(self) -> None:
         """Unmap the resident pages of the store's mmapped files from this process, so RSS holds
         little more than what was touched lately (docs/storage.md 9). Safe at any time, nothing is
-        lost; the loop calls it once per checkpoint interval, idle or not.
+        lost; the loop calls it every ``TRIM_INTERVAL_S``, idle or not, on its own clock: not at
+        each checkpoint, so a longer ``commit-interval`` (or ``fsync=interval``) does not let RSS
+        grow between checkpoints.
 
         Every call drops what was appended to the commit log since the previous call. All the rest
-        (sealed segments, id index, scheduler files) goes when the store goes idle (no checkpoint
-        since the previous call, after one; or the first call after open: recovery read it all)
-        and at every ``TRIM_ALL_EVERY``-th call. Not at every call: the id index, the wheel's slots
-        and its chain links are written at random, so under a stream of writes their pages come
-        back at once (with ``fsync=none``, which has no msync to write-protect them anyway, that
-        measured +0.33 page faults per ingested record), and an idle store would pay a madvise per
-        file per interval for the few pages its scanners touch.
+        (sealed segments, id index, scheduler files) goes when the store goes idle (nothing
+        ingested or delivered since the previous call, after a call with some; or the first call
+        after open: recovery read it all) and at every ``TRIM_ALL_EVERY``-th call. Not at every
+        call: the id index, the wheel's slots and its chain links are written at random, so under
+        a stream of writes their pages come back at once (with ``fsync=none``, which has no msync
+        to write-protect them anyway, that measured +0.33 page faults per ingested record), and an
+        idle store would pay a madvise per file per interval for the few pages its scanners touch.
 
         A store draining a backlog (a mass expiry: at least ``TRIM_DRAIN_RECORDS`` delivered since
         the previous call and four times more than ingested) also drops its whole commit log and
@@ -506,10 +508,10 @@ class PartitionStore:
         mapped until the next full drop (measured: +107 MiB RSS during a one-million-record
         drain). The few writes of the intake beside it do not make the re-faults matter."""
         self._trims += 1
-        idle = self._trimmed_at == self.checkpoints
-        offset = self.next_offset or 0
+        offset, before = self.next_offset, self._offset_at_trim
         delivered = self.settled - self._settled_at_trim
-        ingested = offset - (offset if self._offset_at_trim is None else self._offset_at_trim)
+        ingested = 0 if offset is None or before is None else offset - before
+        idle = delivered == 0 and offset == before
         draining = delivered >= TRIM_DRAIN_RECORDS and delivered >= 4 * ingested
         self._settled_at_trim, self._offset_at_trim = self.settled, offset
         if (idle and not self._idle) or self._trims % TRIM_ALL_EVERY == 0:
@@ -522,7 +524,6 @@ class PartitionStore:
         else:
             self.log.trim(sealed=False)
         self._idle = idle
-        self._trimmed_at = self.checkpoints
 
     def pending(self) -> dict[str, int]:
         return self.sched.pending()
