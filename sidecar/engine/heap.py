@@ -15,9 +15,9 @@ free pages inside it, not only the top. It costs ~0.25 ms per MiB released (page
 ~1 ms when there is nothing to release, so it is not for the hot path: :class:`HeapReleaser`
 calls it once a burst is over — after a trim interval (``TRIM_INTERVAL_S``, 200 ms) in which
 nothing was consumed or delivered, following one in which something was — and at most once per
-``min_gap_s``. The call
-runs on a worker thread (ctypes releases the GIL), so the loop does not wait for it (only a
-checkpoint job queued behind it on that thread does, and the release only happens when idle).
+``min_gap_s``. The call runs on a worker thread (ctypes releases the GIL), so the loop does not
+wait for it (only a checkpoint job queued behind it on that thread does, and the release only
+happens when idle).
 
 Where there is no ``malloc_trim`` (musl, macOS) :func:`release_heap` does nothing and says so.
 """

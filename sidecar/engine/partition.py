@@ -162,7 +162,6 @@ class PartitionStore:
         # (ref, log position, reason) of dangling entries dropped so far (the first _DANGLING_KEPT)
         self.dangling: list[tuple[int, int, str]] = []
         self.dangling_count = 0
-        self.checkpoints = 0  # written since open: trim() tells a busy store from an idle one by it
         self._trims = 0
         self._idle = False  # as seen by the previous trim()
         self.settled = 0  # records delivered (settled) since open
@@ -470,7 +469,6 @@ class PartitionStore:
             "ids": self.ids.state(),
         }
         self.dirty = False
-        self.checkpoints += 1
         dead = self.log.reclaimable()
         return CheckpointJob(self.dir, doc, batch, fsync, dead, [self.log.path_of(i) for i in dead], self.next_offset)
 
