@@ -10,16 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from sidecar.bench.workload import memory_of
 from tests.integration.harness import SidecarProcess, create_topics, producer
 
 pytestmark = pytest.mark.integration
-
-
-def rss_file(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("RssFile:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no RssFile in /proc/PID/status")
 
 
 def ingested(sc: SidecarProcess) -> int:
@@ -41,7 +35,7 @@ def test_store_pages_leave_between_checkpoints(kafka_bootstrap: str, tmp_path: P
     assert sc.proc is not None
     try:
         time.sleep(1)
-        base = rss_file(sc.proc.pid)
+        base = memory_of(sc.proc.pid)["RssFile"]
         n, value = 100_000, b"v" * 1000
         p = producer(kafka_bootstrap)
         for i in range(n):
@@ -56,7 +50,7 @@ def test_store_pages_leave_between_checkpoints(kafka_bootstrap: str, tmp_path: P
             assert sc.proc.poll() is None, sc.log_text()[-4000:]
             time.sleep(0.2)
         time.sleep(1.0)  # five trim intervals
-        growth = rss_file(sc.proc.pid) - base
+        growth = memory_of(sc.proc.pid)["RssFile"] - base
         log_bytes = sum(f.stat().st_blocks * 512 for f in (tmp_path / "data").rglob("log/*") if f.is_file())
         assert log_bytes >= n * 1000, f"the commit log holds only {log_bytes} bytes"
         for ck in (tmp_path / "data").rglob("checkpoint.json"):  # no checkpoint covers the records
