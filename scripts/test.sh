@@ -7,6 +7,6 @@ cd "$root"
 bash scripts/setup.sh
 export KDS_CACHE=${KDS_CACHE:-$HOME/.cache/kafka-delay-sidecar}
 export PATH="$root/.venv/bin:$KDS_CACHE/bin:$PATH"
-ruff check sidecar spark tests
+ruff check sidecar spark tests bench devkafka
 mypy
 exec python -m pytest "$@"

@@ -1755,7 +1755,7 @@ done:
 }
 
 /* ---------------------------------------------------------------------------------------------
- * Intake fast path (sidecar/engine/partition.py, PartitionStore.ingest_many): the common consumed
+ * Intake fast path (sidecar/store/partition.py, PartitionStore.ingest_many): the common consumed
  * record stored and scheduled in one C loop over the consumer's Message list. The Python path
  * (Sidecar._ingest -> PartitionStore.ingest_fields) is the reference: this loop handles a record
  * only when that path would run its plain branch (no error, this store's partition, a request the

@@ -23,6 +23,7 @@ from typing import Any, cast
 import orjson
 
 from sidecar import contract as c
+from sidecar import devtools
 from sidecar.config import OPTIONS, ConfigError, Settings, load_settings
 
 
@@ -73,7 +74,7 @@ def cmd_run(ns: argparse.Namespace) -> int:
     log = logs.get("sidecar")
     broker = None
     if not settings.bootstrap_servers:
-        from sidecar.kafka.local import LocalKafka
+        LocalKafka = devtools.load("devkafka.local", "an embedded broker (no --bootstrap-servers)").LocalKafka
 
         data = settings.data_path / "_embedded-kafka"
         data.mkdir(parents=True, exist_ok=True)
@@ -119,9 +120,9 @@ def _serve(settings: Settings, ready: threading.Event | None = None, stop: threa
 
 
 def cmd_dev_kafka(ns: argparse.Namespace) -> int:
-    from sidecar.kafka.local import main_dev_kafka
+    main_dev_kafka = devtools.load("devkafka.local", "dev-kafka").main_dev_kafka
 
-    return main_dev_kafka(ns.port, Path(ns.data_dir) if ns.data_dir else None)
+    return int(main_dev_kafka(ns.port, Path(ns.data_dir) if ns.data_dir else None))
 
 
 def _producer(bootstrap: str | None) -> Any:
@@ -202,7 +203,8 @@ def cmd_demo(ns: argparse.Namespace) -> int:
     from confluent_kafka import Consumer
 
     from sidecar import client
-    from sidecar.kafka.local import LocalKafka
+
+    LocalKafka = devtools.load("devkafka.local", "the demo").LocalKafka
 
     workdir = Path(tempfile.mkdtemp(prefix="delay-sidecar-demo-"))
     print(f"starting a local Kafka broker (KRaft) in {workdir} ...", flush=True)
@@ -274,9 +276,7 @@ def cmd_accuracy(argv: list[str]) -> int:
 
 
 def cmd_bench(argv: list[str]) -> int:
-    from sidecar.bench.cli import bench_main  # type: ignore[import-not-found,unused-ignore]
-
-    return int(bench_main(argv))
+    return int(devtools.load("bench.cli", "bench").bench_main(argv))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -329,7 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args and args[0] in ("accuracy", "bench"):
         try:
             return cmd_accuracy(args[1:]) if args[0] == "accuracy" else cmd_bench(args[1:])
-        except (CliError, ConfigError) as e:
+        except (CliError, ConfigError, devtools.DevToolMissing) as e:
             print(f"delay-sidecar {args[0]}: error: {e}", file=sys.stderr)
             return 2
     parser = build_parser()
@@ -338,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "inspect": cmd_inspect, "demo": cmd_demo}
     try:
         return handlers[ns.command](ns)
-    except (CliError, ConfigError) as e:
+    except (CliError, ConfigError, devtools.DevToolMissing) as e:
         print(f"delay-sidecar {ns.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -4,7 +4,7 @@ Why one broker per session: a KRaft broker takes several seconds to start on a l
 machine, and tests isolate themselves by topic and group names (the ``unique`` fixture) instead.
 
 * ``kafka_bootstrap`` (session, str): ``KAFKA_BOOTSTRAP_SERVERS`` if set (an existing cluster),
-  else a :class:`sidecar.kafka.local.LocalKafka` started in a pytest tmp dir (its
+  else a :class:`devkafka.local.LocalKafka` started in a pytest tmp dir (its
   ``broker.log`` stays under pytest's basetemp for post-mortems). If no broker can be started the
   dependent tests are *skipped* on a laptop but *fail* when ``CI=true``: CI must prove a real
   broker ran, never silently skip the integration suite.
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from sidecar.kafka.local import LocalKafka
+from devkafka.local import LocalKafka
 
 START_TIMEOUT_S = float(os.environ.get("KDS_KAFKA_START_TIMEOUT", "240"))
 

@@ -9,6 +9,6 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 export KDS_CACHE=${KDS_CACHE:-$HOME/.cache/kafka-delay-sidecar}
 command -v mvn >/dev/null || { echo "setup: Maven (mvn) is required to fetch the Kafka jars" >&2; exit 1; }
-dir=$(.venv/bin/python -c 'from sidecar.kafka.jars import ensure_kafka_jars; print(ensure_kafka_jars())')
-ver=$(.venv/bin/python -c 'import sys; from pathlib import Path; from sidecar.kafka.jars import kafka_version; print(kafka_version(Path(sys.argv[1])))' "$dir")
+dir=$(.venv/bin/python -c 'from devkafka.jars import ensure_kafka_jars; print(ensure_kafka_jars())')
+ver=$(.venv/bin/python -c 'import sys; from pathlib import Path; from devkafka.jars import kafka_version; print(kafka_version(Path(sys.argv[1])))' "$dir")
 echo "setup: Kafka $ver broker jars in $dir"

@@ -44,14 +44,6 @@ from sidecar import contract as c
 from sidecar import logs
 from sidecar.config import Settings
 from sidecar.engine.heap import HeapReleaser
-from sidecar.engine.partition import (
-    FAST_INTAKE,
-    TRIM_INTERVAL_S,
-    CheckpointJob,
-    Counters,
-    PartitionStore,
-    compile_rules,
-)
 from sidecar.engine.threads import HelperThreads, demote_self
 from sidecar.engine.turns import SLOW_TURN_S, TurnWatch
 from sidecar.levels.scheduler import LevelsScheduler
@@ -60,6 +52,14 @@ from sidecar.scheduling import Scheduler
 from sidecar.store import codec
 from sidecar.store.codec import Record, delivery_headers, native
 from sidecar.store.log import CommitLog
+from sidecar.store.partition import (
+    FAST_INTAKE,
+    TRIM_INTERVAL_S,
+    CheckpointJob,
+    Counters,
+    PartitionStore,
+    compile_rules,
+)
 
 log = logs.get("sidecar")
 

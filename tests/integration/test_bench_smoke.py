@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.bench.report import walk_figures
+from bench.report import walk_figures
 
 pytestmark = pytest.mark.integration
 

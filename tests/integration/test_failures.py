@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from devkafka.local import LocalKafka
 from sidecar import client
 from sidecar.config import DEFAULT_LEVELS
 from sidecar.durations import parse_duration_list
-from sidecar.kafka.local import LocalKafka
 from sidecar.levels.table import plan as level_plan
 from tests.integration.harness import SidecarProcess, consume_until, create_topics, producer
 

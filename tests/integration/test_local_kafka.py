@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from sidecar.kafka.local import LocalKafka
+from devkafka.local import LocalKafka
 
 pytestmark = pytest.mark.integration
 

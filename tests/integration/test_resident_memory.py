@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.bench.workload import memory_of
+from bench.workload import memory_of
 from tests.integration.harness import SidecarProcess, create_topics, producer
 
 pytestmark = pytest.mark.integration

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.bench import append
-from sidecar.bench.report import walk_figures
-from sidecar.bench.workload import RECORD_SIZES, Bench
+from bench import append
+from bench.report import walk_figures
+from bench.workload import RECORD_SIZES, Bench
 from sidecar.store import codec
 from sidecar.store.codec import encode_headers
 

@@ -27,11 +27,11 @@ from confluent_kafka import KafkaError, Message
 from sidecar import contract as c
 from sidecar.config import Settings
 from sidecar.engine import loop
-from sidecar.engine import partition as partition_mod
-from sidecar.engine.partition import PartitionStore
 from sidecar.levels.scheduler import LevelsScheduler
+from sidecar.store import partition as partition_mod
 from sidecar.store.codec import native
 from sidecar.store.idindex import IdIndex
+from sidecar.store.partition import PartitionStore
 from sidecar.wheel import WheelScheduler
 
 pytestmark = pytest.mark.skipif(native is None, reason="the C extension is not built (or KDS_PURE_PYTHON=1)")

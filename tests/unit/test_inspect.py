@@ -10,10 +10,10 @@ import pytest
 
 from sidecar import cli
 from sidecar import contract as c
-from sidecar.engine.partition import Counters, IngressRecord, PartitionStore, compile_rules
 from sidecar.inspect import inspect_data_dir, render_text
 from sidecar.levels.scheduler import LevelsScheduler
 from sidecar.store.idindex import id_hash
+from sidecar.store.partition import Counters, IngressRecord, PartitionStore, compile_rules
 
 LEVELS = (1000, 5000, 10_000)
 T0 = 1_700_000_000_000

@@ -17,10 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sidecar import contract as c
-from sidecar.engine.partition import compile_rules
 from sidecar.headers import Rules, py_parse_request
 from sidecar.store import codec
 from sidecar.store.idindex import HEADER_SIZE, IdIndex, py_id_hash
+from sidecar.store.partition import compile_rules
 from tests.unit.test_codec import HEADERS, records
 
 native = codec.native

@@ -21,12 +21,12 @@ import pytest
 from structlog.testing import capture_logs
 
 from sidecar import contract as c
-from sidecar.engine import partition as partition_mod
-from sidecar.engine.partition import CheckpointJob, Counters, IngressRecord, PartitionStore, compile_rules
 from sidecar.levels.scheduler import LevelsScheduler
 from sidecar.store import codec
+from sidecar.store import partition as partition_mod
 from sidecar.store.idindex import EMPTY, TOMB, IdIndex, id_hash
 from sidecar.store.mapped import HEADER_SIZE
+from sidecar.store.partition import CheckpointJob, Counters, IngressRecord, PartitionStore, compile_rules
 from sidecar.wheel import WheelScheduler
 
 LEVELS = (1000, 5000, 10_000)

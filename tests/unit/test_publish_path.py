@@ -23,8 +23,8 @@ from confluent_kafka import KafkaError, KafkaException
 from sidecar.config import Settings
 from sidecar.engine import loop as loop_mod
 from sidecar.engine.loop import Sidecar
-from sidecar.engine.partition import PartitionStore
 from sidecar.store import codec
+from sidecar.store.partition import PartitionStore
 
 native = codec.native
 needs_native = pytest.mark.skipif(native is None and os.environ.get("CI") != "true", reason="sidecar._native not built")

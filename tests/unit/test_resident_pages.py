@@ -12,7 +12,12 @@ from pathlib import Path
 import pytest
 
 from sidecar import contract as c
-from sidecar.engine.partition import (
+from sidecar.levels.scheduler import LevelsScheduler
+from sidecar.scheduling import Scheduler
+from sidecar.store import codec
+from sidecar.store.log import CommitLog
+from sidecar.store.mapped import HEADER_SIZE, MappedFile
+from sidecar.store.partition import (
     TRIM_ALL_EVERY,
     TRIM_DRAIN_RECORDS,
     Counters,
@@ -20,11 +25,6 @@ from sidecar.engine.partition import (
     PartitionStore,
     compile_rules,
 )
-from sidecar.levels.scheduler import LevelsScheduler
-from sidecar.scheduling import Scheduler
-from sidecar.store import codec
-from sidecar.store.log import CommitLog
-from sidecar.store.mapped import HEADER_SIZE, MappedFile
 from sidecar.wheel import WheelScheduler
 
 pytestmark = pytest.mark.skipif(

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from sidecar import contract as c
-from sidecar.engine.partition import Counters, IngressRecord, PartitionStore, compile_rules
 from sidecar.levels.scheduler import LevelsScheduler
 from sidecar.store import codec
 from sidecar.store.idindex import id_hash
 from sidecar.store.log import CorruptSegment
+from sidecar.store.partition import Counters, IngressRecord, PartitionStore, compile_rules
 from sidecar.store.salvage import salvage, salvage_main
 
 LEVELS = (1000, 5000)

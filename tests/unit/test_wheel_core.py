@@ -9,9 +9,9 @@ import pytest
 
 from sidecar import contract as c
 from sidecar.config import Settings
-from sidecar.engine.partition import Counters, IngressRecord, PartitionStore, compile_rules
 from sidecar.store import codec
 from sidecar.store.log import CommitLog
+from sidecar.store.partition import Counters, IngressRecord, PartitionStore, compile_rules
 from sidecar.wheel import WheelScheduler, make_wheel
 from sidecar.wheel.layout import DROPPED
 

@@ -34,8 +34,8 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from sidecar.bench.report import fig
-from sidecar.bench.workload import (
+from bench.report import fig
+from bench.workload import (
     RECORD_SIZES,
     Bench,
     Preloaded,
@@ -115,7 +115,7 @@ def measure_sidecar(bench: Bench, pre: Preloaded, target: str, scheduler: str, t
 def measure_passthrough(bench: Bench, pre: Preloaded, tag: str) -> dict[str, Any]:
     target = f"bench.pt.{tag}.{uid()}"
     bench.topics(target)
-    proc = ScriptProc("sidecar.bench.passthrough", bench.workdir,
+    proc = ScriptProc("bench.passthrough", bench.workdir,
                       ["--bootstrap", bench.bootstrap, "--source", pre.topic, "--target", target, "--count",
                        str(pre.n), "--group", f"bench-pt-{uid()}", "--timeout", str(timeout_for(pre.n))], tag=tag)
     spawned = wall_ms()

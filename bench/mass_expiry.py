@@ -23,9 +23,9 @@ import statistics
 from datetime import datetime
 from typing import Any
 
-from sidecar.bench import throughput
-from sidecar.bench.report import fig
-from sidecar.bench.workload import (
+from bench import throughput
+from bench.report import fig
+from bench.workload import (
     Bench,
     PacedProducer,
     RssSampler,

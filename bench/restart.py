@@ -20,9 +20,9 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from sidecar.bench.pending_memory import build_pending
-from sidecar.bench.report import fig
-from sidecar.bench.workload import (
+from bench.pending_memory import build_pending
+from bench.report import fig
+from bench.workload import (
     Bench,
     SidecarProc,
     ingress_headers,

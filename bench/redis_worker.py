@@ -1,7 +1,7 @@
 """The Redis sorted-set delay queue baseline (Youzan's design, seed summary "Redis ZSET"), on the
 same ingress topic and wire contract as the sidecar.
 
-Run as ``python -m sidecar.bench.redis_worker --bootstrap B --source T --group G --redis-port P
+Run as ``python -m bench.redis_worker --bootstrap B --source T --group G --redis-port P
 --count N [--intake-only]``. One process, one loop, like the sidecar's:
 
 1. *intake*: ``consume`` a batch of up to 5 000 ingress records; for each, the due time from
@@ -33,8 +33,8 @@ import orjson
 import redis
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from bench.workload import CONSUME_BATCH, DELIVERY_PRODUCER, INGRESS_CONSUMER, MAX_IN_FLIGHT, KHeaders
 from sidecar import contract as c
-from sidecar.bench.workload import CONSUME_BATCH, DELIVERY_PRODUCER, INGRESS_CONSUMER, MAX_IN_FLIGHT, KHeaders
 from sidecar.store.codec import decode_headers, encode_headers
 
 MOVE = """
@@ -74,7 +74,7 @@ def unpack(body: bytes) -> tuple[int, str, bytes | None, bytes | None, list[tupl
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sidecar.bench.redis_worker")
+    ap = argparse.ArgumentParser(prog="python -m bench.redis_worker")
     ap.add_argument("--bootstrap", required=True)
     ap.add_argument("--source", required=True)
     ap.add_argument("--group", required=True)

@@ -2,7 +2,7 @@
 
 SCENARIO is one of ``throughput``, ``lateness``, ``pending-memory``, ``restart``, ``mass-expiry``,
 ``redis-zset``, ``append``, ``steady``, ``all``, or a comma-separated list of them. Without
-``--bootstrap-servers`` the bench starts its own local broker (:class:`sidecar.kafka.local.LocalKafka`)
+``--bootstrap-servers`` the bench starts its own local broker (:class:`devkafka.local.LocalKafka`)
 in the work directory and stops it at the end, unless every scenario asked for runs in-process
 without one (``append``, ``steady``). The schedulers measured are every one that runs: ``levels`` always,
 ``wheel`` once ``python -m sidecar run --scheduler wheel`` starts (detected by trying), or the ones
@@ -33,9 +33,9 @@ from typing import Any
 
 import orjson
 
-from sidecar.bench import append, lateness, mass_expiry, pending_memory, redis_zset, restart, steady, throughput
-from sidecar.bench.report import machine_facts, markdown_pivot, walk_figures
-from sidecar.bench.workload import SIZES, Bench, BenchError, SidecarProc, kafka_ready, log, stop_all, uid
+from bench import append, lateness, mass_expiry, pending_memory, redis_zset, restart, steady, throughput
+from bench.report import machine_facts, markdown_pivot, walk_figures
+from bench.workload import SIZES, Bench, BenchError, SidecarProc, kafka_ready, log, stop_all, uid
 
 SCENARIOS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "throughput": throughput.run,
@@ -128,7 +128,7 @@ def bench_main(argv: list[str]) -> int:
         needs_broker = any(name not in NO_BROKER for name in ns.names)
         kafka_version: str | None = None
         if bootstrap is None and needs_broker:
-            from sidecar.kafka.local import LocalKafka
+            from devkafka.local import LocalKafka
 
             broker = LocalKafka(port=0, data_dir=workdir / "kafka", prefer_docker=False)
             log("starting a local Kafka broker ...")

@@ -607,7 +607,7 @@ class SidecarProc(LogProc):
 
 
 class ScriptProc(LogProc):
-    """A bench helper module (``python -m sidecar.bench.<module>``) that prints JSON events."""
+    """A bench helper module (``python -m bench.<module>``) that prints JSON events."""
 
     def __init__(self, module: str, workdir: Path, args: list[str], tag: str = "") -> None:
         name = f"{module.rsplit('.', 1)[-1]}{'-' + tag if tag else ''}-{uid()}"

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sidecar.bench import throughput
-from sidecar.bench.report import fig
-from sidecar.bench.workload import (
+from bench import throughput
+from bench.report import fig
+from bench.workload import (
     Bench,
     PacedProducer,
     ScriptProc,
@@ -117,7 +117,7 @@ def passthrough_latency(bench: Bench, rate: float, seconds: float) -> dict[str, 
     ingress, target = f"bench.latpt.in.{uid()}", f"bench.latpt.out.{uid()}"
     bench.topics(ingress, target)
     expected = int(rate * seconds)
-    proc = ScriptProc("sidecar.bench.passthrough", bench.workdir,
+    proc = ScriptProc("bench.passthrough", bench.workdir,
                       ["--bootstrap", bench.bootstrap, "--source", ingress, "--target", target, "--count",
                        str(expected), "--group", f"bench-latpt-{uid()}", "--timeout", str(seconds + 120)], tag="lat")
     proc.start()

@@ -55,15 +55,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.report import fig
+from bench.workload import RECORD_SIZES, Bench, BenchError, disk_usage, log, percentile, value_of, wall_ms
 from sidecar import contract as c
-from sidecar.bench.report import fig
-from sidecar.bench.workload import RECORD_SIZES, Bench, BenchError, disk_usage, log, percentile, value_of, wall_ms
 from sidecar.config import Settings
 from sidecar.engine.loop import make_scheduler_factory
-from sidecar.engine.partition import Counters, IngressRecord, PartitionStore, compile_rules
 from sidecar.store import checkpoint, codec
 from sidecar.store.codec import encode_headers
 from sidecar.store.log import CommitLog
+from sidecar.store.partition import Counters, IngressRecord, PartitionStore, compile_rules
 
 POLICIES = ("batch", "interval", "none")
 DEFAULTS = Settings()

@@ -33,8 +33,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sidecar.bench.report import fig
-from sidecar.bench.workload import (
+from bench.report import fig
+from bench.workload import (
     Bench,
     SidecarProc,
     disk_usage,

@@ -1,6 +1,6 @@
 """Benchmarks (GitHub issue 8): ``delay-sidecar bench SCENARIO [--size small|full] --json OUT``.
 
-Every scenario runs against a real broker (a :class:`sidecar.kafka.local.LocalKafka` the bench
+Every scenario runs against a real broker (a :class:`devkafka.local.LocalKafka` the bench
 starts itself, or ``--bootstrap-servers``), runs the sidecar exactly as an operator would
 (``python -m sidecar run ...`` as a subprocess), reads what it delivered with plain
 confluent-kafka clients, and runs its own baseline in the same invocation, so every figure comes

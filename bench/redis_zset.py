@@ -3,7 +3,7 @@
 A ``redis-server`` from the distribution's packages (``scripts/setup.d/40-redis.sh``) runs on a
 free loopback port in a temp directory with persistence off (``--save '' --appendonly no``:
 Redis is given its fastest setting; the sidecar keeps its default ``fsync: batch``), and is shut
-down at the end. The queue itself is :mod:`sidecar.bench.redis_worker` (intake -> ZADD + job
+down at the end. The queue itself is :mod:`bench.redis_worker` (intake -> ZADD + job
 hash, Lua mover -> ready list, worker -> Kafka) in one Python process with the same Kafka client
 settings as the sidecar.
 
@@ -30,9 +30,9 @@ from typing import Any
 
 import redis
 
-from sidecar.bench import throughput
-from sidecar.bench.report import fig
-from sidecar.bench.workload import (
+from bench import throughput
+from bench.report import fig
+from bench.workload import (
     Bench,
     BenchError,
     Preloaded,
@@ -105,7 +105,7 @@ def run_worker(bench: Bench, srv: RedisServer, source: str, count: int, intake_o
             str(srv.port), "--count", str(count), "--timeout", str(throughput.timeout_for(count))]
     if intake_only:
         args.append("--intake-only")
-    proc = ScriptProc("sidecar.bench.redis_worker", bench.workdir, args, tag=tag)
+    proc = ScriptProc("bench.redis_worker", bench.workdir, args, tag=tag)
     proc.start()
     return proc.result(throughput.timeout_for(count) + 60)
 

@@ -235,5 +235,5 @@ def _check_classpath(directory: Path, version: str) -> None:
         )
 
 
-if __name__ == "__main__":  # pragma: no cover - convenience: python -m sidecar.kafka.jars
+if __name__ == "__main__":  # pragma: no cover - convenience: python -m devkafka.jars
     print(ensure_kafka_jars())

@@ -42,12 +42,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.report import fig
+from bench.workload import Bench, log, percentile, value_of, wall_ms
 from sidecar import contract as c
-from sidecar.bench.report import fig
-from sidecar.bench.workload import Bench, log, percentile, value_of, wall_ms
 from sidecar.config import Settings
 from sidecar.engine.loop import INGEST_SLICE, Sidecar, quiet_gc
-from sidecar.engine.partition import TRIM_INTERVAL_S, PartitionStore
+from sidecar.store.partition import TRIM_INTERVAL_S, PartitionStore
 
 TICK_S = 0.005
 LEVEL_DELAYS = (1_000, 5_000, 10_000)

@@ -1,6 +1,6 @@
 """The physical limit baseline: a plain confluent-kafka consume -> produce passthrough.
 
-Run as ``python -m sidecar.bench.passthrough --bootstrap B --source T --target T2 --count N``.
+Run as ``python -m bench.passthrough --bootstrap B --source T --target T2 --count N``.
 It uses the sidecar's own client settings (``workload.INGRESS_CONSUMER`` and
 ``workload.DELIVERY_PRODUCER``: idempotent, ``acks=all``, ``linger.ms=2``, batches of 5 000 consumed
 records, at most 20 000 unacknowledged), a delivery callback per record and an async offset
@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
-from sidecar.bench.workload import CONSUME_BATCH, DELIVERY_PRODUCER, INGRESS_CONSUMER, MAX_IN_FLIGHT
+from bench.workload import CONSUME_BATCH, DELIVERY_PRODUCER, INGRESS_CONSUMER, MAX_IN_FLIGHT
 
 
 def emit(event: str, **kw: Any) -> None:
@@ -30,7 +30,7 @@ def emit(event: str, **kw: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sidecar.bench.passthrough")
+    ap = argparse.ArgumentParser(prog="python -m bench.passthrough")
     ap.add_argument("--bootstrap", required=True)
     ap.add_argument("--source", required=True)
     ap.add_argument("--target", required=True)
