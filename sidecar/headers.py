@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sidecar import contract as c
+from sidecar.retry.ladder import RetryLadder
 from sidecar.store.codec import native as _native
 
 _INT = re.compile(rb"^-?[0-9]{1,18}\Z")
@@ -41,8 +42,7 @@ class Rules:
     dlq_topic: str
     levels_ms: tuple[int, ...]
     max_delay_ms: int
-    retry_ladder_ms: tuple[int, ...]
-    max_retries: int
+    retry_ladder: RetryLadder  # consumer retries: delay.retry-count -> delay, or exhausted
     max_record_bytes: int
     target_allowlist: tuple[re.Pattern[str], ...] = ()
     checked_targets: set[str] = field(default_factory=set, init=False, compare=False, repr=False)  # accepted
@@ -215,10 +215,12 @@ def _parse(headers: HeaderList, ts: int, now: int, size: int, rules: Rules, coun
 
     mode, level, due = "now", 0, ts
     if retry > 0:
-        if retry > rules.max_retries:
-            raise _Bad(c.RETRIES_EXHAUSTED, f"retry {retry} is beyond max-retries {rules.max_retries}")
-        ladder = rules.retry_ladder_ms
-        mode, due = "retry", ts + ladder[min(retry, len(ladder)) - 1]
+        step = rules.retry_ladder.delay_for(retry)
+        if step is None:
+            raise _Bad(
+                c.RETRIES_EXHAUSTED, f"retry {retry} is beyond max-retries {rules.retry_ladder.max_retries}"
+            )
+        mode, due = "retry", ts + step
     elif given:
         h = given[0]
         n = _int(h, control[h])

@@ -35,7 +35,8 @@ signal. Some names differ between the Java client and librdkafka: Java's
 ``InvalidTopicException`` is ``TOPIC_EXCEPTION`` here, ``CorruptRecordException`` is
 ``INVALID_MSG``, ``NOT_LEADER_OR_FOLLOWER`` is ``NOT_LEADER_FOR_PARTITION``, and the local
 "message larger than message.max.bytes" is the same ``MSG_SIZE_TOO_LARGE`` as the broker's.
-Codes are looked up by name so a name absent from the installed confluent-kafka is skipped.
+Codes are looked up by name in ``sidecar/retry/codes.py`` (librdkafka's numbers; this module does
+not import the client); a name absent from that table is skipped.
 
 :class:`PublishFailurePolicy` turns (kind, attempt, first failure time, now) into
 ``Retry(at_ms)`` or ``DeadLetter(...)``. It is pure: the clock and the random generator are
@@ -48,9 +49,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from confluent_kafka import KafkaError
-
 from sidecar.contract import DELIVERY_FAILED
+from sidecar.retry.codes import CODES, FATAL
 from sidecar.retry.backoff import Backoff, RandomSource
 
 if TYPE_CHECKING:
@@ -152,20 +152,14 @@ _RETRIABLE_NAMES = (
 
 
 def _codes(names: tuple[str, ...]) -> frozenset[int]:
-    return frozenset(int(getattr(KafkaError, n)) for n in names if hasattr(KafkaError, n))
+    return frozenset(CODES[n] for n in names if n in CODES)
 
 
 MISSING_TARGET_CODES: frozenset[int] = _codes(_MISSING_TARGET_NAMES)
 PERMANENT_CODES: frozenset[int] = _codes(_PERMANENT_NAMES)
 RETRIABLE_CODES: frozenset[int] = _codes(_RETRIABLE_NAMES)
 
-_FATAL_CODE = int(getattr(KafkaError, "_FATAL", -150))
-
-_NAME_BY_CODE: dict[int, str] = {
-    int(v): n
-    for n, v in vars(KafkaError).items()
-    if isinstance(v, int) and not isinstance(v, bool) and n.lstrip("_").isupper()
-}
+_NAME_BY_CODE: dict[int, str] = {v: n for n, v in CODES.items()}
 
 
 def classify(err: KafkaErrorLike) -> ErrorKind:
@@ -185,7 +179,7 @@ def classify(err: KafkaErrorLike) -> ErrorKind:
 def producer_must_restart(err: KafkaErrorLike) -> bool:
     """True when the producer instance is unusable (librdkafka fatal error, e.g. the idempotent
     producer's sequence broke): close it, create a new one, and re-send what was in flight."""
-    return err.fatal() or err.code() == _FATAL_CODE
+    return err.fatal() or err.code() == FATAL
 
 
 def describe(err: KafkaErrorLike) -> str:
@@ -194,7 +188,9 @@ def describe(err: KafkaErrorLike) -> str:
     code = err.code()
     text_of = getattr(err, "str", None)  # KafkaError.str(): the reason text
     text = str(text_of()) if callable(text_of) else repr(err)
-    return f"{_NAME_BY_CODE.get(code, 'UNKNOWN_CODE')} ({code}): {text}"
+    name_of = getattr(err, "name", None)  # KafkaError.name(): every code's name, not only the table's
+    name = str(name_of()) if callable(name_of) else _NAME_BY_CODE.get(code, "UNKNOWN_CODE")
+    return f"{name} ({code}): {text}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,7 @@ from typing import Any
 from sidecar import contract as c
 from sidecar import logs
 from sidecar.headers import Cancel, Rejection, Request, Rules, parse_ingress
+from sidecar.retry.ladder import RetryLadder
 from sidecar.scheduling import Scheduler
 from sidecar.store import checkpoint, codec
 from sidecar.store.codec import Record, decode_headers, encode_headers, native
@@ -566,7 +567,7 @@ def compile_rules(
 ) -> Rules:
     return Rules(
         ingress_topic=ingress_topic, dlq_topic=dlq_topic, levels_ms=levels_ms, max_delay_ms=max_delay_ms,
-        retry_ladder_ms=retry_ladder_ms, max_retries=max_retries, max_record_bytes=max_record_bytes,
+        retry_ladder=RetryLadder(retry_ladder_ms, max_retries), max_record_bytes=max_record_bytes,
         target_allowlist=tuple(re.compile(p) for p in allowlist),
     )
 

@@ -11,11 +11,12 @@ from sidecar import contract as c
 from sidecar.config import DEFAULT_LEVELS, DEFAULT_RETRY_LADDER
 from sidecar.durations import parse_duration_list
 from sidecar.headers import Cancel, Rejection, Request, Rules, parse_ingress
+from sidecar.retry.ladder import RetryLadder
 
 LEVELS = tuple(parse_duration_list(DEFAULT_LEVELS))
 RULES = Rules(
     ingress_topic="delay.ingress", dlq_topic="delay.dlq", levels_ms=LEVELS, max_delay_ms=400 * 86_400_000,
-    retry_ladder_ms=tuple(parse_duration_list(DEFAULT_RETRY_LADDER)), max_retries=16, max_record_bytes=1000,
+    retry_ladder=RetryLadder(tuple(parse_duration_list(DEFAULT_RETRY_LADDER)), 16), max_record_bytes=1000,
 )
 TS = 1_700_000_000_000
 NOW = TS + 5
@@ -123,8 +124,8 @@ def test_retry_count_takes_the_ladder_step_and_the_last_step_repeats() -> None:
     r = parse(T, (c.RETRY_COUNT, b"1"))
     assert isinstance(r, Request) and (r.mode, r.due_ms, r.retry_count) == ("retry", TS + 10_000, 1)
     short = Rules(
-        ingress_topic="i", dlq_topic="d", levels_ms=LEVELS, max_delay_ms=10**12, retry_ladder_ms=(1000, 2000),
-        max_retries=5, max_record_bytes=1000,
+        ingress_topic="i", dlq_topic="d", levels_ms=LEVELS, max_delay_ms=10**12,
+        retry_ladder=RetryLadder((1000, 2000), 5), max_record_bytes=1000,
     )
     r = parse(T, (c.RETRY_COUNT, b"4"), rules=short)
     assert isinstance(r, Request) and r.due_ms == TS + 2000

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError
@@ -21,6 +22,7 @@ from sidecar.retry import (
     describe,
     producer_must_restart,
 )
+from sidecar.retry import errors as errors_mod
 from sidecar.retry.errors import MISSING_TARGET_CODES, PERMANENT_CODES, RETRIABLE_CODES
 
 E = KafkaError
@@ -215,3 +217,14 @@ def test_policy_properties(
             assert d.at_ms <= T0 + grace
     # deterministic for a seeded rng
     assert d == p.decide(kind, attempt, T0, now, random.Random(seed))
+
+
+def test_code_table_matches_the_installed_client() -> None:
+    """sidecar/retry/codes.py copies librdkafka's numbers so the policy needs no client import:
+    every entry must be the installed confluent-kafka's value under the same name."""
+    from sidecar.retry.codes import CODES
+
+    wrong = {n: (v, getattr(KafkaError, n, None)) for n, v in CODES.items() if getattr(KafkaError, n, None) != v}
+    assert not wrong
+    assert "import confluent_kafka" not in (src := Path(errors_mod.__file__).read_text())
+    assert "from confluent_kafka" not in src
