@@ -6,7 +6,7 @@ Kafka out and measures what one record costs the sidecar's loop thread when reco
 steady rate and fall due 1-10 s later, the ``lateness`` workload, so the two schedulers (and builds)
 can be compared on their own work. It needs no broker and starts no sidecar.
 
-Method: the loop's own turn functions (``Sidecar._ingest``, ``_publish``, ``_poll``) and a real
+Method: the loop's own turn functions (``Sidecar.ingest``, ``Publishing.publish``, ``poll``) and a real
 ``PartitionStore`` on a fresh data directory run in the bench process, single-threaded. An
 in-process stand-in for the consumer hands the loop ``RATE`` records/s in real time, in 5 ms ticks
 (the load generator's), each tick's records stamped with the wall clock as the broker's CreateTime
@@ -132,13 +132,13 @@ def measure(workdir: Path, scheduler: str, rate: float, seconds: float) -> dict[
     try:
         s = Settings(scheduler=scheduler, data_dir=str(d), bootstrap_servers="127.0.0.1:9", ingress_topic="in")
         sc = Sidecar(s)
-        consumer: Any = _Consumer()
         st = PartitionStore(s.data_path, "in", 0, rules=sc.rules, scheduler_name=scheduler,
                             make_scheduler=sc.make_scheduler, segment_bytes=s.segment_bytes,
                             cancel_horizon_ms=s.cancel_horizon_ms, counters=sc.counters)
         st.open()
         sc.stores[0] = st
-        sc.producer = _Producer()  # type: ignore[assignment]
+        sc.pub.producer = _Producer()
+        sc.kafka.consumer = _Consumer()  # the checkpoint path's offset commits
         n = int(rate * seconds)
         rng = random.Random(8)
         value = value_of(100)
@@ -170,11 +170,11 @@ def measure(workdir: Path, scheduler: str, rate: float, seconds: float) -> dict[
                 for m in batch:
                     m._ts = now
                 for j in range(0, len(batch), INGEST_SLICE):
-                    sc._ingest(batch[j : j + INGEST_SLICE])  # type: ignore[arg-type]
+                    sc.ingest(batch[j : j + INGEST_SLICE])
                 i = want
             b = time.thread_time()
-            sc._publish()
-            sc._poll(0)
+            sc.pub.publish()
+            sc.pub.poll(0)
             turns += 1
             e = time.thread_time()
             cpu[0] += b - a
@@ -182,22 +182,22 @@ def measure(workdir: Path, scheduler: str, rate: float, seconds: float) -> dict[
             if now_m - last >= commit_s:
                 # the loop's own checkpoint path: snapshot here, the syncs and the checkpoint
                 # write on its flusher thread (not this thread's CPU), finish here
-                sc._reap_jobs(consumer)
-                sc._checkpoint_all(consumer)
+                sc.durability.reap()
+                sc.durability.checkpoint_all()
                 last = now_m
             if now_m - last_trim >= TRIM_INTERVAL_S:
-                sc._trim_all()  # on its own clock, as in the loop
+                sc.durability.trim_stores()  # on its own clock, as in the loop
                 last_trim = now_m
             cpu[2] += time.thread_time() - e
-            nxt = sc._next_due()
+            nxt = sc.pub.next_due()
             wait = TICK_S - (time.monotonic() - t0) % TICK_S if i < n else 0.1
             if nxt is not None:
                 wait = min(wait, max(0.0, (nxt - wall_ms()) / 1000))
             time.sleep(wait)
         total = time.thread_time() - m0
         wall = time.monotonic() - t0
-        late = sorted(sc.lateness_batch)
-        sc._await_job(None, 0)
+        late = sorted(sc.pub.state.lateness_batch)
+        sc.durability.await_job(0, commit=False)
         st.close()
         us = 1e6 / n
         return {
@@ -215,7 +215,7 @@ def measure(workdir: Path, scheduler: str, rate: float, seconds: float) -> dict[
         }
     finally:
         if sc is not None:
-            sc.flusher.shutdown(wait=True)
+            sc.durability.close()
         gc.unfreeze()
         gc.set_threshold(*saved_gc)
         shutil.rmtree(d, ignore_errors=True)

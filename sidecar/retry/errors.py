@@ -50,8 +50,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from sidecar.contract import DELIVERY_FAILED
-from sidecar.retry.codes import CODES, FATAL
 from sidecar.retry.backoff import Backoff, RandomSource
+from sidecar.retry.codes import CODES, FATAL
 
 if TYPE_CHECKING:
     from sidecar.config import Settings

@@ -132,6 +132,6 @@ def test_the_sidecar_flusher_is_batch_unless_none(tmp_path: Path) -> None:
     for mode, policy in (("flusher", os.SCHED_BATCH), ("all", os.SCHED_BATCH), ("none", os.SCHED_OTHER)):
         sc = Sidecar(Settings(data_dir=str(tmp_path / mode), bootstrap_servers="127.0.0.1:1", helper_threads=mode))
         try:
-            assert sc.flusher.submit(os.sched_getscheduler, 0).result() == policy, mode
+            assert sc.durability.flusher.submit(os.sched_getscheduler, 0).result() == policy, mode
         finally:
-            sc.flusher.shutdown(wait=True)
+            sc.durability.flusher.shutdown(wait=True)

@@ -1,6 +1,6 @@
 """The C intake fast path (``PartitionStore.ingest_many`` -> ``_native.ingest_run``) against the
 reference path (``ingest_fields`` per record): the same random consumer batches are fed to
-``Sidecar._ingest`` with the fast path on and off, and everything must come out identical — the
+``Sidecar.ingest`` with the fast path on and off, and everything must come out identical — the
 bytes of every file of both partition stores (commit-log segments, scheduler files, id index,
 checkpoint) and every plain Python-visible field of the store, its log, id index and scheduler,
 after every batch.
@@ -33,6 +33,7 @@ from sidecar.store.codec import native
 from sidecar.store.idindex import IdIndex
 from sidecar.store.partition import PartitionStore
 from sidecar.wheel import WheelScheduler
+from tests.kafka_twin import VirtualClock
 
 pytestmark = pytest.mark.skipif(native is None, reason="the C extension is not built (or KDS_PURE_PYTHON=1)")
 
@@ -175,15 +176,14 @@ def files(root: Path) -> dict[str, bytes]:
 
 
 def run(root: Path, scheduler: str, seed: int, fast: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
-    clock = [T0]
+    clock = VirtualClock(T0)
     monkeypatch.setattr(loop, "FAST_INTAKE", fast)
     monkeypatch.setattr(loop, "FAST_RETRY", seed % 3)  # retry soon after a bail: more boundaries tested
-    monkeypatch.setattr(loop, "wall_ms", lambda: clock[0])
     # a tiny id index, so it grows (and its growth is the reference path's) many times
     monkeypatch.setattr(partition_mod, "IdIndex", functools.partial(IdIndex, initial_capacity=64))
     s = Settings(scheduler=scheduler, data_dir=str(root), bootstrap_servers="x:1", ingress_topic=TOPIC,
                  levels_ms=LEVELS, max_delay_ms=400 * 86_400_000)
-    sc = loop.Sidecar(s)
+    sc = loop.Sidecar(s, clock=clock)
     if scheduler == "wheel":
         def make(d: Path, lg: Any) -> Any:
             return WheelScheduler(d, lg, precision_ms=10, window_ms=3_600_000, bucket_width_ms=3_600_000,
@@ -199,8 +199,8 @@ def run(root: Path, scheduler: str, seed: int, fast: bool, monkeypatch: pytest.M
     rng = random.Random(seed + 1)
     states = []
     for now, msgs in batches(seed, 40):
-        clock[0] = now
-        sc._ingest(msgs)
+        clock.now_ms = now
+        sc.ingest(msgs)
         states.append([state(sc.stores[p]) for p in (0, 1)])
         for st in sc.stores.values():
             if rng.random() < 0.5:  # hand out and settle what is due: the cursors move
@@ -278,9 +278,9 @@ def test_a_slot_started_by_the_fast_intake_is_seen_by_the_next_due_time(tmp_path
 
     far = T0 + 2 * 3_600_000  # beyond the 1 h ring: a bucket record, no slot
     sc.stores[0] = st
-    sc._ingest([msg(0, far - T0)])
+    sc.ingest([msg(0, far - T0)])
     assert w.due(T0, 10) == [] and w.next_due_ms() == far  # no slot occupied: the memo says so
-    sc._ingest([msg(1, 5_000)])  # the timer log's first entry: the Python path opens its file
+    sc.ingest([msg(1, 5_000)])  # the timer log's first entry: the Python path opens its file
     assert w.next_due_ms() == T0 + 5_000
     for i, delay in enumerate([900, 40], start=2):
         assert st.ingest_many([msg(i, delay)], 0, T0, TOPIC) == 1  # taken by the C intake

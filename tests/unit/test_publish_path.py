@@ -21,7 +21,6 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from sidecar.config import Settings
-from sidecar.engine import loop as loop_mod
 from sidecar.engine.loop import Sidecar
 from sidecar.store import codec
 from sidecar.store.partition import PartitionStore
@@ -93,28 +92,38 @@ class Observed:
 
 
 class Clock:
+    """The loop's clock (``engine/clock.py``), moved by hand."""
+
     def __init__(self) -> None:
         self.now = T0
 
     def __call__(self) -> int:
         return self.now
 
+    def wall_ms(self) -> int:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now / 1000
+
+    def sleep(self, seconds: float) -> None:
+        self.now += int(seconds * 1000)
+
 
 def make(tmp: Path, scheduler: str, c_path: bool, clock: Clock, monkeypatch: pytest.MonkeyPatch,
          **settings: Any) -> tuple[Sidecar, PartitionStore, FakeProducer, Observed]:
-    monkeypatch.setattr(loop_mod, "wall_ms", clock)
     s = Settings(scheduler=scheduler, data_dir=tmp, bootstrap_servers="x:1", ingress_topic="in", **settings)
-    sc = Sidecar(s)
-    sc.rng = random.Random(5)  # the retry backoff's jitter
+    sc = Sidecar(s, clock=clock)
+    sc.pub.rng = random.Random(5)  # the retry backoff's jitter
     if not c_path:
-        sc._fast = None
+        sc.pub._fast = None
     st = PartitionStore(s.data_path, "in", 0, rules=sc.rules, scheduler_name=scheduler,
                         make_scheduler=sc.make_scheduler, segment_bytes=s.segment_bytes,
                         cancel_horizon_ms=s.cancel_horizon_ms, counters=sc.counters)
     st.open()
     sc.stores[0] = st
     producer = FakeProducer(clock)
-    sc.producer = producer  # type: ignore[assignment]
+    sc.pub.producer = producer
     seen = Observed()
     settle = st.settle
 
@@ -141,22 +150,22 @@ def ingest(st: PartitionStore, n: int, target: Callable[[int], bytes], due: Call
 def snapshot(sc: Sidecar, st: PartitionStore, producer: FakeProducer) -> dict[str, Any]:
     return {
         "calls": producer.calls,
-        "in_flight": sc.in_flight,
-        "topic_in_flight": dict(sc.topic_in_flight),
-        "troubled": dict(sc.troubled),
-        "broker_up": sc.broker_up,
-        "backlog": [(ref, rec.id, att is None) for ref, rec, _st, att in sc.backlog],
-        "retries": sorted((at, ref, None if att is None else att.attempt) for at, _q, ref, _s, att in sc.retries),
+        "in_flight": sc.pub.state.in_flight,
+        "topic_in_flight": dict(sc.pub.state.topic_in_flight),
+        "troubled": dict(sc.pub.state.troubled),
+        "broker_up": sc.pub.state.broker_up,
+        "backlog": [(ref, rec.id, att is None) for ref, rec, _st, att in sc.pub.backlog],
+        "retries": sorted((at, ref, None if att is None else att.attempt) for at, _q, ref, _s, att in sc.pub.retries),
         "counters": (sc.counters.delivered, sc.counters.early, sc.counters.publish_retries, dict(sc.counters.dlq)),
-        "lateness": list(sc.lateness_batch),
+        "lateness": list(sc.pub.state.lateness_batch),
         "acked_pending": [(ref, rec.id) for ref, rec in st.acked],
     }
 
 
 def turn(sc: Sidecar, st: PartitionStore, producer: FakeProducer, seen: Observed, poll: bool = True) -> None:
-    sc._publish()
+    sc.pub.publish()
     if poll:
-        sc._poll(0)
+        sc.pub.poll(0)
     seen.steps.append(snapshot(sc, st, producer))
 
 
@@ -194,7 +203,7 @@ def scenario(tmp: Path, scheduler: str, c_path: bool, monkeypatch: pytest.Monkey
     clock.now = T0 + 2600  # out-a troubled: its records (and the rest) go through Python
     turn(sc, st, producer, seen)
     # The broker marked down: the first success brings it back.
-    sc.broker_up = False
+    sc.pub.state.broker_up = False
     clock.now = T0 + 2800
     turn(sc, st, producer, seen)
     # The retries fall due (backoff <= 100 ms for the first attempt; the cap lets them through).
@@ -208,7 +217,7 @@ def scenario(tmp: Path, scheduler: str, c_path: bool, monkeypatch: pytest.Monkey
     turn(sc, st, producer, seen, poll=False)
     del sc.stores[0]
     producer.hold = False
-    sc._poll(0)
+    sc.pub.poll(0)
     seen.steps.append(snapshot(sc, st, producer))
     seen.produced = produced(producer)
     return seen, (sc, st, producer)
@@ -220,8 +229,9 @@ def test_python_path_outcomes(tmp_path: Path, scheduler: str, monkeypatch: pytes
     seen, (sc, _st, producer) = scenario(tmp_path, scheduler, False, monkeypatch)
     ids = [rid for _ref, rid in seen.acked]
     assert sorted(ids) == sorted(b"in:0:%d" % i for i in range(60))  # each delivered once, revoked ones not
-    assert sc.in_flight == 0 and sc.topic_in_flight == {} and not sc.backlog and not sc.retries
-    assert sc.troubled == {} and sc.broker_up
+    st = sc.pub.state
+    assert st.in_flight == 0 and st.topic_in_flight == {} and not sc.pub.backlog and not sc.pub.retries
+    assert sc.pub.state.troubled == {} and sc.pub.state.broker_up
     assert seen.steps[0]["counters"][1] == 1  # k4's report, stamped before its due time
     assert seen.steps[1]["counters"][1] == 1 + 8  # the 8 records handed out early, parked
     assert [at for at, _ref, _a in seen.steps[1]["retries"]] == [T0 + 1550 + 50 * k for k in range(8)]
@@ -261,14 +271,14 @@ def test_c_path_plain_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     ingest(st, 50, lambda i: b"out", lambda i: T0)
     clock.now = T0 + 10
     producer.hold = True
-    sc._publish()
-    assert sc.in_flight == 50 and sc.topic_in_flight == {"out": 50}
+    sc.pub.publish()
+    assert sc.pub.state.in_flight == 50 and sc.pub.state.topic_in_flight == {"out": 50}
     assert all(type(cb) is native.Delivery for cb in producer.callbacks)
     assert len({id(p[0]) for p in producer.produced}) == 1  # one str for the topic
     producer.hold = False
-    sc._poll(0)
-    assert sc.in_flight == 0 and sc.topic_in_flight == {}
-    assert sc.counters.delivered == 50 and sc.lateness_batch == [10] * 50
+    sc.pub.poll(0)
+    assert sc.pub.state.in_flight == 0 and sc.pub.state.topic_in_flight == {}
+    assert sc.counters.delivered == 50 and sc.pub.state.lateness_batch == [10] * 50
     assert len(seen.acked) == 50
 
 
@@ -279,13 +289,13 @@ def test_delivery_rejects_bad_calls(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     sc, st, producer, _seen = make(tmp_path, "wheel", True, clock, monkeypatch)
     ingest(st, 1, lambda i: b"out", lambda i: T0)
     producer.hold = True
-    sc._publish()
+    sc.pub.publish()
     cb = producer.callbacks[0]
     with pytest.raises(TypeError):
         cb(None)
     with pytest.raises(TypeError):
         native.publish_due(object(), producer.produce, [], 0, st, T0)
     cb(None, OutMsg(T0))
-    assert sc.in_flight == 1  # the report's count is the Publisher's until the loop's sync after the poll
-    sc._poll(0)
-    assert sc.in_flight == 0 and sc.topic_in_flight == {}
+    assert sc.pub.state.in_flight == 1  # the report's count is the Publisher's until the loop's sync after the poll
+    sc.pub.poll(0)
+    assert sc.pub.state.in_flight == 0 and sc.pub.state.topic_in_flight == {}

@@ -1,0 +1,137 @@
+"""Durability: checkpoints, then the offset commits they allow; trimming; disk backpressure.
+
+**The durability order** (docs/design.md): a partition's commit log data, then its id index and
+scheduler files, then its checkpoint file are made durable, and only then is the ingress offset
+the checkpoint names committed to Kafka. A checkpoint job (``PartitionStore.begin_checkpoint``)
+snapshots the store's state on the loop thread; its syncs and the checkpoint write run on the
+flusher thread (they release the GIL: the loop keeps consuming and publishing while the disk
+works); ``reap`` finishes the jobs the flusher completed (reclaims the segments nothing needs any
+more, on the flusher too) and commits their offsets. One job per partition at a time.
+
+When: every ``commit-interval`` (``fsync: batch`` and ``none``); with ``fsync: interval`` only every
+``fsync-interval``, because a checkpoint may only name synced data. ``fsync: none`` checkpoints
+on the loop thread with no disk wait. A rebalance or a shutdown checkpoints synchronously
+(``checkpoint_now``).
+
+**Trim** (every ``TRIM_INTERVAL_S``, on its own clock: RSS must not follow the commit interval):
+each store drops the mapped pages it no longer needs; a burst's heap high-water mark is given
+back when the burst is over (``HeapReleaser``).
+
+**Disk space** (every second): ingress is paused while the data directory is over
+``disk-max-bytes`` or free space is under ``disk-min-free-bytes``, and resumed when it is not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import psutil
+
+from sidecar.config import Settings
+from sidecar.engine.clock import Clock
+from sidecar.engine.heap import HeapReleaser
+from sidecar.engine.threads import demote_self
+from sidecar.store.partition import CheckpointJob, Counters, PartitionStore
+
+# commit(store, offset, sync): the ingress offset commit (Kafka I/O)
+Commit = Callable[[PartitionStore, "int | None", bool], None]
+
+
+class Durability:
+    def __init__(
+        self, settings: Settings, stores: dict[int, PartitionStore], counters: Counters, clock: Clock,
+        commit: Commit,
+    ) -> None:
+        self.s = settings
+        self.stores = stores
+        self.counters = counters
+        self.clock = clock
+        self.commit = commit
+        self.fsync = settings.fsync != "none"
+        # SCHED_BATCH: a finished sync must not preempt the loop (engine/threads.py)
+        self.flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kds-flush",
+                                          initializer=demote_self if settings.helper_threads != "none" else None)
+        self.jobs: dict[int, tuple[PartitionStore, CheckpointJob, Future[None]]] = {}
+        # A burst leaves its heap high-water mark behind (librdkafka's pre-fetched fetch buffers,
+        # freed but pinned in their arena): given back once the burst is over, off the loop thread.
+        self.heap = HeapReleaser(executor=self.flusher)
+        self._last_fsync = -1e18
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def checkpoint_all(self) -> None:
+        """Start a checkpoint job for every store with something new (see the module docstring)."""
+        mono = self.clock.monotonic()
+        if self.s.fsync == "interval" and mono - self._last_fsync < self.s.fsync_interval_ms / 1000:
+            return
+        self._last_fsync = mono
+        for store in self.stores.values():
+            if store.dirty and store.partition not in self.jobs:
+                if not self.fsync:
+                    self.checkpoint_now(store)  # no disk wait: nothing to hand off
+                else:
+                    job = store.begin_checkpoint(fsync=True)
+                    self.jobs[store.partition] = (store, job, self.flusher.submit(job.run))
+
+    def reap(self) -> None:
+        """Finish the checkpoint jobs the flusher completed: reclaim, then commit the offsets."""
+        for partition in [p for p, (_s, _j, fut) in self.jobs.items() if fut.done()]:
+            self.await_job(partition, commit=True)
+
+    def await_job(self, partition: int, commit: bool) -> None:
+        """Wait for the partition's checkpoint job, if any, and finish it; commit its offset only
+        when ``commit`` (not for a partition that is gone, or with a fenced consumer)."""
+        entry = self.jobs.pop(partition, None)
+        if entry is None:
+            return
+        store, job, fut = entry
+        fut.result()  # a failed sync (EIO, ENOSPC) is fatal, as it is on the loop thread
+        gone = store.finish_checkpoint(job)
+        if gone:
+            self.flusher.submit(gone.run)  # freeing the files' blocks must not stall the loop
+        if commit:
+            self.commit(store, job.ingress_offset, False)
+
+    def checkpoint_now(self, store: PartitionStore, sync: bool = False) -> None:
+        """A checkpoint of ``store`` done here and now (rebalance, shutdown), then its offset commit."""
+        self.await_job(store.partition, commit=True)
+        store.checkpoint(fsync=self.fsync)
+        self.commit(store, store.next_offset, sync)
+
+    def close_uncommitted(self, store: PartitionStore) -> None:
+        """Checkpoint and close a store whose offsets may not be committed (the partition was
+        lost, or the consumer is fenced): the checkpoint still saves a restart's replay."""
+        self.await_job(store.partition, commit=False)
+        store.checkpoint(fsync=self.fsync)
+        store.close()
+
+    # -- memory ---------------------------------------------------------------------------------
+    def trim(self, mono: float) -> None:
+        """Every ``TRIM_INTERVAL_S``: the stores' pages, then the heap if a burst is over."""
+        self.trim_stores()
+        k = self.counters
+        self.heap.tick(k.ingested + k.delivered + k.publish_retries + sum(k.dlq.values()), mono)
+
+    def trim_stores(self) -> None:
+        """Idle stores too (recovery, the scanners and the publisher read pages as well)."""
+        for store in self.stores.values():
+            store.trim()
+
+    # -- disk space -----------------------------------------------------------------------------
+    def space_used(self) -> int:
+        return sum(store.disk_bytes() for store in self.stores.values())
+
+    def pause_reason(self, used: int) -> str:
+        """Why ingress must pause now ("" if it need not)."""
+        if self.s.disk_max_bytes and used >= self.s.disk_max_bytes:
+            return f"data directory holds {used} bytes, limit {self.s.disk_max_bytes}"
+        try:
+            free = psutil.disk_usage(str(self.s.data_path)).free
+        except OSError:
+            free = self.s.disk_min_free_bytes
+        if free < self.s.disk_min_free_bytes:
+            return f"free disk {free} bytes is below {self.s.disk_min_free_bytes}"
+        return ""
+
+    def close(self) -> None:
+        self.flusher.shutdown(wait=True)

@@ -1,0 +1,250 @@
+"""Kafka I/O: the clients, the topics, the rebalance callbacks and the offset commits.
+
+The only engine module that imports confluent-kafka. The clients are made by a
+:class:`Clients` factory, injected: production uses :class:`ConfluentClients`; unit tests pass an
+in-memory twin (``tests/kafka_twin.py``) with the same methods, so the loop's run, rebalance,
+outage and shutdown paths run without a broker.
+
+Consumer: one per process, in the ``group-id`` group (static membership with
+``group-instance-id``), cooperative-sticky assignment, no auto commit (offsets are committed
+only for what the store has made durable: ``durability.py``), ``auto.offset.reset=earliest``.
+Producer: idempotent, ``acks=all``, a short linger. Both get the ``kafka:`` properties of the
+settings last, so an operator's TLS/SASL/tuning always wins.
+
+Rebalance (librdkafka calls these from inside ``consume``): assigned partitions are opened by the
+:class:`Events` handler (the loop), which returns each one's resume offset (its checkpoint's),
+and then assigned at that offset (paused if ingress is paused); revoked partitions are handed to
+the handler first (it drains, checkpoints, commits and closes them) and unassigned after; lost
+partitions (the group moved on without us) are closed without a commit.
+
+Broker health: ``error_cb`` transport errors and the statistics' broker states tell the
+handler when the cluster is unreachable and when it is back (``/readyz``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Protocol
+
+import orjson
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from sidecar import logs
+from sidecar.config import Settings
+from sidecar.retry.codes import ALL_BROKERS_DOWN, FATAL, PARTITION_EOF, TOPIC_ALREADY_EXISTS, TRANSPORT
+from sidecar.store.partition import PartitionStore
+
+log = logs.get("sidecar")
+
+PRODUCE_ERRORS: tuple[type[BaseException], ...] = (BufferError, KafkaException)
+
+
+class Clients(Protocol):
+    """Makes the Kafka clients (``confluent_kafka`` objects, or look-alikes in tests)."""
+
+    produce_errors: tuple[type[BaseException], ...]  # what ``produce`` raises for one record
+
+    def consumer(self, conf: dict[str, Any]) -> Any: ...
+    def producer(self, conf: dict[str, Any]) -> Any: ...
+    def admin(self, conf: dict[str, Any]) -> Any: ...
+
+
+class ConfluentClients:
+    produce_errors = PRODUCE_ERRORS
+
+    def consumer(self, conf: dict[str, Any]) -> Any:
+        return Consumer(conf)
+
+    def producer(self, conf: dict[str, Any]) -> Any:
+        return Producer(conf)
+
+    def admin(self, conf: dict[str, Any]) -> Any:
+        return AdminClient(conf)
+
+
+class Events(Protocol):
+    """What Kafka I/O tells the loop."""
+
+    def partitions_assigned(self, partitions: list[int]) -> dict[int, int | None]: ...
+    def partitions_revoked(self, partitions: list[int]) -> None: ...
+    def partitions_lost(self, partitions: list[int]) -> None: ...
+    def broker_status(self, up: bool, source: str) -> None: ...
+    def statistics(self, stats_json: str) -> None: ...
+
+
+def ensure_topics(admin: Any, topics: dict[str, int], replication_factor: int, timeout: float = 30) -> None:
+    """Create the topics that are missing (ingress, DLQ); an existing topic is left as it is."""
+    existing = set(admin.list_topics(timeout=timeout).topics)
+    missing = [NewTopic(t, num_partitions=n, replication_factor=replication_factor)
+               for t, n in topics.items() if t not in existing]
+    if not missing:
+        return
+    for topic, fut in admin.create_topics(missing, operation_timeout=timeout).items():
+        try:
+            fut.result()
+            log.info("topic.created", topic=topic)
+        except KafkaException as e:
+            if e.args[0].code() != TOPIC_ALREADY_EXISTS:
+                raise
+
+
+class KafkaIO:
+    def __init__(self, settings: Settings, clients: Clients, events: Events) -> None:
+        self.s = settings
+        self.clients = clients
+        self.events = events
+        self.consumer: Any = None
+        self.producer: Any = None
+        self.paused = False
+        self.consumer_fatal = ""  # set by a fatal consume error: the loop replaces the consumer
+        self._warned: dict[str, float] = {}
+
+    # -- clients --------------------------------------------------------------------------------
+    def _common(self) -> dict[str, Any]:
+        conf: dict[str, Any] = {"bootstrap.servers": self.s.bootstrap_servers, "error_cb": self._on_error}
+        conf.update(self.s.kafka)
+        return conf
+
+    def consumer_conf(self) -> dict[str, Any]:
+        conf = self._common()
+        conf.update({
+            "group.id": self.s.group_id,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "partition.assignment.strategy": "cooperative-sticky",
+            "fetch.wait.max.ms": 10,
+            "statistics.interval.ms": 1000,
+            "stats_cb": self._on_stats,
+        })
+        if self.s.group_instance_id:
+            conf["group.instance.id"] = self.s.group_instance_id
+        conf.update(self.s.kafka)
+        return conf
+
+    def producer_conf(self) -> dict[str, Any]:
+        conf = self._common()
+        conf.update({
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 2,
+            "batch.num.messages": 10_000,
+            "queue.buffering.max.messages": max(100_000, self.s.max_in_flight * 2),
+            "queue.buffering.max.kbytes": 1_048_576,
+            "message.timeout.ms": 120_000,
+            "topic.metadata.propagation.max.ms": min(self.s.delivery_grace_ms, 30_000),
+        })
+        conf.update(self.s.kafka)
+        return conf
+
+    def start(self) -> None:
+        """Create the missing topics, the producer and the consumer, and join the group."""
+        ensure_topics(
+            self.clients.admin(self._common()),
+            {self.s.ingress_topic: self.s.ingress_partitions, self.s.dlq_topic: 1}, self.s.replication_factor,
+        )
+        self.producer = self.clients.producer(self.producer_conf())
+        self.consumer = self._subscribe()
+
+    def _subscribe(self) -> Any:
+        consumer = self.clients.consumer(self.consumer_conf())
+        consumer.subscribe(
+            [self.s.ingress_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+        )
+        return consumer
+
+    def replace_consumer(self) -> None:
+        """Drop a consumer librdkafka declared dead and join the group with a new one."""
+        try:
+            self.consumer.close()
+        except (KafkaException, RuntimeError) as e:
+            log.warning("consumer.close_failed", error=str(e))
+        self.consumer = self._subscribe()
+
+    def replace_producer(self, reason: str) -> None:
+        """A fatal producer error (e.g. the idempotent producer's sequence broke) leaves a producer
+        that refuses everything: a new one takes over; what was in flight is retried on it."""
+        log.error("producer.fatal", error=reason, action="continuing with a new producer")
+        old, self.producer = self.producer, self.clients.producer(self.producer_conf())
+        old.purge()  # its reports come back as failures: retried on the new producer
+        old.poll(0)
+
+    def close(self) -> None:
+        self.consumer.close()  # on_revoke closes the stores
+
+    # -- consuming ------------------------------------------------------------------------------
+    def consume(self, n: int, timeout: float) -> list[Message]:
+        msgs: list[Message] = self.consumer.consume(num_messages=n, timeout=timeout)
+        return msgs
+
+    def consume_error(self, err: Any) -> None:
+        """A consumed message carried an error instead of a record."""
+        if err.code() == FATAL:
+            self.consumer_fatal = err.str()  # the loop replaces the consumer
+        elif err.code() != PARTITION_EOF and self.should_warn(f"consume:{err.code()}"):
+            log.warning("consume.error", code=err.name(), error=err.str())
+
+    def pause(self) -> None:
+        self.consumer.pause(self.consumer.assignment())
+        self.paused = True
+
+    def resume(self) -> None:
+        self.consumer.resume(self.consumer.assignment())
+        self.paused = False
+
+    def commit(self, store: PartitionStore, offset: int | None, sync: bool = False) -> None:
+        """Commit ``offset`` as the store's partition's resume point (the checkpoint covers it)."""
+        if offset is None:
+            return
+        try:
+            self.consumer.commit(
+                offsets=[TopicPartition(store.topic, store.partition, offset)], asynchronous=not sync
+            )
+        except KafkaException as e:
+            log.warning("commit.failed", partition=store.partition, error=str(e))
+
+    # -- rebalance ------------------------------------------------------------------------------
+    def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        resume = self.events.partitions_assigned([tp.partition for tp in partitions])
+        for tp in partitions:
+            offset = resume.get(tp.partition)
+            tp.offset = offset if offset is not None else OFFSET_INVALID
+        consumer.incremental_assign(partitions)
+        if self.paused:
+            consumer.pause(partitions)
+
+    def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        self.events.partitions_revoked([tp.partition for tp in partitions])
+        consumer.incremental_unassign(partitions)
+
+    def _on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        self.events.partitions_lost([tp.partition for tp in partitions])
+        consumer.incremental_unassign(partitions)
+
+    # -- broker health --------------------------------------------------------------------------
+    def _on_error(self, err: KafkaError) -> None:
+        if err.code() in (ALL_BROKERS_DOWN, TRANSPORT):
+            self.events.broker_status(False, err.str())
+        elif self.should_warn(f"kafka.error:{err.code()}"):
+            log.warning("kafka.error", code=err.name(), error=err.str())
+
+    def _on_stats(self, stats_json: str) -> None:
+        """librdkafka statistics (every second): consumer lag for the metrics, and whether any
+        real broker connection is UP — the signal that brings readiness back after an outage even
+        when nothing is being delivered."""
+        self.events.statistics(stats_json)
+        try:
+            brokers = orjson.loads(stats_json).get("brokers", {})
+        except orjson.JSONDecodeError:
+            return
+        up = any(b.get("state") == "UP" for b in brokers.values() if b.get("nodeid", -1) >= 0)
+        self.events.broker_status(up, "statistics")
+
+    def should_warn(self, key: str, every_s: float = 30.0) -> bool:
+        """Rate-limit repeated warnings (a broker outage raises the same error many times a second)."""
+        now = time.monotonic()
+        if now - self._warned.get(key, -every_s) < every_s:
+            return False
+        self._warned[key] = now
+        return True

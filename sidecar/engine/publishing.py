@@ -1,0 +1,328 @@
+"""Publishing: due records -> the producer -> delivery reports -> the stores.
+
+Each loop turn calls :meth:`Publishing.publish`, which hands out what is due, in this order:
+
+1. the **backlog**: records a full producer queue refused (they go first, in order);
+2. the **retry heap** ``(at_ms, seq, ref, store, attempts)``: records whose publish failed and
+   whose backoff ran out, and records parked for a moment (not due yet, or a capped target);
+3. every partition's scheduler, ``due(now, room)``, in chunks of ``PUBLISH_CHUNK`` with a
+   producer poll between them, ``PUBLISH_BUDGET_PER_TURN`` records per turn across partitions
+   (rotating the starting partition), never more than ``max-in-flight`` unreported records.
+
+**Never early**: ``_produce`` compares the record's due time with the clock reading taken for
+this publish call; a record that is not due (a scheduler bug) is counted ``early``, logged and
+parked until its due time. The C path (``_native.publish_due``) makes the same check.
+
+**Per-target caps**: a target whose last publish failed (``troubled``) may hold at most a quarter
+of ``max-in-flight``: a missing or slow topic cannot take the whole budget from healthy ones.
+
+**Delivery reports** (``_on_delivery``, or the C ``Delivery`` for the plain success): a success
+is handed to its store (``acked``, settled in one batch after the poll) and its lateness is
+recorded; a failure goes through the :class:`~sidecar.retry.PublishFailurePolicy` of the settings
+(``delivery-grace``, ``delivery-attempts``): retry with capped, jittered backoff, or dead-letter
+with ``delivery-failed``. A report for a partition that was revoked meanwhile is dropped: the new
+owner delivers the record from its own checkpoint. A report saying the producer instance itself
+is dead (librdkafka fatal error) asks the loop for a new producer (``producer_fatal``); the
+record is retried on it.
+
+The C fast path (docs/storage.md 2.6) produces the plain records and handles plain successes;
+everything else comes back to the Python code here, the reference. Both share
+:class:`~sidecar.engine.publish_state.PublishState`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from collections import deque
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from sidecar import contract as c
+from sidecar import logs
+from sidecar.config import Settings
+from sidecar.engine.clock import Clock
+from sidecar.engine.publish_state import PublishState
+from sidecar.retry import (
+    Backoff,
+    ErrorKind,
+    KafkaErrorLike,
+    PublishFailurePolicy,
+    Retry,
+    classify,
+    describe,
+    producer_must_restart,
+)
+from sidecar.retry.codes import MSG_TIMED_OUT, TRANSPORT
+from sidecar.store import codec
+from sidecar.store.codec import Record, delivery_headers, native
+from sidecar.store.partition import Counters, PartitionStore
+
+log = logs.get("sidecar")
+
+PUBLISH_CHUNK = 1000  # records handed out by a scheduler per call
+PUBLISH_BUDGET_PER_TURN = 5000  # records published per loop turn, across partitions
+PUBLISH_BACKOFF = Backoff(base_ms=100, cap_ms=10_000)  # a failed publish's retry backoff
+PARK_MS = 200  # a capped target's record waits this long before it is tried again
+DLQ_RETRY_MS = 10_000  # the DLQ itself refused a dead letter: it is tried again after this
+# The publish fast path in C: ``_produce`` and ``_on_delivery`` stay the reference and take
+# every record it hands back.
+_publish_due = None if native is None else native.publish_due
+
+
+class Attempts:
+    """Retry state of a record whose publishing failed (none for a record that went through)."""
+
+    __slots__ = ("attempt", "first_failure_ms")
+
+    def __init__(self) -> None:
+        self.attempt = 0
+        self.first_failure_ms = 0
+
+
+BacklogEntry = tuple[int, Record, PartitionStore, Attempts | None]
+RetryEntry = tuple[int, int, int, PartitionStore, Attempts | None]  # (at_ms, seq, ref, store, attempts)
+
+
+class Publishing:
+    def __init__(
+        self, settings: Settings, counters: Counters, stores: dict[int, PartitionStore], clock: Clock,
+        produce_errors: tuple[type[BaseException], ...], on_broker: Callable[[bool, str], None],
+    ) -> None:
+        self.s = settings
+        self.clock = clock
+        self.counters = counters
+        self.stores = stores
+        self.state = PublishState(stores, counters)
+        self.topic_cap = max(1, settings.max_in_flight // 4)
+        self.backlog: deque[BacklogEntry] = deque()
+        self.retries: list[RetryEntry] = []
+        self._seq = itertools.count()
+        self._rr = 0
+        self.policy = PublishFailurePolicy.from_settings(settings, PUBLISH_BACKOFF)
+        self.rng = random.Random()
+        self.on_broker = on_broker  # (up, source): the loop's readiness
+        self.producer: Any = None  # set by the loop once the clients exist
+        self.producer_fatal = ""  # set by a report that the producer instance is dead
+        self.produce_errors = produce_errors  # what ``produce`` raises for one record
+        self._fast: Any = None
+        if native is not None:
+            self._fast = native.Publisher(self.state.__dict__, self._on_delivery, produce_errors)
+
+    @property
+    def in_flight(self) -> int:
+        return self.state.in_flight
+
+    # -- a turn ---------------------------------------------------------------------------------
+    def publish(self) -> None:
+        now = self.clock.wall_ms()
+        if not self.flush_backlog(now):
+            return
+        st, max_in_flight = self.state, self.s.max_in_flight
+        while self.retries and self.retries[0][0] <= now and st.in_flight < max_in_flight:
+            _at, _seq, ref, store, att = heapq.heappop(self.retries)
+            again = store.sched.record(ref) if self.stores.get(store.partition) is store else None
+            if again is None:
+                continue
+            self.counters.publish_retries += 1
+            if not self._produce(ref, again, store, att, now):
+                return
+        stores = list(self.stores.values())
+        if len(stores) > 1:  # rotate the starting partition so a busy one cannot starve the rest
+            self._rr = (self._rr + 1) % len(stores)
+            stores = stores[self._rr:] + stores[: self._rr]
+        # Bounded work per turn, in chunks with a poll between them: a mass expiry starts
+        # publishing at once (not after decoding 20,000 records) and intake keeps its turns.
+        budget = PUBLISH_BUDGET_PER_TURN
+        for store in stores:
+            while budget > 0:
+                room = min(max_in_flight - st.in_flight, PUBLISH_CHUNK, budget)
+                if room <= 0:
+                    return
+                batch = store.sched.due(now, room)
+                if not batch:
+                    break
+                budget -= len(batch)
+                if not self._publish_batch(batch, store, now):
+                    return
+                self.poll(0)
+                if len(batch) < room:
+                    # Nothing more is due (or the scheduler's scan budget ran out: then it still
+                    # reports a due time <= now and the next turn does not wait): asking again
+                    # would cost a whole empty ``due`` call per turn.
+                    break
+
+    def _publish_batch(self, batch: list[tuple[int, Record]], store: PartitionStore, now: int) -> bool:
+        """Produce a due batch; False if the producer queue filled up (the rest waits in the
+        backlog). With the extension, ``publish_due`` produces the plain records in C and stops at
+        any other one, which goes through ``_produce`` here (or ``_refused``, when the producer
+        raised for it) before C takes over again."""
+        i, n = 0, len(batch)
+        while i < n:
+            refused = None
+            if self._fast is not None and _publish_due is not None:
+                i, refused = _publish_due(self._fast, self.producer.produce, batch, i, store, now)
+                if i == n:
+                    return True
+            ref, rec = batch[i]
+            if refused is None:
+                ok = self._produce(ref, rec, store, None, now)
+            else:
+                ok = self._refused(ref, rec, store, None, refused)
+            i += 1
+            if not ok:
+                # The producer queue is full: what was handed out waits in the backlog.
+                for ref2, rec2 in batch[i:]:
+                    self.backlog.append((ref2, rec2, store, None))
+                return False
+        return True
+
+    def poll(self, timeout: float) -> None:
+        """Serve delivery reports, then hand the successes to their stores in one batch."""
+        self.producer.poll(timeout)
+        if self._fast is not None:
+            self._fast.sync()  # the in-flight counts its reports took down
+        for store in self.stores.values():
+            if store.acked:
+                store.settle()
+
+    def flush_backlog(self, now: int) -> bool:
+        """Produce what waited for room in the producer queue; False if it is still full."""
+        while self.backlog and self.state.in_flight < self.s.max_in_flight:
+            ref, rec, store, att = self.backlog.popleft()
+            if not self._produce(ref, rec, store, att, now):
+                return False
+        return True
+
+    def drain(self, deadline: float) -> None:
+        """Wait for in-flight deliveries (and the backlog) until none is left or the deadline
+        (on the clock's monotonic seconds)."""
+        while (self.state.in_flight or self.backlog) and self.clock.monotonic() < deadline:
+            self.flush_backlog(self.clock.wall_ms())
+            self.poll(0.05)
+
+    # -- when to wake ---------------------------------------------------------------------------
+    def next_due(self) -> int | None:
+        """The earliest due time any partition's scheduler has not handed out yet."""
+        nxt: int | None = None
+        for store in self.stores.values():
+            d = store.sched.next_due_ms()
+            if d is not None and (nxt is None or d < nxt):
+                nxt = d
+        return nxt
+
+    def due_now(self) -> bool:
+        nxt = self.next_due()
+        return nxt is not None and nxt <= self.clock.wall_ms()
+
+    def wait_s(self, now: int) -> float:
+        """How long the loop may wait for records (capped at 100 ms): until the next due time."""
+        if self.backlog or (self.retries and self.retries[0][0] <= now):
+            return 0.0
+        nxt = self.next_due()
+        if self.retries:
+            nxt = self.retries[0][0] if nxt is None else min(nxt, self.retries[0][0])
+        if nxt is None:
+            return 0.1
+        return max(0.0, min(0.1, (nxt - now) / 1000))
+
+    # -- one record -----------------------------------------------------------------------------
+    def _park(self, at_ms: int, ref: int, store: PartitionStore, att: Attempts | None) -> None:
+        heapq.heappush(self.retries, (at_ms, next(self._seq), ref, store, att))
+
+    def _produce(self, ref: int, rec: Record, store: PartitionStore, att: Attempts | None, now: int) -> bool:
+        if rec.due_ms > now:  # the publish-time check: never early, whatever the scheduler said
+            self.counters.early += 1
+            log.error("publish.not_due", due_ms=rec.due_ms, now_ms=now)
+            self._park(rec.due_ms, ref, store, att)
+            return True
+        topic = rec.topic.decode()
+        st = self.state
+        if st.troubled and topic in st.troubled and st.topic_in_flight.get(topic, 0) >= self.topic_cap:
+            # A failing (slow, missing) target must not take the whole in-flight budget from the
+            # healthy ones: park its records briefly. Healthy targets are never capped.
+            self._park(now + PARK_MS, ref, store, att)
+            return True
+        headers: Any = delivery_headers(rec, store.topic_bytes)
+        try:
+            # Positional: with keywords, confluent-kafka's argument parsing builds a str for every
+            # keyword name it looks up, about 2 us per call (measured). The order is the client's:
+            # topic, value, key, partition (-1: its partitioner), callback, on_delivery (alias,
+            # unused), timestamp (0: now), headers.
+            self.producer.produce(
+                topic, rec.value, rec.key, rec.target_partition,
+                partial(self._on_delivery, ref, rec, store, att, topic), None, 0, headers,
+            )
+        except self.produce_errors as e:  # BufferError (queue full) or the client's local error
+            return self._refused(ref, rec, store, att, e)
+        st.in_flight += 1
+        tif = st.topic_in_flight
+        tif[topic] = tif.get(topic, 0) + 1
+        return True
+
+    def _refused(
+        self, ref: int, rec: Record, store: PartitionStore, att: Attempts | None, e: BaseException,
+    ) -> bool:
+        """``produce`` raised for the record: False when the producer queue is full (the record
+        goes first in the backlog); a local error (e.g. an invalid partition) is a failed publish."""
+        if isinstance(e, BufferError):
+            self.backlog.appendleft((ref, rec, store, att))
+            self.poll(0.01)
+            return False
+        self._failed(ref, rec, store, att, e.args[0])
+        return True
+
+    def _on_delivery(
+        self, ref: int, rec: Record, store: PartitionStore, att: Attempts | None, topic: str,
+        err: KafkaErrorLike | None, msg: Any,
+    ) -> None:
+        st = self.state
+        st.in_flight -= 1
+        tif = st.topic_in_flight
+        left = tif[topic] - 1
+        if left:
+            tif[topic] = left
+        else:
+            del tif[topic]
+        if self.stores.get(store.partition) is not store:
+            return  # the partition was revoked; its new owner delivers from its own checkpoint
+        if err is None:
+            if st.troubled and topic in st.troubled:
+                del st.troubled[topic]
+            if not st.broker_up:
+                self.on_broker(True, "delivery")
+            lateness = msg.timestamp()[1] - rec.due_ms
+            if lateness < 0:
+                self.counters.early += 1
+            st.lateness_batch.append(lateness)
+            store.acked.append((ref, rec))  # settled in a batch after the poll (``poll``)
+            return
+        self._failed(ref, rec, store, att, err)
+
+    def _failed(self, ref: int, rec: Record, store: PartitionStore, att: Attempts | None, err: Any) -> None:
+        now = self.clock.wall_ms()
+        self.state.troubled[rec.topic.decode()] = now
+        if att is None:
+            att = Attempts()
+        att.attempt += 1
+        if att.first_failure_ms == 0:
+            att.first_failure_ms = now
+        kind = classify(err)
+        if kind is ErrorKind.RETRIABLE and err.code() in (MSG_TIMED_OUT, TRANSPORT) and self.state.broker_up:
+            self.on_broker(False, "delivery")
+        if producer_must_restart(err) and not self.producer_fatal:
+            self.producer_fatal = describe(err)  # the loop replaces the producer at the end of the turn
+        decision = self.policy.decide(kind, att.attempt, att.first_failure_ms, now, self.rng, error=describe(err))
+        if isinstance(decision, Retry):
+            if att.attempt == 1 or att.attempt % 100 == 0:
+                log.warning("publish.retry", topic=rec.topic.decode(), error=err.str(), attempt=att.attempt)
+            self._park(decision.at_ms, ref, store, att)
+            return
+        log.warning("publish.dead_letter", topic=rec.topic.decode(), error=err.str(), attempts=att.attempt)
+        if rec.rtype == codec.DEAD:
+            # The DLQ itself refuses the record: keep retrying it rather than drop it.
+            self._park(now + DLQ_RETRY_MS, ref, store, att)
+            return
+        store.dead_letter(ref, rec, c.DELIVERY_FAILED, decision.error, att.attempt, now)
