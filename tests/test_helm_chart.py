@@ -5,28 +5,54 @@ it these tests skip, except under ``CI=true`` where a missing helm is a failure.
 
 The rendered config file is fed through ``sidecar.config.load_settings`` with the pod's environment,
 so the chart is checked against the sidecar's own option table, not against a copy of it.
+
+Every rendered variant is validated with kubernetes-validate ``strict`` against the schemas of the
+oldest and newest Kubernetes that Chart.yaml's ``kubeVersion`` admits. The Prometheus Operator kinds
+(ServiceMonitor, PrometheusRule) are not in those schemas: their metadata goes through Kubernetes'
+ObjectMeta schema and their spec through the subset of the operator's CRD schema the chart uses.
+
+The Grafana dashboard is decoded with grafana-foundation-sdk's generated models (Grafana 11.6) and
+must survive the round trip without losing a key, with every decoded field of its declared type.
+Every PromQL expression of the dashboard and the alerts is parsed with promql-parser (a port of
+Prometheus' parser) and may only name series that ``sidecar.metrics.Metrics`` really renders, with
+labels those series carry.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import re
 import shutil
 import subprocess
 import tomllib
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
+import jsonschema
+import kubernetes_validate
+import promql_parser
 import pytest
 import yaml
+from grafana_foundation_sdk.cog.encoder import JSONEncoder as GrafanaJSONEncoder
+from grafana_foundation_sdk.cog.plugins import register_default_plugins
+from grafana_foundation_sdk.models.dashboard import Dashboard
+from kubernetes_validate.utils import all_versions as k8s_schema_versions
+from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar.config import OPTIONS, Settings, load_settings
+from sidecar.metrics import Metrics, level_tier
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "kafka-delay-sidecar"
 CI_TLS_SASL = CHART / "ci" / "tls-sasl-values.yaml"
 CI_THREE = CHART / "ci" / "three-replicas-values.yaml"
+CI_MONITORING = CHART / "ci" / "monitoring-values.yaml"
+DASHBOARD = CHART / "dashboards" / "delay-sidecar.json"
+HELM_DOC = ROOT / "docs" / "helm.md"
 RELEASE = "kds"
 FULLNAME = "kds-kafka-delay-sidecar"
 DATA_DIR = "/var/lib/delay-sidecar"
@@ -67,8 +93,10 @@ def _run(helm: str, *args: str, chart: Path = CHART) -> subprocess.CompletedProc
     )
 
 
-def render(helm: str, *values: Path, sets: tuple[str, ...] = (), chart: Path = CHART) -> list[Doc]:
-    args = ["template"]
+def render(
+    helm: str, *values: Path, sets: tuple[str, ...] = (), chart: Path = CHART, kube_version: str | None = None
+) -> list[Doc]:
+    args = ["template"] + (["--kube-version", kube_version] if kube_version else [])
     for v in values:
         args += ["--values", str(v)]
     for s in sets:
@@ -154,7 +182,9 @@ def three_docs(helm: str) -> list[Doc]:
 # ---- lint ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("values", [None, CI_TLS_SASL, CI_THREE], ids=["defaults", "tls-sasl", "three"])
+@pytest.mark.parametrize(
+    "values", [None, CI_TLS_SASL, CI_THREE, CI_MONITORING], ids=["defaults", "tls-sasl", "three", "monitoring"]
+)
 def test_helm_lint_strict(helm: str, values: Path | None) -> None:
     args = ["lint", "--strict", str(CHART)] + (["--values", str(values)] if values else [])
     proc = subprocess.run([helm, *args], capture_output=True, text=True, timeout=120, check=False)
@@ -162,7 +192,8 @@ def test_helm_lint_strict(helm: str, values: Path | None) -> None:
 
 
 def test_ci_values_files_are_the_ones_ci_lints() -> None:
-    assert sorted(p.name for p in (CHART / "ci").glob("*.yaml")) == sorted([CI_TLS_SASL.name, CI_THREE.name])
+    expected = [CI_TLS_SASL.name, CI_THREE.name, CI_MONITORING.name]
+    assert sorted(p.name for p in (CHART / "ci").glob("*.yaml")) == sorted(expected)
 
 
 # ---- the objects ---------------------------------------------------------------------------
@@ -545,3 +576,606 @@ def test_notes_explain_sending_headers_and_logs(helm: str, tmp_path: Path) -> No
     assert "placeholder" not in notes
     defaults = only(render(helm, chart=chart), "ConfigMap", "rendered-notes")["data"]["notes"]
     assert "placeholder" in defaults  # warns while bootstrapServers is the default
+
+
+# ---- Kubernetes' own schemas ---------------------------------------------------------------
+
+MONITORING_ON = (
+    "metrics.serviceMonitor.enabled=true",
+    "metrics.grafanaDashboard.enabled=true",
+    "metrics.prometheusRule.enabled=true",
+)
+# Every way the chart is rendered in CI: defaults, each ci/*.yaml, and all monitoring objects on.
+VARIANTS: dict[str, tuple[tuple[Path, ...], tuple[str, ...]]] = {
+    "defaults": ((), ()),
+    **{p.stem: ((p,), ()) for p in sorted((CHART / "ci").glob("*.yaml"))},
+    "monitoring-on-defaults": ((), MONITORING_ON),
+}
+# Labels Prometheus attaches to every target of a ServiceMonitor scrape (not the sidecar's own).
+TARGET_LABELS = {"job", "instance", "namespace", "pod", "service", "endpoint", "container"}
+# Series the dashboard and alerts may use that are not the sidecar's: Prometheus' per-target `up`.
+PROMETHEUS_SERIES = {"up": TARGET_LABELS}
+# Series the dashboard shows ahead of the sidecar rendering them: the store's preallocated bytes,
+# which come with the change that makes store_bytes the allocated bytes. An entry fails
+# test_preallocated_bytes_waits_for_the_store_change once Metrics renders it.
+NOT_YET_EXPOSED = {"delay_sidecar_store_preallocated_bytes"}
+
+
+def _supported_kube_versions() -> tuple[str, str]:
+    """Oldest and newest Kubernetes minor that Chart.yaml's kubeVersion admits:
+    ``>=1.27.0-0 <1.38.0-0`` -> ("1.27.0", "1.37.0")."""
+    kube = yaml.safe_load((CHART / "Chart.yaml").read_text())["kubeVersion"]
+    m = re.fullmatch(r">=\s*1\.(\d+)\.0-0\s+<\s*1\.(\d+)\.0-0", kube)
+    assert m, f"kubeVersion {kube!r} is not of the form '>=1.A.0-0 <1.B.0-0'"
+    return f"1.{m.group(1)}.0", f"1.{int(m.group(2)) - 1}.0"
+
+
+KUBE_VERSIONS = _supported_kube_versions()
+
+
+def test_kube_version_range_is_one_kubernetes_validate_has_schemas_for(helm: str) -> None:
+    shipped = set(k8s_schema_versions())
+    for v in KUBE_VERSIONS:
+        assert v in shipped, f"kubernetes-validate has no schemas for {v} (it has {sorted(shipped)})"
+    oldest, newest = (tuple(int(x) for x in v.split(".")) for v in KUBE_VERSIONS)
+    for outside in (f"1.{oldest[1] - 1}.0", f"1.{newest[1] + 1}.0"):
+        proc = _run(helm, "template", "--kube-version", outside)
+        assert proc.returncode != 0 and "kubeVersion" in proc.stderr, (outside, proc.stderr)
+
+
+# The parts of the Prometheus Operator CRDs (monitoring.coreos.com/v1, operator 0.8x:
+# monitoring.coreos.com_servicemonitors.yaml / _prometheusrules.yaml) that this chart writes,
+# transcribed with their types and duration patterns. additionalProperties is false here although
+# the CRDs are open: the API server prunes unknown fields there silently, so a misspelt key would
+# vanish instead of failing.
+PROM_DURATION = r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"
+STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
+CRD_SPEC_SCHEMAS: dict[str, Doc] = {
+    "ServiceMonitor": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["selector", "endpoints"],
+        "properties": {
+            "namespaceSelector": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "any": {"type": "boolean"},
+                    "matchNames": {"type": "array", "items": {"type": "string"}},
+                },
+            },
+            "selector": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {"matchLabels": STRING_MAP},
+            },
+            "endpoints": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["port"],
+                    "properties": {
+                        "port": {"type": "string"},
+                        "path": {"type": "string"},
+                        "interval": {"type": "string", "pattern": PROM_DURATION},
+                        "scrapeTimeout": {"type": "string", "pattern": PROM_DURATION},
+                    },
+                },
+            },
+        },
+    },
+    "PrometheusRule": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["groups"],
+        "properties": {
+            "groups": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["name", "rules"],
+                    "properties": {
+                        "name": {"type": "string", "minLength": 1},
+                        "rules": {
+                            "type": "array",
+                            "minItems": 1,
+                            "items": {
+                                "type": "object",
+                                "additionalProperties": False,
+                                "required": ["alert", "expr", "labels", "annotations"],
+                                "properties": {
+                                    "alert": {"type": "string", "pattern": "^[A-Za-z][A-Za-z0-9]*$"},
+                                    "expr": {"type": "string"},
+                                    "for": {"type": "string", "pattern": PROM_DURATION},
+                                    "labels": STRING_MAP,
+                                    "annotations": STRING_MAP,
+                                },
+                            },
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+
+
+def validate_manifest(doc: Doc, version: str) -> None:
+    kind = doc["kind"]
+    if kind in CRD_SPEC_SCHEMAS:
+        assert doc["apiVersion"] == "monitoring.coreos.com/v1", doc["apiVersion"]
+        assert set(doc) == {"apiVersion", "kind", "metadata", "spec"}, sorted(doc)
+        # ObjectMeta through Kubernetes' own schema, by way of a kind that has nothing else required
+        kubernetes_validate.validate(
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": doc["metadata"]}, version, strict=True
+        )
+        jsonschema.validate(doc["spec"], CRD_SPEC_SCHEMAS[kind])
+    else:
+        kubernetes_validate.validate(doc, version, strict=True)
+
+
+@pytest.mark.parametrize("version", KUBE_VERSIONS)
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_manifests_pass_kubernetes_schemas_strictly(helm: str, variant: str, version: str) -> None:
+    values, sets = VARIANTS[variant]
+    docs = render(helm, *values, sets=sets, kube_version=version)
+    for doc in docs:
+        try:
+            validate_manifest(doc, version)
+        except (kubernetes_validate.ValidationError, jsonschema.ValidationError) as e:
+            pytest.fail(
+                f"{doc['kind']}/{doc['metadata']['name']} ({variant}, Kubernetes {version}): {e.message} "
+                f"at {'/'.join(str(p) for p in e.absolute_path)}"
+            )
+    if "monitoring" in variant:
+        assert {"ServiceMonitor", "PrometheusRule"} <= {d["kind"] for d in docs}
+
+
+@pytest.mark.parametrize(
+    ("kind", "break_it"),
+    [
+        ("StatefulSet", lambda d: d["spec"]["template"]["spec"]["containers"][0].update(imagePullPolicy2="Always")),
+        ("Service", lambda d: d["spec"]["ports"][0].update(port="http")),
+        ("ConfigMap", lambda d: d["metadata"]["labels"].update(grafana_dashboard=1)),
+        ("ServiceMonitor", lambda d: d["spec"]["endpoints"][0].update(interval="30 s")),
+        ("PrometheusRule", lambda d: d["spec"]["groups"][0]["rules"][0].update(fro="5m")),
+        ("PrometheusRule", lambda d: d["metadata"].update(lables={})),
+    ],
+)
+def test_the_schema_check_rejects_broken_manifests(helm: str, kind: str, break_it: Any) -> None:
+    """The validation above is live: one broken field in a rendered object fails it."""
+    doc = [d for d in render(helm, CI_MONITORING) if d["kind"] == kind][-1]
+    validate_manifest(doc, KUBE_VERSIONS[0])
+    break_it(doc)
+    with pytest.raises((kubernetes_validate.ValidationError, jsonschema.ValidationError)):
+        validate_manifest(doc, KUBE_VERSIONS[0])
+
+
+# ---- Grafana dashboard ---------------------------------------------------------------------
+
+
+def dashboard() -> Doc:
+    doc = json.loads(DASHBOARD.read_text())
+    assert isinstance(doc, dict)
+    return doc
+
+
+def panels() -> list[Doc]:
+    return [p for p in dashboard()["panels"] if p["type"] != "row"]
+
+
+def test_dashboard_config_map_only_when_enabled(helm: str, default_docs: list[Doc]) -> None:
+    assert not [d for d in default_docs if d["metadata"]["name"].endswith("-dashboard")]
+    docs = render(helm, CI_MONITORING)
+    cm = only(docs, "ConfigMap", f"{FULLNAME}-dashboard")
+    assert cm["metadata"]["namespace"] == "monitoring"
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["metadata"]["annotations"] == {"grafana_folder": "Kafka"}
+    assert json.loads(cm["data"]["kafka-delay-sidecar.json"]) == dashboard()
+
+    docs = render(
+        helm,
+        sets=(
+            "metrics.grafanaDashboard.enabled=true",
+            "metrics.grafanaDashboard.labelKey=example.com/dashboard",
+            "metrics.grafanaDashboard.labelValue=delay",
+        ),
+    )
+    cm = only(docs, "ConfigMap", f"{FULLNAME}-dashboard")
+    assert cm["metadata"]["namespace"] == "delay"
+    assert cm["metadata"]["labels"]["example.com/dashboard"] == "delay"
+    assert "grafana_dashboard" not in cm["metadata"]["labels"]
+
+
+def _lost_keys(original: Any, decoded: Any, path: str = "") -> list[str]:
+    """Paths of `original` that are missing or different in `decoded`."""
+    if isinstance(original, dict):
+        if not isinstance(decoded, dict):
+            return [f"{path or '/'}: became {type(decoded).__name__}"]
+        out: list[str] = []
+        for k, v in original.items():
+            if k not in decoded:
+                out.append(f"{path}/{k}: unknown to the model")
+            else:
+                out += _lost_keys(v, decoded[k], f"{path}/{k}")
+        return out
+    if isinstance(original, list):
+        if not isinstance(decoded, list) or len(decoded) != len(original):
+            return [f"{path}: list changed"]
+        pairs = enumerate(zip(original, decoded, strict=True))
+        return [e for i, (a, b) in pairs for e in _lost_keys(a, b, f"{path}[{i}]")]
+    return [] if original == decoded else [f"{path}: {original!r} became {decoded!r}"]
+
+
+def _type_errors(obj: Any, path: str) -> list[str]:
+    """Every annotated field of a decoded grafana-foundation-sdk model object (recursively) holds a
+    value of its declared type; enums accept their members' values."""
+    errors: list[str] = []
+
+    def fits(v: Any, hint: Any, where: str) -> bool:
+        if hint is Any or hint is object:
+            if hasattr(v, "to_json") and getattr(type(v), "__annotations__", None):
+                errors.extend(_type_errors(v, where))  # panel options / field config decoded per plugin
+            return True
+        origin = typing.get_origin(hint)
+        if origin in (typing.Union, types.UnionType):
+            members = typing.get_args(hint)
+            if any(clean_fit(v, h) for h in members):
+                return True
+            # no member fits cleanly: report the nested problems of the member v is an instance of
+            loose = [h for h in members if isinstance(h, type) and isinstance(v, h)]
+            return bool(loose) and fits(v, loose[0], where)
+        if origin is list:
+            (item,) = typing.get_args(hint)
+            return isinstance(v, list) and all(fits(x, item, f"{where}[{i}]") for i, x in enumerate(v))
+        if origin is dict:
+            _, item = typing.get_args(hint)
+            return isinstance(v, dict) and all(fits(x, item, f"{where}.{k}") for k, x in v.items())
+        if origin is typing.Literal:
+            return v in typing.get_args(hint)
+        if isinstance(hint, type) and issubclass(hint, enum.Enum):
+            return isinstance(v, hint) or v in {m.value for m in hint}
+        if hint is float:
+            return isinstance(v, int | float) and not isinstance(v, bool)
+        if hint is int:
+            return isinstance(v, int) and not isinstance(v, bool)
+        assert isinstance(hint, type), f"{where}: type hint {hint!r} not handled"
+        if not isinstance(v, hint):
+            return False
+        if hasattr(v, "to_json"):
+            errors.extend(_type_errors(v, where))
+        return True
+
+    def clean_fit(v: Any, hint: Any) -> bool:
+        """`v` is a `hint` all the way down (for picking the member of a union)."""
+        before = len(errors)
+        ok = fits(v, hint, "")
+        ok = ok and len(errors) == before
+        del errors[before:]
+        return ok
+
+    for name, hint in typing.get_type_hints(type(obj)).items():
+        value = getattr(obj, name)
+        if not fits(value, hint, f"{path}.{name}"):
+            errors.append(f"{path}.{name}: {value!r:.200} is not {hint}")
+    return errors
+
+
+def test_dashboard_is_a_valid_grafana_dashboard() -> None:
+    """Decoded by grafana-foundation-sdk's generated models (Grafana 11.6 schema, with the panel and
+    Prometheus query plugins registered): every key is one the schema knows (the model drops
+    unknown keys, so a round trip that loses one fails) and every field has the schema's type."""
+    register_default_plugins()
+    doc = dashboard()
+    model = Dashboard.from_json(doc)
+    assert _type_errors(model, "dashboard") == []
+    again = json.loads(json.dumps(model, cls=GrafanaJSONEncoder))
+    assert _lost_keys(doc, again) == []
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("graphTooltip",), 5),
+        (("panels", 1, "gridPos", "h"), "4"),
+        (("panels", 6, "fieldConfig", "defaults", "custom", "drawStyle"), "lines"),
+        (("panels", 6, "options", "legend", "displayMode"), "tabel"),
+        (("panels", 1, "options", "reduceOptions", "calcs"), "lastNotNull"),
+        (("panels", 6, "targets", 0, "legendFromat"), "x"),
+    ],
+)
+def test_dashboard_validation_rejects_a_broken_dashboard(path: tuple[str | int, ...], value: Any) -> None:
+    register_default_plugins()
+    doc = dashboard()
+    node: Any = doc
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    model = Dashboard.from_json(doc)
+    again = json.loads(json.dumps(model, cls=GrafanaJSONEncoder))
+    assert _type_errors(model, "dashboard") or _lost_keys(doc, again)
+
+
+def test_dashboard_shape() -> None:
+    doc = dashboard()
+    assert doc["uid"] == "kafka-delay-sidecar"
+    names = [v["name"] for v in doc["templating"]["list"]]
+    assert names == ["datasource", "namespace", "pod"]
+    ids = [p["id"] for p in doc["panels"]]
+    assert len(ids) == len(set(ids))
+    titles = [p["title"] for p in doc["panels"]]
+    assert len(titles) == len(set(titles))
+    for p in panels():
+        assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, p["title"]
+        g = p["gridPos"]
+        assert g["x"] >= 0 and g["x"] + g["w"] <= 24, p["title"]
+        assert p["description"], p["title"]
+        refs = [t["refId"] for t in p["targets"]]
+        assert len(refs) == len(set(refs)), p["title"]
+        for t in p["targets"]:
+            assert '{namespace=~"$namespace", pod=~"$pod"}' in t["expr"], (p["title"], t["expr"])
+    # no two panels overlap
+    cells: set[tuple[int, int]] = set()
+    for p in doc["panels"]:
+        g = p["gridPos"]
+        mine = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
+        assert not cells & mine, p["title"]
+        cells |= mine
+
+
+# ---- PromQL against the series the sidecar renders -----------------------------------------
+
+
+def exposed_series() -> dict[str, set[str]]:
+    """Sample name -> label names, from the text a real Metrics object renders on /metrics, with
+    every labelled family given a child so that no family renders without samples."""
+    m = Metrics(ingress_topic="delay.ingress", scheduler="levels", tiers=[level_tier(1)])
+    m.set_consumer_lag(0, 5)
+    m.set_ingress_paused(True, "disk-full")
+    m.observe_lateness_ms([3, -1])
+    out: dict[str, set[str]] = {}
+    for family in text_string_to_metric_families(m.render().decode()):
+        assert family.samples, f"{family.name} rendered without samples"
+        for sample in family.samples:
+            out.setdefault(sample.name, set()).update(sample.labels)
+    return out
+
+
+GRAFANA_RANGES = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "3h"}
+
+
+def parse_promql(expr: str) -> Any:
+    for var, value in GRAFANA_RANGES.items():
+        expr = expr.replace(var, value)
+    try:
+        return promql_parser.parse(expr)
+    except ValueError as e:
+        pytest.fail(f"not PromQL ({e}): {expr}")
+
+
+def selectors(tree: Any) -> list[Any]:
+    found: list[Any] = []
+    promql_parser.walk(tree, lambda n: found.append(n) if isinstance(n, promql_parser.VectorSelector) else None)
+    return found
+
+
+def check_promql(expr: str, series: dict[str, set[str]]) -> list[str]:
+    """Problems of one expression: a series the sidecar does not render, a matcher or a `by` label
+    that the series it applies to does not carry (and Prometheus does not attach to targets)."""
+    tree = parse_promql(expr)
+    known = {**series, **PROMETHEUS_SERIES}
+    problems: list[str] = []
+    for vs in selectors(tree):
+        name = vs.name or next((m.value for m in vs.matchers.matchers if m.name == "__name__"), None)
+        if name in NOT_YET_EXPOSED:
+            continue
+        if name not in known:
+            problems.append(f"{name}: not rendered by sidecar.metrics.Metrics")
+            continue
+        for matcher in vs.matchers.matchers:
+            if matcher.name != "__name__" and matcher.name not in known[name] | TARGET_LABELS:
+                problems.append(f"{name}{{{matcher.name}}}: no such label")
+
+    def grouping(node: Any) -> None:
+        if isinstance(node, promql_parser.AggregateExpr) and node.modifier is not None:
+            inner = [vs.name for vs in selectors(node.expr) if vs.name in known]
+            for label in node.modifier.labels:
+                if label not in TARGET_LABELS and not all(label in known[n] for n in inner):
+                    problems.append(f"by ({label}) over {inner}: not a label of all of them")
+
+    promql_parser.walk(tree, grouping)
+    return problems
+
+
+def by_labels(expr: str) -> set[str]:
+    found: set[str] = set()
+
+    def visit(node: Any) -> None:
+        if isinstance(node, promql_parser.AggregateExpr) and node.modifier is not None:
+            found.update(node.modifier.labels)
+
+    promql_parser.walk(parse_promql(expr), visit)
+    return found
+
+
+def test_dashboard_queries_name_only_series_the_sidecar_renders() -> None:
+    series = exposed_series()
+    problems: list[str] = []
+    for p in panels():
+        for t in p["targets"]:
+            problems += [f"{p['title']}: {e}" for e in check_promql(t["expr"], series)]
+            for label in re.findall(r"\{\{\s*(\w+)\s*\}\}", t.get("legendFormat", "")):
+                if label not in by_labels(t["expr"]):
+                    problems.append(f"{p['title']}: legend {{{{{label}}}}} is not kept by {t['expr']}")
+    for var in dashboard()["templating"]["list"]:
+        if var["type"] == "query":
+            m = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", var["query"]["query"])
+            assert m, var
+            problems += [f"${var['name']}: {e}" for e in check_promql(m.group(1), series)]
+            assert m.group(2) in TARGET_LABELS
+    assert problems == []
+
+
+def test_preallocated_bytes_waits_for_the_store_change() -> None:
+    assert not NOT_YET_EXPOSED & set(exposed_series()), (
+        f"sidecar.metrics now renders {NOT_YET_EXPOSED & set(exposed_series())}: remove it from NOT_YET_EXPOSED"
+    )
+
+
+def test_promql_check_catches_renamed_series_and_labels() -> None:
+    series = exposed_series()
+    assert check_promql('sum by (tier) (delay_sidecar_pending_records{pod=~"$pod"})', series) == []
+    assert check_promql("sum(rate(delay_sidecar_ingested_total[$__rate_interval]))", series)
+    assert check_promql("sum by (level) (delay_sidecar_pending_records)", series)
+    assert check_promql('delay_sidecar_dlq_records_total{code="bad-header"}', series)
+
+
+def test_dashboard_covers_the_sidecar_series() -> None:
+    """Every series family the sidecar renders is on the dashboard, except the ones listed."""
+    not_shown = {
+        "delay_sidecar_scheduled_records_total",  # = ingested, split by scheduler
+        "delay_sidecar_ingress_paused_reason",  # reason is free text; the pause itself is shown
+        "delay_sidecar_delivery_lateness_seconds_sum",
+        "delay_sidecar_delivery_lateness_seconds_count",
+    }
+    used = {vs.name for p in panels() for t in p["targets"] for vs in selectors(parse_promql(t["expr"]))}
+    rendered = {n for n in exposed_series() if not n.endswith("_created")}
+    assert rendered - not_shown - used == set()
+    titles = {p["title"] for p in panels()}
+    for want in (
+        "Ingest and delivery rate",
+        "Pending by tier",
+        "Delivery lateness p50 / p99",
+        "Early deliveries (must stay 0)",
+        "DLQ by reason",
+        "Consumer lag per partition",
+        "Early deliveries over time",
+        "Store disk",
+        "Ingress paused per pod",
+        "Ready per pod",
+    ):
+        assert want in titles
+
+
+# ---- PrometheusRule ------------------------------------------------------------------------
+
+ALERTS = {
+    "DelaySidecarEarlyDelivery",
+    "DelaySidecarLatenessHigh",
+    "DelaySidecarDeadLetterRate",
+    "DelaySidecarConsumerLagGrowing",
+    "DelaySidecarNotReady",
+    "DelaySidecarIngressPaused",
+    "DelaySidecarDiskFilling",
+}
+
+
+def rules(docs: list[Doc]) -> dict[str, Doc]:
+    (group,) = only(docs, "PrometheusRule")["spec"]["groups"]
+    return {r["alert"]: r for r in group["rules"]}
+
+
+@pytest.fixture(scope="module")
+def rule_docs(helm: str) -> list[Doc]:
+    return render(helm, sets=MONITORING_ON)
+
+
+def test_prometheus_rule_only_when_enabled(default_docs: list[Doc], rule_docs: list[Doc]) -> None:
+    assert not [d for d in default_docs if d["kind"] == "PrometheusRule"]
+    assert set(rules(rule_docs)) == ALERTS
+
+
+def test_alert_expressions_name_only_series_the_sidecar_renders(rule_docs: list[Doc], helm: str) -> None:
+    series = exposed_series()
+    for docs in (rule_docs, render(helm, CI_MONITORING)):
+        for name, rule in rules(docs).items():
+            assert check_promql(rule["expr"], series) == [], name
+            for vs in selectors(parse_promql(rule["expr"])):
+                matchers = {(m.name, m.value) for m in vs.matchers.matchers}
+                assert {("job", f"{FULLNAME}-metrics"), ("namespace", "delay")} <= matchers, (name, vs.name)
+
+
+def test_alerts_select_the_series_the_service_monitor_scrapes(rule_docs: list[Doc]) -> None:
+    """The default selector is the job and namespace the ServiceMonitor's targets get: the
+    operator names the job after the scraped Service."""
+    sm = only(rule_docs, "ServiceMonitor")
+    svc = only(rule_docs, "Service", f"{FULLNAME}-metrics")
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert (
+        f'job="{svc["metadata"]["name"]}", namespace="{svc["metadata"]["namespace"]}"'
+        in (rules(rule_docs)["DelaySidecarNotReady"]["expr"])
+    )
+
+
+def test_alert_thresholds_and_labels_come_from_values(helm: str) -> None:
+    r = rules(render(helm, CI_MONITORING))
+    assert r["DelaySidecarLatenessHigh"]["expr"].split()[-1] == "0.25"
+    assert r["DelaySidecarLatenessHigh"]["for"] == "5m"
+    assert r["DelaySidecarDeadLetterRate"]["expr"].split()[-1] == "0.5"
+    assert "> 50000" in r["DelaySidecarConsumerLagGrowing"]["expr"]
+    for rule in r.values():
+        assert rule["labels"]["team"] == "messaging"
+    assert r["DelaySidecarEarlyDelivery"]["labels"]["severity"] == "critical"
+    # emptyDir bounded by config.diskMaxBytes: 2GiB
+    assert r["DelaySidecarDiskFilling"]["expr"].endswith(f"/ {2 * 1024**3} > 0.9")
+
+    r = rules(
+        render(
+            helm,
+            sets=(
+                *MONITORING_ON,
+                "metrics.prometheusRule.alerts.notReady.enabled=false",
+                'metrics.prometheusRule.selector=service="x"',
+            ),
+        )
+    )
+    assert "DelaySidecarNotReady" not in r
+    assert 'delay_sidecar_ingress_paused{service="x"} == 1' in r["DelaySidecarIngressPaused"]["expr"]
+
+
+@pytest.mark.parametrize(
+    ("sets", "capacity"),
+    [
+        ((), 10 * 1024**3),  # persistence.size 10Gi
+        (("persistence.size=1.5Ti",), int(1.5 * 1024**4)),
+        (("persistence.size=500G",), 500 * 1000**3),
+        (("config.diskMaxBytes=64MiB",), 64 * 1024**2),  # below the volume: the sidecar pauses there
+        (("config.diskMaxBytes=20GB",), 10 * 1024**3),  # above the volume: the volume is the limit
+        (("config.diskMaxBytes=1000000000", "persistence.enabled=false"), 10**9),
+        (("persistence.enabled=false",), None),  # emptyDir, no limit: nothing to compare with
+    ],
+)
+def test_disk_alert_compares_with_the_store_limit(helm: str, sets: tuple[str, ...], capacity: int | None) -> None:
+    r = rules(render(helm, sets=(*MONITORING_ON, *sets)))
+    if capacity is None:
+        assert "DelaySidecarDiskFilling" not in r
+        return
+    m = re.search(r"delay_sidecar_store_bytes\{[^}]*\} / (\d+) > 0.8$", r["DelaySidecarDiskFilling"]["expr"])
+    assert m, r["DelaySidecarDiskFilling"]["expr"]
+    assert int(m.group(1)) == capacity
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_alert_has_a_runbook_in_docs_helm_md(rule_docs: list[Doc]) -> None:
+    text = HELM_DOC.read_text()
+    section = text.split("## Alerts and runbooks", 1)[1].split("\n## ", 1)[0]
+    runbooks = re.findall(r"^### (\S+)\n", section, re.M)
+    assert sorted(runbooks) == sorted(ALERTS)
+    anchors = {github_anchor(h) for h in re.findall(r"^#+ (.+)$", text, re.M)}
+    base = "https://github.com/kafka-delay-sidecar/kafka-delay-sidecar/blob/main/docs/helm.md#"
+    for name, rule in rules(rule_docs).items():
+        url = rule["annotations"]["runbook_url"]
+        assert url.startswith(base), url
+        assert url.removeprefix(base) in anchors and url.removeprefix(base) == github_anchor(name)
+        assert rule["annotations"]["summary"] and rule["annotations"]["description"]
+        for body in section.split("\n### ")[1:]:
+            if body.startswith(name):
+                assert "**What it means**" in body and "**What to do**" in body, name

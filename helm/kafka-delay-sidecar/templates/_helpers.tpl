@@ -152,3 +152,52 @@ Checks the schema cannot express; fails the render with a message naming the val
 {{- end -}}
 {{- toYaml $doc -}}
 {{- end -}}
+
+{{/*
+Bytes of a Kubernetes quantity (persistence.size: 10Gi, 500M, 1.5Ti; suffixes are case-sensitive,
+as in Kubernetes), as a decimal integer string.
+*/}}
+{{- define "kds.quantityBytes" -}}
+{{- $s := . | toString | trim -}}
+{{- $num := regexFind "^[0-9]+(\\.[0-9]+)?" $s -}}
+{{- $unit := trimPrefix $num $s -}}
+{{- $mult := dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "P" 1000000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 "Pi" 1125899906842624 -}}
+{{- if or (not $num) (not (hasKey $mult $unit)) -}}
+{{- fail (printf "%q is not a volume size this chart understands (e.g. 10Gi, 500M, 1.5Ti)" $s) -}}
+{{- end -}}
+{{- printf "%.0f" (mulf $num (get $mult $unit)) -}}
+{{- end -}}
+
+{{/*
+Bytes of a sidecar size (config.diskMaxBytes: 1048576, 64MiB, 10GB; units case-insensitive, as in
+sidecar/durations.py), as a decimal integer string.
+*/}}
+{{- define "kds.sizeBytes" -}}
+{{- $s := . | toString | trim -}}
+{{- $num := regexFind "^[0-9]+" $s -}}
+{{- $unit := trimPrefix $num $s | trim | lower -}}
+{{- $mult := dict "" 1 "b" 1 "k" 1000 "kb" 1000 "m" 1000000 "mb" 1000000 "g" 1000000000 "gb" 1000000000 "t" 1000000000000 "tb" 1000000000000 "kib" 1024 "mib" 1048576 "gib" 1073741824 "tib" 1099511627776 -}}
+{{- if or (not $num) (not (hasKey $mult $unit)) -}}
+{{- fail (printf "%q is not a size (e.g. 1048576, 64MiB, 10GB)" $s) -}}
+{{- end -}}
+{{- printf "%.0f" (mulf $num (get $mult $unit)) -}}
+{{- end -}}
+
+{{/*
+The bytes the store may fill before the sidecar pauses ingress: the volume (persistence.size) or
+config.diskMaxBytes, whichever is smaller; "" when neither bounds it (emptyDir and no limit).
+*/}}
+{{- define "kds.storeCapacityBytes" -}}
+{{- $cap := "" -}}
+{{- if .Values.persistence.enabled -}}
+{{- $cap = include "kds.quantityBytes" .Values.persistence.size -}}
+{{- end -}}
+{{- $max := .Values.config.diskMaxBytes | default 0 -}}
+{{- if $max -}}
+{{- $limit := include "kds.sizeBytes" $max -}}
+{{- if and (ne $limit "0") (or (not $cap) (lt (float64 $limit) (float64 $cap))) -}}
+{{- $cap = $limit -}}
+{{- end -}}
+{{- end -}}
+{{- $cap -}}
+{{- end -}}
