@@ -36,7 +36,8 @@ Method (DESIGN.md section 1 is the contract measured here):
 
 Outputs in ``out_dir``: ``summary.json`` (orjson: totals, per topic, per topic and level, per
 topic, level and minute), ``details.parquet`` (one row per sent record and delivered copy, with
-its status), ``chart.png`` (lateness histogram and per-minute lateness over time).
+its status), ``chart.png`` (lateness histogram and per-minute lateness over time, drawn by
+spark/chart.py from numbers aggregated here).
 
 Run: ``python -m spark.accuracy ...``, ``delay-sidecar accuracy ...`` or
 ``spark-submit --jars "$(python -m spark.jars --csv)" spark/accuracy.py ...`` (docs/spark.md).
@@ -44,7 +45,6 @@ Run: ``python -m spark.accuracy ...``, ``delay-sidecar accuracy ...`` or
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -56,6 +56,8 @@ if __package__ in (None, ""):  # run as a file by spark-submit: make the `spark`
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
+
+    from spark.chart import ChartData
 
 # DESIGN.md section 1 header names (kept literal so this file runs on a driver with only pyspark).
 H_ID = "delay.id"
@@ -379,7 +381,9 @@ def run_accuracy(
 
     if chart:
         chart_path = out / "chart.png"
-        _write_chart(joined, totals, chart_path, title=f"{ingress_topic} -> {target_pattern}")
+        from spark.chart import write_chart
+
+        write_chart(chart_data(joined, totals, title=f"{ingress_topic} -> {target_pattern}"), chart_path)
         outputs["chart"] = str(chart_path)
 
     joined.unpersist()
@@ -409,65 +413,40 @@ def run_accuracy(
     return summary
 
 
-def _write_chart(joined: DataFrame, totals: dict[str, Any], path: Path, *, title: str) -> None:
-    """Lateness histogram (bins computed in Spark) and per-minute p50/p99/max over time."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def chart_data(joined: DataFrame, totals: dict[str, Any], *, title: str) -> ChartData:
+    """The chart's numbers (spark/chart.py): histogram bins with an edge at 0, per-minute lateness."""
     from pyspark.sql import functions as F
 
+    from spark.chart import ChartData, MinuteRow, bin_width
+
     lat = totals["lateness_ms"]
-    fig, (ax_hist, ax_time) = plt.subplots(2, 1, figsize=(10, 8))
-    if lat["min"] is not None and lat["max"] is not None:
-        lo, hi = int(lat["min"]), int(lat["max"])
-        width = max(1, math.ceil((hi - lo + 1) / 60))
-        hist = (
-            joined.where(F.col("lateness_ms").isNotNull())
-            .groupBy(F.floor((F.col("lateness_ms") - lo) / width).alias("bin"))
-            .count()
-            .collect()
+    counts = {k: int(totals[k]) for k in ("sent", "delivered", "lost", "duplicates", "early")}
+    if lat["min"] is None or lat["max"] is None:
+        return ChartData(title=title, counts=counts, lateness=lat)
+    width = bin_width(int(lat["min"]), int(lat["max"]))
+    copies = joined.where(F.col("lateness_ms").isNotNull())
+    # bin k = [k * width, (k + 1) * width): 0 is always an edge, so no bin mixes early and on time
+    bins = copies.groupBy(F.floor(F.col("lateness_ms") / width).alias("bin")).count().collect()
+    per_minute = (
+        copies.groupBy("minute_ms")
+        .agg(
+            F.percentile_approx("lateness_ms", [0.5, 0.99], PERCENTILE_ACCURACY).alias("pct"),
+            F.max("lateness_ms").alias("max"),
         )
-        starts = [lo + int(r["bin"]) * width for r in hist]
-        counts = [int(r["count"]) for r in hist]
-        colors = ["tab:red" if s < 0 else "tab:blue" for s in starts]
-        ax_hist.bar(starts, counts, width=width, align="edge", color=colors)
-        p50, p99 = lat.get("p50"), lat.get("p99")
-        for name, value in (("p50", p50), ("p99", p99), ("max", hi)):
-            if value is not None:
-                ax_hist.axvline(value, linestyle="--", linewidth=1, color="gray")
-                ax_hist.annotate(name, (value, max(counts)), rotation=90, fontsize=8, va="top")
-        per_minute = (
-            joined.where(F.col("lateness_ms").isNotNull())
-            .groupBy("minute_ms")
-            .agg(
-                F.percentile_approx("lateness_ms", [0.5, 0.99], PERCENTILE_ACCURACY).alias("pct"),
-                F.max("lateness_ms").alias("max"),
-            )
-            .orderBy("minute_ms")
-            .collect()
-        )
-        xs = [datetime.fromtimestamp(r["minute_ms"] / 1000, tz=UTC) for r in per_minute]
-        ax_time.plot(xs, [r["pct"][0] for r in per_minute], marker="o", label="p50")
-        ax_time.plot(xs, [r["pct"][1] for r in per_minute], marker="o", label="p99")
-        ax_time.plot(xs, [r["max"] for r in per_minute], marker=".", linestyle=":", label="max")
-        ax_time.axhline(0, color="tab:red", linewidth=1)
-        ax_time.legend()
-    else:
-        ax_hist.text(0.5, 0.5, "no deliveries", ha="center", va="center", transform=ax_hist.transAxes)
-    ax_hist.set_title(
-        f"{title}: lateness histogram (sent {totals['sent']}, delivered {totals['delivered']}, "
-        f"lost {totals['lost']}, duplicates {totals['duplicates']}, early {totals['early']})",
-        fontsize=9,
+        .orderBy("minute_ms")
+        .collect()
     )
-    ax_hist.set_xlabel("lateness ms (delivered timestamp - delay.deliver-at)")
-    ax_hist.set_ylabel("delivered records")
-    ax_time.set_title("lateness per due minute (UTC)", fontsize=9)
-    ax_time.set_xlabel("due minute")
-    ax_time.set_ylabel("lateness ms")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return ChartData(
+        title=title,
+        counts=counts,
+        lateness=lat,
+        bin_width=width,
+        bins={int(r["bin"]): int(r["count"]) for r in bins},
+        minutes=[
+            MinuteRow(int(r["minute_ms"]), float(r["pct"][0]), float(r["pct"][1]), float(r["max"]))
+            for r in per_minute
+        ],
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

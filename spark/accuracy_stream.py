@@ -117,10 +117,10 @@ def ensure_output_topic(
     if it does not exist. Best effort: returns False when it could not be checked or created
     (then the query fails with the broker's own error if the topic is really missing)."""
     try:
-        from confluent_kafka.admin import AdminClient, NewTopic
+        from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
     except ImportError:
         return False
-    conf = {"bootstrap.servers": bootstrap}
+    conf: dict[str, str | int | float | bool] = {"bootstrap.servers": bootstrap}
     conf.update({k.removeprefix("kafka."): v for k, v in (kafka_options or {}).items()})
     try:
         admin = AdminClient(conf)

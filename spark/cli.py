@@ -77,6 +77,19 @@ def _levels(text: str) -> list[int]:
     return levels
 
 
+def _local_dir(text: str) -> str:
+    """``--out``: a directory path; the driver writes summary.json and chart.png there with plain
+    file I/O, so a URI (hdfs://, s3a://, file://) would become a local directory named after it."""
+    if not text.strip():
+        raise ValueError("empty path")
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]+:/", text):  # scheme:/... (a one-letter scheme is a drive)
+        raise ValueError(
+            f"expected a directory path (on a cluster: one that the driver and every executor see at "
+            f"the same path, e.g. an NFS mount), not a URI: {text!r}"
+        )
+    return text
+
+
 def _kv(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
@@ -101,8 +114,9 @@ def build_parser(prog: str = "delay-sidecar accuracy") -> argparse.ArgumentParse
                    help="range start: ISO-8601, epoch ms, now-1h (default: one hour ago)")
     p.add_argument("--until", type=_arg_type(parse_time_ms, "time"), default=None, metavar="TIME",
                    help="range end, exclusive (default: now)")
-    p.add_argument("--out", default="out/accuracy", metavar="DIR",
-                   help="output directory for summary.json, details.parquet, chart.png (default out/accuracy)")
+    p.add_argument("--out", type=_arg_type(_local_dir, "directory"), default="out/accuracy", metavar="DIR",
+                   help="output directory for summary.json, details.parquet, chart.png (default out/accuracy); "
+                   "on a cluster the driver and every executor must see it at the same path")
     p.add_argument("--levels", type=_arg_type(_levels, "levels"), default=list(DEFAULT_LEVELS_MS),
                    help="delay level table, e.g. '1s 5s 10s 30s 1m' (default: RocketMQ's 18 levels)")
     p.add_argument("--grace", type=_arg_type(parse_duration_ms, "duration"), default=0, metavar="DURATION",

@@ -4,11 +4,17 @@
 limited to C1 (short jobs), and ``spark.jars`` = the connector jars from the cache
 (spark/jars.py, fetched by scripts/setup.d/20-spark.sh). When pyspark, Java or the jars are missing the Spark tests are
 skipped on a laptop and *fail* under ``CI=true``.
+
+``batch_scenario`` (session, dict): the crafted scenario of tests/spark/helpers.py produced once
+into fresh topics and measured by the batch job on the local session: the scenario's fields
+(``ingress``, ``pattern``, ``base``, ``since``, ``until``, ...) plus ``summary`` (what
+``run_accuracy`` returned) and ``out`` (its output directory).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import sys
@@ -87,3 +93,15 @@ def _stop_jvm() -> None:
         proc.wait(timeout=30)
     except Exception:
         proc.kill()
+
+
+@pytest.fixture(scope="session")
+def batch_scenario(kafka_bootstrap: str, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    from spark.accuracy import run_accuracy
+    from tests.spark.helpers import produce_batch_scenario
+
+    scenario = produce_batch_scenario(kafka_bootstrap)
+    out = tmp_path_factory.mktemp("accuracy")
+    summary = run_accuracy(spark, kafka_bootstrap, scenario.ingress, scenario.pattern, scenario.since,
+                           scenario.until, out)
+    return {**dataclasses.asdict(scenario), "summary": summary, "out": out}

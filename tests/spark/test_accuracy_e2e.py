@@ -5,7 +5,6 @@ figures that agree with the sidecar's own Prometheus metrics."""
 from __future__ import annotations
 
 import random
-import socket
 import time
 import urllib.request
 from pathlib import Path
@@ -16,14 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from spark.accuracy import run_accuracy
 from tests.integration.harness import SidecarProcess, consume_until, create_topics, producer
+from tests.spark.helpers import free_port
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _metrics(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -38,7 +32,7 @@ def test_sidecar_delivery_measured_by_spark(
 ) -> None:
     targets = [f"acc-a-{unique}", f"acc-b-{unique}"]
     create_topics(kafka_bootstrap, targets)
-    port = _free_port()
+    port = free_port()
     sc = SidecarProcess(kafka_bootstrap, tmp_path / "data", f"ingress-{unique}", f"dlq-{unique}",
                         extra=["--scheduler", "levels", "--ingress-partitions", "2", "--http-port", str(port)])
     sc.start()
