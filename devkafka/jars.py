@@ -1,6 +1,6 @@
 """The Apache Kafka broker jars, fetched once with Maven into a cache outside the repository.
 
-Why jars and not a Kafka tarball or Docker: the design (DESIGN.md §6) wants `delay-sidecar run`,
+Why jars and not a Kafka tarball or Docker: the design (docs/design.md 6) wants `delay-sidecar run`,
 `delay-sidecar dev-kafka` and the test suite to get a *real* broker on a machine that only has Java,
 Maven and access to package registries. Maven Central is such a registry and already hosts every
 jar of the broker (``org.apache.kafka:kafka_2.13``), so ``mvn dependency:copy-dependencies`` on a

@@ -3,7 +3,7 @@
 Why a real broker and not a fake: the sidecar's guarantees (no early delivery, no loss across
 restarts, transactions, consumer-group rebalances, a broker outage in the middle of a batch) are
 properties of the interaction with Kafka; a mock would only test our assumptions about it. So
-``delay-sidecar dev-kafka``, the embedded default of ``delay-sidecar run`` (DESIGN.md §6) and the
+``delay-sidecar dev-kafka``, the embedded default of ``delay-sidecar run`` (docs/design.md 6) and the
 test session all run this class.
 
 Two ways to get the broker, picked at :meth:`LocalKafka.start`:

@@ -1,4 +1,4 @@
-"""Producer-side helpers for the wire contract (DESIGN.md section 1).
+"""Producer-side helpers for the wire contract (docs/design.md 1).
 
 Nothing here is required — any Kafka client that sets the ``delay.*`` headers works — but these
 spell the contract correctly::

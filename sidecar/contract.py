@@ -1,4 +1,4 @@
-"""The wire contract (DESIGN.md section 1): header names and DLQ reason codes.
+"""The wire contract (docs/design.md 1): header names and DLQ reason codes.
 
 These strings are the user-facing API. Never rename one; add new ones beside them.
 """

@@ -1,4 +1,4 @@
-"""Ingress header parsing and validation (DESIGN.md section 1) — a pure function.
+"""Ingress header parsing and validation (docs/design.md 1) — a pure function.
 
 ``parse_ingress`` turns one ingress record's headers into exactly one of:
 

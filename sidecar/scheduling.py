@@ -1,4 +1,4 @@
-"""The scheduler interface shared by ``sidecar.levels`` and ``sidecar.wheel`` (DESIGN.md 4).
+"""The scheduler interface shared by ``sidecar.levels`` and ``sidecar.wheel`` (docs/design.md 4).
 
 A scheduler owns the life of a commit-log record from ``add`` until it is done. The event loop
 (``sidecar.engine``) talks to it only through this protocol:

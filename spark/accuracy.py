@@ -7,7 +7,7 @@ Reads, through Spark's Kafka connector with ``includeHeaders=true``:
 
 joins them by ``delay.id`` and reports per target topic, per level and per minute.
 
-Method (DESIGN.md section 1 is the contract measured here):
+Method (the wire contract of docs/design.md 1 is what is measured here):
 
 * **ingress id**: the ``delay.id`` header, else ``<topic>:<partition>:<offset>`` of the ingress
   record (the sidecar's default). Delivered records always carry ``delay.id``.
@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 
     from spark.chart import ChartData
 
-# DESIGN.md section 1 header names (kept literal so this file runs on a driver with only pyspark).
+# The wire contract's header names (docs/design.md 1) (kept literal so this file runs on a driver with only pyspark).
 H_ID = "delay.id"
 H_CANCEL = "delay.cancel"
 H_TARGET = "delay.target-topic"

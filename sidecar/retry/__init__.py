@@ -1,4 +1,4 @@
-"""Delivery guarantees (DESIGN.md section 5): publish backoff, error classification, retry ladder.
+"""Delivery guarantees (docs/design.md 5): publish backoff, error classification, retry ladder.
 
 Everything here is pure: clocks and random generators are passed in by the event loop.
 """

@@ -2,7 +2,7 @@
 
 When a publish to a target topic fails with a retriable error (a leader moved, the cluster is
 under-replicated, a broker is down), the sidecar keeps the record and tries again later
-(DESIGN.md section 5: "nothing is dropped"). *How much* later is this module.
+(docs/design.md 5: "nothing is dropped"). *How much* later is this module.
 
 Algorithm ("full jitter", Marc Brooker, AWS Architecture Blog, "Exponential Backoff And
 Jitter", 2015)::

@@ -1,6 +1,6 @@
 """What to do when publishing a due record fails: classify the error, then retry or dead-letter.
 
-The sidecar owns a record until a delivery report says the target topic has it (DESIGN.md
+The sidecar owns a record until a delivery report says the target topic has it (docs/design.md
 section 5). A failed delivery report is therefore never the end of a record; it ends in one of
 two ways: published later, or published to the DLQ with reason ``delivery-failed``.
 

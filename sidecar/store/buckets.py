@@ -1,4 +1,4 @@
-"""Time buckets: where records due beyond the timer wheel's near window wait (DESIGN.md 3.2).
+"""Time buckets: where records due beyond the timer wheel's near window wait (docs/design.md 3.2).
 
 A record due further out than the wheel can hold is copied — its whole encoded commit-log record,
 CRC included — into the data file of its due time's bucket, and its commit-log slot is released at

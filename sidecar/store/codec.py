@@ -126,7 +126,7 @@ def decode_headers(blob: memoryview | bytes) -> list[tuple[str, bytes | None]]:
 
 
 def delivery_headers(rec: Record, source_topic: bytes) -> list[tuple[str, bytes | None]]:
-    """The headers a delivered record carries (DESIGN.md 1, outgoing): the stored ones, then for
+    """The headers a delivered record carries (docs/design.md 1, outgoing): the stored ones, then for
     a MESSAGE ``delay.id``, ``delay.deliver-at``, ``delay.enqueued-at``, ``delay.source``
     (``<topic>:<partition>:<offset>``) and ``delay.retry-count`` when above zero."""
     headers = decode_headers(rec.headers)

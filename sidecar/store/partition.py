@@ -1,6 +1,6 @@
 """One ingress partition's state: commit log + id index + scheduler + checkpoint.
 
-The partition is the unit of ownership and of scale (DESIGN.md 3 and 7): everything below
+The partition is the unit of ownership and of scale (docs/design.md 3 and 7.3): everything below
 ``<data-dir>/<topic>-<partition>/`` belongs to whichever sidecar owns the partition.
 
 Intake (``ingest``) is synchronous: a consumed record is validated, appended to the commit log

@@ -1,7 +1,7 @@
 """The wire contract end to end, on the real broker, with a plain confluent-kafka client.
 
-The client side here uses none of the sidecar's code: headers are spelled out as DESIGN.md
-section 1 gives them. The sidecar runs as a subprocess started with the contract flags.
+The client side here uses none of the sidecar's code: headers are spelled out as the README's wire
+contract (docs/design.md 1) gives them. The sidecar runs as a subprocess started with the contract flags.
 """
 
 from __future__ import annotations

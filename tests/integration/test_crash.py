@@ -1,4 +1,4 @@
-"""Crash test (issue 3, DESIGN.md 8): a sidecar under load is killed with SIGKILL at random points.
+"""Crash test (issue 3, docs/design.md 8): a sidecar under load is killed with SIGKILL at random points.
 
 A producer thread sends records with random ``delay.ms`` (0-3000, so levels 0, 1 s and 5 s) and
 unique ``delay.id``s to a 3-partition ingress topic while the main thread SIGKILLs the sidecar

@@ -1,4 +1,4 @@
-"""Far-future records through the time buckets, on virtual time (DESIGN.md 3.2)."""
+"""Far-future records through the time buckets, on virtual time (docs/design.md 3.2)."""
 
 from __future__ import annotations
 
