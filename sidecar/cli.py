@@ -34,6 +34,7 @@ import orjson
 
 from sidecar import contract as c
 from sidecar import devtools
+from sidecar.client import LATEST_MS
 from sidecar.config import DEFAULT_LEVELS, OPTIONS, ConfigError, Settings, env_name, load_settings, parse_levels
 from sidecar.durations import DURATION_FORMS, SIZE_FORMS, format_duration_ms, parse_duration_ms
 
@@ -191,12 +192,14 @@ class _Writer:
         try:
             self.producer = Producer(conf)
         except KafkaException as e:
-            raise CliError(f"--kafka: {e.args[0].str() if e.args else e}") from None
+            raise CliError(f"bad value for --kafka: {e.args[0].str() if e.args else e}") from None
 
     def _last_error(self) -> str:
+        from confluent_kafka import KafkaError
+
         self.producer.poll(0)  # serves error_cb
         for err in reversed(self.errors):
-            if err.code() != -187:  # _ALL_BROKERS_DOWN says less than the error before it
+            if err.code() != KafkaError._ALL_BROKERS_DOWN:  # says less than the error before it
                 text = re.sub(r"^\S+/(bootstrap|\d+): ", "", err.str())
                 return re.sub(r" \((after \d+ms in state \w+|\d+ identical error\(s\) suppressed)\)", "", text)
         return ""
@@ -220,7 +223,7 @@ class _Writer:
 
     def write(self, topic: str, **kwargs: Any) -> Any:
         """Produce one record and return its delivered message (partition, offset, timestamp)."""
-        from confluent_kafka import KafkaException
+        from confluent_kafka import KafkaError, KafkaException
 
         reports: list[tuple[Any, Any]] = []
         try:
@@ -234,17 +237,15 @@ class _Writer:
                          f"{format_duration_ms(self.timeout_ms)} (--timeout)")
         err, msg = reports[0]
         if err is not None:
-            why = self._last_error() if err.code() == -192 else ""  # _MSG_TIMED_OUT: say why
+            why = self._last_error() if err.code() == KafkaError._MSG_TIMED_OUT else ""  # say why it timed out
             raise Failed(f"Kafka did not take the record on {topic!r}: {err.str()}" + (f" ({why})" if why else ""))
         return msg
 
 
 def _iso(ms: int) -> str:
     """Epoch ms as ISO-8601 UTC with milliseconds: ``2026-01-01T12:00:00.000Z``."""
-    from sidecar.headers import MAX_EPOCH_MS
-
-    if not 0 <= ms <= MAX_EPOCH_MS:
-        return "beyond year 9999"
+    if not 0 <= ms <= LATEST_MS:
+        return "after-year-9999"
     return (_EPOCH + timedelta(milliseconds=ms)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -266,8 +267,8 @@ def _common_inputs(ns: argparse.Namespace) -> tuple[int, dict[str, str]]:
         timeout_ms = parse_duration_ms(ns.timeout)
     except ValueError as e:
         raise _bad("--timeout", e) from None
-    if timeout_ms < 1000:
-        raise CliError(f"bad value for --timeout: {ns.timeout!r} is under 1s (the broker needs a moment)")
+    if not 1000 <= timeout_ms <= 3_600_000:
+        raise CliError(f"bad value for --timeout: {ns.timeout!r} is not between 1s and 1h")
     kafka: dict[str, str] = {}
     for item in ns.kafka:
         if "=" not in item:
@@ -278,6 +279,8 @@ def _common_inputs(ns: argparse.Namespace) -> tuple[int, dict[str, str]]:
 
 
 def cmd_send(ns: argparse.Namespace) -> int:
+    from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
+
     from sidecar import client
 
     given = [n for n, v in (("--delay", ns.delay), ("--at", ns.at), ("--level", ns.level)) if v is not None]
@@ -299,6 +302,8 @@ def cmd_send(ns: argparse.Namespace) -> int:
             if level > len(levels):
                 raise ValueError(f"{ns.level!r} is beyond the {len(levels)} levels of --levels "
                                  f"({' '.join(format_duration_ms(x) for x in levels)})")
+        if delay is not None and time.time() * 1000 + delay > client.LATEST_MS:
+            raise ValueError(f"{ns.delay!r} reaches past the year 9999")
     except ValueError as e:
         raise _bad(given[0], e) from None
     try:
@@ -326,7 +331,7 @@ def cmd_send(ns: argparse.Namespace) -> int:
     msg = w.write(ns.ingress_topic, value=ns.value.encode() if ns.value is not None else None,
                   key=ns.key.encode() if ns.key is not None else None, headers=extra + headers, timestamp=sent_ms)
     ts_type, ts = msg.timestamp()
-    base = ts if ts_type != 0 else sent_ms  # the record timestamp is what delay.ms and levels count from
+    base = sent_ms if ts_type == TIMESTAMP_NOT_AVAILABLE else ts  # what delay.ms and levels count from
     due = at if at is not None else base + (delay if delay is not None else levels[level - 1] if level else 0)
     rid = ns.id if ns.id is not None else f"{msg.topic()}:{msg.partition()}:{msg.offset()}"
     record: dict[str, Any] = {"action": "send", "id": rid, "ingress_topic": msg.topic(), "partition": msg.partition(),
@@ -339,8 +344,8 @@ def cmd_send(ns: argparse.Namespace) -> int:
 
 
 def _whole(text: str) -> int:
-    """An integer flag value (``--level``, ``--partition``): digits only, so ``-1`` and ``x`` get
-    the flag's own message instead of argparse's."""
+    """An integer flag value (``--level``, ``--partition``), read here rather than by argparse's
+    ``type=int`` so that ``x`` and ``-1`` get the flag's own message with its accepted forms."""
     if not re.fullmatch(r"\s*-?[0-9]+\s*", text):
         raise ValueError(f"{text!r} is not a whole number")
     return int(text)

@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sidecar import contract as c
-from sidecar.durations import MAX_MS, parse_duration_ms
+from sidecar.durations import parse_duration_ms
 
 DEFAULT_INGRESS = "delay.ingress"
 Headers = list[tuple[str, bytes]]
@@ -43,6 +43,7 @@ AT_FORMS = (
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z: the contract's last due time (headers.MAX_EPOCH_MS)
 
 
 def delay_ms(value: int | str) -> int:
@@ -86,8 +87,8 @@ def deliver_at_ms(at: int | float | str | datetime) -> int:
 def _epoch_ms_checked(ms: int, shown: str) -> int:
     if ms < 0:
         raise ValueError(f"{shown} is before 1970; {AT_FORMS}")
-    if ms > MAX_MS:
-        raise ValueError(f"{shown} is too far in the future; {AT_FORMS}")
+    if ms > LATEST_MS:
+        raise ValueError(f"{shown} is after the year 9999; {AT_FORMS}")
     return ms
 
 

@@ -1,7 +1,7 @@
 """The command line's input handling: durations need their unit, bad values get one clear line
 naming the flag, the value and the accepted forms, every option has help, and ``run --help``
 shows defaults the way a person writes them. No broker is involved: every check here happens
-before ``send`` / ``cancel`` connect (tests/integration/test_cli.py covers the Kafka side)."""
+before ``send`` / ``cancel`` connect (tests/integration/test_cli_send.py covers the Kafka side)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from sidecar.durations import (
     parse_duration_ms,
     parse_size,
 )
+from sidecar.headers import MAX_EPOCH_MS
 
 FORMS = "integer directly followed by ms, s, m, h or d"
 SEND = ["send", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t", "--value", "v"]
@@ -114,6 +115,11 @@ def test_client_deliver_at_forms() -> None:
         assert "ISO-8601 with a zone" in str(e.value)
 
 
+def test_client_latest_due_time_is_the_contracts() -> None:
+    assert client.LATEST_MS == MAX_EPOCH_MS
+    assert client.deliver_at_ms("9999-12-31T23:59:59.999Z") == MAX_EPOCH_MS
+
+
 def test_client_level_partition_and_id() -> None:
     for bad in (0, -1, True):
         with pytest.raises(ValueError, match="not a level"):
@@ -152,6 +158,10 @@ def _run_main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]
         (["--timeout", "-5s"], ["--timeout", "'-5s' is negative"]),
         (["--delay", "1s", "--at", "5"], ["at most one of --delay, --at, --level"]),
         (["--kafka", "nonsense"], ["--kafka", "'nonsense' is not PROP=VALUE"]),
+        (["--kafka", "no.such.property=1"], ["--kafka", 'No such configuration property: "no.such.property"']),
+        (["--timeout", "2h"], ["--timeout", "'2h' is not between 1s and 1h"]),
+        (["--at", "253402300800000"], ["--at", "is after the year 9999"]),
+        (["--delay", "3000000d"], ["--delay", "'3000000d' reaches past the year 9999"]),
     ],
 )
 def test_send_refuses_bad_values_before_connecting(
