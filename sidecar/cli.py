@@ -5,18 +5,28 @@ Subcommands: ``run`` (the sidecar), ``dev-kafka`` (a local single-node KRaft bro
 records out of a damaged store), ``demo`` (the README quickstart), ``accuracy`` (the Spark
 accuracy job), ``bench`` (benchmarks, JSON report).
 
-Errors name the bad flag and value and exit with status 2.
+Bad input (a flag, a config key, an environment variable) gets one line that names it, the value
+and the accepted forms, and exit status 2; a command that ran and failed (no broker within
+``--timeout``, a record the broker refused) gets one line and exit status 1. ``send`` and
+``cancel`` print one line per record they wrote (``--json``: one JSON object).
+
+argparse reads ``--delay -5s`` as two options (``-5s`` looks like one), so ``main`` first joins a
+value that starts with ``-`` to its option (``--delay=-5s``) unless it is itself an option of the
+subcommand; the value then reaches its parser and gets the same error as any other bad value.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import re
 import socket
 import sys
 import threading
 import time
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
@@ -24,21 +34,33 @@ import orjson
 
 from sidecar import contract as c
 from sidecar import devtools
-from sidecar.config import OPTIONS, ConfigError, Settings, load_settings
+from sidecar.client import LATEST_MS
+from sidecar.config import DEFAULT_LEVELS, OPTIONS, ConfigError, Settings, env_name, load_settings, parse_levels
+from sidecar.durations import DURATION_FORMS, SIZE_FORMS, format_duration_ms, parse_duration_ms
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class CliError(Exception):
-    pass
+    """Bad input: exit status 2."""
+
+
+class Failed(Exception):
+    """The command ran and did not succeed (no broker, a refused record): exit status 1."""
 
 
 def _run_parser(sub: Any) -> None:
-    p = sub.add_parser("run", help="run the sidecar", description="Run the sidecar. Every flag can also be "
-                       "set as DELAY_SIDECAR_<FLAG> or in the YAML --config file; flags win.")
+    p = sub.add_parser(
+        "run", help="run the sidecar",
+        description="Run the sidecar. Every flag can also be set as DELAY_SIDECAR_<FLAG> or in the YAML "
+                    "--config file; flags win.",
+        epilog=f"DURATION: {DURATION_FORMS}. DURATIONS: durations separated by spaces or commas. "
+               f"SIZE: {SIZE_FORMS}.")
     p.add_argument("--config", metavar="FILE", help="YAML config file (keys: the flag names; kafka: librdkafka props)")
     for opt in OPTIONS:
-        default = opt.default if not isinstance(opt.default, tuple) else " ".join(map(str, opt.default))
-        p.add_argument(f"--{opt.name}", dest=opt.name.replace("-", "_"), metavar="VALUE",
-                       help=f"{opt.help} (default: {default})")
+        help_text = f"{opt.help} (default: {opt.default_text()})"
+        p.add_argument(f"--{opt.name}", dest=opt.name.replace("-", "_"), metavar=opt.metavar,
+                       help=help_text.replace("%", "%%"))
     p.add_argument("--kafka", action="append", default=[], metavar="PROP=VALUE",
                    help="librdkafka property for every client (repeatable)")
 
@@ -126,6 +148,7 @@ def cmd_dev_kafka(ns: argparse.Namespace) -> int:
 
 
 def _producer(bootstrap: str | None) -> Any:
+    """A plain producer (the demo's)."""
     from confluent_kafka import Producer
 
     bs = bootstrap or os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or os.environ.get("DELAY_SIDECAR_BOOTSTRAP_SERVERS")
@@ -134,51 +157,215 @@ def _producer(bootstrap: str | None) -> Any:
     return Producer({"bootstrap.servers": bs, "enable.idempotence": True, "acks": "all"})
 
 
-def _flush(producer: Any, what: str) -> int:
-    left = producer.flush(30)
-    if left:
-        print(f"delay-sidecar: {left} {what} not acknowledged by the broker within 30 s", file=sys.stderr)
-        return 1
-    return 0
+def _quiet_logger() -> logging.Logger:
+    """Where librdkafka's own log lines go: nowhere. Without a logger it prints a FAIL line to
+    stderr on every reconnect attempt; what matters of it reaches ``error_cb`` and the one-line
+    error message."""
+    log = logging.getLogger("delay-sidecar.cli.librdkafka")
+    log.propagate = False
+    if not log.handlers:
+        log.addHandler(logging.NullHandler())
+    return log
+
+
+class _Writer:
+    """The producer of ``send`` / ``cancel``: checks the broker and the ingress topic first (one
+    metadata request bounded by ``--timeout``), then writes one record and waits for its delivery
+    report (``message.timeout.ms`` = ``--timeout``). Every failure is one line (``Failed``)."""
+
+    def __init__(self, ns: argparse.Namespace, timeout_ms: int, kafka: dict[str, str]) -> None:
+        from confluent_kafka import KafkaException, Producer
+
+        bs = ns.bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or os.environ.get(
+            "DELAY_SIDECAR_BOOTSTRAP_SERVERS")
+        if not bs:
+            raise CliError("--bootstrap-servers is required (or set KAFKA_BOOTSTRAP_SERVERS)")
+        self.bootstrap = bs
+        self.timeout_ms = timeout_ms
+        self.errors: list[Any] = []
+        conf: dict[str, Any] = {
+            "bootstrap.servers": bs, "enable.idempotence": True, "acks": "all", "linger.ms": 0,
+            "message.timeout.ms": timeout_ms, "socket.connection.setup.timeout.ms": timeout_ms,
+            **kafka,
+            "logger": _quiet_logger(), "error_cb": self.errors.append,
+        }
+        try:
+            self.producer = Producer(conf)
+        except KafkaException as e:
+            raise CliError(f"bad value for --kafka: {e.args[0].str() if e.args else e}") from None
+
+    def _last_error(self) -> str:
+        from confluent_kafka import KafkaError
+
+        self.producer.poll(0)  # serves error_cb
+        for err in reversed(self.errors):
+            if err.code() != KafkaError._ALL_BROKERS_DOWN:  # says less than the error before it
+                text = re.sub(r"^\S+/(bootstrap|\d+): ", "", err.str())
+                return re.sub(r" \((after \d+ms in state \w+|\d+ identical error\(s\) suppressed)\)", "", text)
+        return ""
+
+    def check(self, topic: str) -> None:
+        from confluent_kafka import KafkaError, KafkaException
+
+        try:
+            md = self.producer.list_topics(topic=topic, timeout=self.timeout_ms / 1000)
+        except KafkaException as e:
+            why = self._last_error() or (e.args[0].str() if e.args else str(e))
+            raise Failed(f"no answer from Kafka at {self.bootstrap} within {format_duration_ms(self.timeout_ms)} "
+                         f"(--timeout): {why}") from None
+        t = md.topics.get(topic)
+        err = t.error if t is not None else None
+        if t is None or (err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+            raise Failed(f"the ingress topic {topic!r} does not exist at {self.bootstrap} (the sidecar creates it "
+                         f"when it starts; check --ingress-topic)")
+        if err is not None:
+            raise Failed(f"the ingress topic {topic!r} at {self.bootstrap}: {err.str()}")
+
+    def write(self, topic: str, **kwargs: Any) -> Any:
+        """Produce one record and return its delivered message (partition, offset, timestamp)."""
+        from confluent_kafka import KafkaError, KafkaException
+
+        reports: list[tuple[Any, Any]] = []
+        try:
+            self.producer.produce(topic, on_delivery=lambda err, msg: reports.append((err, msg)), **kwargs)
+        except (KafkaException, BufferError) as e:
+            raise Failed(f"could not send to {topic!r}: {e.args[0].str() if isinstance(e, KafkaException) else e}") \
+                from None
+        self.producer.flush(self.timeout_ms / 1000 + 5)  # the report comes within message.timeout.ms
+        if not reports:
+            raise Failed(f"no delivery report from Kafka at {self.bootstrap} within "
+                         f"{format_duration_ms(self.timeout_ms)} (--timeout)")
+        err, msg = reports[0]
+        if err is not None:
+            why = self._last_error() if err.code() == KafkaError._MSG_TIMED_OUT else ""  # say why it timed out
+            raise Failed(f"Kafka did not take the record on {topic!r}: {err.str()}" + (f" ({why})" if why else ""))
+        return msg
+
+
+def _iso(ms: int) -> str:
+    """Epoch ms as ISO-8601 UTC with milliseconds: ``2026-01-01T12:00:00.000Z``."""
+    if not 0 <= ms <= LATEST_MS:
+        return "after-year-9999"
+    return (_EPOCH + timedelta(milliseconds=ms)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _emit(ns: argparse.Namespace, record: dict[str, Any], text: str) -> None:
+    if ns.json:
+        sys.stdout.buffer.write(orjson.dumps(record) + b"\n")
+        sys.stdout.flush()
+    else:
+        print(text, flush=True)
+
+
+def _bad(flag: str, e: Exception) -> CliError:
+    return CliError(f"bad value for {flag}: {e}")
+
+
+def _common_inputs(ns: argparse.Namespace) -> tuple[int, dict[str, str]]:
+    """--timeout and --kafka, checked before anything connects."""
+    try:
+        timeout_ms = parse_duration_ms(ns.timeout)
+    except ValueError as e:
+        raise _bad("--timeout", e) from None
+    if not 1000 <= timeout_ms <= 3_600_000:
+        raise CliError(f"bad value for --timeout: {ns.timeout!r} is not between 1s and 1h")
+    kafka: dict[str, str] = {}
+    for item in ns.kafka:
+        if "=" not in item:
+            raise CliError(f"bad value for --kafka: {item!r} is not PROP=VALUE (e.g. security.protocol=SSL)")
+        k, v = item.split("=", 1)
+        kafka[k.strip()] = v
+    return timeout_ms, kafka
 
 
 def cmd_send(ns: argparse.Namespace) -> int:
+    from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
+
     from sidecar import client
 
     given = [n for n, v in (("--delay", ns.delay), ("--at", ns.at), ("--level", ns.level)) if v is not None]
     if len(given) > 1:
         raise CliError(f"give at most one of --delay, --at, --level (got {', '.join(given)})")
+    delay = at = level = partition = None
+    levels: tuple[int, ...] = ()
     try:
-        headers = client.delay_headers(
-            ns.topic, delay=ns.delay, at=ns.at, level=ns.level, id=ns.id, target_partition=ns.partition
-        )
+        if ns.delay is not None:
+            delay = client.delay_ms(ns.delay)
+        if ns.at is not None:
+            at = client.deliver_at_ms(ns.at)
+        if ns.level is not None:
+            try:
+                levels = parse_levels(ns.levels)
+            except ValueError as e:
+                raise _bad("--levels", e) from None
+            level = client.check_level(_whole(ns.level))
+            if level > len(levels):
+                raise ValueError(f"{ns.level!r} is beyond the {len(levels)} levels of --levels "
+                                 f"({' '.join(format_duration_ms(x) for x in levels)})")
+        if delay is not None and time.time() * 1000 + delay > client.LATEST_MS:
+            raise ValueError(f"{ns.delay!r} reaches past the year 9999")
     except ValueError as e:
-        flag = given[0] if given else "--id"
-        raise CliError(f"{flag}: {e}") from None
+        raise _bad(given[0], e) from None
+    try:
+        if ns.partition is not None:
+            partition = _whole(ns.partition)
+        headers = client.delay_headers(ns.topic, delay=delay, at=at, level=level, target_partition=partition)
+    except ValueError as e:
+        raise _bad("--partition", e) from None
+    if ns.id is not None:
+        try:
+            headers.append((c.ID, client.check_id(ns.id)))
+        except ValueError as e:
+            raise _bad("--id", e) from None
     extra: list[tuple[str, bytes]] = []
     for item in ns.header:
         if "=" not in item:
-            raise CliError(f"--header expects NAME=VALUE, got {item!r}")
+            raise CliError(f"bad value for --header: {item!r} is not NAME=VALUE")
         k, v = item.split("=", 1)
         extra.append((k, v.encode()))
-    p = _producer(ns.bootstrap_servers)
-    errors: list[str] = []
-    p.produce(ns.ingress_topic, value=ns.value.encode() if ns.value is not None else None,
-              key=ns.key.encode() if ns.key is not None else None, headers=extra + headers,
-              on_delivery=lambda err, _m: errors.append(str(err)) if err else None)
-    rc = _flush(p, "record")
-    if errors:
-        print(f"delay-sidecar send: {errors[0]}", file=sys.stderr)
-        return 1
-    return rc
+    timeout_ms, kafka = _common_inputs(ns)
+
+    w = _Writer(ns, timeout_ms, kafka)
+    w.check(ns.ingress_topic)
+    sent_ms = int(time.time() * 1000)
+    msg = w.write(ns.ingress_topic, value=ns.value.encode() if ns.value is not None else None,
+                  key=ns.key.encode() if ns.key is not None else None, headers=extra + headers, timestamp=sent_ms)
+    ts_type, ts = msg.timestamp()
+    base = sent_ms if ts_type == TIMESTAMP_NOT_AVAILABLE else ts  # what delay.ms and levels count from
+    due = at if at is not None else base + (delay if delay is not None else levels[level - 1] if level else 0)
+    rid = ns.id if ns.id is not None else f"{msg.topic()}:{msg.partition()}:{msg.offset()}"
+    record: dict[str, Any] = {"action": "send", "id": rid, "ingress_topic": msg.topic(), "partition": msg.partition(),
+                              "offset": msg.offset(), "target_topic": ns.topic, "due": _iso(due), "due_ms": due}
+    if level:
+        record["level"] = level
+    _emit(ns, record, f"sent id={rid} ingress={msg.topic()} partition={msg.partition()} offset={msg.offset()} "
+                      f"target={ns.topic} due={_iso(due)} due_ms={due}")
+    return 0
+
+
+def _whole(text: str) -> int:
+    """An integer flag value (``--level``, ``--partition``), read here rather than by argparse's
+    ``type=int`` so that ``x`` and ``-1`` get the flag's own message with its accepted forms."""
+    if not re.fullmatch(r"\s*-?[0-9]+\s*", text):
+        raise ValueError(f"{text!r} is not a whole number")
+    return int(text)
 
 
 def cmd_cancel(ns: argparse.Namespace) -> int:
     from sidecar import client
 
-    p = _producer(ns.bootstrap_servers)
-    client.cancel(p, ns.id, key=ns.key.encode() if ns.key is not None else None, ingress_topic=ns.ingress_topic)
-    return _flush(p, "cancel")
+    try:
+        rid = client.check_id(ns.id)
+    except ValueError as e:
+        raise _bad("ID", e) from None
+    timeout_ms, kafka = _common_inputs(ns)
+    w = _Writer(ns, timeout_ms, kafka)
+    w.check(ns.ingress_topic)
+    msg = w.write(ns.ingress_topic, value=None, key=ns.key.encode(), headers=[(c.CANCEL, rid)])
+    _emit(ns, {"action": "cancel", "id": ns.id, "ingress_topic": msg.topic(), "partition": msg.partition(),
+               "offset": msg.offset()},
+          f"sent cancel id={ns.id} ingress={msg.topic()} partition={msg.partition()} offset={msg.offset()}")
+    return 0
 
 
 def cmd_inspect(ns: argparse.Namespace) -> int:
@@ -284,40 +471,104 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _run_parser(sub)
 
-    p = sub.add_parser("dev-kafka", help="start a local single-node KRaft broker and keep it running")
-    p.add_argument("--port", type=int, default=9092)
-    p.add_argument("--data-dir", default=None)
+    p = sub.add_parser("dev-kafka", help="start a local single-node KRaft broker and keep it running",
+                       description="Start a local single-node KRaft broker (development only) and keep it "
+                                   "running until Ctrl-C; prints 'bootstrap: HOST:PORT' on stdout.")
+    p.add_argument("--port", type=int, default=9092, help="port of the broker's client listener (default: 9092)")
+    p.add_argument("--data-dir", default=None, metavar="DIR",
+                   help="broker data directory, kept across restarts (default: a temporary directory, "
+                        "deleted on exit)")
 
+    levels_default = os.environ.get(env_name("levels"), DEFAULT_LEVELS)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--bootstrap-servers", default=None)
-    common.add_argument("--ingress-topic", default=os.environ.get("DELAY_SIDECAR_INGRESS_TOPIC", "delay.ingress"))
+    common.add_argument("--bootstrap-servers", default=None, metavar="HOST:PORT,...",
+                        help="Kafka bootstrap servers (default: $KAFKA_BOOTSTRAP_SERVERS or "
+                             "$DELAY_SIDECAR_BOOTSTRAP_SERVERS)")
+    common.add_argument("--ingress-topic", default=os.environ.get(env_name("ingress-topic"), "delay.ingress"),
+                        metavar="TOPIC", help="the sidecar's ingress topic (default: %(default)s, from "
+                                              "$DELAY_SIDECAR_INGRESS_TOPIC if set)")
+    common.add_argument("--timeout", default="5s", metavar="DURATION",
+                        help="give up when Kafka has not answered or acknowledged within this (default: %(default)s)")
+    common.add_argument("--kafka", action="append", default=[], metavar="PROP=VALUE",
+                        help="librdkafka property, e.g. security.protocol=SASL_SSL (repeatable)")
+    common.add_argument("--json", action="store_true", help="print the result as one JSON object per record")
 
-    p = sub.add_parser("send", parents=[common], help="send one delayed record")
-    p.add_argument("--topic", required=True, help="target topic")
-    p.add_argument("--delay", help="e.g. 500ms, 5s, 10m")
-    p.add_argument("--at", help="epoch ms or ISO-8601 with a zone")
-    p.add_argument("--level", type=int, help="1-based delay level")
-    p.add_argument("--value", required=True)
-    p.add_argument("--key")
-    p.add_argument("--id")
-    p.add_argument("--partition", type=int, help="explicit target partition")
-    p.add_argument("--header", action="append", default=[], metavar="NAME=VALUE")
+    epilog = ("Prints one line per record: its delay.id (default <ingress-topic>:<partition>:<offset>), the "
+              "ingress partition and offset, and for send the due time (ISO-8601 UTC and epoch ms). "
+              f"Exit status 2: bad input; 1: Kafka did not answer or refused the record. DURATION: {DURATION_FORMS}.")
+    p = sub.add_parser("send", parents=[common], help="send one delayed record", epilog=epilog,
+                       description="Send one delayed record to the ingress topic. Give at most one of --delay, "
+                                   "--at, --level; none means due now.")
+    p.add_argument("--topic", required=True, help="target topic (where the sidecar delivers the record)")
+    p.add_argument("--delay", metavar="DURATION", help="deliver this long after sending, e.g. 500ms, 5s, 10m, 2h")
+    p.add_argument("--at", metavar="TIME", help="deliver at this time: epoch ms or ISO-8601 with a zone, "
+                                                "e.g. 2026-01-01T12:00:00Z")
+    p.add_argument("--level", metavar="N", help="RocketMQ-style delay level, 1-based index into --levels")
+    p.add_argument("--levels", default=levels_default, metavar="DURATIONS",
+                   help="the sidecar's level table, to check --level and print its due time "
+                        f"(default: {levels_default}, from $DELAY_SIDECAR_LEVELS if set)")
+    p.add_argument("--value", required=True, help="record value (UTF-8 text)")
+    p.add_argument("--key", help="record key (UTF-8 text); a later cancel needs the same key")
+    p.add_argument("--id", help="delay.id, 1..255 bytes, to cancel or deduplicate the record by "
+                                "(default: <ingress-topic>:<partition>:<offset>)")
+    p.add_argument("--partition", metavar="N", help="explicit target partition (default: by key, as Kafka does)")
+    p.add_argument("--header", action="append", default=[], metavar="NAME=VALUE",
+                   help="extra header, delivered with the record (repeatable)")
 
-    p = sub.add_parser("cancel", parents=[common], help="cancel a pending record by its delay.id")
-    p.add_argument("id")
+    p = sub.add_parser("cancel", parents=[common], help="cancel a pending record by its delay.id", epilog=epilog,
+                       description="Send a cancel for the pending record whose delay.id is ID.")
+    p.add_argument("id", metavar="ID", help="the delay.id of the record to cancel")
     p.add_argument("--key", required=True, help="the message's key (routes the cancel to its partition)")
 
     p = sub.add_parser("inspect", help="describe a data directory (read-only)")
-    p.add_argument("data_dir", metavar="DATA_DIR")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("data_dir", metavar="DATA_DIR", help="the sidecar's --data-dir")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
 
     p = sub.add_parser("demo", help="local broker + sidecar + a few delayed records, printed as they arrive")
-    p.add_argument("--scheduler", default="wheel", choices=["levels", "wheel"])
+    p.add_argument("--scheduler", default="wheel", choices=["levels", "wheel"],
+                   help="the sidecar's scheduler (default: %(default)s)")
 
     sub.add_parser("salvage", help="copy every readable record out of a damaged store (JSON lines)", add_help=False)
     sub.add_parser("accuracy", help="Spark accuracy report (see delay-sidecar accuracy --help)", add_help=False)
     sub.add_parser("bench", help="benchmarks writing a JSON report (see delay-sidecar bench --help)", add_help=False)
     return parser
+
+
+def attach_dash_values(parser: argparse.ArgumentParser, args: list[str]) -> list[str]:
+    """``--delay -5s`` -> ``--delay=-5s`` (see the module docstring), for every option of the
+    chosen subcommand that takes a value, when the next word is not an option of that subcommand."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    start = next((i for i, a in enumerate(args) if subs and a in subs[0].choices), None)
+    if start is None:
+        return args
+    sub: argparse.ArgumentParser = subs[0].choices[args[start]]
+    options = sub._option_string_actions
+
+    def action_of(word: str) -> argparse.Action | None:
+        if word in options:
+            return options[word]
+        if word.startswith("--") and "=" not in word:  # argparse accepts unique prefixes
+            found = {options[o] for o in options if o.startswith(word)}
+            return found.pop() if len(found) == 1 else None
+        return None
+
+    out = args[: start + 1]
+    i = start + 1
+    while i < len(args):
+        word = args[i]
+        if word == "--":
+            out += args[i:]
+            break
+        action = action_of(word)
+        nxt = args[i + 1] if i + 1 < len(args) else None
+        if (action is not None and action.nargs is None and nxt is not None and nxt.startswith("-")
+                and nxt != "--" and action_of(nxt) is None and nxt not in ("-h",)):
+            out.append(f"{word}={nxt}")
+            i += 2
+            continue
+        out.append(word)
+        i += 1
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -333,7 +584,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"delay-sidecar {args[0]}: error: {e}", file=sys.stderr)
             return 2
     parser = build_parser()
-    ns = parser.parse_args(args)
+    ns = parser.parse_args(attach_dash_values(parser, args))
     handlers = {"run": cmd_run, "dev-kafka": cmd_dev_kafka, "send": cmd_send, "cancel": cmd_cancel,
                 "inspect": cmd_inspect, "demo": cmd_demo}
     try:
@@ -341,6 +592,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CliError, ConfigError, devtools.DevToolMissing) as e:
         print(f"delay-sidecar {ns.command}: error: {e}", file=sys.stderr)
         return 2
+    except Failed as e:
+        print(f"delay-sidecar {ns.command}: error: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

@@ -11,7 +11,11 @@ variables ``DELAY_SIDECAR_KAFKA_<PROP>`` add librdkafka properties too (``_`` be
 password without it ever being written into a ConfigMap.
 
 The option table ``OPTIONS`` is the single source: the CLI builds its flags from it, the README
-table is generated from it, and the Helm chart's values map onto the same keys.
+table is generated from it, and the Helm chart's values map onto the same keys. Its defaults are
+written the way a person writes them (``400d``, ``64MiB``, ``1s 5s 10s``) and go through the same
+parser as any given value, so ``run --help`` shows them in that form; ``Settings`` holds the parsed
+values (milliseconds, bytes). Durations follow ``sidecar.durations``: a unit is required
+(``commit-interval: 1000`` is refused: 1000 what?).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from sidecar.durations import parse_duration_list, parse_duration_ms, parse_size
+from sidecar.durations import format_duration_ms, format_size, parse_duration_list, parse_duration_ms, parse_size
 
 ENV_PREFIX = "DELAY_SIDECAR_"
 KAFKA_ENV_PREFIX = "DELAY_SIDECAR_KAFKA_"
@@ -46,9 +50,18 @@ class ConfigError(ValueError):
 class Option:
     name: str  # flag name without dashes, YAML key, and (upper-cased) env suffix
     attr: str
-    default: Any
+    default: Any  # as a person writes it; parse(default) is the Settings default
     parse: Callable[[Any], Any]
     help: str
+    metavar: str = "VALUE"  # DURATION, DURATIONS and SIZE name the written forms of sidecar.durations
+
+    def default_text(self) -> str:
+        """The default as ``run --help`` and the README show it."""
+        if self.default is None:
+            return "unset"
+        if isinstance(self.default, tuple):
+            return " ".join(map(str, self.default)) if self.default else "empty"
+        return str(self.default)
 
 
 def _str(v: Any) -> str:
@@ -97,7 +110,7 @@ def _choice(*allowed: str) -> Callable[[Any], str]:
 
 
 def _regex_list(v: Any) -> tuple[str, ...]:
-    items = v if isinstance(v, list) else [p for p in re.split(r"[\s,]+", str(v).strip()) if p]
+    items = list(v) if isinstance(v, (list, tuple)) else [p for p in re.split(r"[\s,]+", str(v).strip()) if p]
     for p in items:
         try:
             re.compile(p)
@@ -110,7 +123,7 @@ def _durations(v: Any) -> tuple[int, ...]:
     return tuple(parse_duration_list(v))
 
 
-def _levels(v: Any) -> tuple[int, ...]:
+def parse_levels(v: Any) -> tuple[int, ...]:
     out = _durations(v)
     if any(b <= a for a, b in itertools.pairwise(out)):
         raise ValueError(f"levels must be strictly increasing: {v!r}")
@@ -119,67 +132,74 @@ def _levels(v: Any) -> tuple[int, ...]:
     return out
 
 
+_D, _DS, _SIZE, _N = "DURATION", "DURATIONS", "SIZE", "N"
+
 OPTIONS: tuple[Option, ...] = (
     Option("bootstrap-servers", "bootstrap_servers", None, _opt_str,
-           "Kafka bootstrap servers; unset = start an embedded local broker"),
-    Option("ingress-topic", "ingress_topic", "delay.ingress", _str, "topic producers send delayed records to"),
-    Option("dlq-topic", "dlq_topic", "delay.dlq", _str, "dead-letter topic"),
-    Option("data-dir", "data_dir", "./data", _str, "store directory (one sub-directory per ingress partition)"),
+           "Kafka bootstrap servers; unset = start an embedded local broker", "HOST:PORT,..."),
+    Option("ingress-topic", "ingress_topic", "delay.ingress", _str, "topic producers send delayed records to",
+           "TOPIC"),
+    Option("dlq-topic", "dlq_topic", "delay.dlq", _str, "dead-letter topic", "TOPIC"),
+    Option("data-dir", "data_dir", "./data", _str, "store directory (one sub-directory per ingress partition)",
+           "DIR"),
     Option("scheduler", "scheduler", "wheel", _choice("levels", "wheel"),
-           "wheel (any delay, to the ms) or levels (RocketMQ 4.x delay levels)"),
-    Option("group-id", "group_id", "delay-sidecar", _str, "consumer group of the ingress consumers"),
+           "wheel (any delay, to the ms) or levels (RocketMQ 4.x delay levels)", "{wheel,levels}"),
+    Option("group-id", "group_id", "delay-sidecar", _str, "consumer group of the ingress consumers", "GROUP"),
     Option("group-instance-id", "group_instance_id", None, _opt_str,
-           "static group membership id (stable per instance, e.g. the pod name)"),
+           "static group membership id (stable per instance, e.g. the pod name)", "ID"),
     Option("ingress-partitions", "ingress_partitions", 6, _positive(_int),
-           "partitions of the ingress topic when the sidecar creates it"),
+           "partitions of the ingress topic when the sidecar creates it", _N),
     Option("replication-factor", "replication_factor", -1, _int,
-           "replication factor of topics the sidecar creates (-1 = broker default)"),
-    Option("http-port", "http_port", 0, _port, "port of /metrics, /healthz, /readyz (0 = disabled)"),
-    Option("http-host", "http_host", "0.0.0.0", _str, "address the HTTP endpoints bind to"),
+           "replication factor of topics the sidecar creates (-1 = broker default)", _N),
+    Option("http-port", "http_port", 0, _port, "port of /metrics, /healthz, /readyz (0 = disabled)", "PORT"),
+    Option("http-host", "http_host", "0.0.0.0", _str, "address the HTTP endpoints bind to", "ADDRESS"),
     Option("fsync", "fsync", "batch", _choice("batch", "interval", "none"),
-           "batch: durable before every ingress commit; interval: every fsync-interval; none: OS decides"),
-    Option("fsync-interval", "fsync_interval_ms", 1000, parse_duration_ms, "flush period for fsync=interval"),
-    Option("commit-interval", "commit_interval_ms", 1000, _positive(parse_duration_ms),
-           "how often ingress offsets are made durable and committed"),
-    Option("levels", "levels_ms", _levels(DEFAULT_LEVELS), _levels, "delay level table (1-based)"),
-    Option("max-delay", "max_delay_ms", 400 * 86_400_000, _positive(parse_duration_ms),
-           "longest accepted delay; beyond -> DLQ delay-out-of-range"),
-    Option("retry-ladder", "retry_ladder_ms", _durations(DEFAULT_RETRY_LADDER), _durations,
-           "consumer retry delays: step n for delay.retry-count n (the last step repeats)"),
-    Option("max-retries", "max_retries", 16, _int, "delay.retry-count above this -> DLQ retries-exhausted"),
+           "batch: durable before every ingress commit; interval: every fsync-interval; none: OS decides",
+           "{batch,interval,none}"),
+    Option("fsync-interval", "fsync_interval_ms", "1s", parse_duration_ms, "flush period for fsync=interval", _D),
+    Option("commit-interval", "commit_interval_ms", "1s", _positive(parse_duration_ms),
+           "how often ingress offsets are made durable and committed", _D),
+    Option("levels", "levels_ms", DEFAULT_LEVELS, parse_levels, "delay level table (1-based)", _DS),
+    Option("max-delay", "max_delay_ms", "400d", _positive(parse_duration_ms),
+           "longest accepted delay; beyond -> DLQ delay-out-of-range", _D),
+    Option("retry-ladder", "retry_ladder_ms", DEFAULT_RETRY_LADDER, _durations,
+           "consumer retry delays: step n for delay.retry-count n (the last step repeats)", _DS),
+    Option("max-retries", "max_retries", 16, _int, "delay.retry-count above this -> DLQ retries-exhausted", _N),
     Option("target-allowlist", "target_allowlist", (), _regex_list,
-           "regular expressions a target topic must fully match (empty = any non-internal topic)"),
+           "regular expressions a target topic must fully match (empty = any non-internal topic)", "REGEX,..."),
     Option("max-record-bytes", "max_record_bytes", 1_000_000, _positive(parse_size),
-           "largest accepted ingress record (key + value + headers); larger -> DLQ too-large"),
-    Option("segment-bytes", "segment_bytes", 64 * 1024 * 1024, _positive(parse_size),
-           "commit log segment size (preallocated, mmapped)"),
-    Option("wheel-precision", "wheel_precision_ms", 10, _positive(parse_duration_ms), "timer wheel slot width"),
-    Option("wheel-window", "wheel_window_ms", 3_600_000, _positive(parse_duration_ms),
-           "timer wheel near window; later records wait in time buckets"),
-    Option("bucket-width", "bucket_width_ms", 1_800_000, _positive(parse_duration_ms),
-           "time bucket width (at most half the wheel window, so a bucket loads before it is due)"),
-    Option("cancel-horizon", "cancel_horizon_ms", 86_400_000, parse_duration_ms,
-           "how long a cancel that arrived before its message is remembered"),
-    Option("delivery-grace", "delivery_grace_ms", 60_000, parse_duration_ms,
-           "how long a missing target topic is waited for before DLQ delivery-failed"),
+           "largest accepted ingress record (key + value + headers); larger -> DLQ too-large", _SIZE),
+    Option("segment-bytes", "segment_bytes", "64MiB", _positive(parse_size),
+           "commit log segment size (preallocated, mmapped)", _SIZE),
+    Option("wheel-precision", "wheel_precision_ms", "10ms", _positive(parse_duration_ms), "timer wheel slot width",
+           _D),
+    Option("wheel-window", "wheel_window_ms", "1h", _positive(parse_duration_ms),
+           "timer wheel near window; later records wait in time buckets", _D),
+    Option("bucket-width", "bucket_width_ms", "30m", _positive(parse_duration_ms),
+           "time bucket width (at most half the wheel window, so a bucket loads before it is due)", _D),
+    Option("cancel-horizon", "cancel_horizon_ms", "1d", parse_duration_ms,
+           "how long a cancel that arrived before its message is remembered", _D),
+    Option("delivery-grace", "delivery_grace_ms", "1m", parse_duration_ms,
+           "how long a missing target topic is waited for before DLQ delivery-failed", _D),
     Option("delivery-attempts", "delivery_attempts", 5, _positive(_int),
-           "attempts for permanent publish errors before DLQ delivery-failed"),
+           "attempts for permanent publish errors before DLQ delivery-failed", _N),
     Option("max-in-flight", "max_in_flight", 20_000, _positive(_int),
-           "records handed to the producer and not yet acknowledged, per process"),
+           "records handed to the producer and not yet acknowledged, per process", _N),
     Option("batch-size", "batch_size", 1_000, _positive(_int),
-           "records consumed per poll (bounds how long one intake batch delays publishing)"),
+           "records consumed per poll (bounds how long one intake batch delays publishing)", _N),
     Option("disk-max-bytes", "disk_max_bytes", 0, parse_size,
-           "pause ingress when the data directory reaches this size (0 = no limit)"),
-    Option("disk-min-free-bytes", "disk_min_free_bytes", 256 * 1024 * 1024, parse_size,
-           "pause ingress when free disk falls below this"),
-    Option("shutdown-timeout", "shutdown_timeout_ms", 30_000, parse_duration_ms,
-           "deadline for a graceful shutdown on SIGTERM"),
-    Option("stats-interval", "stats_interval_ms", 10_000, _positive(parse_duration_ms),
-           "period of the stats log line"),
+           "pause ingress when the data directory reaches this size (0 = no limit)", _SIZE),
+    Option("disk-min-free-bytes", "disk_min_free_bytes", "256MiB", parse_size,
+           "pause ingress when free disk falls below this", _SIZE),
+    Option("shutdown-timeout", "shutdown_timeout_ms", "30s", parse_duration_ms,
+           "deadline for a graceful shutdown on SIGTERM", _D),
+    Option("stats-interval", "stats_interval_ms", "10s", _positive(parse_duration_ms),
+           "period of the stats log line", _D),
     Option("helper-threads", "helper_threads", "flusher", _choice("flusher", "all", "none"),
            "which helper threads run SCHED_BATCH, so they never preempt the event loop: the flusher, "
-           "all (also librdkafka's), none (README, Operations)"),
-    Option("log-level", "log_level", "info", _choice("debug", "info", "warning", "error"), "log level"),
+           "all (also librdkafka's), none (README, Operations)", "{flusher,all,none}"),
+    Option("log-level", "log_level", "info", _choice("debug", "info", "warning", "error"), "log level",
+           "{debug,info,warning,error}"),
 )
 
 _BY_NAME = {o.name: o for o in OPTIONS}
@@ -201,7 +221,7 @@ class Settings:
     fsync: str = "batch"
     fsync_interval_ms: int = 1000
     commit_interval_ms: int = 1000
-    levels_ms: tuple[int, ...] = _levels(DEFAULT_LEVELS)
+    levels_ms: tuple[int, ...] = parse_levels(DEFAULT_LEVELS)
     max_delay_ms: int = 400 * 86_400_000
     retry_ladder_ms: tuple[int, ...] = _durations(DEFAULT_RETRY_LADDER)
     max_retries: int = 16
@@ -314,7 +334,11 @@ def _check(s: Settings) -> None:
         raise ConfigError(f"--ingress-topic and --dlq-topic must differ (both {s.ingress_topic!r})")
     if s.max_record_bytes + 4096 > s.segment_bytes:
         raise ConfigError(
-            f"--segment-bytes ({s.segment_bytes}) must exceed --max-record-bytes ({s.max_record_bytes}) + 4096"
+            f"--segment-bytes ({format_size(s.segment_bytes)}) must exceed --max-record-bytes "
+            f"({format_size(s.max_record_bytes)}) + 4096"
         )
     if s.levels_ms[-1] > s.max_delay_ms:
-        raise ConfigError("--levels: the last level exceeds --max-delay")
+        raise ConfigError(
+            f"--levels: the last level ({format_duration_ms(s.levels_ms[-1])}) exceeds --max-delay "
+            f"({format_duration_ms(s.max_delay_ms)})"
+        )

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sidecar import contract as c
-from sidecar.config import OPTIONS, ConfigError, env_name, load_settings
+from sidecar.config import OPTIONS, ConfigError, Settings, env_name, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,3 +72,57 @@ def test_readme_documents_every_option_header_and_reason() -> None:
                  c.RETRY_COUNT, c.ENQUEUED_AT, c.SOURCE, c.DLQ_REASON, c.DLQ_ERROR, c.DLQ_SOURCE_TOPIC,
                  c.DLQ_SOURCE_PARTITION, c.DLQ_SOURCE_OFFSET, c.DLQ_ATTEMPTS, *c.REASONS):
         assert f"`{name}`" in readme, name
+
+
+def test_option_defaults_are_written_forms_of_the_settings_defaults() -> None:
+    """OPTIONS holds each default as a person writes it; parsing it gives the Settings default."""
+    defaults = Settings()
+    for opt in OPTIONS:
+        if opt.default is not None:
+            assert opt.parse(opt.default) == getattr(defaults, opt.attr), opt.name
+        if opt.metavar == "DURATION":
+            assert isinstance(opt.default, str) and opt.default[-1].isalpha(), opt.name
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "env", "flags", "needles"),
+    [
+        ("commit-interval: 1000\n", {}, {}, ["commit-interval", "1000 has no unit"]),
+        ("levels: [1000, 5000]\n", {}, {}, ["levels", "1000 has no unit"]),
+        ("max-delay: 5 s\n", {}, {}, ["max-delay", "'5 s' has a space"]),
+        ("wheel-window: -1h\n", {}, {}, ["wheel-window", "'-1h' is negative"]),
+        ("", {"DELAY_SIDECAR_FSYNC_INTERVAL": "1000"}, {}, ["DELAY_SIDECAR_FSYNC_INTERVAL", "'1000' has no unit"]),
+        ("", {"DELAY_SIDECAR_RETRY_LADDER": "10s 30 1m"}, {}, ["DELAY_SIDECAR_RETRY_LADDER", "'30' has no unit"]),
+        ("", {"DELAY_SIDECAR_SHUTDOWN_TIMEOUT": "-30s"}, {}, ["DELAY_SIDECAR_SHUTDOWN_TIMEOUT", "'-30s' is negative"]),
+        ("", {}, {"delivery-grace": "60"}, ["--delivery-grace", "'60' has no unit (write 60ms or 60s)"]),
+        ("", {}, {"stats-interval": "1.5s"}, ["--stats-interval", "'1.5s' is not a whole number"]),
+        ("", {}, {"segment-bytes": "64 MiB"}, ["--segment-bytes", "'64 MiB' has a space", "64MiB"]),
+    ],
+)
+def test_durations_need_their_unit_in_every_source(
+    tmp_path: Path, yaml_text: str, env: dict[str, str], flags: dict[str, str], needles: list[str]
+) -> None:
+    """The same rule and the same message for a flag, a YAML key and an environment variable."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml_text or "{}\n")
+    with pytest.raises(ConfigError) as e:
+        load_settings(flags, config_file=cfg, environ=env)
+    for needle in needles:
+        assert needle in str(e.value), str(e.value)
+    if "bytes" not in needles[0]:
+        assert "a duration is an integer directly followed by ms, s, m, h or d" in str(e.value)
+
+
+def test_written_durations_load_from_every_source(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("commit-interval: 250ms\nlevels: [1s, 1m]\nmax-delay: 2d\n")
+    s = load_settings({"delivery-grace": "90s"}, config_file=cfg, environ={"DELAY_SIDECAR_FSYNC_INTERVAL": " 2s "})
+    assert (s.commit_interval_ms, s.levels_ms, s.max_delay_ms) == (250, (1000, 60_000), 2 * 86_400_000)
+    assert (s.delivery_grace_ms, s.fsync_interval_ms) == (90_000, 2000)
+
+
+def test_consistency_errors_show_written_values() -> None:
+    with pytest.raises(ConfigError, match=r"--levels: the last level \(2h\) exceeds --max-delay \(1h\)"):
+        load_settings({"max-delay": "1h"}, environ={})
+    with pytest.raises(ConfigError, match=r"--segment-bytes \(1MiB\) must exceed --max-record-bytes \(1MiB\)"):
+        load_settings({"segment-bytes": "1MiB", "max-record-bytes": "1MiB"}, environ={})
