@@ -62,10 +62,11 @@ class Damage:
         self.log_head: int | None = None  # the checkpointed log head: restored entries point below it
 
     def arm(self, head: int, report: Callable[[int, int, str], None] | None = None) -> None:
-        """Called by recovery after the replay with the checkpointed log ``head``: arms the check
-        of each restored entry at its first read (see the module docstring); dangling entries and
-        damaged bucket records go to ``report(ref, locator, reason)``. O(1): ``restore`` has
-        already checked that the files holding restored entries exist."""
+        """Called by the partition (``PartitionStore.open``) after the replay with the checkpointed
+        log ``head``: arms the check of each restored entry at its first read (see the module
+        docstring, "Damage"); dangling entries and damaged bucket records go to
+        ``report(ref, locator, reason)``. O(1): ``restore`` has already checked that the files
+        holding restored entries exist."""
         self.log_head = head
         if report is not None:
             self.report = report

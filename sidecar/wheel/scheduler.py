@@ -267,8 +267,7 @@ class WheelScheduler(Ring):
         self.recovery.restore(state)
 
     def arm(self, head: int, report: Callable[[int, int, str], None] | None = None) -> None:
-        """Called by the partition's recovery after the replay with the checkpointed log ``head``:
-        see ``recovery.Damage.arm``."""
+        """After the partition's replay, with the checkpointed log ``head``: ``recovery.Damage.arm``."""
         self.damage.arm(head, report)
 
     def validate(self, head: int) -> list[tuple[int, int, str]]:
