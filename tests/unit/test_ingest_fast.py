@@ -162,7 +162,8 @@ def state(st: PartitionStore) -> dict[str, Any]:
     out = {"store": fields(st), "log": fields(st.log), "ids": fields(st.ids), "sched": fields(st.sched)}
     sched = st.sched
     if isinstance(sched, WheelScheduler):
-        out |= {"tl": fields(sched.tl), "slots": fields(sched.slots), "buckets": fields(sched.buckets)}
+        out |= {"tl": fields(sched.tl), "slots": fields(sched.slots), "buckets": fields(sched.buckets),
+                "loading": fields(sched.loading), "recovery": fields(sched.recovery), "damage": fields(sched.damage)}
     else:
         assert isinstance(sched, LevelsScheduler)
         for n, lv in enumerate(sched.levels):
