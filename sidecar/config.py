@@ -151,6 +151,13 @@ OPTIONS: tuple[Option, ...] = (
            "partitions of the ingress topic when the sidecar creates it", _N),
     Option("replication-factor", "replication_factor", -1, _int,
            "replication factor of topics the sidecar creates (-1 = broker default)", _N),
+    Option("changelog", "changelog", "on", _choice("on", "off"),
+           "on: every store change is mirrored to a compacted changelog topic, so a partition's pending records "
+           "follow it to another instance; off: single-instance mode, the store lives on this disk only",
+           "{on,off}"),
+    Option("changelog-topic", "changelog_topic", "", _str,
+           "the changelog topic (empty = <ingress-topic>.changelog); compacted, one partition per ingress "
+           "partition", "TOPIC"),
     Option("http-port", "http_port", 0, _port, "port of /metrics, /healthz, /readyz (0 = disabled)", "PORT"),
     Option("http-host", "http_host", "0.0.0.0", _str, "address the HTTP endpoints bind to", "ADDRESS"),
     Option("fsync", "fsync", "batch", _choice("batch", "interval", "none"),
@@ -216,6 +223,8 @@ class Settings:
     group_instance_id: str | None = None
     ingress_partitions: int = 6
     replication_factor: int = -1
+    changelog: str = "on"
+    changelog_topic: str = ""
     http_port: int = 0
     http_host: str = "0.0.0.0"
     fsync: str = "batch"
@@ -247,6 +256,13 @@ class Settings:
     @property
     def data_path(self) -> Path:
         return Path(self.data_dir)
+
+    @property
+    def changelog_topic_name(self) -> str | None:
+        """The changelog topic, or None with ``changelog: off``."""
+        if self.changelog != "on":
+            return None
+        return self.changelog_topic or f"{self.ingress_topic}.changelog"
 
     def masked(self) -> dict[str, Any]:
         """Every setting, secrets replaced by ``***`` (for the start-up log line)."""

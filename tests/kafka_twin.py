@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import OFFSET_INVALID, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_INVALID, KafkaError, KafkaException, TopicPartition
 
 EPOCH_MS = 1_800_000_000_000
 
@@ -111,14 +111,18 @@ class TwinCluster:
     def __init__(self, clock: VirtualClock) -> None:
         self.clock = clock
         self.topics: dict[str, list[list[TwinMessage]]] = {}
+        self.configs: dict[str, dict[str, str]] = {}
         self.committed: dict[tuple[str, str, int], int] = {}  # (group, topic, partition) -> offset
         self.members: list[_Member] = []
         self.group_topic = ""
         self.down = False  # a broker outage: produce reports fail with a transport error
+        self.refused: set[str] = set()  # topics whose writes fail (e.g. no ACL to write them)
 
     # -- topics ---------------------------------------------------------------------------------
-    def create_topic(self, name: str, partitions: int) -> None:
-        self.topics.setdefault(name, [[] for _ in range(partitions)])
+    def create_topic(self, name: str, partitions: int, config: dict[str, str] | None = None) -> None:
+        if name not in self.topics:
+            self.topics[name] = [[] for _ in range(partitions)]
+            self.configs[name] = {"cleanup.policy": "delete", **(config or {})}
 
     def append(self, topic: str, partition: int, key: bytes | None, value: bytes | None,
                headers: list[tuple[str, bytes | None]] | None, ts: int | None = None) -> TwinMessage:
@@ -163,7 +167,7 @@ class TwinConsumer:
         self.cluster = cluster
         self.group = conf["group.id"]
         self.callbacks: dict[str, Any] = {}
-        self.positions: dict[int, int] = {}
+        self.positions: dict[tuple[str, int], int] = {}
         self.paused: set[int] = set()
         self.closed = False
         self.topic = ""
@@ -191,22 +195,27 @@ class TwinConsumer:
             self.callbacks["assign"](self, self._tps(free))
 
     def incremental_assign(self, tps: list[TopicPartition]) -> None:
-        m = self.cluster.member(self)
-        assert m is not None
+        m = self.cluster.member(self)  # None: assigned by hand (no group), e.g. a restore consumer
         for tp in tps:
-            m.owned.add(tp.partition)
-            if tp.offset == OFFSET_INVALID or tp.offset < 0:
+            if m is not None:
+                m.owned.add(tp.partition)
+            if tp.offset == OFFSET_BEGINNING:
+                start = 0
+            elif tp.offset == OFFSET_INVALID or tp.offset < 0:
                 start = self.cluster.committed.get((self.group, tp.topic, tp.partition), 0)
             else:
                 start = tp.offset
-            self.positions[tp.partition] = start
+            self.positions[(tp.topic, tp.partition)] = start
 
     def incremental_unassign(self, tps: list[TopicPartition]) -> None:
         m = self.cluster.member(self)
         for tp in tps:
             if m is not None:
                 m.owned.discard(tp.partition)
-            self.positions.pop(tp.partition, None)
+            self.positions.pop((tp.topic, tp.partition), None)
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float = 0, cached: bool = False) -> tuple[int, int]:
+        return 0, len(self.cluster.topics[tp.topic][tp.partition])
 
     def assignment(self) -> list[TopicPartition]:
         m = self.cluster.member(self)
@@ -230,14 +239,13 @@ class TwinConsumer:
 
     def _take(self, n: int) -> list[TwinMessage]:
         out: list[TwinMessage] = []
-        logs = self.cluster.topics.get(self.topic, [])
-        for p in sorted(self.positions):
-            if p in self.paused:
+        for (topic, p) in sorted(self.positions):
+            if p in self.paused and topic == self.topic:
                 continue
-            pos = self.positions[p]
-            chunk = logs[p][pos : pos + n - len(out)]
+            pos = self.positions[(topic, p)]
+            chunk = self.cluster.topics[topic][p][pos : pos + n - len(out)]
             out.extend(chunk)
-            self.positions[p] = pos + len(chunk)
+            self.positions[(topic, p)] = pos + len(chunk)
             if len(out) >= n:
                 break
         return out
@@ -253,7 +261,8 @@ class TwinConsumer:
         m = self.cluster.member(self)
         if m is not None and m.owned:
             self.callbacks["revoke"](self, self._tps(set(m.owned)))
-        self.cluster.leave(self)
+        if m is not None:
+            self.cluster.leave(self)
         self.closed = True
 
 
@@ -288,7 +297,11 @@ class TwinProducer:
         for p in done:
             if self.cluster.down:
                 err = KafkaError(KafkaError._MSG_TIMED_OUT, "Local: Message timed out")
-                p.callback(err, None)
+                p.callback(err, self._unsent(p))
+                continue
+            if p.topic in self.cluster.refused:
+                err = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "Broker: Topic authorization failed")
+                p.callback(err, self._unsent(p))
                 continue
             if p.topic not in self.cluster.topics:
                 self.cluster.create_topic(p.topic, 1)  # auto.create.topics.enable
@@ -299,6 +312,10 @@ class TwinProducer:
                 p.callback(None, m)
         return len(done)
 
+    def _unsent(self, p: _Pending) -> TwinMessage:
+        """A failed report's message, as librdkafka gives it: the record, no offset."""
+        return TwinMessage(p.topic, max(p.partition, 0), -1, p.key, p.value, p.headers, self.cluster.clock.now_ms)
+
     def flush(self, timeout: float = 0) -> int:
         self.poll(0)
         return 0
@@ -306,20 +323,33 @@ class TwinProducer:
     def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
         done, self.queue = self.queue, []
         for p in done:
-            p.callback(KafkaError(KafkaError._PURGE_QUEUE, "Local: Purged in queue"), None)
+            p.callback(KafkaError(KafkaError._PURGE_QUEUE, "Local: Purged in queue"), self._unsent(p))
 
     def __len__(self) -> int:
         return len(self.queue)
 
 
+class _TopicMeta:
+    def __init__(self, partitions: int) -> None:
+        self.partitions = dict.fromkeys(range(partitions))
+
+
 class _TopicsMeta:
-    def __init__(self, topics: dict[str, Any]) -> None:
-        self.topics = topics
+    def __init__(self, topics: dict[str, list[Any]]) -> None:
+        self.topics = {name: _TopicMeta(len(parts)) for name, parts in topics.items()}
 
 
 class _Done:
-    def result(self, timeout: float | None = None) -> None:
-        return None
+    def __init__(self, value: Any = None) -> None:
+        self.value = value
+
+    def result(self, timeout: float | None = None) -> Any:
+        return self.value
+
+
+class _Entry:
+    def __init__(self, value: str) -> None:
+        self.value = value
 
 
 class TwinAdmin:
@@ -331,8 +361,12 @@ class TwinAdmin:
 
     def create_topics(self, new_topics: list[Any], operation_timeout: float = 0) -> dict[str, _Done]:
         for t in new_topics:
-            self.cluster.create_topic(t.topic, t.num_partitions)
+            self.cluster.create_topic(t.topic, t.num_partitions, dict(t.config or {}))
         return {t.topic: _Done() for t in new_topics}
+
+    def describe_configs(self, resources: list[Any]) -> dict[Any, _Done]:
+        return {r: _Done({k: _Entry(v) for k, v in self.cluster.configs.get(r.name, {}).items()})
+                for r in resources}
 
 
 class TwinClients:

@@ -41,13 +41,17 @@ Commit = Callable[[PartitionStore, "int | None", bool], None]
 class Durability:
     def __init__(
         self, settings: Settings, stores: dict[int, PartitionStore], counters: Counters, clock: Clock,
-        commit: Commit,
+        commit: Commit, flush_changelog: Callable[[PartitionStore], bool] | None = None,
     ) -> None:
         self.s = settings
         self.stores = stores
         self.counters = counters
         self.clock = clock
         self.commit = commit
+        # before a commit outside the jobs: wait for the store's changelog writes (loop.py)
+        self.flush_changelog = flush_changelog
+        # changelog writes a job's commit waits for (StoreMirror.produced at its snapshot)
+        self.needed: dict[int, int] = {}
         self.fsync = settings.fsync != "none"
         # SCHED_BATCH: a finished sync must not preempt the loop (engine/threads.py)
         self.flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kds-flush",
@@ -70,13 +74,21 @@ class Durability:
                 if not self.fsync:
                     self.checkpoint_now(store)  # no disk wait: nothing to hand off
                 else:
+                    if store.mirror is not None:
+                        self.needed[store.partition] = getattr(store.mirror, "produced", 0)
                     job = store.begin_checkpoint(fsync=True)
                     self.jobs[store.partition] = (store, job, self.flusher.submit(job.run))
 
     def reap(self) -> None:
         """Finish the checkpoint jobs the flusher completed: reclaim, then commit the offsets."""
-        for partition in [p for p, (_s, _j, fut) in self.jobs.items() if fut.done()]:
+        for partition in [p for p, (s, _j, fut) in self.jobs.items() if fut.done() and self._mirrored(s)]:
             self.await_job(partition, commit=True)
+
+    def _mirrored(self, store: PartitionStore) -> bool:
+        """The durability order with the changelog: every changelog write made before the job's
+        snapshot is acknowledged before the offset it names is committed."""
+        mirror = store.mirror
+        return mirror is None or getattr(mirror, "acked", 0) >= self.needed.get(store.partition, 0)
 
     def await_job(self, partition: int, commit: bool) -> None:
         """Wait for the partition's checkpoint job, if any, and finish it; commit its offset only
@@ -86,6 +98,8 @@ class Durability:
             return
         store, job, fut = entry
         fut.result()  # a failed sync (EIO, ENOSPC) is fatal, as it is on the loop thread
+        if commit and not self._mirrored(store):
+            commit = self.flush_changelog is not None and self.flush_changelog(store)
         gone = store.finish_checkpoint(job)
         if gone:
             self.flusher.submit(gone.run)  # freeing the files' blocks must not stall the loop
@@ -93,9 +107,12 @@ class Durability:
             self.commit(store, job.ingress_offset, False)
 
     def checkpoint_now(self, store: PartitionStore, sync: bool = False) -> None:
-        """A checkpoint of ``store`` done here and now (rebalance, shutdown), then its offset commit."""
+        """A checkpoint of ``store`` done here and now (rebalance, shutdown), then its offset commit
+        (once its changelog writes are acknowledged)."""
         self.await_job(store.partition, commit=True)
         store.checkpoint(fsync=self.fsync)
+        if store.mirror is not None and (self.flush_changelog is None or not self.flush_changelog(store)):
+            return  # the changelog did not acknowledge in time: the offset is not committed
         self.commit(store, store.next_offset, sync)
 
     def close_uncommitted(self, store: PartitionStore) -> None:

@@ -27,11 +27,20 @@ import time
 from typing import Any, Protocol
 
 import orjson
-from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_INVALID,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType  # type: ignore[attr-defined]
 
 from sidecar import logs
-from sidecar.config import Settings
+from sidecar.config import ConfigError, Settings
 from sidecar.retry.codes import ALL_BROKERS_DOWN, FATAL, PARTITION_EOF, TOPIC_ALREADY_EXISTS, TRANSPORT
 from sidecar.store.partition import PartitionStore
 
@@ -69,14 +78,18 @@ class Events(Protocol):
     def partitions_assigned(self, partitions: list[int]) -> dict[int, int | None]: ...
     def partitions_revoked(self, partitions: list[int]) -> None: ...
     def partitions_lost(self, partitions: list[int]) -> None: ...
+    def held(self) -> set[int]: ...  # assigned partitions that must stay paused (restoring)
     def broker_status(self, up: bool, source: str) -> None: ...
     def statistics(self, stats_json: str) -> None: ...
 
 
-def ensure_topics(admin: Any, topics: dict[str, int], replication_factor: int, timeout: float = 30) -> None:
+def ensure_topics(
+    admin: Any, topics: dict[str, int], replication_factor: int, timeout: float = 30,
+    configs: dict[str, dict[str, str]] | None = None,
+) -> None:
     """Create the topics that are missing (ingress, DLQ); an existing topic is left as it is."""
     existing = set(admin.list_topics(timeout=timeout).topics)
-    missing = [NewTopic(t, num_partitions=n, replication_factor=replication_factor)
+    missing = [NewTopic(t, num_partitions=n, replication_factor=replication_factor, config=(configs or {}).get(t, {}))
                for t, n in topics.items() if t not in existing]
     if not missing:
         return
@@ -99,6 +112,9 @@ class KafkaIO:
         self.paused = False
         self.consumer_fatal = ""  # set by a fatal consume error: the loop replaces the consumer
         self._warned: dict[str, float] = {}
+        self.changelog_topic = settings.changelog_topic_name
+        self._cl = self.changelog_topic or ""  # for the restore consumer's TopicPartitions
+        self._restore: Any = None  # the changelog restore consumer (no group), made when first needed
 
     # -- clients --------------------------------------------------------------------------------
     def _common(self) -> dict[str, Any]:
@@ -139,13 +155,75 @@ class KafkaIO:
         return conf
 
     def start(self) -> None:
-        """Create the missing topics, the producer and the consumer, and join the group."""
+        """Create the missing topics (and check the changelog's), the producer and the consumer,
+        and join the group."""
+        admin = self.clients.admin(self._common())
         ensure_topics(
-            self.clients.admin(self._common()),
-            {self.s.ingress_topic: self.s.ingress_partitions, self.s.dlq_topic: 1}, self.s.replication_factor,
+            admin, {self.s.ingress_topic: self.s.ingress_partitions, self.s.dlq_topic: 1}, self.s.replication_factor,
         )
+        if self.changelog_topic is not None:
+            self.ensure_changelog(admin, self.changelog_topic)
         self.producer = self.clients.producer(self.producer_conf())
         self.consumer = self._subscribe()
+
+    def ensure_changelog(self, admin: Any, topic: str, timeout: float = 30) -> None:
+        """Create the changelog topic (compacted, one partition per ingress partition), or refuse
+        one that exists with other settings: its records would be deleted (not compacted) or
+        land in partitions no store reads."""
+        ingress = admin.list_topics(timeout=timeout).topics[self.s.ingress_topic]
+        n = len(ingress.partitions)
+        ensure_topics(admin, {topic: n}, self.s.replication_factor, timeout, {topic: {"cleanup.policy": "compact"}})
+        have = len(admin.list_topics(timeout=timeout).topics[topic].partitions)
+        fix = (f"use a new changelog topic (--changelog-topic) or recreate {topic!r} as "
+               f"'kafka-topics --create --topic {topic} --partitions {n} --config cleanup.policy=compact' "
+               "while no sidecar runs")
+        if have != n:
+            raise ConfigError(
+                f"changelog topic {topic!r} has {have} partitions, the ingress topic {self.s.ingress_topic!r} has {n}: "
+                f"a partition's store would restore from the wrong partition; {fix}"
+            )
+        res = ConfigResource(ResourceType.TOPIC, topic)
+        entries = admin.describe_configs([res])[res].result(timeout)
+        policy = entries["cleanup.policy"].value if "cleanup.policy" in entries else "delete"
+        if policy != "compact":
+            raise ConfigError(
+                f"changelog topic {topic!r} has cleanup.policy={policy}, it must be 'compact' (with 'delete', "
+                f"pending records older than retention.ms would be lost on a handover); {fix}, or "
+                f"'kafka-configs --alter --entity-type topics --entity-name {topic} "
+                "--add-config cleanup.policy=compact'"
+            )
+
+    # -- the changelog's restore consumer -------------------------------------------------------
+    def _restorer(self) -> Any:
+        if self._restore is None:
+            conf = self._common()
+            conf.update({
+                "group.id": f"{self.s.group_id}.restore",  # never joined: partitions are assigned by hand
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "auto.offset.reset": "earliest",
+                "fetch.max.bytes": 64 * 1024 * 1024,
+            })
+            conf.update(self.s.kafka)
+            self._restore = self.clients.consumer(conf)
+        return self._restore
+
+    def changelog_watermarks(self, partition: int) -> tuple[int, int]:
+        low, high = self._restorer().get_watermark_offsets(
+            TopicPartition(self._cl, partition), timeout=30, cached=False
+        )
+        return int(low), int(high)
+
+    def restore_assign(self, partition: int, offset: int | None) -> None:
+        at = OFFSET_BEGINNING if offset is None else offset
+        self._restorer().incremental_assign([TopicPartition(self._cl, partition, at)])
+
+    def restore_unassign(self, partition: int) -> None:
+        self._restorer().incremental_unassign([TopicPartition(self._cl, partition)])
+
+    def restore_consume(self, n: int, timeout: float) -> list[Message]:
+        msgs: list[Message] = self._restorer().consume(num_messages=n, timeout=timeout)
+        return msgs
 
     def _subscribe(self) -> Any:
         consumer = self.clients.consumer(self.consumer_conf())
@@ -172,6 +250,9 @@ class KafkaIO:
 
     def close(self) -> None:
         self.consumer.close()  # on_revoke closes the stores
+        if self._restore is not None:
+            self._restore.close()
+            self._restore = None
 
     # -- consuming ------------------------------------------------------------------------------
     def consume(self, n: int, timeout: float) -> list[Message]:
@@ -190,8 +271,14 @@ class KafkaIO:
         self.paused = True
 
     def resume(self) -> None:
-        self.consumer.resume(self.consumer.assignment())
+        held = self.events.held()
+        self.consumer.resume([tp for tp in self.consumer.assignment() if tp.partition not in held])
         self.paused = False
+
+    def release(self, partition: int) -> None:
+        """A held (restoring) partition is ready: consume it, unless all of ingress is paused."""
+        if not self.paused:
+            self.consumer.resume([TopicPartition(self.s.ingress_topic, partition)])
 
     def commit(self, store: PartitionStore, offset: int | None, sync: bool = False) -> None:
         """Commit ``offset`` as the store's partition's resume point (the checkpoint covers it)."""
@@ -213,6 +300,10 @@ class KafkaIO:
         consumer.incremental_assign(partitions)
         if self.paused:
             consumer.pause(partitions)
+        else:
+            held = self.events.held()
+            if held:
+                consumer.pause([tp for tp in partitions if tp.partition in held])
 
     def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         self.events.partitions_revoked([tp.partition for tp in partitions])

@@ -43,8 +43,10 @@ from typing import Any
 
 from sidecar import logs
 from sidecar.config import Settings
+from sidecar.engine.changelog import Restorer, StoreMirror
 from sidecar.engine.clock import Clock, SystemClock
 from sidecar.engine.durability import Durability
+from sidecar.engine.identity import DataDirLock, instance_id
 from sidecar.engine.kafka_io import Clients, ConfluentClients, KafkaIO
 from sidecar.engine.publishing import Publishing
 from sidecar.engine.threads import HelperThreads
@@ -97,7 +99,10 @@ class Sidecar:
         self.kafka = KafkaIO(settings, clients, self)
         self.pub = Publishing(settings, self.counters, self.stores, self.clock, clients.produce_errors,
                               self.broker_status)
-        self.durability = Durability(settings, self.stores, self.counters, self.clock, self.kafka.commit)
+        self.durability = Durability(settings, self.stores, self.counters, self.clock, self.kafka.commit,
+                                     self._flush_changelog)
+        self.restorer = Restorer(self.kafka, self.clock) if settings.changelog_topic_name else None
+        self.lock = DataDirLock(settings.data_path)
         self.stop_requested = False
         self.paused = False
         self.pause_reason = ""
@@ -120,36 +125,62 @@ class Sidecar:
             )
             t0 = time.monotonic()
             resume[partition] = offset = store.open()
-            self.stores[partition] = store
             log.info(
                 "partition.recovered", partition=partition, resume_offset=offset, pending=store.pending(),
                 truncated_bytes=store.truncated_bytes, dangling=len(getattr(store, "dangling", ())),
                 seconds=round(time.monotonic() - t0, 3),
             )
-        self.assigned = bool(self.stores)
+            if self.restorer is None:
+                self.stores[partition] = store
+                continue
+            # With the changelog, the store first catches up with it (another instance may have
+            # owned the partition since), and ingress resumes at the group's committed offset:
+            # every record before it is in the changelog (the commit waited for that).
+            assert self.kafka.changelog_topic is not None
+            store.mirror = StoreMirror(self.kafka, self.kafka.changelog_topic, store)
+            resume[partition] = None
+            self.restorer.begin(store)
+        self.assigned = bool(self.stores) or bool(self.held())
         log.info("partitions.assigned", partitions=partitions)
         self._readiness()
         return resume
 
+    def held(self) -> set[int]:
+        """Assigned partitions whose ingress waits: their stores are still restoring."""
+        return set() if self.restorer is None else set(self.restorer.restoring)
+
+    def _drop_restoring(self, partitions: list[int]) -> None:
+        """A restoring partition that goes away: its store keeps what it restored (uncommitted)."""
+        if self.restorer is None:
+            return
+        for partition in partitions:
+            store = self.restorer.cancel(partition)
+            if store is not None:
+                self.durability.close_uncommitted(store)
+
     def partitions_revoked(self, partitions: list[int]) -> None:
-        """Finish what is in flight, then checkpoint, commit and close each revoked store."""
+        """Finish what is in flight, then checkpoint, commit and close each revoked store: from
+        here on this instance publishes nothing of these partitions (the delivery reports of a
+        store that left ``stores`` are dropped), before the new owner is assigned them."""
         self.pub.drain(deadline=self.clock.monotonic() + self.s.shutdown_timeout_ms / 1000)
+        self._drop_restoring(partitions)
         for partition in partitions:
             store = self.stores.pop(partition, None)
             if store is not None:
                 self.durability.checkpoint_now(store, sync=True)
                 store.close()
-        self.assigned = bool(self.stores)
+        self.assigned = bool(self.stores) or bool(self.held())
         log.info("partitions.revoked", partitions=partitions)
         self._readiness()
 
     def partitions_lost(self, partitions: list[int]) -> None:
         """The group moved on without us: close the stores, commit nothing (not ours any more)."""
+        self._drop_restoring(partitions)
         for partition in partitions:
             store = self.stores.pop(partition, None)
             if store is not None:
                 self.durability.close_uncommitted(store)
-        self.assigned = bool(self.stores)
+        self.assigned = bool(self.stores) or bool(self.held())
         log.warning("partitions.lost", partitions=partitions)
         self._readiness()
 
@@ -178,6 +209,9 @@ class Sidecar:
         """Create the topics and the clients and join the group; the collector and the helper
         threads are set for the loop thread."""
         self.s.data_path.mkdir(parents=True, exist_ok=True)
+        self.lock.acquire()
+        if not self.s.group_instance_id:
+            self.s.group_instance_id = instance_id(self.s.data_path)
         self.kafka.start()
         self.pub.producer = self.kafka.producer
         if self.health is not None:
@@ -224,6 +258,8 @@ class Sidecar:
                     self.pub.publish()
         if self.kafka.consumer_fatal:
             self._replace_consumer()
+        if self.restorer is not None and self.restorer.restoring:
+            self._restore_step()
         t2 = clock()
         self.pub.publish()
         self.pub.poll(0)
@@ -291,6 +327,27 @@ class Sidecar:
             ts_type, ts = m.timestamp()
             store.ingest_fields(topic, m.offset(), ts if ts_type else now, m.key(), m.value(), m.headers(), now)
 
+    def _restore_step(self) -> None:
+        """A slice of changelog restore; a restored store joins the loop and its ingress resumes."""
+        assert self.restorer is not None
+        for store in self.restorer.step():
+            store.dirty = True  # its next checkpoint records the changelog offset it now covers
+            self.stores[store.partition] = store
+            self.kafka.release(store.partition)
+        self.assigned = bool(self.stores) or bool(self.held())
+        self._readiness()
+
+    def _flush_changelog(self, store: PartitionStore) -> bool:
+        """Wait (a bounded time) until every changelog write of ``store`` is acknowledged: before
+        an offset commit outside the checkpoint jobs (a revoke, a shutdown)."""
+        mirror = store.mirror
+        if not isinstance(mirror, StoreMirror):
+            return True
+        deadline = self.clock.monotonic() + min(self.s.shutdown_timeout_ms / 1000, 30.0)
+        while mirror.acked < mirror.produced and self.clock.monotonic() < deadline:
+            self.pub.poll(0.05)
+        return mirror.acked >= mirror.produced
+
     def _replace_consumer(self) -> None:
         """A fatal consumer error (librdkafka: e.g. a static member fenced after its session
         expired during a broker outage) leaves a consumer that can never fetch or commit again.
@@ -299,6 +356,7 @@ class Sidecar:
         log.error("consumer.fatal", error=self.kafka.consumer_fatal, action="rejoining with a new consumer")
         self.kafka.consumer_fatal = ""
         self.pub.drain(deadline=self.clock.monotonic() + min(self.s.shutdown_timeout_ms / 1000, 10.0))
+        self._drop_restoring(list(self.held()))
         stores = list(self.stores.values())
         self.stores.clear()
         for store in stores:
@@ -310,7 +368,9 @@ class Sidecar:
     # -- housekeeping ---------------------------------------------------------------------------
     def _check_space(self) -> None:
         used = self.durability.space_used()
-        reason = self.durability.pause_reason(used)
+        failing = sum(m.failed for m in (s.mirror for s in self.stores.values()) if isinstance(m, StoreMirror))
+        reason = (f"{failing} changelog writes were refused and are being retried" if failing
+                  else self.durability.pause_reason(used))
         if reason and not self.paused:
             self.kafka.pause()
             self.paused, self.pause_reason = True, reason
@@ -371,6 +431,7 @@ class Sidecar:
         if self.kafka.producer is not None:
             self.kafka.producer.flush(max(0.0, deadline - self.clock.monotonic()))
             self.pub.poll(0)
+        self._drop_restoring(list(self.held()))
         for store in self.stores.values():
             self.durability.checkpoint_now(store, sync=True)
         if self.kafka.consumer is not None:
@@ -379,6 +440,7 @@ class Sidecar:
             store.close()
         self.stores.clear()
         self.durability.close()
+        self.lock.release()
         self._stats()
         log.info("sidecar.stopped", in_flight=self.pub.in_flight)
 

@@ -333,6 +333,11 @@ class CommitLog:
         seg, off = self._segment(pos)
         return codec.decode(seg.buf, off, verify=verify)
 
+    def raw(self, pos: int) -> bytes:
+        """The record at ``pos`` as its bytes (for the changelog: the same layout, CRC included)."""
+        seg, off = self._segment(pos)
+        return bytes(seg.buf[off : off + codec.peek_length(seg.buf, off)])
+
     def check(self, pos: int) -> tuple[int, int, int]:
         """Verify the record at ``pos`` (CRC included); return ``(rtype, due_ms, level)``. Raises
         ``CorruptRecord``, or ``StoreError`` if its segment does not exist."""

@@ -43,11 +43,12 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import struct
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from sidecar import contract as c
 from sidecar import logs
@@ -69,6 +70,9 @@ FAST_INTAKE = _run is not None
 # values (its intake_begin) from _SCHED_AT
 _HEAD, _NEXT, _ILIVE, _SCHED_AT = 1, 4, 8, 16
 log = logs.get("sidecar.store")
+_LEN = struct.Struct("<I")  # a record's length (codec layout)
+_ID_LEN = struct.Struct("<H")  # its id length, at _ID_LEN_AT
+_ID_LEN_AT = 52
 _DANGLING_KEPT = 1000  # dangling entries remembered (for the recovered event, inspect and tests)
 _DANGLING_LOGGED = 10  # logged one by one; after that at every power of two
 TRIM_INTERVAL_S = 0.2  # how often the loop calls trim(), whatever the commit interval
@@ -122,6 +126,27 @@ def dlq_headers(
     ]
 
 
+class Mirror(Protocol):
+    """Where a store's changes go besides its own disk: the changelog (``engine/changelog.py``).
+    ``put``: the record now pending (or the pre-cancel now remembered) under ``rid``, as its
+    commit-log bytes; ``remove``: nothing is pending under ``rid`` any more."""
+
+    def put(self, rid: bytes, raw: bytes) -> None: ...
+    def remove(self, rid: bytes) -> None: ...
+
+
+def raw_of(rec: Record) -> bytes:
+    """A decoded record's commit-log bytes again (the codec is deterministic)."""
+    return codec.encode(
+        rec.rtype, rec.due_ms, rec.enqueue_ms, rec.src_offset, rec.src_partition, rec.target_partition,
+        rec.retry_count, rec.level, rec.id, rec.topic, rec.key, rec.value, rec.headers,
+    )
+
+
+# what _apply_cancel did
+CANCEL_MATCHED, CANCEL_REMEMBERED, CANCEL_LATE = 1, 2, 3
+
+
 class PartitionStore:
     def __init__(
         self,
@@ -166,6 +191,10 @@ class PartitionStore:
         self._trims = 0
         self._idle = False  # as seen by the previous trim()
         self.settled = 0  # records delivered (settled) since open
+        # the changelog (None: changelog off); its writer keeps changelog_offset current: the next
+        # changelog offset whose effect this store does not hold for certain (checkpointed)
+        self.mirror: Mirror | None = None
+        self.changelog_offset: int | None = None
         self._settled_at_trim = 0
         self._offset_at_trim: int | None = None
 
@@ -194,6 +223,7 @@ class PartitionStore:
         head = int(log_state["head"]) if log_state else None
         live = {int(k): int(v) for k, v in log_state["live"].items()} if log_state else None
         resume = int(ck["ingress_offset"]) if ck and ck.get("ingress_offset") is not None else None
+        self.changelog_offset = int(ck["changelog"]) if ck and ck.get("changelog") is not None else None
         for pos, rec in self.log.recover(head, live):
             self._replay(pos, rec)
             self.counters.replayed += 1
@@ -260,8 +290,14 @@ class PartitionStore:
                 parsed.user_headers, now_ms,
             )
         elif isinstance(parsed, Cancel):
-            self.log.release(self._append_cancel(offset, parsed.id, now_ms))
-            self._apply_cancel(parsed.id, now_ms)
+            pos = self._append_cancel(offset, parsed.id, now_ms)
+            outcome = self._apply_cancel(parsed.id, now_ms)
+            if self.mirror is not None:
+                if outcome == CANCEL_MATCHED:
+                    self.mirror.remove(parsed.id)
+                elif outcome == CANCEL_REMEMBERED:
+                    self.mirror.put(parsed.id, self.log.raw(pos))
+            self.log.release(pos)
         else:
             assert isinstance(parsed, Rejection)
             self._reject(
@@ -292,6 +328,7 @@ class PartitionStore:
             kind, lg.head, sb, HEADER_SIZE, -1, rules.max_record_bytes, rules.max_delay_ms, ids.mask, ids.live,
             ids.tombs, ids._scan_off, ids._scan_live, ids._scan_tombs, 0, 0, 0, *values,
         ])
+        first = lg.head
         end: int = _run(
             msgs, start, now_ms, self.partition, self.id_prefix, rules.checked_targets, _NO_HEADERS,
             None if seg is None else seg.buf, ids.f.buf, st, bufs,
@@ -310,7 +347,23 @@ class PartitionStore:
             ids.dirty = True
             assert self._intake_end is not None
             self._intake_end(st, _SCHED_AT, count)
+            if self.mirror is not None:
+                self._mirror_run(first, count)
         return end
+
+    def _mirror_run(self, pos: int, count: int) -> None:
+        """Mirror the ``count`` records the C intake appended from ``pos`` on (one segment,
+        back to back: it stops at a segment's end)."""
+        sb = self.log.segment_bytes
+        if pos % sb < HEADER_SIZE:
+            pos = pos - pos % sb + HEADER_SIZE
+        buf = self.log.segments[pos // sb].buf
+        off = pos % sb
+        put = self.mirror.put  # type: ignore[union-attr]
+        for _ in range(count):
+            length, id_len = _LEN.unpack_from(buf, off)[0], _ID_LEN.unpack_from(buf, off + _ID_LEN_AT)[0]
+            put(bytes(buf[off + codec.HEAD_SIZE : off + codec.HEAD_SIZE + id_len]), bytes(buf[off : off + length]))
+            off += length
 
     def _default_id(self, topic: str, offset: int) -> bytes:
         if topic == self.topic:
@@ -338,6 +391,10 @@ class PartitionStore:
                 self.ids.remove(h, ref)  # stale: already done
             elif rec.id == rid:
                 self.counters.duplicates += 1
+                if self.mirror is not None:
+                    # re-consumed after a crash: its changelog write may have been lost with the
+                    # process (the ingress offset was not committed), so it is written again
+                    self.mirror.put(rid, raw_of(rec))
                 return
         planned = self.sched.plan(mode, req_level, req_due, ts)
         if planned is None:
@@ -356,6 +413,8 @@ class PartitionStore:
         )
         self.ids.put(h, self.sched.add(due, level, pos))
         self.counters.scheduled += 1
+        if self.mirror is not None:
+            self.mirror.put(rid, self.log.raw(pos))
 
     def _reject(
         self, topic: str, offset: int, ts: int, key: bytes | None, value: bytes | None, headers: HeaderList | None,
@@ -365,6 +424,8 @@ class PartitionStore:
         for ref in self.ids.find(h):  # a re-consumed bad record after a crash
             rec = self.sched.record(ref)
             if rec is not None and rec.id == rid:
+                if self.mirror is not None:
+                    self.mirror.put(rid, raw_of(rec))
                 return
         out = dlq_headers(list(headers or ()), reason, error, topic, self.partition, offset, 0)
         ref = self._append_dead(rid, key, value, out, ts, offset, now_ms)
@@ -381,14 +442,19 @@ class PartitionStore:
             src_partition=self.partition, target_partition=-1, retry_count=0, level=level, rid=rid,
             topic=self.rules.dlq_topic.encode(), key=key, value=value, headers_blob=encode_headers(headers),
         )
-        return self.sched.add(due, level, pos)
+        ref = self.sched.add(due, level, pos)
+        if self.mirror is not None:
+            self.mirror.put(rid, self.log.raw(pos))  # a dead letter of a failed publish replaces the original
+        return ref
 
     def _append_cancel(self, offset: int, cid: bytes, now_ms: int) -> int:
         return self.log.append_record(
             codec.CANCEL, now_ms, now_ms, offset, self.partition, -1, 0, 0, cid, b"", None, None, b"",
         )
 
-    def _apply_cancel(self, cid: bytes, now_ms: int) -> None:
+    def _apply_cancel(self, cid: bytes, now_ms: int) -> int:
+        """Cancel the pending record ``cid`` (CANCEL_MATCHED), or remember the cancel for the
+        horizon (CANCEL_REMEMBERED); CANCEL_LATE: it is already being delivered."""
         h = id_hash(cid)
         for ref in self.ids.find(h):
             if ref & PRECANCEL:
@@ -401,11 +467,62 @@ class PartitionStore:
                 if self.sched.cancel(ref):
                     self.ids.remove(h, ref)
                     self.counters.cancelled += 1
-                else:
-                    self.counters.cancel_unmatched += 1  # already being delivered
-                return
+                    return CANCEL_MATCHED
+                self.counters.cancel_unmatched += 1  # already being delivered
+                return CANCEL_LATE
         self.ids.put(h, PRECANCEL | now_ms)
         self.counters.cancel_unmatched += 1
+        return CANCEL_REMEMBERED
+
+    # -- restore from the changelog ------------------------------------------------------------
+    def _pending_ref(self, rid: bytes) -> tuple[int, int | None]:
+        """(id hash, the pending entry under ``rid`` or None); drops stale index entries."""
+        h = id_hash(rid)
+        for ref in self.ids.find(h):
+            if ref & PRECANCEL:
+                continue
+            rec = self.sched.record(ref)
+            if rec is None:
+                self.ids.remove(h, ref)
+            elif rec.id == rid:
+                return h, ref
+        return h, None
+
+    def restore_put(self, rid: bytes, raw: bytes, now_ms: int) -> None:
+        """A changelog record: ``raw`` (commit-log bytes) is pending under ``rid``. Idempotent: a
+        record already pending under that id is the same record (replayed from before the store's
+        checkpoint) and is kept. A CANCEL is a pre-cancel, remembered until its horizon."""
+        rec = codec.decode(memoryview(raw), 0, verify=True)
+        if rec.id != rid:
+            raise StoreError(f"changelog record under key {rid!r} holds id {rec.id!r}")
+        self.dirty = True
+        if rec.rtype == codec.CANCEL:
+            if now_ms - rec.enqueue_ms <= self.cancel_horizon_ms:
+                h, ref = self._pending_ref(rid)
+                if ref is not None and self.sched.cancel(ref):
+                    self.ids.remove(h, ref)
+                elif ref is None and PRECANCEL | rec.enqueue_ms not in self.ids.find(h):
+                    self.ids.put(h, PRECANCEL | rec.enqueue_ms)
+            return
+        h, ref = self._pending_ref(rid)
+        if ref is not None:
+            return
+        for pre in self.ids.find(h):  # a record arriving after its cancel: it never fires
+            if pre & PRECANCEL and now_ms - (pre & ~PRECANCEL) <= self.cancel_horizon_ms:
+                return
+        pos = self.log.append_record(
+            rec.rtype, rec.due_ms, rec.enqueue_ms, rec.src_offset, rec.src_partition, rec.target_partition,
+            rec.retry_count, rec.level, rec.id, rec.topic, rec.key, rec.value, rec.headers,
+        )
+        self.ids.put(h, self.sched.add(rec.due_ms, rec.level, pos))
+
+    def restore_remove(self, rid: bytes) -> None:
+        """A changelog tombstone: nothing is pending under ``rid`` (delivered, dead-lettered,
+        cancelled); a record this store still holds under it is dropped without being delivered."""
+        h, ref = self._pending_ref(rid)
+        if ref is not None and self.sched.cancel(ref):
+            self.ids.remove(h, ref)
+            self.dirty = True
 
     # -- delivery -------------------------------------------------------------------------------
     def delivered(self, ref: int, rid_hash: int) -> None:
@@ -417,6 +534,10 @@ class PartitionStore:
         """Finish every record in ``acked`` (delivered): one scheduler call for the batch, so the
         done cursor moves once per batch instead of once per delivery report."""
         acked, self.acked = self.acked, []
+        mirror = self.mirror
+        if mirror is not None:
+            for _ref, rec in acked:
+                mirror.remove(rec.id)
         self.ids.remove_delivered(acked)
         self.sched.ack_many([ref for ref, _rec in acked])
         self.counters.delivered += len(acked)
@@ -468,6 +589,7 @@ class PartitionStore:
             "log": self.log.state(),
             "sched": self.sched.state(),
             "ids": self.ids.state(),
+            "changelog": self.changelog_offset,
         }
         self.dirty = False
         dead = self.log.reclaimable()

@@ -1,4 +1,4 @@
-"""The timer-wheel scheduler (RocketMQ 5.x RIP-43, improved; DESIGN.md 4, docs/wheel.md).
+"""The timer-wheel scheduler (RocketMQ 5.x RIP-43, improved; docs/design.md 4, docs/wheel.md).
 
 Three tiers, each on disk, none holding a Python object per record:
 

@@ -1,0 +1,198 @@
+"""The changelog: each store's pending state mirrored to a compacted Kafka topic, and restored
+from it when a partition is assigned (Kafka Streams' changelog model, docs/design.md 7.4).
+
+**Topic**: ``<ingress-topic>.changelog`` (``changelog-topic``), ``cleanup.policy=compact``, as many
+partitions as the ingress topic; ingress partition p's store writes and restores changelog
+partition p. A changelog topic that exists with other settings is refused at start.
+
+**Format (version 1)**: key = the record's ``delay.id``; value = the record's commit-log bytes
+(``store/codec.py``: self-checking, CRC32C, its own format version byte) — everything a new owner
+needs to deliver it exactly as the old one would (committed due time, target topic and
+partition, key, value, user headers, source, retry count). A CANCEL record is a pre-cancel (a
+cancel whose message has not arrived yet). A tombstone (null value) says nothing is pending under
+the id any more: delivered, dead-lettered (the dead letter itself is a put under the same id until
+the DLQ has it), cancelled. Compaction keeps the newest value per id, so the topic holds about
+one record per pending id.
+
+**Writes** (:class:`StoreMirror`, one per store, the store's ``mirror``): a put when a record is
+stored (intake, a dead letter, a re-consumed duplicate whose earlier write may have been lost), a
+tombstone when it is settled or cancelled. They share the delivery producer (idempotent,
+``acks=all``, ordered per partition). The durability order: a checkpoint's ingress offset is
+committed only once every changelog write made before the checkpoint was acknowledged
+(``acked >= needed``, durability.py). A failed write is sent again and ingress pauses until the
+changelog acknowledges again: nothing is committed meanwhile, so nothing is lost.
+
+**Restore** (:class:`Restorer`): a partition assigned to this instance opens its local store and
+reads the changelog from the offset its checkpoint covers (``changelog`` in checkpoint.json; from
+the beginning when it has no store) up to the end offset seen when the restore started, applying
+puts and tombstones idempotently (``PartitionStore.restore_put`` / ``restore_remove``). The
+partition's ingress is consumed, and its records published, only after that: until then the
+store is not in the loop's ``stores``. The ingress resumes at the group's committed offset; what
+is consumed twice is recognised by its id.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from sidecar import logs
+from sidecar.store.partition import PartitionStore
+
+log = logs.get("sidecar")
+
+RESTORE_BATCH = 10_000  # changelog records fetched per consume call
+RESTORE_SLICE_S = 0.05  # restore work per loop turn, so owned partitions keep being delivered
+
+
+class StoreMirror:
+    """A store's changelog writer (its ``Mirror``)."""
+
+    __slots__ = ("acked", "failed", "kafka", "partition", "produced", "store", "topic")
+
+    def __init__(self, kafka: Any, topic: str, store: PartitionStore) -> None:
+        self.kafka = kafka  # KafkaIO: its producer may be replaced
+        self.topic = topic
+        self.store = store
+        self.partition = store.partition
+        self.produced = 0
+        self.acked = 0
+        self.failed = 0  # writes failed and sent again, not yet acknowledged
+
+    def put(self, rid: bytes, raw: bytes) -> None:
+        self._send(raw, rid)
+
+    def remove(self, rid: bytes) -> None:
+        self._send(None, rid)
+
+    def _send(self, value: bytes | None, key: bytes, callback: Any = None) -> None:
+        producer = self.kafka.producer
+        while True:
+            try:
+                # positional, as in publishing.py: topic, value, key, partition, callback
+                producer.produce(self.topic, value, key, self.partition, callback or self._on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.01)  # the queue is full: serve reports until there is room
+        self.produced += 1
+
+    def _on_delivery(self, err: Any, msg: Any) -> None:
+        if err is None:
+            self._acked(msg)
+            return
+        # Not written: send it again (the producer already retried for message.timeout.ms).
+        # Ingress pauses while writes fail (the loop reads ``failed``); nothing is committed.
+        if self.failed == 0 or self.kafka.should_warn(f"changelog:{self.partition}"):
+            log.warning("changelog.write_failed", partition=self.partition, error=str(err),
+                        action="retrying; ingress paused until the changelog accepts writes")
+        self.failed += 1
+        self._again(msg)
+
+    def _on_retry(self, err: Any, msg: Any) -> None:
+        """The report of a write sent again: ``failed`` counts it until it is acknowledged."""
+        if err is None:
+            self.failed -= 1
+            self._acked(msg)
+        else:
+            self._again(msg)
+
+    def _again(self, msg: Any) -> None:
+        self.produced -= 1  # counted again by _send
+        self._send(msg.value(), msg.key(), self._on_retry)
+
+    def _acked(self, msg: Any) -> None:
+        self.acked += 1
+        off = msg.offset()
+        store = self.store
+        if store.changelog_offset is None or off >= store.changelog_offset:
+            store.changelog_offset = off + 1
+
+    def settled(self, needed: int) -> bool:
+        """Every write up to the ``needed``-th one was acknowledged."""
+        return self.acked >= needed
+
+
+@dataclass
+class _Restoring:
+    store: PartitionStore
+    end: int  # the changelog end offset when the restore started
+    position: int
+    t0: float
+    records: int = 0
+    bytes: int = 0
+
+
+@dataclass
+class Restorer:
+    """Restores assigned partitions from the changelog, a slice per loop turn."""
+
+    kafka: Any  # KafkaIO: the restore consumer
+    clock: Any
+    restoring: dict[int, _Restoring] = field(default_factory=dict)
+
+    def begin(self, store: PartitionStore) -> None:
+        """Start restoring ``store`` from the offset its checkpoint covers."""
+        low, high = self.kafka.changelog_watermarks(store.partition)
+        start = store.changelog_offset
+        if start is not None and start > high:
+            # the changelog is younger than this store's checkpoint (recreated topic): start over
+            log.warning("changelog.store_ahead", partition=store.partition, checkpoint_offset=start, end_offset=high,
+                        action="restoring the whole changelog into the existing store")
+            start = None
+        r = _Restoring(store, high, low if start is None else max(start, low), time.monotonic())
+        self.restoring[store.partition] = r
+        log.info("partition.restoring", partition=store.partition, from_offset=r.position, to_offset=high,
+                 records_estimate=max(0, high - r.position))
+        if r.position >= high:
+            return
+        self.kafka.restore_assign(store.partition, None if start is None else max(start, low))
+
+    def cancel(self, partition: int) -> PartitionStore | None:
+        r = self.restoring.pop(partition, None)
+        if r is None:
+            return None
+        if r.position < r.end:
+            self.kafka.restore_unassign(partition)
+        return r.store
+
+    def step(self, budget_s: float = RESTORE_SLICE_S) -> list[PartitionStore]:
+        """Restore for up to ``budget_s``; return the stores whose restore is complete."""
+        done = [p for p, r in self.restoring.items() if r.position >= r.end]
+        if len(done) < len(self.restoring):
+            deadline = time.monotonic() + budget_s
+            while time.monotonic() < deadline:
+                msgs = self.kafka.restore_consume(RESTORE_BATCH, 0.01)
+                if not msgs:
+                    break
+                now = self.clock.wall_ms()
+                for m in msgs:
+                    if m.error() is not None:
+                        self.kafka.consume_error(m.error())
+                        continue
+                    r = self.restoring.get(m.partition())
+                    if r is None or m.offset() >= r.end:
+                        continue
+                    key, value = m.key(), m.value()
+                    if value is None:
+                        r.store.restore_remove(key)
+                    else:
+                        r.store.restore_put(key, value, now)
+                        r.bytes += len(value)
+                    r.records += 1
+                    r.position = m.offset() + 1
+                    if r.position >= r.end:
+                        self.kafka.restore_unassign(r.store.partition)
+                        done.append(r.store.partition)
+                if all(r.position >= r.end for r in self.restoring.values()):
+                    break
+        out = []
+        for p in dict.fromkeys(done):
+            r = self.restoring.pop(p)
+            r.store.changelog_offset = max(r.end, r.store.changelog_offset or 0)
+            seconds = time.monotonic() - r.t0
+            log.info("partition.restored", partition=p, records=r.records, bytes=r.bytes, seconds=round(seconds, 3),
+                     pending=sum(r.store.pending().values()))
+            out.append(r.store)
+        return out
+
