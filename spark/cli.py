@@ -4,9 +4,11 @@
         --targets 'orders\\..*' --since 2025-01-01T10:00:00Z --until 2025-01-01T11:00:00Z --out out/acc
 
 TIME is ISO-8601 (``2025-01-01T10:00:00Z``; no zone means UTC), epoch milliseconds, ``now`` or
-``now-15m`` / ``-15m``. Defaults: since = one hour ago, until = now. The same flags drive
-``spark-submit spark/accuracy.py`` and ``python -m spark.accuracy``. Exit status: 0, or 1 with
-``--check`` when any record was lost or delivered early, 2 for a bad flag.
+``now-15m`` / ``-15m`` (write ``--since=-15m``: argparse reads a lone ``-15m`` as a flag).
+Durations (``--grace``, ``--levels``, the offset after ``now-``) follow sidecar/durations.py: an
+integer directly followed by ms, s, m, h or d. Defaults: since = one hour ago, until = now. The
+same flags drive ``spark-submit spark/accuracy.py`` and ``python -m spark.accuracy``. Exit status:
+0, or 1 with ``--check`` when any record was lost or delivered early, 2 for a bad flag.
 """
 
 from __future__ import annotations
@@ -21,36 +23,31 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)?\s*$")
-_RELATIVE = re.compile(r"^\s*(?:now)?\s*-\s*(\d+\s*(?:ms|s|m|h|d)?)\s*$")
+from sidecar.durations import DURATION_FORMS, parse_duration_list, parse_duration_ms
 
-
-def parse_duration_ms(text: str) -> int:
-    """``"5s"`` -> 5000; a bare integer is milliseconds."""
-    m = _DURATION.match(text)
-    if not m:
-        raise ValueError(f"not a duration: {text!r} (expected e.g. 250ms, 5s, 1m, 2h)")
-    return int(m.group(1)) * _UNITS_MS[m.group(2) or "ms"]
+_RELATIVE = re.compile(r"^(?:now)?\s*-\s*(.*)$", re.I)
+TIME_FORMS = "a time is ISO-8601 (2025-01-01T10:00:00Z; no zone means UTC), epoch ms, now, or now-DURATION / -DURATION"
 
 
 def parse_time_ms(text: str, *, now_ms: int | None = None) -> int:
-    """ISO-8601, epoch ms, ``now`` or ``now-1h`` / ``-1h`` -> epoch ms."""
+    """ISO-8601, epoch ms, ``now`` or ``now-1h`` / ``-1h`` -> epoch ms. The offset is a duration
+    of ``sidecar.durations`` (a unit is required: ``now-15`` is refused)."""
     now = now_ms if now_ms is not None else int(time.time() * 1000)
     value = text.strip()
     if value.lower() == "now":
         return now
-    if value.isdigit():
+    if re.fullmatch(r"[0-9]+", value):
         return int(value)
-    rel = _RELATIVE.match(value.lower())
+    rel = _RELATIVE.match(value)
     if rel:
-        return now - parse_duration_ms(rel.group(1))
+        try:
+            return now - parse_duration_ms(rel.group(1))
+        except ValueError as exc:
+            raise ValueError(f"bad offset in {text!r}: {exc}") from None
     try:
         dt = datetime.fromisoformat(value)
     except ValueError:
-        raise ValueError(
-            f"not a time: {text!r} (expected ISO-8601 like 2025-01-01T10:00:00Z, epoch ms, now or now-1h)"
-        ) from None
+        raise ValueError(f"{text!r} is not a time; {TIME_FORMS}, e.g. now-1h") from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
     return int(dt.timestamp() * 1000)
@@ -68,10 +65,7 @@ def _arg_type(fn: Any, what: str) -> Any:
 
 
 def _levels(text: str) -> list[int]:
-    items = [t for t in re.split(r"[\s,]+", text.strip()) if t]
-    if not items:
-        raise ValueError(f"empty level table: {text!r}")
-    levels = [parse_duration_ms(t) for t in items]
+    levels = parse_duration_list(text)
     if any(b <= a for a, b in itertools.pairwise(levels)) or levels[0] <= 0:
         raise ValueError(f"levels must be positive and strictly increasing: {text!r}")
     return levels
@@ -104,6 +98,7 @@ def build_parser(prog: str = "delay-sidecar accuracy") -> argparse.ArgumentParse
         prog=prog,
         description="Measure end-to-end delay accuracy: join the ingress topic and the delivered topics "
         "by delay.id through Spark's Kafka connector (lateness percentiles, early, lost, duplicates).",
+        epilog=f"TIME: {TIME_FORMS}. DURATION: {DURATION_FORMS}.",
     )
     p.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"),
                    help="Kafka bootstrap servers (default: $KAFKA_BOOTSTRAP_SERVERS)")
@@ -111,17 +106,19 @@ def build_parser(prog: str = "delay-sidecar accuracy") -> argparse.ArgumentParse
     p.add_argument("--targets", required=True, metavar="PATTERN",
                    help="delivered topics: a Java regex matched against whole topic names, e.g. 'orders\\..*'")
     p.add_argument("--since", type=_arg_type(parse_time_ms, "time"), default=None, metavar="TIME",
-                   help="range start: ISO-8601, epoch ms, now-1h (default: one hour ago)")
+                   help="range start: ISO-8601, epoch ms, now or now-DURATION, e.g. now-1h (default: one hour ago)")
     p.add_argument("--until", type=_arg_type(parse_time_ms, "time"), default=None, metavar="TIME",
                    help="range end, exclusive (default: now)")
     p.add_argument("--out", type=_arg_type(_local_dir, "directory"), default="out/accuracy", metavar="DIR",
                    help="output directory for summary.json, details.parquet, chart.png (default out/accuracy); "
                    "on a cluster the driver and every executor must see it at the same path")
     p.add_argument("--levels", type=_arg_type(_levels, "levels"), default=list(DEFAULT_LEVELS_MS),
-                   help="delay level table, e.g. '1s 5s 10s 30s 1m' (default: RocketMQ's 18 levels)")
-    p.add_argument("--grace", type=_arg_type(parse_duration_ms, "duration"), default=0, metavar="DURATION",
+                   metavar="DURATIONS",
+                   help="delay level table, durations separated by spaces or commas, e.g. '1s 5s 10s 30s 1m' "
+                   "(default: RocketMQ's 18 levels)")
+    p.add_argument("--grace", type=_arg_type(parse_duration_ms, "duration"), default="0ms", metavar="DURATION",
                    help="records due within this long before --until and not yet delivered are pending, "
-                   "not lost (default 0)")
+                   "not lost (default 0ms)")
     p.add_argument("--starting-offsets", metavar="JSON",
                    help="ingress offset range start instead of --since (Spark JSON or earliest)")
     p.add_argument("--ending-offsets", metavar="JSON", help="ingress offset range end (Spark JSON or latest)")

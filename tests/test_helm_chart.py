@@ -43,7 +43,7 @@ from grafana_foundation_sdk.models.dashboard import Dashboard
 from kubernetes_validate.utils import all_versions as k8s_schema_versions
 from prometheus_client.parser import text_string_to_metric_families
 
-from sidecar.config import OPTIONS, Settings, load_settings
+from sidecar.config import OPTIONS, ConfigError, Settings, load_settings
 from sidecar.metrics import Metrics, level_tier
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -542,6 +542,128 @@ def test_invalid_values_fail_with_a_message(helm: str, sets: tuple[str, ...], me
 def test_invalid_values_leave_no_secret_in_output(helm: str) -> None:
     err = render_error(helm, r"kafka.sasl\.password=hunter2")
     assert "hunter2" not in err
+
+
+# ---- durations and sizes: the schema accepts what the sidecar accepts -------------------------
+
+# Written forms of sidecar/durations.py, accepted and refused; the schema must agree with the
+# option's own parser on every one (lists are strictly increasing so that `levels` agrees too).
+# Not covered: a duration beyond 2**63-1 ms (the sidecar refuses it, the pattern cannot count).
+FORM_SAMPLES: dict[str, list[Any]] = {
+    "duration": [
+        "5s", " 5s ", "\t2h\n", "250ms", "400d", "10m", "0ms", "000s", "1000", 1000, 0, "5 s", "-5s", "+5s",
+        "1.5s", "5S", "5sec", "5", "", " ", "1s 5s", "s", True, 1.5,
+    ],
+    "durationList": [
+        "1s 5s 10s", "1s,5s,10s", "1s, 5s ,10s", " ,1s,5s, ", "1s\n5s", "250ms", ["1s", "5s"], ["1s", "", "5s"],
+        [" 1s "], "1s 5", "1s 5 s", "1s5s", "1s;5s", "", " , ", [], [""], ["1s", 5], [1000], ["1s 5s"], 1000,
+    ],
+    "size": [
+        "64MiB", "64mib", " 10GB ", "1048576", 1048576, "1b", "2k", "0", 0, "0MiB", "64 MiB", "-1", -1,
+        "1.5GB", "64MiBs", "", "10Q", True, 1.5,
+    ],
+}
+FORM_SAMPLES["positiveDuration"] = FORM_SAMPLES["duration"]
+FORM_SAMPLES["positiveSize"] = FORM_SAMPLES["size"]
+
+
+def _schema() -> Doc:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert isinstance(schema, dict)
+    return schema
+
+
+def _form_props() -> list[tuple[str, str]]:
+    """(config value, definition) for every config value that is a duration, list or size."""
+    props = _schema()["properties"]["config"]["properties"]
+    refs = {k: v.get("$ref", "").rpartition("/")[2] for k, v in props.items()}
+    return [(k, d) for k, d in refs.items() if d in FORM_SAMPLES]
+
+
+def test_every_duration_and_size_value_uses_a_form_definition() -> None:
+    kinds = {k: kind for k, kind in _form_props()}
+    metavars = {camel(o.name): o.metavar for o in OPTIONS if o.metavar in {"DURATION", "DURATIONS", "SIZE"}}
+    expected = {"DURATION": {"duration", "positiveDuration"}, "DURATIONS": {"durationList"},
+                "SIZE": {"size", "positiveSize"}}
+    assert set(kinds) == set(metavars)
+    for key, metavar in metavars.items():
+        assert kinds[key] in expected[metavar], key
+
+
+@pytest.mark.parametrize(("key", "kind"), _form_props())
+def test_schema_accepts_exactly_what_the_sidecar_accepts(key: str, kind: str) -> None:
+    option = {camel(o.name): o for o in OPTIONS}[key]
+    validator = jsonschema.Draft7Validator(_schema())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    disagree = []
+    for sample in FORM_SAMPLES[kind]:
+        values["config"][key] = sample
+        by_schema = validator.is_valid(values)
+        try:
+            option.parse(sample)
+            by_sidecar = True
+        except ValueError:
+            by_sidecar = False
+        if by_schema != by_sidecar:
+            disagree.append(f"{sample!r}: schema {'accepts' if by_schema else 'refuses'}, sidecar "
+                            f"{'accepts' if by_sidecar else 'refuses'}")
+    assert not disagree, f"config.{key} ({kind}):\n" + "\n".join(disagree)
+
+
+@pytest.mark.parametrize(
+    ("key", "given", "in_yaml"),
+    [
+        ("commitInterval", "1000", 1000),
+        ("commitInterval", "5 s", "5 s"),
+        ("maxDelay", "1000", 1000),
+        ("shutdownTimeout", "5 s", "5 s"),
+        ("fsyncInterval", "1.5s", "1.5s"),
+        ("deliveryGrace", "-5s", "-5s"),
+        ("wheelPrecision", "0ms", "0ms"),
+        ("levels", "1s 5", "1s 5"),
+        ("retryLadder", "{10s,30}", ["10s", 30]),
+        ("segmentBytes", "64 MiB", "64 MiB"),
+        ("maxRecordBytes", "0", 0),
+    ],
+)
+def test_chart_refuses_what_the_sidecar_refuses(helm: str, tmp_path: Path, key: str, given: str,
+                                                in_yaml: Any) -> None:
+    """helm template fails on the value, naming it; the sidecar refuses the same value in its
+    config file (what the ConfigMap would have held)."""
+    err = render_error(helm, f"config.{key}={given}")
+    assert f"/config/{key}" in err, err
+    option = next(o.name for o in OPTIONS if camel(o.name) == key)
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(yaml.safe_dump({"bootstrap-servers": "b:9092", option: in_yaml}))
+    with pytest.raises(ConfigError, match=f"bad value for {option}:"):
+        load_settings(config_file=cfg, environ={})
+
+
+def test_accepted_forms_load_in_the_sidecar(helm: str, tmp_path: Path) -> None:
+    """Spellings the schema accepts besides the plain ones render into a config the sidecar loads
+    to the intended values (Go's regular expressions, not Python's, judge the schema here)."""
+    vfile = tmp_path / "forms.yaml"
+    vfile.write_text(
+        "config:\n"
+        "  commitInterval: ' 5s '\n"
+        "  fsyncInterval: 0ms\n"
+        "  maxDelay: 400d\n"
+        "  wheelPrecision: 250ms\n"
+        "  shutdownTimeout: 20s\n"
+        "  levels: ['1s', '', ' 5s', 2h]\n"
+        "  retryLadder: ',10s, 1m 5m,'\n"
+        "  segmentBytes: 128mib\n"
+        "  maxRecordBytes: ' 2MB '\n"
+        "  diskMaxBytes: 10GB\n"
+        "  diskMinFreeBytes: 0\n"
+    )
+    s = settings_in_pod(render(helm, vfile, sets=("config.cancelHorizon=36h",)), tmp_path, {})
+    assert (s.commit_interval_ms, s.fsync_interval_ms, s.max_delay_ms) == (5000, 0, 400 * 86_400_000)
+    assert (s.wheel_precision_ms, s.shutdown_timeout_ms, s.cancel_horizon_ms) == (250, 20_000, 36 * 3_600_000)
+    assert s.levels_ms == (1000, 5000, 7_200_000)
+    assert s.retry_ladder_ms == (10_000, 60_000, 300_000)
+    assert (s.segment_bytes, s.max_record_bytes) == (128 * 1024**2, 2_000_000)
+    assert (s.disk_max_bytes, s.disk_min_free_bytes) == (10**10, 0)
 
 
 # ---- NOTES.txt -----------------------------------------------------------------------------

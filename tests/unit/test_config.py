@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -72,6 +73,19 @@ def test_readme_documents_every_option_header_and_reason() -> None:
                  c.RETRY_COUNT, c.ENQUEUED_AT, c.SOURCE, c.DLQ_REASON, c.DLQ_ERROR, c.DLQ_SOURCE_TOPIC,
                  c.DLQ_SOURCE_PARTITION, c.DLQ_SOURCE_OFFSET, c.DLQ_ATTEMPTS, *c.REASONS):
         assert f"`{name}`" in readme, name
+
+
+def test_readme_defaults_are_the_written_defaults() -> None:
+    """The README's configuration table shows each default as OPTIONS writes it (``64MiB``, not
+    67108864), the form ``run --help`` shows too."""
+    readme = (ROOT / "README.md").read_text()
+    rows = re.findall(r"^\| `([a-z-]+)` \| `([A-Z_]+)` \| `([^`]*)` \|", readme, re.M)
+    shown = {name: (env, default) for name, env, default in rows}
+    for opt in OPTIONS:
+        env, default = shown[opt.name]
+        assert env == env_name(opt.name), opt.name
+        written = opt.default_text()
+        assert default.strip("()") == written, f"{opt.name}: README {default!r}, OPTIONS {written!r}"
 
 
 def test_option_defaults_are_written_forms_of_the_settings_defaults() -> None:
