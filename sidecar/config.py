@@ -146,7 +146,8 @@ OPTIONS: tuple[Option, ...] = (
            "wheel (any delay, to the ms) or levels (RocketMQ 4.x delay levels)", "{wheel,levels}"),
     Option("group-id", "group_id", "delay-sidecar", _str, "consumer group of the ingress consumers", "GROUP"),
     Option("group-instance-id", "group_instance_id", None, _opt_str,
-           "static group membership id (stable per instance, e.g. the pod name)", "ID"),
+           "static group membership id (unset = one made on first start and kept in the data directory)",
+           "ID"),
     Option("ingress-partitions", "ingress_partitions", 6, _positive(_int),
            "partitions of the ingress topic when the sidecar creates it", _N),
     Option("replication-factor", "replication_factor", -1, _int,
@@ -155,8 +156,8 @@ OPTIONS: tuple[Option, ...] = (
            "on: every store change is mirrored to a compacted changelog topic, so a partition's pending records "
            "follow it to another instance; off: single-instance mode, the store lives on this disk only",
            "{on,off}"),
-    Option("changelog-topic", "changelog_topic", "", _str,
-           "the changelog topic (empty = <ingress-topic>.changelog); compacted, one partition per ingress "
+    Option("changelog-topic", "changelog_topic", None, _opt_str,
+           "the changelog topic (unset = <ingress-topic>.changelog); compacted, one partition per ingress "
            "partition", "TOPIC"),
     Option("http-port", "http_port", 0, _port, "port of /metrics, /healthz, /readyz (0 = disabled)", "PORT"),
     Option("http-host", "http_host", "0.0.0.0", _str, "address the HTTP endpoints bind to", "ADDRESS"),
@@ -224,7 +225,7 @@ class Settings:
     ingress_partitions: int = 6
     replication_factor: int = -1
     changelog: str = "on"
-    changelog_topic: str = ""
+    changelog_topic: str | None = None
     http_port: int = 0
     http_host: str = "0.0.0.0"
     fsync: str = "batch"
