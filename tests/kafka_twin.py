@@ -144,6 +144,16 @@ class TwinCluster:
         self.members = [m for m in self.members if m.consumer is not consumer]
         self._rebalance()
 
+    def expel(self, consumer: TwinConsumer) -> None:
+        """The member's session expired (the process was stopped): the group moves its partitions
+        on; the consumer learns it at its next ``consume`` (the lost callback), as librdkafka's does
+        after its next heartbeat is refused."""
+        m = self.member(consumer)
+        assert m is not None
+        consumer.expelled = set(m.owned)
+        consumer.unaware = 1  # consume calls before it hears of it (the heartbeat's round trip)
+        self.leave(consumer)
+
     def _rebalance(self) -> None:
         """Round-robin over the members in join order; moves are revoke-then-assign."""
         n = len(self.topics.get(self.group_topic, []))
@@ -171,6 +181,8 @@ class TwinConsumer:
         self.paused: set[int] = set()
         self.closed = False
         self.topic = ""
+        self.expelled: set[int] = set()
+        self.unaware = 0
 
     def subscribe(self, topics: list[str], on_assign: Any, on_revoke: Any, on_lost: Any) -> None:
         self.topic = topics[0]
@@ -181,6 +193,11 @@ class TwinConsumer:
         return [TopicPartition(self.topic, p) for p in sorted(parts)]
 
     def _rebalance(self) -> None:
+        if self.unaware:
+            self.unaware -= 1
+        elif self.expelled:
+            lost, self.expelled = self.expelled, set()
+            self.callbacks["lost"](self, self._tps(lost))
         m = self.cluster.member(self)
         if m is None:
             return
@@ -254,6 +271,7 @@ class TwinConsumer:
         m = self.cluster.member(self)
         for tp in offsets:
             if m is None or tp.partition not in m.owned:
+                self.unaware = 0  # a refused commit tells the client at once
                 raise KafkaException(KafkaError(KafkaError.ILLEGAL_GENERATION, "not the partition's owner"))
             self.cluster.committed[(self.group, tp.topic, tp.partition)] = tp.offset
 
@@ -332,6 +350,7 @@ class TwinProducer:
 class _TopicMeta:
     def __init__(self, partitions: int) -> None:
         self.partitions = dict.fromkeys(range(partitions))
+        self.error = None
 
 
 class _TopicsMeta:
@@ -356,7 +375,7 @@ class TwinAdmin:
     def __init__(self, cluster: TwinCluster) -> None:
         self.cluster = cluster
 
-    def list_topics(self, timeout: float = 0) -> _TopicsMeta:
+    def list_topics(self, topic: str | None = None, timeout: float = 0) -> _TopicsMeta:
         return _TopicsMeta(dict(self.cluster.topics))
 
     def create_topics(self, new_topics: list[Any], operation_timeout: float = 0) -> dict[str, _Done]:

@@ -102,6 +102,18 @@ def ensure_topics(
                 raise
 
 
+def _described(admin: Any, topic: str, timeout: float) -> Any:
+    """The topic's metadata, waiting for a topic created a moment ago to show up in it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = admin.list_topics(topic=topic, timeout=timeout).topics.get(topic)
+        if found is not None and found.error is None and found.partitions:
+            return found
+        if time.monotonic() >= deadline:
+            raise ConfigError(f"topic {topic!r} did not appear in the cluster's metadata within {timeout:.0f} s")
+        time.sleep(0.1)
+
+
 class KafkaIO:
     def __init__(self, settings: Settings, clients: Clients, events: Events) -> None:
         self.s = settings
@@ -115,6 +127,7 @@ class KafkaIO:
         self.changelog_topic = settings.changelog_topic_name
         self._cl = self.changelog_topic or ""  # for the restore consumer's TopicPartitions
         self._restore: Any = None  # the changelog restore consumer (no group), made when first needed
+        self.committed: dict[int, int] = {}  # partition -> the last offset committed for it
 
     # -- clients --------------------------------------------------------------------------------
     def _common(self) -> dict[str, Any]:
@@ -170,10 +183,9 @@ class KafkaIO:
         """Create the changelog topic (compacted, one partition per ingress partition), or refuse
         one that exists with other settings: its records would be deleted (not compacted) or
         land in partitions no store reads."""
-        ingress = admin.list_topics(timeout=timeout).topics[self.s.ingress_topic]
-        n = len(ingress.partitions)
+        n = len(_described(admin, self.s.ingress_topic, timeout).partitions)
         ensure_topics(admin, {topic: n}, self.s.replication_factor, timeout, {topic: {"cleanup.policy": "compact"}})
-        have = len(admin.list_topics(timeout=timeout).topics[topic].partitions)
+        have = len(_described(admin, topic, timeout).partitions)
         fix = (f"use a new changelog topic (--changelog-topic) or recreate {topic!r} as "
                f"'kafka-topics --create --topic {topic} --partitions {n} --config cleanup.policy=compact' "
                "while no sidecar runs")
@@ -288,8 +300,26 @@ class KafkaIO:
             self.consumer.commit(
                 offsets=[TopicPartition(store.topic, store.partition, offset)], asynchronous=not sync
             )
+            self.committed[store.partition] = offset
         except KafkaException as e:
             log.warning("commit.failed", partition=store.partition, error=str(e))
+
+    def prove_membership(self, partitions: list[int]) -> bool | None:
+        """Is this consumer still the group's owner of ``partitions``? A synchronous commit of
+        their last committed offsets answers (the coordinator checks the member id and the
+        generation, and refuses a fenced or expired member); None when nothing was committed yet
+        (no offset to commit again)."""
+        offsets = [TopicPartition(self.s.ingress_topic, p, self.committed[p]) for p in partitions
+                   if p in self.committed]
+        if not offsets:
+            return None
+        try:
+            self.consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as e:
+            log.warning("group.membership_unproven", error=str(e), partitions=partitions,
+                        action="not publishing until the group confirms or moves the partitions")
+            return False
+        return True
 
     # -- rebalance ------------------------------------------------------------------------------
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
@@ -308,10 +338,14 @@ class KafkaIO:
     def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         self.events.partitions_revoked([tp.partition for tp in partitions])
         consumer.incremental_unassign(partitions)
+        for tp in partitions:
+            self.committed.pop(tp.partition, None)
 
     def _on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         self.events.partitions_lost([tp.partition for tp in partitions])
         consumer.incremental_unassign(partitions)
+        for tp in partitions:
+            self.committed.pop(tp.partition, None)
 
     # -- broker health --------------------------------------------------------------------------
     def _on_error(self, err: KafkaError) -> None:

@@ -59,6 +59,11 @@ from sidecar.store.partition import FAST_INTAKE, TRIM_INTERVAL_S, Counters, Part
 log = logs.get("sidecar")
 
 INGEST_SLICE = 250  # consumed records stored between two checks for due records
+# A turn that starts this long after the previous one ended (the process was stopped, starved or
+# swapped out) may belong to a member the group has expelled meanwhile: publishing waits until
+# the group confirms this instance still owns its partitions (``_confirm_owner``).
+GAP_S = 2.0
+UNPROVEN_HOLD_S = 6.0  # with nothing committed yet to prove it: two heartbeat intervals
 FAST_RETRY = 32  # records left to the reference path after the C intake took none (PartitionStore.ingest_many)
 GC_THRESHOLD = (20_000, 20, 20)
 
@@ -112,6 +117,8 @@ class Sidecar:
         self._tiers_seen: set[str] = set()
         self._helpers: HelperThreads | None = None
         self._last_commit = self._last_space = self._last_trim = self._last_stats = 0.0
+        self._turn_end = 0.0
+        self._suspect_since: float | None = None  # a gap was seen: ownership not yet confirmed
 
     # -- Kafka I/O events -----------------------------------------------------------------------
     def partitions_assigned(self, partitions: list[int]) -> dict[int, int | None]:
@@ -261,7 +268,8 @@ class Sidecar:
         if self.restorer is not None and self.restorer.restoring:
             self._restore_step()
         t2 = clock()
-        self.pub.publish()
+        if self._confirm_owner():
+            self.pub.publish()
         self.pub.poll(0)
         if self.pub.producer_fatal:
             self.kafka.replace_producer(self.pub.producer_fatal)
@@ -295,6 +303,26 @@ class Sidecar:
         # when everything after it took longer than SLOW_TURN_S.
         if t5 - t1 > SLOW_TURN_S:
             turns.slow(t0, t1, t2, t3, t4, t5, len(msgs), self.pub.in_flight)
+        self._turn_end = self.clock.monotonic()
+
+    def _confirm_owner(self) -> bool:
+        """One owner per partition: after a gap between turns (see GAP_S) publish nothing until
+        the group confirms this member (a synchronous commit of the last committed offsets), or
+        rebalances the partitions away (the consume calls meanwhile run the revoke/lost
+        callbacks). A zombie — stopped past its session, then resumed — thus never publishes a
+        record of a partition its successor owns."""
+        mono = self.clock.monotonic()
+        if self._suspect_since is None:
+            if not self._turn_end or mono - self._turn_end < GAP_S:
+                return True
+            self._suspect_since = mono
+            log.warning("loop.gap", seconds=round(mono - self._turn_end, 1),
+                        action="confirming group membership before publishing")
+        proof = self.kafka.prove_membership(list(self.stores))
+        if proof or (proof is None and mono - self._suspect_since >= UNPROVEN_HOLD_S) or not self.stores:
+            self._suspect_since = None
+            return True
+        return False
 
     def ingest(self, msgs: list[Any]) -> None:
         now = self.clock.wall_ms()

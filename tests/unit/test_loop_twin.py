@@ -330,3 +330,26 @@ def test_a_second_process_on_one_data_directory_is_refused(tmp_path: Path) -> No
         w.sidecar("a")
     a.shutdown()
     assert (tmp_path / "a" / "instance-id").read_text().strip() == a.s.group_instance_id
+
+
+def test_a_zombie_publishes_nothing_of_the_partitions_it_lost(tmp_path: Path) -> None:
+    """a is stopped past its session: the group gives its partitions to b, which restores and
+    delivers them. When a runs again, its first turn comes long after the previous one: it asks
+    the group before publishing, is refused, and its lost callback closes the stores."""
+    w = World(tmp_path)
+    a = w.sidecar("a")
+    w.run([a], lambda: len(a.stores) == PARTITIONS)
+    w.send(80, lambda i: 10_000)
+    w.run([a], lambda: a.counters.ingested >= 80)
+    w.clock.advance(1500)
+    w.run([a], lambda: committed(w) == {p: 20 for p in range(PARTITIONS)})
+    w.cluster.expel(a.kafka.consumer)  # a is SIGSTOPped; its session times out
+    b = w.sidecar("b")
+    w.run([b], lambda: len(b.stores) == PARTITIONS)
+    w.run([b], lambda: len(w.delivered()) >= 80)
+    a.turn()  # SIGCONT, 10 s later: every record of a's stores is due now
+    w.run([a, b], lambda: not a.stores)
+    assert a.counters.delivered == 0
+    w.check(set(w.sent))  # each once: by b
+    for sc in (a, b):
+        sc.shutdown()
