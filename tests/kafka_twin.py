@@ -234,6 +234,14 @@ class TwinConsumer:
     def get_watermark_offsets(self, tp: TopicPartition, timeout: float = 0, cached: bool = False) -> tuple[int, int]:
         return 0, len(self.cluster.topics[tp.topic][tp.partition])
 
+    def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, self.positions.get((tp.topic, tp.partition), -1001))
+                for tp in tps]
+
+    def seek(self, tp: TopicPartition) -> None:
+        assert (tp.topic, tp.partition) in self.positions, "seek on an unassigned partition"
+        self.positions[(tp.topic, tp.partition)] = tp.offset
+
     def assignment(self) -> list[TopicPartition]:
         m = self.cluster.member(self)
         return [] if m is None else self._tps(m.owned)

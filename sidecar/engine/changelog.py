@@ -27,12 +27,16 @@ reads the changelog from the offset its checkpoint covers (``changelog`` in chec
 the beginning when it has no store) up to the end offset seen when the restore started, applying
 puts and tombstones idempotently (``PartitionStore.restore_put`` / ``restore_remove``). The
 partition's ingress is consumed, and its records published, only after that: until then the
-store is not in the loop's ``stores``. The ingress resumes at the group's committed offset; what
-is consumed twice is recognised by its id.
+store is not in the loop's ``stores``. Ingress then resumes after the last record the changelog
+holds (``changelog_ingress``: one past the highest source offset of an acknowledged or restored
+put), never before the group's committed offset: a record consumed again would be stored again
+after its delivery. What is consumed twice anyway (its put was lost with a crash) is recognised
+by its id and written to the changelog again.
 """
 
 from __future__ import annotations
 
+import struct
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +46,8 @@ from sidecar.store.partition import PartitionStore
 
 log = logs.get("sidecar")
 
+_SRC_OFFSET = struct.Struct("<q")  # a record's source (ingress) offset, at byte 32 (store/codec.py)
+_SRC_AT = 32
 RESTORE_BATCH = 10_000  # changelog records fetched per consume call
 RESTORE_SLICE_S = 0.05  # restore work per loop turn, so owned partitions keep being delivered
 
@@ -49,7 +55,7 @@ RESTORE_SLICE_S = 0.05  # restore work per loop turn, so owned partitions keep b
 class StoreMirror:
     """A store's changelog writer (its ``Mirror``)."""
 
-    __slots__ = ("acked", "failed", "kafka", "partition", "produced", "store", "topic")
+    __slots__ = ("acked", "failed", "kafka", "partition", "produced", "retry", "store", "topic")
 
     def __init__(self, kafka: Any, topic: str, store: PartitionStore) -> None:
         self.kafka = kafka  # KafkaIO: its producer may be replaced
@@ -58,7 +64,8 @@ class StoreMirror:
         self.partition = store.partition
         self.produced = 0
         self.acked = 0
-        self.failed = 0  # writes failed and sent again, not yet acknowledged
+        self.failed = 0  # writes that failed and are not yet acknowledged
+        self.retry: list[tuple[bytes, bytes | None]] = []  # failed writes waiting to be sent again
 
     def put(self, rid: bytes, raw: bytes) -> None:
         self._send(raw, rid)
@@ -67,6 +74,7 @@ class StoreMirror:
         self._send(None, rid)
 
     def _send(self, value: bytes | None, key: bytes, callback: Any = None) -> None:
+        """Write (``callback`` None: a new write, counted in ``produced``; else a write sent again)."""
         producer = self.kafka.producer
         while True:
             try:
@@ -75,7 +83,8 @@ class StoreMirror:
                 break
             except BufferError:
                 producer.poll(0.01)  # the queue is full: serve reports until there is room
-        self.produced += 1
+        if callback is None:
+            self.produced += 1
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
         if err is None:
@@ -98,8 +107,14 @@ class StoreMirror:
             self._again(msg)
 
     def _again(self, msg: Any) -> None:
-        self.produced -= 1  # counted again by _send
-        self._send(msg.value(), msg.key(), self._on_retry)
+        """Keep a failed write for ``resend`` (the loop calls it every second: a refusing broker
+        is not hammered), in the order the writes were made."""
+        self.retry.append((msg.key(), msg.value()))
+
+    def resend(self) -> None:
+        retry, self.retry = self.retry, []
+        for key, value in retry:
+            self._send(value, key, self._on_retry)
 
     def _acked(self, msg: Any) -> None:
         self.acked += 1
@@ -107,6 +122,9 @@ class StoreMirror:
         store = self.store
         if store.changelog_offset is None or off >= store.changelog_offset:
             store.changelog_offset = off + 1
+        value = msg.value()
+        if value is not None:
+            store.covered(_SRC_OFFSET.unpack_from(value, _SRC_AT)[0])
 
     def settled(self, needed: int) -> bool:
         """Every write up to the ``needed``-th one was acknowledged."""
@@ -178,6 +196,7 @@ class Restorer:
                         r.store.restore_remove(key)
                     else:
                         r.store.restore_put(key, value, now)
+                        r.store.covered(_SRC_OFFSET.unpack_from(value, _SRC_AT)[0])
                         r.bytes += len(value)
                     r.records += 1
                     r.position = m.offset() + 1

@@ -56,7 +56,8 @@ class Durability:
         # SCHED_BATCH: a finished sync must not preempt the loop (engine/threads.py)
         self.flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kds-flush",
                                           initializer=demote_self if settings.helper_threads != "none" else None)
-        self.jobs: dict[int, tuple[PartitionStore, CheckpointJob, Future[None]]] = {}
+        # partition -> (store, job, the flusher's future, checkpoint written)
+        self.jobs: dict[int, tuple[PartitionStore, CheckpointJob, Future[None], bool]] = {}
         # A burst leaves its heap high-water mark behind (librdkafka's pre-fetched fetch buffers,
         # freed but pinned in their arena): given back once the burst is over, off the loop thread.
         self.heap = HeapReleaser(executor=self.flusher)
@@ -64,7 +65,12 @@ class Durability:
 
     # -- checkpoints ----------------------------------------------------------------------------
     def checkpoint_all(self) -> None:
-        """Start a checkpoint job for every store with something new (see the module docstring)."""
+        """Start a checkpoint job for every store with something new (see the module docstring).
+
+        With the changelog, a job has two flusher steps: the syncs, then (once every changelog
+        write its snapshot covers is acknowledged, ``reap``) the checkpoint file. A checkpoint thus
+        never names a record whose changelog write could still be lost; the records after it are
+        replayed from the local log at the next open and written to the changelog again."""
         mono = self.clock.monotonic()
         if self.s.fsync == "interval" and mono - self._last_fsync < self.s.fsync_interval_ms / 1000:
             return
@@ -73,33 +79,50 @@ class Durability:
             if store.dirty and store.partition not in self.jobs:
                 if not self.fsync:
                     self.checkpoint_now(store)  # no disk wait: nothing to hand off
-                else:
-                    if store.mirror is not None:
-                        self.needed[store.partition] = getattr(store.mirror, "produced", 0)
+                elif store.mirror is not None:
+                    self.needed[store.partition] = getattr(store.mirror, "produced", 0)
                     job = store.begin_checkpoint(fsync=True)
-                    self.jobs[store.partition] = (store, job, self.flusher.submit(job.run))
+                    self.jobs[store.partition] = (store, job, self.flusher.submit(job.syncs.run), False)
+                else:
+                    job = store.begin_checkpoint(fsync=True)
+                    self.jobs[store.partition] = (store, job, self.flusher.submit(job.run), True)
 
     def reap(self) -> None:
-        """Finish the checkpoint jobs the flusher completed: reclaim, then commit the offsets."""
-        for partition in [p for p, (s, _j, fut) in self.jobs.items() if fut.done() and self._mirrored(s)]:
-            self.await_job(partition, commit=True)
+        """Move the checkpoint jobs the flusher completed on: write the checkpoint of a synced one
+        whose changelog writes are acknowledged; finish a written one (reclaim, commit)."""
+        for partition, (store, job, fut, written) in list(self.jobs.items()):
+            if not fut.done():
+                continue
+            if written:
+                self.await_job(partition, commit=True)
+            elif self._mirrored(store):
+                fut.result()
+                self.jobs[partition] = (store, job, self.flusher.submit(job.publish), True)
 
     def _mirrored(self, store: PartitionStore) -> bool:
         """The durability order with the changelog: every changelog write made before the job's
-        snapshot is acknowledged before the offset it names is committed."""
+        snapshot is acknowledged before its checkpoint is written and its offset committed."""
         mirror = store.mirror
         return mirror is None or getattr(mirror, "acked", 0) >= self.needed.get(store.partition, 0)
 
+    def _flushed(self, store: PartitionStore) -> bool:
+        """Wait (bounded) for the store's changelog writes; True without a changelog."""
+        return store.mirror is None or self.flush_changelog is None or self.flush_changelog(store)
+
     def await_job(self, partition: int, commit: bool) -> None:
         """Wait for the partition's checkpoint job, if any, and finish it; commit its offset only
-        when ``commit`` (not for a partition that is gone, or with a fenced consumer)."""
+        when ``commit`` (not for a partition that is gone, or with a fenced consumer). A job whose
+        changelog writes are not acknowledged in time is dropped: no checkpoint, no commit."""
         entry = self.jobs.pop(partition, None)
         if entry is None:
             return
-        store, job, fut = entry
+        store, job, fut, written = entry
         fut.result()  # a failed sync (EIO, ENOSPC) is fatal, as it is on the loop thread
-        if commit and not self._mirrored(store):
-            commit = self.flush_changelog is not None and self.flush_changelog(store)
+        if not written:
+            if not (self._mirrored(store) or self._flushed(store)):
+                store.dirty = True  # the next checkpoint covers it
+                return
+            job.publish()
         gone = store.finish_checkpoint(job)
         if gone:
             self.flusher.submit(gone.run)  # freeing the files' blocks must not stall the loop
@@ -108,18 +131,19 @@ class Durability:
 
     def checkpoint_now(self, store: PartitionStore, sync: bool = False) -> None:
         """A checkpoint of ``store`` done here and now (rebalance, shutdown), then its offset commit
-        (once its changelog writes are acknowledged)."""
+        (both only once its changelog writes are acknowledged)."""
         self.await_job(store.partition, commit=True)
+        if not self._flushed(store):
+            return  # the changelog did not acknowledge in time: the local log replays it next time
         store.checkpoint(fsync=self.fsync)
-        if store.mirror is not None and (self.flush_changelog is None or not self.flush_changelog(store)):
-            return  # the changelog did not acknowledge in time: the offset is not committed
         self.commit(store, store.next_offset, sync)
 
     def close_uncommitted(self, store: PartitionStore) -> None:
         """Checkpoint and close a store whose offsets may not be committed (the partition was
         lost, or the consumer is fenced): the checkpoint still saves a restart's replay."""
         self.await_job(store.partition, commit=False)
-        store.checkpoint(fsync=self.fsync)
+        if self._flushed(store):
+            store.checkpoint(fsync=self.fsync)
         store.close()
 
     # -- memory ---------------------------------------------------------------------------------

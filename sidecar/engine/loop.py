@@ -119,6 +119,7 @@ class Sidecar:
         self._last_commit = self._last_space = self._last_trim = self._last_stats = 0.0
         self._turn_end = 0.0
         self._suspect_since: float | None = None  # a gap was seen: ownership not yet confirmed
+        self._skip: dict[int, int] = {}  # partition -> ingress offsets below this are already stored
 
     # -- Kafka I/O events -----------------------------------------------------------------------
     def partitions_assigned(self, partitions: list[int]) -> dict[int, int | None]:
@@ -158,6 +159,8 @@ class Sidecar:
 
     def _drop_restoring(self, partitions: list[int]) -> None:
         """A restoring partition that goes away: its store keeps what it restored (uncommitted)."""
+        for partition in partitions:
+            self._skip.pop(partition, None)
         if self.restorer is None:
             return
         for partition in partitions:
@@ -325,6 +328,8 @@ class Sidecar:
         return False
 
     def ingest(self, msgs: list[Any]) -> None:
+        if self._skip:
+            msgs = self._skip_restored(msgs)
         now = self.clock.wall_ms()
         stores = self.stores
         topic = self.s.ingress_topic
@@ -361,6 +366,13 @@ class Sidecar:
         for store in self.restorer.step():
             store.dirty = True  # its next checkpoint records the changelog offset it now covers
             self.stores[store.partition] = store
+            store.remirror_replayed()
+            # Ingress resumes at the group's committed offset, which may be older than what this
+            # store holds: the records the changelog has, and those this store recovered locally
+            # (written to the changelog again just now), are skipped when consumed again.
+            held = [o for o in (store.changelog_ingress, store.resume_offset) if o is not None]
+            if held:
+                self._skip[store.partition] = max(held)
             self.kafka.release(store.partition)
         self.assigned = bool(self.stores) or bool(self.held())
         self._readiness()
@@ -375,6 +387,19 @@ class Sidecar:
         while mirror.acked < mirror.produced and self.clock.monotonic() < deadline:
             self.pub.poll(0.05)
         return mirror.acked >= mirror.produced
+
+    def _skip_restored(self, msgs: list[Any]) -> list[Any]:
+        """Drop the records a restore already brought in (see ``_restore_step``); a partition's
+        skip ends at its first record past it."""
+        skip, out = self._skip, []
+        for m in msgs:
+            below = skip.get(m.partition()) if m.error() is None else None
+            if below is not None:
+                if m.offset() < below:
+                    continue
+                del skip[m.partition()]
+            out.append(m)
+        return out
 
     def _replace_consumer(self) -> None:
         """A fatal consumer error (librdkafka: e.g. a static member fenced after its session
@@ -396,7 +421,11 @@ class Sidecar:
     # -- housekeeping ---------------------------------------------------------------------------
     def _check_space(self) -> None:
         used = self.durability.space_used()
-        failing = sum(m.failed for m in (s.mirror for s in self.stores.values()) if isinstance(m, StoreMirror))
+        mirrors = [m for m in (s.mirror for s in self.stores.values()) if isinstance(m, StoreMirror)]
+        for m in mirrors:
+            if m.retry:
+                m.resend()
+        failing = sum(m.failed for m in mirrors)
         reason = (f"{failing} changelog writes were refused and are being retried" if failing
                   else self.durability.pause_reason(used))
         if reason and not self.paused:

@@ -195,6 +195,11 @@ class PartitionStore:
         # changelog offset whose effect this store does not hold for certain (checkpointed)
         self.mirror: Mirror | None = None
         self.changelog_offset: int | None = None
+        # the next ingress offset the changelog holds every record before (1 + the highest source
+        # offset of an acknowledged changelog put): where ingress resumes after a restore
+        self.changelog_ingress: int | None = None
+        self.replayed: list[int] = []  # log positions of the records recovery replayed (after the checkpoint)
+        self.resume_offset: int | None = None  # what open() returned
         self._settled_at_trim = 0
         self._offset_at_trim: int | None = None
 
@@ -223,17 +228,20 @@ class PartitionStore:
         head = int(log_state["head"]) if log_state else None
         live = {int(k): int(v) for k, v in log_state["live"].items()} if log_state else None
         resume = int(ck["ingress_offset"]) if ck and ck.get("ingress_offset") is not None else None
-        self.changelog_offset = int(ck["changelog"]) if ck and ck.get("changelog") is not None else None
+        cl = (ck or {}).get("changelog"), (ck or {}).get("changelog_ingress")
+        self.changelog_offset, self.changelog_ingress = (None if v is None else int(v) for v in cl)
+        self.replayed = []
         for pos, rec in self.log.recover(head, live):
             self._replay(pos, rec)
             self.counters.replayed += 1
+            self.replayed.append(pos)
             # Records after the checkpoint were consumed before the crash: resume after them.
             resume = max(resume or 0, rec.src_offset + 1)
         self.truncated_bytes = sum(t.dropped_bytes for t in self.log.truncations)
         arm: Callable[[int, Callable[[int, int, str], None]], None] | None = getattr(self.sched, "arm", None)
         if arm is not None and head is not None:
             arm(head, self._dangling)
-        self.next_offset = self._offset_at_trim = resume
+        self.next_offset = self._offset_at_trim = self.resume_offset = resume
         return resume
 
     def _dangling(self, ref: int, pos: int, reason: str) -> None:
@@ -488,6 +496,28 @@ class PartitionStore:
                 return h, ref
         return h, None
 
+    def remirror_replayed(self) -> int:
+        """Write the records recovery replayed to the changelog again, those still pending: their
+        first writes were made after the checkpoint and may have died with the process (a
+        checkpoint names only records whose writes were acknowledged, durability.py)."""
+        replayed, self.replayed = self.replayed, []
+        if self.mirror is None:
+            return 0
+        n = 0
+        for pos in replayed:
+            rec = self.log.read(pos)
+            h, ref = self._pending_ref(rec.id)
+            pending = ref is not None if rec.rtype != codec.CANCEL else PRECANCEL | rec.enqueue_ms in self.ids.find(h)
+            if pending:
+                self.mirror.put(rec.id, raw_of(rec))
+                n += 1
+        return n
+
+    def covered(self, src_offset: int) -> None:
+        """The changelog holds the record of ingress offset ``src_offset`` (and every one before)."""
+        if self.changelog_ingress is None or src_offset >= self.changelog_ingress:
+            self.changelog_ingress = src_offset + 1
+
     def restore_put(self, rid: bytes, raw: bytes, now_ms: int) -> None:
         """A changelog record: ``raw`` (commit-log bytes) is pending under ``rid``. Idempotent: a
         record already pending under that id is the same record (replayed from before the store's
@@ -590,6 +620,7 @@ class PartitionStore:
             "sched": self.sched.state(),
             "ids": self.ids.state(),
             "changelog": self.changelog_offset,
+            "changelog_ingress": self.changelog_ingress,
         }
         self.dirty = False
         dead = self.log.reclaimable()
@@ -677,6 +708,11 @@ class CheckpointJob:
         delivery. A sealed segment never gets a record again, so deleting it here, before the loop
         unmaps it, is safe; a crash before the unlink leaves a file recovery deletes."""
         self.syncs.run()
+        self.publish()
+
+    def publish(self) -> None:
+        """The second half of ``run``: the checkpoint, then the segments it no longer needs. With
+        the changelog it waits for the changelog writes the snapshot covers (durability.py)."""
         checkpoint.write(self.dir, self.doc, durable=self.durable)
         for path in self.dead_paths:
             with contextlib.suppress(FileNotFoundError):

@@ -99,6 +99,7 @@ class SidecarProcess:
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
     starts: int = 0
+    instance: str | None = "0"  # the static member id's suffix; None: the sidecar's own (kept in data_dir)
 
     def start(self, wait_assigned: bool = True, timeout_s: float = 60) -> None:
         self.starts += 1
@@ -106,7 +107,8 @@ class SidecarProcess:
         cmd = [
             sys.executable, "-m", "sidecar", "run", "--bootstrap-servers", self.bootstrap,
             "--ingress-topic", self.ingress, "--dlq-topic", self.dlq, "--data-dir", str(self.data_dir),
-            "--group-id", f"sc-{self.ingress}", "--group-instance-id", f"sc-{self.ingress}-0",
+            "--group-id", f"sc-{self.ingress}",
+            *([] if self.instance is None else ["--group-instance-id", f"sc-{self.ingress}-{self.instance}"]),
             "--stats-interval", "1s", "--kafka", "session.timeout.ms=10000", *self.extra,
         ]
         env = {**os.environ, **self.env}

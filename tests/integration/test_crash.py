@@ -141,9 +141,13 @@ def test_sigkill_under_load_loses_nothing_never_early(
         f"0 lost, 0 early; "
         f"partition recoveries: {len(seconds)}, max {max(seconds):.3f} s, truncated {truncated} B"
     )
+    copy_ts: dict[bytes | None, list[tuple[int, int, int]]] = {}
+    for r in got:
+        copy_ts.setdefault(r.headers["delay.id"], []).append((r.timestamp_ms, r.partition, r.offset))
     assert not unexplained, (
         f"{len(unexplained)} duplicated ids were first delivered more than {IN_FLIGHT_WINDOW_MS} ms "
-        f"before every kill (not in flight): {unexplained[:5]}"
+        f"before every kill (not in flight): {unexplained[:5]}; copies (ts, partition, offset): "
+        f"{[(rid, sorted(copy_ts[rid])) for rid in unexplained[:3]]}; kills at {kill_ms}"
     )
 
     # Drained: a graceful stop leaves nothing pending, and the sealed segments are gone.

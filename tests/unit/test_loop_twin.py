@@ -77,7 +77,7 @@ class World:
                 sc.turn()
                 # the disk is instant in virtual time: a checkpoint job started in this turn is
                 # done before the clock moves on (the next turn reaps it and commits)
-                for _store, _job, fut in list(sc.durability.jobs.values()):
+                for _store, _job, fut, _written in list(sc.durability.jobs.values()):
                     fut.result()
         raise AssertionError(f"condition not reached in {max_turns} turns")
 
