@@ -454,6 +454,7 @@ class Sidecar:
     def shutdown(self) -> None:
         self.turns.uninstall()
         log.info("sidecar.stopping", in_flight=self.pub.in_flight)
+        self.kafka.stop_logs()  # broker disconnects from here on are expected: debug, not errors
         deadline = self.clock.monotonic() + self.s.shutdown_timeout_ms / 1000
         self.pub.drain(deadline)
         if self.kafka.producer is not None:
