@@ -73,7 +73,7 @@ class Durability:
             return
         self._last_fsync = mono
         for store in self.stores.values():
-            if store.dirty and store.partition not in self.jobs:
+            if store.needs_checkpoint() and store.partition not in self.jobs:
                 if not self.fsync:
                     self.checkpoint_now(store)  # no disk wait: nothing to hand off
                 else:
