@@ -17,7 +17,13 @@ shuts down (:meth:`KafkaLog.stop`): the broker connections are being torn down, 
 itself is stopping first (the demo, an embedded broker). Those lines go out at debug, with the
 level they would have had in ``demoted_from``. While the sidecar runs, the same lines keep their
 level: a broker that refuses connections is worth an operator's look, and the loop's own
-``broker.unreachable`` event says so too.
+``broker.unreachable`` event says so too. Also at debug, always: librdkafka's ``CONFWARN`` that a
+consumer property "will be ignored by this producer instance" (or the reverse). ``--kafka``
+properties go to every client of the sidecar by design (one place for TLS, SASL, timeouts), so
+``session.timeout.ms`` reaching the producer is not a mistake to fix. And at info: a warning that
+says librdkafka is retrying on its own (``GETPID`` "Coordinator load in progress: retrying" from a
+broker that just started): a lasting failure shows in the sidecar's own events
+(``broker.unreachable``, ``publish.retry``), which say what to do.
 
 :func:`expected_error` is the same rule for ``error_cb`` errors (``_TRANSPORT``,
 ``_ALL_BROKERS_DOWN``).
@@ -43,6 +49,12 @@ _TRANSPORT = re.compile(
     r"|Broken pipe|Receive failed|Send failed|[Aa]ll broker connections are down|Connection setup timed out",
 )
 _TRANSPORT_FACILITIES = frozenset({"FAIL", "DISCONNECT", "BROKERFAIL"})
+_OTHER_ROLE = re.compile(
+    r"is an? (consumer|producer) property and will be ignored by this (producer|consumer) instance"
+)
+# A warning that ends in librdkafka retrying on its own, e.g. GETPID "Failed to acquire idempotence
+# PID from broker ...: Broker: Coordinator load in progress: retrying" (a broker that just started).
+_RETRYING = re.compile(r"[:,] retrying\b")
 _TRANSPORT_ERRORS = frozenset({"_TRANSPORT", "_ALL_BROKERS_DOWN"})
 
 
@@ -83,8 +95,13 @@ class KafkaLog(logging.Logger):
     def emit(self, level: int, facility: str, client: str, message: str) -> None:
         """One librdkafka line (``level`` a ``logging`` level) as a ``kafka.log`` event."""
         method = _method(level)
-        if method != "debug" and self.quiet and is_transport(facility, message):
+        if method != "debug" and (
+            (self.quiet and is_transport(facility, message)) or _OTHER_ROLE.search(message) is not None
+        ):
             self._out.debug(EVENT, facility=facility, client=client, message=message, demoted_from=method)
+            return
+        if method == "warning" and _RETRYING.search(message) is not None:
+            self._out.info(EVENT, facility=facility, client=client, message=message, demoted_from=method)
             return
         getattr(self._out, method)(EVENT, facility=facility, client=client, message=message)
 

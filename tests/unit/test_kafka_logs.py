@@ -63,6 +63,28 @@ def test_disconnects_are_debug_only_while_stopping_or_closing() -> None:
     ]
 
 
+def test_a_property_meant_for_the_other_client_kind_is_no_warning() -> None:
+    """``--kafka`` properties go to every client: the producer ignoring a consumer property is by design."""
+    with capture_logs() as logs:
+        KafkaLog().log(logging.WARNING, "%s [%s] %s", "CONFWARN", "rdkafka#producer-1",
+                       "[thrd:app]: Configuration property session.timeout.ms is a consumer property and will be "
+                       "ignored by this producer instance")
+        KafkaLog().log(logging.WARNING, "%s [%s] %s", "CONFWARN", "rdkafka#producer-1",
+                       "[thrd:app]: Configuration property fetch.wait.max.ms is deprecated")
+    assert [(e["log_level"], e.get("demoted_from")) for e in kafka_events(logs)] == [
+        ("debug", "warning"), ("warning", None)]
+
+
+def test_a_warning_librdkafka_retries_on_its_own_is_info() -> None:
+    with capture_logs() as logs:
+        KafkaLog().log(logging.WARNING, "%s [%s] %s", "GETPID", "rdkafka#producer-3",
+                       "[thrd:main]: Failed to acquire idempotence PID from broker 127.0.0.1:39991/1: Broker: "
+                       "Coordinator load in progress: retrying")
+        KafkaLog().log(logging.ERROR, "%s [%s] %s", "GETPID", "rdkafka#producer-3", "Fatal: not retrying")
+    assert [(e["log_level"], e.get("demoted_from")) for e in kafka_events(logs)] == [
+        ("info", "warning"), ("error", None)]
+
+
 def test_transport_lines() -> None:
     assert is_transport("FAIL", "anything")
     assert is_transport("REQTMOUT", "GroupCoordinator: Disconnected (after 3ms in state UP)")
