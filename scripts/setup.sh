@@ -2,6 +2,8 @@
 # Installs everything the project needs, idempotently: a virtualenv with the package and its
 # extras, then every scripts/setup.d/*.sh (Kafka jars, Spark connector, helm, redis, ...).
 # Caches live outside the repo in $KDS_CACHE (default ~/.cache/kafka-delay-sidecar).
+# KDS_EXTRAS picks the extras (default "test,spark"; "" for the package alone, as the demo does);
+# KDS_SETUP_STEPS the setup.d steps (default: all).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -16,11 +18,23 @@ py=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$py" -m venv .venv
 fi
+# The stamp lists what is installed, one a line ("base" for the package, then its extras): a run
+# that asks for no more, with pyproject.toml unchanged since, installs nothing. (An empty stamp is
+# from before the list: the package with both extras.)
+extras=${KDS_EXTRAS-test,spark}
 stamp=.venv/.kds-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+want=$(printf '%s\n' base ${extras//,/ } | sort -u)
+have=""
+if [ -f "$stamp" ] && [ ! pyproject.toml -nt "$stamp" ]; then
+  have=$(if [ -s "$stamp" ]; then cat "$stamp"; else printf '%s\n' base spark test; fi | sort -u)
+fi
+if [ -n "$(comm -23 <(echo "$want") <(echo "$have"))" ]; then
+  spec=.
+  [ -n "$extras" ] && spec=".[$extras]"
+  echo "setup: installing the package${extras:+ with the extras $extras} into .venv" >&2
   .venv/bin/python -m pip install -q --upgrade pip "setuptools>=77" wheel
-  .venv/bin/python -m pip install -q -e ".[test,spark]"
-  touch "$stamp"
+  .venv/bin/python -m pip install -q -e "$spec"
+  printf '%s\n' "$want" "$have" | grep . | sort -u > "$stamp"
 fi
 # The C accelerator (sidecar/_native.c), built in place whenever its source is newer than the
 # library: the package runs without it, but slower, so a build failure is reported here.

@@ -17,9 +17,15 @@ Kubernetes semantics:
     (or be covered by a ``startupProbe``).
 
 ``/readyz`` (readiness)
-    200 only when the store is ``recovered``, the consumer has its partitions ``assigned`` and
-    the ``broker_reachable`` flag is set; 503 with a JSON body naming the flags that are false.
-    The ``ready`` gauge of :class:`~sidecar.metrics.Metrics` follows the same condition.
+    200 only when the store is ``recovered``, the consumer has its partitions ``assigned``, the
+    ``broker_reachable`` flag is set and the disk lets ingress go on (``disk_ok``); 503 with a
+    JSON body naming the flags that are false. ``disk_ok`` is false while ingress is paused for
+    disk space and delivering cannot free enough to resume it (``sidecar.store.space``: a
+    ``disk-max-bytes`` below what the assigned partitions need, or a store whose files that
+    delivering cannot free fill the budget, or a volume filled by other files): the body then
+    carries ``disk`` with the ``code``, the ``reason`` and the ``fix``. A pause that deliveries
+    will lift is backpressure, not unreadiness. The ``ready`` gauge of
+    :class:`~sidecar.metrics.Metrics` follows the same condition.
 
 ``/metrics``
     :meth:`Metrics.render` with ``prometheus_client.CONTENT_TYPE_LATEST``.
@@ -125,6 +131,7 @@ class HealthServer:
         self._recovered = False
         self._assigned = False
         self._broker_reachable = False
+        self._disk: dict[str, str] | None = None  # why ingress cannot go on (set_disk_stalled)
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         metrics.set_ready(False)
@@ -146,9 +153,15 @@ class HealthServer:
         self._broker_reachable = value
         self._update_ready()
 
+    def set_disk_stalled(self, code: str = "", reason: str = "", fix: str = "") -> None:
+        """Ingress is paused and delivering cannot free enough space to resume it (``code``
+        non-empty), or it can go on again (no arguments)."""
+        self._disk = {"code": code, "reason": reason, "fix": fix} if code else None
+        self._update_ready()
+
     @property
     def ready(self) -> bool:
-        return self._recovered and self._assigned and self._broker_reachable
+        return self._recovered and self._assigned and self._broker_reachable and self._disk is None
 
     def _update_ready(self) -> None:
         self.metrics.set_ready(self.ready)
@@ -169,9 +182,13 @@ class HealthServer:
             "recovered": self._recovered,
             "assigned": self._assigned,
             "broker_reachable": self._broker_reachable,
+            "disk_ok": self._disk is None,
         }
         not_ready = [k for k, v in flags.items() if not v]
         doc: dict[str, Any] = {"ready": not not_ready, **flags, "not_ready": not_ready}
+        disk = self._disk
+        if disk is not None:
+            doc["disk"] = disk
         return (503 if not_ready else 200), doc
 
     # -- lifecycle ---------------------------------------------------------------------------

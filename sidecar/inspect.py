@@ -1,27 +1,41 @@
 """``delay-sidecar inspect DATA_DIR``: what a data directory holds, read from its checkpoints and
 file listing only — safe to run beside a live sidecar (it opens nothing for writing).
 
+Every partition directory is listed (``<topic>-<partition>`` holding store files), also one
+without a checkpoint yet: a partition assigned to a sidecar that has stored nothing in it has its
+files but writes its first checkpoint with its first record (``checkpointed: false``, nothing
+pending).
+
 Per partition: the checkpoint (ingress offset, scheduler, cursors), pending records per tier and
 level, the next due times (levels: the head of each level queue), commit-log segments with their
 live record counts (from the checkpoint), the records they hold and the live ratio (records
 counted by hopping over the records' length fields, through a read-only mapping: no CRC, no
 record bodies read), time buckets (wheel), and bytes on disk (allocated blocks: files are
-preallocated sparse, so ``st_size`` says nothing about use).
+preallocated sparse, so ``st_size`` says nothing about use; the sizes are ``preallocated_bytes``).
+
+The counts are the checkpoint's, and a live sidecar writes one every ``commit-interval`` when
+anything changed, including its schedulers' cursors moving past cancelled records (the pending
+counts then drop with no record stored or delivered): they equal the sidecar's
+``delay_sidecar_pending_records`` as of its last checkpoint. As there, a cancelled record's entry
+counts until its due time passes.
 """
 
 from __future__ import annotations
 
 import mmap
+import re
 import struct
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sidecar.store import checkpoint
+from sidecar.store import checkpoint, space
 from sidecar.store.mapped import HEADER_SIZE
 
 _ENTRY = struct.Struct("<QqB7x")
 _REC_HEAD = 72  # codec.HEAD_SIZE
+_PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+_STORE_FILES = (checkpoint.NAME, "log", "ids.idx")  # what a partition directory has from its open on
 
 
 def _iso(ms: int | None) -> str | None:
@@ -67,8 +81,9 @@ def _count_records(path: Path, limit: int | None) -> tuple[int, int]:
 
 
 def inspect_partition(d: Path) -> dict[str, Any]:
-    ck = checkpoint.read(d) or {}
-    out: dict[str, Any] = {"directory": str(d), "checkpoint": ck}
+    found = checkpoint.read(d)
+    ck = found or {}
+    out: dict[str, Any] = {"directory": str(d), "checkpointed": found is not None, "checkpoint": ck}
     live = {int(k): int(v) for k, v in (ck.get("log") or {}).get("live", {}).items()}
     head = (ck.get("log") or {}).get("head")
     segs = []
@@ -116,12 +131,24 @@ def inspect_partition(d: Path) -> dict[str, Any]:
     for f in sorted((d / "buckets").glob("*")) if (d / "buckets").is_dir() else []:
         buckets.append({"file": f.name, "bytes": f.stat().st_size})
     out["buckets"] = buckets
-    out["disk_bytes"] = sum(p.stat().st_blocks * 512 for p in d.rglob("*") if p.is_file())
+    use = space.usage([d])
+    out["disk_bytes"] = use.allocated
+    out["preallocated_bytes"] = use.apparent
     return out
 
 
+def _partition_dirs(root: Path) -> list[Path]:
+    """The partition directories under ``root``, by topic and partition number."""
+    found: list[tuple[str, int, Path]] = []
+    for d in root.iterdir():
+        m = _PARTITION_DIR.match(d.name)
+        if m and d.is_dir() and any((d / name).exists() for name in _STORE_FILES):
+            found.append((m.group(1), int(m.group(2)), d))
+    return [d for _t, _p, d in sorted(found)]
+
+
 def inspect_data_dir(root: Path) -> dict[str, Any]:
-    parts = [inspect_partition(d) for d in sorted(root.iterdir()) if (d / checkpoint.NAME).exists()]
+    parts = [inspect_partition(d) for d in _partition_dirs(root)]
     return {"data_dir": str(root), "partitions": parts,
             "pending_total": sum(p["pending_total"] for p in parts)}
 
@@ -130,6 +157,11 @@ def render_text(report: dict[str, Any]) -> str:
     lines = [f"data dir {report['data_dir']}: {report['pending_total']} pending"]
     for p in report["partitions"]:
         ck = p["checkpoint"]
+        if not p.get("checkpointed", True):
+            lines.append(
+                f"- {Path(p['directory']).name}: no checkpoint yet (nothing stored) pending=0 disk={p['disk_bytes']} B"
+            )
+            continue
         lines.append(
             f"- {Path(p['directory']).name}: scheduler={ck.get('scheduler')} "
             f"ingress_offset={ck.get('ingress_offset')} pending={p['pending_total']} disk={p['disk_bytes']} B "

@@ -22,12 +22,19 @@ Series (all prefixed ``delay_sidecar_``; base units: seconds, bytes, records):
 ``dlq_records_total``              counter  ``{reason}``: every reason code of the contract exists at 0
 ``publish_retries_total``          counter  publishes re-scheduled after a failed delivery report
 ``early_deliveries_total``         counter  deliveries before their due time; must stay 0
-``pending_records``                gauge    ``{tier}``: ``level-N`` / ``wheel`` / ``bucket`` / ``retry``
+``pending_records``                gauge    ``{tier}``: ``level-N`` / ``wheel`` / ``bucket`` / ``retry``;
+                                            a cancelled record's entry counts until its due
+                                            time passes (a cancel marks the entry in place)
 ``delivery_lateness_seconds``      histo.   send time minus due time, 1 ms .. 60 s buckets
-``consumer_lag_records``           gauge    ``{partition}``: ingress lag from librdkafka statistics
-``store_bytes``                    gauge    bytes the data directory holds
+``consumer_lag_records``           gauge    ``{partition}``: ingress lag from librdkafka statistics, one
+                                            series per assigned partition
+``store_bytes``                    gauge    bytes the store's files hold on disk (allocated blocks)
+``store_preallocated_bytes``       gauge    the same files' sizes: preallocated, sparse until written
 ``ingress_paused``                 gauge    1 while ingress consumption is paused (backpressure)
-``ingress_paused_reason``          gauge    ``{reason}``: 1 for the current pause reason, else 0
+``ingress_paused_reason``          gauge    ``{reason}``: 1 for the current pause reason, else 0; the
+                                            reasons are the codes of ``sidecar.store.space``
+                                            (``disk-max-bytes``, ``disk-max-bytes-stalled``,
+                                            ``disk-min-free-bytes``, ...)
 ``up`` / ``ready``                 gauge    1 while the process runs / while ``/readyz`` is 200
 =================================  =======  ===========================================================
 
@@ -129,6 +136,29 @@ def _float_str(v: float) -> str:
     return repr(float(v))
 
 
+def _int(v: object) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _lag(part: dict[str, object]) -> int | None:
+    """One partition's lag from its statistics (``Metrics.update_from_stats``), None: no series."""
+    desired = part.get("desired")
+    if desired is False:
+        return None
+    lag = _int(part.get("consumer_lag"))
+    if lag is not None and lag >= 0:
+        return lag
+    if desired is not True:
+        return None
+    hi = _int(part.get("hi_offset"))
+    if hi is None or hi < 0:
+        return None
+    committed = _int(part.get("committed_offset"))
+    lo = _int(part.get("lo_offset"))
+    base = committed if committed is not None and committed >= 0 else (lo if lo is not None and lo >= 0 else 0)
+    return max(0, hi - base)
+
+
 class Metrics:
     """All sidecar metrics on a private registry. ``render()`` is the ``/metrics`` body."""
 
@@ -165,8 +195,10 @@ class Metrics:
         self._lag = Gauge(PREFIX + "consumer_lag_records",
                           "Ingress consumer lag (librdkafka consumer_lag: high watermark - committed offset)",
                           ["partition"], registry=r)
-        self._store_bytes = Gauge(PREFIX + "store_bytes", "Bytes held by the store's data directory",
-                                  registry=r)
+        self._store_bytes = Gauge(PREFIX + "store_bytes",
+                                  "Bytes the store's files hold on disk (allocated blocks)", registry=r)
+        self._store_prealloc = Gauge(PREFIX + "store_preallocated_bytes",
+                                     "Sizes of the store's files (preallocated, sparse until written)", registry=r)
         self._paused = Gauge(PREFIX + "ingress_paused", "1 while ingress consumption is paused", registry=r)
         self._paused_reason = Gauge(PREFIX + "ingress_paused_reason",
                                     "1 for the reason ingress is paused for, 0 for other known reasons",
@@ -246,11 +278,15 @@ class Metrics:
         for tier, n in by_tier.items():
             self._pending.labels(tier=tier).set(n)
 
-    def set_store_bytes(self, n: int) -> None:
-        self._store_bytes.set(n)
+    def set_store_bytes(self, allocated: int, preallocated: int | None = None) -> None:
+        """The store's files: bytes on disk, and (if known) their preallocated sizes."""
+        self._store_bytes.set(allocated)
+        if preallocated is not None:
+            self._store_prealloc.set(preallocated)
 
     def set_ingress_paused(self, paused: bool, reason: str | None = None) -> None:
-        """Pause state of the ingress consumer; ``reason`` (e.g. ``disk-full``) when paused."""
+        """Pause state of the ingress consumer; ``reason`` when paused: a stable code (the label
+        value: e.g. ``disk-max-bytes``), never a message with numbers in it."""
         self._paused.set(1 if paused else 0)
         current = reason if paused else None
         if current is not None:
@@ -272,15 +308,22 @@ class Metrics:
     def update_from_stats(self, stats_json: str | bytes) -> None:
         """Set ``consumer_lag_records`` from a librdkafka statistics document (``stats_cb``).
 
-        Read: ``topics.<ingress topic>.partitions.<p>.consumer_lag`` — librdkafka's "difference
-        between (hi_offset or ls_offset) and committed_offset" (``ls_offset`` under
+        Read: ``topics.<ingress topic>.partitions.<p>``. ``consumer_lag`` is librdkafka's
+        "difference between (hi_offset or ls_offset) and committed_offset" (``ls_offset`` under
         ``isolation.level=read_committed``). The sidecar commits an ingress offset only once the
         record is durable in the store, so this is "ingress records not yet safely stored".
-        Partition ``-1`` is librdkafka's internal "unassigned" partition and is skipped; a lag of
-        ``-1`` means unknown (partition not assigned to this consumer, or no committed offset
-        yet) and removes that partition's series, as does a partition absent from the document,
-        so revoked partitions disappear instead of freezing at their last value.
-        Malformed documents are ignored (statistics must never break the loop).
+
+        librdkafka reports ``consumer_lag`` -1 while a partition has no committed offset — an
+        assigned partition that never had a record (the sidecar commits only what it stored),
+        which is how partition 0 of a lightly used topic had no series. For a partition the
+        consumer wants (``desired``), that lag is ``hi_offset`` minus the committed offset, or
+        minus ``lo_offset`` when there is none yet: every retained record is unstored (0 for an
+        empty partition). A partition not ``desired`` (revoked, or never assigned) has no series,
+        nor has one whose high watermark is not known yet, nor partition ``-1`` (librdkafka's
+        internal "unassigned" partition): revoked partitions disappear instead of freezing at
+        their last value. Documents without ``desired`` (older librdkafka) fall back to
+        ``consumer_lag`` >= 0. Malformed documents are ignored (statistics must never break the
+        loop).
         """
         try:
             doc = orjson.loads(stats_json)
@@ -292,8 +335,8 @@ class Metrics:
         for key, part in items:
             if key == "-1" or not isinstance(part, dict):
                 continue
-            lag = part.get("consumer_lag")
-            if isinstance(lag, int) and not isinstance(lag, bool) and lag >= 0:
+            lag = _lag(part)
+            if lag is not None:
                 seen[str(key)] = lag
         for key in self._lag_partitions - seen.keys():
             self._lag.remove(key)

@@ -17,8 +17,10 @@ on the loop thread with no disk wait. A rebalance or a shutdown checkpoints sync
 each store drops the mapped pages it no longer needs; a burst's heap high-water mark is given
 back when the burst is over (``HeapReleaser``).
 
-**Disk space** (every second): ingress is paused while the data directory is over
-``disk-max-bytes`` or free space is under ``disk-min-free-bytes``, and resumed when it is not.
+**Disk space** (every second, ``space_check``): the stores' allocated bytes against
+``disk-max-bytes`` (and against what the partitions need: ``sidecar.store.space``), free space
+against ``disk-min-free-bytes``; the loop pauses ingress while a limit holds, and reports a pause
+that delivering cannot lift (a stall).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from sidecar.config import Settings
 from sidecar.engine.clock import Clock
 from sidecar.engine.heap import HeapReleaser
 from sidecar.engine.threads import demote_self
+from sidecar.store import space
 from sidecar.store.partition import CheckpointJob, Counters, PartitionStore
 
 # commit(store, offset, sync): the ingress offset commit (Kafka I/O)
@@ -76,7 +79,7 @@ class Durability:
             return
         self._last_fsync = mono
         for store in self.stores.values():
-            if store.dirty and store.partition not in self.jobs:
+            if store.needs_checkpoint() and store.partition not in self.jobs:
                 if not self.fsync:
                     self.checkpoint_now(store)  # no disk wait: nothing to hand off
                 elif store.mirror is not None:
@@ -159,20 +162,17 @@ class Durability:
             store.trim()
 
     # -- disk space -----------------------------------------------------------------------------
-    def space_used(self) -> int:
-        return sum(store.disk_bytes() for store in self.stores.values())
-
-    def pause_reason(self, used: int) -> str:
-        """Why ingress must pause now ("" if it need not)."""
-        if self.s.disk_max_bytes and used >= self.s.disk_max_bytes:
-            return f"data directory holds {used} bytes, limit {self.s.disk_max_bytes}"
+    def space_check(self, stores: list[PartitionStore]) -> tuple[space.Usage, space.Decision]:
+        """What ``stores`` (the open and the restoring ones) hold on disk, and whether ingress
+        must pause for it (``space.decide``)."""
+        use = space.usage(store.dir for store in stores)
         try:
             free = psutil.disk_usage(str(self.s.data_path)).free
         except OSError:
             free = self.s.disk_min_free_bytes
-        if free < self.s.disk_min_free_bytes:
-            return f"free disk {free} bytes is below {self.s.disk_min_free_bytes}"
-        return ""
+        minimum = len(stores) * space.partition_needs(self.s).total
+        return use, space.decide(use.allocated, free, self.s.disk_max_bytes, self.s.disk_min_free_bytes, use.freeable,
+                                 minimum)
 
     def close(self) -> None:
         self.flusher.shutdown(wait=True)

@@ -19,6 +19,12 @@ partitions (the group moved on without us) are closed without a commit.
 
 Broker health: ``error_cb`` transport errors and the statistics' broker states tell the
 handler when the cluster is unreachable and when it is back (``/readyz``).
+
+Logs: every client's ``logger`` is one :class:`~sidecar.kafka_logs.KafkaLog`, so librdkafka's
+lines are ``kafka.log`` events, never stderr; the disconnects of a client being closed
+(``replace_consumer``) or of the shutdown (``stop_logs``) are expected: debug, in the log and in
+``error_cb``. ``close`` closes the producer too: left open, its threads kept reconnecting to a
+broker that stopped after the sidecar, and logging it.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, Resourc
 
 from sidecar import logs
 from sidecar.config import ConfigError, Settings
+from sidecar.kafka_logs import KafkaLog, expected_error
 from sidecar.retry.codes import ALL_BROKERS_DOWN, FATAL, PARTITION_EOF, TOPIC_ALREADY_EXISTS, TRANSPORT
 from sidecar.store.partition import PartitionStore
 
@@ -128,10 +135,13 @@ class KafkaIO:
         self._cl = self.changelog_topic or ""  # for the restore consumer's TopicPartitions
         self._restore: Any = None  # the changelog restore consumer (no group), made when first needed
         self.committed: dict[int, int] = {}  # partition -> the last offset committed for it
+        self.klog = KafkaLog()  # librdkafka's log, through structlog (every client's "logger")
 
     # -- clients --------------------------------------------------------------------------------
     def _common(self) -> dict[str, Any]:
-        conf: dict[str, Any] = {"bootstrap.servers": self.s.bootstrap_servers, "error_cb": self._on_error}
+        conf: dict[str, Any] = {
+            "bootstrap.servers": self.s.bootstrap_servers, "error_cb": self._on_error, "logger": self.klog,
+        }
         conf.update(self.s.kafka)
         return conf
 
@@ -247,7 +257,8 @@ class KafkaIO:
     def replace_consumer(self) -> None:
         """Drop a consumer librdkafka declared dead and join the group with a new one."""
         try:
-            self.consumer.close()
+            with self.klog.closing():  # its broker disconnects are expected
+                self.consumer.close()
         except (KafkaException, RuntimeError) as e:
             log.warning("consumer.close_failed", error=str(e))
         self.consumer = self._subscribe()
@@ -260,11 +271,25 @@ class KafkaIO:
         old.purge()  # its reports come back as failures: retried on the new producer
         old.poll(0)
 
+    def stop_logs(self) -> None:
+        """The sidecar is shutting down: broker disconnects from here on are expected."""
+        self.klog.stop()
+
     def close(self) -> None:
         self.consumer.close()  # on_revoke closes the stores
         if self._restore is not None:
             self._restore.close()
             self._restore = None
+        producer = self.producer
+        if producer is not None:
+            # Records not acknowledged by the shutdown deadline are delivered again after a
+            # restart (the checkpoints do not count them): drop them, then close.
+            if len(producer):
+                producer.purge()
+                producer.poll(0)
+            close = getattr(producer, "close", None)  # not in older confluent-kafka releases
+            if close is not None:
+                close()
 
     # -- consuming ------------------------------------------------------------------------------
     def consume(self, n: int, timeout: float) -> list[Message]:
@@ -349,6 +374,9 @@ class KafkaIO:
 
     # -- broker health --------------------------------------------------------------------------
     def _on_error(self, err: KafkaError) -> None:
+        if expected_error(self.klog, err.name()):  # a disconnect while shutting down or closing a client
+            log.debug("kafka.error", code=err.name(), error=err.str(), expected=True)
+            return
         if err.code() in (ALL_BROKERS_DOWN, TRANSPORT):
             self.events.broker_status(False, err.str())
         elif self.should_warn(f"kafka.error:{err.code()}"):

@@ -53,6 +53,7 @@ from sidecar.engine.threads import HelperThreads
 from sidecar.engine.turns import SLOW_TURN_S, TurnWatch
 from sidecar.levels.scheduler import LevelsScheduler
 from sidecar.scheduling import Scheduler
+from sidecar.store import space
 from sidecar.store.log import CommitLog
 from sidecar.store.partition import FAST_INTAKE, TRIM_INTERVAL_S, Counters, PartitionStore, compile_rules
 
@@ -89,6 +90,7 @@ class Sidecar:
         self, settings: Settings, metrics: Any = None, health: Any = None, *, clock: Clock | None = None,
         clients: Clients | None = None,
     ) -> None:
+        space.check_budget(settings)  # a disk-max-bytes no partition fits in: refused at start (ConfigError)
         self.s = settings
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.counters = Counters()
@@ -111,6 +113,7 @@ class Sidecar:
         self.stop_requested = False
         self.paused = False
         self.pause_reason = ""
+        self.disk_stalled = ""  # the space.Decision code while delivering cannot lift a disk pause
         self.assigned = False
         self.turns = TurnWatch()
         self._last = Counters()
@@ -151,6 +154,12 @@ class Sidecar:
         self.assigned = bool(self.stores) or bool(self.held())
         log.info("partitions.assigned", partitions=partitions)
         self._readiness()
+        # disk-max-bytes against what the partitions now assigned need: refused (paused, not ready,
+        # ingress.stalled) before anything is consumed, or a warning if their files can outgrow it
+        note = space.budget_note(self.s, len(self._all_stores()))
+        if note is not None:
+            log.warning("disk.budget_may_stall", **note)
+        self._check_space()
         return resume
 
     def held(self) -> set[int]:
@@ -419,26 +428,47 @@ class Sidecar:
         self.kafka.replace_consumer()
 
     # -- housekeeping ---------------------------------------------------------------------------
+    def _all_stores(self) -> list[PartitionStore]:
+        """The open stores and the ones still restoring from the changelog."""
+        restoring = [] if self.restorer is None else [r.store for r in self.restorer.restoring.values()]
+        return [*self.stores.values(), *restoring]
+
     def _check_space(self) -> None:
-        used = self.durability.space_used()
+        """Pause or resume ingress for disk space (``durability.space_check``) or for refused
+        changelog writes (sent again here, once a second). A pause that deliveries (or retries)
+        will lift is backpressure (info); one delivering cannot lift is a stall: an error event
+        with the fix, and ``/readyz`` says so until it clears."""
+        use, d = self.durability.space_check(self._all_stores())
         mirrors = [m for m in (s.mirror for s in self.stores.values()) if isinstance(m, StoreMirror)]
         for m in mirrors:
             if m.retry:
                 m.resend()
         failing = sum(m.failed for m in mirrors)
-        reason = (f"{failing} changelog writes were refused and are being retried" if failing
-                  else self.durability.pause_reason(used))
-        if reason and not self.paused:
+        if failing and not d.paused:
+            d = space.Decision(True, False, "changelog-refused",
+                               f"{failing} changelog writes were refused and are being retried")
+        if d.paused and not self.paused:
             self.kafka.pause()
-            self.paused, self.pause_reason = True, reason
-            log.warning("ingress.paused", reason=reason)
-        elif not reason and self.paused:
+            self.paused = True
+            log.info("ingress.paused", code=d.code, reason=d.reason)
+        elif not d.paused and self.paused:
             self.kafka.resume()
-            self.paused, self.pause_reason = False, ""
+            self.paused = False
             log.info("ingress.resumed")
+        self.pause_reason = d.reason
+        stalled = d.code if d.stalled else ""
+        if stalled != self.disk_stalled:
+            if stalled:
+                log.error("ingress.stalled", code=d.code, reason=d.reason, fix=d.fix, store_bytes=use.allocated,
+                          freeable_bytes=use.freeable, partitions=len(self._all_stores()))
+            else:
+                log.info("ingress.stall_cleared", code=self.disk_stalled, paused=self.paused)
+            self.disk_stalled = stalled
+            if self.health is not None:
+                self.health.set_disk_stalled(stalled, d.reason, d.fix)
         if self.metrics is not None:
-            self.metrics.set_store_bytes(used)
-            self.metrics.set_ingress_paused(self.paused, self.pause_reason)
+            self.metrics.set_store_bytes(use.allocated, use.apparent)
+            self.metrics.set_ingress_paused(self.paused, d.code)
 
     def _pending(self) -> dict[str, int]:
         pending = dict.fromkeys(self._tiers_seen, 0)
@@ -483,6 +513,7 @@ class Sidecar:
     def shutdown(self) -> None:
         self.turns.uninstall()
         log.info("sidecar.stopping", in_flight=self.pub.in_flight)
+        self.kafka.stop_logs()  # broker disconnects from here on are expected: debug, not errors
         deadline = self.clock.monotonic() + self.s.shutdown_timeout_ms / 1000
         self.pub.drain(deadline)
         if self.kafka.producer is not None:

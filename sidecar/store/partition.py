@@ -200,6 +200,7 @@ class PartitionStore:
         self.changelog_ingress: int | None = None
         self.replayed: list[int] = []  # log positions of the records recovery replayed (after the checkpoint)
         self.resume_offset: int | None = None  # what open() returned
+        self._pending_at_checkpoint: dict[str, int] | None = None  # sched.pending() the last checkpoint names
         self._settled_at_trim = 0
         self._offset_at_trim: int | None = None
 
@@ -623,6 +624,7 @@ class PartitionStore:
             "changelog_ingress": self.changelog_ingress,
         }
         self.dirty = False
+        self._pending_at_checkpoint = self.sched.pending()
         dead = self.log.reclaimable()
         return CheckpointJob(self.dir, doc, batch, fsync, dead, [self.log.path_of(i) for i in dead], self.next_offset)
 
@@ -679,6 +681,13 @@ class PartitionStore:
 
     def pending(self) -> dict[str, int]:
         return self.sched.pending()
+
+    def needs_checkpoint(self) -> bool:
+        """True if a checkpoint taken now would say something the last one does not: records
+        stored or finished (``dirty``), or the scheduler's cursors moved past finished entries
+        (a cancelled record's entry, passed when its due time comes, changes the pending counts
+        with nothing stored or delivered; ``inspect`` reads them from the checkpoint)."""
+        return self.dirty or self.sched.pending() != self._pending_at_checkpoint
 
     def disk_bytes(self) -> int:
         return self.log.disk_bytes() + self.sched.disk_bytes() + self.ids.disk_bytes()

@@ -1,20 +1,29 @@
 """Disk space (issue 3): use follows pending records, not history; backpressure pauses ingress.
 
 Disk use is measured in allocated blocks (``st_blocks``): segments and queue files are
-preallocated sparse, so their ``st_size`` is a constant that says nothing.
+preallocated sparse, so their ``st_size`` is a constant that says nothing. The sidecar's budget
+(``disk-max-bytes``) counts the same blocks (``sidecar.store.space``); a budget the assigned
+partitions cannot work in is refused loudly, and a pause that delivering cannot lift is reported
+in ``/readyz`` and an ``ingress.stalled`` event with the fix, never a silent stall.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import time
+import urllib.error
+import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from sidecar.config import Settings
 from sidecar.inspect import inspect_data_dir
+from sidecar.store import space
 from tests.integration.harness import SidecarProcess, consume_until, create_topics, producer
 
 pytestmark = pytest.mark.integration
@@ -45,8 +54,41 @@ def send(
     assert p.flush(60) == 0
 
 
-def events(sc: SidecarProcess, name: str) -> list[dict[str, object]]:
+def events(sc: SidecarProcess, name: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in sc.log_text().splitlines() if f'"event":"{name}"' in line]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def readyz(port: int) -> tuple[int, dict[str, Any]]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def wait_readyz(port: int, status: int, timeout_s: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    got: tuple[int, dict[str, Any]] = (0, {})
+    while time.monotonic() < deadline:
+        got = readyz(port)
+        if got[0] == status:
+            return got[1]
+        time.sleep(0.2)
+    raise AssertionError(f"/readyz stayed {got}")
+
+
+def metric(port: int, name: str) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    raise AssertionError(f"no {name}")
 
 
 @pytest.fixture
@@ -121,22 +163,101 @@ def test_disk_max_bytes_pauses_ingress_until_deliveries_free_space(
     assert min(r.lateness_ms for r in got) >= 0
     assert paused and "limit 4194304" in str(paused[0]["reason"]), sc.log_text()[-2000:]
     assert resumed, "ingress resumes once deliveries free segments"
+    assert not events(sc, "ingress.stalled"), "deliveries could lift every pause"
     print(f"\nbackpressure: {len(paused)} pause(s), {len(resumed)} resume(s); all {n} delivered in "
           f"{time.time() - t0:.1f} s")
     assert sc.terminate() == 0
 
 
 def test_low_free_disk_pauses_ingress(make_sidecar: object, kafka_bootstrap: str, unique: str) -> None:
-    sc = make_sidecar("--disk-min-free-bytes", "1024TiB")  # type: ignore[operator]
+    port = free_port()
+    sc = make_sidecar("--disk-min-free-bytes", "1024TiB", "--http-port", str(port))  # type: ignore[operator]
     target = f"space-free-{unique}"
     create_topics(kafka_bootstrap, [sc.ingress, target])
     sc.start()
     sc.wait_for("ingress.paused", 10)
     assert "below 1125899906842624" in str(events(sc, "ingress.paused")[0]["reason"])
+    # delivering cannot free a petabyte: a stall, said where an operator looks
+    stalled = events(sc, "ingress.stalled")
+    assert stalled and stalled[0]["level"] == "error" and stalled[0]["code"] == "disk-min-free-bytes-stalled"
+    assert "lower disk-min-free-bytes" in stalled[0]["fix"]
+    doc = wait_readyz(port, 503, 10)
+    assert doc["not_ready"] == ["disk_ok"] and doc["disk"]["code"] == "disk-min-free-bytes-stalled"
     send(kafka_bootstrap, sc.ingress, target, 50, 0, 100, "free")
     assert consume_until(kafka_bootstrap, [target], want=1, timeout_s=4) == [], "paused: nothing is consumed"
     assert sc.terminate() == 0
-    ok = make_sidecar(name="data")  # type: ignore[operator]
+    ok = make_sidecar("--http-port", str(port), name="data")  # type: ignore[operator]
     ok.start()
     got = consume_until(kafka_bootstrap, [target], want=50, timeout_s=60, settle_s=1)
     assert len({r.headers["delay.id"] for r in got}) == 50 == len(got)
+    assert wait_readyz(port, 200, 10)["disk_ok"] is True
+
+
+def finding_sidecar(kafka_bootstrap: str, data: Path, unique: str, budget: str, port: int) -> SidecarProcess:
+    """The issue's geometry: 6 partitions of 16 MB segments, the wheel (the default scheduler)."""
+    return SidecarProcess(
+        kafka_bootstrap, data, f"ingress-budget-{unique}", f"dlq-budget-{unique}",
+        extra=["--ingress-partitions", "6", "--segment-bytes", "16MB", "--disk-max-bytes", budget,
+               "--commit-interval", "200ms", "--http-port", str(port), "--http-host", "127.0.0.1"],
+    )
+
+
+def test_the_budget_that_stalled_for_good_delivers_everything(
+    kafka_bootstrap: str, tmp_path: Path, unique: str
+) -> None:
+    """``--disk-max-bytes 160MB``, 16 MB segments, 6 partitions, an empty data directory: counting
+    the files' sizes (176 MB at open) paused ingress at once, for good, 0 of 300,000 delivered.
+    Counting allocated blocks, the same run (scaled to 30,000 records) delivers everything without
+    a pause; the start warns that the files delivering cannot free can outgrow the budget."""
+    port = free_port()
+    sc = finding_sidecar(kafka_bootstrap, tmp_path / "data", unique, "160MB", port)
+    target = f"budget-target-{unique}"
+    create_topics(kafka_bootstrap, [target])
+    sc.start()
+    n = 30_000
+    t0 = time.time()
+    send(kafka_bootstrap, sc.ingress, target, n, lambda i: (i % 5) * 500, 200, "budget")
+    got = consume_until(kafka_bootstrap, [target], want=n, timeout_s=120, settle_s=1)
+    ids = Counter(r.headers["delay.id"] for r in got)
+    assert len(ids) == n, f"delivered {len(ids)} of {n}:\n{sc.log_text()[-2000:]}"
+    assert max(ids.values()) == 1
+    assert min(r.lateness_ms for r in got) >= 0
+    assert not events(sc, "ingress.paused") and not events(sc, "ingress.stalled")
+    s = Settings(segment_bytes=16_000_000, disk_max_bytes=160_000_000)
+    warned = events(sc, "disk.budget_may_stall")
+    assert warned and warned[-1]["level"] == "warning"
+    assert warned[-1]["minimum"] == 6 * space.partition_needs(s).total < 160_000_000
+    assert warned[-1]["ceiling"] == 6 * space.partition_ceiling(s).total > 160_000_000
+    assert wait_readyz(port, 200, 10)["disk_ok"] is True
+    held, sizes = metric(port, "delay_sidecar_store_bytes"), metric(port, "delay_sidecar_store_preallocated_bytes")
+    print(f"\n{n} records through a 160 MB budget in {time.time() - t0:.1f} s: the store holds "
+          f"{held / 1e6:.1f} MB on disk, its files' sizes {sizes / 1e6:.1f} MB")
+    assert held < 160_000_000 < sizes
+    assert sc.terminate() == 0
+
+
+def test_a_budget_the_partitions_do_not_fit_in_is_refused_loudly(
+    kafka_bootstrap: str, tmp_path: Path, unique: str
+) -> None:
+    """One partition fits in 60 MB, six do not: refused at the assignment (paused, not ready, an
+    error event naming the minimum), nothing consumed. Below one partition: refused at start."""
+    need = space.partition_needs(Settings(segment_bytes=16_000_000)).total
+    port = free_port()
+    sc = finding_sidecar(kafka_bootstrap, tmp_path / "data", unique, "60MB", port)
+    target = f"budget-small-{unique}"
+    create_topics(kafka_bootstrap, [target])
+    sc.start()
+    sc.wait_for("ingress.stalled", 10)
+    stalled = events(sc, "ingress.stalled")[0]
+    assert stalled["level"] == "error" and stalled["code"] == "disk-max-bytes-below-minimum"
+    assert f"at least {6 * need}" in stalled["fix"]
+    doc = wait_readyz(port, 503, 10)
+    assert doc["disk"]["code"] == "disk-max-bytes-below-minimum" and f"at least {6 * need}" in doc["disk"]["fix"]
+    send(kafka_bootstrap, sc.ingress, target, 20, 0, 100, "small")
+    assert consume_until(kafka_bootstrap, [target], want=1, timeout_s=4) == [], "refused: nothing is consumed"
+    assert sc.terminate() == 0
+
+    tiny = finding_sidecar(kafka_bootstrap, tmp_path / "tiny", unique, "10MB", free_port())
+    tiny.start(wait_assigned=False)
+    assert tiny.proc is not None and tiny.proc.wait(60) == 2
+    assert f"--disk-max-bytes 10000000 is below the {need} bytes" in tiny.log_text()

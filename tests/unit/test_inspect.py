@@ -112,3 +112,62 @@ def test_read_only_beside_a_live_store(tmp_path: Path) -> None:
 def test_empty_data_dir(tmp_path: Path) -> None:
     os.makedirs(tmp_path / "d")
     assert inspect_data_dir(tmp_path / "d") == {"data_dir": str(tmp_path / "d"), "partitions": [], "pending_total": 0}
+
+
+def open_wheel(root: Path, partition: int = 0) -> PartitionStore:
+    from sidecar.wheel import WheelScheduler
+
+    rules = compile_rules("in", "dlq", LEVELS, 10**9, (1000,), 3, 100_000, ())
+    st = PartitionStore(
+        root, "in", partition, rules=rules, scheduler_name="wheel",
+        make_scheduler=lambda d, lg: WheelScheduler(d, lg, precision_ms=10, window_ms=60_000, bucket_width_ms=30_000),
+        segment_bytes=SEG, cancel_horizon_ms=60_000, counters=Counters(),
+    )
+    st.open()
+    return st
+
+
+def test_every_partition_directory_is_listed(tmp_path: Path) -> None:
+    """A partition that never had a record has its files but no checkpoint: it is listed (it used
+    to be left out), in partition order, and directories that are not stores are not."""
+    root = tmp_path / "data"
+    for p in (10, 2):
+        st = open_store(root, p)
+        if p == 10:
+            send(st, 0, "x", 4000)
+            st.checkpoint()
+        st.close()
+    (root / "_embedded-kafka" / "kraft-logs").mkdir(parents=True)
+    (root / "in-3").mkdir()  # a name like a partition's, but no store in it
+    rep = inspect_data_dir(root)
+    assert [Path(p["directory"]).name for p in rep["partitions"]] == ["in-2", "in-10"]
+    empty, used = rep["partitions"]
+    assert empty["checkpointed"] is False and empty["pending_total"] == 0 and empty["pending"] == {}
+    assert empty["disk_bytes"] > 0 and empty["preallocated_bytes"] >= SEG
+    assert used["checkpointed"] is True and used["pending_total"] == 1
+    assert "in-2: no checkpoint yet" in render_text(rep)
+
+
+@pytest.mark.parametrize("scheduler", ["levels", "wheel"])
+def test_counts_follow_the_store_when_a_cancelled_record_falls_due(tmp_path: Path, scheduler: str) -> None:
+    """A cancelled record's entry is passed by the scheduler when its due time comes: the pending
+    counts drop with nothing stored or delivered. The store says it needs a checkpoint then (the
+    loop checkpoints only stores that do), so inspect, which reads the checkpoint, follows."""
+    root = tmp_path / "data"
+    st = open_store(root) if scheduler == "levels" else open_wheel(root)
+    send(st, 0, "keep", 5000)
+    send(st, 1, "gone", 1000)
+    st.ingest(IngressRecord("in", 0, 2, T0, b"k", None, [(c.CANCEL, b"gone")]), T0)
+    st.checkpoint()
+    assert not st.needs_checkpoint()
+    assert inspect_data_dir(root)["pending_total"] == sum(st.pending().values())
+    assert st.sched.due(T0 + 2000, 1000) == []  # the cancelled one's time: nothing to hand out
+    assert not st.dirty, "nothing was stored or delivered"
+    assert sum(st.pending().values()) == 1, "the scheduler's cursor moved past the cancelled entry"
+    assert st.needs_checkpoint()
+    assert inspect_data_dir(root)["pending_total"] == 2, "the checkpoint still names it"
+    st.checkpoint()
+    rep = inspect_data_dir(root)
+    assert rep["pending_total"] == sum(st.pending().values()) == 1
+    assert rep["partitions"][0]["pending"] == {t: n for t, n in st.pending().items() if n}
+    st.close()

@@ -203,6 +203,35 @@ def test_consumer_lag_from_librdkafka_stats(metrics: Metrics) -> None:
     assert value(metrics.render(), P + "consumer_lag_records", partition="1") == 5
 
 
+def test_every_assigned_partition_has_a_lag_series(metrics: Metrics) -> None:
+    """librdkafka reports consumer_lag -1 for an assigned partition with no committed offset (the
+    sidecar commits only what it stored: a partition that never had a record has none); such a
+    partition used to have no series at all."""
+    metrics.update_from_stats(_stats({
+        "0": {"partition": 0, "desired": True, "consumer_lag": -1, "committed_offset": -1001,
+              "hi_offset": 0, "lo_offset": 0},  # assigned, empty, nothing committed
+        "1": {"partition": 1, "desired": True, "consumer_lag": -1, "committed_offset": -1001,
+              "hi_offset": 7, "lo_offset": 2},  # records, none stored yet
+        "2": {"partition": 2, "desired": True, "consumer_lag": 3, "committed_offset": 10, "hi_offset": 13},
+        "3": {"partition": 3, "desired": False, "consumer_lag": 4, "committed_offset": 9},  # revoked
+        "4": {"partition": 4, "desired": True, "consumer_lag": -1, "hi_offset": -1},  # watermark not known yet
+        "5": {"partition": 5, "desired": True, "consumer_lag": -1, "committed_offset": 4, "hi_offset": 6,
+              "lo_offset": 0},
+    }))
+    s = samples(metrics.render())
+    lag = {dict(k[1])["partition"]: v for k, v in s.items() if k[0] == P + "consumer_lag_records"}
+    assert lag == {"0": 0, "1": 5, "2": 3, "5": 2}
+
+
+def test_store_bytes_allocated_and_preallocated(metrics: Metrics) -> None:
+    metrics.set_store_bytes(272 * 1024, 651_000_000)
+    text = metrics.render()
+    assert value(text, P + "store_bytes") == 272 * 1024
+    assert value(text, P + "store_preallocated_bytes") == 651_000_000
+    metrics.set_store_bytes(4096)  # preallocated unknown: left as it was
+    assert value(metrics.render(), P + "store_preallocated_bytes") == 651_000_000
+
+
 def test_ingress_paused_and_reason(metrics: Metrics) -> None:
     metrics.set_ingress_paused(True, "disk-full")
     text = metrics.render()
@@ -257,11 +286,28 @@ def test_readiness_flips(server: HealthServer, metrics: Metrics) -> None:
     status, _, body = get(server.port, "/readyz")
     assert status == 200
     assert orjson.loads(body) == {"ready": True, "recovered": True, "assigned": True,
-                                  "broker_reachable": True, "not_ready": []}
+                                  "broker_reachable": True, "disk_ok": True, "not_ready": []}
     assert value(metrics.render(), P + "ready") == 1
     server.set_assigned(False)  # e.g. a rebalance took every partition away
     assert get(server.port, "/readyz")[0] == 503
     assert value(metrics.render(), P + "ready") == 0
+
+
+def test_a_disk_stall_makes_the_sidecar_unready_and_says_what_to_do(server: HealthServer, metrics: Metrics) -> None:
+    for flag in (server.set_recovered, server.set_assigned, server.set_broker_reachable):
+        flag(True)
+    assert get(server.port, "/readyz")[0] == 200
+    server.set_disk_stalled("disk-max-bytes-stalled", "the store holds 9 bytes, limit 8", "raise disk-max-bytes")
+    status, _, body = get(server.port, "/readyz")
+    doc = orjson.loads(body)
+    assert status == 503 and doc["not_ready"] == ["disk_ok"] and doc["disk_ok"] is False
+    assert doc["disk"] == {"code": "disk-max-bytes-stalled", "reason": "the store holds 9 bytes, limit 8",
+                           "fix": "raise disk-max-bytes"}
+    assert value(metrics.render(), P + "ready") == 0
+    server.set_disk_stalled()  # deliveries or a new budget let ingress go on again
+    status, _, body = get(server.port, "/readyz")
+    assert status == 200 and "disk" not in orjson.loads(body)
+    assert value(metrics.render(), P + "ready") == 1
 
 
 def test_liveness_follows_the_heartbeat(server: HealthServer, clock: FakeClock) -> None:

@@ -1,0 +1,298 @@
+"""Disk space of the store: what it holds, the least a budget must give it, and the pause policy.
+
+**Allocated, not apparent.** Every store file is created at full size with ``ftruncate`` and
+filled through a mapping (``mapped.py``): a fresh 16 MB commit-log segment has ``st_size``
+16,000,000 and one allocated page. Sizes say what the store *could* hold; ``st_blocks * 512``
+says what it holds. ``disk-max-bytes`` is compared with the allocated bytes (:func:`usage`); the
+sizes are reported beside them (``delay_sidecar_store_preallocated_bytes``). Counting sizes made a
+budget of 160 MB on 6 partitions of 16 MB segments pause ingress at once, for good: the wheel's
+empty files alone were 176 MB "big".
+
+**Freeable.** Three kinds of files roll: commit-log segments (``log/*.log``), timer-log files
+(``wheel/tl/*.tl``) and level queue files (``levels/NN/*.q``). In each directory the newest file
+is the one being written; every older one is deleted once the records it holds are delivered
+(or cancelled, dead-lettered, moved to a bucket) and a checkpoint covers that. Time-bucket files
+(``buckets/*.bkt``) go once their records are delivered. So the *freeable* bytes — what
+delivering every pending record gives back — are the allocated bytes of all those files but the
+newest of each series. The rest (the newest of each series, the id index, the wheel's slot file,
+the checkpoint) stays allocated when nothing is pending: the store's floor.
+
+**The minimum budget** (:func:`needs`) is what a partition cannot make progress without: one full
+commit-log segment plus the first record of the next (a segment is only deleted once sealed, and
+the first append past it seals it), the id index at its initial size (ids hash to random slots,
+so a few thousand touch every page), the scheduler's first pages and the checkpoint (and its
+temporary copy). A budget below ``partitions x minimum`` deadlocks as soon as every partition has
+filled its segment; it is refused at start (one partition) and at each assignment.
+
+**The ceiling** of the files delivering cannot free is higher: the wheel's slot file
+(``window / precision x 32 B``) fills as due times spread over the window, a timer-log file holds
+2^20 entries (33 MiB) before it rolls, a level's queue file 2^16 entries (1.5 MiB). A budget
+between the minimum and the ceiling works until those files reach it; then ingress is paused and
+delivering cannot lift the pause: *stalled*. :func:`decide` says so, with the fix, instead of
+waiting forever; the loop reports it in ``/readyz`` and in an ``ingress.stalled`` event.
+
+**The policy** (:func:`decide`) is pure: paused when the budget is below the minimum, or the store
+holds at least the budget, or free space is below ``disk-min-free-bytes``; stalled when it would
+still be paused after every freeable byte was given back (``used - freeable``, ``free +
+freeable``). ``tests/unit/test_store_space.py`` checks it against a plain model with hypothesis.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sidecar.config import ConfigError, Settings
+
+PAGE = mmap.PAGESIZE
+HEADER = 64  # mapped.HEADER_SIZE: every store file starts with it
+RECORD_FRAMING = 4096  # what a record adds to its key, value and headers, at most (config: segment-bytes check)
+IDS_INITIAL_SLOTS = 1 << 16  # IdIndex's initial capacity
+IDS_SLOT = 16
+TL_ENTRIES = 1 << 20  # WheelScheduler's timer-log entries per file
+TL_ENTRY = 32  # plus one state byte per entry
+WHEEL_SLOT = 32
+LEVEL_ENTRIES = 1 << 16  # LevelsScheduler's queue entries per file
+LEVEL_ENTRY = 24
+
+_ROLLING = (".log", ".tl", ".q")  # one series per directory: the newest file is the one written
+_BUCKET = ".bkt"
+
+
+def pages(n: int) -> int:
+    """``n`` bytes rounded up to whole pages: what a file of that size holds once written."""
+    return -(-n // PAGE) * PAGE
+
+
+def allocated(path: Path | str) -> int:
+    """Bytes ``path`` holds on disk (``st_blocks * 512``); 0 if it is gone."""
+    try:
+        return os.stat(path).st_blocks * 512
+    except FileNotFoundError:
+        return 0
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Bytes of a set of store files: ``allocated`` on disk, ``apparent`` (their sizes, mostly
+    preallocated), and ``freeable``: the allocated bytes delivering every pending record gives
+    back (see the module docstring)."""
+
+    allocated: int = 0
+    apparent: int = 0
+    freeable: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.allocated + other.allocated, self.apparent + other.apparent, self.freeable + other.freeable)
+
+    @property
+    def floor(self) -> int:
+        """What stays allocated after every pending record is delivered."""
+        return self.allocated - self.freeable
+
+
+def _walk(directory: str) -> Usage:
+    total = Usage()
+    series: list[tuple[int, int]] = []  # (numeric stem, allocated) of this directory's rolling files
+    try:
+        entries = list(os.scandir(directory))
+    except FileNotFoundError:  # a directory deleted meanwhile (a revoked partition)
+        return total
+    for e in entries:
+        try:
+            if e.is_dir(follow_symlinks=False):
+                total = total + _walk(e.path)
+                continue
+            st = e.stat(follow_symlinks=False)
+        except FileNotFoundError:  # deleted meanwhile (a reclaimed segment)
+            continue
+        alloc = st.st_blocks * 512
+        stem, dot, ext = e.name.rpartition(".")
+        if dot and "." + ext in _ROLLING and stem.isdigit():
+            series.append((int(stem), alloc))
+            total = total + Usage(alloc, st.st_size, 0)
+        elif dot and "." + ext == _BUCKET:
+            total = total + Usage(alloc, st.st_size, alloc)
+        else:
+            total = total + Usage(alloc, st.st_size, 0)
+    if len(series) > 1:
+        series.sort()
+        total = total + Usage(0, 0, sum(a for _n, a in series[:-1]))
+    return total
+
+
+def usage(partition_dirs: Iterable[Path]) -> Usage:
+    """The :class:`Usage` of the stores under ``partition_dirs`` (one directory per partition).
+    One ``stat`` per file: a few dozen per partition."""
+    total = Usage()
+    for d in partition_dirs:
+        total = total + _walk(str(d))
+    return total
+
+
+# -- what a partition needs ------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Needs:
+    """Bytes one partition needs, by file kind (see the module docstring)."""
+
+    log: int
+    ids: int
+    scheduler: int
+    checkpoint: int
+
+    @property
+    def total(self) -> int:
+        return self.log + self.ids + self.scheduler + self.checkpoint
+
+    def describe(self) -> str:
+        return (f"commit log {self.log}, id index {self.ids}, scheduler files {self.scheduler}, "
+                f"checkpoint {self.checkpoint}")
+
+
+def slot_file_bytes(window_ms: int, precision_ms: int) -> int:
+    return HEADER + (window_ms // precision_ms) * WHEEL_SLOT
+
+
+def tl_file_bytes() -> int:
+    return HEADER + TL_ENTRIES + TL_ENTRIES * TL_ENTRY
+
+
+def level_file_bytes() -> int:
+    return HEADER + LEVEL_ENTRIES * LEVEL_ENTRY
+
+
+def ids_file_bytes() -> int:
+    return HEADER + IDS_INITIAL_SLOTS * IDS_SLOT
+
+
+def needs(segment_bytes: int, max_record_bytes: int, scheduler: str) -> Needs:
+    """The least one partition makes progress with: the minimum budget per partition."""
+    sched = 4 * PAGE if scheduler == "wheel" else 2 * PAGE  # slot file + first timer-log pages; a queue file's
+    return Needs(
+        log=pages(segment_bytes) + pages(HEADER + max_record_bytes + RECORD_FRAMING),
+        ids=pages(ids_file_bytes()),
+        scheduler=sched,
+        checkpoint=2 * PAGE,
+    )
+
+
+def ceiling(
+    segment_bytes: int, max_record_bytes: int, scheduler: str, levels: int, window_ms: int, precision_ms: int,
+) -> Needs:
+    """What one partition's files that delivering cannot free can grow to (before the id index
+    grows with pending records): a budget of ``partitions x ceiling`` never stalls."""
+    base = needs(segment_bytes, max_record_bytes, scheduler)
+    if scheduler == "wheel":
+        sched = pages(slot_file_bytes(window_ms, precision_ms)) + pages(tl_file_bytes()) + 2 * PAGE
+    else:
+        sched = (levels + 1) * (pages(level_file_bytes()) + PAGE)
+    return Needs(log=base.log, ids=base.ids, scheduler=sched, checkpoint=base.checkpoint)
+
+
+def partition_needs(s: Settings) -> Needs:
+    """:func:`needs` of the configured store."""
+    return needs(s.segment_bytes, s.max_record_bytes, s.scheduler)
+
+
+def partition_ceiling(s: Settings) -> Needs:
+    """:func:`ceiling` of the configured store."""
+    return ceiling(s.segment_bytes, s.max_record_bytes, s.scheduler, len(s.levels_ms), s.wheel_window_ms,
+                   s.wheel_precision_ms)
+
+
+def check_budget(s: Settings, partitions: int = 1) -> None:
+    """Refuse a ``disk-max-bytes`` below what ``partitions`` partitions need (at start: one, the
+    least an instance that gets any work needs), naming the minimum and what it is made of."""
+    per = partition_needs(s)
+    if s.disk_max_bytes and s.disk_max_bytes < partitions * per.total:
+        raise ConfigError(
+            f"--disk-max-bytes {s.disk_max_bytes} is below the {partitions * per.total} bytes the store needs for "
+            f"{partitions} partition(s) with --segment-bytes {s.segment_bytes} and the {s.scheduler} scheduler "
+            f"(per partition: {per.describe()}); set at least {partitions * per.total}, or 0 for no limit"
+        )
+
+
+def budget_note(s: Settings, partitions: int) -> dict[str, Any] | None:
+    """When ``disk-max-bytes`` is at least what ``partitions`` partitions need but below what their
+    files that delivering cannot free can grow to: the numbers for a warning (the store works
+    until those files fill the budget, then ingress stalls). None otherwise."""
+    if not s.disk_max_bytes or partitions <= 0:
+        return None
+    minimum, top = partitions * partition_needs(s).total, partitions * partition_ceiling(s).total
+    if not minimum <= s.disk_max_bytes < top:
+        return None
+    return {
+        "budget": s.disk_max_bytes, "partitions": partitions, "minimum": minimum, "ceiling": top,
+        "per_partition": partition_ceiling(s).describe(),
+        "fix": f"set disk-max-bytes to at least {top} to rule out a stall, or watch for ingress.stalled",
+    }
+
+
+# -- the policy --------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """``paused``: ingress must not consume. ``stalled``: paused, and delivering every pending
+    record would not lift it. ``code``: a stable label (metrics, ``/readyz``); ``reason``: what
+    holds; ``fix``: what the operator must do (only when stalled)."""
+
+    paused: bool
+    stalled: bool = False
+    code: str = ""
+    reason: str = ""
+    fix: str = ""
+
+
+BELOW_MINIMUM = "disk-max-bytes-below-minimum"
+BUDGET = "disk-max-bytes"
+FREE = "disk-min-free-bytes"
+
+
+def decide(used: int, free: int, budget: int, min_free: int, freeable: int, minimum: int = 0) -> Decision:
+    """The pause decision (pure). ``used``: allocated bytes of the store; ``free``: free bytes on
+    its volume; ``budget``: ``disk-max-bytes`` (0: none); ``min_free``: ``disk-min-free-bytes``;
+    ``freeable``: what delivering every pending record gives back (``Usage.freeable``);
+    ``minimum``: the least budget the assigned partitions need (:func:`needs`).
+
+    Paused if any limit holds; stalled if one still holds once ``freeable`` is given back (the
+    store smaller by it, the volume freer by it). The reason and the fix name the first cause
+    that stays (below the minimum, then the budget, then free space), else the first that holds."""
+    freeable = max(0, min(freeable, used))
+    floor, free_after = used - freeable, free + freeable
+    causes: list[tuple[bool, str, str, str]] = []  # the limits that hold: (stays, code, reason, fix)
+    if budget and budget < minimum:
+        causes.append((
+            True, BELOW_MINIMUM,
+            f"disk-max-bytes {budget} is below the {minimum} bytes the store needs for its partitions",
+            f"set disk-max-bytes to at least {minimum}, or give this instance fewer partitions "
+            "(more replicas) or a smaller segment-bytes",
+        ))
+    if budget and used >= budget:
+        stays = floor >= budget
+        reason = f"the store holds {used} bytes, limit {budget}"
+        if stays:
+            reason += (f", and {floor} of them stay allocated when nothing is pending (active commit-log segments, "
+                       "id indexes, scheduler files): delivering cannot free enough")
+        fix = f"raise disk-max-bytes to at least {floor + max(minimum, 1)} and restart"
+        causes.append((stays, BUDGET, reason, fix))
+    if free < min_free:
+        stays = free_after < min_free
+        reason = f"free disk {free} bytes is below {min_free}"
+        if stays:
+            reason += f", and delivering every pending record frees only {freeable}"
+        causes.append((
+            stays, FREE, reason,
+            f"free {min_free - free_after} bytes on the data directory's volume (other files hold them), "
+            "or lower disk-min-free-bytes",
+        ))
+    if not causes:
+        return Decision(False)
+    staying = [c for c in causes if c[0]]
+    if staying:
+        _stays, code, reason, fix = staying[0]
+        return Decision(True, True, code if code == BELOW_MINIMUM else code + "-stalled", reason, fix)
+    _stays, code, reason, _fix = causes[0]
+    return Decision(True, False, code, reason)
