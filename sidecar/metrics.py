@@ -35,6 +35,13 @@ Series (all prefixed ``delay_sidecar_``; base units: seconds, bytes, records):
                                             reasons are the codes of ``sidecar.store.space``
                                             (``disk-max-bytes``, ``disk-max-bytes-stalled``,
                                             ``disk-min-free-bytes``, ...)
+``changelog_unacked_writes``       gauge    ``{partition}``: changelog writes not yet acknowledged
+                                            (an offset commit waits for them)
+``changelog_refused_writes``       gauge    ``{partition}``: changelog writes refused by the broker and
+                                            being retried (ingress is paused meanwhile)
+``restore_remaining_records``      gauge    ``{partition}``: changelog records still to restore before
+                                            the partition is consumed (0 once restored)
+``restored_records_total``         counter  changelog records applied by restores
 ``up`` / ``ready``                 gauge    1 while the process runs / while ``/readyz`` is 200
 =================================  =======  ===========================================================
 
@@ -44,6 +51,7 @@ prometheus_client's own objects lock internally; the histogram here takes its ow
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -203,6 +211,17 @@ class Metrics:
         self._paused_reason = Gauge(PREFIX + "ingress_paused_reason",
                                     "1 for the reason ingress is paused for, 0 for other known reasons",
                                     ["reason"], registry=r)
+        self._cl_unacked = Gauge(PREFIX + "changelog_unacked_writes",
+                                 "Changelog writes not yet acknowledged, by ingress partition", ["partition"],
+                                 registry=r)
+        self._cl_refused = Gauge(PREFIX + "changelog_refused_writes",
+                                 "Changelog writes refused and being retried, by ingress partition", ["partition"],
+                                 registry=r)
+        self._restore_left = Gauge(PREFIX + "restore_remaining_records",
+                                   "Changelog records still to restore before the partition is consumed",
+                                   ["partition"], registry=r)
+        self._restored = Counter(PREFIX + "restored_records", "Changelog records applied by restores", registry=r)
+        self._cl_partitions: set[str] = set()
         self._up = Gauge(PREFIX + "up", "1 while the sidecar process runs", registry=r)
         self._ready = Gauge(PREFIX + "ready", "1 while the sidecar is ready (/readyz answers 200)",
                             registry=r)
@@ -299,6 +318,26 @@ class Metrics:
 
     def set_ready(self, ready: bool) -> None:
         self._ready.set(1 if ready else 0)
+
+    def set_changelog(self, unacked: Mapping[int, int], refused: Mapping[int, int],
+                      restoring: Mapping[int, int]) -> None:
+        """The changelog's state per partition (owned: unacknowledged and refused writes;
+        restoring: records left). Series of partitions no longer here are removed."""
+        now = {str(p) for p in (*unacked, *restoring)}
+        for gone in self._cl_partitions - now:
+            for g in (self._cl_unacked, self._cl_refused, self._restore_left):
+                with contextlib.suppress(KeyError):
+                    g.remove(gone)
+        self._cl_partitions = now
+        for p in now:
+            i = int(p)
+            self._cl_unacked.labels(partition=p).set(unacked.get(i, 0))
+            self._cl_refused.labels(partition=p).set(refused.get(i, 0))
+            self._restore_left.labels(partition=p).set(restoring.get(i, 0))
+
+    def restored(self, n: int) -> None:
+        if n:
+            self._restored.inc(n)
 
     def set_consumer_lag(self, partition: int, lag: int) -> None:
         key = str(partition)

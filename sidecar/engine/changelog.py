@@ -148,6 +148,11 @@ class Restorer:
     kafka: Any  # KafkaIO: the restore consumer
     clock: Any
     restoring: dict[int, _Restoring] = field(default_factory=dict)
+    applied: int = 0  # changelog records applied, all restores together
+
+    def remaining(self) -> dict[int, int]:
+        """Records left to restore, by partition (an estimate: offsets, compaction leaves gaps)."""
+        return {p: max(0, r.end - r.position) for p, r in self.restoring.items()}
 
     def begin(self, store: PartitionStore) -> None:
         """Start restoring ``store`` from the offset its checkpoint covers."""
@@ -199,6 +204,7 @@ class Restorer:
                         r.store.covered(_SRC_OFFSET.unpack_from(value, _SRC_AT)[0])
                         r.bytes += len(value)
                     r.records += 1
+                    self.applied += 1
                     r.position = m.offset() + 1
                     if r.position >= r.end:
                         self.kafka.restore_unassign(r.store.partition)

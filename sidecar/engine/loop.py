@@ -123,6 +123,7 @@ class Sidecar:
         self._turn_end = 0.0
         self._suspect_since: float | None = None  # a gap was seen: ownership not yet confirmed
         self._skip: dict[int, int] = {}  # partition -> ingress offsets below this are already stored
+        self._restored_synced = 0  # restored records already counted in the metrics
 
     # -- Kafka I/O events -----------------------------------------------------------------------
     def partitions_assigned(self, partitions: list[int]) -> dict[int, int | None]:
@@ -500,6 +501,12 @@ class Sidecar:
         m.duplicates(k.duplicates - last.duplicates)
         m.publish_retries(k.publish_retries - last.publish_retries)
         m.dead_lettered_by_reason({r: n - last.dlq.get(r, 0) for r, n in k.dlq.items()})
+        if self.restorer is not None:
+            mirrors = {p: s.mirror for p, s in self.stores.items() if isinstance(s.mirror, StoreMirror)}
+            m.set_changelog({p: x.produced - x.acked for p, x in mirrors.items()},
+                            {p: x.failed for p, x in mirrors.items()}, self.restorer.remaining())
+            m.restored(self.restorer.applied - self._restored_synced)
+            self._restored_synced = self.restorer.applied
         st = self.pub.state
         m.observe_lateness_ms(st.lateness_batch)
         m.set_pending_many(pending)

@@ -353,3 +353,24 @@ def test_a_zombie_publishes_nothing_of_the_partitions_it_lost(tmp_path: Path) ->
     w.check(set(w.sent))  # each once: by b
     for sc in (a, b):
         sc.shutdown()
+
+
+def test_changelog_metrics_follow_writes_and_restores(tmp_path: Path) -> None:
+    w = World(tmp_path)
+    a = w.sidecar("a")
+    w.send(40, lambda i: 60_000)
+    w.run([a], lambda: a.counters.ingested >= 40)
+    w.clock.advance(1500)
+    for _ in range(5):
+        a.turn()
+    text = a.metrics.render().decode()
+    assert 'delay_sidecar_changelog_unacked_writes{partition="0"} 0.0' in text
+    assert 'delay_sidecar_restore_remaining_records{partition="3"} 0.0' in text
+    a.shutdown()
+    b = w.sidecar("b")
+    w.run([b], lambda: len(b.stores) == PARTITIONS)
+    w.clock.advance(1500)
+    for _ in range(5):
+        b.turn()
+    assert "delay_sidecar_restored_records_total 40.0" in b.metrics.render().decode()
+    b.shutdown()
