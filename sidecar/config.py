@@ -89,6 +89,13 @@ def _port(v: Any) -> int:
     return p
 
 
+def _nonneg_int(v: Any) -> int:
+    n = _int(v)
+    if n < 0:
+        raise ValueError(f"must be 0 or more: {v!r}")
+    return n
+
+
 def _positive(parse: Callable[[Any], int]) -> Callable[[Any], int]:
     def inner(v: Any) -> int:
         n = parse(v)
@@ -159,6 +166,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("changelog-topic", "changelog_topic", None, _opt_str,
            "the changelog topic (unset = <ingress-topic>.changelog); compacted, one partition per ingress "
            "partition", "TOPIC"),
+    Option("standby-replicas", "standby_replicas", 0, _nonneg_int,
+           "keep warm copies of this many other members' partitions (tailing the changelog), so a failover "
+           "restores only the last seconds (Kafka Streams' num.standby.replicas; needs changelog on)", _N),
     Option("http-port", "http_port", 0, _port, "port of /metrics, /healthz, /readyz (0 = disabled)", "PORT"),
     Option("http-host", "http_host", "0.0.0.0", _str, "address the HTTP endpoints bind to", "ADDRESS"),
     Option("fsync", "fsync", "batch", _choice("batch", "interval", "none"),
@@ -226,6 +236,7 @@ class Settings:
     replication_factor: int = -1
     changelog: str = "on"
     changelog_topic: str | None = None
+    standby_replicas: int = 0
     http_port: int = 0
     http_host: str = "0.0.0.0"
     fsync: str = "batch"

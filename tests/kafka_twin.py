@@ -25,6 +25,7 @@ import heapq
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_INVALID, KafkaError, KafkaException, TopicPartition
@@ -176,6 +177,7 @@ class TwinConsumer:
     def __init__(self, cluster: TwinCluster, conf: dict[str, Any]) -> None:
         self.cluster = cluster
         self.group = conf["group.id"]
+        self.instance_id = conf.get("group.instance.id")
         self.callbacks: dict[str, Any] = {}
         self.positions: dict[tuple[str, int], int] = {}
         self.paused: set[int] = set()
@@ -373,6 +375,9 @@ class _Done:
     def result(self, timeout: float | None = None) -> Any:
         return self.value
 
+    def done(self) -> bool:
+        return True
+
 
 class _Entry:
     def __init__(self, value: str) -> None:
@@ -390,6 +395,16 @@ class TwinAdmin:
         for t in new_topics:
             self.cluster.create_topic(t.topic, t.num_partitions, dict(t.config or {}))
         return {t.topic: _Done() for t in new_topics}
+
+    def describe_consumer_groups(self, group_ids: list[str], request_timeout: float = 0) -> dict[str, _Done]:
+        out = {}
+        for gid in group_ids:
+            members = [SimpleNamespace(
+                member_id=f"m{i}", group_instance_id=m.consumer.instance_id,
+                assignment=SimpleNamespace(topic_partitions=m.consumer.assignment()),
+            ) for i, m in enumerate(self.cluster.members) if m.consumer.group == gid]
+            out[gid] = _Done(SimpleNamespace(members=members))
+        return out
 
     def describe_configs(self, resources: list[Any]) -> dict[Any, _Done]:
         return {r: _Done({k: _Entry(v) for k, v in self.cluster.configs.get(r.name, {}).items()})

@@ -141,14 +141,62 @@ class _Restoring:
     bytes: int = 0
 
 
+def standby_partitions(members: list[tuple[str, set[int]]], me: str, replicas: int) -> set[int]:
+    """The partitions this instance keeps warm (Kafka Streams' ``num.standby.replicas``): the
+    members in order of their ids form a ring, and each keeps standbys of the partitions the next
+    ``replicas`` members own (never its own). Pure: every member computes the same placement from
+    the same group description."""
+    ring = sorted(members)
+    ids = [m for m, _parts in ring]
+    if me not in ids or replicas <= 0:
+        return set()
+    i = ids.index(me)
+    mine = ring[i][1]
+    out: set[int] = set()
+    for k in range(1, min(replicas, len(ring) - 1) + 1):
+        out |= ring[(i + k) % len(ring)][1]
+    return out - mine
+
+
 @dataclass
 class Restorer:
-    """Restores assigned partitions from the changelog, a slice per loop turn."""
+    """Restores assigned partitions from the changelog, a slice per loop turn; and keeps standby
+    stores of partitions other members own tailing it (``standby-replicas``)."""
 
     kafka: Any  # KafkaIO: the restore consumer
     clock: Any
     restoring: dict[int, _Restoring] = field(default_factory=dict)
+    standby: dict[int, _Restoring] = field(default_factory=dict)  # never done: end is ignored
     applied: int = 0  # changelog records applied, all restores together
+
+    def begin_standby(self, store: PartitionStore) -> None:
+        """Tail the changelog into ``store`` from the offset its checkpoint covers, until told to stop."""
+        low, high = self.kafka.changelog_watermarks(store.partition)
+        start = store.changelog_offset
+        if start is not None and start > high:
+            start = None
+        r = _Restoring(store, high, low if start is None else max(start, low), time.monotonic())
+        self.standby[store.partition] = r
+        log.info("standby.started", partition=store.partition, from_offset=r.position, end_offset=high)
+        self.kafka.restore_assign(store.partition, None if start is None else max(start, low))
+
+    def end_standby(self, partition: int) -> PartitionStore | None:
+        r = self.standby.pop(partition, None)
+        if r is None:
+            return None
+        self.kafka.restore_unassign(partition)
+        r.store.changelog_offset = max(r.position, r.store.changelog_offset or 0)
+        return r.store
+
+    def standby_lag(self) -> dict[int, int]:
+        """Changelog records a standby has not applied yet, by partition (end as last seen)."""
+        return {p: max(0, r.end - r.position) for p, r in self.standby.items()}
+
+    def tail(self) -> None:
+        """Apply what the standbys' changelog partitions have now, without waiting."""
+        msgs = self.kafka.restore_consume(RESTORE_BATCH, 0)
+        if msgs:
+            self._apply(msgs, self.clock.wall_ms())
 
     def remaining(self) -> dict[int, int]:
         """Records left to restore, by partition (an estimate: offsets, compaction leaves gaps)."""
@@ -179,6 +227,39 @@ class Restorer:
             self.kafka.restore_unassign(partition)
         return r.store
 
+    def _apply(self, msgs: list[Any], now: int) -> list[int]:
+        """Apply changelog records to the restoring and standby stores; return the partitions
+        whose restore just completed."""
+        done = []
+        for m in msgs:
+            if m.error() is not None:
+                self.kafka.consume_error(m.error())
+                continue
+            p = m.partition()
+            r = self.restoring.get(p)
+            standby = r is None
+            if standby:
+                r = self.standby.get(p)
+            if r is None or (not standby and m.offset() >= r.end):
+                continue
+            key, value = m.key(), m.value()
+            if value is None:
+                r.store.restore_remove(key)
+            else:
+                r.store.restore_put(key, value, now)
+                r.store.covered(_SRC_OFFSET.unpack_from(value, _SRC_AT)[0])
+                r.bytes += len(value)
+            r.records += 1
+            self.applied += 1
+            r.position = m.offset() + 1
+            if standby:
+                r.end = max(r.end, r.position)
+                r.store.changelog_offset = r.position
+            elif r.position >= r.end:
+                self.kafka.restore_unassign(p)
+                done.append(p)
+        return done
+
     def step(self, budget_s: float = RESTORE_SLICE_S) -> list[PartitionStore]:
         """Restore for up to ``budget_s``; return the stores whose restore is complete."""
         done = [p for p, r in self.restoring.items() if r.position >= r.end]
@@ -188,27 +269,7 @@ class Restorer:
                 msgs = self.kafka.restore_consume(RESTORE_BATCH, 0.01)
                 if not msgs:
                     break
-                now = self.clock.wall_ms()
-                for m in msgs:
-                    if m.error() is not None:
-                        self.kafka.consume_error(m.error())
-                        continue
-                    r = self.restoring.get(m.partition())
-                    if r is None or m.offset() >= r.end:
-                        continue
-                    key, value = m.key(), m.value()
-                    if value is None:
-                        r.store.restore_remove(key)
-                    else:
-                        r.store.restore_put(key, value, now)
-                        r.store.covered(_SRC_OFFSET.unpack_from(value, _SRC_AT)[0])
-                        r.bytes += len(value)
-                    r.records += 1
-                    self.applied += 1
-                    r.position = m.offset() + 1
-                    if r.position >= r.end:
-                        self.kafka.restore_unassign(r.store.partition)
-                        done.append(r.store.partition)
+                done += self._apply(msgs, self.clock.wall_ms())
                 if all(r.position >= r.end for r in self.restoring.values()):
                     break
         out = []

@@ -109,6 +109,19 @@ def ensure_topics(
                 raise
 
 
+class _Mapped:
+    """A future's result passed through a function (``done`` / ``result`` as the future's)."""
+
+    def __init__(self, fut: Any, fn: Any) -> None:
+        self.fut, self.fn = fut, fn
+
+    def done(self) -> bool:
+        return bool(self.fut.done())
+
+    def result(self) -> Any:
+        return self.fn(self.fut)
+
+
 def _described(admin: Any, topic: str, timeout: float) -> Any:
     """The topic's metadata, waiting for a topic created a moment ago to show up in it."""
     deadline = time.monotonic() + timeout
@@ -135,6 +148,7 @@ class KafkaIO:
         self._cl = self.changelog_topic or ""  # for the restore consumer's TopicPartitions
         self._restore: Any = None  # the changelog restore consumer (no group), made when first needed
         self.committed: dict[int, int] = {}  # partition -> the last offset committed for it
+        self._admin_client: Any = None
         self.klog = KafkaLog()  # librdkafka's log, through structlog (every client's "logger")
 
     # -- clients --------------------------------------------------------------------------------
@@ -235,6 +249,32 @@ class KafkaIO:
             TopicPartition(self._cl, partition), timeout=30, cached=False
         )
         return int(low), int(high)
+
+    def changelog_end(self, partition: int) -> int | None:
+        """The changelog partition's end offset as the restore consumer last saw it (no request)."""
+        try:
+            _low, high = self._restorer().get_watermark_offsets(TopicPartition(self._cl, partition), cached=True)
+        except KafkaException:
+            return None
+        return int(high) if high >= 0 else None
+
+    def describe_group(self) -> Any:
+        """A future of the group's members: ``[(group.instance.id or member id, {partitions})]``."""
+        admin = self._admin()
+        fut = admin.describe_consumer_groups([self.s.group_id], request_timeout=10)[self.s.group_id]
+        topic = self.s.ingress_topic
+
+        def members(f: Any) -> list[tuple[str, set[int]]]:
+            return [(m.group_instance_id or m.member_id,
+                     {tp.partition for tp in m.assignment.topic_partitions if tp.topic == topic})
+                    for m in f.result().members]
+
+        return _Mapped(fut, members)
+
+    def _admin(self) -> Any:
+        if self._admin_client is None:
+            self._admin_client = self.clients.admin(self._common())
+        return self._admin_client
 
     def restore_assign(self, partition: int, offset: int | None) -> None:
         at = OFFSET_BEGINNING if offset is None else offset

@@ -43,7 +43,7 @@ from typing import Any
 
 from sidecar import logs
 from sidecar.config import Settings
-from sidecar.engine.changelog import Restorer, StoreMirror
+from sidecar.engine.changelog import Restorer, StoreMirror, standby_partitions
 from sidecar.engine.clock import Clock, SystemClock
 from sidecar.engine.durability import Durability
 from sidecar.engine.identity import DataDirLock, instance_id
@@ -64,6 +64,7 @@ INGEST_SLICE = 250  # consumed records stored between two checks for due records
 # swapped out) may belong to a member the group has expelled meanwhile: publishing waits until
 # the group confirms this instance still owns its partitions (``_confirm_owner``).
 GAP_S = 2.0
+STANDBY_REFRESH_S = 10.0  # how often the group is described to place the standbys
 UNPROVEN_HOLD_S = 6.0  # with nothing committed yet to prove it: two heartbeat intervals
 FAST_RETRY = 32  # records left to the reference path after the C intake took none (PartitionStore.ingest_many)
 GC_THRESHOLD = (20_000, 20, 20)
@@ -124,17 +125,24 @@ class Sidecar:
         self._suspect_since: float | None = None  # a gap was seen: ownership not yet confirmed
         self._skip: dict[int, int] = {}  # partition -> ingress offsets below this are already stored
         self._restored_synced = 0  # restored records already counted in the metrics
+        self._group: Any = None  # a pending describe of the group (standby placement)
+        self._last_group = -STANDBY_REFRESH_S
 
     # -- Kafka I/O events -----------------------------------------------------------------------
     def partitions_assigned(self, partitions: list[int]) -> dict[int, int | None]:
         """Open (recover) each partition's store; its checkpoint names the offset to resume at."""
         resume: dict[int, int | None] = {}
         for partition in partitions:
-            store = PartitionStore(
-                self.s.data_path, self.s.ingress_topic, partition, rules=self.rules, scheduler_name=self.s.scheduler,
-                make_scheduler=self.make_scheduler, segment_bytes=self.s.segment_bytes,
-                cancel_horizon_ms=self.s.cancel_horizon_ms, counters=self.counters, durable=self.s.fsync != "none",
-            )
+            warm = self.restorer.end_standby(partition) if self.restorer is not None else None
+            if warm is not None:
+                # a standby of this partition: its store is current up to the last seconds
+                assert self.kafka.changelog_topic is not None
+                warm.mirror = StoreMirror(self.kafka, self.kafka.changelog_topic, warm)
+                resume[partition] = None
+                log.info("standby.promoted", partition=partition, changelog_offset=warm.changelog_offset)
+                self.restorer.begin(warm)  # type: ignore[union-attr]
+                continue
+            store = self._store(partition)
             t0 = time.monotonic()
             resume[partition] = offset = store.open()
             log.info(
@@ -162,6 +170,13 @@ class Sidecar:
             log.warning("disk.budget_may_stall", **note)
         self._check_space()
         return resume
+
+    def _store(self, partition: int) -> PartitionStore:
+        return PartitionStore(
+            self.s.data_path, self.s.ingress_topic, partition, rules=self.rules, scheduler_name=self.s.scheduler,
+            make_scheduler=self.make_scheduler, segment_bytes=self.s.segment_bytes,
+            cancel_horizon_ms=self.s.cancel_horizon_ms, counters=self.counters, durable=self.s.fsync != "none",
+        )
 
     def held(self) -> set[int]:
         """Assigned partitions whose ingress waits: their stores are still restoring."""
@@ -278,8 +293,11 @@ class Sidecar:
                     self.pub.publish()
         if self.kafka.consumer_fatal:
             self._replace_consumer()
-        if self.restorer is not None and self.restorer.restoring:
-            self._restore_step()
+        if self.restorer is not None:
+            if self.restorer.restoring:
+                self._restore_step()
+            if self.s.standby_replicas:
+                self._standbys()
         t2 = clock()
         if self._confirm_owner():
             self.pub.publish()
@@ -297,6 +315,9 @@ class Sidecar:
             self._last_commit = mono
         if mono - self._last_trim >= TRIM_INTERVAL_S:
             dur.trim(mono)
+            if self.restorer is not None:
+                for r in (*self.restorer.restoring.values(), *self.restorer.standby.values()):
+                    r.store.trim()
             self._last_trim = mono
         t4 = clock()
         if mono - self._last_space >= 1.0:
@@ -387,6 +408,39 @@ class Sidecar:
         self.assigned = bool(self.stores) or bool(self.held())
         self._readiness()
 
+    def _standbys(self) -> None:
+        """Keep the standby stores tailing the changelog, and every STANDBY_REFRESH_S place them
+        again from a description of the group (changelog.standby_partitions)."""
+        restorer = self.restorer
+        assert restorer is not None
+        if restorer.standby:
+            restorer.tail()
+        mono = self.clock.monotonic()
+        if self._group is None:
+            if mono - self._last_group >= STANDBY_REFRESH_S:
+                self._last_group = mono
+                self._group = self.kafka.describe_group()
+            return
+        if not self._group.done():
+            return
+        fut, self._group = self._group, None
+        try:
+            members = fut.result()
+        except Exception as e:  # the admin request failed: placed again at the next refresh
+            log.warning("standby.placement_failed", error=str(e))
+            return
+        me = self.s.group_instance_id or ""
+        want = standby_partitions(members, me, self.s.standby_replicas) - set(self.stores) - self.held()
+        for partition in set(restorer.standby) - want:
+            store = restorer.end_standby(partition)
+            if store is not None:
+                self.durability.close_uncommitted(store)
+                log.info("standby.stopped", partition=partition)
+        for partition in sorted(want - set(restorer.standby)):
+            store = self._store(partition)
+            store.open()
+            restorer.begin_standby(store)
+
     def _flush_changelog(self, store: PartitionStore) -> bool:
         """Wait (a bounded time) until every changelog write of ``store`` is acknowledged: before
         an offset commit outside the checkpoint jobs (a revoke, a shutdown)."""
@@ -397,6 +451,14 @@ class Sidecar:
         while mirror.acked < mirror.produced and self.clock.monotonic() < deadline:
             self.pub.poll(0.05)
         return mirror.acked >= mirror.produced
+
+    def _drop_standbys(self) -> None:
+        if self.restorer is None:
+            return
+        for partition in list(self.restorer.standby):
+            store = self.restorer.end_standby(partition)
+            if store is not None:
+                self.durability.close_uncommitted(store)
 
     def _skip_restored(self, msgs: list[Any]) -> list[Any]:
         """Drop the records a restore already brought in (see ``_restore_step``); a partition's
@@ -527,6 +589,7 @@ class Sidecar:
             self.kafka.producer.flush(max(0.0, deadline - self.clock.monotonic()))
             self.pub.poll(0)
         self._drop_restoring(list(self.held()))
+        self._drop_standbys()
         for store in self.stores.values():
             self.durability.checkpoint_now(store, sync=True)
         if self.kafka.consumer is not None:

@@ -374,3 +374,34 @@ def test_changelog_metrics_follow_writes_and_restores(tmp_path: Path) -> None:
         b.turn()
     assert "delay_sidecar_restored_records_total 40.0" in b.metrics.render().decode()
     b.shutdown()
+
+
+def test_standby_replicas_make_a_failover_restore_only_the_tail(tmp_path: Path) -> None:
+    from sidecar.engine.changelog import standby_partitions
+
+    assert standby_partitions([("b", {2, 3}), ("a", {0, 1}), ("c", {4, 5})], "a", 1) == {2, 3}
+    assert standby_partitions([("b", {2, 3}), ("a", {0, 1}), ("c", {4, 5})], "c", 2) == {0, 1, 2, 3}
+    assert standby_partitions([("a", {0, 1})], "a", 1) == set()
+    w = World(tmp_path)
+    a = w.sidecar("a", standby_replicas=1)
+    b = w.sidecar("b", standby_replicas=1)
+    w.run([a, b], lambda: len(a.stores) == 2 and len(b.stores) == 2)
+    w.send(200, lambda i: 60_000)
+    w.clock.advance(11_000)  # a standby refresh
+    w.run([a, b], lambda: a.restorer is not None and set(a.restorer.standby) == set(b.stores)
+          and a.restorer.standby_lag() == {p: 0 for p in b.stores} and b.counters.ingested == 100)
+    w.run([a, b], lambda: all(st.changelog_offset == 50 for st in b.stores.values()))
+    w.run([a], lambda: all(r.position == 50 for r in a.restorer.standby.values()))  # type: ignore[union-attr]
+    lost = set(b.stores)
+    applied = a.restorer.applied  # type: ignore[union-attr]
+    w.cluster.leave(b.kafka.consumer)  # b dies; its volume too
+    b.durability.close()
+    w.run([a], lambda: len(a.stores) == PARTITIONS)
+    assert a.restorer.applied == applied, "the promoted standbys were current: nothing left to restore"
+    assert pending_total(a) == 200
+    assert a.restorer is not None and not a.restorer.standby
+    assert all(a.stores[p].changelog_offset == 50 for p in lost)
+    end = max(w.sent.values()) + 1000
+    w.run([a], lambda: w.clock.now_ms >= end)
+    w.check(set(w.sent))
+    a.shutdown()
