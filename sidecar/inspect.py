@@ -13,6 +13,15 @@ counted by hopping over the records' length fields, through a read-only mapping:
 record bodies read), time buckets (wheel), and bytes on disk (allocated blocks: files are
 preallocated sparse, so ``st_size`` says nothing about use; the sizes are ``preallocated_bytes``).
 
+Per partition also the changelog position the checkpoint names (``engine/changelog.py``):
+``changelog_offset``, the changelog offset the store covers (a restore on assignment reads the
+changelog from there), and ``changelog_ingress``, the ingress offset the changelog holds every
+record before. Each is None when the checkpoint names none: the store was written with the
+changelog off, or checkpointed before its first restore finished (a restore then reads the
+changelog from its beginning). For the whole directory: ``instance_id``, the group membership id
+the sidecar made and kept in ``<data-dir>/instance-id`` (None when the file is absent: the sidecar
+was given ``group-instance-id``, or has not started with this directory).
+
 The counts are the checkpoint's, and a live sidecar writes one every ``commit-interval`` when
 anything changed, including its schedulers' cursors moving past cancelled records (the pending
 counts then drop with no record stored or delivered): they equal the sidecar's
@@ -29,6 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from sidecar.engine.identity import ID_FILE
 from sidecar.store import checkpoint, space
 from sidecar.store.mapped import HEADER_SIZE
 
@@ -42,6 +52,17 @@ def _iso(ms: int | None) -> str | None:
     if ms is None:
         return None
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+def _opt_int(v: Any) -> int | None:
+    return None if v is None else int(v)
+
+
+def _instance_id(root: Path) -> str | None:
+    try:
+        return (root / ID_FILE).read_text().strip() or None
+    except FileNotFoundError:
+        return None
 
 
 def _level_head_due(qdir: Path, idx: int) -> int | None:
@@ -83,7 +104,9 @@ def _count_records(path: Path, limit: int | None) -> tuple[int, int]:
 def inspect_partition(d: Path) -> dict[str, Any]:
     found = checkpoint.read(d)
     ck = found or {}
-    out: dict[str, Any] = {"directory": str(d), "checkpointed": found is not None, "checkpoint": ck}
+    out: dict[str, Any] = {"directory": str(d), "checkpointed": found is not None, "checkpoint": ck,
+                           "changelog_offset": _opt_int(ck.get("changelog")),
+                           "changelog_ingress": _opt_int(ck.get("changelog_ingress"))}
     live = {int(k): int(v) for k, v in (ck.get("log") or {}).get("live", {}).items()}
     head = (ck.get("log") or {}).get("head")
     segs = []
@@ -149,12 +172,18 @@ def _partition_dirs(root: Path) -> list[Path]:
 
 def inspect_data_dir(root: Path) -> dict[str, Any]:
     parts = [inspect_partition(d) for d in _partition_dirs(root)]
-    return {"data_dir": str(root), "partitions": parts,
+    return {"data_dir": str(root), "instance_id": _instance_id(root), "partitions": parts,
             "pending_total": sum(p["pending_total"] for p in parts)}
+
+
+def _dash(v: int | None) -> str:
+    return "-" if v is None else str(v)
 
 
 def render_text(report: dict[str, Any]) -> str:
     lines = [f"data dir {report['data_dir']}: {report['pending_total']} pending"]
+    if report.get("instance_id"):
+        lines.append(f"instance id {report['instance_id']} (kept in {ID_FILE})")
     for p in report["partitions"]:
         ck = p["checkpoint"]
         if not p.get("checkpointed", True):
@@ -167,6 +196,11 @@ def render_text(report: dict[str, Any]) -> str:
             f"ingress_offset={ck.get('ingress_offset')} pending={p['pending_total']} disk={p['disk_bytes']} B "
             f"segments={len(p['segments'])} buckets={len(p['buckets'])}"
         )
+        if p["changelog_offset"] is None and p["changelog_ingress"] is None:
+            lines.append("    changelog  none named by the checkpoint")
+        else:
+            lines.append(f"    changelog  store covers offsets < {_dash(p['changelog_offset'])}, "
+                         f"changelog holds ingress offsets < {_dash(p['changelog_ingress'])}")
         for tier, n in sorted(p["pending"].items()):
             nd = p["next_due"].get(tier, {})
             lines.append(f"    {tier:<10} {n:>10} pending   next due {nd.get('due') or '-'}")

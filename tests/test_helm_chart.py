@@ -449,7 +449,9 @@ def test_every_sidecar_option_is_a_chart_value(helm: str, tmp_path: Path) -> Non
     vfile.write_text(yaml.safe_dump({"config": values}))
     docs = render(helm, vfile)
     doc = config_doc(docs)
-    assert set(doc) - {"kafka"} == {o.name for o in OPTIONS} - {"group-instance-id"}
+    unset = {o.name for o in OPTIONS if o.name not in MANAGED and values[camel(o.name)] is None}
+    assert unset == {"changelog-topic"}  # null: the option's default (here <ingress-topic>.changelog)
+    assert set(doc) - {"kafka"} == {o.name for o in OPTIONS} - {"group-instance-id"} - unset
     s = settings_in_pod(docs, tmp_path, {})
     expected = Settings(
         bootstrap_servers="broker:9092",
@@ -459,6 +461,31 @@ def test_every_sidecar_option_is_a_chart_value(helm: str, tmp_path: Path) -> Non
         kafka={"session.timeout.ms": "45000"},
     )
     assert s == expected
+
+
+@pytest.mark.parametrize(
+    ("values_text", "sets", "changelog", "topic"),
+    [
+        ("", (), "on", "delay.ingress.changelog"),  # the chart's default
+        ("config:\n  changelog: off\n", (), "off", None),  # unquoted: a YAML boolean
+        ("config:\n  changelog: on\n  ingressTopic: orders.delay\n", (), "on", "orders.delay.changelog"),
+        ("config:\n  changelog: 'off'\n", (), "off", None),
+        ("", ("config.changelog=off",), "off", None),
+        ("", ("config.changelogTopic=orders.delay.changelog",), "on", "orders.delay.changelog"),
+    ],
+)
+def test_changelog_values_load_in_the_sidecar(
+    helm: str, tmp_path: Path, values_text: str, sets: tuple[str, ...], changelog: str, topic: str | None
+) -> None:
+    """`changelog` is on by default; YAML's unquoted on/off (booleans to Helm and to the sidecar's
+    YAML reader alike) render as the words the sidecar accepts."""
+    vfile = tmp_path / "changelog.yaml"
+    vfile.write_text(values_text)
+    docs = render(helm, vfile, sets=sets)
+    assert config_doc(docs)["changelog"] in ("on", "off")  # a string, not a boolean
+    s = settings_in_pod(docs, tmp_path, {})
+    assert (s.changelog, s.changelog_topic_name) == (changelog, topic)
+    assert s.group_instance_id == f"{FULLNAME}-0"  # the pod name, not an id kept on the volume
 
 
 def test_schema_is_strict_at_every_level() -> None:
@@ -518,6 +545,8 @@ def test_services(default_docs: list[Doc]) -> None:
         (("config.maxDelay=forever",), r"/config/maxDelay"),
         (("config.fsync=sometimes",), r"/config/fsync"),
         (("config.ingressTopic=a/b",), r"/config/ingressTopic"),
+        (("config.changelog=maybe",), r"/config/changelog.*'on', 'off'"),
+        (("config.changelogTopic=a/b",), r"/config/changelogTopic"),
         (("config.dataDir=/elsewhere",), r"additional properties 'dataDir' not allowed"),
         (("config.bootstrapServers=",), r"/config/bootstrapServers"),
         (("config.bootstrapServers=null",), r"bootstrapServers"),
@@ -695,6 +724,9 @@ def test_notes_explain_sending_headers_and_logs(helm: str, tmp_path: Path) -> No
     assert f"kubectl -n delay logs -f {FULLNAME}-0" in notes
     assert "/readyz" in notes and "/metrics" in notes
     assert "group.instance.id" in notes
+    assert 'changelog topic "orders.delay.ingress.changelog"' in notes and "Scaling up and down is safe" in notes
+    off = only(render(helm, CI_TLS_SASL, sets=("config.changelog=off",), chart=chart), "ConfigMap", "rendered-notes")
+    assert "single-instance mode" in off["data"]["notes"] and "changelog topic" not in off["data"]["notes"]
     assert "placeholder" not in notes
     defaults = only(render(helm, chart=chart), "ConfigMap", "rendered-notes")["data"]["notes"]
     assert "placeholder" in defaults  # warns while bootstrapServers is the default
@@ -1059,6 +1091,8 @@ def exposed_series() -> dict[str, set[str]]:
     m.set_consumer_lag(0, 5)
     m.set_ingress_paused(True, "disk-full")
     m.observe_lateness_ms([3, -1])
+    m.set_changelog({0: 3}, {0: 1}, {1: 40})  # p0 owned (writes in flight), p1 restoring
+    m.restored(12)
     out: dict[str, set[str]] = {}
     for family in text_string_to_metric_families(m.render().decode()):
         assert family.samples, f"{family.name} rendered without samples"
@@ -1179,6 +1213,10 @@ def test_dashboard_covers_the_sidecar_series() -> None:
         "Store disk",
         "Ingress paused per pod",
         "Ready per pod",
+        "Restore remaining per partition",
+        "Restore rate",
+        "Changelog unacknowledged writes",
+        "Changelog refused writes (must stay 0)",
     ):
         assert want in titles
 
@@ -1193,6 +1231,7 @@ ALERTS = {
     "DelaySidecarNotReady",
     "DelaySidecarIngressPaused",
     "DelaySidecarDiskFilling",
+    "DelaySidecarChangelogWritesRefused",
 }
 
 
@@ -1279,6 +1318,27 @@ def test_disk_alert_compares_with_the_store_limit(helm: str, sets: tuple[str, ..
     m = re.search(r"delay_sidecar_store_bytes\{[^}]*\} / (\d+) > 0.8$", r["DelaySidecarDiskFilling"]["expr"])
     assert m, r["DelaySidecarDiskFilling"]["expr"]
     assert int(m.group(1)) == capacity
+
+
+@pytest.mark.parametrize(
+    ("values_text", "rendered"),
+    [("", True), ("config:\n  changelog: off\n", False), ("config:\n  changelog: 'off'\n", False),
+     ("metrics:\n  prometheusRule:\n    alerts:\n      changelogWritesRefused:\n        enabled: false\n", False)],
+)
+def test_changelog_alert_only_with_the_changelog(helm: str, tmp_path: Path, values_text: str, rendered: bool) -> None:
+    """Refused changelog writes for 2 minutes alert per partition; with the changelog off there is
+    nothing to refuse and no alert."""
+    vfile = tmp_path / "v.yaml"
+    vfile.write_text(values_text)
+    r = rules(render(helm, vfile, sets=MONITORING_ON))
+    assert ("DelaySidecarChangelogWritesRefused" in r) == rendered
+    if rendered:
+        rule = r["DelaySidecarChangelogWritesRefused"]
+        assert rule["expr"] == (
+            f'delay_sidecar_changelog_refused_writes{{job="{FULLNAME}-metrics", namespace="delay"}} > 0'
+        )
+        assert rule["for"] == "2m" and rule["labels"]["severity"] == "critical"
+        assert "$labels.partition" in rule["annotations"]["description"]
 
 
 def github_anchor(heading: str) -> str:

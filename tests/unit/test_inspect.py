@@ -1,19 +1,27 @@
-"""``delay-sidecar inspect DATA_DIR [--json]`` on a store built with PartitionStore (no Kafka)."""
+"""``delay-sidecar inspect DATA_DIR [--json]`` on stores built with PartitionStore (no Kafka), and
+on the data directory of a real sidecar loop run against the in-memory Kafka twin (the changelog
+position its checkpoints name, the instance id it keeps)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from sidecar import cli
 from sidecar import contract as c
+from sidecar.config import Settings
+from sidecar.engine.loop import Sidecar
 from sidecar.inspect import inspect_data_dir, render_text
 from sidecar.levels.scheduler import LevelsScheduler
 from sidecar.store.idindex import id_hash
 from sidecar.store.partition import Counters, IngressRecord, PartitionStore, compile_rules
+from tests.kafka_twin import TwinClients, TwinCluster, VirtualClock
 
 LEVELS = (1000, 5000, 10_000)
 T0 = 1_700_000_000_000
@@ -81,8 +89,12 @@ def test_report(data_dir: Path) -> None:
         assert 0 < s["disk_bytes"] <= s["bytes"] == SEG
         assert s["used_bytes"] <= SEG - 64
     assert p0["disk_bytes"] == sum(f.stat().st_blocks * 512 for f in (data_dir / "in-0").rglob("*") if f.is_file())
+    # written without a changelog (no mirror) and without a sidecar run (no kept instance id)
+    assert rep["instance_id"] is None
+    assert [(p["changelog_offset"], p["changelog_ingress"]) for p in (p0, p1)] == [(None, None)] * 2
     text = render_text(rep)
     assert "21 pending" in text and "level-2" in text and "(active)" in text and "live=" in text
+    assert "changelog  none named by the checkpoint" in text and "instance id" not in text
 
 
 def test_cli_json_and_text(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -111,7 +123,9 @@ def test_read_only_beside_a_live_store(tmp_path: Path) -> None:
 
 def test_empty_data_dir(tmp_path: Path) -> None:
     os.makedirs(tmp_path / "d")
-    assert inspect_data_dir(tmp_path / "d") == {"data_dir": str(tmp_path / "d"), "partitions": [], "pending_total": 0}
+    assert inspect_data_dir(tmp_path / "d") == {
+        "data_dir": str(tmp_path / "d"), "instance_id": None, "partitions": [], "pending_total": 0,
+    }
 
 
 def open_wheel(root: Path, partition: int = 0) -> PartitionStore:
@@ -171,3 +185,82 @@ def test_counts_follow_the_store_when_a_cancelled_record_falls_due(tmp_path: Pat
     assert rep["pending_total"] == sum(st.pending().values()) == 1
     assert rep["partitions"][0]["pending"] == {t: n for t, n in st.pending().items() if n}
     st.close()
+
+
+# -- a real sidecar's data directory: the changelog position and the kept instance id --------------
+
+
+@pytest.fixture
+def _restore_gc() -> Iterator[None]:
+    """``Sidecar.start`` sets the loop's collector settings for the whole process (``quiet_gc``)."""
+    saved = gc.get_threshold()
+    yield
+    gc.unfreeze()
+    gc.set_threshold(*saved)
+
+
+def run_sidecar(root: Path, records: int, **extra: Any) -> tuple[Sidecar, TwinCluster]:
+    """A sidecar on the Kafka twin that takes ``records`` per partition of a 2-partition ingress
+    topic (all due in a minute), checkpoints them and shuts down."""
+    clock = VirtualClock()
+    cluster = TwinCluster(clock)
+    cluster.create_topic("in", 2)
+    cluster.create_topic("out", 1)
+    s = Settings(bootstrap_servers="twin:9092", data_dir=str(root), ingress_topic="in", group_id="g",
+                 ingress_partitions=2, commit_interval_ms=200, helper_threads="none", **extra)
+    sc = Sidecar(s, clock=clock, clients=TwinClients(cluster))
+    sc.start()
+    for p in range(2):
+        for i in range(records):
+            cluster.append("in", p, b"k", b"v", [(c.TARGET_TOPIC, b"out"), (c.DELAY_MS, b"60000"),
+                                                  (c.ID, f"p{p}-{i}".encode())])
+    for _ in range(10_000):
+        done = len(sc.stores) == 2 and all(st.next_offset == records for st in sc.stores.values())
+        if done and not sc.durability.jobs:
+            break
+        sc.turn()
+        for _store, _job, fut, _written in list(sc.durability.jobs.values()):
+            fut.result()
+    else:
+        raise AssertionError("the sidecar did not take the records in")
+    sc.shutdown()
+    return sc, cluster
+
+
+@pytest.mark.usefixtures("_restore_gc")
+def test_changelog_position_and_kept_instance_id(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With the changelog on (the default), each partition's checkpoint names the changelog offset
+    its store covers and the ingress offset the changelog holds every record before; a sidecar
+    given no group-instance-id keeps the one it made in <data-dir>/instance-id."""
+    root = tmp_path / "data"
+    sc, cluster = run_sidecar(root, 7)
+    rep = inspect_data_dir(root)
+    assert rep["instance_id"] == sc.s.group_instance_id == (root / "instance-id").read_text().strip()
+    assert [Path(p["directory"]).name for p in rep["partitions"]] == ["in-0", "in-1"]
+    for p, part in enumerate(rep["partitions"]):
+        written = len(cluster.topics["in.changelog"][p])
+        assert written == 7  # one put per stored record, nothing delivered yet
+        assert part["changelog_offset"] == written
+        assert part["changelog_ingress"] == 7  # ingress offsets 0..6 are in the changelog
+        assert part["pending_total"] == 7
+    text = render_text(rep)
+    assert f"instance id {sc.s.group_instance_id} (kept in instance-id)" in text
+    assert text.count("changelog  store covers offsets < 7, changelog holds ingress offsets < 7") == 2
+    capsys.readouterr()  # the sidecar's own log lines
+    assert cli.main(["inspect", str(root), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["instance_id"] == sc.s.group_instance_id
+    assert [(p["changelog_offset"], p["changelog_ingress"]) for p in doc["partitions"]] == [(7, 7)] * 2
+
+
+@pytest.mark.usefixtures("_restore_gc")
+def test_changelog_off_and_a_given_instance_id(tmp_path: Path) -> None:
+    """changelog off: the checkpoints name no changelog position; a given group-instance-id (the
+    Helm chart's pod name) leaves no instance-id file."""
+    root = tmp_path / "data"
+    run_sidecar(root, 3, changelog="off", group_instance_id="kds-kafka-delay-sidecar-0")
+    rep = inspect_data_dir(root)
+    assert rep["instance_id"] is None and not (root / "instance-id").exists()
+    assert [(p["changelog_offset"], p["changelog_ingress"], p["pending_total"]) for p in rep["partitions"]] == [
+        (None, None, 3), (None, None, 3)]
+    assert "changelog  none named by the checkpoint" in render_text(rep)

@@ -135,11 +135,17 @@ Checks the schema cannot express; fails the render with a message naming the val
 {{- toYaml $props -}}
 {{- end -}}
 
-{{/* The sidecar's config file: the `config` options (camelCase -> flag names) + chart-managed keys. */}}
+{{/*
+The sidecar's config file: the `config` options (camelCase -> flag names) + chart-managed keys.
+`changelog: on` unquoted is a YAML boolean here; the sidecar wants the word (toYaml quotes it).
+*/}}
 {{- define "kds.configFile" -}}
 {{- $doc := dict -}}
 {{- range $k, $v := .Values.config -}}
 {{- if not (kindIs "invalid" $v) -}}
+{{- if and (eq $k "changelog") (kindIs "bool" $v) -}}
+{{- $v = ternary "on" "off" $v -}}
+{{- end -}}
 {{- $_ := set $doc (kebabcase $k) $v -}}
 {{- end -}}
 {{- end -}}
