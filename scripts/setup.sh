@@ -22,10 +22,11 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q -e ".[test,spark]"
   touch "$stamp"
 fi
-# The C accelerator (sidecar/native/), built in place whenever a file of it or setup.py is newer
-# than the library: the package runs without it, but slower, so a build failure is reported here.
+# The C accelerator (sidecar/native/), built in place whenever a file of it, setup.py or the
+# declaration its intake_layout.h is generated from is newer than the library: the package runs
+# without it, but slower, so a build failure is reported here.
 so=$(ls sidecar/_native.*.so 2>/dev/null | head -1 || true)
-if [ -z "$so" ] || [ -n "$(find sidecar/native setup.py -newer "$so" -print -quit)" ]; then
+if [ -z "$so" ] || [ -n "$(find sidecar/native setup.py sidecar/store/intake_layout.py -newer "$so" -print -quit)" ]; then
   echo "setup: building sidecar._native" >&2
   .venv/bin/python setup.py build_ext --inplace >"$KDS_CACHE/native-build.log" 2>&1 || true
   if ! ls sidecar/_native.*.so >/dev/null 2>&1; then

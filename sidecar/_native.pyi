@@ -7,6 +7,7 @@ from collections.abc import Callable, MutableSequence, Sequence
 from typing import Any
 
 HARDWARE_CRC: int
+INTAKE_LAYOUT: dict[str, int]  # intake_layout.h's macros as compiled (sidecar/store/intake_layout.py)
 
 class Record:
     length: int
@@ -87,7 +88,7 @@ def wl_ack(
 ) -> tuple[int, int, int, bool]: ...
 def ingest_run(
     msgs: list[Any], start: int, now: int, partition: int, id_prefix: bytes, checked_targets: set[str],
-    no_headers: bytes, seg_buf: memoryview | None, idx_buf: memoryview, st: Any, sched_bufs: tuple[Any, ...], /,
+    no_headers: bytes, seg_buf: memoryview | None, idx_buf: memoryview, st: list[int], sched_bufs: tuple[Any, ...], /,
 ) -> int: ...
 def lv_due(
     buf: memoryview, hs: int, f0: int, idx: int, stop: int, now: int, restored: int, done: int, room: int,

@@ -6,52 +6,15 @@
  * id's hash, a plan, room in the current commit-log segment, the scheduler's plain append, no index
  * growth), with every check made before the first write; at the first other record it stops and
  * returns its index, and Python runs that one through the reference path. The state the Python
- * objects keep (log head, counts, cursors, dirty ranges) travels in the int64 array `st` (layout:
- * the IN_* indexes, mirrored in partition.py). */
+ * objects keep (log head, counts, cursors, dirty ranges) travels in a list of ints, `st`, copied
+ * into a C array for the loop and the values it changed written back; its layout (the IN_*
+ * indexes) is declared in sidecar/store/intake_layout.py and generated from there into
+ * intake_layout.h. */
 #include "native.h"
+#include "intake_layout.h"
 
-#define IN_KIND 0
-#define IN_HEAD 1
-#define IN_SB 2
-#define IN_HS 3
-#define IN_NEXT 4
-#define IN_MAXB 5
-#define IN_MAXD 6
-#define IN_IMASK 7
-#define IN_ILIVE 8
-#define IN_ITOMBS 9
-#define IN_ISCAN 10
-#define IN_ISCAN_LIVE 11
-#define IN_ISCAN_TOMBS 12
-#define IN_SCHED 16
-/* wheel */
-#define IN_W_P 16
-#define IN_W_N 17
-#define IN_W_LATE_BELOW 18
-#define IN_W_SK 19
-#define IN_W_SO 20
-#define IN_W_GUARD 21
-#define IN_W_HEAD 22
-#define IN_W_PF 23
-#define IN_W_F0 24
-#define IN_W_APP_LO 25
-#define IN_W_APP_HI 26
-#define IN_W_SD_LO 27
-#define IN_W_SD_HI 28
-#define IN_W_MARK_LO 29
-#define IN_W_MARK_HI 30
-#define IN_W_WIDTH 31
-#define IN_W_LHEAD 32
-#define IN_W_LTAIL 33
-#define IN_W_NEW 34 /* slot chains started here (occ_send flags set): the scheduler's search memo is stale */
-#define IN_W_SIZE 35
-/* levels: per level L, IN_L_BASE + IN_L_STRIDE * L + (write, first, dirty_from, dirty_to, ms) */
-#define IN_L_COUNT 16
-#define IN_L_PER_FILE 17
-#define IN_L_BASE 24
-#define IN_L_STRIDE 5
-#define IN_MIN_DUE (-(1LL << 62))
-#define IN_MAX_DUE ((1LL << 62) - 1)
+#define IN_MIN_DUE (-(1LL << 62))    /* the wheel's MIN_DUE_MS (wheel/scheduler.py) */
+#define IN_MAX_DUE ((1LL << 62) - 1) /* the wheel's MAX_DUE_MS */
 
 static PyObject *S_error, *S_partition, *S_timestamp, *S_offset, *S_key, *S_value, *S_headers;
 
@@ -123,9 +86,38 @@ static PyObject *in_call(PyObject *m, int k) {
     return r;
 }
 
+#define IN_MAX_BUFS 64                                       /* scheduler buffers: one per level at most */
+#define IN_MAX_STATE (IN_L_BASE + IN_L_STRIDE * IN_MAX_BUFS) /* the longest state (the levels') */
+
+/* The state list's ints into st (and a copy into orig); its length, or -1 with an error set. */
+static Py_ssize_t state_in(PyObject *lst, int64_t *st, int64_t *orig) {
+    if (!PyList_Check(lst) || PyList_GET_SIZE(lst) < IN_L_BASE || PyList_GET_SIZE(lst) > IN_MAX_STATE) {
+        PyErr_SetString(PyExc_ValueError, "ingest_run: st must be a list of ints (sidecar/store/intake_layout.py)");
+        return -1;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(lst);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        st[k] = PyLong_AsLongLong(PyList_GET_ITEM(lst, k));
+        if (st[k] == -1 && PyErr_Occurred()) return -1;
+    }
+    memcpy(orig, st, (size_t)n * sizeof *st);
+    return n;
+}
+
+/* The values the loop changed back into the state list. */
+static int state_out(PyObject *lst, const int64_t *st, const int64_t *orig, Py_ssize_t n) {
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (st[k] == orig[k]) continue;
+        PyObject *v = PyLong_FromLongLong(st[k]);
+        if (!v || PyList_SetItem(lst, k, v) < 0) return -1; /* (steals v, drops the old value) */
+    }
+    return 0;
+}
+
 /* ingest_run(msgs, start, now, partition, id_prefix, checked_targets, no_headers, seg_buf, idx_buf,
  *            st, sched_bufs) -> int: see above. sched_bufs: wheel (tl_buf | None, slot_buf,
- * occ_send, occ_done, by_range: the buckets not fully linked yet); levels: a tuple of each level's current queue file buffer (or None). */
+ * occ_send, occ_done, by_range: the buckets not fully linked yet); levels: a tuple of each level's
+ * current queue file buffer (or None). */
 static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 11) {
         PyErr_SetString(PyExc_TypeError, "ingest_run(msgs, start, now, partition, id_prefix, checked_targets, "
@@ -143,21 +135,16 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
         PyErr_SetString(PyExc_TypeError, "ingest_run: bad argument types");
         return NULL;
     }
-    Py_buffer stv, segv, idxv;
-    if (PyObject_GetBuffer(args[9], &stv, PyBUF_WRITABLE | PyBUF_FORMAT) < 0) return NULL;
-    if (stv.itemsize != 8 || stv.len < (Py_ssize_t)(8 * IN_L_BASE)) {
-        PyBuffer_Release(&stv);
-        PyErr_SetString(PyExc_ValueError, "ingest_run: st must be an int64 array");
-        return NULL;
-    }
-    int64_t *st = (int64_t *)stv.buf;
-    Py_ssize_t nst = stv.len / 8;
+    int64_t st[IN_MAX_STATE], st_in[IN_MAX_STATE];
+    Py_ssize_t nst = state_in(args[9], st, st_in);
+    if (nst < 0) return NULL;
+    Py_buffer segv, idxv;
     int kind = (int)st[IN_KIND];
     Py_ssize_t i = start, n = PyList_GET_SIZE(msgs);
     int have_seg = 0, have_idx = 0, nbuf = 0;
-    Py_buffer bufs[64];
-    uint8_t *bp[64];
-    Py_ssize_t blen[64];
+    Py_buffer bufs[IN_MAX_BUFS];
+    uint8_t *bp[IN_MAX_BUFS];
+    Py_ssize_t blen[IN_MAX_BUFS];
     PyObject *result = NULL;
     if (args[7] != Py_None) {
         if (PyObject_GetBuffer(args[7], &segv, PyBUF_WRITABLE) < 0) goto fail;
@@ -166,14 +153,15 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
     if (PyObject_GetBuffer(args[8], &idxv, PyBUF_WRITABLE) < 0) goto fail;
     have_idx = 1;
     Py_ssize_t nsb = PyTuple_GET_SIZE(sbufs);
-    if (nsb > 64 || (kind == 0 && (nsb != 5 || nst < IN_W_SIZE || !PyDict_Check(PyTuple_GET_ITEM(sbufs, 4)))) ||
-        (kind == 1 && (nsb != st[IN_L_COUNT] || nst < IN_L_BASE + IN_L_STRIDE * nsb)) || kind < 0 || kind > 1) {
+    if (nsb > IN_MAX_BUFS || (kind != IN_KIND_WHEEL && kind != IN_KIND_LEVELS) ||
+        (kind == IN_KIND_WHEEL && (nsb != 5 || nst < IN_W_SIZE || !PyDict_Check(PyTuple_GET_ITEM(sbufs, 4)))) ||
+        (kind == IN_KIND_LEVELS && (nsb != st[IN_L_COUNT] || nst < IN_L_BASE + IN_L_STRIDE * nsb))) {
         PyErr_SetString(PyExc_ValueError, "ingest_run: scheduler buffers do not match the state");
         goto fail;
     }
     for (; nbuf < nsb; nbuf++) {
         PyObject *b = PyTuple_GET_ITEM(sbufs, nbuf);
-        if (b == Py_None || (kind == 0 && nbuf == 4)) {
+        if (b == Py_None || (kind == IN_KIND_WHEEL && nbuf == 4)) {
             bp[nbuf] = NULL;
             blen[nbuf] = 0;
             bufs[nbuf].obj = NULL;
@@ -183,8 +171,9 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
         bp[nbuf] = (uint8_t *)bufs[nbuf].buf;
         blen[nbuf] = bufs[nbuf].len;
     }
-    const long long hs = st[IN_HS], sb = st[IN_SB], maxb = st[IN_MAXB], maxd = st[IN_MAXD];
-    const uint64_t mask = (uint64_t)st[IN_IMASK];
+    const long long hs = st[IN_HEADER_SIZE], sb = st[IN_SEG_BYTES];
+    const long long maxb = st[IN_MAX_RECORD_BYTES], maxd = st[IN_MAX_DELAY_MS];
+    const uint64_t mask = (uint64_t)st[IN_IDX_MASK];
     if (hs < 0 || sb <= hs || (have_seg && segv.len < sb) || (mask & (mask + 1)) ||
         (uint64_t)(idxv.len - hs) < (mask + 1) * 16) {
         PyErr_SetString(PyExc_ValueError, "ingest_run: log or index buffer does not match the state");
@@ -241,11 +230,11 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
         uint64_t h = kds_id_hash((const uint8_t *)rid, rlen);
         /* id index: no entry under h (else the duplicate / pre-cancel checks), no growth due */
         int tomb = 0;
-        long long at = kds_idx_intake_slot(ibase, mask, st[IN_ILIVE], st[IN_ITOMBS], h, &tomb);
+        long long at = kds_idx_intake_slot(ibase, mask, st[IN_IDX_LIVE], st[IN_IDX_TOMBS], h, &tomb);
         if (at < 0) goto next;
         /* plan */
         long long level = 0;
-        if (kind == 0) {
+        if (kind == IN_KIND_WHEEL) {
             if (due < IN_MIN_DUE || due > IN_MAX_DUE) goto next;
         } else if (mode != kds_MODE_NOW) {
             long long delay = due - ts, nl = st[IN_L_COUNT] - 1;
@@ -253,14 +242,14 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
                 long long lo = 0, hi = nl; /* bisect_left over levels_ms */
                 while (lo < hi) {
                     long long mid = (lo + hi) / 2;
-                    if (st[IN_L_BASE + IN_L_STRIDE * (mid + 1) + 4] < delay)
+                    if (st[IN_L_BASE + IN_L_STRIDE * (mid + 1) + IN_LV_DELAY_MS] < delay)
                         lo = mid + 1;
                     else
                         hi = mid;
                 }
                 if (lo >= nl) goto next; /* beyond the last level: rejected by the reference path */
                 level = lo + 1;
-                due = ts + st[IN_L_BASE + IN_L_STRIDE * level + 4];
+                due = ts + st[IN_L_BASE + IN_L_STRIDE * level + IN_LV_DELAY_MS];
             }
         }
         /* the record: fits the rest of the current segment */
@@ -290,12 +279,12 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
         if (tpart < INT32_MIN || tpart > INT32_MAX) goto next;
         /* the scheduler's plain append */
         long long ref = 0;
-        if (kind == 0) {
-            long long P = st[IN_W_P], N = st[IN_W_N], kd = floordiv64(due, P), sk = st[IN_W_SK], so = st[IN_W_SO];
+        if (kind == IN_KIND_WHEEL) {
+            long long P = st[IN_W_P], N = st[IN_W_N], kd = floordiv64(due, P), sk = st[IN_W_S_K], so = st[IN_W_S_O];
             if (kd < st[IN_W_LATE_BELOW] || kd < sk || (kd == sk && so >= 0 && so > due - kd * P)) {
                 /* already due (its slot is behind the reader): a LATE entry at the tail of the late
                    chain, as add -> _link(_LATE) does; the reference patches a tail in an older file */
-                long long idx = st[IN_W_HEAD], pf = st[IN_W_PF], f0 = idx - idx % pf, lt = st[IN_W_LTAIL];
+                long long idx = st[IN_W_HEAD], pf = st[IN_W_PER_FILE], f0 = idx - idx % pf, lt = st[IN_W_LATE_TAIL];
                 long long ths = hs + pf; /* the file's entries follow its state bytes */
                 if (f0 != st[IN_W_F0] || !bp[0] || ths + (idx - f0 + 1) * WL_SIZE > blen[0]) goto next;
                 if (lt != -1 && (lt < f0 || lt >= idx)) goto next;
@@ -306,14 +295,14 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
                 if (st[IN_W_APP_LO] < 0) st[IN_W_APP_LO] = idx;
                 st[IN_W_APP_HI] = idx + 1;
                 if (lt == -1) {
-                    st[IN_W_LHEAD] = idx;
+                    st[IN_W_LATE_HEAD] = idx;
                 } else { /* TimerLog.set_next: patched and marked for flush whatever the range */
                     long long moff_e = ths + (lt - f0) * WL_SIZE;
                     wr64(bp[0] + moff_e + 16, idx);
                     if (st[IN_W_MARK_LO] < 0 || moff_e < st[IN_W_MARK_LO]) st[IN_W_MARK_LO] = moff_e;
                     if (moff_e + WL_SIZE > st[IN_W_MARK_HI]) st[IN_W_MARK_HI] = moff_e + WL_SIZE;
                 }
-                st[IN_W_LTAIL] = idx;
+                st[IN_W_LATE_TAIL] = idx;
                 st[IN_W_HEAD] = idx + 1;
                 ref = idx;
                 goto stored;
@@ -331,7 +320,7 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
                     goto next;
                 }
             }
-            long long idx = st[IN_W_HEAD], pf = st[IN_W_PF], f0 = idx - idx % pf, ths = hs + pf;
+            long long idx = st[IN_W_HEAD], pf = st[IN_W_PER_FILE], f0 = idx - idx % pf, ths = hs + pf;
             if (f0 != st[IN_W_F0] || !bp[0] || ths + (idx - f0 + 1) * WL_SIZE > blen[0]) goto next;
             long long pos = kd % N;
             if (pos < 0) pos += N;
@@ -372,15 +361,15 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
                 wr16(slot + 30, 0);
                 bp[2][pos] = 1;
                 bp[3][pos] = 1;
-                st[IN_W_NEW]++;
+                st[IN_W_NEW_CHAINS]++;
             }
-            if (soff < st[IN_W_SD_LO] || st[IN_W_SD_LO] < 0) st[IN_W_SD_LO] = soff;
-            if (soff + WL_SIZE > st[IN_W_SD_HI]) st[IN_W_SD_HI] = soff + WL_SIZE;
+            if (soff < st[IN_W_SLOT_DIRTY_LO] || st[IN_W_SLOT_DIRTY_LO] < 0) st[IN_W_SLOT_DIRTY_LO] = soff;
+            if (soff + WL_SIZE > st[IN_W_SLOT_DIRTY_HI]) st[IN_W_SLOT_DIRTY_HI] = soff + WL_SIZE;
             st[IN_W_HEAD] = idx + 1;
             ref = idx;
         } else {
             int64_t *lv = st + IN_L_BASE + IN_L_STRIDE * level;
-            long long idx = lv[0], first = lv[1], pf = st[IN_L_PER_FILE];
+            long long idx = lv[IN_LV_WRITE], first = lv[IN_LV_FIRST], pf = st[IN_L_PER_FILE];
             if (first < 0 || idx < first || idx >= first + pf || !bp[level] ||
                 hs + (idx - first + 1) * LV_SIZE > blen[level])
                 goto next;
@@ -390,22 +379,22 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
             wr64(ent, head);
             wr64(ent + 8, due);
             memset(ent + 16, 0, 8);
-            if (lv[2] < 0 || idx < lv[2]) lv[2] = idx;
-            if (idx + 1 > lv[3]) lv[3] = idx + 1;
-            lv[0] = idx + 1;
+            if (lv[IN_LV_DIRTY_FROM] < 0 || idx < lv[IN_LV_DIRTY_FROM]) lv[IN_LV_DIRTY_FROM] = idx;
+            if (idx + 1 > lv[IN_LV_DIRTY_TO]) lv[IN_LV_DIRTY_TO] = idx + 1;
+            lv[IN_LV_WRITE] = idx + 1;
             ref = (level << 48) | idx;
         }
     stored:
         st[IN_HEAD] = head + (long long)length;
         kds_idx_write(ibase, (uint64_t)at, h, (uint64_t)ref);
-        long long ioff = hs + at * 16, scan = st[IN_ISCAN];
+        long long ioff = hs + at * 16, scan = st[IN_IDX_SCAN_OFF];
         if (tomb) {
-            st[IN_ITOMBS]--;
-            if (ioff < scan) st[IN_ISCAN_TOMBS]--;
+            st[IN_IDX_TOMBS]--;
+            if (ioff < scan) st[IN_IDX_SCAN_TOMBS]--;
         }
-        if (ioff < scan) st[IN_ISCAN_LIVE]++;
-        st[IN_ILIVE]++;
-        st[IN_NEXT] = offset + 1;
+        if (ioff < scan) st[IN_IDX_SCAN_LIVE]++;
+        st[IN_IDX_LIVE]++;
+        st[IN_NEXT_OFFSET] = offset + 1;
         ok = 1;
     next:
         Py_XDECREF(err);
@@ -422,7 +411,7 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
         Py_XDECREF(blob);
         if (!ok) break;
     }
-    result = PyLong_FromSsize_t(i);
+    if (state_out(args[9], st, st_in, nst) == 0) result = PyLong_FromSsize_t(i);
 fail:
     Py_XDECREF(memo.bytes);
     Py_XDECREF(memo.str);
@@ -430,10 +419,37 @@ fail:
         if (bufs[nbuf].obj) PyBuffer_Release(&bufs[nbuf]);
     if (have_idx) PyBuffer_Release(&idxv);
     if (have_seg) PyBuffer_Release(&segv);
-    PyBuffer_Release(&stv);
     return result;
 }
 
 PyMethodDef kds_intake_methods[] = {
     {"ingest_run", (PyCFunction)(void (*)(void))native_ingest_run, METH_FASTCALL, NULL},
     {NULL, NULL, 0, NULL}};
+
+/* INTAKE_LAYOUT: {macro name: value} of intake_layout.h, as this build compiled it (the tests
+ * compare it with sidecar/store/intake_layout.py) */
+#define KDS_NAME_VALUE(name) {#name, name},
+static const struct {
+    const char *name;
+    long value;
+} layout_names[] = {KDS_INTAKE_LAYOUT(KDS_NAME_VALUE)};
+#undef KDS_NAME_VALUE
+
+int kds_intake_init(PyObject *m) {
+    PyObject *d = PyDict_New();
+    if (!d) return -1;
+    for (size_t k = 0; k < sizeof layout_names / sizeof layout_names[0]; k++) {
+        PyObject *v = PyLong_FromLong(layout_names[k].value);
+        int rc = v ? PyDict_SetItemString(d, layout_names[k].name, v) : -1;
+        Py_XDECREF(v);
+        if (rc < 0) {
+            Py_DECREF(d);
+            return -1;
+        }
+    }
+    if (PyModule_AddObject(m, "INTAKE_LAYOUT", d) < 0) {
+        Py_DECREF(d);
+        return -1;
+    }
+    return 0;
+}

@@ -50,6 +50,7 @@ PyMODINIT_FUNC PyInit__native(void) {
         goto fail;
     }
     if (kds_publish_init(m) < 0) goto fail;
+    if (kds_intake_init(m) < 0) goto fail;
     if (PyModule_AddIntConstant(m, "HARDWARE_CRC", kds_have_sse42) < 0) goto fail;
     return m;
 fail:

@@ -170,7 +170,7 @@ extern PyMethodDef kds_levels_methods[]; /* lv_due, lv_ack */
 enum { M_ERROR, M_PARTITION, M_TIMESTAMP, M_OFFSET, M_KEY, M_VALUE, M_HEADERS, M_COUNT };
 PyObject *kds_msg_call(PyObject *m, int k); /* m.<accessor k>(), raising what it raises */
 extern PyMethodDef kds_intake_methods[];    /* ingest_run */
-int kds_intake_init(PyObject *m);           /* INTAKE_LAYOUT */
+int kds_intake_init(PyObject *m);           /* INTAKE_LAYOUT, the state array's layout as compiled */
 
 /* -- publish.c: the publish fast path (engine/loop.py) ----------------------------------------- */
 
