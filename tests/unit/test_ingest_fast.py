@@ -162,6 +162,7 @@ def state(st: PartitionStore) -> dict[str, Any]:
     sched = st.sched
     if isinstance(sched, WheelScheduler):
         out |= {"tl": fields(sched.tl), "slots": fields(sched.slots), "buckets": fields(sched.buckets)}
+        out["buckets"]["_fds"] = list(sched.buckets._fds)  # which bucket files are open, not the OS's fd numbers
     else:
         assert isinstance(sched, LevelsScheduler)
         for n, lv in enumerate(sched.levels):
