@@ -135,9 +135,9 @@ def measure(workdir: Path, scheduler: str, rate: float, seconds: float) -> dict[
         consumer: Any = _Consumer()
         st = PartitionStore(s.data_path, "in", 0, rules=sc.rules, scheduler_name=scheduler,
                             make_scheduler=sc.make_scheduler, segment_bytes=s.segment_bytes,
-                            cancel_horizon_ms=s.cancel_horizon_ms, counters=sc.counters)
+                            cancel_horizon_ms=s.cancel_horizon_ms, counters=sc.ps.counters)
         st.open()
-        sc.stores[0] = st
+        sc.ps.stores[0] = st
         sc.producer = _Producer()  # type: ignore[assignment]
         n = int(rate * seconds)
         rng = random.Random(8)
@@ -158,10 +158,10 @@ def measure(workdir: Path, scheduler: str, rate: float, seconds: float) -> dict[
         t0 = last = last_trim = time.monotonic()
         m0 = time.thread_time()
         deadline = t0 + seconds + max(WHEEL_DELAYS) / 1000 + 120
-        while sc.counters.delivered < n:
+        while sc.ps.counters.delivered < n:
             now_m = time.monotonic()
             if now_m > deadline:
-                raise RuntimeError(f"steady {scheduler}: {sc.counters.delivered} of {n} acked in time")
+                raise RuntimeError(f"steady {scheduler}: {sc.ps.counters.delivered} of {n} acked in time")
             want = min(n, int((now_m - t0) / TICK_S) * int(rate * TICK_S))
             a = time.thread_time()
             if want > i:
@@ -196,7 +196,7 @@ def measure(workdir: Path, scheduler: str, rate: float, seconds: float) -> dict[
             time.sleep(wait)
         total = time.thread_time() - m0
         wall = time.monotonic() - t0
-        late = sorted(sc.lateness_batch)
+        late = sorted(sc.ps.lateness_batch)
         sc._await_job(None, 0)
         st.close()
         us = 1e6 / n

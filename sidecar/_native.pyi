@@ -98,15 +98,28 @@ def lv_ack(
     refs: list[int], files: list[dict[int, Any]], per_file: int, hs: int, cur: MutableSequence[int],
     seg_bytes: int, segs: dict[int, int], /,
 ) -> None: ...
+class PublishState:
+    """The loop state the publish paths share (sidecar/engine/publish_state.py documents each field;
+    its Python twin has the same ones)."""
+
+    in_flight: int
+    topic_in_flight: dict[str, int]
+    troubled: dict[str, int]
+    broker_up: bool
+    stores: dict[int, Any]
+    lateness_batch: list[int]
+    counters: Any
+    def __init__(self, counters: Any) -> None: ...
+
 class Publisher:
-    """The loop state ``publish_due`` and its ``Delivery`` reports use: the Sidecar's instance dict,
-    its ``_on_delivery`` (the reference path) and the exception types ``produce`` hands back."""
+    """What ``publish_due`` and its ``Delivery`` reports use: the loop's ``PublishState``, its
+    ``_on_delivery`` (the reference path) and the exception types ``produce`` hands back."""
 
     def __init__(
-        self, state: dict[str, Any], on_delivery: Callable[..., None], refused: tuple[type[BaseException], ...], /
+        self, state: PublishState, on_delivery: Callable[..., None], refused: tuple[type[BaseException], ...], /
     ) -> None: ...
     def sync(self) -> None:
-        """Add the in-flight counts its delivery reports changed to the state (after every poll)."""
+        """Add the topic in-flight counts its delivery reports changed to the state (after every poll)."""
 
 class Delivery:
     """A record's delivery-report callable (made by ``publish_due`` only)."""

@@ -44,6 +44,7 @@ from sidecar import contract as c
 from sidecar import logs
 from sidecar.config import Settings
 from sidecar.engine.heap import HeapReleaser
+from sidecar.engine.publish_state import PublishState
 from sidecar.engine.threads import HelperThreads, demote_self
 from sidecar.engine.turns import SLOW_TURN_S, TurnWatch
 from sidecar.levels.scheduler import LevelsScheduler
@@ -124,19 +125,16 @@ class _Attempts:
 class Sidecar:
     def __init__(self, settings: Settings, metrics: Any = None, health: Any = None) -> None:
         self.s = settings
-        self.counters = Counters()
+        # the state the publish paths share, C and Python (engine/publish_state.py)
+        self.ps = PublishState(Counters())
         self.metrics = metrics
         self.health = health
         self.rules = compile_rules(
             settings.ingress_topic, settings.dlq_topic, settings.levels_ms, settings.max_delay_ms,
             settings.retry_ladder_ms, settings.max_retries, settings.max_record_bytes, settings.target_allowlist,
         )
-        self.stores: dict[int, PartitionStore] = {}
         self.make_scheduler = make_scheduler_factory(settings)
-        self.in_flight = 0
-        self.topic_in_flight: dict[str, int] = {}
         self.topic_cap = max(1, settings.max_in_flight // 4)
-        self.troubled: dict[str, int] = {}  # targets whose last publish failed -> when
         self._rr = 0
         self.backlog: deque[tuple[int, Record, PartitionStore, _Attempts | None]] = deque()
         # (at_ms, seq, ref, store, attempts)
@@ -150,8 +148,6 @@ class Sidecar:
         self.stop_requested = False
         self.paused = False
         self.pause_reason = ""
-        self.broker_up = True
-        self.lateness_batch: list[int] = []
         self.assigned = False
         self._last = Counters()
         self._tiers_seen: set[str] = set()
@@ -166,11 +162,10 @@ class Sidecar:
         # A burst leaves its heap high-water mark behind (librdkafka's pre-fetched fetch buffers,
         # freed but pinned in their arena): given back once the burst is over, off the loop thread.
         self.heap = HeapReleaser(executor=self.flusher)
-        # The C publish path reads and writes the state above in this instance's dict, the same
-        # place the Python code keeps it (made last: every attribute it reads exists by now).
+        # The C publish path reads and writes self.ps, where the Python code keeps that state too.
         self._fast: Any = None
         if native is not None:
-            self._fast = native.Publisher(self.__dict__, self._on_delivery, (BufferError, KafkaException))
+            self._fast = native.Publisher(self.ps, self._on_delivery, (BufferError, KafkaException))
 
     # -- clients --------------------------------------------------------------------------------
     def _common(self) -> dict[str, Any]:
@@ -214,9 +209,9 @@ class Sidecar:
 
     def _on_error(self, err: KafkaError) -> None:
         if err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
-            if self.broker_up:
+            if self.ps.broker_up:
                 log.warning("broker.unreachable", error=err.str())
-            self.broker_up = False
+            self.ps.broker_up = False
             self._readiness()
         elif self._should_warn(f"kafka.error:{err.code()}"):
             log.warning("kafka.error", code=err.name(), error=err.str())
@@ -240,8 +235,8 @@ class Sidecar:
         except orjson.JSONDecodeError:
             return
         up = any(b.get("state") == "UP" for b in brokers.values() if b.get("nodeid", -1) >= 0)
-        if up != self.broker_up:
-            self.broker_up = up
+        if up != self.ps.broker_up:
+            self.ps.broker_up = up
             if up:
                 log.info("broker.reachable")
             else:
@@ -251,7 +246,7 @@ class Sidecar:
     def _readiness(self) -> None:
         if self.health is not None:
             self.health.set_assigned(self.assigned)
-            self.health.set_broker_reachable(self.broker_up)
+            self.health.set_broker_reachable(self.ps.broker_up)
 
     # -- rebalance ------------------------------------------------------------------------------
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -259,11 +254,11 @@ class Sidecar:
             store = PartitionStore(
                 self.s.data_path, tp.topic, tp.partition, rules=self.rules, scheduler_name=self.s.scheduler,
                 make_scheduler=self.make_scheduler, segment_bytes=self.s.segment_bytes,
-                cancel_horizon_ms=self.s.cancel_horizon_ms, counters=self.counters, durable=self.s.fsync != "none",
+                cancel_horizon_ms=self.s.cancel_horizon_ms, counters=self.ps.counters, durable=self.s.fsync != "none",
             )
             t0 = time.monotonic()
             resume = store.open()
-            self.stores[tp.partition] = store
+            self.ps.stores[tp.partition] = store
             tp.offset = resume if resume is not None else OFFSET_INVALID
             log.info(
                 "partition.recovered", partition=tp.partition, resume_offset=resume, pending=store.pending(),
@@ -273,31 +268,31 @@ class Sidecar:
         consumer.incremental_assign(partitions)
         if self.paused:
             consumer.pause(partitions)
-        self.assigned = bool(self.stores)
+        self.assigned = bool(self.ps.stores)
         log.info("partitions.assigned", partitions=[tp.partition for tp in partitions])
         self._readiness()
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._drain(deadline=time.monotonic() + self.s.shutdown_timeout_ms / 1000)
         for tp in partitions:
-            store = self.stores.pop(tp.partition, None)
+            store = self.ps.stores.pop(tp.partition, None)
             if store is not None:
                 self._checkpoint_store(consumer, store, sync=True)
                 store.close()
         consumer.incremental_unassign(partitions)
-        self.assigned = bool(self.stores)
+        self.assigned = bool(self.ps.stores)
         log.info("partitions.revoked", partitions=[tp.partition for tp in partitions])
         self._readiness()
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
-            store = self.stores.pop(tp.partition, None)
+            store = self.ps.stores.pop(tp.partition, None)
             if store is not None:
                 self._await_job(None, tp.partition)  # no commit: the partition is no longer ours
                 store.checkpoint(fsync=self.s.fsync != "none")
                 store.close()
         consumer.incremental_unassign(partitions)
-        self.assigned = bool(self.stores)
+        self.assigned = bool(self.ps.stores)
         log.warning("partitions.lost", partitions=[tp.partition for tp in partitions])
         self._readiness()
 
@@ -380,7 +375,7 @@ class Sidecar:
                 # The wait inside consume (up to the next due time) is not work: a turn is slow
                 # when everything after it took longer than SLOW_TURN_S.
                 if t5 - t1 > SLOW_TURN_S:
-                    turns.slow(t0, t1, t2, t3, t4, t5, len(msgs), self.in_flight)
+                    turns.slow(t0, t1, t2, t3, t4, t5, len(msgs), self.ps.in_flight)
         finally:
             self.turns.uninstall()
             self._shutdown(consumer)
@@ -394,7 +389,7 @@ class Sidecar:
         log.error("consumer.fatal", error=self.consumer_fatal, action="rejoining with a new consumer")
         self.consumer_fatal = ""
         self._drain(deadline=time.monotonic() + min(self.s.shutdown_timeout_ms / 1000, 10.0))
-        stores, self.stores = self.stores, {}
+        stores, self.ps.stores = self.ps.stores, {}
         for partition, store in stores.items():
             self._await_job(None, partition)  # no offset commit: the consumer is fenced
             store.checkpoint(fsync=self.s.fsync != "none")
@@ -414,7 +409,7 @@ class Sidecar:
     def _next_due(self) -> int | None:
         """The earliest due time any partition's scheduler has not handed out yet."""
         nxt: int | None = None
-        for store in self.stores.values():
+        for store in self.ps.stores.values():
             d = store.sched.next_due_ms()
             if d is not None and (nxt is None or d < nxt):
                 nxt = d
@@ -436,7 +431,7 @@ class Sidecar:
 
     def _ingest(self, msgs: list[Message]) -> None:
         now = wall_ms()
-        stores = self.stores
+        stores = self.ps.stores
         topic = self.s.ingress_topic
         last_partition, store = -1, None
         i, n = 0, len(msgs)
@@ -474,15 +469,15 @@ class Sidecar:
         now = wall_ms()
         if not self._flush_backlog(now):
             return
-        while self.retries and self.retries[0][0] <= now and self.in_flight < self.s.max_in_flight:
+        while self.retries and self.retries[0][0] <= now and self.ps.in_flight < self.s.max_in_flight:
             _at, _seq, ref, store, att = heapq.heappop(self.retries)
-            again = store.sched.record(ref) if self.stores.get(store.partition) is store else None
+            again = store.sched.record(ref) if self.ps.stores.get(store.partition) is store else None
             if again is None:
                 continue
-            self.counters.publish_retries += 1
+            self.ps.counters.publish_retries += 1
             if not self._produce(ref, again, store, att, now):
                 return
-        stores = list(self.stores.values())
+        stores = list(self.ps.stores.values())
         if len(stores) > 1:  # rotate the starting partition so a busy one cannot starve the rest
             self._rr = (self._rr + 1) % len(stores)
             stores = stores[self._rr:] + stores[: self._rr]
@@ -491,7 +486,7 @@ class Sidecar:
         budget = PUBLISH_BUDGET_PER_TURN
         for store in stores:
             while budget > 0:
-                room = min(self.s.max_in_flight - self.in_flight, PUBLISH_CHUNK, budget)
+                room = min(self.s.max_in_flight - self.ps.in_flight, PUBLISH_CHUNK, budget)
                 if room <= 0:
                     return
                 batch = store.sched.due(now, room)
@@ -536,19 +531,19 @@ class Sidecar:
         """Serve delivery reports, then hand the successes to their stores in one batch."""
         self.producer.poll(timeout)
         if self._fast is not None:
-            self._fast.sync()  # the in-flight counts its reports took down
-        for store in self.stores.values():
+            self._fast.sync()  # the topic in-flight counts its reports took down
+        for store in self.ps.stores.values():
             if store.acked:
                 store.settle()
 
     def _produce(self, ref: int, rec: Record, store: PartitionStore, att: _Attempts | None, now: int) -> bool:
         if rec.due_ms > now:  # the publish-time check: never early, whatever the scheduler said
-            self.counters.early += 1
+            self.ps.counters.early += 1
             log.error("publish.not_due", due_ms=rec.due_ms, now_ms=now)
             heapq.heappush(self.retries, (rec.due_ms, next(self._seq), ref, store, att))
             return True
         topic = rec.topic.decode()
-        if self.troubled and topic in self.troubled and self.topic_in_flight.get(topic, 0) >= self.topic_cap:
+        if self.ps.troubled and topic in self.ps.troubled and self.ps.topic_in_flight.get(topic, 0) >= self.topic_cap:
             # A failing (slow, missing) target must not take the whole in-flight budget from the
             # healthy ones: park its records briefly. Healthy targets are never capped.
             heapq.heappush(self.retries, (now + 200, next(self._seq), ref, store, att))
@@ -565,8 +560,8 @@ class Sidecar:
             )
         except (BufferError, KafkaException) as e:
             return self._refused(ref, rec, store, att, e)
-        self.in_flight += 1
-        tif = self.topic_in_flight
+        self.ps.in_flight += 1
+        tif = self.ps.topic_in_flight
         tif[topic] = tif.get(topic, 0) + 1
         return True
 
@@ -586,33 +581,33 @@ class Sidecar:
         self, ref: int, rec: Record, store: PartitionStore, att: _Attempts | None, topic: str,
         err: KafkaError | None, msg: Message,
     ) -> None:
-        self.in_flight -= 1
-        tif = self.topic_in_flight
+        self.ps.in_flight -= 1
+        tif = self.ps.topic_in_flight
         left = tif[topic] - 1
         if left:
             tif[topic] = left
         else:
             del tif[topic]
-        if self.stores.get(store.partition) is not store:
+        if self.ps.stores.get(store.partition) is not store:
             return  # the partition was revoked; its new owner delivers from its own checkpoint
         if err is None:
-            if self.troubled and topic in self.troubled:
-                del self.troubled[topic]
-            if not self.broker_up:
-                self.broker_up = True
+            if self.ps.troubled and topic in self.ps.troubled:
+                del self.ps.troubled[topic]
+            if not self.ps.broker_up:
+                self.ps.broker_up = True
                 log.info("broker.reachable")
                 self._readiness()
             lateness = msg.timestamp()[1] - rec.due_ms
             if lateness < 0:
-                self.counters.early += 1
-            self.lateness_batch.append(lateness)
+                self.ps.counters.early += 1
+            self.ps.lateness_batch.append(lateness)
             store.acked.append((ref, rec))  # settled in a batch after the poll (``_poll``)
             return
         self._failed(ref, rec, store, att, err)
 
     def _failed(self, ref: int, rec: Record, store: PartitionStore, att: _Attempts | None, err: KafkaError) -> None:
         now = wall_ms()
-        self.troubled[rec.topic.decode()] = now
+        self.ps.troubled[rec.topic.decode()] = now
         if att is None:
             att = _Attempts()
         att.attempt += 1
@@ -620,7 +615,7 @@ class Sidecar:
             att.first_failure_ms = now
         kind = classify(err)
         if kind is ErrorKind.RETRIABLE and err.code() in (KafkaError._MSG_TIMED_OUT, KafkaError._TRANSPORT):
-            self.broker_up = False
+            self.ps.broker_up = False
             self._readiness()
         decision = self.policy.decide(kind, att.attempt, att.first_failure_ms, now, self.rng, error=describe(err))
         if isinstance(decision, Retry):
@@ -665,7 +660,7 @@ class Sidecar:
         if self.s.fsync == "interval" and mono - self._last_fsync < self.s.fsync_interval_ms / 1000:
             return
         self._last_fsync = mono
-        for store in self.stores.values():
+        for store in self.ps.stores.values():
             if store.dirty and store.partition not in self.jobs:
                 if self.s.fsync == "none":
                     self._checkpoint_store(consumer, store)  # no disk wait: nothing to hand off
@@ -677,12 +672,12 @@ class Sidecar:
         """Every ``TRIM_INTERVAL_S``: idle stores too (recovery, the scanners and the publisher read
         pages as well). On its own clock, not the checkpoints': RSS must not follow the
         commit interval."""
-        for store in self.stores.values():
+        for store in self.ps.stores.values():
             store.trim()
 
     def _work_done(self) -> int:
         """Records consumed and delivered so far (any kind): it stops moving when a burst is over."""
-        k = self.counters
+        k = self.ps.counters
         return k.ingested + k.delivered + k.publish_retries + sum(k.dlq.values())
 
     def _reap_jobs(self, consumer: Consumer) -> None:
@@ -705,7 +700,7 @@ class Sidecar:
             self._commit(consumer, store, job.ingress_offset)
 
     def _check_space(self, consumer: Consumer) -> None:
-        used = sum(store.disk_bytes() for store in self.stores.values())
+        used = sum(store.disk_bytes() for store in self.ps.stores.values())
         reason = ""
         if self.s.disk_max_bytes and used >= self.s.disk_max_bytes:
             reason = f"data directory holds {used} bytes, limit {self.s.disk_max_bytes}"
@@ -730,7 +725,7 @@ class Sidecar:
 
     def _pending(self) -> dict[str, int]:
         pending = dict.fromkeys(self._tiers_seen, 0)
-        for store in self.stores.values():
+        for store in self.ps.stores.values():
             for tier, n in store.pending().items():
                 pending[tier] = pending.get(tier, 0) + n
         self._tiers_seen.update(pending)
@@ -738,19 +733,19 @@ class Sidecar:
 
     def _stats(self) -> None:
         pending = {t: n for t, n in self._pending().items() if n}
-        k = self.counters
+        k = self.ps.counters
         turn_count, slow_turns, slowest_turn_ms = self.turns.take()
         log.info(
             "stats", ingested=k.ingested, scheduled=k.scheduled, delivered=k.delivered, cancelled=k.cancelled,
             duplicates=k.duplicates, dlq=sum(k.dlq.values()), dlq_by_reason={r: n for r, n in k.dlq.items() if n},
-            pending=sum(pending.values()), pending_by_tier=pending, in_flight=self.in_flight,
+            pending=sum(pending.values()), pending_by_tier=pending, in_flight=self.ps.in_flight,
             retry_queue=len(self.retries), early=k.early, paused=self.paused, turns=turn_count, slow_turns=slow_turns,
             slowest_turn_ms=slowest_turn_ms,
         )
 
     def _sync_metrics(self, pending: dict[str, int]) -> None:
         """Push counter deltas since the last sync (the hot path only bumps plain integers)."""
-        m, k, last = self.metrics, self.counters, self._last
+        m, k, last = self.metrics, self.ps.counters, self._last
         m.ingested(k.ingested - last.ingested)
         m.scheduled(k.scheduled - last.scheduled)
         m.delivered(k.delivered - last.delivered)
@@ -758,9 +753,9 @@ class Sidecar:
         m.duplicates(k.duplicates - last.duplicates)
         m.publish_retries(k.publish_retries - last.publish_retries)
         m.dead_lettered_by_reason({r: n - last.dlq.get(r, 0) for r, n in k.dlq.items()})
-        m.observe_lateness_ms(self.lateness_batch)
+        m.observe_lateness_ms(self.ps.lateness_batch)
         m.set_pending_many(pending)
-        self.lateness_batch = []
+        self.ps.lateness_batch = []
         self._last = Counters(
             ingested=k.ingested, scheduled=k.scheduled, delivered=k.delivered, cancelled=k.cancelled,
             duplicates=k.duplicates, publish_retries=k.publish_retries, dlq=dict(k.dlq),
@@ -768,33 +763,33 @@ class Sidecar:
 
     def _drain(self, deadline: float) -> None:
         """Wait for in-flight deliveries (and the backlog) until none is left or the deadline."""
-        while (self.in_flight or self.backlog) and time.monotonic() < deadline:
+        while (self.ps.in_flight or self.backlog) and time.monotonic() < deadline:
             self._flush_backlog(wall_ms())
             self._poll(0.05)
 
     def _flush_backlog(self, now: int) -> bool:
         """Produce what waited for room in the producer queue; False if it is still full."""
-        while self.backlog and self.in_flight < self.s.max_in_flight:
+        while self.backlog and self.ps.in_flight < self.s.max_in_flight:
             ref, rec, store, att = self.backlog.popleft()
             if not self._produce(ref, rec, store, att, now):
                 return False
         return True
 
     def _shutdown(self, consumer: Consumer) -> None:
-        log.info("sidecar.stopping", in_flight=self.in_flight)
+        log.info("sidecar.stopping", in_flight=self.ps.in_flight)
         deadline = time.monotonic() + self.s.shutdown_timeout_ms / 1000
         self._drain(deadline)
         self.producer.flush(max(0.0, deadline - time.monotonic()))
         self._poll(0)
-        for store in self.stores.values():
+        for store in self.ps.stores.values():
             self._checkpoint_store(consumer, store, sync=True)
         consumer.close()  # on_revoke closes the stores
-        for store in self.stores.values():
+        for store in self.ps.stores.values():
             store.close()
-        self.stores.clear()
+        self.ps.stores.clear()
         self.flusher.shutdown(wait=True)
         self._stats()
-        log.info("sidecar.stopped", in_flight=self.in_flight)
+        log.info("sidecar.stopped", in_flight=self.ps.in_flight)
 
     def install_signal_handlers(self) -> None:
         def handler(signum: int, _frame: Any) -> None:

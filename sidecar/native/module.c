@@ -20,7 +20,7 @@
  *   wheel.c    the timer wheel's file walks          (sidecar/wheel/layout.py)
  *   levels.c   the delay levels' queue walks         (sidecar/levels/queue.py)
  *   intake.c   ingest_run, the intake fast path      (PartitionStore.ingest_fields)
- *   publish.c  Publisher, Delivery, publish_due      (sidecar/engine/loop.py)
+ *   publish.c  PublishState, Publisher, Delivery     (sidecar/engine/publish_state.py, loop.py)
  *   module.c   this file: the module and its init
  * Byte layouts are documented where the Python twins live; the C code follows them byte for byte.
  */

@@ -1,29 +1,122 @@
-/* sidecar._native, publish core. The publish fast path (engine/loop.py: Sidecar._produce and
- * Sidecar._on_delivery are the reference). ``publish_due`` produces a due batch with the client's
- * bound ``produce``; each record gets a ``Delivery`` as its delivery-report callable. Both read and
- * write the loop's state where the Python code keeps it, the Sidecar's instance dict (in_flight,
- * topic_in_flight, troubled, broker_up, stores, lateness_batch, counters), so the two paths can
- * interleave record by record. The two in-flight counts are the exception: C keeps its changes to
- * them in the Publisher and adds them to the dict at ``sync`` (a read, a new int and a write per
- * record and count cost about 4 % of the loop thread). ``publish_due`` syncs before it returns, and
- * the loop syncs after every producer poll (Sidecar._poll), so Python reads exact counts everywhere
- * outside a poll; inside one, a delivery report of the reference path subtracts its own record from
- * counts that still include the C reports' records, never reaching zero early. Anything not plain
- * goes back to Python: a record not due yet (the never-early check), a troubled target, a refused
- * produce (BufferError / KafkaException, handed back to the caller), a failed delivery, a revoked
- * partition, the broker marked down. */
+/* sidecar._native, publish core: the publish fast path (the reference is sidecar/engine/loop.py,
+ * Sidecar._produce and Sidecar._on_delivery, which take every case that is not plain).
+ *
+ * publish_due produces a due batch with the client's bound produce; each record gets a Delivery as
+ * its delivery-report callable. The loop state both paths read and write is one PublishState
+ * (sidecar/engine/publish_state.py): a C type whose fields are struct members, read here directly
+ * and by Python as attributes of the same object, so the two paths interleave record by record.
+ * in_flight is a C integer, exact at every moment. topic_in_flight, a dict, is the exception: C
+ * keeps its changes to it in the Publisher and adds them at sync (a dict read, a new int and a
+ * write per record cost about 4 % of the loop thread); publish_due syncs before it returns and
+ * the loop after every producer poll (Sidecar._poll), so Python reads exact counts everywhere
+ * outside a poll; inside one, a delivery report of the reference path subtracts its own record
+ * from counts that still include the C reports' records, never reaching zero early. The store and
+ * the counters are Python objects: their fields (acked, topic_bytes, partition, early) are read
+ * by name.
+ *
+ * Anything not plain goes back to Python: a record not due yet (the never-early check), a troubled
+ * target, a refused produce (BufferError / KafkaException, handed back to the caller), a failed
+ * delivery, a revoked partition, the broker marked down. */
 #include "native.h"
 
-static PyObject *S_in_flight, *S_topic_in_flight, *S_troubled, *S_broker_up, *S_stores, *S_lateness_batch,
-    *S_counters, *S_early, *S_acked, *S_timestamp, *S_topic_bytes, *S_partition;
+static PyObject *S_early, *S_acked, *S_topic_bytes, *S_partition;
+
+/* ---------------------------------------------------------------------------------------------
+ * PublishState: the loop's publish state (its Python twin and the field docs: publish_state.py). */
 
 typedef struct {
-    PyObject_HEAD PyObject *state; /* the Sidecar's __dict__ */
-    PyObject *on_delivery;         /* Sidecar._on_delivery (bound): the reference path */
-    PyObject *refused;             /* exception types a produce call hands back, not raises */
-    PyObject *topic_b, *topic_s;   /* the last target topic, bytes and str (one decode per topic) */
-    long long pend_in_flight;      /* not yet added to state["in_flight"] (sync) */
-    PyObject *pend_topic;          /* the topic whose pend_tif is not yet in state["topic_in_flight"] */
+    PyObject_HEAD long long in_flight; /* records produced, their reports not yet served */
+    PyObject *topic_in_flight;         /* dict: target topic -> records in flight (see sync) */
+    PyObject *troubled;                /* dict: target topic -> when its last publish failed */
+    char broker_up;                    /* bool: no sign of a broker outage since the last success */
+    PyObject *stores;                  /* dict: partition -> its PartitionStore (the assigned ones) */
+    PyObject *lateness_batch;          /* list: lateness (ms) of the deliveries not yet in metrics */
+    PyObject *counters;                /* partition.Counters, shared with the stores */
+} PublishStateObject;
+
+/* an object member of the state, or NULL with AttributeError if it was deleted */
+static PyObject *ps_field(PyObject *v, const char *name) {
+    if (!v) PyErr_Format(PyExc_AttributeError, "PublishState.%s is not set", name);
+    return v;
+}
+
+static int PublishState_traverse(PublishStateObject *s, visitproc visit, void *arg) {
+    Py_VISIT(s->topic_in_flight);
+    Py_VISIT(s->troubled);
+    Py_VISIT(s->stores);
+    Py_VISIT(s->lateness_batch);
+    Py_VISIT(s->counters);
+    return 0;
+}
+
+static int PublishState_clear(PublishStateObject *s) {
+    Py_CLEAR(s->topic_in_flight);
+    Py_CLEAR(s->troubled);
+    Py_CLEAR(s->stores);
+    Py_CLEAR(s->lateness_batch);
+    Py_CLEAR(s->counters);
+    return 0;
+}
+
+static void PublishState_dealloc(PublishStateObject *s) {
+    PyObject_GC_UnTrack(s);
+    PublishState_clear(s);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+/* PublishState(counters): nothing in flight, no troubled target, the broker up, no store. */
+static PyObject *PublishState_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"counters", NULL};
+    PyObject *counters;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:PublishState", kwlist, &counters)) return NULL;
+    PublishStateObject *s = (PublishStateObject *)type->tp_alloc(type, 0);
+    if (!s) return NULL;
+    s->broker_up = 1;
+    s->counters = Py_NewRef(counters);
+    s->topic_in_flight = PyDict_New();
+    s->troubled = PyDict_New();
+    s->stores = PyDict_New();
+    s->lateness_batch = PyList_New(0);
+    if (!s->topic_in_flight || !s->troubled || !s->stores || !s->lateness_batch) {
+        Py_DECREF(s);
+        return NULL;
+    }
+    return (PyObject *)s;
+}
+
+static PyMemberDef PublishState_members[] = {
+    {"in_flight", T_LONGLONG, offsetof(PublishStateObject, in_flight), 0, "records produced, not yet reported"},
+    {"topic_in_flight", T_OBJECT_EX, offsetof(PublishStateObject, topic_in_flight), 0,
+     "target topic -> records in flight"},
+    {"troubled", T_OBJECT_EX, offsetof(PublishStateObject, troubled), 0, "target topic -> when its publish failed"},
+    {"broker_up", T_BOOL, offsetof(PublishStateObject, broker_up), 0, "no sign of a broker outage"},
+    {"stores", T_OBJECT_EX, offsetof(PublishStateObject, stores), 0, "partition -> its PartitionStore"},
+    {"lateness_batch", T_OBJECT_EX, offsetof(PublishStateObject, lateness_batch), 0,
+     "lateness (ms) of the deliveries not yet in the metrics"},
+    {"counters", T_OBJECT_EX, offsetof(PublishStateObject, counters), 0, "the Counters the stores share"},
+    {NULL}};
+
+static PyTypeObject PublishStateType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "sidecar._native.PublishState",
+    .tp_doc = "PublishState(counters): the loop state the publish paths share (sidecar/engine/publish_state.py).",
+    .tp_basicsize = sizeof(PublishStateObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PublishState_new,
+    .tp_dealloc = (destructor)PublishState_dealloc,
+    .tp_traverse = (traverseproc)PublishState_traverse,
+    .tp_clear = (inquiry)PublishState_clear,
+    .tp_members = PublishState_members,
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * Publisher: the state, the reference path and what publish_due and its reports keep. */
+
+typedef struct {
+    PyObject_HEAD PublishStateObject *state; /* the loop's */
+    PyObject *on_delivery;                   /* Sidecar._on_delivery (bound): the reference path */
+    PyObject *refused;                       /* exception types a produce call hands back, not raises */
+    PyObject *topic_b, *topic_s;             /* the last target topic, bytes and str (one decode per topic) */
+    PyObject *pend_topic;                    /* the topic whose pend_tif is not yet in topic_in_flight */
     long long pend_tif;
 } PublisherObject;
 
@@ -52,18 +145,14 @@ static void Publisher_dealloc(PublisherObject *p) {
 
 static PyObject *Publisher_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     PyObject *state, *on_delivery, *refused;
-    if (!PyArg_ParseTuple(args, "O!OO:Publisher", &PyDict_Type, &state, &on_delivery, &refused)) return NULL;
+    if (!PyArg_ParseTuple(args, "O!OO:Publisher", &PublishStateType, &state, &on_delivery, &refused)) return NULL;
     PublisherObject *p = (PublisherObject *)type->tp_alloc(type, 0);
     if (!p) return NULL;
-    Py_INCREF(state);
-    p->state = state;
-    Py_INCREF(on_delivery);
-    p->on_delivery = on_delivery;
-    Py_INCREF(refused);
-    p->refused = refused;
+    p->state = (PublishStateObject *)Py_NewRef(state);
+    p->on_delivery = Py_NewRef(on_delivery);
+    p->refused = Py_NewRef(refused);
     return (PyObject *)p;
 }
-
 
 typedef struct {
     PyObject_HEAD PublisherObject *pub;
@@ -81,32 +170,12 @@ static void Delivery_dealloc(DeliveryObject *d) {
     Py_TYPE(d)->tp_free((PyObject *)d);
 }
 
-/* state[name] (a KeyError as an AttributeError would be: the Sidecar always has these) */
-static PyObject *state_get(PyObject *state, PyObject *name) {
-    PyObject *v = PyDict_GetItemWithError(state, name);
-    if (!v && !PyErr_Occurred()) PyErr_SetObject(PyExc_AttributeError, name);
-    return v; /* borrowed */
-}
-
-/* state[name] += delta for an int */
-static int state_add(PyObject *d, PyObject *name, long long delta) {
-    PyObject *v = state_get(d, name);
-    if (!v) return -1;
-    long long x = PyLong_AsLongLong(v);
-    if (x == -1 && PyErr_Occurred()) return -1;
-    PyObject *nv = PyLong_FromLongLong(x + delta);
-    if (!nv) return -1;
-    int rc = PyDict_SetItem(d, name, nv);
-    Py_DECREF(nv);
-    return rc;
-}
-
-/* topic_in_flight[topic] += 1, or -= 1 and gone at 0 (a missing key is a KeyError, as in Python) */
-static int tif_add(PyObject *state, PyObject *topic, long long delta) {
-    PyObject *tif = state_get(state, S_topic_in_flight);
+/* topic_in_flight[topic] += delta, and gone at 0 (a missing key is a KeyError, as in Python) */
+static int tif_add(PublishStateObject *ps, PyObject *topic, long long delta) {
+    PyObject *tif = ps_field(ps->topic_in_flight, "topic_in_flight");
     if (!tif) return -1;
     if (!PyDict_Check(tif)) {
-        PyErr_SetString(PyExc_TypeError, "topic_in_flight is not a dict");
+        PyErr_SetString(PyExc_TypeError, "PublishState.topic_in_flight is not a dict");
         return -1;
     }
     PyObject *v = PyDict_GetItemWithError(tif, topic);
@@ -129,8 +198,8 @@ static int tif_add(PyObject *state, PyObject *topic, long long delta) {
     return rc;
 }
 
-/* Add the pending topic count to state["topic_in_flight"]. */
-static int pub_sync_tif(PublisherObject *p) {
+/* Add the pending topic count to topic_in_flight. */
+static int pub_sync(PublisherObject *p) {
     if (!p->pend_topic) return 0;
     long long d = p->pend_tif;
     PyObject *topic = p->pend_topic;
@@ -141,23 +210,11 @@ static int pub_sync_tif(PublisherObject *p) {
     return rc;
 }
 
-/* Both pending counts into the state dict. */
-static int pub_sync(PublisherObject *p) {
-    long long d = p->pend_in_flight;
-    p->pend_in_flight = 0;
-    if (d && state_add(p->state, S_in_flight, d) < 0) {
-        p->pend_in_flight = d;
-        return -1;
-    }
-    return pub_sync_tif(p);
-}
-
 /* topic_in_flight[topic] += delta, pending; a change of topic syncs the previous one. */
 static int pub_tif(PublisherObject *p, PyObject *topic, long long delta) {
     if (p->pend_topic != topic) {
-        if (pub_sync_tif(p) < 0) return -1;
-        Py_INCREF(topic);
-        p->pend_topic = topic;
+        if (pub_sync(p) < 0) return -1;
+        p->pend_topic = Py_NewRef(topic);
     }
     p->pend_tif += delta;
     return 0;
@@ -170,13 +227,13 @@ static PyObject *Publisher_sync(PublisherObject *p, PyObject *Py_UNUSED(ignored)
 
 static PyMethodDef Publisher_methods[] = {
     {"sync", (PyCFunction)Publisher_sync, METH_NOARGS,
-     "Add the in-flight counts the C path changed to the loop's state (after every producer poll)."},
+     "Add the topic in-flight counts the C path changed to the state (after every producer poll)."},
     {NULL, NULL, 0, NULL},
 };
 
 static PyTypeObject PublisherType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "sidecar._native.Publisher",
-    .tp_doc = "Publisher(state, on_delivery, refused): the loop state publish_due and its Delivery reports use.",
+    .tp_doc = "Publisher(state, on_delivery, refused): what publish_due and its Delivery reports use.",
     .tp_basicsize = sizeof(PublisherObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = Publisher_new,
@@ -193,26 +250,24 @@ static PyObject *Delivery_vectorcall(PyObject *self, PyObject *const *args, size
         PyErr_SetString(PyExc_TypeError, "Delivery(err, msg)");
         return NULL;
     }
-    PyObject *err = args[0], *msg = args[1], *state = d->pub->state;
-    PyObject *troubled = state_get(state, S_troubled);
+    PyObject *err = args[0], *msg = args[1];
+    PublishStateObject *ps = d->pub->state;
+    PyObject *troubled = ps_field(ps->troubled, "troubled");
     if (!troubled) return NULL;
-    PyObject *broker_up = state_get(state, S_broker_up);
-    if (!broker_up) return NULL;
-    PyObject *stores = state_get(state, S_stores);
+    PyObject *stores = ps_field(ps->stores, "stores");
     if (!stores) return NULL;
     PyObject *current = NULL;
     if (PyDict_Check(stores)) {
         current = PyDict_GetItemWithError(stores, d->partition);
         if (!current && PyErr_Occurred()) return NULL;
     }
-    if (err != Py_None || !PyDict_Check(troubled) || PyDict_GET_SIZE(troubled) || broker_up != Py_True ||
+    if (err != Py_None || !PyDict_Check(troubled) || PyDict_GET_SIZE(troubled) || !ps->broker_up ||
         current != d->store) {
         PyObject *a[7] = {d->ref, d->rec, d->store, Py_None, d->topic, err, msg};
         return PyObject_Vectorcall(d->pub->on_delivery, a, 7, NULL);
     }
-    PublisherObject *pub = d->pub;
-    pub->pend_in_flight--;
-    if (pub_tif(pub, d->topic, -1) < 0) return NULL;
+    ps->in_flight--;
+    if (pub_tif(d->pub, d->topic, -1) < 0) return NULL;
     PyObject *ts = kds_msg_call(msg, M_TIMESTAMP); /* the delivered Message is the consumed ones' type */
     if (!ts) return NULL;
     long long t = -1;
@@ -225,7 +280,7 @@ static PyObject *Delivery_vectorcall(PyObject *self, PyObject *const *args, size
     if (t == -1 && PyErr_Occurred()) return NULL;
     long long lateness = t - ((RecordObject *)d->rec)->due_ms;
     if (lateness < 0) {
-        PyObject *counters = state_get(state, S_counters);
+        PyObject *counters = ps_field(ps->counters, "counters");
         if (!counters) return NULL;
         PyObject *early = PyObject_GetAttr(counters, S_early);
         if (!early) return NULL;
@@ -238,7 +293,7 @@ static PyObject *Delivery_vectorcall(PyObject *self, PyObject *const *args, size
         Py_DECREF(ne);
         if (rc < 0) return NULL;
     }
-    PyObject *batch = state_get(state, S_lateness_batch);
+    PyObject *batch = ps_field(ps->lateness_batch, "lateness_batch");
     if (!batch) return NULL;
     PyObject *lv = PyLong_FromLongLong(lateness);
     if (!lv) return NULL;
@@ -300,7 +355,8 @@ static PyObject *native_publish_due(PyObject *self, PyObject *const *args, Py_ss
         return NULL;
     }
     PublisherObject *pub = (PublisherObject *)args[0];
-    PyObject *produce = args[1], *batch = args[2], *store = args[4], *state = pub->state;
+    PyObject *produce = args[1], *batch = args[2], *store = args[4];
+    PublishStateObject *ps = pub->state;
     Py_ssize_t i = PyLong_AsSsize_t(args[3]);
     long long now = PyLong_AsLongLong(args[5]);
     if (PyErr_Occurred()) return NULL;
@@ -325,7 +381,7 @@ static PyObject *native_publish_due(PyObject *self, PyObject *const *args, Py_ss
         if (!PyObject_TypeCheck(recobj, &kds_RecordType)) break;
         RecordObject *rec = (RecordObject *)recobj;
         if (rec->due_ms > now || !PyBytes_Check(rec->topic)) break;
-        PyObject *troubled = state_get(state, S_troubled);
+        PyObject *troubled = ps_field(ps->troubled, "troubled");
         if (!troubled) goto fail;
         if (!PyDict_Check(troubled) || PyDict_GET_SIZE(troubled)) break;
         PyObject *topic = topic_str(pub, rec->topic);
@@ -372,7 +428,7 @@ static PyObject *native_publish_due(PyObject *self, PyObject *const *args, Py_ss
             break;
         }
         Py_DECREF(res);
-        pub->pend_in_flight++;
+        ps->in_flight++;
         int rc = pub_tif(pub, topic, 1);
         Py_DECREF(topic);
         if (rc < 0) goto fail;
@@ -389,7 +445,7 @@ static PyObject *native_publish_due(PyObject *self, PyObject *const *args, Py_ss
 fail:
     Py_DECREF(topic_bytes);
     Py_XDECREF(partition);
-    { /* the records produced before the failure are in flight: count them */
+    { /* the records produced before the failure are in flight: their topic counts too */
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
         if (pub_sync(pub) < 0) PyErr_Clear();
@@ -399,24 +455,19 @@ fail:
 }
 
 int kds_publish_init(PyObject *m) {
-    static const char *names[] = {"in_flight", "topic_in_flight", "troubled", "broker_up", "stores",
-                                  "lateness_batch", "counters", "early", "acked", "timestamp",
-                                  "topic_bytes", "partition"};
-    PyObject **slots[] = {&S_in_flight, &S_topic_in_flight, &S_troubled, &S_broker_up, &S_stores,
-                          &S_lateness_batch, &S_counters, &S_early, &S_acked, &S_timestamp,
-                          &S_topic_bytes, &S_partition};
+    static const char *names[] = {"early", "acked", "topic_bytes", "partition"};
+    PyObject **slots[] = {&S_early, &S_acked, &S_topic_bytes, &S_partition};
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
         if (!(*slots[k] = PyUnicode_InternFromString(names[k]))) return -1;
-    if (PyType_Ready(&PublisherType) < 0 || PyType_Ready(&DeliveryType) < 0) return -1;
-    Py_INCREF(&PublisherType);
-    if (PyModule_AddObject(m, "Publisher", (PyObject *)&PublisherType) < 0) {
-        Py_DECREF(&PublisherType);
-        return -1;
-    }
-    Py_INCREF(&DeliveryType);
-    if (PyModule_AddObject(m, "Delivery", (PyObject *)&DeliveryType) < 0) {
-        Py_DECREF(&DeliveryType);
-        return -1;
+    PyTypeObject *types[] = {&PublishStateType, &PublisherType, &DeliveryType};
+    const char *type_names[] = {"PublishState", "Publisher", "Delivery"};
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        if (PyType_Ready(types[k]) < 0) return -1;
+        Py_INCREF(types[k]);
+        if (PyModule_AddObject(m, type_names[k], (PyObject *)types[k]) < 0) {
+            Py_DECREF(types[k]);
+            return -1;
+        }
     }
     return 0;
 }

@@ -194,26 +194,26 @@ def run(root: Path, scheduler: str, seed: int, fast: bool, monkeypatch: pytest.M
             return LevelsScheduler(d, lg, LEVELS, entries_per_file=32)
     for p in (0, 1):
         st = PartitionStore(s.data_path, TOPIC, p, rules=sc.rules, scheduler_name=scheduler, make_scheduler=make,
-                            segment_bytes=8192, cancel_horizon_ms=20_000, counters=sc.counters)
+                            segment_bytes=8192, cancel_horizon_ms=20_000, counters=sc.ps.counters)
         st.open()
-        sc.stores[p] = st
+        sc.ps.stores[p] = st
     rng = random.Random(seed + 1)
     states = []
     for now, msgs in batches(seed, 40):
         clock[0] = now
         sc._ingest(msgs)
-        states.append([state(sc.stores[p]) for p in (0, 1)])
-        for st in sc.stores.values():
+        states.append([state(sc.ps.stores[p]) for p in (0, 1)])
+        for st in sc.ps.stores.values():
             if rng.random() < 0.5:  # hand out and settle what is due: the cursors move
                 st.acked.extend(st.sched.due(now, rng.randint(1, 200)))
                 st.settle()
             if rng.random() < 0.3:
                 st.checkpoint(fsync=True)
-    counters = fields(sc.counters)
-    for st in sc.stores.values():
+    counters = fields(sc.ps.counters)
+    for st in sc.ps.stores.values():
         st.checkpoint(fsync=True)
-    final = [state(sc.stores[p]) for p in (0, 1)]
-    for st in sc.stores.values():
+    final = [state(sc.ps.stores[p]) for p in (0, 1)]
+    for st in sc.ps.stores.values():
         st.close()
     return states, final, counters, files(root)
 
@@ -252,7 +252,7 @@ def _store(root: Path, scheduler: str) -> tuple[loop.Sidecar, PartitionStore]:
     sc = loop.Sidecar(s)
     st = PartitionStore(s.data_path, TOPIC, 0, rules=sc.rules, scheduler_name=scheduler,
                         make_scheduler=sc.make_scheduler, segment_bytes=1 << 20, cancel_horizon_ms=1000,
-                        counters=sc.counters)
+                        counters=sc.ps.counters)
     st.open()
     return sc, st
 
@@ -278,7 +278,7 @@ def test_a_slot_started_by_the_fast_intake_is_seen_by_the_next_due_time(tmp_path
         return Msg(0, i, (1, T0), b"k", b"v", [(c.TARGET_TOPIC, b"out"), (c.DELAY_MS, str(delay).encode())])
 
     far = T0 + 2 * 3_600_000  # beyond the 1 h ring: a bucket record, no slot
-    sc.stores[0] = st
+    sc.ps.stores[0] = st
     sc._ingest([msg(0, far - T0)])
     assert w.due(T0, 10) == [] and w.next_due_ms() == far  # no slot occupied: the memo says so
     sc._ingest([msg(1, 5_000)])  # the timer log's first entry: the Python path opens its file

@@ -110,9 +110,9 @@ def make(tmp: Path, scheduler: str, c_path: bool, clock: Clock, monkeypatch: pyt
         sc._fast = None
     st = PartitionStore(s.data_path, "in", 0, rules=sc.rules, scheduler_name=scheduler,
                         make_scheduler=sc.make_scheduler, segment_bytes=s.segment_bytes,
-                        cancel_horizon_ms=s.cancel_horizon_ms, counters=sc.counters)
+                        cancel_horizon_ms=s.cancel_horizon_ms, counters=sc.ps.counters)
     st.open()
-    sc.stores[0] = st
+    sc.ps.stores[0] = st
     producer = FakeProducer(clock)
     sc.producer = producer  # type: ignore[assignment]
     seen = Observed()
@@ -139,16 +139,17 @@ def ingest(st: PartitionStore, n: int, target: Callable[[int], bytes], due: Call
 
 
 def snapshot(sc: Sidecar, st: PartitionStore, producer: FakeProducer) -> dict[str, Any]:
+    k = sc.ps.counters
     return {
         "calls": producer.calls,
-        "in_flight": sc.in_flight,
-        "topic_in_flight": dict(sc.topic_in_flight),
-        "troubled": dict(sc.troubled),
-        "broker_up": sc.broker_up,
+        "in_flight": sc.ps.in_flight,
+        "topic_in_flight": dict(sc.ps.topic_in_flight),
+        "troubled": dict(sc.ps.troubled),
+        "broker_up": sc.ps.broker_up,
         "backlog": [(ref, rec.id, att is None) for ref, rec, _st, att in sc.backlog],
         "retries": sorted((at, ref, None if att is None else att.attempt) for at, _q, ref, _s, att in sc.retries),
-        "counters": (sc.counters.delivered, sc.counters.early, sc.counters.publish_retries, dict(sc.counters.dlq)),
-        "lateness": list(sc.lateness_batch),
+        "counters": (k.delivered, k.early, k.publish_retries, dict(k.dlq)),
+        "lateness": list(sc.ps.lateness_batch),
         "acked_pending": [(ref, rec.id) for ref, rec in st.acked],
     }
 
@@ -194,7 +195,7 @@ def scenario(tmp: Path, scheduler: str, c_path: bool, monkeypatch: pytest.Monkey
     clock.now = T0 + 2600  # out-a troubled: its records (and the rest) go through Python
     turn(sc, st, producer, seen)
     # The broker marked down: the first success brings it back.
-    sc.broker_up = False
+    sc.ps.broker_up = False
     clock.now = T0 + 2800
     turn(sc, st, producer, seen)
     # The retries fall due (backoff <= 100 ms for the first attempt; the cap lets them through).
@@ -206,7 +207,7 @@ def scenario(tmp: Path, scheduler: str, c_path: bool, monkeypatch: pytest.Monkey
     clock.now = T0 + 5000
     producer.hold = True
     turn(sc, st, producer, seen, poll=False)
-    del sc.stores[0]
+    del sc.ps.stores[0]
     producer.hold = False
     sc._poll(0)
     seen.steps.append(snapshot(sc, st, producer))
@@ -220,14 +221,14 @@ def test_python_path_outcomes(tmp_path: Path, scheduler: str, monkeypatch: pytes
     seen, (sc, _st, producer) = scenario(tmp_path, scheduler, False, monkeypatch)
     ids = [rid for _ref, rid in seen.acked]
     assert sorted(ids) == sorted(b"in:0:%d" % i for i in range(60))  # each delivered once, revoked ones not
-    assert sc.in_flight == 0 and sc.topic_in_flight == {} and not sc.backlog and not sc.retries
-    assert sc.troubled == {} and sc.broker_up
+    assert sc.ps.in_flight == 0 and sc.ps.topic_in_flight == {} and not sc.backlog and not sc.retries
+    assert sc.ps.troubled == {} and sc.ps.broker_up
     assert seen.steps[0]["counters"][1] == 1  # k4's report, stamped before its due time
     assert seen.steps[1]["counters"][1] == 1 + 8  # the 8 records handed out early, parked
     assert [at for at, _ref, _a in seen.steps[1]["retries"]] == [T0 + 1550 + 50 * k for k in range(8)]
     assert seen.steps[2]["backlog"] != []  # the full queue did leave a backlog
     assert any(s["troubled"] for s in seen.steps)
-    assert sc.counters.publish_retries >= 3
+    assert sc.ps.counters.publish_retries >= 3
     assert len(seen.steps[-2]["lateness"]) > 0
     out = next(p for p in seen.produced if p[2] == b"k12")
     assert out[0] == "out-b" and out[1] == b"v12" and out[3] == -1 and out[4] is None and out[5] == 0
@@ -262,13 +263,13 @@ def test_c_path_plain_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     clock.now = T0 + 10
     producer.hold = True
     sc._publish()
-    assert sc.in_flight == 50 and sc.topic_in_flight == {"out": 50}
+    assert sc.ps.in_flight == 50 and sc.ps.topic_in_flight == {"out": 50}
     assert all(type(cb) is native.Delivery for cb in producer.callbacks)
     assert len({id(p[0]) for p in producer.produced}) == 1  # one str for the topic
     producer.hold = False
     sc._poll(0)
-    assert sc.in_flight == 0 and sc.topic_in_flight == {}
-    assert sc.counters.delivered == 50 and sc.lateness_batch == [10] * 50
+    assert sc.ps.in_flight == 0 and sc.ps.topic_in_flight == {}
+    assert sc.ps.counters.delivered == 50 and sc.ps.lateness_batch == [10] * 50
     assert len(seen.acked) == 50
 
 
@@ -286,6 +287,7 @@ def test_delivery_rejects_bad_calls(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     with pytest.raises(TypeError):
         native.publish_due(object(), producer.produce, [], 0, st, T0)
     cb(None, OutMsg(T0))
-    assert sc.in_flight == 1  # the report's count is the Publisher's until the loop's sync after the poll
+    assert sc.ps.in_flight == 0  # a C integer of the state: the report took it down at once
+    assert sc.ps.topic_in_flight == {"out": 1}  # the Publisher's until the loop's sync after the poll
     sc._poll(0)
-    assert sc.in_flight == 0 and sc.topic_in_flight == {}
+    assert sc.ps.in_flight == 0 and sc.ps.topic_in_flight == {}
