@@ -109,7 +109,7 @@ class PublishState:
     stores: dict[int, Any]
     lateness_batch: list[int]
     counters: Any
-    def __init__(self, counters: Any) -> None: ...
+    def __init__(self, stores: dict[int, Any], counters: Any) -> None: ...
 
 class Publisher:
     """What ``publish_due`` and its ``Delivery`` reports use: the loop's ``PublishState``, its

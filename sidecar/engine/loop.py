@@ -126,7 +126,7 @@ class Sidecar:
     def __init__(self, settings: Settings, metrics: Any = None, health: Any = None) -> None:
         self.s = settings
         # the state the publish paths share, C and Python (engine/publish_state.py)
-        self.ps = PublishState(Counters())
+        self.ps = PublishState({}, Counters())
         self.metrics = metrics
         self.health = health
         self.rules = compile_rules(

@@ -52,12 +52,12 @@ class PublishState:
     lateness_batch: list[int]
     counters: Counters
 
-    def __init__(self, counters: Counters) -> None:
+    def __init__(self, stores: dict[int, PartitionStore], counters: Counters) -> None:
         self.in_flight = 0
         self.topic_in_flight = {}
         self.troubled = {}
         self.broker_up = True
-        self.stores = {}
+        self.stores = stores
         self.lateness_batch = []
         self.counters = counters
 

@@ -64,20 +64,20 @@ static void PublishState_dealloc(PublishStateObject *s) {
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
 
-/* PublishState(counters): nothing in flight, no troubled target, the broker up, no store. */
+/* PublishState(stores, counters): nothing in flight, no troubled target, the broker up. */
 static PyObject *PublishState_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"counters", NULL};
-    PyObject *counters;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:PublishState", kwlist, &counters)) return NULL;
+    static char *kwlist[] = {"stores", "counters", NULL};
+    PyObject *stores, *counters;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO:PublishState", kwlist, &stores, &counters)) return NULL;
     PublishStateObject *s = (PublishStateObject *)type->tp_alloc(type, 0);
     if (!s) return NULL;
     s->broker_up = 1;
+    s->stores = Py_NewRef(stores);
     s->counters = Py_NewRef(counters);
     s->topic_in_flight = PyDict_New();
     s->troubled = PyDict_New();
-    s->stores = PyDict_New();
     s->lateness_batch = PyList_New(0);
-    if (!s->topic_in_flight || !s->troubled || !s->stores || !s->lateness_batch) {
+    if (!s->topic_in_flight || !s->troubled || !s->lateness_batch) {
         Py_DECREF(s);
         return NULL;
     }
@@ -98,7 +98,7 @@ static PyMemberDef PublishState_members[] = {
 
 static PyTypeObject PublishStateType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "sidecar._native.PublishState",
-    .tp_doc = "PublishState(counters): the loop state the publish paths share (sidecar/engine/publish_state.py).",
+    .tp_doc = "PublishState(stores, counters): the loop state the publish paths share (engine/publish_state.py).",
     .tp_basicsize = sizeof(PublishStateObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = PublishState_new,

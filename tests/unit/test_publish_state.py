@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import types
+from typing import Any
 
 import pytest
 
@@ -23,7 +24,7 @@ def members(cls: type) -> set[str]:
 
 def test_the_twin_declares_its_fields_as_slots() -> None:
     assert set(PyPublishState.__slots__) == members(PyPublishState) == set(PyPublishState.__annotations__)
-    assert not hasattr(PyPublishState(Counters()), "__dict__")
+    assert not hasattr(PyPublishState({}, Counters()), "__dict__")
 
 
 @needs_native
@@ -36,11 +37,12 @@ def test_the_c_type_has_the_twins_fields() -> None:
 def test_both_start_alike() -> None:
     assert native is not None
     counters = Counters()
-    c, py = native.PublishState(counters), PyPublishState(counters)
+    stores: dict[int, Any] = {}
+    c, py = native.PublishState(stores, counters), PyPublishState(stores, counters)
     for name in PyPublishState.__slots__:
         assert getattr(c, name) == getattr(py, name), name
-    assert c.counters is counters and type(c.broker_up) is bool and type(c.in_flight) is int
-    assert native.PublishState(counters=counters).counters is counters
+    assert c.counters is counters and c.stores is stores and type(c.broker_up) is bool and type(c.in_flight) is int
+    assert native.PublishState(counters=counters, stores=stores).counters is counters
 
 
 def test_the_loop_gets_the_c_type_when_built() -> None:
@@ -51,7 +53,7 @@ def test_the_loop_gets_the_c_type_when_built() -> None:
 def test_the_c_fields_are_typed() -> None:
     """in_flight is a C integer and broker_up a C bool: Python cannot put anything else there."""
     assert native is not None
-    ps = native.PublishState(Counters())
+    ps = native.PublishState({}, Counters())
     ps.in_flight += 5
     assert ps.in_flight == 5
     with pytest.raises(TypeError):
@@ -65,7 +67,7 @@ def test_the_c_fields_are_typed() -> None:
 @needs_native
 def test_the_publisher_takes_the_state_object() -> None:
     assert native is not None
-    ps = native.PublishState(Counters())
+    ps = native.PublishState({}, Counters())
     pub = native.Publisher(ps, lambda *a: None, (BufferError,))
     pub.sync()
     with pytest.raises(TypeError):
