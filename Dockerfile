@@ -13,7 +13,7 @@ ARG PYTHON_IMAGE=python:3.11-slim
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
-# gcc for the C accelerator (sidecar/_native.c); the runtime image gets only the built wheel.
+# gcc for the C accelerator (sidecar/native/); the runtime image gets only the built wheel.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends gcc libc6-dev \
  && rm -rf /var/lib/apt/lists/*

@@ -36,10 +36,11 @@ if [ -n "$(comm -23 <(echo "$want") <(echo "$have"))" ]; then
   .venv/bin/python -m pip install -q -e "$spec"
   printf '%s\n' "$want" "$have" | grep . | sort -u > "$stamp"
 fi
-# The C accelerator (sidecar/_native.c), built in place whenever its source is newer than the
-# library: the package runs without it, but slower, so a build failure is reported here.
+# The C accelerator (sidecar/native/), built in place whenever a file of it, setup.py or the
+# declaration its intake_layout.h is generated from is newer than the library: the package runs
+# without it, but slower, so a build failure is reported here.
 so=$(ls sidecar/_native.*.so 2>/dev/null | head -1 || true)
-if [ -z "$so" ] || [ sidecar/_native.c -nt "$so" ] || [ setup.py -nt "$so" ]; then
+if [ -z "$so" ] || [ -n "$(find sidecar/native setup.py sidecar/store/intake_layout.py -newer "$so" -print -quit)" ]; then
   echo "setup: building sidecar._native" >&2
   .venv/bin/python setup.py build_ext --inplace >"$KDS_CACHE/native-build.log" 2>&1 || true
   if ! ls sidecar/_native.*.so >/dev/null 2>&1; then

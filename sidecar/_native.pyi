@@ -1,11 +1,13 @@
-# Type stub of the C accelerator (sidecar/_native.c); the Python twins live in
-# sidecar/store/codec.py, sidecar/store/idindex.py, sidecar/wheel/layout.py and
-# sidecar/levels/queue.py; the publish fast path's (Publisher, Delivery, publish_due) are
+# Type stub of the C accelerator (its sources: sidecar/native/*.c); the Python twins live in
+# sidecar/store/codec.py, sidecar/store/idindex.py, sidecar/headers.py, sidecar/wheel/layout.py
+# and sidecar/levels/queue.py; the intake fast path's (ingest_run) is PartitionStore.ingest_fields
+# (sidecar/store/partition.py); the publish fast path's (Publisher, Delivery, publish_due) are
 # Sidecar._produce / _on_delivery (sidecar/engine/loop.py).
 from collections.abc import Callable, MutableSequence, Sequence
 from typing import Any
 
 HARDWARE_CRC: int
+INTAKE_LAYOUT: dict[str, int]  # intake_layout.h's macros as compiled (sidecar/store/intake_layout.py)
 
 class Record:
     length: int
@@ -47,6 +49,11 @@ def append(
 def encode_headers(headers: Sequence[tuple[str, bytes | None]], /) -> bytes: ...
 def decode_headers(blob: memoryview | bytes, /) -> list[tuple[str, bytes | None]]: ...
 def delivery_headers(rec: Record, source_topic: bytes, /) -> list[tuple[str, bytes | None]]: ...
+def setup_parser(codes: dict[str, int], /) -> None: ...
+def parse_request(
+    headers: Sequence[tuple[str, bytes | None]] | None, ts: int, now: int, size: int, max_record_bytes: int,
+    max_delay_ms: int, checked_targets: set[str], /,
+) -> tuple[str, int, bytes | None, int, str, tuple[tuple[str, bytes | None], ...]] | None: ...
 def id_hash(rid: bytes | memoryview, /) -> int: ...
 def idx_find(buf: memoryview, header_size: int, mask: int, h: int, /) -> list[int]: ...
 def idx_put(buf: memoryview, header_size: int, mask: int, h: int, ref: int, /) -> int: ...
@@ -58,7 +65,7 @@ def idx_remove_delivered(
 ) -> tuple[int, int, int, int]: ...
 def idx_rehash(old: memoryview, new: memoryview, header_size: int, old_cap: int, new_mask: int, /) -> int: ...
 def wl_link(
-    tl_buf: memoryview, header_size: int, tl_first: int, idx: int, due: int, loc: int, flags: int, level: int,
+    tl_buf: memoryview, hs: int, tl_first: int, nent: int, idx: int, due: int, loc: int, flags: int, level: int,
     slot_buf: memoryview, slot_off: int, slot_time: int, /,
 ) -> int: ...
 def wl_send(
@@ -81,7 +88,7 @@ def wl_ack(
 ) -> tuple[int, int, int, bool]: ...
 def ingest_run(
     msgs: list[Any], start: int, now: int, partition: int, id_prefix: bytes, checked_targets: set[str],
-    no_headers: bytes, seg_buf: memoryview | None, idx_buf: memoryview, st: Any, sched_bufs: tuple[Any, ...], /,
+    no_headers: bytes, seg_buf: memoryview | None, idx_buf: memoryview, st: list[int], sched_bufs: tuple[Any, ...], /,
 ) -> int: ...
 def lv_due(
     buf: memoryview, hs: int, f0: int, idx: int, stop: int, now: int, restored: int, done: int, room: int,
@@ -91,15 +98,28 @@ def lv_ack(
     refs: list[int], files: list[dict[int, Any]], per_file: int, hs: int, cur: MutableSequence[int],
     seg_bytes: int, segs: dict[int, int], /,
 ) -> None: ...
+class PublishState:
+    """The loop state the publish paths share (sidecar/engine/publish_state.py documents each field;
+    its Python twin has the same ones)."""
+
+    in_flight: int
+    topic_in_flight: dict[str, int]
+    troubled: dict[str, int]
+    broker_up: bool
+    stores: dict[int, Any]
+    lateness_batch: list[int]
+    counters: Any
+    def __init__(self, stores: dict[int, Any], counters: Any) -> None: ...
+
 class Publisher:
-    """The loop state ``publish_due`` and its ``Delivery`` reports use: the Sidecar's instance dict,
-    its ``_on_delivery`` (the reference path) and the exception types ``produce`` hands back."""
+    """What ``publish_due`` and its ``Delivery`` reports use: the loop's ``PublishState``, its
+    ``_on_delivery`` (the reference path) and the exception types ``produce`` hands back."""
 
     def __init__(
-        self, state: dict[str, Any], on_delivery: Callable[..., None], refused: tuple[type[BaseException], ...], /
+        self, state: PublishState, on_delivery: Callable[..., None], refused: tuple[type[BaseException], ...], /
     ) -> None: ...
     def sync(self) -> None:
-        """Add the in-flight counts its delivery reports changed to the state (after every poll)."""
+        """Add the topic in-flight counts its delivery reports changed to the state (after every poll)."""
 
 class Delivery:
     """A record's delivery-report callable (made by ``publish_due`` only)."""

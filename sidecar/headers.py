@@ -243,7 +243,7 @@ def _parse(headers: HeaderList, ts: int, now: int, size: int, rules: Rules, coun
 
 # -- the C fast path -----------------------------------------------------------------------------
 # ``sidecar._native.parse_request`` answers for the common request only (see its comment in
-# sidecar/_native.c) and returns None for everything else, which then goes through ``_parse``.
+# sidecar/native/parse.c) and returns None for everything else, which then goes through ``_parse``.
 # Its codes: which control headers it handles; 0 sends the record to the full parser.
 _FAST_CODES = {
     **dict.fromkeys(_CONTROL, 0),

@@ -20,12 +20,22 @@ A scheduler owns the life of a commit-log record from ``add`` until it is done. 
   tier), ``disk_bytes()``, ``close()``.
 - ``trim()``: unmap the resident pages of its mmapped files from the process (RSS; nothing is
   lost, see ``sidecar.store.mapped``).
+- ``arm(head, report)``: after recovery, check the entries restored from the checkpoint (they
+  point below the log ``head``) against the log when first read, and ``report`` each dangling one.
+- ``reclaim()``: after a checkpoint, close and delete the files it no longer needs.
+- ``intake_begin()`` -> ``(st, buffers)`` or ``None``, and ``intake_end(st, count)``: the scheduler's
+  side of the C intake fast path (``PartitionStore.ingest_many``, docs/storage.md 2.6). ``st`` is
+  the intake state (``sidecar.store.intake_layout``: the scheduler makes it with its own part
+  filled in, and the store adds the common part); ``buffers`` are the files the C loop writes.
+  After the loop stored ``count`` records, ``intake_end`` takes back what it moved. ``None``: the
+  next ``add`` cannot be the C loop's plain case (a scheduler without a fast path always says so).
 
 Nothing here reads a clock: time comes in as ``now_ms``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from sidecar.store.codec import Record
@@ -63,3 +73,11 @@ class Scheduler(Protocol):
     def disk_bytes(self) -> int: ...
 
     def close(self) -> None: ...
+
+    def arm(self, head: int, report: Callable[[int, int, str], None] | None = None) -> None: ...
+
+    def reclaim(self) -> None: ...
+
+    def intake_begin(self) -> tuple[list[int], tuple[Any, ...]] | None: ...
+
+    def intake_end(self, st: list[int], count: int) -> None: ...

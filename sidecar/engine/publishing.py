@@ -109,7 +109,7 @@ class Publishing:
         self.produce_errors = produce_errors  # what ``produce`` raises for one record
         self._fast: Any = None
         if native is not None:
-            self._fast = native.Publisher(self.state.__dict__, self._on_delivery, produce_errors)
+            self._fast = native.Publisher(self.state, self._on_delivery, produce_errors)
 
     @property
     def in_flight(self) -> int:

@@ -65,6 +65,7 @@ from sidecar.levels.queue import (
 )
 from sidecar.store.codec import Record
 from sidecar.store.codec import native as _native
+from sidecar.store.intake_layout import LEVEL_STRIDE, Level, Levels, level_at, levels_state
 from sidecar.store.log import CommitLog
 from sidecar.store.mapped import HEADER_SIZE, StoreError
 
@@ -117,35 +118,44 @@ class LevelsScheduler:
         lv.write = idx + 1
         return (level << _IDX_BITS) | idx
 
-    def intake_begin(self) -> tuple[int, list[int], tuple[Any, ...]]:
-        """The state ``_native.ingest_run`` needs for ``plan`` and ``add``, as ``(kind, values,
-        buffers)`` (partition.py names the layout): the level count and file size, then per level
-        its write index, the first index of the queue file holding it (-1: not created yet), the
-        queue's dirty range and the level's delay; the buffers are those files."""
+    def intake_begin(self) -> tuple[list[int], tuple[Any, ...]]:
+        """The state ``_native.ingest_run`` needs for ``plan`` and ``add``: the intake state with the
+        levels' part (sidecar/store/intake_layout.py: the level count and file size, then per level
+        its write index, the first index of the queue file holding it, the queue's dirty range and
+        the level's delay), and each level's queue file holding its write index (None: not created
+        yet)."""
         lvs = self.levels
-        values = [len(lvs), lvs[0].queue.per_file, 0, 0, 0, 0, 0, 0]
+        st = levels_state(len(lvs))
+        st[Levels.PER_FILE] = lvs[0].queue.per_file
         bufs = []
+        write, file_first, dirty_from, dirty_to, delay = (
+            Level.WRITE, Level.FIRST, Level.DIRTY_FROM, Level.DIRTY_TO, Level.DELAY_MS
+        )
+        at = level_at(0)
         for n, lv in enumerate(lvs):
             q, idx = lv.queue, lv.write
             first = idx - idx % q.per_file
             f = q.files.get(first)
-            dirty_from = q.dirty_from
-            values += (
-                idx, -1 if f is None else first, -1 if dirty_from is None else dirty_from, q.dirty_to,
-                self.levels_ms[n - 1] if n else 0,
-            )
+            st[at + write] = idx
+            st[at + file_first] = -1 if f is None else first
+            st[at + dirty_from] = -1 if q.dirty_from is None else q.dirty_from
+            st[at + dirty_to] = q.dirty_to
+            st[at + delay] = self.levels_ms[n - 1] if n else 0
             bufs.append(None if f is None else f.buf)
-        return 1, values, tuple(bufs)
+            at += LEVEL_STRIDE
+        return st, tuple(bufs)
 
-    def intake_end(self, st: Any, base: int, count: int) -> None:
+    def intake_end(self, st: list[int], count: int) -> None:
         """Take back the write indexes and dirty ranges ``ingest_run`` moved."""
-        at = base + 8
+        write, dirty_from, dirty_to = Level.WRITE, Level.DIRTY_FROM, Level.DIRTY_TO
+        at = level_at(0)
         for lv in self.levels:
             q = lv.queue
-            lv.write = st[at]
-            q.dirty_from = None if st[at + 2] < 0 else st[at + 2]
-            q.dirty_to = st[at + 3]
-            at += 5
+            lv.write = st[at + write]
+            d = st[at + dirty_from]
+            q.dirty_from = None if d < 0 else d
+            q.dirty_to = st[at + dirty_to]
+            at += LEVEL_STRIDE
 
     # -- dequeue --------------------------------------------------------------------------------
     def due(self, now_ms: int, limit: int) -> list[tuple[int, Record]]:

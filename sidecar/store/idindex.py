@@ -51,6 +51,7 @@ from typing import Any
 
 from sidecar import logs
 from sidecar.store.codec import native as _native
+from sidecar.store.intake_layout import Common
 from sidecar.store.mapped import HEADER_SIZE, MappedFile, current_batch, fsync_dir, unborn
 
 MAGIC = b"KDSIDX\x00\x01"
@@ -302,6 +303,27 @@ class IdIndex:
             return int(removed)
         remove = self.remove
         return sum(remove(id_hash(rec.id), ref) for ref, rec in pairs)
+
+    # -- the C intake (PartitionStore.ingest_many; sidecar/store/intake_layout.py) ---------------
+    def intake_state(self, st: list[int]) -> memoryview:
+        """Hand the C intake the table: its mask and counts into ``st``, and the buffer it probes
+        and inserts into in place (it leaves to ``put`` a record whose insert would grow the
+        table)."""
+        st[Common.IDX_MASK] = self.mask
+        st[Common.IDX_LIVE] = self.live
+        st[Common.IDX_TOMBS] = self.tombs
+        st[Common.IDX_SCAN_OFF] = self._scan_off
+        st[Common.IDX_SCAN_LIVE] = self._scan_live
+        st[Common.IDX_SCAN_TOMBS] = self._scan_tombs
+        return self.f.buf
+
+    def intake_restore(self, st: list[int]) -> None:
+        """Take back the counts the C intake moved by inserting entries."""
+        self.live = st[Common.IDX_LIVE]
+        self.tombs = st[Common.IDX_TOMBS]
+        self._scan_live = st[Common.IDX_SCAN_LIVE]
+        self._scan_tombs = st[Common.IDX_SCAN_TOMBS]
+        self.dirty = True
 
     def _rebuild(self) -> None:
         """Rehash every live slot into a new table (twice the size when a quarter of the slots

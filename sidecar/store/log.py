@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sidecar.store import codec
+from sidecar.store.intake_layout import Common
 from sidecar.store.mapped import HEADER_SIZE, MappedFile, StoreError, fsync_dir, headerless, unborn
 
 MAGIC = b"KDSLOG\x00\x01"
@@ -375,6 +376,24 @@ class CommitLog:
         for index, n in counts.items():
             if index in live:
                 live[index] -= n
+
+    # -- the C intake (PartitionStore.ingest_many; sidecar/store/intake_layout.py) ---------------
+    def intake_state(self, st: list[int]) -> memoryview | None:
+        """Hand the C intake the log: the head and the segment size into ``st``, and the buffer of
+        the head's segment (None before the first append maps it), which it appends to in place
+        while a record fits the rest of it."""
+        sb = self.segment_bytes
+        st[Common.HEAD] = self.head
+        st[Common.SEG_BYTES] = sb
+        seg = self.segments.get(self.head // sb)
+        return None if seg is None else seg.buf
+
+    def intake_restore(self, st: list[int], count: int) -> None:
+        """Take back the head the C intake moved by appending ``count`` records to the head's
+        segment."""
+        self.live[self.head // self.segment_bytes] += count
+        self.head = st[Common.HEAD]
+        self.appended += count
 
     # -- durability -----------------------------------------------------------------------------
     def flush(self) -> None:

@@ -44,7 +44,6 @@ import contextlib
 import os
 import re
 import struct
-from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +57,7 @@ from sidecar.scheduling import Scheduler
 from sidecar.store import checkpoint, codec
 from sidecar.store.codec import Record, decode_headers, encode_headers, native
 from sidecar.store.idindex import PRECANCEL, IdIndex, id_hash
+from sidecar.store.intake_layout import Common
 from sidecar.store.log import CommitLog
 from sidecar.store.mapped import HEADER_SIZE, Disposal, StoreError, SyncBatch, deferred_disposal, deferred_sync
 
@@ -66,9 +66,6 @@ _fast = None if native is None else native.parse_request  # the common request, 
 _NO_HEADERS = encode_headers(())
 _run = None if native is None else native.ingest_run  # the intake fast path (ingest_many), in C
 FAST_INTAKE = _run is not None
-# ingest_run's state array: these common fields (the C side's IN_* indexes), then the scheduler's
-# values (its intake_begin) from _SCHED_AT
-_HEAD, _NEXT, _ILIVE, _SCHED_AT = 1, 4, 8, 16
 log = logs.get("sidecar.store")
 _LEN = struct.Struct("<I")  # a record's length (codec layout)
 _ID_LEN = struct.Struct("<H")  # its id length, at _ID_LEN_AT
@@ -178,8 +175,6 @@ class PartitionStore:
         self.counters = counters
         self.durable = durable
         self.next_offset: int | None = None  # next ingress offset to consume
-        self._intake_begin: Callable[[], tuple[int, list[int], tuple[Any, ...]] | None] | None = None
-        self._intake_end: Callable[[array[int], int, int], None] | None = None
         self.dirty = False
         self.log: CommitLog
         self.sched: Scheduler
@@ -219,9 +214,6 @@ class PartitionStore:
                 )
         self.log = CommitLog(self.dir, self.segment_bytes)
         self.sched = self.make_scheduler(self.dir, self.log)
-        # the scheduler's side of ingest_many (both built-in schedulers have it)
-        self._intake_begin = getattr(self.sched, "intake_begin", None)
-        self._intake_end = getattr(self.sched, "intake_end", None)
         self.sched.restore(ck.get("sched") if ck else None)
         self.ids = IdIndex(self.dir)
         self.ids.restore(ck.get("ids") if ck else None)
@@ -239,9 +231,8 @@ class PartitionStore:
             # Records after the checkpoint were consumed before the crash: resume after them.
             resume = max(resume or 0, rec.src_offset + 1)
         self.truncated_bytes = sum(t.dropped_bytes for t in self.log.truncations)
-        arm: Callable[[int, Callable[[int, int, str], None]], None] | None = getattr(self.sched, "arm", None)
-        if arm is not None and head is not None:
-            arm(head, self._dangling)
+        if head is not None:
+            self.sched.arm(head, self._dangling)
         self.next_offset = self._offset_at_trim = self.resume_offset = resume
         return resume
 
@@ -323,24 +314,24 @@ class PartitionStore:
         which handles everything) and calls again. Every Python-visible field ends as
         ``ingest_fields`` would leave it, so the fast path changes nothing but the cost
         (docs/storage.md 2.6). Returns ``start`` when the fast path is off (no extension)."""
-        begin = self._intake_begin
-        if _run is None or begin is None or topic != self.topic or type(msgs) is not list:
+        if _run is None or topic != self.topic or type(msgs) is not list:
             return start
-        sched = begin()
+        sched = self.sched.intake_begin()
         if sched is None:
             return start
-        kind, values, bufs = sched
-        lg, ids, rules = self.log, self.ids, self.rules
-        sb = lg.segment_bytes
-        seg = lg.segments.get(lg.head // sb)
-        st = array("q", [
-            kind, lg.head, sb, HEADER_SIZE, -1, rules.max_record_bytes, rules.max_delay_ms, ids.mask, ids.live,
-            ids.tombs, ids._scan_off, ids._scan_live, ids._scan_tombs, 0, 0, 0, *values,
-        ])
-        first = lg.head
+        # the intake state (sidecar/store/intake_layout.py), with the scheduler's part filled in
+        st, bufs = sched
+        rules = self.rules
+        st[Common.HEADER_SIZE] = HEADER_SIZE
+        st[Common.NEXT_OFFSET] = -1
+        st[Common.MAX_RECORD_BYTES] = rules.max_record_bytes
+        st[Common.MAX_DELAY_MS] = rules.max_delay_ms
+        seg = self.log.intake_state(st)
+        idx = self.ids.intake_state(st)
+        first = self.log.head
         end: int = _run(
-            msgs, start, now_ms, self.partition, self.id_prefix, rules.checked_targets, _NO_HEADERS,
-            None if seg is None else seg.buf, ids.f.buf, st, bufs,
+            msgs, start, now_ms, self.partition, self.id_prefix, rules.checked_targets, _NO_HEADERS, seg, idx, st,
+            bufs,
         )
         count = end - start
         if count:
@@ -348,14 +339,10 @@ class PartitionStore:
             counters.ingested += count
             counters.scheduled += count
             self.dirty = True
-            self.next_offset = st[_NEXT]
-            lg.live[lg.head // sb] += count
-            lg.head = st[_HEAD]
-            lg.appended += count
-            ids.live, ids.tombs, ids._scan_off, ids._scan_live, ids._scan_tombs = st[_ILIVE : _ILIVE + 5]
-            ids.dirty = True
-            assert self._intake_end is not None
-            self._intake_end(st, _SCHED_AT, count)
+            self.next_offset = st[Common.NEXT_OFFSET]
+            self.log.intake_restore(st, count)
+            self.ids.intake_restore(st)
+            self.sched.intake_end(st, count)
             if self.mirror is not None:
                 self._mirror_run(first, count)
         return end
@@ -634,9 +621,7 @@ class PartitionStore:
         thread (or at once): freeing a 64 MiB segment's blocks took ~55 ms (mapped.Disposal)."""
         with deferred_disposal() as gone:
             self.log.reclaim(job.dead_segments, unlink=False)  # the job deleted the files
-            reclaim = getattr(self.sched, "reclaim", None)
-            if reclaim is not None:
-                reclaim()
+            self.sched.reclaim()
         return gone
 
     def trim(self) -> None:

@@ -28,13 +28,13 @@ Nothing here reads a clock: time comes in as ``now_ms``.
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from sidecar.store.buckets import BUCKET_BIT
 from sidecar.store.codec import Record
+from sidecar.store.intake_layout import Wheel, wheel_state
 from sidecar.store.log import CommitLog
 from sidecar.store.mapped import StoreError, fsync_dir
 from sidecar.wheel.layout import CANCELLED, DONE, ENTRY_SIZE, LATE, PENDING
@@ -135,40 +135,57 @@ class WheelScheduler(Ring):
             return self.loading.add(due_ms, log_pos)  # its bucket is not fully linked yet
         return self._append_slot(due_ms, log_pos, level)
 
-    def intake_begin(self) -> tuple[int, list[int], tuple[Any, ...]] | None:
+    def intake_begin(self) -> tuple[list[int], tuple[Any, ...]] | None:
         """The state ``_native.ingest_run`` needs for ``add``'s plain cases (``_append_slot``, and an
-        already due record's ``_link`` to the late chain), as
-        ``(kind, values, buffers)`` (partition.py names the layout); None when the next ``add``
-        cannot be that case (no cursor yet)."""
+        already due record's ``_link`` to the late chain): the intake state with the wheel's part
+        (sidecar/store/intake_layout.py) and the buffers it writes (the head's timer-log file, None
+        if not mapped yet; the slot file; the occupancy flags; the buckets not fully linked yet);
+        None when the next ``add`` cannot be that case (no cursor yet)."""
         if not self.inited:
             return None
+
         idx, tl, sf = self.head, self.tl, self.slots
         f0 = idx - idx % self.pf
         mf = tl.files.get(f0)
-        values = [
-            self.P, self.N, self.late_below, self.s_k, self.s_o, self._guard(), idx, self.pf,
-            -1 if mf is None else f0, tl.app_lo, tl.app_hi, sf.dirty_lo, sf.dirty_hi, -1, -1, self.width,
-            self.l_head, self.l_tail, 0,
-        ]
+        st = wheel_state()
+        st[Wheel.P] = self.P
+        st[Wheel.N] = self.N
+        st[Wheel.LATE_BELOW] = self.late_below
+        st[Wheel.S_K] = self.s_k
+        st[Wheel.S_O] = self.s_o
+        st[Wheel.GUARD] = self._guard()
+        st[Wheel.HEAD] = idx
+        st[Wheel.PER_FILE] = self.pf
+        st[Wheel.F0] = -1 if mf is None else f0
+        st[Wheel.APP_LO] = tl.app_lo
+        st[Wheel.APP_HI] = tl.app_hi
+        st[Wheel.SLOT_DIRTY_LO] = sf.dirty_lo
+        st[Wheel.SLOT_DIRTY_HI] = sf.dirty_hi
+        st[Wheel.MARK_LO] = -1
+        st[Wheel.MARK_HI] = -1
+        st[Wheel.WIDTH] = self.width
+        st[Wheel.LATE_HEAD] = self.l_head
+        st[Wheel.LATE_TAIL] = self.l_tail
         bufs = (None if mf is None else mf.buf, sf.buf, self.occ_send, self.occ_done, self.buckets.by_range)
-        return 0, values, bufs
+        return st, bufs
 
-    def intake_end(self, st: array[int], base: int, count: int) -> None:
+    def intake_end(self, st: list[int], count: int) -> None:
         """Take back what ``ingest_run`` changed: ``count`` entries appended to the timer-log file
         of the head at ``intake_begin`` (the kernel stops at a file boundary)."""
+
         f0 = self.head - self.head % self.pf
-        self.head = st[base + 6]
+        self.head = st[Wheel.HEAD]
         self.file_live[f0] += count
         self.n_wheel += count
         tl, sf = self.tl, self.slots
-        tl.app_lo, tl.app_hi = st[base + 9], st[base + 10]
-        self.l_head, self.l_tail = st[base + 16], st[base + 17]  # late entries appended to the late chain
-        if st[base + 18]:  # slot chains started: occ_send flags set
+        tl.app_lo, tl.app_hi = st[Wheel.APP_LO], st[Wheel.APP_HI]
+        self.l_head, self.l_tail = st[Wheel.LATE_HEAD], st[Wheel.LATE_TAIL]  # late entries appended to the late chain
+        if st[Wheel.NEW_CHAINS]:  # slot chains started: occ_send flags set
             self._occ_memo = None
-        sf.dirty_lo, sf.dirty_hi = st[base + 11], st[base + 12]
-        if st[base + 13] >= 0:  # old tails patched in place: the range of them, for flush
-            tl.mark(f0, st[base + 13])
-            tl.mark(f0, st[base + 14] - ENTRY_SIZE)
+        sf.dirty_lo, sf.dirty_hi = st[Wheel.SLOT_DIRTY_LO], st[Wheel.SLOT_DIRTY_HI]
+        if st[Wheel.MARK_LO] >= 0:  # old tails patched in place: the range of them, for flush
+            tl.mark(f0, st[Wheel.MARK_LO])
+            tl.mark(f0, st[Wheel.MARK_HI] - ENTRY_SIZE)
 
     # -- dequeue --------------------------------------------------------------------------------
     def due(self, now_ms: int, limit: int) -> list[tuple[int, Record]]:

@@ -164,6 +164,7 @@ def state(st: PartitionStore) -> dict[str, Any]:
     if isinstance(sched, WheelScheduler):
         out |= {"tl": fields(sched.tl), "slots": fields(sched.slots), "buckets": fields(sched.buckets),
                 "loading": fields(sched.loading), "recovery": fields(sched.recovery), "damage": fields(sched.damage)}
+        out["buckets"]["_fds"] = list(sched.buckets._fds)  # which bucket files are open, not the OS's fd numbers
     else:
         assert isinstance(sched, LevelsScheduler)
         for n, lv in enumerate(sched.levels):

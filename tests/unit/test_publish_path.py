@@ -296,6 +296,7 @@ def test_delivery_rejects_bad_calls(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     with pytest.raises(TypeError):
         native.publish_due(object(), producer.produce, [], 0, st, T0)
     cb(None, OutMsg(T0))
-    assert sc.pub.state.in_flight == 1  # the report's count is the Publisher's until the loop's sync after the poll
+    assert sc.pub.state.in_flight == 0  # a C integer of the state: the report took it down at once
+    assert sc.pub.state.topic_in_flight == {"out": 1}  # the Publisher's until the loop's sync after the poll
     sc.pub.poll(0)
     assert sc.pub.state.in_flight == 0 and sc.pub.state.topic_in_flight == {}

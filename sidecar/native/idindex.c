@@ -1,0 +1,283 @@
+/* sidecar._native, id index core (sidecar/store/idindex.py, the reference): 16-byte slots
+ * (u64 hash, u64 ref) after a header, linear probing; the hash is kds_id_hash (BLAKE2b-64). The
+ * Python side keeps the counts and decides growth; the functions here probe and write slots, for
+ * the IdIndex methods and for the intake fast path (kds_idx_intake_slot, kds_idx_write). */
+#include "native.h"
+
+#define EMPTY 0
+#define TOMB 1
+
+static PyObject *native_id_hash(PyObject *self, PyObject *rid) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(rid, &view, PyBUF_SIMPLE) < 0) return NULL;
+    uint64_t h = kds_id_hash((const uint8_t *)view.buf, view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLongLong(h);
+}
+
+typedef struct {
+    Py_buffer view;
+    uint8_t *base; /* first slot */
+    uint64_t mask, h;
+} Table;
+
+/* (buf, header_size, mask, h, ...): the table and the hash */
+static int table_get(PyObject *const *args, Table *t, int writable) {
+    Py_ssize_t hs = PyLong_AsSsize_t(args[1]);
+    t->mask = PyLong_AsUnsignedLongLong(args[2]);
+    t->h = PyLong_AsUnsignedLongLong(args[3]);
+    if (PyErr_Occurred()) return -1;
+    if (PyObject_GetBuffer(args[0], &t->view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0) return -1;
+    if (hs < 0 || (t->mask & (t->mask + 1)) || (uint64_t)(t->view.len - hs) < (t->mask + 1) * 16) {
+        PyBuffer_Release(&t->view);
+        PyErr_SetString(PyExc_ValueError, "id index: buffer does not hold the table");
+        return -1;
+    }
+    t->base = (uint8_t *)t->view.buf + hs;
+    return 0;
+}
+
+static inline uint64_t slot_hash(Table *t, uint64_t i) {
+    uint64_t v;
+    memcpy(&v, t->base + i * 16, 8);
+    return v;
+}
+static inline uint64_t slot_ref(Table *t, uint64_t i) {
+    uint64_t v;
+    memcpy(&v, t->base + i * 16 + 8, 8);
+    return v;
+}
+
+/* idx_find(buf, header_size, mask, h) -> list[int]: every ref stored under h */
+static PyObject *native_idx_find(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "idx_find(buf, header_size, mask, h)");
+        return NULL;
+    }
+    Table t;
+    if (table_get(args, &t, 0) < 0) return NULL;
+    PyObject *out = PyList_New(0);
+    for (uint64_t i = t.h & t.mask, n = 0; out && n <= t.mask; i = (i + 1) & t.mask, n++) {
+        uint64_t sh = slot_hash(&t, i);
+        if (sh == EMPTY) break;
+        if (sh == t.h) {
+            PyObject *ref = PyLong_FromUnsignedLongLong(slot_ref(&t, i));
+            if (!ref || PyList_Append(out, ref) < 0) Py_CLEAR(out);
+            Py_XDECREF(ref);
+        }
+    }
+    PyBuffer_Release(&t.view);
+    return out;
+}
+
+/* idx_put(buf, header_size, mask, h, ref) -> int: 0 if (h, ref) is already there (nothing
+ * written); else the byte offset of the slot written, negated if it was a tombstone. The caller
+ * keeps the counts (and has made room: the table is never full). */
+static PyObject *native_idx_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "idx_put(buf, header_size, mask, h, ref)");
+        return NULL;
+    }
+    uint64_t ref = PyLong_AsUnsignedLongLong(args[4]);
+    if (PyErr_Occurred()) return NULL;
+    Table t;
+    if (table_get(args, &t, 1) < 0) return NULL;
+    int64_t free_slot = -1;
+    uint64_t i = t.h & t.mask, n = 0;
+    for (; n <= t.mask; i = (i + 1) & t.mask, n++) {
+        uint64_t sh = slot_hash(&t, i);
+        if (sh == EMPTY) break;
+        if (sh == t.h && slot_ref(&t, i) == ref) {
+            PyBuffer_Release(&t.view);
+            return PyLong_FromLong(0);
+        }
+        if (sh == TOMB && free_slot < 0) free_slot = (int64_t)i;
+    }
+    if (n > t.mask && free_slot < 0) {
+        PyBuffer_Release(&t.view);
+        PyErr_SetString(PyExc_RuntimeError, "id index is full");
+        return NULL;
+    }
+    uint64_t at = free_slot >= 0 ? (uint64_t)free_slot : i;
+    memcpy(t.base + at * 16, &t.h, 8);
+    memcpy(t.base + at * 16 + 8, &ref, 8);
+    long long off = (long long)(t.base - (uint8_t *)t.view.buf) + (long long)at * 16;
+    PyBuffer_Release(&t.view);
+    return PyLong_FromLongLong(free_slot >= 0 ? -off : off);
+}
+
+/* Remove (h, ref) from the table: 1 if found (its byte offset and the tombstone deltas set). */
+static int table_remove(Table *t, uint64_t h, uint64_t ref, long long scan_off, long long *off_out,
+                        long long *tombs_out, long long *scan_tombs_out) {
+    long long hs = (long long)(t->base - (uint8_t *)t->view.buf);
+    for (uint64_t i = h & t->mask, n = 0; n <= t->mask; i = (i + 1) & t->mask, n++) {
+        uint64_t sh = slot_hash(t, i);
+        if (sh == EMPTY) break;
+        if (sh != h || slot_ref(t, i) != ref) continue;
+        long long off = hs + (long long)i * 16, tombs = 0, scan_tombs = 0;
+        uint64_t v;
+        if (slot_hash(t, (i + 1) & t->mask) != EMPTY) {
+            v = TOMB;
+            memcpy(t->base + i * 16, &v, 8);
+            tombs = 1;
+            scan_tombs = off < scan_off;
+        } else {
+            v = EMPTY;
+            memcpy(t->base + i * 16, &v, 8);
+            for (uint64_t j = (i - 1) & t->mask; slot_hash(t, j) == TOMB; j = (j - 1) & t->mask) {
+                memcpy(t->base + j * 16, &v, 8);
+                tombs -= 1;
+                if (hs + (long long)j * 16 < scan_off) scan_tombs -= 1;
+            }
+        }
+        *off_out = off;
+        *tombs_out = tombs;
+        *scan_tombs_out = scan_tombs;
+        return 1;
+    }
+    return 0;
+}
+
+/* idx_remove(buf, header_size, mask, h, ref, scan_off) -> None | (off, tombs, scan_tombs):
+ * remove (h, ref). The slot becomes a tombstone, or empty when the probe chain ends right after
+ * it, and then the tombstones just before it are emptied too (idindex.py explains why). Returns
+ * the removed slot's byte offset and the change in the tombstone count, overall and among the
+ * slots below scan_off (the background recount's counted part). */
+static PyObject *native_idx_remove(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "idx_remove(buf, header_size, mask, h, ref, scan_off)");
+        return NULL;
+    }
+    uint64_t ref = PyLong_AsUnsignedLongLong(args[4]);
+    long long scan_off = PyLong_AsLongLong(args[5]);
+    if (PyErr_Occurred()) return NULL;
+    Table t;
+    if (table_get(args, &t, 1) < 0) return NULL;
+    long long off, tombs, scan_tombs;
+    int found = table_remove(&t, t.h, ref, scan_off, &off, &tombs, &scan_tombs);
+    PyBuffer_Release(&t.view);
+    if (!found) Py_RETURN_NONE;
+    return Py_BuildValue("(LLL)", off, tombs, scan_tombs);
+}
+
+/* idx_remove_delivered(buf, header_size, mask, pairs, scan_off) -> (removed, tombs, scan_live,
+ * scan_tombs): remove (id_hash(rec.id), ref) for every (ref, rec) of a settled batch, in order;
+ * return how many were found and the count deltas (scan_live: removed slots below scan_off). */
+static PyObject *native_idx_remove_delivered(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyList_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "idx_remove_delivered(buf, header_size, mask, pairs: list, scan_off)");
+        return NULL;
+    }
+    long long scan_off = PyLong_AsLongLong(args[4]);
+    if (PyErr_Occurred()) return NULL;
+    PyObject *targs[4] = {args[0], args[1], args[2], args[1]}; /* h is per pair: any int here */
+    Table t;
+    if (table_get(targs, &t, 1) < 0) return NULL;
+    long long removed = 0, tombs = 0, scan_live = 0, scan_tombs = 0;
+    PyObject *pairs = args[3];
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(pairs); k++) {
+        PyObject *pair = PyList_GET_ITEM(pairs, k);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+            !PyObject_TypeCheck(PyTuple_GET_ITEM(pair, 1), &kds_RecordType)) {
+            PyErr_SetString(PyExc_TypeError, "pairs must be (ref, Record) tuples");
+            goto fail;
+        }
+        uint64_t ref = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(pair, 0));
+        if (PyErr_Occurred()) goto fail;
+        PyObject *rid = ((RecordObject *)PyTuple_GET_ITEM(pair, 1))->id;
+        uint64_t h = kds_id_hash((const uint8_t *)PyBytes_AS_STRING(rid), PyBytes_GET_SIZE(rid));
+        long long off, dt, dst;
+        if (table_remove(&t, h, ref, scan_off, &off, &dt, &dst)) {
+            removed++;
+            tombs += dt;
+            scan_tombs += dst;
+            scan_live -= off < scan_off;
+        }
+    }
+    PyBuffer_Release(&t.view);
+    return Py_BuildValue("(LLLL)", removed, tombs, scan_live, scan_tombs);
+fail:
+    PyBuffer_Release(&t.view);
+    return NULL;
+}
+
+/* idx_rehash(old_buf, new_buf, header_size, old_cap, new_mask) -> int: insert every live slot of
+ * the old table into the (empty) new one; return how many. The id index's growth, at C speed. */
+static PyObject *native_idx_rehash(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "idx_rehash(old_buf, new_buf, header_size, old_cap, new_mask)");
+        return NULL;
+    }
+    Py_ssize_t hs = PyLong_AsSsize_t(args[2]);
+    uint64_t cap = PyLong_AsUnsignedLongLong(args[3]), mask = PyLong_AsUnsignedLongLong(args[4]);
+    if (PyErr_Occurred()) return NULL;
+    Py_buffer ov, nv;
+    if (PyObject_GetBuffer(args[0], &ov, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(args[1], &nv, PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&ov);
+        return NULL;
+    }
+    PyObject *out = NULL;
+    if (hs < 0 || (mask & (mask + 1)) || (uint64_t)(ov.len - hs) < cap * 16 ||
+        (uint64_t)(nv.len - hs) < (mask + 1) * 16) {
+        PyErr_SetString(PyExc_ValueError, "id index: buffer does not hold the table");
+        goto done;
+    }
+    const uint8_t *src = (const uint8_t *)ov.buf + hs;
+    uint8_t *dst = (uint8_t *)nv.buf + hs;
+    uint64_t live = 0;
+    for (uint64_t k = 0; k < cap; k++) {
+        uint64_t h, r, e;
+        memcpy(&h, src + k * 16, 8);
+        if (h <= TOMB) continue;
+        memcpy(&r, src + k * 16 + 8, 8);
+        if (++live > mask + 1) {
+            PyErr_SetString(PyExc_RuntimeError, "id index: the new table is too small");
+            goto done;
+        }
+        uint64_t i = h & mask;
+        for (;;) {
+            memcpy(&e, dst + i * 16, 8);
+            if (e == EMPTY) break;
+            i = (i + 1) & mask;
+        }
+        memcpy(dst + i * 16, &h, 8);
+        memcpy(dst + i * 16 + 8, &r, 8);
+    }
+    out = PyLong_FromUnsignedLongLong(live);
+done:
+    PyBuffer_Release(&ov);
+    PyBuffer_Release(&nv);
+    return out;
+}
+
+long long kds_idx_intake_slot(const uint8_t *base, uint64_t mask, long long live, long long tombs, uint64_t h,
+                              int *tomb) {
+    if ((live + tombs + 1) * 2 > (long long)(mask + 1)) return -1; /* IdIndex.put would grow the table */
+    int64_t free_slot = -1;
+    uint64_t at = h & mask, probes = 0;
+    for (;; at = (at + 1) & mask, probes++) {
+        uint64_t sh;
+        if (probes > mask) return -1;
+        memcpy(&sh, base + at * 16, 8);
+        if (sh == EMPTY) break;
+        if (sh == h) return -1; /* an entry under h: the duplicate and pre-cancel checks */
+        if (sh == TOMB && free_slot < 0) free_slot = (int64_t)at;
+    }
+    *tomb = free_slot >= 0;
+    return free_slot >= 0 ? free_slot : (long long)at;
+}
+
+void kds_idx_write(uint8_t *base, uint64_t at, uint64_t h, uint64_t ref) {
+    memcpy(base + at * 16, &h, 8);
+    memcpy(base + at * 16 + 8, &ref, 8);
+}
+
+PyMethodDef kds_idindex_methods[] = {
+    {"id_hash", native_id_hash, METH_O, NULL},
+    {"idx_find", (PyCFunction)(void (*)(void))native_idx_find, METH_FASTCALL, NULL},
+    {"idx_put", (PyCFunction)(void (*)(void))native_idx_put, METH_FASTCALL, NULL},
+    {"idx_remove", (PyCFunction)(void (*)(void))native_idx_remove, METH_FASTCALL, NULL},
+    {"idx_remove_delivered", (PyCFunction)(void (*)(void))native_idx_remove_delivered, METH_FASTCALL, NULL},
+    {"idx_rehash", (PyCFunction)(void (*)(void))native_idx_rehash, METH_FASTCALL, NULL},
+    {NULL, NULL, 0, NULL}};

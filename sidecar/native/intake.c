@@ -1,0 +1,455 @@
+/* sidecar._native, intake core. Intake fast path (sidecar/store/partition.py,
+ * PartitionStore.ingest_many): the common consumed record stored and scheduled in one C loop over
+ * the consumer's Message list. The Python path (Sidecar._ingest -> PartitionStore.ingest_fields) is
+ * the reference: this loop handles a record only when that path would run its plain branch (no
+ * error, this store's partition, a request the fast parser accepts, no id-index entry under its
+ * id's hash, a plan, room in the current commit-log segment, the scheduler's plain append, no index
+ * growth), with every check made before the first write; at the first other record it stops and
+ * returns its index, and Python runs that one through the reference path. The state the Python
+ * objects keep (log head, counts, cursors, dirty ranges) travels in a list of ints, `st`, copied
+ * into a C array for the loop and the values it changed written back; its layout (the IN_*
+ * indexes) is declared in sidecar/store/intake_layout.py and generated from there into
+ * intake_layout.h. */
+#include "native.h"
+#include "intake_layout.h"
+
+#define IN_MIN_DUE (-(1LL << 62))    /* the wheel's MIN_DUE_MS (wheel/scheduler.py) */
+#define IN_MAX_DUE ((1LL << 62) - 1) /* the wheel's MAX_DUE_MS */
+
+static PyObject *S_error, *S_partition, *S_timestamp, *S_offset, *S_key, *S_value, *S_headers;
+
+static int in_names(void) {
+    if (S_error) return 0;
+    S_error = PyUnicode_InternFromString("error");
+    S_partition = PyUnicode_InternFromString("partition");
+    S_timestamp = PyUnicode_InternFromString("timestamp");
+    S_offset = PyUnicode_InternFromString("offset");
+    S_key = PyUnicode_InternFromString("key");
+    S_value = PyUnicode_InternFromString("value");
+    S_headers = PyUnicode_InternFromString("headers");
+    return (S_error && S_partition && S_timestamp && S_offset && S_key && S_value && S_headers) ? 0 : -1;
+}
+
+/* A Python int as a C long long; 0 (and no error left set) if it is not one or does not fit. */
+static int in_ll(PyObject *o, long long *out) {
+    if (!o || !PyLong_Check(o)) return 0;
+    int overflow = 0;
+    *out = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (*out == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+/* The message accessors ingest_run calls (M_* in native.h). For the last message type seen, their
+ * method descriptors (a C type's methods) are looked up once and called directly: a call by name
+ * looks the method up in the type's dictionary each time, seven times per record. A type whose
+ * accessors are anything else (a Python class in a test) is called by name. */
+static PyTypeObject *in_type = NULL; /* strong reference */
+static PyObject *in_descr[M_COUNT];  /* NULL: call by name */
+
+static PyObject *in_name(int k) {
+    PyObject *names[M_COUNT] = {S_error, S_partition, S_timestamp, S_offset, S_key, S_value, S_headers};
+    return names[k];
+}
+
+static void in_learn(PyTypeObject *tp) {
+    for (int k = 0; k < M_COUNT; k++) Py_CLEAR(in_descr[k]);
+    Py_INCREF(tp);
+    Py_XSETREF(in_type, tp);
+    PyObject *found[M_COUNT];
+    int all = 1;
+    for (int k = 0; k < M_COUNT; k++) {
+        found[k] = PyObject_GetAttr((PyObject *)tp, in_name(k));
+        if (!found[k]) PyErr_Clear();
+        all = all && found[k] && Py_IS_TYPE(found[k], &PyMethodDescr_Type);
+    }
+    for (int k = 0; k < M_COUNT; k++) {
+        if (all)
+            in_descr[k] = found[k];
+        else
+            Py_XDECREF(found[k]);
+    }
+}
+
+/* m.<accessor k>(), raising what it raises (the publish path's delivery report calls it too) */
+PyObject *kds_msg_call(PyObject *m, int k) {
+    if (in_names() < 0) return NULL;
+    if (Py_TYPE(m) != in_type) in_learn(Py_TYPE(m));
+    return in_descr[k] ? PyObject_Vectorcall(in_descr[k], &m, 1, NULL) : PyObject_CallMethodNoArgs(m, in_name(k));
+}
+
+static PyObject *in_call(PyObject *m, int k) {
+    PyObject *r = kds_msg_call(m, k);
+    if (!r) PyErr_Clear(); /* the reference path calls it again and raises */
+    return r;
+}
+
+#define IN_MAX_BUFS 64                                       /* scheduler buffers: one per level at most */
+#define IN_MAX_STATE (IN_L_BASE + IN_L_STRIDE * IN_MAX_BUFS) /* the longest state (the levels') */
+
+/* The state list's ints into st (and a copy into orig); its length, or -1 with an error set. */
+static Py_ssize_t state_in(PyObject *lst, int64_t *st, int64_t *orig) {
+    if (!PyList_Check(lst) || PyList_GET_SIZE(lst) < IN_L_BASE || PyList_GET_SIZE(lst) > IN_MAX_STATE) {
+        PyErr_SetString(PyExc_ValueError, "ingest_run: st must be a list of ints (sidecar/store/intake_layout.py)");
+        return -1;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(lst);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        st[k] = PyLong_AsLongLong(PyList_GET_ITEM(lst, k));
+        if (st[k] == -1 && PyErr_Occurred()) return -1;
+    }
+    memcpy(orig, st, (size_t)n * sizeof *st);
+    return n;
+}
+
+/* The values the loop changed back into the state list. */
+static int state_out(PyObject *lst, const int64_t *st, const int64_t *orig, Py_ssize_t n) {
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (st[k] == orig[k]) continue;
+        PyObject *v = PyLong_FromLongLong(st[k]);
+        if (!v || PyList_SetItem(lst, k, v) < 0) return -1; /* (steals v, drops the old value) */
+    }
+    return 0;
+}
+
+/* ingest_run(msgs, start, now, partition, id_prefix, checked_targets, no_headers, seg_buf, idx_buf,
+ *            st, sched_bufs) -> int: see above. sched_bufs: wheel (tl_buf | None, slot_buf,
+ * occ_send, occ_done, by_range: the buckets not fully linked yet); levels: a tuple of each level's
+ * current queue file buffer (or None). */
+static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "ingest_run(msgs, start, now, partition, id_prefix, checked_targets, "
+                                         "no_headers, seg_buf, idx_buf, st, sched_bufs)");
+        return NULL;
+    }
+    if (in_names() < 0) return NULL;
+    TopicMemo memo = {NULL, NULL};
+    PyObject *msgs = args[0], *prefix = args[4], *checked = args[5], *no_headers = args[6], *sbufs = args[10];
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    long long now = PyLong_AsLongLong(args[2]), partition = PyLong_AsLongLong(args[3]);
+    if (PyErr_Occurred()) return NULL;
+    if (!PyList_Check(msgs) || !PyBytes_Check(prefix) || !PyBytes_Check(no_headers) || !PyTuple_Check(sbufs) ||
+        PyBytes_GET_SIZE(prefix) > 200) {
+        PyErr_SetString(PyExc_TypeError, "ingest_run: bad argument types");
+        return NULL;
+    }
+    int64_t st[IN_MAX_STATE], st_in[IN_MAX_STATE];
+    Py_ssize_t nst = state_in(args[9], st, st_in);
+    if (nst < 0) return NULL;
+    Py_buffer segv, idxv;
+    int kind = (int)st[IN_KIND];
+    Py_ssize_t i = start, n = PyList_GET_SIZE(msgs);
+    int have_seg = 0, have_idx = 0, nbuf = 0;
+    Py_buffer bufs[IN_MAX_BUFS];
+    uint8_t *bp[IN_MAX_BUFS];
+    Py_ssize_t blen[IN_MAX_BUFS];
+    PyObject *result = NULL;
+    if (args[7] != Py_None) {
+        if (PyObject_GetBuffer(args[7], &segv, PyBUF_WRITABLE) < 0) goto fail;
+        have_seg = 1;
+    }
+    if (PyObject_GetBuffer(args[8], &idxv, PyBUF_WRITABLE) < 0) goto fail;
+    have_idx = 1;
+    Py_ssize_t nsb = PyTuple_GET_SIZE(sbufs);
+    if (nsb > IN_MAX_BUFS || (kind != IN_KIND_WHEEL && kind != IN_KIND_LEVELS) ||
+        (kind == IN_KIND_WHEEL && (nsb != 5 || nst < IN_W_SIZE || !PyDict_Check(PyTuple_GET_ITEM(sbufs, 4)))) ||
+        (kind == IN_KIND_LEVELS && (nsb != st[IN_L_COUNT] || nst < IN_L_BASE + IN_L_STRIDE * nsb))) {
+        PyErr_SetString(PyExc_ValueError, "ingest_run: scheduler buffers do not match the state");
+        goto fail;
+    }
+    for (; nbuf < nsb; nbuf++) {
+        PyObject *b = PyTuple_GET_ITEM(sbufs, nbuf);
+        if (b == Py_None || (kind == IN_KIND_WHEEL && nbuf == 4)) {
+            bp[nbuf] = NULL;
+            blen[nbuf] = 0;
+            bufs[nbuf].obj = NULL;
+            continue;
+        }
+        if (PyObject_GetBuffer(b, &bufs[nbuf], PyBUF_WRITABLE) < 0) goto fail;
+        bp[nbuf] = (uint8_t *)bufs[nbuf].buf;
+        blen[nbuf] = bufs[nbuf].len;
+    }
+    const long long hs = st[IN_HEADER_SIZE], sb = st[IN_SEG_BYTES];
+    const long long maxb = st[IN_MAX_RECORD_BYTES], maxd = st[IN_MAX_DELAY_MS];
+    const uint64_t mask = (uint64_t)st[IN_IDX_MASK];
+    if (hs < 0 || sb <= hs || (have_seg && segv.len < sb) || (mask & (mask + 1)) ||
+        (uint64_t)(idxv.len - hs) < (mask + 1) * 16) {
+        PyErr_SetString(PyExc_ValueError, "ingest_run: log or index buffer does not match the state");
+        goto fail;
+    }
+    uint8_t *ibase = (uint8_t *)idxv.buf + hs;
+    for (; i < n && have_seg; i++) {
+        PyObject *m = PyList_GET_ITEM(msgs, i);
+        PyObject *err = NULL, *po = NULL, *tso = NULL, *offo = NULL, *key = NULL, *value = NULL, *headers = NULL;
+        PyObject *blob = NULL;
+        Request req;
+        int ok = 0, parsed = 0;
+        long long part, ts_type, ts, offset;
+        /* -- every check, before the first write ---------------------------------------------- */
+        if (!(err = in_call(m, M_ERROR)) || err != Py_None) goto next;
+        if (!(po = in_call(m, M_PARTITION)) || !in_ll(po, &part) || part != partition) goto next;
+        if (!(tso = in_call(m, M_TIMESTAMP)) || !PyTuple_Check(tso) || PyTuple_GET_SIZE(tso) != 2 ||
+            !in_ll(PyTuple_GET_ITEM(tso, 0), &ts_type))
+            goto next;
+        if (ts_type) {
+            if (!in_ll(PyTuple_GET_ITEM(tso, 1), &ts)) goto next;
+        } else {
+            ts = now;
+        }
+        if (!(offo = in_call(m, M_OFFSET)) || !in_ll(offo, &offset) || offset < 0) goto next;
+        if (!(key = in_call(m, M_KEY)) || (key != Py_None && !PyBytes_CheckExact(key))) goto next;
+        if (!(value = in_call(m, M_VALUE)) || (value != Py_None && !PyBytes_CheckExact(value))) goto next;
+        if (!(headers = in_call(m, M_HEADERS))) goto next;
+        long long size = (key == Py_None ? 0 : PyBytes_GET_SIZE(key)) + (value == Py_None ? 0 : PyBytes_GET_SIZE(value));
+        int prc = kds_parse_core(headers, ts, now, size, maxb, maxd, checked, &memo, &req);
+        if (prc < 0) PyErr_Clear();
+        if (prc <= 0) goto next;
+        parsed = 1;
+        PyObject *mode = req.mode, *user = req.user;
+        long long tpart = req.partition, due = req.due;
+        Py_ssize_t tlen;
+        const char *tname = PyUnicode_AsUTF8AndSize(req.topic, &tlen);
+        if (!tname || tlen > 0xffff) {
+            PyErr_Clear();
+            goto next;
+        }
+        char ridbuf[256 + 32];
+        const char *rid;
+        Py_ssize_t rlen;
+        if (req.rid && PyBytes_GET_SIZE(req.rid) > 0) {
+            rid = PyBytes_AS_STRING(req.rid);
+            rlen = PyBytes_GET_SIZE(req.rid);
+        } else { /* the default delay.id: <topic>:<partition>:<offset> */
+            rlen = PyBytes_GET_SIZE(prefix);
+            memcpy(ridbuf, PyBytes_AS_STRING(prefix), rlen);
+            rlen += kds_fmt_ll(ridbuf + rlen, offset);
+            rid = ridbuf;
+        }
+        uint64_t h = kds_id_hash((const uint8_t *)rid, rlen);
+        /* id index: no entry under h (else the duplicate / pre-cancel checks), no growth due */
+        int tomb = 0;
+        long long at = kds_idx_intake_slot(ibase, mask, st[IN_IDX_LIVE], st[IN_IDX_TOMBS], h, &tomb);
+        if (at < 0) goto next;
+        /* plan */
+        long long level = 0;
+        if (kind == IN_KIND_WHEEL) {
+            if (due < IN_MIN_DUE || due > IN_MAX_DUE) goto next;
+        } else if (mode != kds_MODE_NOW) {
+            long long delay = due - ts, nl = st[IN_L_COUNT] - 1;
+            if (delay > 0) {
+                long long lo = 0, hi = nl; /* bisect_left over levels_ms */
+                while (lo < hi) {
+                    long long mid = (lo + hi) / 2;
+                    if (st[IN_L_BASE + IN_L_STRIDE * (mid + 1) + IN_LV_DELAY_MS] < delay)
+                        lo = mid + 1;
+                    else
+                        hi = mid;
+                }
+                if (lo >= nl) goto next; /* beyond the last level: rejected by the reference path */
+                level = lo + 1;
+                due = ts + st[IN_L_BASE + IN_L_STRIDE * level + IN_LV_DELAY_MS];
+            }
+        }
+        /* the record: fits the rest of the current segment */
+        if (PyTuple_GET_SIZE(user)) {
+            if (!(blob = kds_encode_headers(NULL, user))) {
+                PyErr_Clear();
+                goto next;
+            }
+        } else {
+            blob = Py_NewRef(no_headers);
+        }
+        Field fs[5];
+        memset(fs, 0, sizeof fs);
+        fs[0].view.buf = (void *)rid, fs[0].view.len = rlen;
+        fs[1].view.buf = (void *)tname, fs[1].view.len = tlen;
+        if (key == Py_None) fs[2].null = 1;
+        else fs[2].view.buf = PyBytes_AS_STRING(key), fs[2].view.len = PyBytes_GET_SIZE(key);
+        if (value == Py_None) fs[3].null = 1;
+        else fs[3].view.buf = PyBytes_AS_STRING(value), fs[3].view.len = PyBytes_GET_SIZE(value);
+        fs[4].view.buf = PyBytes_AS_STRING(blob), fs[4].view.len = PyBytes_GET_SIZE(blob);
+        if (fs[2].view.len > 0xffffffffLL || fs[3].view.len > 0xffffffffLL || fs[4].view.len > 0xffffffffLL) goto next;
+        uint64_t body = (uint64_t)HEAD_SIZE - 8;
+        for (int k = 0; k < 5; k++) body += (uint64_t)fs[k].view.len;
+        uint64_t length = (8 + body + ALIGN - 1) & ~(uint64_t)(ALIGN - 1);
+        long long head = st[IN_HEAD], soff_log = head % sb;
+        if (head < 0 || soff_log < hs || length >= (1ULL << 31) || soff_log + (long long)length > sb) goto next;
+        if (tpart < INT32_MIN || tpart > INT32_MAX) goto next;
+        /* the scheduler's plain append */
+        long long ref = 0;
+        if (kind == IN_KIND_WHEEL) {
+            long long P = st[IN_W_P], N = st[IN_W_N], kd = floordiv64(due, P), sk = st[IN_W_S_K], so = st[IN_W_S_O];
+            if (kd < st[IN_W_LATE_BELOW] || kd < sk || (kd == sk && so >= 0 && so > due - kd * P)) {
+                /* already due (its slot is behind the reader): a LATE entry at the tail of the late
+                   chain, as add -> _link(_LATE) does; the reference patches a tail in an older file */
+                long long idx = st[IN_W_HEAD], pf = st[IN_W_PER_FILE], f0 = idx - idx % pf, lt = st[IN_W_LATE_TAIL];
+                long long ths = hs + pf; /* the file's entries follow its state bytes */
+                if (f0 != st[IN_W_F0] || !bp[0] || ths + (idx - f0 + 1) * WL_SIZE > blen[0]) goto next;
+                if (lt != -1 && (lt < f0 || lt >= idx)) goto next;
+                kds_write_record((uint8_t *)segv.buf + soff_log, (uint32_t)length, (uint32_t)body, 1, due, ts,
+                                 offset, (int32_t)partition, (int32_t)tpart, 0, 0, fs);
+                wl_entry(bp[0] + ths + (idx - f0) * WL_SIZE, due, head, WL_LATE, 0, idx);
+                bp[0][hs + (idx - f0)] = WL_PENDING;
+                if (st[IN_W_APP_LO] < 0) st[IN_W_APP_LO] = idx;
+                st[IN_W_APP_HI] = idx + 1;
+                if (lt == -1) {
+                    st[IN_W_LATE_HEAD] = idx;
+                } else { /* TimerLog.set_next: patched and marked for flush whatever the range */
+                    long long moff_e = ths + (lt - f0) * WL_SIZE;
+                    wr64(bp[0] + moff_e + 16, idx);
+                    if (st[IN_W_MARK_LO] < 0 || moff_e < st[IN_W_MARK_LO]) st[IN_W_MARK_LO] = moff_e;
+                    if (moff_e + WL_SIZE > st[IN_W_MARK_HI]) st[IN_W_MARK_HI] = moff_e + WL_SIZE;
+                }
+                st[IN_W_LATE_TAIL] = idx;
+                st[IN_W_HEAD] = idx + 1;
+                ref = idx;
+                goto stored;
+            }
+            if (kd >= st[IN_W_GUARD] + N) goto next;
+            PyObject *by_range = PyTuple_GET_ITEM(sbufs, 4);
+            if (PyDict_GET_SIZE(by_range)) { /* its bucket is not fully linked yet: the reference joins it */
+                long long w = st[IN_W_WIDTH], r = due % w;
+                if (r < 0) r += w;
+                PyObject *bk = Py_BuildValue("(LL)", due - r, w);
+                int in = bk ? PyDict_Contains(by_range, bk) : -1;
+                Py_XDECREF(bk);
+                if (in != 0) {
+                    PyErr_Clear();
+                    goto next;
+                }
+            }
+            long long idx = st[IN_W_HEAD], pf = st[IN_W_PER_FILE], f0 = idx - idx % pf, ths = hs + pf;
+            if (f0 != st[IN_W_F0] || !bp[0] || ths + (idx - f0 + 1) * WL_SIZE > blen[0]) goto next;
+            long long pos = kd % N;
+            if (pos < 0) pos += N;
+            long long soff = hs + pos * WL_SIZE, stime = kd * P, moff = due - stime;
+            if (!bp[1] || soff + WL_SIZE > blen[1] || pos >= blen[2] || pos >= blen[3] || moff < 0 || moff > 0xFFFF)
+                goto next;
+            uint8_t *slot = bp[1] + soff;
+            int64_t t = rd64(slot), last = rd64(slot + 16);
+            uint32_t count = rd32(slot + 24);
+            if (count == 0xFFFFFFFF) goto next;
+            int linked = count && t == stime;
+            if (linked && (last < f0 || last >= idx)) goto next; /* the old tail is in an older file */
+            /* -- writes: log, timer log + slot, id index ---------------------------------------- */
+            kds_write_record((uint8_t *)segv.buf + soff_log, (uint32_t)length, (uint32_t)body, 1, due, ts,
+                             offset, (int32_t)partition, (int32_t)tpart, 0, 0, fs);
+            wl_entry(bp[0] + ths + (idx - f0) * WL_SIZE, due, head, 0, 0, idx);
+            bp[0][hs + (idx - f0)] = WL_PENDING;
+            long long lo = st[IN_W_APP_LO];
+            if (lo < 0) st[IN_W_APP_LO] = lo = idx;
+            st[IN_W_APP_HI] = idx + 1;
+            if (linked) {
+                wr64(bp[0] + ths + (last - f0) * WL_SIZE + 16, idx);
+                wr64(slot + 16, idx);
+                wr32(slot + 24, count + 1);
+                if (moff < rd16(slot + 28)) wr16(slot + 28, (uint16_t)moff);
+                wr16(slot + 30, 0);
+                if (last < lo) { /* patched before this flush's appended range: flush msyncs it too */
+                    long long moff_e = ths + (last - f0) * WL_SIZE;
+                    if (st[IN_W_MARK_LO] < 0 || moff_e < st[IN_W_MARK_LO]) st[IN_W_MARK_LO] = moff_e;
+                    if (moff_e + WL_SIZE > st[IN_W_MARK_HI]) st[IN_W_MARK_HI] = moff_e + WL_SIZE;
+                }
+            } else {
+                wr64(slot, stime);
+                wr64(slot + 8, idx);
+                wr64(slot + 16, idx);
+                wr32(slot + 24, 1);
+                wr16(slot + 28, (uint16_t)moff);
+                wr16(slot + 30, 0);
+                bp[2][pos] = 1;
+                bp[3][pos] = 1;
+                st[IN_W_NEW_CHAINS]++;
+            }
+            if (soff < st[IN_W_SLOT_DIRTY_LO] || st[IN_W_SLOT_DIRTY_LO] < 0) st[IN_W_SLOT_DIRTY_LO] = soff;
+            if (soff + WL_SIZE > st[IN_W_SLOT_DIRTY_HI]) st[IN_W_SLOT_DIRTY_HI] = soff + WL_SIZE;
+            st[IN_W_HEAD] = idx + 1;
+            ref = idx;
+        } else {
+            int64_t *lv = st + IN_L_BASE + IN_L_STRIDE * level;
+            long long idx = lv[IN_LV_WRITE], first = lv[IN_LV_FIRST], pf = st[IN_L_PER_FILE];
+            if (first < 0 || idx < first || idx >= first + pf || !bp[level] ||
+                hs + (idx - first + 1) * LV_SIZE > blen[level])
+                goto next;
+            kds_write_record((uint8_t *)segv.buf + soff_log, (uint32_t)length, (uint32_t)body, 1, due, ts,
+                             offset, (int32_t)partition, (int32_t)tpart, 0, (int)level, fs);
+            uint8_t *ent = bp[level] + hs + (idx - first) * LV_SIZE;
+            wr64(ent, head);
+            wr64(ent + 8, due);
+            memset(ent + 16, 0, 8);
+            if (lv[IN_LV_DIRTY_FROM] < 0 || idx < lv[IN_LV_DIRTY_FROM]) lv[IN_LV_DIRTY_FROM] = idx;
+            if (idx + 1 > lv[IN_LV_DIRTY_TO]) lv[IN_LV_DIRTY_TO] = idx + 1;
+            lv[IN_LV_WRITE] = idx + 1;
+            ref = (level << 48) | idx;
+        }
+    stored:
+        st[IN_HEAD] = head + (long long)length;
+        kds_idx_write(ibase, (uint64_t)at, h, (uint64_t)ref);
+        long long ioff = hs + at * 16, scan = st[IN_IDX_SCAN_OFF];
+        if (tomb) {
+            st[IN_IDX_TOMBS]--;
+            if (ioff < scan) st[IN_IDX_SCAN_TOMBS]--;
+        }
+        if (ioff < scan) st[IN_IDX_SCAN_LIVE]++;
+        st[IN_IDX_LIVE]++;
+        st[IN_NEXT_OFFSET] = offset + 1;
+        ok = 1;
+    next:
+        Py_XDECREF(err);
+        Py_XDECREF(po);
+        Py_XDECREF(tso);
+        Py_XDECREF(offo);
+        Py_XDECREF(key);
+        Py_XDECREF(value);
+        Py_XDECREF(headers);
+        if (parsed) {
+            Py_DECREF(req.topic);
+            Py_DECREF(req.user);
+        }
+        Py_XDECREF(blob);
+        if (!ok) break;
+    }
+    if (state_out(args[9], st, st_in, nst) == 0) result = PyLong_FromSsize_t(i);
+fail:
+    Py_XDECREF(memo.bytes);
+    Py_XDECREF(memo.str);
+    while (--nbuf >= 0)
+        if (bufs[nbuf].obj) PyBuffer_Release(&bufs[nbuf]);
+    if (have_idx) PyBuffer_Release(&idxv);
+    if (have_seg) PyBuffer_Release(&segv);
+    return result;
+}
+
+PyMethodDef kds_intake_methods[] = {
+    {"ingest_run", (PyCFunction)(void (*)(void))native_ingest_run, METH_FASTCALL, NULL},
+    {NULL, NULL, 0, NULL}};
+
+/* INTAKE_LAYOUT: {macro name: value} of intake_layout.h, as this build compiled it (the tests
+ * compare it with sidecar/store/intake_layout.py) */
+#define KDS_NAME_VALUE(name) {#name, name},
+static const struct {
+    const char *name;
+    long value;
+} layout_names[] = {KDS_INTAKE_LAYOUT(KDS_NAME_VALUE)};
+#undef KDS_NAME_VALUE
+
+int kds_intake_init(PyObject *m) {
+    PyObject *d = PyDict_New();
+    if (!d) return -1;
+    for (size_t k = 0; k < sizeof layout_names / sizeof layout_names[0]; k++) {
+        PyObject *v = PyLong_FromLong(layout_names[k].value);
+        int rc = v ? PyDict_SetItemString(d, layout_names[k].name, v) : -1;
+        Py_XDECREF(v);
+        if (rc < 0) {
+            Py_DECREF(d);
+            return -1;
+        }
+    }
+    if (PyModule_AddObject(m, "INTAKE_LAYOUT", d) < 0) {
+        Py_DECREF(d);
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,59 @@
+/* sidecar._native: the hot path's per-record loops, in C.
+ *
+ * The loop thread's hot paths run here: the intake of the common consumed record (ingest_run:
+ * parse, store, schedule, index, one C loop per consumer batch), the schedulers' per-entry walks
+ * over their mmapped files (the wheel's wl_*, the levels' lv_*), the publish of a due batch and
+ * its delivery reports (publish_due, Delivery), and the byte work under all of them (the record
+ * codec with its CRC32C, the header blob, the id hash and the id index's probes). Every path
+ * keeps a Python reference that decides everything the C path does not take: the C code handles
+ * only the plain case, checks it before its first write, and hands any other record back (the
+ * intake to PartitionStore.ingest_fields, the publish to Sidecar._produce / _on_delivery), so
+ * both paths leave the same bytes and the same state; where the extension is not built (or
+ * KDS_PURE_PYTHON=1) the Python twins run everything. The twins are tested against this code
+ * record for record (tests/unit/test_native*.py, test_ingest_fast.py, test_publish_path.py).
+ *
+ * One translation unit per core, compiled on its own (native.h declares what they share):
+ *   hash.c     CRC32C, BLAKE2b-64                    (twins: crc32c, hashlib)
+ *   codec.c    Record, encode/append/decode, headers (sidecar/store/codec.py)
+ *   idindex.c  the id index's probes and rehash      (sidecar/store/idindex.py)
+ *   parse.c    the common ingress request            (sidecar/headers.py)
+ *   wheel.c    the timer wheel's file walks          (sidecar/wheel/layout.py)
+ *   levels.c   the delay levels' queue walks         (sidecar/levels/queue.py)
+ *   intake.c   ingest_run, the intake fast path      (PartitionStore.ingest_fields)
+ *   publish.c  PublishState, Publisher, Delivery     (sidecar/engine/publish_state.py, loop.py)
+ *   module.c   this file: the module and its init
+ * Byte layouts are documented where the Python twins live; the C code follows them byte for byte.
+ */
+#include "native.h"
+
+static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "sidecar._native",
+                                       "The hot path's per-record loops in C (see sidecar/native/module.c).", -1,
+                                       NULL};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    const uint16_t probe = 1;
+    if (*(const uint8_t *)&probe != 1) {
+        PyErr_SetString(PyExc_ImportError, "sidecar._native needs a little-endian host");
+        return NULL;
+    }
+    kds_crc_init();
+    if (PyType_Ready(&kds_RecordType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&moduledef);
+    if (!m) return NULL;
+    PyMethodDef *tables[] = {kds_codec_methods, kds_hash_methods, kds_idindex_methods, kds_parse_methods,
+                             kds_wheel_methods, kds_levels_methods, kds_intake_methods, kds_publish_methods};
+    for (size_t k = 0; k < sizeof tables / sizeof tables[0]; k++)
+        if (PyModule_AddFunctions(m, tables[k]) < 0) goto fail;
+    Py_INCREF(&kds_RecordType);
+    if (PyModule_AddObject(m, "Record", (PyObject *)&kds_RecordType) < 0) {
+        Py_DECREF(&kds_RecordType);
+        goto fail;
+    }
+    if (kds_publish_init(m) < 0) goto fail;
+    if (kds_intake_init(m) < 0) goto fail;
+    if (PyModule_AddIntConstant(m, "HARDWARE_CRC", kds_have_sse42) < 0) goto fail;
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
+}

@@ -1,0 +1,180 @@
+/* sidecar._native: what its translation units share (module.c explains the whole).
+ *
+ * Each .c file here is one core of the extension, compiled on its own; a function or object one
+ * core uses from another is a kds_-prefixed extern declared below, and a small helper several
+ * cores inline is a static inline function here. Byte layouts follow the Python twins (named at
+ * each block); the intake's state array is declared in sidecar/store/intake_layout.py, which
+ * generates intake_layout.h. */
+#ifndef KDS_NATIVE_H
+#define KDS_NATIVE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <string.h>
+
+/* -- little-endian field access (the module refuses a big-endian host at import) -------------- */
+
+static inline uint16_t rd16(const uint8_t *p) { /* u16 at p */
+    return (uint16_t)(p[0] | p[1] << 8);
+}
+static inline uint32_t rd32(const uint8_t *p) { /* u32 at p */
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static inline int64_t rd64(const uint8_t *p) { /* i64 at p */
+    int64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+static inline void wr16(uint8_t *p, uint16_t v) { /* u16 to p */
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+static inline void wr32(uint8_t *p, uint32_t v) { /* u32 to p */
+    memcpy(p, &v, 4);
+}
+static inline void wr64(uint8_t *p, int64_t v) { /* i64 to p */
+    memcpy(p, &v, 8);
+}
+static inline long long floordiv64(long long a, long long b) { /* Python's a // b */
+    long long q = a / b;
+    if ((a % b != 0) && ((a < 0) != (b < 0))) q--;
+    return q;
+}
+
+/* -- hash.c: CRC32C and the id hash ------------------------------------------------------------ */
+
+extern int kds_have_sse42;                                     /* the CPU has SSE4.2's crc32 */
+void kds_crc_init(void);                                       /* build the tables, probe the CPU */
+uint32_t kds_crc32c(const uint8_t *p, size_t n);               /* CRC32C, hardware when it can */
+uint32_t kds_crc32c_sw(uint32_t crc, const uint8_t *p, size_t n); /* CRC32C by table */
+uint64_t kds_blake2b64(const uint8_t *in, size_t n);           /* BLAKE2b-64, unkeyed, little-endian */
+extern PyMethodDef kds_hash_methods[];                         /* crc32c, crc32c_software */
+
+static inline uint64_t kds_id_hash(const uint8_t *p, size_t n) { /* idindex.py's id_hash */
+    uint64_t h = kds_blake2b64(p, n);
+    return h >= 2 ? h : h + 2; /* 0 and 1 mark empty and tombstone slots in the id index */
+}
+
+/* -- codec.c: records (codec.py) ---------------------------------------------------------------- */
+
+#define HEAD_SIZE 72 /* a record's fixed head; then id | topic | key | value | headers, padded */
+#define ALIGN 8      /* records start and end at multiples of 8 */
+#define VERSION 1    /* the record format's version byte */
+#define FLAG_KEY_NULL 1
+#define FLAG_VALUE_NULL 2
+
+typedef struct { /* codec.Record with bytes fields (a C type: built without running Python code) */
+    PyObject_HEAD long long length;
+    long long due_ms, enqueue_ms, src_offset;
+    int rtype, src_partition, target_partition, retry_count, level;
+    PyObject *id, *topic, *key, *value, *headers;
+} RecordObject;
+
+typedef struct { /* the bytes of one optional field: a buffer, or None (null) */
+    Py_buffer view;
+    int null, held;
+} Field;
+
+typedef struct { /* a mapped file's buffer (files[first].buf) held for the length of a call */
+    long long first;
+    int have;
+    Py_buffer v;
+} KdsFile;
+
+extern PyTypeObject kds_RecordType; /* sidecar._native.Record */
+/* write one record at dst: fs = rid, topic, key, value, headers blob; room checked by the caller */
+void kds_write_record(uint8_t *dst, uint32_t length, uint32_t body_len, int rtype, int64_t due, int64_t enq,
+                      int64_t srco, int32_t srcp, int32_t tgtp, int retry, int level, Field *fs);
+PyObject *kds_encode_headers(PyObject *self, PyObject *headers); /* encode_headers(headers) -> bytes */
+PyObject *kds_delivery_headers(PyObject *self, PyObject *const *args, Py_ssize_t nargs); /* delivery_headers */
+int kds_fmt_ll(char *p, long long v);   /* v in decimal at p, unterminated; returns the length */
+int kds_codec_ready(void);              /* 0 once setup() ran, else -1 with RuntimeError set */
+void kds_file_release(KdsFile *f);      /* let go of the held buffer */
+int kds_file_get(KdsFile *f, PyObject *files, long long key, int writable); /* 1 held, 0 no such key, -1 */
+/* the record at commit-log position pos, decoded from its segment; NULL without an error: the
+ * caller reads it itself (segment gone, record does not decode) */
+PyObject *kds_log_decode_at(KdsFile *seg, PyObject *segments, long long seg_bytes, uint64_t pos);
+extern PyMethodDef kds_codec_methods[]; /* setup, decode, encode, append, *_headers */
+
+/* -- idindex.c: the id index (idindex.py) ------------------------------------------------------- */
+
+/* the slot index the intake's insert of h takes in the table at base (mask), with live + tombs
+ * occupied: -1 when h has an entry already or the insert would grow the table (the reference
+ * path's cases); *tomb set when the slot is a tombstone */
+long long kds_idx_intake_slot(const uint8_t *base, uint64_t mask, long long live, long long tombs, uint64_t h,
+                              int *tomb);
+void kds_idx_write(uint8_t *base, uint64_t at, uint64_t h, uint64_t ref); /* (h, ref) into slot at */
+extern PyMethodDef kds_idindex_methods[]; /* id_hash, idx_* */
+
+/* -- parse.c: the common ingress request (headers.py) ------------------------------------------ */
+
+typedef struct { /* parse_core's answer: topic and user new references, rid and mode borrowed */
+    PyObject *topic, *rid, *mode, *user;
+    long long partition, due;
+} Request;
+
+typedef struct { /* the last target topic parse_core checked: bytes and str, strong references */
+    PyObject *bytes, *str;
+} TopicMemo;
+
+extern PyObject *kds_MODE_NOW; /* "now": the mode of a request with no delay header */
+/* 1 and *out filled for the common request, 0 for any other (the full parser answers), -1 error */
+int kds_parse_core(PyObject *headers, long long ts, long long now, long long size, long long max_bytes,
+                   long long max_delay, PyObject *checked, TopicMemo *memo, Request *out);
+extern PyMethodDef kds_parse_methods[]; /* parse_request, setup_parser */
+
+/* -- wheel.c: the timer wheel's files (wheel/layout.py) ---------------------------------------- */
+
+#define WL_SIZE 32 /* timer-log entry: due i64 | loc i64 | next i64 | 0 u8 | flags u8 | level u16 | tag u32 */
+#define WL_PENDING 0
+#define WL_CANCELLED 1
+#define WL_DONE 2
+#define WL_DROPPED 3
+#define WL_LATE 1                   /* entry flag: on the late chain */
+#define WL_BUCKET_BIT (1LL << 62)   /* a loc in a bucket file, not the commit log */
+/* A timer-log file keeps its entries' states apart from the entries (layout.py): nent state bytes
+ * after the header, then the entries. hs = the byte offset of the file's first ENTRY (header +
+ * nent), so entry x is at hs + (x - f0) * WL_SIZE and its state byte at hs - nent + (x - f0). */
+#define WL_STATE_OFF(hs, nent, f0, x) ((hs) - (nent) + ((x) - (f0)))
+
+/* a new timer-log entry (layout.ENTRY): pending, no next yet, tagged with its index */
+static inline void wl_entry(uint8_t *ent, int64_t due, int64_t loc, int flags, int level, long long idx) {
+    wr64(ent, due);
+    wr64(ent + 8, loc);
+    wr64(ent + 16, -1);
+    ent[24] = 0;
+    ent[25] = (uint8_t)flags;
+    wr16(ent + 26, (uint16_t)(level & 0xFFFF));
+    wr32(ent + 28, (uint32_t)(idx & 0xFFFFFFFF));
+}
+
+int kds_seg_add(PyObject *segs, long long g, long long c); /* segs[g] += c (releases per log segment) */
+extern PyMethodDef kds_wheel_methods[];                    /* wl_* */
+
+/* -- levels.c: the delay levels' queue files (levels/queue.py) ---------------------------------- */
+
+#define LV_SIZE 24 /* queue entry: log_pos u64 | due i64 | state u8 | 7 zero bytes */
+#define LV_PENDING 0
+#define LV_DELIVERED 1
+#define LV_IDX_BITS 48 /* a ref: level << 48 | index */
+#define LV_IDX_MASK ((1LL << LV_IDX_BITS) - 1)
+extern PyMethodDef kds_levels_methods[]; /* lv_due, lv_ack */
+
+/* -- intake.c: the intake fast path (store/partition.py ingest_many) --------------------------- */
+
+/* the Message accessors ingest_run calls, in this order */
+enum { M_ERROR, M_PARTITION, M_TIMESTAMP, M_OFFSET, M_KEY, M_VALUE, M_HEADERS, M_COUNT };
+PyObject *kds_msg_call(PyObject *m, int k); /* m.<accessor k>(), raising what it raises */
+extern PyMethodDef kds_intake_methods[];    /* ingest_run */
+int kds_intake_init(PyObject *m);           /* INTAKE_LAYOUT, the state array's layout as compiled */
+
+/* -- publish.c: the publish fast path (engine/loop.py) ----------------------------------------- */
+
+int kds_publish_init(PyObject *m);        /* PublishState, Publisher, Delivery */
+extern PyMethodDef kds_publish_methods[]; /* publish_due */
+
+#endif
