@@ -53,6 +53,7 @@ due while it crashed (from the first kill until the last restart serves every pa
 
 from __future__ import annotations
 
+import bisect
 import signal
 import time
 from collections import Counter
@@ -235,22 +236,44 @@ def finish_load(bench: Bench, prod: PacedProducer, target: str, members: list[Me
     return waited
 
 
+def _merged(spans: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    """Overlapping [lo, hi] spans merged: (sorted starts, their ends), for bisection."""
+    starts: list[int] = []
+    ends: list[int] = []
+    for lo, hi in sorted(spans):
+        if ends and lo <= ends[-1]:
+            ends[-1] = max(ends[-1], hi)
+        else:
+            starts.append(lo)
+            ends.append(hi)
+    return starts, ends
+
+
 def analyse(bench: Bench, target: str, prod: PacedProducer, handovers: list[Handover],
             window: tuple[int, int] | None = None) -> dict[str, Any]:
     """Read the target; sent / delivered / lost / early / duplicates / lateness (see the module
     docstring); ``window``: also the lateness of the records due within it."""
     got = read_range(bench.bootstrap, target, {}, bench.wm.high(target), headers=True, keys=True)
     prefix = prod.key_prefix.encode()
-    sent_keys = {b"%s%d" % (prefix, i) for i in range(prod.sent)}
+    plen = len(prefix)
+
+    def was_sent(k: bytes) -> bool:  # the load generator's keys are <prefix><n>, n < sent
+        tail = k[plen:]
+        return k.startswith(prefix) and tail.isdigit() and int(tail) < prod.sent
+
     first: dict[bytes, tuple[int, int]] = {}
     for k, ts, p in zip(got.keys, got.ts, got.partitions, strict=True):
         first.setdefault(k, (ts, p))
     counts = Counter(got.keys)
-    delivered = sum(1 for k in first if k in sent_keys)
+    delivered = sum(1 for k in first if was_sent(k))
     late = sorted(ts - da for ts, da in zip(got.ts, got.deliver_at, strict=True))
+    windows = {p: _merged([(h.at_ms - DUP_WINDOW_MS, h.at_ms) for h in handovers if p in h.partitions])
+               for p in range(PARTITIONS)}
 
     def in_window(ts: int, p: int) -> bool:
-        return any(h.at_ms - DUP_WINDOW_MS <= ts <= h.at_ms and p in h.partitions for h in handovers)
+        starts, ends = windows.get(p, ([], []))
+        i = bisect.bisect_right(starts, ts) - 1
+        return i >= 0 and ts <= ends[i]
 
     bound = sum(1 for ts, p in first.values() if in_window(ts, p))
     dup_keys = [k for k, n in counts.items() if n > 1]
@@ -273,7 +296,7 @@ def analyse(bench: Bench, target: str, prod: PacedProducer, handovers: list[Hand
         "duplicates_bound": bound,
         "duplicates_outside_bound": len(outside),
         "duplicates_outside_bound_sample": outside_sample,
-        "unknown_keys": sum(1 for k in first if k not in sent_keys),
+        "unknown_keys": len(first) - delivered,
         "lateness_ms": {"p50": percentile(late, 50), "p99": percentile(late, 99), "max": late[-1] if late else None},
         "handovers": [{"at_ms": h.at_ms, "partitions": sorted(h.partitions), "what": h.what} for h in handovers],
     }
