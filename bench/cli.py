@@ -1,12 +1,16 @@
 """``delay-sidecar bench SCENARIO [--size small|full] --json OUT [--bootstrap-servers B]``.
 
 SCENARIO is one of ``throughput``, ``lateness``, ``pending-memory``, ``restart``, ``mass-expiry``,
-``redis-zset``, ``append``, ``steady``, ``all``, or a comma-separated list of them. Without
+``redis-zset``, ``append``, ``steady``, ``failover``, ``restore``, ``all``, or a comma-separated list
+of them. Without
 ``--bootstrap-servers`` the bench starts its own local broker (:class:`devkafka.local.LocalKafka`)
 in the work directory and stops it at the end, unless every scenario asked for runs in-process
 without one (``append``, ``steady``). The schedulers measured are every one that runs: ``levels`` always,
 ``wheel`` once ``python -m sidecar run --scheduler wheel`` starts (detected by trying), or the ones
-given with ``--schedulers``; in-process scenarios alone measure both unless told otherwise.
+given with ``--schedulers``; in-process scenarios alone measure both unless told otherwise. ``throughput``
+and ``lateness`` measure every changelog mode given with ``--changelog`` (default ``on,off``: the
+sidecar's default, and ``--changelog off``); the other scenarios run the sidecar's default
+(changelog on).
 
 The JSON report holds the machine facts, the settings, and per scenario its method, settings,
 ``results`` (every figure as ``{"value", "unit", "goal", "met"}``) and raw ``details``. It is
@@ -33,9 +37,20 @@ from typing import Any
 
 import orjson
 
-from bench import append, lateness, mass_expiry, pending_memory, redis_zset, restart, steady, throughput
+from bench import (
+    append,
+    failover,
+    lateness,
+    mass_expiry,
+    pending_memory,
+    redis_zset,
+    restart,
+    restore,
+    steady,
+    throughput,
+)
 from bench.report import machine_facts, markdown_pivot, walk_figures
-from bench.workload import SIZES, Bench, BenchError, SidecarProc, kafka_ready, log, stop_all, uid
+from bench.workload import SIZES, Bench, BenchError, SidecarProc, delete_topics, kafka_ready, log, stop_all, uid
 
 SCENARIOS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "throughput": throughput.run,
@@ -46,6 +61,8 @@ SCENARIOS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "redis-zset": redis_zset.run,
     "append": append.run,
     "steady": steady.run,
+    "failover": failover.run,
+    "restore": restore.run,
 }
 WARMUP_S = 45.0  # traffic through a broker started by the bench, before the first scenario (full size)
 
@@ -53,6 +70,7 @@ WARMUP_S = 45.0  # traffic through a broker started by the bench, before the fir
 # broker nor a sidecar process.
 NO_BROKER = frozenset({"append", "steady"})
 SCHEDULERS = ("levels", "wheel")
+CHANGELOG_MODES = ("on", "off")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -64,6 +82,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--bootstrap-servers", default=None, help="an existing broker (default: start a local one)")
     ap.add_argument("--schedulers", default=None,
                     help="comma-separated schedulers to measure (default: levels, plus wheel if it starts)")
+    ap.add_argument("--changelog", default="on,off", metavar="MODES",
+                    help="comma-separated changelog modes throughput and lateness measure: on (the default "
+                         "flags), off (--changelog off); default: on,off")
     ap.add_argument("--workdir", default=None, help="data directories and logs (default: a temp dir, removed)")
     ap.add_argument("--keep-workdir", action="store_true", help="keep the work directory (logs, stores)")
     ap.add_argument("--profile", metavar="DIR", default=None,
@@ -80,6 +101,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         ns.schedulers = [s.strip() for s in ns.schedulers.split(",") if s.strip()]
         if not ns.schedulers or any(s not in SCHEDULERS for s in ns.schedulers):
             ap.error(f"--schedulers: choose from {', '.join(SCHEDULERS)}")
+    modes = [m.strip() for m in ns.changelog.split(",") if m.strip()]
+    if not modes or any(m not in CHANGELOG_MODES for m in modes) or len(set(modes)) != len(modes):
+        ap.error(f"--changelog {ns.changelog!r}: give on, off or on,off")
+    ns.changelog_modes = modes
     return ns
 
 
@@ -93,6 +118,7 @@ def scheduler_runs(bootstrap: str, workdir: Path, scheduler: str, timeout_s: flo
         return False, str(e).splitlines()[-1][:300] if str(e) else "did not start"
     finally:
         sc.stop()
+        delete_topics(bootstrap, [sc.ingress, sc.dlq, f"{sc.ingress}.changelog"])
 
 
 def _write(path: Path, report: dict[str, Any]) -> None:
@@ -156,8 +182,10 @@ def bench_main(argv: list[str]) -> int:
             if not ok:
                 report["settings"]["wheel_detection"] = why
         report["settings"]["schedulers"] = schedulers
+        report["settings"]["changelog_modes"] = ns.changelog_modes
         bench = Bench(bootstrap or "", workdir, ns.size, schedulers,
-                      profile_dir=Path(ns.profile).resolve() if ns.profile else None)
+                      profile_dir=Path(ns.profile).resolve() if ns.profile else None,
+                      changelog_modes=ns.changelog_modes)
         if broker is not None and ns.size == "full":
             # a broker started here is a fresh JVM: warm its JIT up before measuring anything
             log(f"warming the broker up ({WARMUP_S:.0f} s of traffic) ...")

@@ -11,6 +11,10 @@ level delay); wheel mode uses uniform 1-10 s in ms (the wheel commits the reques
 After the last record is due and delivered, every delivered record is read back and
 ``lateness = record timestamp - delay.deliver-at`` (the record timestamp is the sidecar's send
 time) gives p50 / p99 / p99.9 / max and the early count (lateness < 0).
+
+Changelog: every mode of ``bench.changelog_modes`` (``--changelog``) is measured, each at 50 % of
+its own maximum: ``on`` (the default flags) in ``results.<scheduler>``, ``off`` (``--changelog
+off``) in ``results.changelog_off.<scheduler>``.
 """
 
 from __future__ import annotations
@@ -39,9 +43,9 @@ LEVEL_DELAYS = (1_000, 5_000, 10_000)
 WHEEL_DELAYS = (1_000, 10_000)
 
 
-def max_rate(bench: Bench, scheduler: str) -> tuple[float, str]:
+def max_rate(bench: Bench, scheduler: str, changelog: str = "on") -> tuple[float, str]:
     """The sidecar's maximum throughput for 100 B records: reused, or measured here."""
-    known = bench.results.get("throughput", {}).get("100B", {}).get(scheduler)
+    known = bench.results.get("throughput", {}).get("100B", {}).get(throughput.variant(scheduler, changelog))
     if known:
         return float(known), "throughput scenario of this run"
     # the throughput scenario's N: the rate is records over the delivery window, and over
@@ -49,17 +53,17 @@ def max_rate(bench: Bench, scheduler: str) -> tuple[float, str]:
     n = throughput.records_for(bench)
     pre, target = throughput.preload_workload(bench, n, 100, "100B")
     sleep_until_wall_ms(pre.all_due_ms)
-    res = throughput.measure_sidecar(bench, pre, target, scheduler, tag="lat-max")
+    res = throughput.measure_sidecar(bench, pre, target, scheduler, tag="lat-max", changelog=changelog)
     if not res["records_per_s"]:
         raise RuntimeError("could not measure the maximum throughput")
     return float(res["records_per_s"]), f"measured here (fixed N = {n}, all due)"
 
 
-def measure(bench: Bench, scheduler: str, rate: float, seconds: float) -> dict[str, Any]:
+def measure(bench: Bench, scheduler: str, rate: float, seconds: float, changelog: str = "on") -> dict[str, Any]:
     ingress, target = f"bench.lat.in.{uid()}", f"bench.lat.out.{uid()}"
     bench.topics(ingress, target)
     delays = choice_delays(LEVEL_DELAYS) if scheduler == "levels" else uniform_delays(*WHEEL_DELAYS)
-    sc = bench.sidecar(ingress, scheduler, tag="lat")
+    sc = bench.sidecar(ingress, scheduler, tag="lat", changelog=changelog)
     sc.start()
     try:
         cpu0 = cpu_seconds(sc.pid)
@@ -143,14 +147,17 @@ def run(bench: Bench) -> dict[str, Any]:
     seconds = 60.0 if bench.full else 15.0
     results: dict[str, Any] = {}
     details: dict[str, Any] = {}
-    for sched in bench.schedulers:
-        top, source = max_rate(bench, sched)
+    first_rate: float | None = None
+    for name, sched, mode in throughput.variants(bench):
+        top, source = max_rate(bench, sched, mode)
         rate = top / 2
-        log(f"lateness {sched}: {rate:,.0f} records/s for {seconds:.0f} s (50 % of {top:,.0f}, {source})")
-        m = measure(bench, sched, rate, seconds)
-        log(f"lateness {sched}: p50 {m['p50']} p99 {m['p99']} p99.9 {m['p999']} max {m['max']} ms, "
+        first_rate = first_rate or rate
+        log(f"lateness {name}: {rate:,.0f} records/s for {seconds:.0f} s (50 % of {top:,.0f}, {source})")
+        m = measure(bench, sched, rate, seconds, mode)
+        log(f"lateness {name}: p50 {m['p50']} p99 {m['p99']} p99.9 {m['p999']} max {m['max']} ms, "
             f"early {m['early']}, {m['delivered']}/{m['sent']} delivered")
-        results[sched] = {
+        into = results if mode == "on" else results.setdefault(throughput.OFF, {})
+        into[sched] = {
             "rate": fig(rate, "records/s"),
             "p50_ms": fig(m["p50"], "ms", "<= 10"),
             "p99_ms": fig(m["p99"], "ms", "<= 50"),
@@ -161,9 +168,9 @@ def run(bench: Bench) -> dict[str, Any]:
             "runqueue_wait_share": fig(m["main_thread_runqueue_wait_s"] / (seconds + WHEEL_DELAYS[1] / 1000), "x",
                                        note="time the sidecar's main thread was runnable but waiting for a CPU"),
         }
-        details[sched] = {**m, "max_throughput": top, "max_throughput_source": source}
-    if bench.schedulers:
-        rate = details[bench.schedulers[0]]["offered_rate"]
+        details[name] = {**m, "max_throughput": top, "max_throughput_source": source}
+    if first_rate is not None:
+        rate = first_rate
         pt = passthrough_latency(bench, rate, seconds)
         log(f"lateness: passthrough at {rate:,.0f} records/s: latency p50 {pt['p50']} p99 {pt['p99']} "
             f"p99.9 {pt['p999']} max {pt['max']} ms")
@@ -181,7 +188,8 @@ def run(bench: Bench) -> dict[str, Any]:
         "method": "steady paced producer at 50 % of the measured maximum, lateness = delivered record "
                   "timestamp - delay.deliver-at over every delivered record",
         "settings": {"seconds": seconds, "record_bytes": 100, "levels_delays_ms": LEVEL_DELAYS,
-                     "wheel_delays_ms": WHEEL_DELAYS, "schedulers": bench.schedulers},
+                     "wheel_delays_ms": WHEEL_DELAYS, "schedulers": bench.schedulers,
+                     "changelog_modes": bench.changelog_modes},
         "results": results,
         "details": details,
     }

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -137,16 +138,18 @@ def stop_all() -> None:
 
 # -- topics and producers -------------------------------------------------------------------------
 
-def create_topics(bootstrap: str, topics: list[str], partitions: int = 1) -> None:
+def create_topics(bootstrap: str, topics: list[str], partitions: int = 1, config: dict[str, str] | None = None) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(t, num_partitions=partitions, replication_factor=1) for t in topics],
-                                  operation_timeout=30)
+    futures = admin.create_topics([NewTopic(t, num_partitions=partitions, replication_factor=1, config=config or {})
+                                   for t in topics], operation_timeout=30)
     for f in futures.values():
         f.result(60)
 
 
 def delete_topics(bootstrap: str, topics: list[str]) -> None:
-    """Best effort: frees the broker's disk between scenarios."""
+    """Best effort: frees the broker's disk between scenarios. Each name once: confluent-kafka
+    (2.16) crashes the process (SIGSEGV in librdkafka's background thread) when a name repeats."""
+    topics = list(dict.fromkeys(topics))
     if not topics:
         return
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -345,6 +348,7 @@ class Delivered:
     deliver_at: list[int] = field(default_factory=list)
     ids: list[bytes] = field(default_factory=list)
     keys: list[bytes] = field(default_factory=list)
+    partitions: list[int] = field(default_factory=list)  # the ingress partition (``delay.source``)
 
     def window_rate(self) -> float | None:
         if len(self.ts) < 2:
@@ -355,7 +359,8 @@ class Delivered:
 
 def read_range(bootstrap: str, topic: str, start: dict[int, int], end: dict[int, int], headers: bool = False,
                timeout_s: float = 300, keys: bool = False) -> Delivered:
-    """Read ``[start[p], end[p])`` of every partition ``p``."""
+    """Read ``[start[p], end[p])`` of every partition ``p``; with ``headers`` also each record's
+    ``delay.deliver-at``, ``delay.id`` and the ingress partition from ``delay.source``."""
     out = Delivered()
     todo = {p: (start.get(p, 0), e) for p, e in end.items() if e > start.get(p, 0)}
     if not todo:
@@ -379,15 +384,19 @@ def read_range(bootstrap: str, topic: str, start: dict[int, int], end: dict[int,
                 if keys:
                     out.keys.append(m.key() or b"")
                 if headers:
-                    da = -1
+                    da = src = -1
                     rid = b""
                     for k, v in cast(KHeaders, m.headers() or []):
                         if k == c.DELIVER_AT and v is not None:
                             da = int(v)
                         elif k == c.ID and v is not None:
                             rid = v.encode() if isinstance(v, str) else bytes(v)
+                        elif k == c.SOURCE and v is not None:  # <topic>:<partition>:<offset>
+                            with contextlib.suppress(ValueError, IndexError):
+                                src = int((v if isinstance(v, bytes) else v.encode()).rsplit(b":", 2)[1])
                     out.deliver_at.append(da)
                     out.ids.append(rid)
+                    out.partitions.append(src)
                 if off >= e - 1:
                     del left[p]
     finally:
@@ -561,17 +570,27 @@ class LogProc:
 
 
 class SidecarProc(LogProc):
-    """``python -m sidecar run`` with one scheduler, on its own data dir and consumer group."""
+    """``python -m sidecar run`` with one scheduler, on its own data dir and (unless ``group`` is
+    given: several instances of one group) its own consumer group.
+
+    ``static_id``: ``True`` passes ``--group-instance-id <group>-0``, a string passes that id,
+    ``False`` passes none (the sidecar then keeps the one it makes in ``<data-dir>/instance-id``).
+    ``session_timeout_ms`` (``None``: the sidecar's default) goes to ``--kafka``."""
 
     def __init__(self, bootstrap: str, workdir: Path, ingress: str, scheduler: str, *, tag: str = "",
-                 extra: list[str] | None = None, profile: Path | None = None) -> None:
+                 extra: list[str] | None = None, profile: Path | None = None, group: str | None = None,
+                 static_id: bool | str = True, partitions: int = 1, dlq: str | None = None,
+                 session_timeout_ms: int | None = 10_000) -> None:
         name = f"sidecar-{scheduler}{'-' + tag if tag else ''}-{uid()}"
         super().__init__(name, workdir / f"{name}.log")
         self.bootstrap = bootstrap
         self.data_dir = workdir / name
         self.ingress = ingress
-        self.dlq = f"bench.dlq.{uid()}"
-        self.group = f"bench-{name}"
+        self.dlq = dlq or f"bench.dlq.{uid()}"
+        self.group = group or f"bench-{name}"
+        self.static_id: str | None = (f"{self.group}-0" if static_id is True else static_id or None)
+        self.partitions = partitions
+        self.session_timeout_ms = session_timeout_ms
         self.scheduler = scheduler
         self.extra = list(extra or [])
         self.profile = profile
@@ -586,13 +605,20 @@ class SidecarProc(LogProc):
         cmd = [
             *prefix, "-m", "sidecar", "run", "--bootstrap-servers", self.bootstrap,
             "--ingress-topic", self.ingress, "--dlq-topic", self.dlq, "--data-dir", str(self.data_dir),
-            "--scheduler", self.scheduler, "--group-id", self.group, "--group-instance-id", f"{self.group}-0",
-            "--ingress-partitions", "1", "--stats-interval", "250ms", "--log-level", "info",
-            "--kafka", "session.timeout.ms=10000", *self.extra,
+            "--scheduler", self.scheduler, "--group-id", self.group,
+            *(["--group-instance-id", self.static_id] if self.static_id else []),
+            "--ingress-partitions", str(self.partitions), "--stats-interval", "250ms", "--log-level", "info",
+            *(["--kafka", f"session.timeout.ms={self.session_timeout_ms}"] if self.session_timeout_ms else []),
+            *self.extra,
         ]
         self._spawn(cmd)
         if wait:
             self.wait_event("partitions.assigned", timeout_s)
+
+    def wipe(self) -> None:
+        """Delete the data directory (a node lost with its disk); the process must not run."""
+        assert self.proc is None or self.proc.poll() is not None, "wipe() of a running sidecar"
+        shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def stats(self) -> dict[str, Any] | None:
         return self.last("stats")
@@ -639,14 +665,17 @@ def kafka_ready(bootstrap: str, timeout_s: float = 30) -> None:
 @dataclass
 class Bench:
     """What every scenario gets: where the broker is, where to write, how big, which schedulers,
-    and the results of scenarios that already ran in this invocation (later ones reuse them,
-    e.g. lateness runs at 50 % of the throughput scenario's measured maximum)."""
+    which changelog modes ``throughput`` and ``lateness`` measure (``on``: the sidecar's default;
+    ``off``: ``--changelog off``), and the results of scenarios that already ran in this
+    invocation (later ones reuse them, e.g. lateness runs at 50 % of the throughput scenario's
+    measured maximum)."""
 
     bootstrap: str
     workdir: Path
     size: str
     schedulers: list[str]
     profile_dir: Path | None = None
+    changelog_modes: list[str] = field(default_factory=lambda: ["on"])
     results: dict[str, Any] = field(default_factory=dict)
     _wm: Watermarks | None = None
     _topics: list[str] = field(default_factory=list)
@@ -661,16 +690,28 @@ class Bench:
             self._wm = Watermarks(self.bootstrap)
         return self._wm
 
-    def topics(self, *names: str, partitions: int = 1) -> None:
-        create_topics(self.bootstrap, list(names), partitions)
+    def topics(self, *names: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
+        create_topics(self.bootstrap, list(names), partitions, config)
         self._topics.extend(names)
 
-    def sidecar(self, ingress: str, scheduler: str, tag: str = "", extra: list[str] | None = None) -> SidecarProc:
+    def sidecar(self, ingress: str, scheduler: str, tag: str = "", extra: list[str] | None = None,
+                changelog: str = "on", changelog_topic: str | None = None, **kw: Any) -> SidecarProc:
+        """A sidecar process (not started). ``changelog``: ``on`` (default flags; with
+        ``changelog_topic`` its own changelog topic, for sidecars that read an ingress topic
+        another one read before) or ``off``. Its DLQ and changelog topics are deleted by
+        :meth:`cleanup_topics`."""
         prof = None
         if self.profile_dir is not None:
             prof = self.profile_dir / f"{tag or 'sidecar'}-{scheduler}.prof"
-        sc = SidecarProc(self.bootstrap, self.workdir, ingress, scheduler, tag=tag, extra=extra, profile=prof)
+        extra = list(extra or [])
+        if changelog == "off":
+            extra += ["--changelog", "off"]
+        elif changelog_topic is not None:
+            extra += ["--changelog-topic", changelog_topic]
+        sc = SidecarProc(self.bootstrap, self.workdir, ingress, scheduler, tag=tag, extra=extra, profile=prof, **kw)
         self._topics.append(sc.dlq)
+        if changelog == "on":
+            self._topics.append(changelog_topic or f"{ingress}.changelog")
         return sc
 
     def warm_up(self, seconds: float, rate: float = 20_000) -> dict[str, Any]:

@@ -58,22 +58,72 @@ def _check_shape(report: dict[str, Any], scenarios: list[str]) -> None:
 
 
 def test_bench_throughput_and_lateness(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """Both changelog modes (the default ``--changelog on,off``): the changelog-on figures under
+    the scheduler, the changelog-off ones under ``changelog_off``, each with its own goal."""
     out = tmp_path / "bench.json"
-    report = _bench(["throughput,lateness", "--bootstrap-servers", kafka_bootstrap], out, timeout_s=240)
+    report = _bench(["throughput,lateness", "--bootstrap-servers", kafka_bootstrap], out, timeout_s=480)
     _check_shape(report, ["throughput", "lateness"])
+    assert report["settings"]["changelog_modes"] == ["on", "off"]
     tp = report["scenarios"]["throughput"]["results"]
+    goals = {"on": ">= 0.6", "off": ">= 0.85"}
     for size in ("100B", "1KB"):
         assert tp[size]["passthrough"]["records_per_s"]["value"] > 0
         for sched in report["settings"]["schedulers"]:
-            assert tp[size][sched]["records_per_s"]["value"] > 0
-            assert tp[size][sched]["ratio_to_passthrough"]["goal"] == ">= 0.7"
+            for mode, res in (("on", tp[size]), ("off", tp[size]["changelog_off"])):
+                assert res[sched]["records_per_s"]["value"] > 0
+                assert res[sched]["ratio_to_passthrough"]["goal"] == goals[mode]
+    lateness = report["scenarios"]["lateness"]
     for sched in report["settings"]["schedulers"]:
-        lat = report["scenarios"]["lateness"]["results"][sched]
-        assert lat["rate"]["value"] > 0
-        assert 0 <= lat["p50_ms"]["value"] <= lat["p99_ms"]["value"] <= lat["max_ms"]["value"]
-        assert lat["p50_ms"]["goal"] == "<= 10" and lat["p99_ms"]["goal"] == "<= 50"
-        # the load generator's own failures are reported apart from what the sidecar lost
-        assert report["scenarios"]["lateness"]["details"][sched]["produce_failed"] == 0
+        for name, lat in ((sched, lateness["results"][sched]),
+                          (f"{sched}-changelog-off", lateness["results"]["changelog_off"][sched])):
+            assert lat["rate"]["value"] > 0
+            assert 0 <= lat["p50_ms"]["value"] <= lat["p99_ms"]["value"] <= lat["max_ms"]["value"]
+            assert lat["p50_ms"]["goal"] == "<= 10" and lat["p99_ms"]["goal"] == "<= 50"
+            # the load generator's own failures are reported apart from what the sidecar lost
+            assert lateness["details"][name]["produce_failed"] == 0
+            assert lateness["details"][name]["max_throughput_source"] == "throughput scenario of this run"
+
+
+def test_bench_failover(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """Instances join, leave, die with their disk and crash-loop under load: every record sent is
+    delivered (lost, early == 0 via _check_shape), each membership change gets its handover time,
+    and the crash loop's instance keeps the id it made in its data directory."""
+    out = tmp_path / "bench.json"
+    report = _bench(["failover", "--bootstrap-servers", kafka_bootstrap], out, timeout_s=600)
+    _check_shape(report, ["failover"])
+    sc = report["scenarios"]["failover"]
+    changes = ["start_1", "scale_out_1_2", "scale_out_2_3", "scale_in_3_1", "rejoin_1_2", "node_loss_2_1",
+               "replace_1_2"]
+    for sched in report["settings"]["schedulers"]:
+        res, d = sc["results"][sched], sc["details"][sched]
+        mem, crash = res["membership"], res["crash_loop"]
+        assert mem["sent"]["value"] > 0 and d["membership"]["delivered"] == mem["sent"]["value"]
+        assert list(mem["handover_s"]) == changes
+        assert all(f["value"] is not None and f["value"] > 0 for f in mem["handover_s"].values())
+        # the replacement node has an empty data directory: its partitions come from the changelog alone
+        assert mem["restore_records"]["replace_1_2"]["value"] > 0
+        assert mem["duplicates"]["value"] >= 0 and mem["duplicates_bound"]["value"] >= 0
+        assert mem["duplicates_outside_bound"]["goal"] == "== 0"
+        assert crash["kills"]["value"] == sc["settings"]["crashes"]
+        assert crash["sent"]["value"] > 0 and d["crash_loop"]["delivered"] == crash["sent"]["value"]
+        assert crash["lateness_p99_s"]["value"] is not None and crash["lateness_p99_s"]["goal"] == "<= 5"
+        assert d["crash_loop"]["instance_id_kept"] is True
+
+
+def test_bench_restore(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """N changelog records in the sidecar's format are all restored into an empty data directory
+    (lost == 0 via _check_shape), and the sidecar then delivers on time."""
+    out = tmp_path / "bench.json"
+    report = _bench(["restore", "--bootstrap-servers", kafka_bootstrap], out, timeout_s=300)
+    _check_shape(report, ["restore"])
+    sc = report["scenarios"]["restore"]
+    n = sc["settings"]["pending"]
+    for sched in report["settings"]["schedulers"]:
+        res, d = sc["results"][sched], sc["details"][sched]
+        assert res["pending"]["value"] == n and d["restored_records"] == n and d["restored_pending"] == n
+        assert res["restore_records_per_s"]["value"] > 0 and res["restore_records_per_s"]["goal"] == ">= 200000"
+        assert 0 < res["restore_s"]["value"] <= res["spawn_to_restored_s"]["value"]
+        assert res["spawn_to_first_on_time_s"]["value"] >= res["spawn_to_restored_s"]["value"]
 
 
 def test_bench_mass_expiry(kafka_bootstrap: str, tmp_path: Path) -> None:
@@ -149,6 +199,13 @@ def test_bench_steady(tmp_path: Path) -> None:
         parts = d["ingest_us_per_record"] + d["publish_us_per_record"] + d["checkpoint_us_per_record"]
         assert 0 < parts <= d["cpu_us_per_record"] + 0.05
         assert sc["results"][sched]["cpu_us_per_record"]["goal"] is None
+
+
+def test_bench_rejects_bad_changelog_mode(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "sidecar", "bench", "throughput", "--changelog", "on,maybe",
+                           "--json", str(tmp_path / "x.json")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "--changelog 'on,maybe': give on, off or on,off" in proc.stderr
 
 
 def test_bench_rejects_unknown_scenario(tmp_path: Path) -> None:
