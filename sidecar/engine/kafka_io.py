@@ -239,6 +239,9 @@ class KafkaIO:
                 "enable.auto.offset.store": False,
                 "auto.offset.reset": "earliest",
                 "fetch.max.bytes": 64 * 1024 * 1024,
+                # a restore polls without waiting: the broker must not hold a fetch 500 ms (the
+                # default) for data that is not there, nor keep a watermark query behind it
+                "fetch.wait.max.ms": 10,
             })
             conf.update(self.s.kafka)
             self._restore = self.clients.consumer(conf)
