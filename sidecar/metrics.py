@@ -42,6 +42,8 @@ Series (all prefixed ``delay_sidecar_``; base units: seconds, bytes, records):
 ``restore_remaining_records``      gauge    ``{partition}``: changelog records still to restore before
                                             the partition is consumed (0 once restored)
 ``restored_records_total``         counter  changelog records applied by restores
+``standby_lag_records``            gauge    ``{partition}``: changelog records a standby store has not
+                                            applied yet (``standby-replicas``)
 ``up`` / ``ready``                 gauge    1 while the process runs / while ``/readyz`` is 200
 =================================  =======  ===========================================================
 
@@ -221,6 +223,9 @@ class Metrics:
                                    "Changelog records still to restore before the partition is consumed",
                                    ["partition"], registry=r)
         self._restored = Counter(PREFIX + "restored_records", "Changelog records applied by restores", registry=r)
+        self._standby_lag = Gauge(PREFIX + "standby_lag_records",
+                                  "Changelog records a standby store has not applied yet", ["partition"], registry=r)
+        self._standby_partitions: set[str] = set()
         self._cl_partitions: set[str] = set()
         self._up = Gauge(PREFIX + "up", "1 while the sidecar process runs", registry=r)
         self._ready = Gauge(PREFIX + "ready", "1 while the sidecar is ready (/readyz answers 200)",
@@ -334,6 +339,15 @@ class Metrics:
             self._cl_unacked.labels(partition=p).set(unacked.get(i, 0))
             self._cl_refused.labels(partition=p).set(refused.get(i, 0))
             self._restore_left.labels(partition=p).set(restoring.get(i, 0))
+
+    def set_standby_lag(self, lag: Mapping[int, int]) -> None:
+        now = {str(p) for p in lag}
+        for gone in self._standby_partitions - now:
+            with contextlib.suppress(KeyError):
+                self._standby_lag.remove(gone)
+        self._standby_partitions = now
+        for p, n in lag.items():
+            self._standby_lag.labels(partition=str(p)).set(n)
 
     def restored(self, n: int) -> None:
         if n:

@@ -568,6 +568,8 @@ class Sidecar:
             m.set_changelog({p: x.produced - x.acked for p, x in mirrors.items()},
                             {p: x.failed for p, x in mirrors.items()}, self.restorer.remaining())
             m.restored(self.restorer.applied - self._restored_synced)
+            m.set_standby_lag({p: max(0, (self.kafka.changelog_end(p) or r.position) - r.position)
+                               for p, r in self.restorer.standby.items()})
             self._restored_synced = self.restorer.applied
         st = self.pub.state
         m.observe_lateness_ms(st.lateness_batch)

@@ -392,6 +392,10 @@ def test_standby_replicas_make_a_failover_restore_only_the_tail(tmp_path: Path) 
           and a.restorer.standby_lag() == {p: 0 for p in b.stores} and b.counters.ingested == 100)
     w.run([a, b], lambda: all(st.changelog_offset == 50 for st in b.stores.values()))
     w.run([a], lambda: all(r.position == 50 for r in a.restorer.standby.values()))  # type: ignore[union-attr]
+    w.clock.advance(1500)
+    a.turn()
+    assert all(f'delay_sidecar_standby_lag_records{{partition="{p}"}} 0.0' in a.metrics.render().decode()
+               for p in b.stores)
     lost = set(b.stores)
     applied = a.restorer.applied  # type: ignore[union-attr]
     w.cluster.leave(b.kafka.consumer)  # b dies; its volume too
