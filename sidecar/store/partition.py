@@ -451,21 +451,14 @@ class PartitionStore:
     def _apply_cancel(self, cid: bytes, now_ms: int) -> int:
         """Cancel the pending record ``cid`` (CANCEL_MATCHED), or remember the cancel for the
         horizon (CANCEL_REMEMBERED); CANCEL_LATE: it is already being delivered."""
-        h = id_hash(cid)
-        for ref in self.ids.find(h):
-            if ref & PRECANCEL:
-                continue
-            rec = self.sched.record(ref)
-            if rec is None:
+        h, ref = self._pending_ref(cid)
+        if ref is not None:
+            if self.sched.cancel(ref):
                 self.ids.remove(h, ref)
-                continue
-            if rec.id == cid:
-                if self.sched.cancel(ref):
-                    self.ids.remove(h, ref)
-                    self.counters.cancelled += 1
-                    return CANCEL_MATCHED
-                self.counters.cancel_unmatched += 1  # already being delivered
-                return CANCEL_LATE
+                self.counters.cancelled += 1
+                return CANCEL_MATCHED
+            self.counters.cancel_unmatched += 1  # already being delivered
+            return CANCEL_LATE
         self.ids.put(h, PRECANCEL | now_ms)
         self.counters.cancel_unmatched += 1
         return CANCEL_REMEMBERED
