@@ -28,7 +28,8 @@ from sidecar import contract as c
 from sidecar.retry.ladder import RetryLadder
 from sidecar.store.codec import native as _native
 
-_INT = re.compile(rb"^-?[0-9]{1,18}\Z")
+_INT = re.compile(rb"^-?[0-9]+\Z")
+_HUGE = 10**19  # stands for a decimal too long for 64 bits: beyond every range checked below
 _TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}\Z")
 # Latest due time the store's fields and every consumer's date library can hold: 9999-12-31.
 MAX_EPOCH_MS = 253_402_300_799_999
@@ -99,6 +100,10 @@ def _int(name: str, raw: bytes | None) -> int:
     if not _INT.match(raw):
         shown = raw[:40].decode("utf-8", "replace")
         raise _Bad(c.BAD_HEADER, f"header {name} is not a decimal integer: {shown!r}")
+    if len(raw.lstrip(b"-")) > 18:
+        # a valid decimal with an impossible value (the range checks reject it with their own
+        # reason, e.g. delay-out-of-range), never converted: a megabyte of digits costs nothing
+        return -_HUGE if raw.startswith(b"-") else _HUGE
     return int(raw)
 
 

@@ -92,6 +92,13 @@ def test_cancel_is_a_command_whatever_else_is_there() -> None:
         ((T, (c.DELAY_MS, b"-1")), c.DELAY_OUT_OF_RANGE),
         ((T, (c.DELAY_MS, str(401 * 86_400_000).encode())), c.DELAY_OUT_OF_RANGE),
         ((T, (c.DELIVER_AT, b"999999999999999999")), c.DELAY_OUT_OF_RANGE),
+        # valid decimals too large for 64 bits: impossible values, not malformed headers
+        ((T, (c.DELIVER_AT, b"99999999999999999999")), c.DELAY_OUT_OF_RANGE),
+        ((T, (c.DELAY_MS, b"1" * 100_000)), c.DELAY_OUT_OF_RANGE),
+        ((T, (c.DELAY_MS, b"-18446744073709551617")), c.DELAY_OUT_OF_RANGE),
+        ((T, (c.LEVEL, b"18446744073709551617")), c.UNKNOWN_LEVEL),
+        ((T, (c.RETRY_COUNT, b"18446744073709551617")), c.RETRIES_EXHAUSTED),
+        ((T, (c.TARGET_PARTITION, b"18446744073709551617")), c.BAD_HEADER),
         ((T, (c.LEVEL, b"0")), c.UNKNOWN_LEVEL),
         ((T, (c.LEVEL, b"19")), c.UNKNOWN_LEVEL),
         ((T, (c.LEVEL, b"-3")), c.UNKNOWN_LEVEL),
