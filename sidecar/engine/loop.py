@@ -273,7 +273,8 @@ class Sidecar:
         clock, turns = time.perf_counter, self.turns
         t0 = clock()
         now = self.clock.wall_ms()
-        timeout = self.pub.wait_s(now)
+        # a restore in progress must not wait for ingress: its slices run once per turn
+        timeout = 0.0 if self.restorer is not None and self.restorer.restoring else self.pub.wait_s(now)
         if not self.paused:
             msgs = self.kafka.consume(self.s.batch_size, timeout)
         else:
