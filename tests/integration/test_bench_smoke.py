@@ -7,7 +7,9 @@ lost, every figure shaped ``{value, unit, goal, met}`` with ``met`` consistent w
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +26,21 @@ MACHINE_KEYS = {"cpu_count", "cpu_model", "memory_bytes", "python", "confluent_k
 
 def _bench(args: list[str], out: Path, timeout_s: float) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "sidecar", "bench", *args, "--size", "small", "--json", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    # its own process group: a timeout stops the bench's sidecars and brokers with it (they
+    # outlived a killed bench before and loaded the machine for the rest of the session)
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as child:
+        try:
+            stdout, stderr = child.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGTERM)
+            try:
+                child.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.communicate()
+            raise AssertionError(f"bench {args[0]} did not finish within {timeout_s:.0f} s") from None
+    proc = subprocess.CompletedProcess(cmd, child.returncode, stdout, stderr)
     assert out.exists(), f"no report written (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
     report: dict[str, Any] = json.loads(out.read_text())
     failed = report["summary"]["failed_scenarios"]
