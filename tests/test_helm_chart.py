@@ -1093,6 +1093,7 @@ def exposed_series() -> dict[str, set[str]]:
     m.observe_lateness_ms([3, -1])
     m.set_changelog({0: 3}, {0: 1}, {1: 40})  # p0 owned (writes in flight), p1 restoring
     m.restored(12)
+    m.set_standby_lag({2: 7})  # p2 a standby
     out: dict[str, set[str]] = {}
     for family in text_string_to_metric_families(m.render().decode()):
         assert family.samples, f"{family.name} rendered without samples"

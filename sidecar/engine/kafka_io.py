@@ -261,6 +261,16 @@ class KafkaIO:
             return None
         return int(high) if high >= 0 else None
 
+    def ingress_end(self, partition: int) -> int | None:
+        """The ingress partition's end offset (a request to the broker); None if unknown."""
+        try:
+            _low, high = self.consumer.get_watermark_offsets(
+                TopicPartition(self.s.ingress_topic, partition), timeout=5, cached=False
+            )
+        except KafkaException:
+            return None
+        return int(high) if high >= 0 else None
+
     def describe_group(self) -> Any:
         """A future of the group's members: ``[(group.instance.id or member id, {partitions})]``."""
         admin = self._admin()

@@ -403,7 +403,13 @@ class Sidecar:
             # store holds: the records the changelog has, and those this store recovered locally
             # (written to the changelog again just now), are skipped when consumed again.
             held = [o for o in (store.changelog_ingress, store.resume_offset) if o is not None]
-            if held:
+            end = self.kafka.ingress_end(store.partition) if held else None
+            if held and end is not None and max(held) > end:
+                # the store names ingress offsets this topic never had (recreated?): skipping
+                # would drop new records, so nothing is skipped (duplicates by id are recognised)
+                log.warning("changelog.ingress_ahead", partition=store.partition, held_until=max(held),
+                            ingress_end=end, action="consuming from the committed offset without skipping")
+            elif held:
                 self._skip[store.partition] = max(held)
             self.kafka.release(store.partition)
         self.assigned = bool(self.stores) or bool(self.held())
