@@ -126,10 +126,6 @@ class StoreMirror:
         if value is not None:
             store.covered(_SRC_OFFSET.unpack_from(value, _SRC_AT)[0])
 
-    def settled(self, needed: int) -> bool:
-        """Every write up to the ``needed``-th one was acknowledged."""
-        return self.acked >= needed
-
 
 @dataclass
 class _Restoring:

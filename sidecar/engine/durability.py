@@ -83,7 +83,7 @@ class Durability:
                 if not self.fsync:
                     self.checkpoint_now(store)  # no disk wait: nothing to hand off
                 elif store.mirror is not None:
-                    self.needed[store.partition] = getattr(store.mirror, "produced", 0)
+                    self.needed[store.partition] = store.mirror.produced
                     job = store.begin_checkpoint(fsync=True)
                     self.jobs[store.partition] = (store, job, self.flusher.submit(job.syncs.run), False)
                 else:
@@ -106,7 +106,7 @@ class Durability:
         """The durability order with the changelog: every changelog write made before the job's
         snapshot is acknowledged before its checkpoint is written and its offset committed."""
         mirror = store.mirror
-        return mirror is None or getattr(mirror, "acked", 0) >= self.needed.get(store.partition, 0)
+        return mirror is None or mirror.acked >= self.needed.get(store.partition, 0)
 
     def _flushed(self, store: PartitionStore) -> bool:
         """Wait (bounded) for the store's changelog writes; True without a changelog."""

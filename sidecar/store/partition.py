@@ -126,7 +126,11 @@ def dlq_headers(
 class Mirror(Protocol):
     """Where a store's changes go besides its own disk: the changelog (``engine/changelog.py``).
     ``put``: the record now pending (or the pre-cancel now remembered) under ``rid``, as its
-    commit-log bytes; ``remove``: nothing is pending under ``rid`` any more."""
+    commit-log bytes; ``remove``: nothing is pending under ``rid`` any more. ``produced`` and
+    ``acked`` count the writes made and acknowledged (durability waits for the latter)."""
+
+    produced: int
+    acked: int
 
     def put(self, rid: bytes, raw: bytes) -> None: ...
     def remove(self, rid: bytes) -> None: ...
