@@ -3,6 +3,7 @@ recent outcomes behind it (``sidecar/store/recent.py``)."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,79 @@ def test_status_memory_zero_forgets_outcomes(tmp_path: Path) -> None:
     sim.consume()
     _settle_due(sim)
     assert sim.st.lookup(b"a") is None
+
+
+# -- Sidecar.lookup: from another thread, while the loop runs ---------------------------------------
+def test_sidecar_lookup_from_another_thread_while_the_loop_runs(tmp_path: Path) -> None:
+    """An HTTP-thread look-up runs beside the loop (on the in-memory Kafka twin): every answer is
+    the truth at some instant (pending before its due time, delivered after), none fails."""
+    from tests.unit.test_loop_twin import World
+
+    w = World(tmp_path)
+    sc = w.sidecar("a")
+    w.send(400, lambda i: 200 + 10 * i)
+    w.run([sc], lambda: sum(s.pending().get("wheel", 0) for s in sc.stores.values()) > 0)
+    seen: list[tuple[bytes, int, dict[str, object]]] = []
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def ask() -> None:
+        try:
+            while not stop.is_set():
+                for i in range(0, 400, 7):
+                    rid = b"r%d" % i
+                    status, doc = sc.lookup(rid)
+                    seen.append((rid, status, doc))
+        except BaseException as e:  # reported by the test thread
+            errors.append(e)
+
+    t = threading.Thread(target=ask)
+    t.start()
+    try:
+        w.run([sc], lambda: len(w.delivered()) >= 400)
+    finally:
+        stop.set()
+        t.join(10)
+    assert not errors, errors
+    assert {status for _r, status, _d in seen} <= {200}, "every id is pending or remembered"
+    states = {d["state"] for _r, _s, d in seen}
+    assert "delivered" in states and "pending" in states
+    for rid, _s, d in seen:
+        if d["state"] == "pending":
+            assert d["due_ms"] == w.sent[rid] and d["id"] == rid.decode()
+    for i in range(400):
+        status, doc = sc.lookup(b"r%d" % i)
+        assert status == 200 and doc["state"] == "delivered" and doc["partition"] == i % 4, doc
+    assert sc.lookup(b"r400")[0] == 404
+    status, doc = sc.lookup(b"r1", partition=2)  # r1 is on partition 1: not found in partition 2's store
+    assert status == 404 and doc["state"] == "unknown" and doc["owned_partitions"] == [0, 1, 2, 3]
+    status, doc = sc.lookup(b"r1", partition=9)
+    assert status == 404 and "not owned" in doc["error"]
+    sc.shutdown()
+
+
+def test_sidecar_lookup_waits_for_the_loop_then_gives_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sidecar.engine import loop
+    from tests.unit.test_loop_twin import World
+
+    monkeypatch.setattr(loop, "LOOKUP_WAIT_S", 0.05)
+    w = World(tmp_path)
+    sc = w.sidecar("a")
+    w.run([sc], lambda: bool(sc.stores))
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:  # the loop in a long turn
+        with sc.store_lock:
+            held.set()
+            release.wait(5)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    held.wait(5)
+    status, doc = sc.lookup(b"x")
+    release.set()
+    t.join(5)
+    assert status == 503 and "try again" in doc["error"]
+    assert sc.lookup(b"x")[0] == 404
+    sc.shutdown()
