@@ -1,6 +1,6 @@
 """``delay-sidecar bench SCENARIO [--size small|full] --json OUT [--bootstrap-servers B]``.
 
-SCENARIO is one of ``throughput``, ``lateness``, ``pending-memory``, ``restart``, ``mass-expiry``,
+SCENARIO is one of ``throughput``, ``lateness``, ``pending-memory``, ``lookup``, ``restart``, ``mass-expiry``,
 ``redis-zset``, ``append``, ``steady``, ``failover``, ``restore``, ``all``, or a comma-separated list
 of them. Without
 ``--bootstrap-servers`` the bench starts its own local broker (:class:`devkafka.local.LocalKafka`)
@@ -41,6 +41,7 @@ from bench import (
     append,
     failover,
     lateness,
+    lookup,
     mass_expiry,
     pending_memory,
     redis_zset,
@@ -56,6 +57,7 @@ SCENARIOS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "throughput": throughput.run,
     "lateness": lateness.run,
     "pending-memory": pending_memory.run,
+    "lookup": lookup.run,
     "restart": restart.run,
     "mass-expiry": mass_expiry.run,
     "redis-zset": redis_zset.run,

@@ -439,6 +439,20 @@ def cmd_inspect(ns: argparse.Namespace) -> int:
     root = Path(ns.data_dir)
     if not root.is_dir():
         raise CliError(f"DATA_DIR {root} is not a directory")
+    if ns.id is not None:
+        from sidecar import client
+        from sidecar.inspect import find_id, render_id
+
+        try:
+            rid = client.check_id(ns.id)
+        except ValueError as e:
+            raise _bad("--id", e) from None
+        found = find_id(root, rid)
+        if ns.json:
+            sys.stdout.buffer.write(orjson.dumps(found, option=orjson.OPT_INDENT_2) + b"\n")
+        else:
+            print(render_id(found))
+        return 0 if found["found"] else 3
     report = inspect_data_dir(root)
     if ns.json:
         sys.stdout.buffer.write(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
@@ -606,6 +620,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("inspect", help="describe a data directory (read-only)")
     p.add_argument("data_dir", metavar="DATA_DIR", help="the sidecar's --data-dir")
+    p.add_argument("--id", metavar="ID", help="look this delay.id up instead (pending, dead letter on its way, "
+                                              "cancelled before its message; exit status 3 when not found)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
     p = sub.add_parser("demo", help="local broker + sidecar + a few delayed records, printed as they arrive")

@@ -190,8 +190,11 @@ def find(
         except (OSError, http.client.HTTPException) as e:
             return m, e
 
-    with ThreadPoolExecutor(max_workers=min(16, len(reachable))) as pool:
-        results = list(pool.map(one, reachable))
+    if len(reachable) == 1:  # the usual case (an owner): no thread pool to start
+        results = [one(reachable[0])]
+    else:
+        with ThreadPoolExecutor(max_workers=min(16, len(reachable))) as pool:
+            results = list(pool.map(one, reachable))
     failures = []
     unknown: dict[str, Any] | None = None
     for r in results:

@@ -207,3 +207,53 @@ def test_sidecar_lookup_waits_for_the_loop_then_gives_up(tmp_path: Path, monkeyp
     assert status == 503 and "try again" in doc["error"]
     assert sc.lookup(b"x")[0] == 404
     sc.shutdown()
+
+
+# -- inspect --id: the same answers from the files, read-only -----------------------------------------
+def test_inspect_finds_an_id_in_the_files(sim: Sim) -> None:
+    from sidecar.inspect import find_id, render_id
+
+    sim.send("near", delay_ms=5_000, target="orders", extra=[(c.TARGET_PARTITION, b"1")])
+    sim.send("far", delay_ms=600_000)  # the wheel: beyond its 60 s window, in a bucket file
+    sim.send("gone", delay_ms=5_000)
+    sim.send(cancel="gone")
+    sim.send(cancel="early")
+    sim.send("bad", extra=[(c.DELAY_MS, b"soon")])
+    sim.send("done", delay_ms=0)
+    sim.consume()
+    sim.now += 1
+    for ref, rec in sim.st.sched.due(sim.now, 1000):
+        if rec.id == b"done":
+            sim.st.acked.append((ref, rec))
+    sim.st.settle(sim.now)
+    sim.st.checkpoint()
+    (ref,) = sim.st.ids.find(id_hash(b"near"))
+    sim.st.ids.put(id_hash(b"impostor"), ref)
+    root = sim.root
+
+    near = find_id(root, b"near")
+    assert near["state"] == "pending" and len(near["found"]) == 1
+    got = near["found"][0]
+    assert (got["partition"], got["due_ms"], got["target_topic"], got["target_partition"]) == (0, T0 + 5000,
+                                                                                              "orders", 1)
+    assert "due=" in render_id(near)
+    if sim.scheduler == "wheel":
+        far = find_id(root, b"far")
+        assert far["state"] == "pending" and far["found"][0]["due_ms"] == T0 + 600_000
+        assert any((root / "in-0" / "buckets").glob("*.bkt"))
+    for rid in (b"near", b"far", b"early", b"in:0:5", b"in:0:1"):  # the files say what the store says
+        online = sim.st.lookup(rid)
+        offline = find_id(root, rid)["found"]
+        assert (online is None) == (not offline), rid
+        if online is not None and online["state"] == "pending":
+            assert {k: offline[0][k] for k in ("due_ms", "target_topic", "ingress_offset")} == {
+                k: online[k] for k in ("due_ms", "target_topic", "ingress_offset")}
+    early = find_id(root, b"early")
+    assert early["found"] == [{"directory": "in-0", "partition": 0, "state": "cancelled", "before_message": True,
+                               "at_ms": T0, "at": early["found"][0]["at"]}]
+    bad = find_id(root, b"in:0:5")
+    assert bad["state"] == "dead-lettered" and bad["found"][0]["reason"] in c.REASONS
+    for unknown in (b"gone", b"done", b"impostor", b"never"):  # cancelled, delivered: not in the files
+        assert find_id(root, unknown) == {"data_dir": str(root), "id": unknown.decode(), "state": "unknown",
+                                          "found": []}
+    assert "unknown" in render_id(find_id(root, b"never"))
