@@ -38,6 +38,35 @@ def test_recent_outcome_newest_note_wins_and_zero_remembers_nothing() -> None:
         RecentOutcomes(-1)
 
 
+class _Rec:
+    def __init__(self, rid: bytes, rtype: int = codec.MESSAGE) -> None:
+        self.id, self.rtype = rid, rtype
+
+
+def test_recent_delivery_batches_are_bounded_before_any_lookup() -> None:
+    """Deliveries are kept as id lists until a look-up folds them in: bounded all the same, the
+    latest outcomes kept, dead letters told apart."""
+    r = RecentOutcomes(1000)
+    for b in range(100):
+        batch = [(0, _Rec(b"id%d" % (b * 100 + i), codec.DEAD if i == 7 else codec.MESSAGE)) for i in range(100)]
+        r.note_settled(batch, T0 + b, codec.DEAD)
+        assert len(r) <= 1000 + 100
+    assert r.get(b"id9999") == ("delivered", T0 + 99)
+    assert r.get(b"id9907") == ("dead-lettered", T0 + 99)
+    assert all(r.get(b"id%d" % i) is not None for i in range(9500, 10_000))
+    assert r.get(b"id5000") is None
+    assert len(r) <= 1000
+
+
+def test_recent_outcomes_keep_the_order_they_happened_in() -> None:
+    r = RecentOutcomes(100)
+    r.note_settled([(0, _Rec(b"a"))], 10, codec.DEAD)
+    r.note(b"a", CANCELLED, 11)  # later: wins over the unfolded delivery
+    r.note(b"b", CANCELLED, 12)
+    r.note_settled([(0, _Rec(b"b"))], 13, codec.DEAD)
+    assert r.get(b"a") == ("cancelled", 11) and r.get(b"b") == ("delivered", 13)
+
+
 # -- PartitionStore.lookup --------------------------------------------------------------------------
 def _settle_due(sim: Sim) -> None:
     """What the loop does: hand out the due records, then their delivery reports, then settle."""
