@@ -645,8 +645,10 @@ class Sidecar:
         if not self.store_lock.acquire(timeout=LOOKUP_WAIT_S):
             return 503, {"error": f"the event loop did not free the stores within {LOOKUP_WAIT_S:g} s (a long "
                                   "turn: a rebalance, a shutdown); try again", "id": _text(rid)}
+        self._lookup_waiting = False
         try:
             owned = sorted(self.stores)
+            restoring = sorted(self.held())
             if partition is not None:
                 stores = [self.stores[partition]] if partition in self.stores else []
             else:
@@ -661,9 +663,11 @@ class Sidecar:
         base = {"id": _text(rid), "ingress_topic": self.s.ingress_topic, "instance": self.s.group_instance_id,
                 "owned_partitions": owned}
         if found is None:
+            if partition is not None and partition in restoring:
+                return 503, {**base, "error": f"partition {partition} is restoring from the changelog; try again"}
             why = ("not pending here, and no outcome remembered" if partition is None or partition in owned
                    else f"partition {partition} is not owned by this instance")
-            return 404, {**base, "state": "unknown", "error": why}
+            return 404, {**base, "state": "unknown", "error": why, "restoring_partitions": restoring}
         for field in ("due_ms", "at_ms", "enqueued_ms"):
             if field in found:
                 found[field[:-3]] = iso_ms(found[field])

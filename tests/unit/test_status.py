@@ -90,3 +90,26 @@ def test_ids_endpoint_decodes_the_id_and_checks_the_request(server: HealthServer
     status, doc = get(server, "/ids/" + "x" * 256)
     assert status == 400 and "1..255 bytes" in doc["error"]
     assert len(asked) == 2
+
+
+def test_find_names_what_is_missing() -> None:
+    """No owner for the partition, or an owner that advertises no HTTP address: a clear error
+    naming what to change (nothing is asked over the network)."""
+    from sidecar.status import Member, StatusError, find
+
+    silent = Member("m1", "delay-sidecar", "/10.0.0.1", None, {0, 1})
+    with pytest.raises(StatusError, match="partition 5 has no owner in group 'g'"):
+        find([silent], b"x", 5, "g", 1)
+    with pytest.raises(StatusError, match="--http-port"):
+        find([silent], b"x", 1, "g", 1)
+
+
+def test_find_asks_the_owner_over_http(server: HealthServer) -> None:
+    from sidecar.status import Member, find
+
+    answers = {b"known": (200, {"state": "pending", "partition": 1})}
+    server.lookup = lambda rid, partition: answers.get(rid, (404, {"state": "unknown", "error": "no"}))
+    owner = Member("m1", f"delay-sidecar@127.0.0.1:{server.port}", "/127.0.0.1", f"127.0.0.1:{server.port}", {1})
+    doc = find([owner], b"known", 1, "g", 5)
+    assert doc == {"state": "pending", "partition": 1, "member": f"127.0.0.1:{server.port}"}
+    assert find([owner], b"other", 1, "g", 5)["state"] == "unknown"
