@@ -641,11 +641,13 @@ class Sidecar:
         waits for records, so an idle loop answers at once and a busy one after its turn (a few
         ms; ``LOOKUP_YIELD_S`` keeps it from taking the lock straight back). A look-up costs
         one hash probe and one record decode under the lock: the loop barely notices."""
+        t0 = time.perf_counter()
         self._lookup_waiting = True
         if not self.store_lock.acquire(timeout=LOOKUP_WAIT_S):
             return 503, {"error": f"the event loop did not free the stores within {LOOKUP_WAIT_S:g} s (a long "
                                   "turn: a rebalance, a shutdown); try again", "id": _text(rid)}
         self._lookup_waiting = False
+        t1 = time.perf_counter()
         try:
             owned = sorted(self.stores)
             restoring = sorted(self.held())
@@ -660,8 +662,11 @@ class Sidecar:
                     break
         finally:
             self.store_lock.release()
+        t2 = time.perf_counter()
+        # where the time went: waiting for the loop to let go of the stores, and the look-up itself
         base = {"id": _text(rid), "ingress_topic": self.s.ingress_topic, "instance": self.s.group_instance_id,
-                "owned_partitions": owned}
+                "owned_partitions": owned, "wait_ms": round((t1 - t0) * 1000, 3),
+                "lookup_ms": round((t2 - t1) * 1000, 3)}
         if found is None:
             if partition is not None and partition in restoring:
                 return 503, {**base, "error": f"partition {partition} is restoring from the changelog; try again"}
