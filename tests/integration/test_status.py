@@ -96,5 +96,15 @@ def test_status_pending_delivered_cancelled(kafka_bootstrap: str, tmp_path: Path
              "--group", f"no-such-group-{unique}", "--ingress-topic", sc.ingress, "--timeout", "5s"],
             capture_output=True, text=True, timeout=60)
         assert r.returncode == 1 and "--group" in r.stderr, r.stderr
+
+        # offline, on the data directory the sidecar is writing: the pending id, read-only
+        r = subprocess.run([sys.executable, "-m", "sidecar", "inspect", str(sc.data_dir), "--id", "later-1", "--json"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        (found,) = json.loads(r.stdout)["found"]
+        assert found["state"] == "pending" and found["partition"] == partitions["later-1"]
+        r = subprocess.run([sys.executable, "-m", "sidecar", "inspect", str(sc.data_dir), "--id", "now-1"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 3 and "unknown" in r.stdout  # delivered: known to the running sidecar only
     finally:
         sc.stop_quietly()
