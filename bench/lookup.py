@@ -30,6 +30,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka.admin import AdminClient
@@ -74,6 +75,12 @@ def fill(bench: Bench, scheduler: str, n: int) -> tuple[SidecarProc, str, int]:
     preload(bench.bootstrap, ingress, n, 100, target, lambda _i: PENDING_DELAY_MS)
     wait_pending(sc, n)
     return sc, address, wall_ms() - t0
+
+
+def page_faults(pid: int) -> tuple[int, int]:
+    """(minor, major) page faults of process ``pid`` so far (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[7]), int(fields[9])
 
 
 def settle(sc: SidecarProc, n: int) -> None:
@@ -126,6 +133,7 @@ def measure(bench: Bench, sc: SidecarProc, address: str, n: int) -> dict[str, An
             wrong.append("")
 
     settle(sc, n)
+    faults0 = page_faults(sc.pid)
     http_ms, wait_ms, lookup_ms = [], [], []
     for rid, pending in queries:
         ms, (code, doc) = timed(lambda rid=rid: status.ask(address, rid, None, 10))
@@ -133,6 +141,7 @@ def measure(bench: Bench, sc: SidecarProc, address: str, n: int) -> dict[str, An
         wait_ms.append(float(doc.get("wait_ms", 0)))
         lookup_ms.append(float(doc.get("lookup_ms", 0)))
         check(rid, pending, code, doc)
+    faults = [b - a for a, b in zip(faults0, page_faults(sc.pid), strict=True)]
     admin = AdminClient({"bootstrap.servers": bench.bootstrap})
     describe_ms, members = timed(lambda: status.group_members(admin, sc.group, sc.ingress, 30))
     cli_ms = []
@@ -152,7 +161,8 @@ def measure(bench: Bench, sc: SidecarProc, address: str, n: int) -> dict[str, An
                        capture_output=True, timeout=120, check=False)
         process_ms.append((time.perf_counter() - t) * 1000)
     return {"http_ms": http_ms, "wait_ms": wait_ms, "lookup_ms": lookup_ms, "cli_ms": cli_ms,
-            "describe_group_ms": describe_ms, "process_ms": process_ms, "wrong": wrong}
+            "describe_group_ms": describe_ms, "process_ms": process_ms, "wrong": wrong,
+            "minor_faults": faults[0], "major_faults": faults[1]}
 
 
 def run(bench: Bench) -> dict[str, Any]:
@@ -190,7 +200,8 @@ def run(bench: Bench) -> dict[str, Any]:
                                   note=f"median of {CLI_RUNS} whole `delay-sidecar status` processes"),
         }
         details[sched] = {"store": source, "fill_ms": fill_ms, "wrong_answers": m["wrong"][:10],
-                          "cli_process_ms": m["process_ms"]}
+                          "cli_process_ms": m["process_ms"], "sidecar_minor_faults_http": m["minor_faults"],
+                          "sidecar_major_faults_http": m["major_faults"]}
     return {
         "method": f"{LOOKUPS} look-ups (half pending, half unknown, random order) with N pending: GET /ids/<id> on a "
                   "new connection, and the status command's owner-and-ask path in-process; every answer checked",

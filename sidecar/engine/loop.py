@@ -656,8 +656,9 @@ class Sidecar:
             else:
                 stores = list(self.stores.values())
             found = None
+            now = self.clock.wall_ms()
             for store in stores:
-                found = store.lookup(rid)
+                found = store.lookup(rid, now)
                 if found is not None:
                     break
         finally:

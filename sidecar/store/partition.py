@@ -489,19 +489,22 @@ class PartitionStore:
                 return h, ref
         return h, None
 
-    def lookup(self, rid: bytes) -> dict[str, Any] | None:
+    def lookup(self, rid: bytes, now_ms: int | None = None) -> dict[str, Any] | None:
         """What this partition knows of ``rid`` (``delay-sidecar status``), or None.
 
         A pending record is found through the id index (one hash probe) and verified against the
         stored record's id: a 64-bit hash collision is never an answer. Unlike ``_pending_ref`` it
         changes nothing (a stale index entry is skipped, not removed), so the answer costs no
         write. Then a pre-cancel (a cancel that came before its message; matched on the hash, as
-        the intake matches it), then the memory of recent outcomes (``recent.py``)."""
+        the intake matches it; with ``now_ms``, only one within the cancel horizon, as the intake
+        honours it), then the memory of recent outcomes (``recent.py``)."""
         h = id_hash(rid)
         precancel: int | None = None
         for ref in self.ids.find(h):
             if ref & PRECANCEL:
-                precancel = ref & ~PRECANCEL
+                at = ref & ~PRECANCEL
+                if now_ms is None or now_ms - at <= self.cancel_horizon_ms:
+                    precancel = at
                 continue
             rec = self.sched.record(ref)
             if rec is None or rec.id != rid:

@@ -107,6 +107,9 @@ def test_lookup_cancel_before_its_message(sim: Sim) -> None:
     sim.send("early", delay_ms=1000)  # the message, dropped by its pre-cancel
     sim.consume()
     assert sim.st.lookup(b"early")["state"] == "cancelled"  # type: ignore[index]
+    # past the cancel horizon the intake no longer honours it, and neither does the answer
+    assert sim.st.lookup(b"early", T0 + sim.horizon_ms) is not None
+    assert sim.st.lookup(b"early", T0 + sim.horizon_ms + 1) == {"partition": 0, "state": "cancelled", "at_ms": T0 + 10}
 
 
 def test_lookup_dead_letters(sim: Sim) -> None:
