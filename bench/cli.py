@@ -10,7 +10,8 @@ without one (``append``, ``steady``). The schedulers measured are every one that
 given with ``--schedulers``; in-process scenarios alone measure both unless told otherwise. ``throughput``
 and ``lateness`` measure every changelog mode given with ``--changelog`` (default ``on,off``: the
 sidecar's default, and ``--changelog off``); the other scenarios run the sidecar's default
-(changelog on).
+(changelog on), except with ``--changelog off`` alone, when every scenario that can runs with it off
+(``failover`` and ``restore`` need it).
 
 The JSON report holds the machine facts, the settings, and per scenario its method, settings,
 ``results`` (every figure as ``{"value", "unit", "goal", "met"}``) and raw ``details``. It is
@@ -84,7 +85,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="comma-separated schedulers to measure (default: levels, plus wheel if it starts)")
     ap.add_argument("--changelog", default="on,off", metavar="MODES",
                     help="comma-separated changelog modes throughput and lateness measure: on (the default "
-                         "flags), off (--changelog off); default: on,off")
+                         "flags), off (--changelog off); default: on,off. off alone: every scenario "
+                         "but failover and restore runs with the changelog off")
     ap.add_argument("--workdir", default=None, help="data directories and logs (default: a temp dir, removed)")
     ap.add_argument("--keep-workdir", action="store_true", help="keep the work directory (logs, stores)")
     ap.add_argument("--profile", metavar="DIR", default=None,
