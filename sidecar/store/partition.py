@@ -561,12 +561,22 @@ class PartitionStore:
 
     def dead_letter(self, ref: int, rec: Record, reason: str, error: str, attempts: int, now_ms: int) -> None:
         """Publishing failed for good: append a DLQ copy (durable, retried like any record), then
-        finish the original."""
+        finish the original. The copy carries the control headers of an ingress record meaning
+        the same schedule (target, partition, id, and the committed due time as
+        ``delay.deliver-at`` or the consumer retry's ``delay.retry-count``) plus
+        ``delay.enqueued-at``, so ``dlq redrive`` can restore it (sidecar/dlq.py)."""
         headers: HeaderList = [
             *decode_headers(rec.headers),
             (c.ID, rec.id),
             (c.TARGET_TOPIC, rec.topic),
         ]
+        if rec.target_partition >= 0:
+            headers.append((c.TARGET_PARTITION, b"%d" % rec.target_partition))
+        if rec.retry_count:
+            headers.append((c.RETRY_COUNT, b"%d" % rec.retry_count))
+        else:
+            headers.append((c.DELIVER_AT, b"%d" % rec.due_ms))
+        headers.append((c.ENQUEUED_AT, b"%d" % rec.enqueue_ms))
         headers = dlq_headers(headers, reason, error, self.topic, rec.src_partition, rec.src_offset, attempts)
         rid = rec.id
         self._append_dead(rid, rec.key, rec.value, headers, rec.enqueue_ms, rec.src_offset, now_ms)
