@@ -542,7 +542,8 @@ def _dlq_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
     dlq = sub.add_parser("dlq", help="count dead letters (list) or send them back (redrive)",
                          description="Dead-letter topic tools. See docs/operations.md, 'Dead letters'.")
-    dsub = dlq.add_subparsers(dest="dlq_command", required=True)
+    dsub = dlq.add_subparsers(dest="dlq_command", required=True, metavar="list|redrive",
+                              help="list: counts per reason and hour; redrive: send dead letters back")
     rng = argparse.ArgumentParser(add_help=False)
     rng.add_argument("--dlq-topic", default=os.environ.get(env_name("dlq-topic"), "delay.dlq"), metavar="TOPIC",
                      help="the sidecar's DLQ topic (default: %(default)s, from $DELAY_SIDECAR_DLQ_TOPIC if set)")
@@ -647,6 +648,11 @@ def attach_dash_values(parser: argparse.ArgumentParser, args: list[str]) -> list
     if start is None:
         return args
     sub: argparse.ArgumentParser = subs[0].choices[args[start]]
+    # a nested subcommand (``dlq redrive``): its options are the ones that count
+    nested = [a for a in sub._actions if isinstance(a, argparse._SubParsersAction)]
+    if nested and start + 1 < len(args) and args[start + 1] in nested[0].choices:
+        start += 1
+        sub = nested[0].choices[args[start]]
     options = sub._option_string_actions
 
     def action_of(word: str) -> argparse.Action | None:

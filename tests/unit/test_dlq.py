@@ -118,6 +118,7 @@ def test_cli_refuses_bad_flags_before_connecting(capsys: pytest.CaptureFixture[s
         ("--reason", "bad-header", "--to", "dlq"): "--to: 'dlq'; choose ingress or target",
         ("--reason", "bad-header", "--to", "target", "--delay", "5s"): "--delay applies to --to ingress only",
         ("--reason", "bad-header", "--to", "ingress", "--delay", "5"): "--delay: '5' has no unit",
+        ("--reason", "bad-header", "--to", "ingress", "--delay", "-5s"): "--delay: '-5s' is negative",
         ("--reason", "bad-header", "--to", "ingress", "--ingress-topic", "d", "--dlq-topic", "d"):
             "refusing to redrive into the DLQ itself",
         ("--reason", "bad-header", "--to", "target", "--since", "2h", "--until", "3h"): "--until: '3h' is not after",
