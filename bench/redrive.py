@@ -11,7 +11,8 @@ Method:
 2. *Run 1*: ``python -m sidecar dlq redrive --reason delivery-failed --to target --json`` (the
    command as an operator runs it, in its own process). Its rate is the records it sent over its
    ``send_seconds`` (first dead letter read to last transaction committed; goal >= 50 000/s); the
-   whole command's wall time is reported beside it.
+   whole command's wall time and the records per CPU second it used (its process and threads:
+   what the machine's load does not change) are reported beside it.
 3. *Run 2*: the same command again: it must send nothing (goal == 0).
 4. *Check*: the target topic is read with ``read_committed`` and every record's
    ``delay.redrive-id`` counted: ``duplicates`` (records beyond one per id) and ``lost`` (dead
@@ -20,6 +21,7 @@ Method:
 
 from __future__ import annotations
 
+import resource
 import subprocess
 import sys
 import time
@@ -67,14 +69,20 @@ def fill(bootstrap: str, dlq: str, target: str, ingress: str, n: int) -> float:
 def redrive_once(bootstrap: str, dlq: str, ingress: str, timeout_s: float) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "sidecar", "dlq", "redrive", "--bootstrap-servers", bootstrap, "--dlq-topic", dlq,
            "--ingress-topic", ingress, "--reason", c.DELIVERY_FAILED, "--to", "target", "--json", "--timeout", "30s"]
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), _children_cpu_s()
     proc = subprocess.run(cmd, capture_output=True, timeout=timeout_s, check=False)
-    wall = time.monotonic() - t0
+    wall, cpu = time.monotonic() - t0, _children_cpu_s() - cpu0
     if proc.returncode != 0:
         raise BenchError(f"dlq redrive exited {proc.returncode}: {proc.stderr.decode(errors='replace')[-2000:]}")
     out: dict[str, Any] = orjson.loads(proc.stdout.splitlines()[-1])
     out["command_wall_s"] = round(wall, 3)
+    out["command_cpu_s"] = round(cpu, 3)  # user + system of the process and its librdkafka threads
     return out
+
+
+def _children_cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def count_ids(bootstrap: str, topic: str, timeout_s: float = 120) -> tuple[int, int]:
@@ -125,6 +133,9 @@ def run(bench: Bench) -> dict[str, Any]:
             "duplicates": fig(records - distinct, "records", "== 0"),
             "lost": fig(n - distinct, "records", "== 0"),
             "command_wall_s": fig(first["command_wall_s"], "s"),
+            # the machine's load moves the rate; the CPU the command used per record does not
+            "records_per_cpu_s": fig(round(n / first["command_cpu_s"]) if first["command_cpu_s"] else None,
+                                     "records/CPU-s"),
         },
         "details": {"fill_s": round(fill_s, 3), "first_run": first, "second_run": second,
                     "target_records": records, "distinct_redrive_ids": distinct},
