@@ -1,7 +1,7 @@
 """``delay-sidecar bench SCENARIO [--size small|full] --json OUT [--bootstrap-servers B]``.
 
 SCENARIO is one of ``throughput``, ``lateness``, ``pending-memory``, ``restart``, ``mass-expiry``,
-``redis-zset``, ``append``, ``steady``, ``failover``, ``restore``, ``all``, or a comma-separated list
+``redis-zset``, ``append``, ``steady``, ``failover``, ``restore``, ``redrive``, ``all``, or a comma-separated list
 of them. Without
 ``--bootstrap-servers`` the bench starts its own local broker (:class:`devkafka.local.LocalKafka`)
 in the work directory and stops it at the end, unless every scenario asked for runs in-process
@@ -45,6 +45,7 @@ from bench import (
     mass_expiry,
     pending_memory,
     redis_zset,
+    redrive,
     restart,
     restore,
     steady,
@@ -64,6 +65,7 @@ SCENARIOS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "steady": steady.run,
     "failover": failover.run,
     "restore": restore.run,
+    "redrive": redrive.run,
 }
 WARMUP_S = 45.0  # traffic through a broker started by the bench, before the first scenario (full size)
 

@@ -1,9 +1,10 @@
 """``delay-sidecar``: the one console script.
 
 Subcommands: ``run`` (the sidecar), ``dev-kafka`` (a local single-node KRaft broker), ``send`` and
-``cancel`` (client helpers), ``inspect`` (a data directory, read-only), ``salvage`` (copy readable
-records out of a damaged store), ``demo`` (the README quickstart), ``accuracy`` (the Spark
-accuracy job), ``bench`` (benchmarks, JSON report).
+``cancel`` (client helpers), ``dlq list`` / ``dlq redrive`` (dead letters, ``sidecar/dlq.py``),
+``inspect`` (a data directory, read-only), ``salvage`` (copy readable records out of a damaged
+store), ``demo`` (the README quickstart), ``accuracy`` (the Spark accuracy job), ``bench``
+(benchmarks, JSON report).
 
 Bad input (a flag, a config key, an environment variable) gets one line that names it, the value
 and the accepted forms, and exit status 2; a command that ran and failed (no broker within
@@ -520,6 +521,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("id", metavar="ID", help="the delay.id of the record to cancel")
     p.add_argument("--key", required=True, help="the message's key (routes the cancel to its partition)")
 
+    _dlq_parser(sub, common)
+
     p = sub.add_parser("inspect", help="describe a data directory (read-only)")
     p.add_argument("data_dir", metavar="DATA_DIR", help="the sidecar's --data-dir")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -534,6 +537,109 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _dlq_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    from sidecar.dlq import TIME_FORMS
+
+    dlq = sub.add_parser("dlq", help="count dead letters (list) or send them back (redrive)",
+                         description="Dead-letter topic tools. See docs/operations.md, 'Dead letters'.")
+    dsub = dlq.add_subparsers(dest="dlq_command", required=True, metavar="list|redrive",
+                              help="list: counts per reason and hour; redrive: send dead letters back")
+    rng = argparse.ArgumentParser(add_help=False)
+    rng.add_argument("--dlq-topic", default=os.environ.get(env_name("dlq-topic"), "delay.dlq"), metavar="TOPIC",
+                     help="the sidecar's DLQ topic (default: %(default)s, from $DELAY_SIDECAR_DLQ_TOPIC if set)")
+    rng.add_argument("--since", metavar="TIME", help="from the first dead letter timestamped at or after TIME "
+                                                     "(default: the oldest)")
+    rng.add_argument("--until", metavar="TIME", help="up to the first dead letter timestamped at or after TIME "
+                                                     "(default: the newest at the start)")
+    epilog = f"TIME: {TIME_FORMS}. Exit status 2: bad input; 1: Kafka did not answer or a transaction failed."
+    p = dsub.add_parser("list", parents=[common, rng], epilog=epilog, help="dead letters per reason and hour",
+                        description="Count the dead letters of the range per reason and per --bucket of their "
+                                    "timestamps, and how many of each reason were redriven.")
+    p.add_argument("--reason", action="append", default=[], metavar="REASON",
+                   help="only these reason codes (repeatable or comma-separated; default: all)")
+    p.add_argument("--bucket", default="1h", metavar="DURATION", help="time bucket width (default: %(default)s)")
+    p = dsub.add_parser("redrive", parents=[common, rng], epilog=epilog, help="send dead letters back",
+                        description="Send the dead letters of the range whose reason is --reason back to their "
+                                    "target topic or to the ingress topic, without the delay.dlq.* headers and "
+                                    "with the original control headers. Exactly once per dead letter across runs: "
+                                    "what was redriven is recorded in <dlq-topic>.redrive in the same Kafka "
+                                    "transaction as the re-sent records.")
+    p.add_argument("--reason", action="append", default=[], metavar="REASON", required=True,
+                   help="reason codes to redrive (repeatable or comma-separated): " + ", ".join(c.REASONS))
+    p.add_argument("--to", required=True, metavar="ingress|target",
+                   help="target: straight to the record's target topic; ingress: back through the sidecar")
+    p.add_argument("--delay", metavar="DURATION", help="with --to ingress: deliver this long after the redrive "
+                                                       "instead of at the original schedule")
+    p.add_argument("--dry-run", action="store_true", help="count what would be sent; send nothing")
+    p.add_argument("--progress", action="store_true", help="show the progress bar on stderr even when it is not "
+                                                           "a terminal")
+    p.add_argument("--batch", default="10000", metavar="N", help="records per transaction (default: %(default)s)")
+    p.add_argument("--rate", default="0", metavar="N", help="at most N records/s (default: no limit)")
+
+
+def _dlq_job(ns: argparse.Namespace) -> Any:
+    from sidecar import dlq
+
+    now = int(time.time() * 1000)
+    since = None if ns.since is None else dlq.parse_time(ns.since, "--since", now)
+    until = None if ns.until is None else dlq.parse_time(ns.until, "--until", now)
+    if since is not None and until is not None and until <= since:
+        raise CliError(f"bad value for --until: {ns.until!r} is not after --since {ns.since!r}")
+    timeout_ms, kafka = _common_inputs(ns)
+    reasons = dlq.parse_reasons(ns.reason) if ns.reason or ns.dlq_command == "redrive" else ()
+    job = dlq.Job("", ns.dlq_topic, ns.ingress_topic, reasons, since, until, timeout_s=timeout_ms / 1000,
+                  kafka=kafka)
+    if ns.dlq_command == "redrive":
+        job.to, job.dry_run = ns.to, ns.dry_run
+        if ns.delay is not None:
+            try:
+                job.delay_ms = parse_duration_ms(ns.delay)
+            except ValueError as e:
+                raise _bad("--delay", e) from None
+        for flag, text, attr in (("--batch", ns.batch, "batch"), ("--rate", ns.rate, "rate")):
+            try:
+                n = _whole(text)
+            except ValueError as e:
+                raise _bad(flag, e) from None
+            if n < (1 if flag == "--batch" else 0):
+                raise CliError(f"bad value for {flag}: {text!r} is below {1 if flag == '--batch' else 0}")
+            setattr(job, attr, n)
+        dlq.check_destination(job)
+    else:
+        try:
+            ns.bucket_ms = parse_duration_ms(ns.bucket)
+        except ValueError as e:
+            raise _bad("--bucket", e) from None
+        if ns.bucket_ms <= 0:
+            raise CliError(f"bad value for --bucket: {ns.bucket!r} is not above 0")
+    bs = ns.bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or os.environ.get(
+        "DELAY_SIDECAR_BOOTSTRAP_SERVERS")
+    if not bs:
+        raise CliError("--bootstrap-servers is required (or set KAFKA_BOOTSTRAP_SERVERS)")
+    job.bootstrap = bs
+    job.kafka = {**kafka, "logger": _quiet_logger()}
+    return job
+
+
+def cmd_dlq(ns: argparse.Namespace) -> int:
+    from sidecar import dlq
+
+    try:
+        job = _dlq_job(ns)
+        if ns.dlq_command == "list":
+            report = dlq.list_counts(job, ns.bucket_ms)
+            _emit(ns, report, dlq.render_list(report, _iso))
+            return 0
+        summary = dlq.redrive(job, dlq.progress_stream(ns.progress))
+    except dlq.DlqInputError as e:
+        raise CliError(str(e)) from None
+    except dlq.DlqFailed as e:
+        raise Failed(str(e)) from None
+    d = summary.as_dict(job)
+    _emit(ns, d, dlq.render_summary(d))
+    return 0
+
+
 def attach_dash_values(parser: argparse.ArgumentParser, args: list[str]) -> list[str]:
     """``--delay -5s`` -> ``--delay=-5s`` (see the module docstring), for every option of the
     chosen subcommand that takes a value, when the next word is not an option of that subcommand."""
@@ -542,6 +648,11 @@ def attach_dash_values(parser: argparse.ArgumentParser, args: list[str]) -> list
     if start is None:
         return args
     sub: argparse.ArgumentParser = subs[0].choices[args[start]]
+    # a nested subcommand (``dlq redrive``): its options are the ones that count
+    nested = [a for a in sub._actions if isinstance(a, argparse._SubParsersAction)]
+    if nested and start + 1 < len(args) and args[start + 1] in nested[0].choices:
+        start += 1
+        sub = nested[0].choices[args[start]]
     options = sub._option_string_actions
 
     def action_of(word: str) -> argparse.Action | None:
@@ -586,7 +697,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(attach_dash_values(parser, args))
     handlers = {"run": cmd_run, "dev-kafka": cmd_dev_kafka, "send": cmd_send, "cancel": cmd_cancel,
-                "inspect": cmd_inspect, "demo": cmd_demo}
+                "inspect": cmd_inspect, "demo": cmd_demo, "dlq": cmd_dlq}
     try:
         return handlers[ns.command](ns)
     except (CliError, ConfigError, devtools.DevToolMissing) as e:

@@ -39,6 +39,12 @@ DLQ_SOURCE_TOPIC: Final = "delay.dlq.source-topic"
 DLQ_SOURCE_PARTITION: Final = "delay.dlq.source-partition"
 DLQ_SOURCE_OFFSET: Final = "delay.dlq.source-offset"
 DLQ_ATTEMPTS: Final = "delay.dlq.attempts"
+DLQ_PREFIX: Final = "delay.dlq."  # every dead-letter header starts with it; a redrive removes them all
+
+# -- DLQ redrive (sidecar/dlq.py) --------------------------------------------------------------
+# On every record `delay-sidecar dlq redrive` re-sends: <dlq-topic>:<partition>:<offset> of the
+# dead letter it came from. An ordinary header on ingress, so a redriven record keeps it on delivery.
+REDRIVE_ID: Final = "delay.redrive-id"
 
 # -- DLQ reason codes (stable machine codes) ---------------------------------------------------
 BAD_HEADER: Final = "bad-header"

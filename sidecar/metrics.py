@@ -223,6 +223,11 @@ class Metrics:
                                    "Changelog records still to restore before the partition is consumed",
                                    ["partition"], registry=r)
         self._restored = Counter(PREFIX + "restored_records", "Changelog records applied by restores", registry=r)
+        self._history_written = Counter(PREFIX + "history_written", "History records the broker acknowledged",
+                                        registry=r)
+        self._history_failed = Counter(PREFIX + "history_failed",
+                                       "History records dropped (producer queue full) or refused; delivery is "
+                                       "not affected", registry=r)
         self._standby_lag = Gauge(PREFIX + "standby_lag_records",
                                   "Changelog records a standby store has not applied yet", ["partition"], registry=r)
         self._standby_partitions: set[str] = set()
@@ -348,6 +353,12 @@ class Metrics:
         self._standby_partitions = now
         for p, n in lag.items():
             self._standby_lag.labels(partition=str(p)).set(n)
+
+    def history(self, written: int, failed: int) -> None:
+        if written:
+            self._history_written.inc(written)
+        if failed:
+            self._history_failed.inc(failed)
 
     def restored(self, n: int) -> None:
         if n:

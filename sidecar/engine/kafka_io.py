@@ -200,6 +200,8 @@ class KafkaIO:
         )
         if self.changelog_topic is not None:
             self.ensure_changelog(admin, self.changelog_topic)
+        if self.s.history_topic is not None:  # keyed by delay.id: as many partitions as ingress
+            ensure_topics(admin, {self.s.history_topic: self.s.ingress_partitions}, self.s.replication_factor)
         self.producer = self.clients.producer(self.producer_conf())
         self.consumer = self._subscribe()
 

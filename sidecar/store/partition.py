@@ -136,6 +136,22 @@ class Mirror(Protocol):
     def remove(self, rid: bytes) -> None: ...
 
 
+class History(Protocol):
+    """Where a store reports each state change of a schedule: the history topic
+    (``engine/history.py``; event names there). One call per change, never raising."""
+
+    def event(
+        self, event: str, rid: bytes, *, enqueued_ms: int | None, due_ms: int | None, target: bytes | str | None,
+        target_partition: int = -1, level: int = 0, source: str | None = None, reason: str | None = None,
+        error: str | None = None, key: bytes | None = None, value: bytes | None = None, at_ms: int | None = None,
+    ) -> None: ...
+
+
+# history event names (engine/history.py documents the format)
+HISTORY_ACCEPTED, HISTORY_REPLACED, HISTORY_CANCELLED, HISTORY_DELIVERED, HISTORY_DEAD_LETTERED = (
+    "accepted", "replaced", "cancelled", "delivered", "dead-lettered")
+
+
 def raw_of(rec: Record) -> bytes:
     """A decoded record's commit-log bytes again (the codec is deterministic)."""
     return codec.encode(
@@ -193,6 +209,7 @@ class PartitionStore:
         # the changelog (None: changelog off); its writer keeps changelog_offset current: the next
         # changelog offset whose effect this store does not hold for certain (checkpointed)
         self.mirror: Mirror | None = None
+        self.history: History | None = None  # the history topic's writer (None: history-topic unset)
         self.changelog_offset: int | None = None
         # the next ingress offset the changelog holds every record before (1 + the highest source
         # offset of an acknowledged changelog put): where ingress resumes after a restore
@@ -295,7 +312,10 @@ class PartitionStore:
             )
         elif isinstance(parsed, Cancel):
             pos = self._append_cancel(offset, parsed.id, now_ms)
+            cancelled = self._pending_record(parsed.id) if self.history is not None else None
             outcome = self._apply_cancel(parsed.id, now_ms)
+            if outcome == CANCEL_MATCHED and cancelled is not None:
+                self._history_record(HISTORY_CANCELLED, cancelled, now_ms)
             if self.mirror is not None:
                 if outcome == CANCEL_MATCHED:
                     self.mirror.remove(parsed.id)
@@ -349,6 +369,8 @@ class PartitionStore:
             self.sched.intake_end(st, count)
             if self.mirror is not None:
                 self._mirror_run(first, count)
+            if self.history is not None:
+                self._history_run(first, count, now_ms)
         return end
 
     def _mirror_run(self, pos: int, count: int) -> None:
@@ -364,6 +386,37 @@ class PartitionStore:
             length, id_len = _LEN.unpack_from(buf, off)[0], _ID_LEN.unpack_from(buf, off + _ID_LEN_AT)[0]
             put(bytes(buf[off + codec.HEAD_SIZE : off + codec.HEAD_SIZE + id_len]), bytes(buf[off : off + length]))
             off += length
+
+    def _history_run(self, pos: int, count: int, now_ms: int) -> None:
+        """``accepted`` for the ``count`` records the C intake appended from ``pos`` on (as
+        ``_mirror_run`` walks them)."""
+        sb = self.log.segment_bytes
+        if pos % sb < HEADER_SIZE:
+            pos = pos - pos % sb + HEADER_SIZE
+        buf = self.log.segments[pos // sb].buf
+        off = pos % sb
+        for _ in range(count):
+            rec = codec.decode(buf, off, verify=False)
+            self._history_record(HISTORY_ACCEPTED, rec, now_ms)
+            off += _LEN.unpack_from(buf, off)[0]
+
+    def _history_record(
+        self, event: str, rec: Record, at_ms: int | None = None, reason: str | None = None, error: str | None = None,
+    ) -> None:
+        """One history event about a stored record (the history topic, engine/history.py)."""
+        assert self.history is not None
+        self.history.event(
+            event, bytes(rec.id), enqueued_ms=rec.enqueue_ms, due_ms=rec.due_ms, target=bytes(rec.topic),
+            target_partition=rec.target_partition, level=rec.level,
+            source=f"{self.topic}:{rec.src_partition}:{rec.src_offset}", reason=reason, error=error,
+            key=None if rec.key is None else bytes(rec.key), value=None if rec.value is None else bytes(rec.value),
+            at_ms=at_ms,
+        )
+
+    def _pending_record(self, rid: bytes) -> Record | None:
+        """The pending record under ``rid`` (for its history event before it changes)."""
+        _h, ref = self._pending_ref(rid)
+        return None if ref is None else self.sched.record(ref)
 
     def _default_id(self, topic: str, offset: int) -> bytes:
         if topic == self.topic:
@@ -383,6 +436,12 @@ class PartitionStore:
             if ref & PRECANCEL:
                 if now_ms - (ref & ~PRECANCEL) <= self.cancel_horizon_ms:
                     self.counters.cancelled += 1  # kept until the horizon: see the module docstring
+                    if self.history is not None:
+                        self.history.event(
+                            HISTORY_CANCELLED, rid, enqueued_ms=ts, due_ms=req_due, target=target,
+                            target_partition=target_partition, source=f"{topic}:{self.partition}:{offset}",
+                            key=key, value=value, at_ms=now_ms,
+                        )
                     return
                 self.ids.remove(h, ref)
                 continue
@@ -390,6 +449,8 @@ class PartitionStore:
             if rec is None:
                 self.ids.remove(h, ref)  # stale: already done
             elif rec.id == rid:
+                # TODO(lead, issue 24 item 1): where a delay.replace record replaces the pending one,
+                # emit `self._history_record(HISTORY_REPLACED, <the new record>, now_ms)` there.
                 self.counters.duplicates += 1
                 if self.mirror is not None:
                     # re-consumed after a crash: its changelog write may have been lost with the
@@ -415,6 +476,8 @@ class PartitionStore:
         self.counters.scheduled += 1
         if self.mirror is not None:
             self.mirror.put(rid, self.log.raw(pos))
+        if self.history is not None:
+            self._history_record(HISTORY_ACCEPTED, self.log.read(pos), now_ms)
 
     def _reject(
         self, topic: str, offset: int, ts: int, key: bytes | None, value: bytes | None, headers: HeaderList | None,
@@ -431,6 +494,12 @@ class PartitionStore:
         ref = self._append_dead(rid, key, value, out, ts, offset, now_ms)
         self.ids.put(h, ref)
         self.counters.dlq[reason] = self.counters.dlq.get(reason, 0) + 1
+        if self.history is not None:
+            self.history.event(
+                HISTORY_DEAD_LETTERED, rid, enqueued_ms=ts, due_ms=None, target=None,
+                source=f"{topic}:{self.partition}:{offset}", reason=reason, error=error, key=key, value=value,
+                at_ms=now_ms,
+            )
 
     def _append_dead(
         self, rid: bytes, key: bytes | None, value: bytes | None, headers: HeaderList,
@@ -553,6 +622,10 @@ class PartitionStore:
         if mirror is not None:
             for _ref, rec in acked:
                 mirror.remove(rec.id)
+        if self.history is not None:
+            for _ref, rec in acked:
+                if rec.rtype == codec.MESSAGE:  # a DEAD record reaching the DLQ was reported when it died
+                    self._history_record(HISTORY_DELIVERED, rec)
         self.ids.remove_delivered(acked)
         self.sched.ack_many([ref for ref, _rec in acked])
         self.counters.delivered += len(acked)
@@ -561,16 +634,28 @@ class PartitionStore:
 
     def dead_letter(self, ref: int, rec: Record, reason: str, error: str, attempts: int, now_ms: int) -> None:
         """Publishing failed for good: append a DLQ copy (durable, retried like any record), then
-        finish the original."""
+        finish the original. The copy carries the control headers of an ingress record meaning
+        the same schedule (target, partition, id, and the committed due time as
+        ``delay.deliver-at`` or the consumer retry's ``delay.retry-count``) plus
+        ``delay.enqueued-at``, so ``dlq redrive`` can restore it (sidecar/dlq.py)."""
         headers: HeaderList = [
             *decode_headers(rec.headers),
             (c.ID, rec.id),
             (c.TARGET_TOPIC, rec.topic),
         ]
+        if rec.target_partition >= 0:
+            headers.append((c.TARGET_PARTITION, b"%d" % rec.target_partition))
+        if rec.retry_count:
+            headers.append((c.RETRY_COUNT, b"%d" % rec.retry_count))
+        else:
+            headers.append((c.DELIVER_AT, b"%d" % rec.due_ms))
+        headers.append((c.ENQUEUED_AT, b"%d" % rec.enqueue_ms))
         headers = dlq_headers(headers, reason, error, self.topic, rec.src_partition, rec.src_offset, attempts)
         rid = rec.id
         self._append_dead(rid, rec.key, rec.value, headers, rec.enqueue_ms, rec.src_offset, now_ms)
         self.counters.dlq[reason] = self.counters.dlq.get(reason, 0) + 1
+        if self.history is not None:
+            self._history_record(HISTORY_DEAD_LETTERED, rec, now_ms, reason, error)
         self.delivered(ref, id_hash(rid))
 
     # -- durability -----------------------------------------------------------------------------
