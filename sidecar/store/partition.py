@@ -51,7 +51,7 @@ from typing import Any, Protocol
 
 from sidecar import contract as c
 from sidecar import logs
-from sidecar.headers import Cancel, Rejection, Request, Rules, parse_ingress
+from sidecar.headers import Cancel, Rejection, Request, Rules, kms_delete, parse_ingress
 from sidecar.retry.ladder import RetryLadder
 from sidecar.scheduling import Scheduler
 from sidecar.store import checkpoint, codec
@@ -88,6 +88,7 @@ class Counters:
     cancelled: int = 0
     cancel_unmatched: int = 0
     duplicates: int = 0
+    replaced: int = 0  # pending records replaced by a newer version (delay.replace, etf1 mode)
     dlq: dict[str, int] = field(default_factory=lambda: dict.fromkeys(c.REASONS, 0))
     publish_retries: int = 0
     early: int = 0
@@ -134,6 +135,12 @@ class Mirror(Protocol):
 
     def put(self, rid: bytes, raw: bytes) -> None: ...
     def remove(self, rid: bytes) -> None: ...
+
+
+def _version(rec: Record) -> tuple[int, int]:
+    """Which of two records under one id is newer: the higher ingress offset (a replace comes
+    after what it replaces in the partition); at the same offset the dead letter of a record."""
+    return rec.src_offset, rec.rtype == codec.DEAD
 
 
 def raw_of(rec: Record) -> bytes:
@@ -201,6 +208,9 @@ class PartitionStore:
         self.resume_offset: int | None = None  # what open() returned
         self._pending_at_checkpoint: dict[str, int] | None = None  # sched.pending() the last checkpoint names
         self._settled_at_trim = 0
+        # refs replaced while they were being delivered (handed out): their settle leaves the
+        # changelog alone, the id's newer version is pending under the same key
+        self._superseded: set[int] = set()
         self._offset_at_trim: int | None = None
 
     # -- recovery -------------------------------------------------------------------------------
@@ -260,8 +270,14 @@ class PartitionStore:
             self._apply_cancel(rec.id, rec.enqueue_ms)
             self.log.release(pos)
             return
-        ref = self.sched.add(rec.due_ms, rec.level, pos)
-        self.ids.put(id_hash(rec.id), ref)
+        # A record for an id that is pending can only be a replace (a duplicate is never appended)
+        # or the dead letter of a record whose publishing failed for good: either way it takes
+        # the pending one's place, as it did when it was appended.
+        h, old = self._pending_refs(rec.id)
+        for ref in old:
+            if self.sched.cancel(ref):
+                self.ids.remove(h, ref)
+        self.ids.put(h, self.sched.add(rec.due_ms, rec.level, pos))
 
     # -- intake ---------------------------------------------------------------------------------
     def ingest(self, m: IngressRecord, now_ms: int) -> None:
@@ -286,12 +302,29 @@ class PartitionStore:
                     user, now_ms,
                 )
                 return
+        if value is None:
+            delete = kms_delete(key, value, headers)
+            if isinstance(delete, Cancel):
+                self._kms_delete(offset, delete.id, now_ms)
+                return
+            if delete is not None:
+                self._reject(
+                    topic, offset, ts, key, value, headers, self._default_id(topic, offset), delete.reason,
+                    delete.error, now_ms,
+                )
+                return
         parsed = parse_ingress(headers, ts, now_ms, size, rules, headers_in_size=False)
         if type(parsed) is Request:
+            rid = parsed.id
+            if parsed.kms:
+                rid = self._kms_id(topic, offset, ts, key, value, headers, parsed, now_ms)
+                if rid is None:
+                    return
+                key = parsed.key_override  # etf1 delivers scheduler-target-key, none when absent
             self._schedule(
-                topic, offset, ts, key, value, headers, parsed.target_topic, parsed.target_partition, parsed.id,
-                parsed.due_ms, parsed.mode, parsed.level, parsed.retry_count, parsed.key_override,
-                parsed.user_headers, now_ms,
+                topic, offset, ts, key, value, headers, parsed.target_topic, parsed.target_partition, rid,
+                parsed.due_ms, parsed.mode, parsed.level, parsed.retry_count, None,
+                parsed.user_headers, now_ms, parsed.replace,
             )
         elif isinstance(parsed, Cancel):
             pos = self._append_cancel(offset, parsed.id, now_ms)
@@ -308,6 +341,40 @@ class PartitionStore:
                 topic, offset, ts, key, value, headers, self._default_id(topic, offset), parsed.reason, parsed.error,
                 now_ms,
             )
+
+    def _kms_id(
+        self, topic: str, offset: int, ts: int, key: bytes | None, value: bytes | None, headers: HeaderList | None,
+        parsed: Request, now_ms: int,
+    ) -> bytes | None:
+        """The id of a kafka-message-scheduler record: its key (etf1 ``Schedule.ID()``), with
+        etf1's delivered headers added to ``parsed.user_headers``; None: it was dead-lettered."""
+        error = None
+        if not key or len(key) > c.MAX_ID_BYTES:
+            error = (f"kafka-message-scheduler mode: the record key is the schedule id and must be "
+                     f"1..{c.MAX_ID_BYTES} bytes, not {len(key or b'')}")
+        elif parsed.id is not None and parsed.id != key:
+            error = f"kafka-message-scheduler mode: header {c.ID} differs from the record key (the schedule id)"
+        if error is not None:
+            self._reject(topic, offset, ts, key, value, headers, self._default_id(topic, offset), c.BAD_HEADER,
+                         error, now_ms)
+            return None
+        parsed.user_headers = (
+            *parsed.user_headers, (c.KMS_TIMESTAMP, b"%d" % (ts // 1000)), (c.KMS_KEY, key),
+            (c.KMS_TOPIC, topic.encode()),
+        )
+        return key
+
+    def _kms_delete(self, offset: int, rid: bytes, now_ms: int) -> None:
+        """An etf1 delete: cancel what is pending under ``rid``. Unlike ``delay.cancel`` it leaves
+        no pre-cancel (etf1 deletes only what exists, and the key reused later schedules anew); the
+        CANCEL record is written only when something is cancelled, so its replay matches too."""
+        if not self._pending_refs(rid)[1]:
+            self.counters.cancel_unmatched += 1
+            return
+        pos = self._append_cancel(offset, rid, now_ms)
+        if self._apply_cancel(rid, now_ms) == CANCEL_MATCHED and self.mirror is not None:
+            self.mirror.remove(rid)
+        self.log.release(pos)
 
     def ingest_many(self, msgs: list[Any], start: int, now_ms: int, topic: str) -> int:
         """Store ``msgs[start:]`` (consumer Messages) while each is the common case, in one C call
@@ -374,11 +441,14 @@ class PartitionStore:
         self, topic: str, offset: int, ts: int, key: bytes | None, value: bytes | None, headers: HeaderList | None,
         target: str, target_partition: int, req_id: bytes | None, req_due: int, mode: str, req_level: int,
         retry_count: int, key_override: bytes | None, user_headers: tuple[tuple[str, bytes | None], ...],
-        now_ms: int,
+        now_ms: int, replace: bool = False,
     ) -> None:
-        """Store and schedule a request (the fields of ``headers.Request``)."""
+        """Store and schedule a request (the fields of ``headers.Request``). With ``replace``, the
+        pending record under the id (an older version: a lower ingress offset) is cancelled once
+        the new one is appended; the log's replay does the same (``_replay``)."""
         rid = req_id or self._default_id(topic, offset)
         h = id_hash(rid)
+        old: list[int] = []
         for ref in self.ids.find(h):
             if ref & PRECANCEL:
                 if now_ms - (ref & ~PRECANCEL) <= self.cancel_horizon_ms:
@@ -389,7 +459,11 @@ class PartitionStore:
             rec = self.sched.record(ref)
             if rec is None:
                 self.ids.remove(h, ref)  # stale: already done
+            elif rec.id == rid and replace and offset > rec.src_offset:
+                old.append(ref)
             elif rec.id == rid:
+                # without replace, or this very record (or an older one) consumed again after a
+                # crash or a handover while its newer version is pending: nothing changes
                 self.counters.duplicates += 1
                 if self.mirror is not None:
                     # re-consumed after a crash: its changelog write may have been lost with the
@@ -411,7 +485,15 @@ class PartitionStore:
             codec.MESSAGE, due, ts, offset, self.partition, target_partition, retry_count, level, rid,
             target.encode(), key, value, blob,
         )
-        self.ids.put(h, self.sched.add(due, level, pos))
+        new = self.sched.add(due, level, pos)
+        for ref in old:
+            if self.sched.cancel(ref):
+                self.ids.remove(h, ref)
+            else:  # already handed out (its due time had come): its settle must not tombstone rid
+                self._superseded.add(ref)
+        if old:
+            self.counters.replaced += 1
+        self.ids.put(h, new)
         self.counters.scheduled += 1
         if self.mirror is not None:
             self.mirror.put(rid, self.log.raw(pos))
@@ -455,10 +537,14 @@ class PartitionStore:
     def _apply_cancel(self, cid: bytes, now_ms: int) -> int:
         """Cancel the pending record ``cid`` (CANCEL_MATCHED), or remember the cancel for the
         horizon (CANCEL_REMEMBERED); CANCEL_LATE: it is already being delivered."""
-        h, ref = self._pending_ref(cid)
-        if ref is not None:
-            if self.sched.cancel(ref):
-                self.ids.remove(h, ref)
+        h, refs = self._pending_refs(cid)
+        if refs:
+            matched = False
+            for ref in refs:  # a replaced version being delivered and its successor: both are tried
+                if self.sched.cancel(ref):
+                    self.ids.remove(h, ref)
+                    matched = True
+            if matched:
                 self.counters.cancelled += 1
                 return CANCEL_MATCHED
             self.counters.cancel_unmatched += 1  # already being delivered
@@ -470,7 +556,14 @@ class PartitionStore:
     # -- restore from the changelog ------------------------------------------------------------
     def _pending_ref(self, rid: bytes) -> tuple[int, int | None]:
         """(id hash, the pending entry under ``rid`` or None); drops stale index entries."""
+        h, refs = self._pending_refs(rid)
+        return h, refs[0] if refs else None
+
+    def _pending_refs(self, rid: bytes) -> tuple[int, list[int]]:
+        """(id hash, every entry under ``rid`` not done yet); drops stale index entries. More than
+        one only while a replaced version is being delivered (handed out, not acked yet)."""
         h = id_hash(rid)
+        refs: list[int] = []
         for ref in self.ids.find(h):
             if ref & PRECANCEL:
                 continue
@@ -478,8 +571,8 @@ class PartitionStore:
             if rec is None:
                 self.ids.remove(h, ref)
             elif rec.id == rid:
-                return h, ref
-        return h, None
+                refs.append(ref)
+        return h, refs
 
     def remirror_replayed(self) -> int:
         """Write the records recovery replayed to the changelog again, those still pending: their
@@ -505,8 +598,11 @@ class PartitionStore:
 
     def restore_put(self, rid: bytes, raw: bytes, now_ms: int) -> None:
         """A changelog record: ``raw`` (commit-log bytes) is pending under ``rid``. Idempotent: a
-        record already pending under that id is the same record (replayed from before the store's
-        checkpoint) and is kept. A CANCEL is a pre-cancel, remembered until its horizon."""
+        record already pending under that id is kept unless ``raw`` is a newer version of it (a
+        replace: a higher ingress offset; or the dead letter of it, same offset), which takes its
+        place as it did on the old owner; an equal or older one is the same record replayed (from
+        before the store's checkpoint). A pending pre-cancel wins, as at intake. A CANCEL is a
+        pre-cancel, remembered until its horizon."""
         rec = codec.decode(memoryview(raw), 0, verify=True)
         if rec.id != rid:
             raise StoreError(f"changelog record under key {rid!r} holds id {rec.id!r}")
@@ -519,25 +615,35 @@ class PartitionStore:
                 elif ref is None and PRECANCEL | rec.enqueue_ms not in self.ids.find(h):
                     self.ids.put(h, PRECANCEL | rec.enqueue_ms)
             return
-        h, ref = self._pending_ref(rid)
-        if ref is not None:
-            return
+        h, refs = self._pending_refs(rid)
         for pre in self.ids.find(h):  # a record arriving after its cancel: it never fires
             if pre & PRECANCEL and now_ms - (pre & ~PRECANCEL) <= self.cancel_horizon_ms:
                 return
+        rank = _version(rec)
+        for ref in refs:
+            held = self.sched.record(ref)
+            if held is not None and _version(held) >= rank:
+                return  # the same record, or a newer version of it, is held
         pos = self.log.append_record(
             rec.rtype, rec.due_ms, rec.enqueue_ms, rec.src_offset, rec.src_partition, rec.target_partition,
             rec.retry_count, rec.level, rec.id, rec.topic, rec.key, rec.value, rec.headers,
         )
-        self.ids.put(h, self.sched.add(rec.due_ms, rec.level, pos))
+        new = self.sched.add(rec.due_ms, rec.level, pos)
+        for ref in refs:
+            if self.sched.cancel(ref):
+                self.ids.remove(h, ref)
+            else:
+                self._superseded.add(ref)
+        self.ids.put(h, new)
 
     def restore_remove(self, rid: bytes) -> None:
         """A changelog tombstone: nothing is pending under ``rid`` (delivered, dead-lettered,
         cancelled); a record this store still holds under it is dropped without being delivered."""
-        h, ref = self._pending_ref(rid)
-        if ref is not None and self.sched.cancel(ref):
-            self.ids.remove(h, ref)
-            self.dirty = True
+        h, refs = self._pending_refs(rid)
+        for ref in refs:
+            if self.sched.cancel(ref):
+                self.ids.remove(h, ref)
+                self.dirty = True
 
     # -- delivery -------------------------------------------------------------------------------
     def delivered(self, ref: int, rid_hash: int) -> None:
@@ -551,7 +657,11 @@ class PartitionStore:
         acked, self.acked = self.acked, []
         mirror = self.mirror
         if mirror is not None:
-            for _ref, rec in acked:
+            superseded = self._superseded
+            for ref, rec in acked:
+                if superseded and ref in superseded:
+                    superseded.discard(ref)  # replaced while being delivered: its id's newest version is pending
+                    continue
                 mirror.remove(rec.id)
         self.ids.remove_delivered(acked)
         self.sched.ack_many([ref for ref, _rec in acked])
