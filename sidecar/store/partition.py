@@ -14,7 +14,12 @@ resume from. Outcomes:
   horizon;
 - bad input -> DEAD record addressed to the DLQ (with the DLQ headers), scheduled due now, so a
   dead letter is as durable and as retried as any delivery;
-- a second pending record with the same ``delay.id`` -> dropped and counted.
+- a second pending record with the same ``delay.id`` -> dropped and counted, unless it is a
+  replace (``delay.replace: true``, or any kafka-message-scheduler record, whose key is its id)
+  from a higher ingress offset: then it is appended and scheduled, and the pending entry is
+  cancelled (``_schedule``);
+- a kafka-message-scheduler delete (a tombstone: null value, the id as key, no ``delay.*``
+  header) -> CANCEL record + marker when something is pending under the id, else nothing.
 
 The common request (a plain ``delay.ms``/``delay.deliver-at`` request with no id-index entry
 under its id's hash, fitting the current segment and the scheduler's plain append) takes a C fast
@@ -27,11 +32,13 @@ Recovery (``open``) reads the checkpoint, opens the log, the scheduler and the i
 checkpointed state, then replays the log records appended after the checkpoint (validating each
 CRC, truncating a torn tail) through the same scheduling code, arms the scheduler's check of the
 entries restored from the checkpoint, and resumes consuming after the last replayed ingress
-offset. Nothing in it is O(pending): the restored entries point at records made durable before
-the checkpoint was written, so the scheduler checks each one against the log when it first reads
-it (before handing it out), and drops and reports a dangling one (disk damage) through
-``_dangling``: counted, logged as ``recovery.dangling_dropped`` with the hint to salvage, never
-published (docs/storage.md, "Recovery").
+offset. A MESSAGE or DEAD record replayed under an id that is pending takes the pending entry's
+place (``_replay``): the log never holds a duplicate, so it is a replace, or the dead letter of a
+record whose publishing failed for good. Nothing in it is O(pending): the restored entries point
+at records made durable before the checkpoint was written, so the scheduler checks each one
+against the log when it first reads it (before handing it out), and drops and reports a dangling
+one (disk damage) through ``_dangling``: counted, logged as ``recovery.dangling_dropped`` with
+the hint to salvage, never published (docs/storage.md, "Recovery").
 
 A pre-cancel stays in the id index until its horizon expires, even after it cancelled its
 message: the message is not in the log, so if the process dies before the next checkpoint the
