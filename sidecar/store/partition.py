@@ -160,6 +160,12 @@ def raw_of(rec: Record) -> bytes:
 
 # what _apply_cancel did
 CANCEL_MATCHED, CANCEL_REMEMBERED, CANCEL_LATE = 1, 2, 3
+# A CANCEL record's level field: what it did when it was appended, so that the log's replay does
+# the same, whatever the scheduler files say about the entries it met (a pending record: cancel
+# it, never remember a pre-cancel; none: remember one, and cancel what the replay re-added, a
+# record delivered since the checkpoint). 0: written before the field was used (decide by what
+# is pending at replay).
+_CANCEL_MATCHED, _CANCEL_REMEMBERED = 1, 2
 
 
 class PartitionStore:
@@ -274,7 +280,20 @@ class PartitionStore:
 
     def _replay(self, pos: int, rec: Record) -> None:
         if rec.rtype == codec.CANCEL:
-            self._apply_cancel(rec.id, rec.enqueue_ms)
+            if rec.level == _CANCEL_MATCHED:  # it cancelled what was pending: never a pre-cancel
+                h, refs = self._pending_refs(rec.id)
+                for ref in refs:
+                    if self.sched.cancel(ref):
+                        self.ids.remove(h, ref)
+            elif rec.level == _CANCEL_REMEMBERED:  # nothing was pending: what replay re-added was done
+                h, refs = self._pending_refs(rec.id)
+                for ref in refs:
+                    if self.sched.cancel(ref):
+                        self.ids.remove(h, ref)
+                if PRECANCEL | rec.enqueue_ms not in self.ids.find(h):
+                    self.ids.put(h, PRECANCEL | rec.enqueue_ms)
+            else:
+                self._apply_cancel(rec.id, rec.enqueue_ms)
             self.log.release(pos)
             return
         # A record for an id that is pending can only be a replace (a duplicate is never appended)
@@ -334,7 +353,7 @@ class PartitionStore:
                 parsed.user_headers, now_ms, parsed.replace,
             )
         elif isinstance(parsed, Cancel):
-            pos = self._append_cancel(offset, parsed.id, now_ms)
+            pos = self._append_cancel(offset, parsed.id, now_ms, bool(self._pending_refs(parsed.id)[1]))
             outcome = self._apply_cancel(parsed.id, now_ms)
             if self.mirror is not None:
                 if outcome == CANCEL_MATCHED:
@@ -378,7 +397,7 @@ class PartitionStore:
         if not self._pending_refs(rid)[1]:
             self.counters.cancel_unmatched += 1
             return
-        pos = self._append_cancel(offset, rid, now_ms)
+        pos = self._append_cancel(offset, rid, now_ms, True)
         if self._apply_cancel(rid, now_ms) == CANCEL_MATCHED and self.mirror is not None:
             self.mirror.remove(rid)
         self.log.release(pos)
@@ -536,9 +555,11 @@ class PartitionStore:
             self.mirror.put(rid, self.log.raw(pos))  # a dead letter of a failed publish replaces the original
         return ref
 
-    def _append_cancel(self, offset: int, cid: bytes, now_ms: int) -> int:
+    def _append_cancel(self, offset: int, cid: bytes, now_ms: int, matches: bool) -> int:
+        """The CANCEL record, with what it did in its level field (``_replay`` does the same)."""
+        outcome = _CANCEL_MATCHED if matches else _CANCEL_REMEMBERED
         return self.log.append_record(
-            codec.CANCEL, now_ms, now_ms, offset, self.partition, -1, 0, 0, cid, b"", None, None, b"",
+            codec.CANCEL, now_ms, now_ms, offset, self.partition, -1, 0, outcome, cid, b"", None, None, b"",
         )
 
     def _apply_cancel(self, cid: bytes, now_ms: int) -> int:
