@@ -612,8 +612,12 @@ class PartitionStore:
         n = 0
         for pos in replayed:
             rec = self.log.read(pos)
-            h, ref = self._pending_ref(rec.id)
-            pending = ref is not None if rec.rtype != codec.CANCEL else PRECANCEL | rec.enqueue_ms in self.ids.find(h)
+            if rec.rtype != codec.CANCEL:  # still the pending version of its id (not replaced since)
+                refs = self._pending_refs(rec.id)[1]
+                held = [self.sched.record(ref) for ref in refs]
+                pending = any(r is not None and _version(r) == _version(rec) for r in held)
+            else:
+                pending = PRECANCEL | rec.enqueue_ms in self.ids.find(id_hash(rec.id))
             if pending:
                 self.mirror.put(rec.id, raw_of(rec))
                 n += 1
@@ -707,7 +711,14 @@ class PartitionStore:
         ]
         headers = dlq_headers(headers, reason, error, self.topic, rec.src_partition, rec.src_offset, attempts)
         rid = rec.id
-        self._append_dead(rid, rec.key, rec.value, headers, rec.enqueue_ms, rec.src_offset, now_ms)
+        if ref in self._superseded:
+            # replaced while it was being delivered: its dead letter must not take the place of its
+            # successor (the id's pending version), so it goes under its source's default id
+            self._superseded.discard(ref)
+            dead_id = self._default_id(self.topic, rec.src_offset)
+            self._append_dead(dead_id, rec.key, rec.value, headers, rec.enqueue_ms, rec.src_offset, now_ms)
+        else:
+            self._append_dead(rid, rec.key, rec.value, headers, rec.enqueue_ms, rec.src_offset, now_ms)
         self.counters.dlq[reason] = self.counters.dlq.get(reason, 0) + 1
         self.delivered(ref, id_hash(rid))
 

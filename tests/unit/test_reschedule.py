@@ -143,6 +143,23 @@ def test_a_replace_while_the_old_version_is_being_delivered(sim: Sim) -> None:
     assert fired(sim) == [(b"x", b"v1", 0)]
 
 
+def test_the_dead_letter_of_a_version_replaced_in_flight_leaves_its_successor(sim: Sim) -> None:
+    send(sim, "x", 0, b"v1", replace=None)
+    run(sim, 100, ack=False)  # v1 in flight
+    send(sim, "x", 1000, b"v2")
+    sim.consume()
+    (ref, _rid), = sim.in_flight
+    rec = sim.st.sched.record(ref)
+    assert rec is not None
+    sim.st.dead_letter(ref, rec, c.DELIVERY_FAILED, "target gone", 3, sim.now)
+    sim.in_flight = []
+    sim.crash()  # the replay too keeps v2 pending
+    run(sim, 3000)
+    assert sorted(f[1] for f in fired(sim)) == [b"v1", b"v1", b"v2"]  # v1 first, then its dead letter
+    dead = [f for f in fired(sim)[1:] if f[1] == b"v1"]
+    assert dead == [(b"in:0:0", b"v1", dead[0][2])], "the dead letter under the source's default id"
+
+
 def test_a_rejected_replace_leaves_the_pending_record(sim: Sim) -> None:
     send(sim, "x", 5000, b"v1", replace=None)
     send(sim, "x", 1000, b"v2", replace=b"yes")
