@@ -222,8 +222,9 @@ class PartitionStore:
         self._pending_at_checkpoint: dict[str, int] | None = None  # sched.pending() the last checkpoint names
         self._settled_at_trim = 0
         # refs replaced while they were being delivered (handed out): their settle leaves the
-        # changelog alone, the id's newer version is pending under the same key
-        self._superseded: set[int] = set()
+        # changelog alone, the id's newer version is pending under the same key; one still
+        # waiting for a publish retry is dropped instead (``drop_superseded``)
+        self.superseded: set[int] = set()
         self._offset_at_trim: int | None = None
 
     # -- recovery -------------------------------------------------------------------------------
@@ -516,7 +517,7 @@ class PartitionStore:
             if self.sched.cancel(ref):
                 self.ids.remove(h, ref)
             else:  # already handed out (its due time had come): its settle must not tombstone rid
-                self._superseded.add(ref)
+                self.superseded.add(ref)
         if old:
             self.counters.replaced += 1
         self.ids.put(h, new)
@@ -665,7 +666,7 @@ class PartitionStore:
             if self.sched.cancel(ref):
                 self.ids.remove(h, ref)
             else:
-                self._superseded.add(ref)
+                self.superseded.add(ref)
         self.ids.put(h, new)
 
     def restore_remove(self, rid: bytes) -> None:
@@ -678,6 +679,18 @@ class PartitionStore:
                 self.dirty = True
 
     # -- delivery -------------------------------------------------------------------------------
+    def drop_superseded(self, ref: int, rec: Record) -> bool:
+        """Finish, without publishing, a handed-out record that a replace superseded while its
+        publishing failed and waited for a retry (True); False: ``ref`` was not superseded. The
+        changelog is left alone: the id's newer version is pending under the same key."""
+        if ref not in self.superseded:
+            return False
+        self.superseded.discard(ref)
+        self.sched.ack(ref)
+        self.ids.remove(id_hash(rec.id), ref)
+        self.dirty = True
+        return True
+
     def delivered(self, ref: int, rid_hash: int) -> None:
         self.sched.ack(ref)
         self.ids.remove(rid_hash, ref)
@@ -689,7 +702,7 @@ class PartitionStore:
         acked, self.acked = self.acked, []
         mirror = self.mirror
         if mirror is not None:
-            superseded = self._superseded
+            superseded = self.superseded
             for ref, rec in acked:
                 if superseded and ref in superseded:
                     superseded.discard(ref)  # replaced while being delivered: its id's newest version is pending
@@ -711,10 +724,10 @@ class PartitionStore:
         ]
         headers = dlq_headers(headers, reason, error, self.topic, rec.src_partition, rec.src_offset, attempts)
         rid = rec.id
-        if ref in self._superseded:
+        if ref in self.superseded:
             # replaced while it was being delivered: its dead letter must not take the place of its
             # successor (the id's pending version), so it goes under its source's default id
-            self._superseded.discard(ref)
+            self.superseded.discard(ref)
             dead_id = self._default_id(self.topic, rec.src_offset)
             self._append_dead(dead_id, rec.key, rec.value, headers, rec.enqueue_ms, rec.src_offset, now_ms)
         else:
