@@ -3,8 +3,12 @@
 ``parse_ingress`` turns one ingress record's headers into exactly one of:
 
 - ``Cancel(id)`` — the record is a command (``delay.cancel``),
-- ``Request(...)`` — a message to schedule, with its *requested* due time,
+- ``Request(...)`` — a message to schedule, with its *requested* due time (``replace``: it takes
+  the place of the pending record with its id, ``delay.replace: true`` or kafka-message-scheduler
+  mode, where the record key is the id: see ``PartitionStore._schedule``),
 - ``Rejection(reason, error)`` — bad input, bound for the DLQ with a stable reason code.
+
+``kms_delete`` recognises a kafka-message-scheduler delete (a tombstone keyed by the schedule id).
 
 It never raises on user input. The check order is fixed so that a record with several faults
 always gets the same reason: decoding (``bad-header``) -> size (``too-large``) -> target
