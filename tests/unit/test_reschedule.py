@@ -389,3 +389,21 @@ def test_etf1_bad_keys_and_tombstone_shapes(sim: Sim) -> None:
     assert sim.counters.dlq[c.BAD_HEADER] == 3
     errors = sorted(dict(codec.decode_headers(r.headers))[c.DLQ_ERROR] for r in recs)
     assert all(b"kafka-message-scheduler mode" in e for e in errors)
+
+
+@pytest.mark.parametrize("crash", [False, True])
+def test_a_record_waiting_in_a_wheel_bucket_is_replaced(tmp_path: Path, crash: bool) -> None:
+    """Beyond the wheel's window (60 s here) a record waits in a time bucket, where a replace
+    cancels it through the bucket entry's marker, live and in the replay."""
+    sim = Sim(tmp_path, scheduler="wheel")
+    sim.fired = []  # type: ignore[attr-defined]
+    send(sim, "x", 200_000, b"far", replace=None)
+    sim.consume()
+    assert sim.st.pending().get("bucket") == 1
+    sim.st.checkpoint()
+    send(sim, "x", 2000, b"near")
+    sim.consume()
+    if crash:
+        sim.crash()
+    run(sim, 260_000, step=1000)
+    assert fired(sim) == [(b"x", b"near", 2000)]
