@@ -1,15 +1,15 @@
 """``delay-sidecar``: the one console script.
 
-Subcommands: ``run`` (the sidecar), ``dev-kafka`` (a local single-node KRaft broker), ``send`` and
-``cancel`` (client helpers), ``dlq list`` / ``dlq redrive`` (dead letters, ``sidecar/dlq.py``),
-``inspect`` (a data directory, read-only), ``salvage`` (copy readable records out of a damaged
-store), ``demo`` (the README quickstart), ``accuracy`` (the Spark accuracy job), ``bench``
-(benchmarks, JSON report).
+Subcommands: ``run`` (the sidecar), ``dev-kafka`` (a local single-node KRaft broker), ``send``,
+``reschedule`` and ``cancel`` (client helpers), ``dlq list`` / ``dlq redrive`` (dead letters,
+``sidecar/dlq.py``), ``inspect`` (a data directory, read-only), ``salvage`` (copy readable records
+out of a damaged store), ``demo`` (the README quickstart), ``accuracy`` (the Spark accuracy job),
+``bench`` (benchmarks, JSON report).
 
 Bad input (a flag, a config key, an environment variable) gets one line that names it, the value
 and the accepted forms, and exit status 2; a command that ran and failed (no broker within
-``--timeout``, a record the broker refused) gets one line and exit status 1. ``send`` and
-``cancel`` print one line per record they wrote (``--json``: one JSON object).
+``--timeout``, a record the broker refused) gets one line and exit status 1. ``send``,
+``reschedule`` and ``cancel`` print one line per record they wrote (``--json``: one JSON object).
 
 argparse reads ``--delay -5s`` as two options (``-5s`` looks like one), so ``main`` first joins a
 value that starts with ``-`` to its option (``--delay=-5s``) unless it is itself an option of the
@@ -284,6 +284,9 @@ def cmd_send(ns: argparse.Namespace) -> int:
 
     from sidecar import client
 
+    replace = ns.command == "reschedule"  # send with delay.id ID and delay.replace: true
+    action = "reschedule" if replace else "send"
+
     given = [n for n, v in (("--delay", ns.delay), ("--at", ns.at), ("--level", ns.level)) if v is not None]
     if len(given) > 1:
         raise CliError(f"give at most one of --delay, --at, --level (got {', '.join(given)})")
@@ -317,7 +320,9 @@ def cmd_send(ns: argparse.Namespace) -> int:
         try:
             headers.append((c.ID, client.check_id(ns.id)))
         except ValueError as e:
-            raise _bad("--id", e) from None
+            raise _bad("ID" if replace else "--id", e) from None
+    if replace:
+        headers.append((c.REPLACE, b"true"))
     extra: list[tuple[str, bytes]] = []
     for item in ns.header:
         if "=" not in item:
@@ -335,11 +340,12 @@ def cmd_send(ns: argparse.Namespace) -> int:
     base = sent_ms if ts_type == TIMESTAMP_NOT_AVAILABLE else ts  # what delay.ms and levels count from
     due = at if at is not None else base + (delay if delay is not None else levels[level - 1] if level else 0)
     rid = ns.id if ns.id is not None else f"{msg.topic()}:{msg.partition()}:{msg.offset()}"
-    record: dict[str, Any] = {"action": "send", "id": rid, "ingress_topic": msg.topic(), "partition": msg.partition(),
+    record: dict[str, Any] = {"action": action, "id": rid, "ingress_topic": msg.topic(), "partition": msg.partition(),
                               "offset": msg.offset(), "target_topic": ns.topic, "due": _iso(due), "due_ms": due}
     if level:
         record["level"] = level
-    _emit(ns, record, f"sent id={rid} ingress={msg.topic()} partition={msg.partition()} offset={msg.offset()} "
+    sent = "sent reschedule" if replace else "sent"
+    _emit(ns, record, f"{sent} id={rid} ingress={msg.topic()} partition={msg.partition()} offset={msg.offset()} "
                       f"target={ns.topic} due={_iso(due)} due_ms={due}")
     return 0
 
@@ -509,9 +515,33 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the sidecar's level table, to check --level and print its due time "
                         f"(default: {levels_default}, from $DELAY_SIDECAR_LEVELS if set)")
     p.add_argument("--value", required=True, help="record value (UTF-8 text)")
-    p.add_argument("--key", help="record key (UTF-8 text); a later cancel needs the same key")
+    p.add_argument("--key", help="record key (UTF-8 text); a later cancel or reschedule needs the same key")
     p.add_argument("--id", help="delay.id, 1..255 bytes, to cancel or deduplicate the record by "
                                 "(default: <ingress-topic>:<partition>:<offset>)")
+    p.add_argument("--partition", metavar="N", help="explicit target partition (default: by key, as Kafka does)")
+    p.add_argument("--header", action="append", default=[], metavar="NAME=VALUE",
+                   help="extra header, delivered with the record (repeatable)")
+
+    p = sub.add_parser("reschedule", parents=[common], help="replace a pending record by its delay.id",
+                       epilog=epilog,
+                       description="Send a record that replaces the pending record whose delay.id is ID "
+                                   "(delay.replace: true): new due time, key, value and headers; once the "
+                                   "sidecar stored it the old version never fires. If nothing is pending under "
+                                   "ID it is scheduled as new. Give --key the message's key: the replace must "
+                                   "land in the same ingress partition. At most one of --delay, --at, --level; "
+                                   "none means due now.")
+    p.add_argument("id", metavar="ID", help="the delay.id of the record to replace (1..255 bytes)")
+    p.add_argument("--topic", required=True, help="target topic (where the sidecar delivers the record)")
+    p.add_argument("--delay", metavar="DURATION", help="deliver this long after sending, e.g. 500ms, 5s, 10m, 2h")
+    p.add_argument("--at", metavar="TIME", help="deliver at this time: epoch ms or ISO-8601 with a zone, "
+                                                "e.g. 2026-01-01T12:00:00Z")
+    p.add_argument("--level", metavar="N", help="RocketMQ-style delay level, 1-based index into --levels")
+    p.add_argument("--levels", default=levels_default, metavar="DURATIONS",
+                   help="the sidecar's level table, to check --level and print its due time "
+                        f"(default: {levels_default}, from $DELAY_SIDECAR_LEVELS if set)")
+    p.add_argument("--value", required=True, help="the new record value (UTF-8 text)")
+    p.add_argument("--key", required=True,
+                   help="the message's key (routes the replace to its partition); the delivered record's key")
     p.add_argument("--partition", metavar="N", help="explicit target partition (default: by key, as Kafka does)")
     p.add_argument("--header", action="append", default=[], metavar="NAME=VALUE",
                    help="extra header, delivered with the record (repeatable)")
@@ -696,8 +726,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     parser = build_parser()
     ns = parser.parse_args(attach_dash_values(parser, args))
-    handlers = {"run": cmd_run, "dev-kafka": cmd_dev_kafka, "send": cmd_send, "cancel": cmd_cancel,
-                "inspect": cmd_inspect, "demo": cmd_demo, "dlq": cmd_dlq}
+    handlers = {"run": cmd_run, "dev-kafka": cmd_dev_kafka, "send": cmd_send, "reschedule": cmd_send,
+                "cancel": cmd_cancel, "inspect": cmd_inspect, "demo": cmd_demo, "dlq": cmd_dlq}
     try:
         return handlers[ns.command](ns)
     except (CliError, ConfigError, devtools.DevToolMissing) as e:

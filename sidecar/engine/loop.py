@@ -562,7 +562,8 @@ class Sidecar:
         turn_count, slow_turns, slowest_turn_ms = self.turns.take()
         log.info(
             "stats", ingested=k.ingested, scheduled=k.scheduled, delivered=k.delivered, cancelled=k.cancelled,
-            duplicates=k.duplicates, dlq=sum(k.dlq.values()), dlq_by_reason={r: n for r, n in k.dlq.items() if n},
+            duplicates=k.duplicates, replaced=k.replaced, dlq=sum(k.dlq.values()),
+            dlq_by_reason={r: n for r, n in k.dlq.items() if n},
             pending=sum(pending.values()), pending_by_tier=pending, in_flight=self.pub.in_flight,
             retry_queue=len(self.pub.retries), early=k.early, paused=self.paused, turns=turn_count,
             slow_turns=slow_turns, slowest_turn_ms=slowest_turn_ms,
@@ -576,6 +577,7 @@ class Sidecar:
         m.delivered(k.delivered - last.delivered)
         m.cancelled(k.cancelled - last.cancelled)
         m.duplicates(k.duplicates - last.duplicates)
+        m.replaced(k.replaced - last.replaced)
         m.publish_retries(k.publish_retries - last.publish_retries)
         m.dead_lettered_by_reason({r: n - last.dlq.get(r, 0) for r, n in k.dlq.items()})
         if self.restorer is not None:
@@ -596,7 +598,7 @@ class Sidecar:
         st.lateness_batch = []
         self._last = Counters(
             ingested=k.ingested, scheduled=k.scheduled, delivered=k.delivered, cancelled=k.cancelled,
-            duplicates=k.duplicates, publish_retries=k.publish_retries, dlq=dict(k.dlq),
+            duplicates=k.duplicates, replaced=k.replaced, publish_retries=k.publish_retries, dlq=dict(k.dlq),
         )
 
     # -- shutdown -------------------------------------------------------------------------------

@@ -102,3 +102,20 @@ def test_history_topic_settings() -> None:
         load_settings({"history-payload": "yes"}, environ={})
     with pytest.raises(ConfigError, match=r"--history-topic 'delay\.dlq' must differ"):
         load_settings({"history-topic": "delay.dlq"}, environ={})
+
+
+def test_a_replace_is_one_replaced_record_and_one_delivery(tmp_path: Path) -> None:
+    """``delay.replace``: the new version is reported as ``replaced`` (not ``accepted``), with its
+    own due time; only it is delivered."""
+    w = World(tmp_path)
+    sc = w.sidecar("a", history_topic=HISTORY)
+    w.send(1, lambda i: 5000)
+    w.cluster.append(INGRESS, 0, b"k0", b"new", [
+        (c.TARGET_TOPIC, TARGET.encode()), (c.DELAY_MS, b"1000"), (c.ID, b"r0"), (c.REPLACE, b"true")])
+    w.run([sc], lambda: len(w.delivered()) >= 1)
+    w.run([sc], lambda: sc.history is not None and sc.history.written >= 3, max_turns=200)
+    events = [(d["event"], d["due_ms"]) for k, d in _history(w) if k == b"r0"]
+    assert [e for e, _ in events] == ["accepted", "replaced", "delivered"]
+    assert events[1][1] < events[0][1] and events[2][1] == events[1][1]
+    assert [m.value() for m in w.delivered()] == [b"new"]
+    sc.shutdown()
