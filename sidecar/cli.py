@@ -473,6 +473,18 @@ def cmd_bench(argv: list[str]) -> int:
     return int(devtools.load("bench.cli", "bench").bench_main(argv))
 
 
+def _when_args(p: argparse.ArgumentParser, levels_default: str) -> None:
+    """Where and when a record sent by ``send`` or ``reschedule`` is delivered."""
+    p.add_argument("--topic", required=True, help="target topic (where the sidecar delivers the record)")
+    p.add_argument("--delay", metavar="DURATION", help="deliver this long after sending, e.g. 500ms, 5s, 10m, 2h")
+    p.add_argument("--at", metavar="TIME", help="deliver at this time: epoch ms or ISO-8601 with a zone, "
+                                                "e.g. 2026-01-01T12:00:00Z")
+    p.add_argument("--level", metavar="N", help="RocketMQ-style delay level, 1-based index into --levels")
+    p.add_argument("--levels", default=levels_default, metavar="DURATIONS",
+                   help="the sidecar's level table, to check --level and print its due time "
+                        f"(default: {levels_default}, from $DELAY_SIDECAR_LEVELS if set)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="delay-sidecar", description="Delayed delivery for Kafka.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -506,14 +518,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("send", parents=[common], help="send one delayed record", epilog=epilog,
                        description="Send one delayed record to the ingress topic. Give at most one of --delay, "
                                    "--at, --level; none means due now.")
-    p.add_argument("--topic", required=True, help="target topic (where the sidecar delivers the record)")
-    p.add_argument("--delay", metavar="DURATION", help="deliver this long after sending, e.g. 500ms, 5s, 10m, 2h")
-    p.add_argument("--at", metavar="TIME", help="deliver at this time: epoch ms or ISO-8601 with a zone, "
-                                                "e.g. 2026-01-01T12:00:00Z")
-    p.add_argument("--level", metavar="N", help="RocketMQ-style delay level, 1-based index into --levels")
-    p.add_argument("--levels", default=levels_default, metavar="DURATIONS",
-                   help="the sidecar's level table, to check --level and print its due time "
-                        f"(default: {levels_default}, from $DELAY_SIDECAR_LEVELS if set)")
+    _when_args(p, levels_default)
     p.add_argument("--value", required=True, help="record value (UTF-8 text)")
     p.add_argument("--key", help="record key (UTF-8 text); a later cancel or reschedule needs the same key")
     p.add_argument("--id", help="delay.id, 1..255 bytes, to cancel or deduplicate the record by "
@@ -531,14 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "land in the same ingress partition. At most one of --delay, --at, --level; "
                                    "none means due now.")
     p.add_argument("id", metavar="ID", help="the delay.id of the record to replace (1..255 bytes)")
-    p.add_argument("--topic", required=True, help="target topic (where the sidecar delivers the record)")
-    p.add_argument("--delay", metavar="DURATION", help="deliver this long after sending, e.g. 500ms, 5s, 10m, 2h")
-    p.add_argument("--at", metavar="TIME", help="deliver at this time: epoch ms or ISO-8601 with a zone, "
-                                                "e.g. 2026-01-01T12:00:00Z")
-    p.add_argument("--level", metavar="N", help="RocketMQ-style delay level, 1-based index into --levels")
-    p.add_argument("--levels", default=levels_default, metavar="DURATIONS",
-                   help="the sidecar's level table, to check --level and print its due time "
-                        f"(default: {levels_default}, from $DELAY_SIDECAR_LEVELS if set)")
+    _when_args(p, levels_default)
     p.add_argument("--value", required=True, help="the new record value (UTF-8 text)")
     p.add_argument("--key", required=True,
                    help="the message's key (routes the replace to its partition); the delivered record's key")
