@@ -1,8 +1,8 @@
 """``delay-sidecar bench SCENARIO [--size small|full] --json OUT [--bootstrap-servers B]``.
 
-SCENARIO is one of ``throughput``, ``lateness``, ``pending-memory``, ``lookup``, ``restart``, ``mass-expiry``,
-``redis-zset``, ``append``, ``steady``, ``failover``, ``restore``, ``all``, or a comma-separated list
-of them. Without
+SCENARIO is one of ``throughput``, ``lateness``, ``pending-memory``, ``lookup``, ``restart``,
+``mass-expiry``, ``redis-zset``, ``append``, ``steady``, ``failover``, ``restore``, ``redrive``, ``all``,
+or a comma-separated list of them. Without
 ``--bootstrap-servers`` the bench starts its own local broker (:class:`devkafka.local.LocalKafka`)
 in the work directory and stops it at the end, unless every scenario asked for runs in-process
 without one (``append``, ``steady``). The schedulers measured are every one that runs: ``levels`` always,
@@ -10,7 +10,8 @@ without one (``append``, ``steady``). The schedulers measured are every one that
 given with ``--schedulers``; in-process scenarios alone measure both unless told otherwise. ``throughput``
 and ``lateness`` measure every changelog mode given with ``--changelog`` (default ``on,off``: the
 sidecar's default, and ``--changelog off``); the other scenarios run the sidecar's default
-(changelog on).
+(changelog on), except with ``--changelog off`` alone, when every scenario that can runs with it off
+(``failover`` and ``restore`` need it).
 
 The JSON report holds the machine facts, the settings, and per scenario its method, settings,
 ``results`` (every figure as ``{"value", "unit", "goal", "met"}``) and raw ``details``. It is
@@ -45,6 +46,7 @@ from bench import (
     mass_expiry,
     pending_memory,
     redis_zset,
+    redrive,
     restart,
     restore,
     steady,
@@ -65,6 +67,7 @@ SCENARIOS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "steady": steady.run,
     "failover": failover.run,
     "restore": restore.run,
+    "redrive": redrive.run,
 }
 WARMUP_S = 45.0  # traffic through a broker started by the bench, before the first scenario (full size)
 
@@ -86,7 +89,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="comma-separated schedulers to measure (default: levels, plus wheel if it starts)")
     ap.add_argument("--changelog", default="on,off", metavar="MODES",
                     help="comma-separated changelog modes throughput and lateness measure: on (the default "
-                         "flags), off (--changelog off); default: on,off")
+                         "flags), off (--changelog off); default: on,off. off alone: every scenario "
+                         "but failover and restore runs with the changelog off")
     ap.add_argument("--workdir", default=None, help="data directories and logs (default: a temp dir, removed)")
     ap.add_argument("--keep-workdir", action="store_true", help="keep the work directory (logs, stores)")
     ap.add_argument("--profile", metavar="DIR", default=None,

@@ -68,7 +68,7 @@ def ingest_rate_between(events: list[dict[str, Any]], t0: int, t1: int) -> float
 def measure(bench: Bench, scheduler: str, n: int, delay_ms: int, bg_rate: float) -> dict[str, Any]:
     ingress, target, bg_target = f"bench.me.in.{uid()}", f"bench.me.out.{uid()}", f"bench.me.bg.{uid()}"
     bench.topics(ingress, target, bg_target)
-    sc = bench.sidecar(ingress, scheduler, tag="me")
+    sc = bench.sidecar(ingress, scheduler, tag="me", changelog=bench.other_changelog)
     sc.start()
     sampler: RssSampler | None = None
     bg: PacedProducer | None = None

@@ -59,7 +59,7 @@ def build_pending(bench: Bench, scheduler: str, n: int, tag: str = "pm") -> tupl
     ingress = f"bench.pm.in.{uid()}"
     target = f"bench.pm.out.{uid()}"
     bench.topics(ingress, target)
-    sc = bench.sidecar(ingress, scheduler, tag=tag)
+    sc = bench.sidecar(ingress, scheduler, tag=tag, changelog=bench.other_changelog)
     sc.start()
     time.sleep(2)
     base = memory_of(sc.pid, rollup=True)

@@ -124,8 +124,10 @@ def measure_redis(bench: Bench, srv: RedisServer, pre: Preloaded, target: str) -
 def measure_round(bench: Bench, srv: RedisServer, pre: Preloaded, target: str, r: int) -> dict[str, Any]:
     """The Redis queue and every scheduler back to back on one pre-loaded topic (a ``throughput``
     round); ratios against this round's Redis rate."""
+    mode = bench.other_changelog
     one = throughput.one_round(bench, r, REDIS, lambda: measure_redis(bench, srv, pre, target),
-                               lambda s: throughput.measure_sidecar(bench, pre, target, s, tag="rz"), "ratio_to_redis")
+                               lambda s: throughput.measure_sidecar(bench, pre, target, s, tag="rz", changelog=mode),
+                               "ratio_to_redis")
     log(f"redis-zset round {r + 1}: Redis queue {one[REDIS]['records_per_s'] or 0:,.0f} records/s, " + ", ".join(
         f"{s} {one[s]['records_per_s'] or 0:,.0f} ({one[s]['ratio_to_redis'] or 0:.2f}x)" for s in bench.schedulers))
     return one

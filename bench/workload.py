@@ -694,6 +694,14 @@ class Bench:
         create_topics(self.bootstrap, list(names), partitions, config)
         self._topics.extend(names)
 
+    @property
+    def other_changelog(self) -> str:
+        """The changelog mode of the scenarios that do not measure both (pending-memory, restart,
+        mass-expiry, redis-zset): ``off`` when ``--changelog off`` alone was asked for (the
+        single-instance figures, comparable with runs from before the changelog existed), else
+        the sidecar's default, ``on``. ``failover`` and ``restore`` always run with it on."""
+        return "off" if self.changelog_modes == ["off"] else "on"
+
     def sidecar(self, ingress: str, scheduler: str, tag: str = "", extra: list[str] | None = None,
                 changelog: str = "on", changelog_topic: str | None = None, **kw: Any) -> SidecarProc:
         """A sidecar process (not started). ``changelog``: ``on`` (default flags; with

@@ -1,15 +1,15 @@
 """``delay-sidecar``: the one console script.
 
-Subcommands: ``run`` (the sidecar), ``dev-kafka`` (a local single-node KRaft broker), ``send`` and
-``cancel`` (client helpers), ``status`` (look an id up on the sidecar owning it), ``inspect`` (a
-data directory, read-only), ``salvage`` (copy readable records out of a damaged store), ``demo``
-(the README quickstart), ``accuracy`` (the Spark accuracy job), ``bench`` (benchmarks, JSON
-report).
+Subcommands: ``run`` (the sidecar), ``dev-kafka`` (a local single-node KRaft broker), ``send``,
+``reschedule`` and ``cancel`` (client helpers), ``status`` (look an id up on the sidecar owning
+it), ``dlq list`` / ``dlq redrive`` (dead letters, ``sidecar/dlq.py``), ``inspect`` (a data
+directory, read-only), ``salvage`` (copy readable records out of a damaged store), ``demo`` (the
+README quickstart), ``accuracy`` (the Spark accuracy job), ``bench`` (benchmarks, JSON report).
 
 Bad input (a flag, a config key, an environment variable) gets one line that names it, the value
 and the accepted forms, and exit status 2; a command that ran and failed (no broker within
-``--timeout``, a record the broker refused) gets one line and exit status 1. ``send`` and
-``cancel`` print one line per record they wrote (``--json``: one JSON object).
+``--timeout``, a record the broker refused) gets one line and exit status 1. ``send``,
+``reschedule`` and ``cancel`` print one line per record they wrote (``--json``: one JSON object).
 
 argparse reads ``--delay -5s`` as two options (``-5s`` looks like one), so ``main`` first joins a
 value that starts with ``-`` to its option (``--delay=-5s``) unless it is itself an option of the
@@ -286,6 +286,9 @@ def cmd_send(ns: argparse.Namespace) -> int:
 
     from sidecar import client
 
+    replace = ns.command == "reschedule"  # send with delay.id ID and delay.replace: true
+    action = "reschedule" if replace else "send"
+
     given = [n for n, v in (("--delay", ns.delay), ("--at", ns.at), ("--level", ns.level)) if v is not None]
     if len(given) > 1:
         raise CliError(f"give at most one of --delay, --at, --level (got {', '.join(given)})")
@@ -319,7 +322,9 @@ def cmd_send(ns: argparse.Namespace) -> int:
         try:
             headers.append((c.ID, client.check_id(ns.id)))
         except ValueError as e:
-            raise _bad("--id", e) from None
+            raise _bad("ID" if replace else "--id", e) from None
+    if replace:
+        headers.append((c.REPLACE, b"true"))
     extra: list[tuple[str, bytes]] = []
     for item in ns.header:
         if "=" not in item:
@@ -337,11 +342,12 @@ def cmd_send(ns: argparse.Namespace) -> int:
     base = sent_ms if ts_type == TIMESTAMP_NOT_AVAILABLE else ts  # what delay.ms and levels count from
     due = at if at is not None else base + (delay if delay is not None else levels[level - 1] if level else 0)
     rid = ns.id if ns.id is not None else f"{msg.topic()}:{msg.partition()}:{msg.offset()}"
-    record: dict[str, Any] = {"action": "send", "id": rid, "ingress_topic": msg.topic(), "partition": msg.partition(),
+    record: dict[str, Any] = {"action": action, "id": rid, "ingress_topic": msg.topic(), "partition": msg.partition(),
                               "offset": msg.offset(), "target_topic": ns.topic, "due": _iso(due), "due_ms": due}
     if level:
         record["level"] = level
-    _emit(ns, record, f"sent id={rid} ingress={msg.topic()} partition={msg.partition()} offset={msg.offset()} "
+    sent = "sent reschedule" if replace else "sent"
+    _emit(ns, record, f"{sent} id={rid} ingress={msg.topic()} partition={msg.partition()} offset={msg.offset()} "
                       f"target={ns.topic} due={_iso(due)} due_ms={due}")
     return 0
 
@@ -545,6 +551,18 @@ def cmd_bench(argv: list[str]) -> int:
     return int(devtools.load("bench.cli", "bench").bench_main(argv))
 
 
+def _when_args(p: argparse.ArgumentParser, levels_default: str) -> None:
+    """Where and when a record sent by ``send`` or ``reschedule`` is delivered."""
+    p.add_argument("--topic", required=True, help="target topic (where the sidecar delivers the record)")
+    p.add_argument("--delay", metavar="DURATION", help="deliver this long after sending, e.g. 500ms, 5s, 10m, 2h")
+    p.add_argument("--at", metavar="TIME", help="deliver at this time: epoch ms or ISO-8601 with a zone, "
+                                                "e.g. 2026-01-01T12:00:00Z")
+    p.add_argument("--level", metavar="N", help="RocketMQ-style delay level, 1-based index into --levels")
+    p.add_argument("--levels", default=levels_default, metavar="DURATIONS",
+                   help="the sidecar's level table, to check --level and print its due time "
+                        f"(default: {levels_default}, from $DELAY_SIDECAR_LEVELS if set)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="delay-sidecar", description="Delayed delivery for Kafka.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -578,18 +596,28 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("send", parents=[common], help="send one delayed record", epilog=epilog,
                        description="Send one delayed record to the ingress topic. Give at most one of --delay, "
                                    "--at, --level; none means due now.")
-    p.add_argument("--topic", required=True, help="target topic (where the sidecar delivers the record)")
-    p.add_argument("--delay", metavar="DURATION", help="deliver this long after sending, e.g. 500ms, 5s, 10m, 2h")
-    p.add_argument("--at", metavar="TIME", help="deliver at this time: epoch ms or ISO-8601 with a zone, "
-                                                "e.g. 2026-01-01T12:00:00Z")
-    p.add_argument("--level", metavar="N", help="RocketMQ-style delay level, 1-based index into --levels")
-    p.add_argument("--levels", default=levels_default, metavar="DURATIONS",
-                   help="the sidecar's level table, to check --level and print its due time "
-                        f"(default: {levels_default}, from $DELAY_SIDECAR_LEVELS if set)")
+    _when_args(p, levels_default)
     p.add_argument("--value", required=True, help="record value (UTF-8 text)")
-    p.add_argument("--key", help="record key (UTF-8 text); a later cancel needs the same key")
+    p.add_argument("--key", help="record key (UTF-8 text); a later cancel or reschedule needs the same key")
     p.add_argument("--id", help="delay.id, 1..255 bytes, to cancel or deduplicate the record by "
                                 "(default: <ingress-topic>:<partition>:<offset>)")
+    p.add_argument("--partition", metavar="N", help="explicit target partition (default: by key, as Kafka does)")
+    p.add_argument("--header", action="append", default=[], metavar="NAME=VALUE",
+                   help="extra header, delivered with the record (repeatable)")
+
+    p = sub.add_parser("reschedule", parents=[common], help="replace a pending record by its delay.id",
+                       epilog=epilog,
+                       description="Send a record that replaces the pending record whose delay.id is ID "
+                                   "(delay.replace: true): new due time, key, value and headers; once the "
+                                   "sidecar stored it the old version never fires. If nothing is pending under "
+                                   "ID it is scheduled as new. Give --key the message's key: the replace must "
+                                   "land in the same ingress partition. At most one of --delay, --at, --level; "
+                                   "none means due now.")
+    p.add_argument("id", metavar="ID", help="the delay.id of the record to replace (1..255 bytes)")
+    _when_args(p, levels_default)
+    p.add_argument("--value", required=True, help="the new record value (UTF-8 text)")
+    p.add_argument("--key", required=True,
+                   help="the message's key (routes the replace to its partition); the delivered record's key")
     p.add_argument("--partition", metavar="N", help="explicit target partition (default: by key, as Kafka does)")
     p.add_argument("--header", action="append", default=[], metavar="NAME=VALUE",
                    help="extra header, delivered with the record (repeatable)")
@@ -618,6 +646,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how the producer chose the partition for --key: crc32 (librdkafka/confluent-kafka "
                         "and delay-sidecar send; the default) or murmur2 (the Java client)")
 
+    _dlq_parser(sub, common)
+
     p = sub.add_parser("inspect", help="describe a data directory (read-only)")
     p.add_argument("data_dir", metavar="DATA_DIR", help="the sidecar's --data-dir")
     p.add_argument("--id", metavar="ID", help="look this delay.id up instead (pending, dead letter on its way, "
@@ -634,6 +664,109 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _dlq_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    from sidecar.dlq import TIME_FORMS
+
+    dlq = sub.add_parser("dlq", help="count dead letters (list) or send them back (redrive)",
+                         description="Dead-letter topic tools. See docs/operations.md, 'Dead letters'.")
+    dsub = dlq.add_subparsers(dest="dlq_command", required=True, metavar="list|redrive",
+                              help="list: counts per reason and hour; redrive: send dead letters back")
+    rng = argparse.ArgumentParser(add_help=False)
+    rng.add_argument("--dlq-topic", default=os.environ.get(env_name("dlq-topic"), "delay.dlq"), metavar="TOPIC",
+                     help="the sidecar's DLQ topic (default: %(default)s, from $DELAY_SIDECAR_DLQ_TOPIC if set)")
+    rng.add_argument("--since", metavar="TIME", help="from the first dead letter timestamped at or after TIME "
+                                                     "(default: the oldest)")
+    rng.add_argument("--until", metavar="TIME", help="up to the first dead letter timestamped at or after TIME "
+                                                     "(default: the newest at the start)")
+    epilog = f"TIME: {TIME_FORMS}. Exit status 2: bad input; 1: Kafka did not answer or a transaction failed."
+    p = dsub.add_parser("list", parents=[common, rng], epilog=epilog, help="dead letters per reason and hour",
+                        description="Count the dead letters of the range per reason and per --bucket of their "
+                                    "timestamps, and how many of each reason were redriven.")
+    p.add_argument("--reason", action="append", default=[], metavar="REASON",
+                   help="only these reason codes (repeatable or comma-separated; default: all)")
+    p.add_argument("--bucket", default="1h", metavar="DURATION", help="time bucket width (default: %(default)s)")
+    p = dsub.add_parser("redrive", parents=[common, rng], epilog=epilog, help="send dead letters back",
+                        description="Send the dead letters of the range whose reason is --reason back to their "
+                                    "target topic or to the ingress topic, without the delay.dlq.* headers and "
+                                    "with the original control headers. Exactly once per dead letter across runs: "
+                                    "what was redriven is recorded in <dlq-topic>.redrive in the same Kafka "
+                                    "transaction as the re-sent records.")
+    p.add_argument("--reason", action="append", default=[], metavar="REASON", required=True,
+                   help="reason codes to redrive (repeatable or comma-separated): " + ", ".join(c.REASONS))
+    p.add_argument("--to", required=True, metavar="ingress|target",
+                   help="target: straight to the record's target topic; ingress: back through the sidecar")
+    p.add_argument("--delay", metavar="DURATION", help="with --to ingress: deliver this long after the redrive "
+                                                       "instead of at the original schedule")
+    p.add_argument("--dry-run", action="store_true", help="count what would be sent; send nothing")
+    p.add_argument("--progress", action="store_true", help="show the progress bar on stderr even when it is not "
+                                                           "a terminal")
+    p.add_argument("--batch", default="10000", metavar="N", help="records per transaction (default: %(default)s)")
+    p.add_argument("--rate", default="0", metavar="N", help="at most N records/s (default: no limit)")
+
+
+def _dlq_job(ns: argparse.Namespace) -> Any:
+    from sidecar import dlq
+
+    now = int(time.time() * 1000)
+    since = None if ns.since is None else dlq.parse_time(ns.since, "--since", now)
+    until = None if ns.until is None else dlq.parse_time(ns.until, "--until", now)
+    if since is not None and until is not None and until <= since:
+        raise CliError(f"bad value for --until: {ns.until!r} is not after --since {ns.since!r}")
+    timeout_ms, kafka = _common_inputs(ns)
+    reasons = dlq.parse_reasons(ns.reason) if ns.reason or ns.dlq_command == "redrive" else ()
+    job = dlq.Job("", ns.dlq_topic, ns.ingress_topic, reasons, since, until, timeout_s=timeout_ms / 1000,
+                  kafka=kafka)
+    if ns.dlq_command == "redrive":
+        job.to, job.dry_run = ns.to, ns.dry_run
+        if ns.delay is not None:
+            try:
+                job.delay_ms = parse_duration_ms(ns.delay)
+            except ValueError as e:
+                raise _bad("--delay", e) from None
+        for flag, text, attr in (("--batch", ns.batch, "batch"), ("--rate", ns.rate, "rate")):
+            try:
+                n = _whole(text)
+            except ValueError as e:
+                raise _bad(flag, e) from None
+            if n < (1 if flag == "--batch" else 0):
+                raise CliError(f"bad value for {flag}: {text!r} is below {1 if flag == '--batch' else 0}")
+            setattr(job, attr, n)
+        dlq.check_destination(job)
+    else:
+        try:
+            ns.bucket_ms = parse_duration_ms(ns.bucket)
+        except ValueError as e:
+            raise _bad("--bucket", e) from None
+        if ns.bucket_ms <= 0:
+            raise CliError(f"bad value for --bucket: {ns.bucket!r} is not above 0")
+    bs = ns.bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or os.environ.get(
+        "DELAY_SIDECAR_BOOTSTRAP_SERVERS")
+    if not bs:
+        raise CliError("--bootstrap-servers is required (or set KAFKA_BOOTSTRAP_SERVERS)")
+    job.bootstrap = bs
+    job.kafka = {**kafka, "logger": _quiet_logger()}
+    return job
+
+
+def cmd_dlq(ns: argparse.Namespace) -> int:
+    from sidecar import dlq
+
+    try:
+        job = _dlq_job(ns)
+        if ns.dlq_command == "list":
+            report = dlq.list_counts(job, ns.bucket_ms)
+            _emit(ns, report, dlq.render_list(report, _iso))
+            return 0
+        summary = dlq.redrive(job, dlq.progress_stream(ns.progress))
+    except dlq.DlqInputError as e:
+        raise CliError(str(e)) from None
+    except dlq.DlqFailed as e:
+        raise Failed(str(e)) from None
+    d = summary.as_dict(job)
+    _emit(ns, d, dlq.render_summary(d))
+    return 0
+
+
 def attach_dash_values(parser: argparse.ArgumentParser, args: list[str]) -> list[str]:
     """``--delay -5s`` -> ``--delay=-5s`` (see the module docstring), for every option of the
     chosen subcommand that takes a value, when the next word is not an option of that subcommand."""
@@ -642,6 +775,11 @@ def attach_dash_values(parser: argparse.ArgumentParser, args: list[str]) -> list
     if start is None:
         return args
     sub: argparse.ArgumentParser = subs[0].choices[args[start]]
+    # a nested subcommand (``dlq redrive``): its options are the ones that count
+    nested = [a for a in sub._actions if isinstance(a, argparse._SubParsersAction)]
+    if nested and start + 1 < len(args) and args[start + 1] in nested[0].choices:
+        start += 1
+        sub = nested[0].choices[args[start]]
     options = sub._option_string_actions
 
     def action_of(word: str) -> argparse.Action | None:
@@ -685,8 +823,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     parser = build_parser()
     ns = parser.parse_args(attach_dash_values(parser, args))
-    handlers = {"run": cmd_run, "dev-kafka": cmd_dev_kafka, "send": cmd_send, "cancel": cmd_cancel,
-                "inspect": cmd_inspect, "demo": cmd_demo,
+    handlers = {"run": cmd_run, "dev-kafka": cmd_dev_kafka, "send": cmd_send, "reschedule": cmd_send,
+                "cancel": cmd_cancel, "inspect": cmd_inspect, "demo": cmd_demo, "dlq": cmd_dlq,
                 "status": cmd_status}
     try:
         return handlers[ns.command](ns)

@@ -8,6 +8,7 @@ spell the contract correctly::
 
     p = Producer({"bootstrap.servers": "localhost:9092"})
     client.send_delayed(p, "orders.timeout", b'{"order": 42}', key=b"42", delay="30m", id="order-42")
+    client.reschedule(p, "order-42", "orders.timeout", b'{"order": 42}', key=b"42", delay="1h")  # replaces it
     client.cancel(p, "order-42", key=b"42")     # same key: same ingress partition as the message
     p.flush()
 
@@ -170,6 +171,33 @@ def cancel(
     if on_delivery is not None:
         kwargs["on_delivery"] = on_delivery
     producer.produce(ingress_topic, value=None, key=key, headers=[(c.CANCEL, rid)], **kwargs)
+
+
+def reschedule(
+    producer: Any,
+    id: str | bytes,
+    target_topic: str,
+    value: bytes | str | None,
+    *,
+    key: bytes | str | None,
+    delay: int | str | None = None,
+    at: int | float | str | datetime | None = None,
+    level: int | None = None,
+    target_partition: int | None = None,
+    headers: Sequence[tuple[str, bytes]] = (),
+    ingress_topic: str = DEFAULT_INGRESS,
+    on_delivery: Callable[..., None] | None = None,
+) -> None:
+    """Replace the pending record whose ``delay.id`` is ``id`` with this one (new due time, key,
+    value, headers; ``delay.replace: true``): once the sidecar has stored it, the old version never
+    fires; if nothing is pending under ``id``, it is scheduled as new. Use the message's own key,
+    so the replace lands in the same ingress partition, after the message (as for ``cancel``)."""
+    h = [*headers, *delay_headers(target_topic, delay=delay, at=at, level=level, id=check_id(id),
+                                  target_partition=target_partition), (c.REPLACE, b"true")]
+    kwargs: dict[str, Any] = {}
+    if on_delivery is not None:
+        kwargs["on_delivery"] = on_delivery
+    producer.produce(ingress_topic, value=value, key=key, headers=h, **kwargs)
 
 
 def retry_later(producer: Any, msg: Any, *, ingress_topic: str = DEFAULT_INGRESS) -> int:

@@ -116,6 +116,15 @@ def _choice(*allowed: str) -> Callable[[Any], str]:
     return inner
 
 
+def _bool(v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    s = str(v).strip().lower()
+    if s not in ("true", "false"):
+        raise ValueError(f"{v!r} is not true or false")
+    return s == "true"
+
+
 def _regex_list(v: Any) -> tuple[str, ...]:
     items = list(v) if isinstance(v, (list, tuple)) else [p for p in re.split(r"[\s,]+", str(v).strip()) if p]
     for p in items:
@@ -169,6 +178,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("standby-replicas", "standby_replicas", 0, _nonneg_int,
            "keep warm copies of this many other members' partitions (tailing the changelog), so a failover "
            "restores only the last seconds (Kafka Streams' num.standby.replicas; needs changelog on)", _N),
+    Option("history-topic", "history_topic", None, _opt_str,
+           "unset = no history; else one JSON record per state change of a schedule (accepted, replaced, "
+           "cancelled, delivered, dead-lettered), keyed by delay.id, on this topic", "TOPIC"),
+    Option("history-payload", "history_payload", "false", _bool,
+           "true: history records carry the record's key and value (base64) too", "{true,false}"),
     Option("http-port", "http_port", 0, _port, "port of /metrics, /healthz, /readyz (0 = disabled)", "PORT"),
     Option("http-host", "http_host", "0.0.0.0", _str, "address the HTTP endpoints bind to", "ADDRESS"),
     Option("advertised-address", "advertised_address", None, _opt_str,
@@ -244,6 +258,8 @@ class Settings:
     changelog: str = "on"
     changelog_topic: str | None = None
     standby_replicas: int = 0
+    history_topic: str | None = None
+    history_payload: bool = False
     http_port: int = 0
     http_host: str = "0.0.0.0"
     advertised_address: str | None = None
@@ -374,6 +390,8 @@ def _check(s: Settings) -> None:
                               "(e.g. delay-sidecar-0.delay-sidecar:9404)")
     if s.ingress_topic == s.dlq_topic:
         raise ConfigError(f"--ingress-topic and --dlq-topic must differ (both {s.ingress_topic!r})")
+    if s.history_topic is not None and s.history_topic in (s.ingress_topic, s.dlq_topic, s.changelog_topic_name):
+        raise ConfigError(f"--history-topic {s.history_topic!r} must differ from the ingress, DLQ and changelog topics")
     if s.max_record_bytes + 4096 > s.segment_bytes:
         raise ConfigError(
             f"--segment-bytes ({format_size(s.segment_bytes)}) must exceed --max-record-bytes "

@@ -15,12 +15,20 @@ LEVEL: Final = "delay.level"
 TARGET_PARTITION: Final = "delay.target-partition"
 ID: Final = "delay.id"
 CANCEL: Final = "delay.cancel"
+REPLACE: Final = "delay.replace"  # "true": replace the pending record with this delay.id (reschedule)
+REPLACE_VALUES: Final = (b"true", b"false")
 RETRY_COUNT: Final = "delay.retry-count"
 
 # etf1/kafka-message-scheduler compatibility (accepted as an alternative on ingress)
 KMS_EPOCH: Final = "scheduler-epoch"
 KMS_TARGET_TOPIC: Final = "scheduler-target-topic"
 KMS_TARGET_KEY: Final = "scheduler-target-key"
+# ... and the headers it adds to a delivered record (its README, "Triggered message"): the
+# schedule record's timestamp (epoch seconds), key (the schedule id) and topic (our ingress topic)
+KMS_TIMESTAMP: Final = "scheduler-timestamp"
+KMS_KEY: Final = "scheduler-key"
+KMS_TOPIC: Final = "scheduler-topic"
+KMS_ADDED: Final = (KMS_TIMESTAMP, KMS_KEY, KMS_TOPIC)
 
 # -- headers the sidecar adds on delivery ------------------------------------------------------
 ENQUEUED_AT: Final = "delay.enqueued-at"
@@ -28,7 +36,7 @@ SOURCE: Final = "delay.source"
 
 # Removed from delivered records (delay.id stays; deliver-at and retry-count are re-added).
 CONTROL_HEADERS: Final = frozenset(
-    {TARGET_TOPIC, DELAY_MS, DELIVER_AT, LEVEL, TARGET_PARTITION, CANCEL, RETRY_COUNT,
+    {TARGET_TOPIC, DELAY_MS, DELIVER_AT, LEVEL, TARGET_PARTITION, CANCEL, REPLACE, RETRY_COUNT,
      ENQUEUED_AT, SOURCE, KMS_EPOCH, KMS_TARGET_TOPIC, KMS_TARGET_KEY}
 )
 
@@ -39,6 +47,12 @@ DLQ_SOURCE_TOPIC: Final = "delay.dlq.source-topic"
 DLQ_SOURCE_PARTITION: Final = "delay.dlq.source-partition"
 DLQ_SOURCE_OFFSET: Final = "delay.dlq.source-offset"
 DLQ_ATTEMPTS: Final = "delay.dlq.attempts"
+DLQ_PREFIX: Final = "delay.dlq."  # every dead-letter header starts with it; a redrive removes them all
+
+# -- DLQ redrive (sidecar/dlq.py) --------------------------------------------------------------
+# On every record `delay-sidecar dlq redrive` re-sends: <dlq-topic>:<partition>:<offset> of the
+# dead letter it came from. An ordinary header on ingress, so a redriven record keeps it on delivery.
+REDRIVE_ID: Final = "delay.redrive-id"
 
 # -- DLQ reason codes (stable machine codes) ---------------------------------------------------
 BAD_HEADER: Final = "bad-header"

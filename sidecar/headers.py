@@ -3,8 +3,12 @@
 ``parse_ingress`` turns one ingress record's headers into exactly one of:
 
 - ``Cancel(id)`` — the record is a command (``delay.cancel``),
-- ``Request(...)`` — a message to schedule, with its *requested* due time,
+- ``Request(...)`` — a message to schedule, with its *requested* due time (``replace``: it takes
+  the place of the pending record with its id, ``delay.replace: true`` or kafka-message-scheduler
+  mode, where the record key is the id: see ``PartitionStore._schedule``),
 - ``Rejection(reason, error)`` — bad input, bound for the DLQ with a stable reason code.
+
+``kms_delete`` recognises a kafka-message-scheduler delete (a tombstone keyed by the schedule id).
 
 It never raises on user input. The check order is fixed so that a record with several faults
 always gets the same reason: decoding (``bad-header``) -> size (``too-large``) -> target
@@ -60,6 +64,8 @@ class Request:
     retry_count: int  # 0 unless a consumer retry
     key_override: bytes | None  # scheduler-target-key (kafka-message-scheduler compatibility)
     user_headers: tuple[tuple[str, bytes | None], ...]  # headers to pass through
+    replace: bool = False  # delay.replace: true (or kafka-message-scheduler mode): replaces a pending id
+    kms: bool = False  # kafka-message-scheduler mode: the record key is the id (PartitionStore._schedule)
 
 
 @dataclass(slots=True)
@@ -198,6 +204,16 @@ def _parse(headers: HeaderList, ts: int, now: int, size: int, rules: Rules, coun
         if partition < 0 or partition > 1_000_000:
             raise _Bad(c.BAD_HEADER, f"header {c.TARGET_PARTITION} is not a partition number: {partition}")
 
+    replace = False
+    if c.REPLACE in control:
+        raw = control[c.REPLACE]
+        if raw not in c.REPLACE_VALUES:
+            shown = (raw or b"")[:40].decode("utf-8", "replace")
+            raise _Bad(c.BAD_HEADER, f"header {c.REPLACE} is {shown!r}; accepted: true, false")
+        replace = raw == b"true"
+        if replace and c.ID not in control and not kms:
+            raise _Bad(c.BAD_HEADER, f"header {c.REPLACE}: true needs {c.ID} (the id of the record it replaces)")
+
     rid: bytes | None = None
     if c.ID in control:
         rid = control[c.ID] or b""  # validated above: valid UTF-8, as given
@@ -243,7 +259,29 @@ def _parse(headers: HeaderList, ts: int, now: int, size: int, rules: Rules, coun
             mode, level, due = "level", n, ts + rules.levels_ms[n - 1]
     if due > MAX_EPOCH_MS or due - max(now, ts) > rules.max_delay_ms:
         raise _Bad(c.DELAY_OUT_OF_RANGE, f"due time {due} is beyond the maximum delay of {rules.max_delay_ms} ms")
-    return Request(topic, partition, rid, due, mode, level, retry, key_override, tuple(user))
+    if kms:  # the record key is the schedule id, and a newer record under it replaces (etf1 semantics)
+        replace = True
+        user = [(n, v) for n, v in user if n not in c.KMS_ADDED]  # added again on delivery
+    return Request(topic, partition, rid, due, mode, level, retry, key_override, tuple(user), replace, kms)
+
+
+_DELAY_CONTROL = frozenset(n for n in (*c.CONTROL_HEADERS, c.ID) if n.startswith("delay."))
+
+
+def kms_delete(key: bytes | None, value: bytes | None, headers: HeaderList | None) -> Cancel | Rejection | None:
+    """An etf1/kafka-message-scheduler delete: a tombstone (null value) whose key is the schedule
+    id, with no ``delay.*`` control header (etf1's ``clientlib.DeleteSchedule`` sends no headers;
+    the tombstones etf1 itself writes carry its ``scheduler-*`` headers). None: not one."""
+    if value is not None or key is None:
+        return None
+    if any(name in _DELAY_CONTROL for name, _v in headers or ()):
+        return None
+    if key == b"" or len(key) > c.MAX_ID_BYTES:
+        return Rejection(
+            c.BAD_HEADER, f"kafka-message-scheduler delete: the key (the schedule id) is {len(key)} bytes, "
+            f"not 1..{c.MAX_ID_BYTES}",
+        )
+    return Cancel(key)
 
 
 # -- the C fast path -----------------------------------------------------------------------------

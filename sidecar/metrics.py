@@ -19,6 +19,7 @@ Series (all prefixed ``delay_sidecar_``; base units: seconds, bytes, records):
 ``delivered_records_total``        counter  records acknowledged by the target topic
 ``cancelled_records_total``        counter  pending records removed by a ``delay.cancel``
 ``duplicate_records_total``        counter  records dropped because their ``delay.id`` was pending
+``replaced_records_total``         counter  pending records replaced by a newer version (``delay.replace``)
 ``dlq_records_total``              counter  ``{reason}``: every reason code of the contract exists at 0
 ``publish_retries_total``          counter  publishes re-scheduled after a failed delivery report
 ``early_deliveries_total``         counter  deliveries before their due time; must stay 0
@@ -194,6 +195,8 @@ class Metrics:
         self._duplicates = Counter(PREFIX + "duplicate_records",
                                    "Records dropped because a record with the same delay.id was pending",
                                    registry=r)
+        self._replaced = Counter(PREFIX + "replaced_records",
+                                 "Pending records replaced by a newer version (delay.replace)", registry=r)
         self._dlq = Counter(PREFIX + "dlq_records", "Records sent to the dead-letter topic, by reason code",
                             ["reason"], registry=r)
         self._retries = Counter(PREFIX + "publish_retries",
@@ -223,6 +226,11 @@ class Metrics:
                                    "Changelog records still to restore before the partition is consumed",
                                    ["partition"], registry=r)
         self._restored = Counter(PREFIX + "restored_records", "Changelog records applied by restores", registry=r)
+        self._history_written = Counter(PREFIX + "history_written", "History records the broker acknowledged",
+                                        registry=r)
+        self._history_failed = Counter(PREFIX + "history_failed",
+                                       "History records dropped (producer queue full) or refused; delivery is "
+                                       "not affected", registry=r)
         self._standby_lag = Gauge(PREFIX + "standby_lag_records",
                                   "Changelog records a standby store has not applied yet", ["partition"], registry=r)
         self._standby_partitions: set[str] = set()
@@ -269,6 +277,10 @@ class Metrics:
     def duplicates(self, n: int) -> None:
         if n:
             self._duplicates.inc(n)
+
+    def replaced(self, n: int) -> None:
+        if n:
+            self._replaced.inc(n)
 
     def dead_lettered(self, reason: str, n: int = 1) -> None:
         """Count ``n`` DLQ records with ``reason`` (a code from ``sidecar.contract.REASONS``)."""
@@ -348,6 +360,12 @@ class Metrics:
         self._standby_partitions = now
         for p, n in lag.items():
             self._standby_lag.labels(partition=str(p)).set(n)
+
+    def history(self, written: int, failed: int) -> None:
+        if written:
+            self._history_written.inc(written)
+        if failed:
+            self._history_failed.inc(failed)
 
     def restored(self, n: int) -> None:
         if n:

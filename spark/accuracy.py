@@ -2,7 +2,10 @@
 
 Reads, through Spark's Kafka connector with ``includeHeaders=true``:
 
-* the **ingress topic** (what producers asked for) from ``since`` to the end of the topic, and
+* the **ingress topic** (what producers asked for) from ``since`` to the end of the topic — or,
+  with ``history_topic`` (``--history-topic``), the sidecar's **history topic** instead: what it
+  accepted, cancelled and dead-lettered, with the committed due times and no payloads
+  (``history_frame``) — and
 * the **delivered topics** (a subscribe pattern, e.g. ``orders\\..*``) from ``since`` to the end,
 
 joins them by ``delay.id`` and reports per target topic, per level and per minute.
@@ -194,6 +197,65 @@ def ingress_frame(
     return df
 
 
+HISTORY_SCHEMA = (
+    "v INT, event STRING, id STRING, at_ms BIGINT, enqueued_ms BIGINT, due_ms BIGINT, target STRING, "
+    "target_partition INT, level INT, source STRING, reason STRING"
+)
+
+
+def history_frame(
+    raw: DataFrame, since_ms: int, until_ms: int, target_pattern: str, *, offset_range: bool = False,
+) -> DataFrame:
+    """``ingress_frame``'s columns from the sidecar's history topic (sidecar/engine/history.py,
+    format ``v`` 1) instead of the ingress topic: no payloads are read, and the due time is the
+    committed one the sidecar wrote. One row per schedule the sidecar saw: an ``accepted`` event
+    (replays of the same ingress record, after a crash, collapse into one), a ``dead-lettered``
+    event with no due time (bad input: ``invalid``), or a ``cancelled`` event of a record that
+    was never accepted (its cancel came first). ``is_cancelled``: the id has a ``cancelled``
+    event (a cancel that came too late has none: that record counts as sent). There are no
+    command rows (``ignored.commands`` is 0), and ``level`` is the scheduler's level (null for
+    0: the wheel, or due now), which the levels scheduler also assigns to ``delay.ms`` requests."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    ev = raw.select(F.from_json(F.col("value").cast("string"), HISTORY_SCHEMA).alias("h")).select("h.*")
+    ev = ev.where((F.col("v") == 1) & F.col("id").isNotNull())
+    src = r"^(.*):([0-9]+):([0-9]+)$"
+    accepted_ids = ev.where(F.col("event") == "accepted").select("id").distinct()
+    cancelled_ids = ev.where(F.col("event") == "cancelled").select("id").distinct()
+    rows = ev.where(
+        (F.col("event") == "accepted")
+        | ((F.col("event") == "dead-lettered") & F.col("due_ms").isNull())
+        | (F.col("event") == "cancelled")
+    )
+    # a cancelled event is a row only for a record never accepted (cancelled before it arrived)
+    rows = rows.join(accepted_ids.withColumn("was_accepted", F.lit(True)), on="id", how="left").where(
+        (F.col("event") != "cancelled") | F.col("was_accepted").isNull()
+    )
+    rows = rows.dropDuplicates(["id", "event", "source"])  # the same change written again after a replay
+    df = rows.select(
+        "id",
+        F.regexp_extract("source", src, 1).alias("ingress_topic"),
+        F.regexp_extract("source", src, 2).cast("int").alias("ingress_partition"),
+        F.regexp_extract("source", src, 3).cast("bigint").alias("ingress_offset"),
+        F.col("enqueued_ms").alias("sent_ms"),
+        F.col("target").alias("topic"),
+        F.when(F.col("level") > 0, F.col("level")).alias("level"),
+        F.coalesce(F.col("due_ms"), F.col("enqueued_ms")).alias("due_ms"),
+        F.lit(False).alias("is_command"),
+        (F.col("event") != "dead-lettered").alias("is_valid"),
+        (F.lit(True) if offset_range else F.col("enqueued_ms").between(since_ms, until_ms - 1)).alias("in_range"),
+        F.coalesce(F.col("target").rlike(f"^(?:{target_pattern})$"), F.lit(False)).alias("is_target"),
+    )
+    df = df.join(cancelled_ids.withColumn("is_cancelled", F.lit(True)), on="id", how="left").fillna(
+        {"is_cancelled": False})
+    candidate = F.col("in_range") & F.col("is_valid")
+    order = Window.partitionBy("id").orderBy(
+        F.when(candidate, 0).otherwise(1), "sent_ms", "ingress_partition", "ingress_offset"
+    )
+    return df.withColumn("id_rank", F.when(candidate, F.row_number().over(order)))
+
+
 def delivered_frame(raw: DataFrame, since_ms: int, exclude_topics: Sequence[str]) -> DataFrame:
     from pyspark.sql import functions as F
 
@@ -259,6 +321,7 @@ def run_accuracy(
     kafka_options: Mapping[str, str] | None = None,
     chart: bool = True,
     details: bool = True,
+    history_topic: str | None = None,
 ) -> dict[str, Any]:
     """Run the batch job (see the module docstring) and return the summary (also written as JSON)."""
     import orjson
@@ -272,15 +335,18 @@ def run_accuracy(
     offset_range = bool(ingress_starting_offsets or ingress_ending_offsets)
 
     raw_ingress = read_kafka(
-        spark, bootstrap, subscribe=ingress_topic, since_ms=since_ms,
+        spark, bootstrap, subscribe=history_topic or ingress_topic, since_ms=since_ms,
         starting_offsets=ingress_starting_offsets, ending_offsets=ingress_ending_offsets,
         kafka_options=kafka_options,
     )
-    ing = ingress_frame(raw_ingress, levels_ms, since_ms, until_ms, target_pattern, offset_range=offset_range)
+    if history_topic is not None:  # what the sidecar recorded, no payloads (history_frame)
+        ing = history_frame(raw_ingress, since_ms, until_ms, target_pattern, offset_range=offset_range)
+    else:
+        ing = ingress_frame(raw_ingress, levels_ms, since_ms, until_ms, target_pattern, offset_range=offset_range)
     ing = ing.persist(StorageLevel.MEMORY_AND_DISK)
 
     raw_delivered = read_kafka(spark, bootstrap, pattern=target_pattern, since_ms=since_ms, kafka_options=kafka_options)
-    dl = delivered_frame(raw_delivered, since_ms, [ingress_topic, *exclude_topics])
+    dl = delivered_frame(raw_delivered, since_ms, [ingress_topic, *exclude_topics, *filter(None, [history_topic])])
     dl = dl.persist(StorageLevel.MEMORY_AND_DISK)  # joined, unmatched and details read it
 
     sent = ing.where(
@@ -392,6 +458,7 @@ def run_accuracy(
 
     summary: dict[str, Any] = {
         "ingress_topic": ingress_topic,
+        "source": {"history": history_topic} if history_topic else {"ingress": ingress_topic},
         "targets": target_pattern,
         "range": {
             "since_ms": since_ms, "until_ms": until_ms, "since": iso(since_ms), "until": iso(until_ms),

@@ -103,6 +103,9 @@ def build_parser(prog: str = "delay-sidecar accuracy") -> argparse.ArgumentParse
     p.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"),
                    help="Kafka bootstrap servers (default: $KAFKA_BOOTSTRAP_SERVERS)")
     p.add_argument("--ingress-topic", default="delay.ingress", help="ingress topic (default delay.ingress)")
+    p.add_argument("--history-topic", default=None, metavar="TOPIC",
+                   help="read the sidecar's history topic (its history-topic setting) instead of the ingress "
+                        "topic: no payloads, the committed due times")
     p.add_argument("--targets", required=True, metavar="PATTERN",
                    help="delivered topics: a Java regex matched against whole topic names, e.g. 'orders\\..*'")
     p.add_argument("--since", type=_arg_type(parse_time_ms, "time"), default=None, metavar="TIME",
@@ -229,6 +232,7 @@ def accuracy_main(argv: Sequence[str] | None = None, *, prog: str = "delay-sidec
         kafka_options=dict(args.kafka),
         chart=not args.no_chart,
         details=not args.no_details,
+        history_topic=args.history_topic,
     )
     if args.json:
         print(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())

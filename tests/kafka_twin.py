@@ -118,6 +118,7 @@ class TwinCluster:
         self.group_topic = ""
         self.down = False  # a broker outage: produce reports fail with a transport error
         self.refused: set[str] = set()  # topics whose writes fail (e.g. no ACL to write them)
+        self.leaderless = 0  # the next N offset queries fail with NOT_LEADER_FOR_PARTITION (leader moving)
 
     # -- topics ---------------------------------------------------------------------------------
     def create_topic(self, name: str, partitions: int, config: dict[str, str] | None = None) -> None:
@@ -234,6 +235,9 @@ class TwinConsumer:
             self.positions.pop((tp.topic, tp.partition), None)
 
     def get_watermark_offsets(self, tp: TopicPartition, timeout: float = 0, cached: bool = False) -> tuple[int, int]:
+        if self.cluster.leaderless > 0 and not cached:
+            self.cluster.leaderless -= 1
+            raise KafkaException(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION))
         return 0, len(self.cluster.topics[tp.topic][tp.partition])
 
     def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:

@@ -11,8 +11,8 @@ needs to deliver it exactly as the old one would (committed due time, target top
 partition, key, value, user headers, source, retry count). A CANCEL record is a pre-cancel (a
 cancel whose message has not arrived yet). A tombstone (null value) says nothing is pending under
 the id any more: delivered, dead-lettered (the dead letter itself is a put under the same id until
-the DLQ has it), cancelled. Compaction keeps the newest value per id, so the topic holds about
-one record per pending id.
+the DLQ has it), cancelled. A replace (``delay.replace``) is a put under the same id. Compaction
+keeps the newest value per id, so the topic holds about one record per pending id.
 
 **Writes** (:class:`StoreMirror`, one per store, the store's ``mirror``): a put when a record is
 stored (intake, a dead letter, a re-consumed duplicate whose earlier write may have been lost), a
@@ -25,7 +25,8 @@ changelog acknowledges again: nothing is committed meanwhile, so nothing is lost
 **Restore** (:class:`Restorer`): a partition assigned to this instance opens its local store and
 reads the changelog from the offset its checkpoint covers (``changelog`` in checkpoint.json; from
 the beginning when it has no store) up to the end offset seen when the restore started, applying
-puts and tombstones idempotently (``PartitionStore.restore_put`` / ``restore_remove``). The
+puts and tombstones idempotently (``PartitionStore.restore_put`` / ``restore_remove``; a put
+under a pending id replaces it only if it is a newer version: a higher source offset). The
 partition's ingress is consumed, and its records published, only after that: until then the
 store is not in the loop's ``stores``. Ingress then resumes after the last record the changelog
 holds (``changelog_ingress``: one past the highest source offset of an acknowledged or restored

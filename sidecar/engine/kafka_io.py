@@ -54,6 +54,11 @@ from sidecar.store.partition import PartitionStore
 
 log = logs.get("sidecar")
 
+# broker answers that a moment later are different (leadership moving or not yet elected)
+_TRANSIENT = frozenset({
+    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._TRANSPORT, KafkaError._TIMED_OUT_QUEUE,
+})
 PRODUCE_ERRORS: tuple[type[BaseException], ...] = (BufferError, KafkaException)
 
 
@@ -204,6 +209,8 @@ class KafkaIO:
         )
         if self.changelog_topic is not None:
             self.ensure_changelog(admin, self.changelog_topic)
+        if self.s.history_topic is not None:  # keyed by delay.id: as many partitions as ingress
+            ensure_topics(admin, {self.s.history_topic: self.s.ingress_partitions}, self.s.replication_factor)
         self.producer = self.clients.producer(self.producer_conf())
         self.consumer = self._subscribe()
 
@@ -251,11 +258,26 @@ class KafkaIO:
             self._restore = self.clients.consumer(conf)
         return self._restore
 
-    def changelog_watermarks(self, partition: int) -> tuple[int, int]:
-        low, high = self._restorer().get_watermark_offsets(
-            TopicPartition(self._cl, partition), timeout=30, cached=False
-        )
-        return int(low), int(high)
+    def changelog_watermarks(self, partition: int, timeout: float = 30) -> tuple[int, int]:
+        """The changelog partition's (low, high) offsets. Asked in the assign callback, where an
+        exception would leave ``consume`` and stop the sidecar: a transient broker answer (no
+        leader yet for a just-created changelog partition, a leader moving:
+        NOT_LEADER_FOR_PARTITION) is asked again until ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                low, high = self._restorer().get_watermark_offsets(
+                    TopicPartition(self._cl, partition), timeout=max(0.1, deadline - time.monotonic()), cached=False
+                )
+                return int(low), int(high)
+            except KafkaException as e:
+                err: Any = e.args[0] if e.args else None
+                retriable = err is not None and (err.code() in _TRANSIENT or err.retriable())
+                if not retriable or time.monotonic() >= deadline:
+                    raise
+                if self.should_warn("changelog_watermarks"):
+                    log.info("changelog.watermarks_retry", partition=partition, error=err.str())
+                time.sleep(0.1)
 
     def changelog_end(self, partition: int) -> int | None:
         """The changelog partition's end offset as the restore consumer last saw it (no request)."""

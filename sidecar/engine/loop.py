@@ -47,6 +47,7 @@ from sidecar.config import Settings
 from sidecar.engine.changelog import Restorer, StoreMirror, standby_partitions
 from sidecar.engine.clock import Clock, SystemClock
 from sidecar.engine.durability import Durability
+from sidecar.engine.history import HistoryWriter
 from sidecar.engine.identity import DataDirLock, instance_id
 from sidecar.engine.kafka_io import Clients, ConfluentClients, KafkaIO
 from sidecar.engine.publishing import Publishing
@@ -118,6 +119,9 @@ class Sidecar:
         self.durability = Durability(settings, self.stores, self.counters, self.clock, self.kafka.commit,
                                      self._flush_changelog)
         self.restorer = Restorer(self.kafka, self.clock) if settings.changelog_topic_name else None
+        self.history = (HistoryWriter(self.kafka, settings.history_topic, settings.history_payload, self.clock)
+                        if settings.history_topic else None)
+        self._history_synced = (0, 0)  # (written, failed) already counted in the metrics
         self.lock = DataDirLock(settings.data_path)
         self.stop_requested = False
         self.paused = False
@@ -156,6 +160,7 @@ class Sidecar:
                 # a standby of this partition: its store is current up to the last seconds
                 assert self.kafka.changelog_topic is not None
                 warm.mirror = StoreMirror(self.kafka, self.kafka.changelog_topic, warm)
+                warm.history = self.history
                 resume[partition] = None
                 log.info("standby.promoted", partition=partition, changelog_offset=warm.changelog_offset)
                 self.restorer.begin(warm)  # type: ignore[union-attr]
@@ -189,13 +194,16 @@ class Sidecar:
         self._check_space()
         return resume
 
-    def _store(self, partition: int) -> PartitionStore:
-        return PartitionStore(
+    def _store(self, partition: int, standby: bool = False) -> PartitionStore:
+        store = PartitionStore(
             self.s.data_path, self.s.ingress_topic, partition, rules=self.rules, scheduler_name=self.s.scheduler,
             make_scheduler=self.make_scheduler, segment_bytes=self.s.segment_bytes,
             cancel_horizon_ms=self.s.cancel_horizon_ms, counters=self.counters, durable=self.s.fsync != "none",
             status_memory=self.s.status_memory,
         )
+        if not standby:
+            store.history = self.history  # a standby applies the changelog: no state change of its own
+        return store
 
     def held(self) -> set[int]:
         """Assigned partitions whose ingress waits: their stores are still restoring."""
@@ -483,7 +491,7 @@ class Sidecar:
                 self.durability.close_uncommitted(store)
                 log.info("standby.stopped", partition=partition)
         for partition in sorted(want - set(restorer.standby)):
-            store = self._store(partition)
+            store = self._store(partition, standby=True)
             store.open()
             restorer.begin_standby(store)
 
@@ -593,7 +601,8 @@ class Sidecar:
         turn_count, slow_turns, slowest_turn_ms = self.turns.take()
         log.info(
             "stats", ingested=k.ingested, scheduled=k.scheduled, delivered=k.delivered, cancelled=k.cancelled,
-            duplicates=k.duplicates, dlq=sum(k.dlq.values()), dlq_by_reason={r: n for r, n in k.dlq.items() if n},
+            duplicates=k.duplicates, replaced=k.replaced, dlq=sum(k.dlq.values()),
+            dlq_by_reason={r: n for r, n in k.dlq.items() if n},
             pending=sum(pending.values()), pending_by_tier=pending, in_flight=self.pub.in_flight,
             retry_queue=len(self.pub.retries), early=k.early, paused=self.paused, turns=turn_count,
             slow_turns=slow_turns, slowest_turn_ms=slowest_turn_ms,
@@ -607,6 +616,7 @@ class Sidecar:
         m.delivered(k.delivered - last.delivered)
         m.cancelled(k.cancelled - last.cancelled)
         m.duplicates(k.duplicates - last.duplicates)
+        m.replaced(k.replaced - last.replaced)
         m.publish_retries(k.publish_retries - last.publish_retries)
         m.dead_lettered_by_reason({r: n - last.dlq.get(r, 0) for r, n in k.dlq.items()})
         if self.restorer is not None:
@@ -617,13 +627,17 @@ class Sidecar:
             m.set_standby_lag({p: max(0, (self.kafka.changelog_end(p) or r.position) - r.position)
                                for p, r in self.restorer.standby.items()})
             self._restored_synced = self.restorer.applied
+        if self.history is not None:
+            hw, hf = self.history.written, self.history.failed
+            m.history(hw - self._history_synced[0], hf - self._history_synced[1])
+            self._history_synced = (hw, hf)
         st = self.pub.state
         m.observe_lateness_ms(st.lateness_batch)
         m.set_pending_many(pending)
         st.lateness_batch = []
         self._last = Counters(
             ingested=k.ingested, scheduled=k.scheduled, delivered=k.delivered, cancelled=k.cancelled,
-            duplicates=k.duplicates, publish_retries=k.publish_retries, dlq=dict(k.dlq),
+            duplicates=k.duplicates, replaced=k.replaced, publish_retries=k.publish_retries, dlq=dict(k.dlq),
         )
 
     # -- look-up (HTTP threads) -----------------------------------------------------------------

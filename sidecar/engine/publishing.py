@@ -126,6 +126,8 @@ class Publishing:
             again = store.sched.record(ref) if self.stores.get(store.partition) is store else None
             if again is None:
                 continue
+            if store.superseded and store.drop_superseded(ref, again):
+                continue  # replaced while it waited for this retry: the new version is pending
             self.counters.publish_retries += 1
             if not self._produce(ref, again, store, att, now):
                 return
@@ -195,6 +197,8 @@ class Publishing:
         """Produce what waited for room in the producer queue; False if it is still full."""
         while self.backlog and self.state.in_flight < self.s.max_in_flight:
             ref, rec, store, att = self.backlog.popleft()
+            if store.superseded and self.stores.get(store.partition) is store and store.drop_superseded(ref, rec):
+                continue  # replaced while it waited for room: the new version is pending
             if not self._produce(ref, rec, store, att, now):
                 return False
         return True

@@ -14,7 +14,12 @@ resume from. Outcomes:
   horizon;
 - bad input -> DEAD record addressed to the DLQ (with the DLQ headers), scheduled due now, so a
   dead letter is as durable and as retried as any delivery;
-- a second pending record with the same ``delay.id`` -> dropped and counted.
+- a second pending record with the same ``delay.id`` -> dropped and counted, unless it is a
+  replace (``delay.replace: true``, or any kafka-message-scheduler record, whose key is its id)
+  from a higher ingress offset: then it is appended and scheduled, and the pending entry is
+  cancelled (``_schedule``);
+- a kafka-message-scheduler delete (a tombstone: null value, the id as key, no ``delay.*``
+  header) -> CANCEL record + marker when something is pending under the id, else nothing.
 
 The common request (a plain ``delay.ms``/``delay.deliver-at`` request with no id-index entry
 under its id's hash, fitting the current segment and the scheduler's plain append) takes a C fast
@@ -27,11 +32,13 @@ Recovery (``open``) reads the checkpoint, opens the log, the scheduler and the i
 checkpointed state, then replays the log records appended after the checkpoint (validating each
 CRC, truncating a torn tail) through the same scheduling code, arms the scheduler's check of the
 entries restored from the checkpoint, and resumes consuming after the last replayed ingress
-offset. Nothing in it is O(pending): the restored entries point at records made durable before
-the checkpoint was written, so the scheduler checks each one against the log when it first reads
-it (before handing it out), and drops and reports a dangling one (disk damage) through
-``_dangling``: counted, logged as ``recovery.dangling_dropped`` with the hint to salvage, never
-published (docs/storage.md, "Recovery").
+offset. A MESSAGE or DEAD record replayed under an id that is pending takes the pending entry's
+place (``_replay``): the log never holds a duplicate, so it is a replace, or the dead letter of a
+record whose publishing failed for good. Nothing in it is O(pending): the restored entries point
+at records made durable before the checkpoint was written, so the scheduler checks each one
+against the log when it first reads it (before handing it out), and drops and reports a dangling
+one (disk damage) through ``_dangling``: counted, logged as ``recovery.dangling_dropped`` with
+the hint to salvage, never published (docs/storage.md, "Recovery").
 
 A pre-cancel stays in the id index until its horizon expires, even after it cancelled its
 message: the message is not in the log, so if the process dies before the next checkpoint the
@@ -51,7 +58,7 @@ from typing import Any, Protocol
 
 from sidecar import contract as c
 from sidecar import logs
-from sidecar.headers import Cancel, Rejection, Request, Rules, parse_ingress
+from sidecar.headers import Cancel, Rejection, Request, Rules, kms_delete, parse_ingress
 from sidecar.retry.ladder import RetryLadder
 from sidecar.scheduling import Scheduler
 from sidecar.store import checkpoint, codec
@@ -89,6 +96,7 @@ class Counters:
     cancelled: int = 0
     cancel_unmatched: int = 0
     duplicates: int = 0
+    replaced: int = 0  # pending records replaced by a newer version (delay.replace, etf1 mode)
     dlq: dict[str, int] = field(default_factory=lambda: dict.fromkeys(c.REASONS, 0))
     publish_retries: int = 0
     early: int = 0
@@ -137,6 +145,28 @@ class Mirror(Protocol):
     def remove(self, rid: bytes) -> None: ...
 
 
+class History(Protocol):
+    """Where a store reports each state change of a schedule: the history topic
+    (``engine/history.py``; event names there). One call per change, never raising."""
+
+    def event(
+        self, event: str, rid: bytes, *, enqueued_ms: int | None, due_ms: int | None, target: bytes | str | None,
+        target_partition: int = -1, level: int = 0, source: str | None = None, reason: str | None = None,
+        error: str | None = None, key: bytes | None = None, value: bytes | None = None, at_ms: int | None = None,
+    ) -> None: ...
+
+
+# history event names (engine/history.py documents the format)
+HISTORY_ACCEPTED, HISTORY_REPLACED, HISTORY_CANCELLED, HISTORY_DELIVERED, HISTORY_DEAD_LETTERED = (
+    "accepted", "replaced", "cancelled", "delivered", "dead-lettered")
+
+
+def _version(rec: Record) -> tuple[int, int]:
+    """Which of two records under one id is newer: the higher ingress offset (a replace comes
+    after what it replaces in the partition); at the same offset the dead letter of a record."""
+    return rec.src_offset, rec.rtype == codec.DEAD
+
+
 def raw_of(rec: Record) -> bytes:
     """A decoded record's commit-log bytes again (the codec is deterministic)."""
     return codec.encode(
@@ -147,6 +177,12 @@ def raw_of(rec: Record) -> bytes:
 
 # what _apply_cancel did
 CANCEL_MATCHED, CANCEL_REMEMBERED, CANCEL_LATE = 1, 2, 3
+# A CANCEL record's level field: what it did when it was appended, so that the log's replay does
+# the same, whatever the scheduler files say about the entries it met (a pending record: cancel
+# it, never remember a pre-cancel; none: remember one, and cancel what the replay re-added, a
+# record delivered since the checkpoint). 0: written before the field was used (decide by what
+# is pending at replay).
+_CANCEL_MATCHED, _CANCEL_REMEMBERED = 1, 2
 
 
 class PartitionStore:
@@ -195,6 +231,7 @@ class PartitionStore:
         # the changelog (None: changelog off); its writer keeps changelog_offset current: the next
         # changelog offset whose effect this store does not hold for certain (checkpointed)
         self.mirror: Mirror | None = None
+        self.history: History | None = None  # the history topic's writer (None: history-topic unset)
         self.changelog_offset: int | None = None
         # the next ingress offset the changelog holds every record before (1 + the highest source
         # offset of an acknowledged changelog put): where ingress resumes after a restore
@@ -203,6 +240,10 @@ class PartitionStore:
         self.resume_offset: int | None = None  # what open() returned
         self._pending_at_checkpoint: dict[str, int] | None = None  # sched.pending() the last checkpoint names
         self._settled_at_trim = 0
+        # refs replaced while they were being delivered (handed out): their settle leaves the
+        # changelog alone, the id's newer version is pending under the same key; one still
+        # waiting for a publish retry is dropped instead (``drop_superseded``)
+        self.superseded: set[int] = set()
         self._offset_at_trim: int | None = None
         # ids no longer pending and what became of them, for ``lookup`` (status); bounded, in RAM
         self.recent = RecentOutcomes(status_memory)
@@ -262,11 +303,30 @@ class PartitionStore:
 
     def _replay(self, pos: int, rec: Record) -> None:
         if rec.rtype == codec.CANCEL:
-            self._apply_cancel(rec.id, rec.enqueue_ms)
+            if rec.level == _CANCEL_MATCHED:  # it cancelled what was pending: never a pre-cancel
+                h, refs = self._pending_refs(rec.id)
+                for ref in refs:
+                    if self.sched.cancel(ref):
+                        self.ids.remove(h, ref)
+            elif rec.level == _CANCEL_REMEMBERED:  # nothing was pending: what replay re-added was done
+                h, refs = self._pending_refs(rec.id)
+                for ref in refs:
+                    if self.sched.cancel(ref):
+                        self.ids.remove(h, ref)
+                if PRECANCEL | rec.enqueue_ms not in self.ids.find(h):
+                    self.ids.put(h, PRECANCEL | rec.enqueue_ms)
+            else:
+                self._apply_cancel(rec.id, rec.enqueue_ms)
             self.log.release(pos)
             return
-        ref = self.sched.add(rec.due_ms, rec.level, pos)
-        self.ids.put(id_hash(rec.id), ref)
+        # A record for an id that is pending can only be a replace (a duplicate is never appended)
+        # or the dead letter of a record whose publishing failed for good: either way it takes
+        # the pending one's place, as it did when it was appended.
+        h, old = self._pending_refs(rec.id)
+        for ref in old:
+            if self.sched.cancel(ref):
+                self.ids.remove(h, ref)
+        self.ids.put(h, self.sched.add(rec.due_ms, rec.level, pos))
 
     # -- intake ---------------------------------------------------------------------------------
     def ingest(self, m: IngressRecord, now_ms: int) -> None:
@@ -291,16 +351,36 @@ class PartitionStore:
                     user, now_ms,
                 )
                 return
+        if value is None:
+            delete = kms_delete(key, value, headers)
+            if isinstance(delete, Cancel):
+                self._kms_delete(offset, delete.id, now_ms)
+                return
+            if delete is not None:
+                self._reject(
+                    topic, offset, ts, key, value, headers, self._default_id(topic, offset), delete.reason,
+                    delete.error, now_ms,
+                )
+                return
         parsed = parse_ingress(headers, ts, now_ms, size, rules, headers_in_size=False)
         if type(parsed) is Request:
+            rid = parsed.id
+            if parsed.kms:
+                rid = self._kms_id(topic, offset, ts, key, value, headers, parsed, now_ms)
+                if rid is None:
+                    return
+                key = parsed.key_override  # etf1 delivers scheduler-target-key, none when absent
             self._schedule(
-                topic, offset, ts, key, value, headers, parsed.target_topic, parsed.target_partition, parsed.id,
-                parsed.due_ms, parsed.mode, parsed.level, parsed.retry_count, parsed.key_override,
-                parsed.user_headers, now_ms,
+                topic, offset, ts, key, value, headers, parsed.target_topic, parsed.target_partition, rid,
+                parsed.due_ms, parsed.mode, parsed.level, parsed.retry_count, None,
+                parsed.user_headers, now_ms, parsed.replace,
             )
         elif isinstance(parsed, Cancel):
-            pos = self._append_cancel(offset, parsed.id, now_ms)
+            pos = self._append_cancel(offset, parsed.id, now_ms, bool(self._pending_refs(parsed.id)[1]))
+            cancelled = self._pending_record(parsed.id) if self.history is not None else None
             outcome = self._apply_cancel(parsed.id, now_ms)
+            if outcome == CANCEL_MATCHED and cancelled is not None:
+                self._history_record(HISTORY_CANCELLED, cancelled, now_ms)
             if self.mirror is not None:
                 if outcome == CANCEL_MATCHED:
                     self.mirror.remove(parsed.id)
@@ -313,6 +393,44 @@ class PartitionStore:
                 topic, offset, ts, key, value, headers, self._default_id(topic, offset), parsed.reason, parsed.error,
                 now_ms,
             )
+
+    def _kms_id(
+        self, topic: str, offset: int, ts: int, key: bytes | None, value: bytes | None, headers: HeaderList | None,
+        parsed: Request, now_ms: int,
+    ) -> bytes | None:
+        """The id of a kafka-message-scheduler record: its key (etf1 ``Schedule.ID()``), with
+        etf1's delivered headers added to ``parsed.user_headers``; None: it was dead-lettered."""
+        error = None
+        if not key or len(key) > c.MAX_ID_BYTES:
+            error = (f"kafka-message-scheduler mode: the record key is the schedule id and must be "
+                     f"1..{c.MAX_ID_BYTES} bytes, not {len(key or b'')}")
+        elif parsed.id is not None and parsed.id != key:
+            error = f"kafka-message-scheduler mode: header {c.ID} differs from the record key (the schedule id)"
+        if error is not None:
+            self._reject(topic, offset, ts, key, value, headers, self._default_id(topic, offset), c.BAD_HEADER,
+                         error, now_ms)
+            return None
+        parsed.user_headers = (
+            *parsed.user_headers, (c.KMS_TIMESTAMP, b"%d" % (ts // 1000)), (c.KMS_KEY, key),
+            (c.KMS_TOPIC, topic.encode()),
+        )
+        return key
+
+    def _kms_delete(self, offset: int, rid: bytes, now_ms: int) -> None:
+        """An etf1 delete: cancel what is pending under ``rid``. Unlike ``delay.cancel`` it leaves
+        no pre-cancel (etf1 deletes only what exists, and the key reused later schedules anew); the
+        CANCEL record is written only when something is cancelled, so its replay matches too."""
+        if not self._pending_refs(rid)[1]:
+            self.counters.cancel_unmatched += 1
+            return
+        pos = self._append_cancel(offset, rid, now_ms, True)
+        cancelled = self._pending_record(rid) if self.history is not None else None
+        if self._apply_cancel(rid, now_ms) == CANCEL_MATCHED:
+            if self.mirror is not None:
+                self.mirror.remove(rid)
+            if cancelled is not None:
+                self._history_record(HISTORY_CANCELLED, cancelled, now_ms)
+        self.log.release(pos)
 
     def ingest_many(self, msgs: list[Any], start: int, now_ms: int, topic: str) -> int:
         """Store ``msgs[start:]`` (consumer Messages) while each is the common case, in one C call
@@ -354,6 +472,8 @@ class PartitionStore:
             self.sched.intake_end(st, count)
             if self.mirror is not None:
                 self._mirror_run(first, count)
+            if self.history is not None:
+                self._history_run(first, count, now_ms)
         return end
 
     def _mirror_run(self, pos: int, count: int) -> None:
@@ -370,6 +490,37 @@ class PartitionStore:
             put(bytes(buf[off + codec.HEAD_SIZE : off + codec.HEAD_SIZE + id_len]), bytes(buf[off : off + length]))
             off += length
 
+    def _history_run(self, pos: int, count: int, now_ms: int) -> None:
+        """``accepted`` for the ``count`` records the C intake appended from ``pos`` on (as
+        ``_mirror_run`` walks them)."""
+        sb = self.log.segment_bytes
+        if pos % sb < HEADER_SIZE:
+            pos = pos - pos % sb + HEADER_SIZE
+        buf = self.log.segments[pos // sb].buf
+        off = pos % sb
+        for _ in range(count):
+            rec = codec.decode(buf, off, verify=False)
+            self._history_record(HISTORY_ACCEPTED, rec, now_ms)
+            off += _LEN.unpack_from(buf, off)[0]
+
+    def _history_record(
+        self, event: str, rec: Record, at_ms: int | None = None, reason: str | None = None, error: str | None = None,
+    ) -> None:
+        """One history event about a stored record (the history topic, engine/history.py)."""
+        assert self.history is not None
+        self.history.event(
+            event, bytes(rec.id), enqueued_ms=rec.enqueue_ms, due_ms=rec.due_ms, target=bytes(rec.topic),
+            target_partition=rec.target_partition, level=rec.level,
+            source=f"{self.topic}:{rec.src_partition}:{rec.src_offset}", reason=reason, error=error,
+            key=None if rec.key is None else bytes(rec.key), value=None if rec.value is None else bytes(rec.value),
+            at_ms=at_ms,
+        )
+
+    def _pending_record(self, rid: bytes) -> Record | None:
+        """The pending record under ``rid`` (for its history event before it changes)."""
+        _h, ref = self._pending_ref(rid)
+        return None if ref is None else self.sched.record(ref)
+
     def _default_id(self, topic: str, offset: int) -> bytes:
         if topic == self.topic:
             return self.id_prefix + b"%d" % offset
@@ -379,23 +530,36 @@ class PartitionStore:
         self, topic: str, offset: int, ts: int, key: bytes | None, value: bytes | None, headers: HeaderList | None,
         target: str, target_partition: int, req_id: bytes | None, req_due: int, mode: str, req_level: int,
         retry_count: int, key_override: bytes | None, user_headers: tuple[tuple[str, bytes | None], ...],
-        now_ms: int,
+        now_ms: int, replace: bool = False,
     ) -> None:
-        """Store and schedule a request (the fields of ``headers.Request``)."""
+        """Store and schedule a request (the fields of ``headers.Request``). With ``replace``, the
+        pending record under the id (an older version: a lower ingress offset) is cancelled once
+        the new one is appended; the log's replay does the same (``_replay``)."""
         rid = req_id or self._default_id(topic, offset)
         h = id_hash(rid)
+        old: list[int] = []
         for ref in self.ids.find(h):
             if ref & PRECANCEL:
                 if now_ms - (ref & ~PRECANCEL) <= self.cancel_horizon_ms:
                     self.counters.cancelled += 1  # kept until the horizon: see the module docstring
                     self.recent.note(rid, CANCELLED, now_ms)
+                    if self.history is not None:
+                        self.history.event(
+                            HISTORY_CANCELLED, rid, enqueued_ms=ts, due_ms=req_due, target=target,
+                            target_partition=target_partition, source=f"{topic}:{self.partition}:{offset}",
+                            key=key, value=value, at_ms=now_ms,
+                        )
                     return
                 self.ids.remove(h, ref)
                 continue
             rec = self.sched.record(ref)
             if rec is None:
                 self.ids.remove(h, ref)  # stale: already done
+            elif rec.id == rid and replace and offset > rec.src_offset:
+                old.append(ref)
             elif rec.id == rid:
+                # without replace, or this very record (or an older one) consumed again after a
+                # crash or a handover while its newer version is pending: nothing changes
                 self.counters.duplicates += 1
                 if self.mirror is not None:
                     # re-consumed after a crash: its changelog write may have been lost with the
@@ -417,10 +581,20 @@ class PartitionStore:
             codec.MESSAGE, due, ts, offset, self.partition, target_partition, retry_count, level, rid,
             target.encode(), key, value, blob,
         )
-        self.ids.put(h, self.sched.add(due, level, pos))
+        new = self.sched.add(due, level, pos)
+        for ref in old:
+            if self.sched.cancel(ref):
+                self.ids.remove(h, ref)
+            else:  # already handed out (its due time had come): its settle must not tombstone rid
+                self.superseded.add(ref)
+        if old:
+            self.counters.replaced += 1
+        self.ids.put(h, new)
         self.counters.scheduled += 1
         if self.mirror is not None:
             self.mirror.put(rid, self.log.raw(pos))
+        if self.history is not None:
+            self._history_record(HISTORY_REPLACED if old else HISTORY_ACCEPTED, self.log.read(pos), now_ms)
 
     def _reject(
         self, topic: str, offset: int, ts: int, key: bytes | None, value: bytes | None, headers: HeaderList | None,
@@ -438,6 +612,12 @@ class PartitionStore:
         self.recent.note(rid, DEAD_LETTERED, now_ms)
         self.ids.put(h, ref)
         self.counters.dlq[reason] = self.counters.dlq.get(reason, 0) + 1
+        if self.history is not None:
+            self.history.event(
+                HISTORY_DEAD_LETTERED, rid, enqueued_ms=ts, due_ms=None, target=None,
+                source=f"{topic}:{self.partition}:{offset}", reason=reason, error=error, key=key, value=value,
+                at_ms=now_ms,
+            )
 
     def _append_dead(
         self, rid: bytes, key: bytes | None, value: bytes | None, headers: HeaderList,
@@ -454,18 +634,24 @@ class PartitionStore:
             self.mirror.put(rid, self.log.raw(pos))  # a dead letter of a failed publish replaces the original
         return ref
 
-    def _append_cancel(self, offset: int, cid: bytes, now_ms: int) -> int:
+    def _append_cancel(self, offset: int, cid: bytes, now_ms: int, matches: bool) -> int:
+        """The CANCEL record, with what it did in its level field (``_replay`` does the same)."""
+        outcome = _CANCEL_MATCHED if matches else _CANCEL_REMEMBERED
         return self.log.append_record(
-            codec.CANCEL, now_ms, now_ms, offset, self.partition, -1, 0, 0, cid, b"", None, None, b"",
+            codec.CANCEL, now_ms, now_ms, offset, self.partition, -1, 0, outcome, cid, b"", None, None, b"",
         )
 
     def _apply_cancel(self, cid: bytes, now_ms: int) -> int:
         """Cancel the pending record ``cid`` (CANCEL_MATCHED), or remember the cancel for the
         horizon (CANCEL_REMEMBERED); CANCEL_LATE: it is already being delivered."""
-        h, ref = self._pending_ref(cid)
-        if ref is not None:
-            if self.sched.cancel(ref):
-                self.ids.remove(h, ref)
+        h, refs = self._pending_refs(cid)
+        if refs:
+            matched = False
+            for ref in refs:  # a replaced version being delivered and its successor: both are tried
+                if self.sched.cancel(ref):
+                    self.ids.remove(h, ref)
+                    matched = True
+            if matched:
                 self.counters.cancelled += 1
                 self.recent.note(cid, CANCELLED, now_ms)
                 return CANCEL_MATCHED
@@ -478,7 +664,14 @@ class PartitionStore:
     # -- restore from the changelog ------------------------------------------------------------
     def _pending_ref(self, rid: bytes) -> tuple[int, int | None]:
         """(id hash, the pending entry under ``rid`` or None); drops stale index entries."""
+        h, refs = self._pending_refs(rid)
+        return h, refs[0] if refs else None
+
+    def _pending_refs(self, rid: bytes) -> tuple[int, list[int]]:
+        """(id hash, every entry under ``rid`` not done yet); drops stale index entries. More than
+        one only while a replaced version is being delivered (handed out, not acked yet)."""
         h = id_hash(rid)
+        refs: list[int] = []
         for ref in self.ids.find(h):
             if ref & PRECANCEL:
                 continue
@@ -486,8 +679,8 @@ class PartitionStore:
             if rec is None:
                 self.ids.remove(h, ref)
             elif rec.id == rid:
-                return h, ref
-        return h, None
+                refs.append(ref)
+        return h, refs
 
     def lookup(self, rid: bytes, now_ms: int | None = None) -> dict[str, Any] | None:
         """What this partition knows of ``rid`` (``delay-sidecar status``), or None.
@@ -500,6 +693,7 @@ class PartitionStore:
         honours it), then the memory of recent outcomes (``recent.py``)."""
         h = id_hash(rid)
         precancel: int | None = None
+        found: Record | None = None
         for ref in self.ids.find(h):
             if ref & PRECANCEL:
                 at = ref & ~PRECANCEL
@@ -507,8 +701,11 @@ class PartitionStore:
                     precancel = at
                 continue
             rec = self.sched.record(ref)
-            if rec is None or rec.id != rid:
-                continue
+            # two versions only while a replaced one is being delivered: the newer (later offset) answers
+            if rec is not None and rec.id == rid and (found is None or rec.src_offset > found.src_offset):
+                found = rec
+        if found is not None:
+            rec = found
             out: dict[str, Any] = {
                 "partition": self.partition, "state": "pending", "due_ms": rec.due_ms,
                 "enqueued_ms": rec.enqueue_ms, "ingress_offset": rec.src_offset,
@@ -542,8 +739,12 @@ class PartitionStore:
         n = 0
         for pos in replayed:
             rec = self.log.read(pos)
-            h, ref = self._pending_ref(rec.id)
-            pending = ref is not None if rec.rtype != codec.CANCEL else PRECANCEL | rec.enqueue_ms in self.ids.find(h)
+            if rec.rtype != codec.CANCEL:  # still the pending version of its id (not replaced since)
+                refs = self._pending_refs(rec.id)[1]
+                held = [self.sched.record(ref) for ref in refs]
+                pending = any(r is not None and _version(r) == _version(rec) for r in held)
+            else:
+                pending = PRECANCEL | rec.enqueue_ms in self.ids.find(id_hash(rec.id))
             if pending:
                 self.mirror.put(rec.id, raw_of(rec))
                 n += 1
@@ -556,8 +757,11 @@ class PartitionStore:
 
     def restore_put(self, rid: bytes, raw: bytes, now_ms: int) -> None:
         """A changelog record: ``raw`` (commit-log bytes) is pending under ``rid``. Idempotent: a
-        record already pending under that id is the same record (replayed from before the store's
-        checkpoint) and is kept. A CANCEL is a pre-cancel, remembered until its horizon."""
+        record already pending under that id is kept unless ``raw`` is a newer version of it (a
+        replace: a higher ingress offset; or the dead letter of it, same offset), which takes its
+        place as it did on the old owner; an equal or older one is the same record replayed (from
+        before the store's checkpoint). A pending pre-cancel wins, as at intake. A CANCEL is a
+        pre-cancel, remembered until its horizon."""
         rec = codec.decode(memoryview(raw), 0, verify=True)
         if rec.id != rid:
             raise StoreError(f"changelog record under key {rid!r} holds id {rec.id!r}")
@@ -570,27 +774,49 @@ class PartitionStore:
                 elif ref is None and PRECANCEL | rec.enqueue_ms not in self.ids.find(h):
                     self.ids.put(h, PRECANCEL | rec.enqueue_ms)
             return
-        h, ref = self._pending_ref(rid)
-        if ref is not None:
-            return
+        h, refs = self._pending_refs(rid)
         for pre in self.ids.find(h):  # a record arriving after its cancel: it never fires
             if pre & PRECANCEL and now_ms - (pre & ~PRECANCEL) <= self.cancel_horizon_ms:
                 return
+        rank = _version(rec)
+        for ref in refs:
+            held = self.sched.record(ref)
+            if held is not None and _version(held) >= rank:
+                return  # the same record, or a newer version of it, is held
         pos = self.log.append_record(
             rec.rtype, rec.due_ms, rec.enqueue_ms, rec.src_offset, rec.src_partition, rec.target_partition,
             rec.retry_count, rec.level, rec.id, rec.topic, rec.key, rec.value, rec.headers,
         )
-        self.ids.put(h, self.sched.add(rec.due_ms, rec.level, pos))
+        new = self.sched.add(rec.due_ms, rec.level, pos)
+        for ref in refs:
+            if self.sched.cancel(ref):
+                self.ids.remove(h, ref)
+            else:
+                self.superseded.add(ref)
+        self.ids.put(h, new)
 
     def restore_remove(self, rid: bytes) -> None:
         """A changelog tombstone: nothing is pending under ``rid`` (delivered, dead-lettered,
         cancelled); a record this store still holds under it is dropped without being delivered."""
-        h, ref = self._pending_ref(rid)
-        if ref is not None and self.sched.cancel(ref):
-            self.ids.remove(h, ref)
-            self.dirty = True
+        h, refs = self._pending_refs(rid)
+        for ref in refs:
+            if self.sched.cancel(ref):
+                self.ids.remove(h, ref)
+                self.dirty = True
 
     # -- delivery -------------------------------------------------------------------------------
+    def drop_superseded(self, ref: int, rec: Record) -> bool:
+        """Finish, without publishing, a handed-out record that a replace superseded while its
+        publishing failed and waited for a retry (True); False: ``ref`` was not superseded. The
+        changelog is left alone: the id's newer version is pending under the same key."""
+        if ref not in self.superseded:
+            return False
+        self.superseded.discard(ref)
+        self.sched.ack(ref)
+        self.ids.remove(id_hash(rec.id), ref)
+        self.dirty = True
+        return True
+
     def delivered(self, ref: int, rid_hash: int) -> None:
         self.sched.ack(ref)
         self.ids.remove(rid_hash, ref)
@@ -606,8 +832,16 @@ class PartitionStore:
         self.recent.note_settled(acked, self._settle_ms, codec.DEAD)
         mirror = self.mirror
         if mirror is not None:
-            for _ref, rec in acked:
+            superseded = self.superseded
+            for ref, rec in acked:
+                if superseded and ref in superseded:
+                    superseded.discard(ref)  # replaced while being delivered: its id's newest version is pending
+                    continue
                 mirror.remove(rec.id)
+        if self.history is not None:
+            for _ref, rec in acked:
+                if rec.rtype == codec.MESSAGE:  # a DEAD record reaching the DLQ was reported when it died
+                    self._history_record(HISTORY_DELIVERED, rec)
         self.ids.remove_delivered(acked)
         self.sched.ack_many([ref for ref, _rec in acked])
         self.counters.delivered += len(acked)
@@ -616,17 +850,36 @@ class PartitionStore:
 
     def dead_letter(self, ref: int, rec: Record, reason: str, error: str, attempts: int, now_ms: int) -> None:
         """Publishing failed for good: append a DLQ copy (durable, retried like any record), then
-        finish the original."""
+        finish the original. The copy carries the control headers of an ingress record meaning
+        the same schedule (target, partition, id, and the committed due time as
+        ``delay.deliver-at`` or the consumer retry's ``delay.retry-count``) plus
+        ``delay.enqueued-at``, so ``dlq redrive`` can restore it (sidecar/dlq.py)."""
         headers: HeaderList = [
             *decode_headers(rec.headers),
             (c.ID, rec.id),
             (c.TARGET_TOPIC, rec.topic),
         ]
+        if rec.target_partition >= 0:
+            headers.append((c.TARGET_PARTITION, b"%d" % rec.target_partition))
+        if rec.retry_count:
+            headers.append((c.RETRY_COUNT, b"%d" % rec.retry_count))
+        else:
+            headers.append((c.DELIVER_AT, b"%d" % rec.due_ms))
+        headers.append((c.ENQUEUED_AT, b"%d" % rec.enqueue_ms))
         headers = dlq_headers(headers, reason, error, self.topic, rec.src_partition, rec.src_offset, attempts)
         rid = rec.id
-        self._append_dead(rid, rec.key, rec.value, headers, rec.enqueue_ms, rec.src_offset, now_ms)
-        self.recent.note(rid, DEAD_LETTERED, now_ms)
+        if ref in self.superseded:
+            # replaced while it was being delivered: its dead letter must not take the place of its
+            # successor (the id's pending version), so it goes under its source's default id
+            self.superseded.discard(ref)
+            dead_id = self._default_id(self.topic, rec.src_offset)
+            self._append_dead(dead_id, rec.key, rec.value, headers, rec.enqueue_ms, rec.src_offset, now_ms)
+        else:
+            self._append_dead(rid, rec.key, rec.value, headers, rec.enqueue_ms, rec.src_offset, now_ms)
+            self.recent.note(rid, DEAD_LETTERED, now_ms)
         self.counters.dlq[reason] = self.counters.dlq.get(reason, 0) + 1
+        if self.history is not None:
+            self._history_record(HISTORY_DEAD_LETTERED, rec, now_ms, reason, error)
         self.delivered(ref, id_hash(rid))
 
     # -- durability -----------------------------------------------------------------------------

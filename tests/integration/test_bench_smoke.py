@@ -245,3 +245,17 @@ def test_bench_rejects_unknown_scenario(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "unknown scenario" in proc.stderr
+
+
+def test_bench_redrive(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """Two runs of ``dlq redrive`` over the same dead letters: the first sends them all, the second
+    none, and the target holds each once (duplicates and lost == 0, rate > 0)."""
+    out = tmp_path / "bench.json"
+    report = _bench(["redrive", "--bootstrap-servers", kafka_bootstrap, "--schedulers", "levels"], out,
+                    timeout_s=300)
+    _check_shape(report, ["redrive"])
+    sc = report["scenarios"]["redrive"]
+    res, n = sc["results"], sc["settings"]["dead_letters"]
+    assert res["records_per_s"]["value"] > 0 and res["records_per_s"]["goal"] == ">= 50000"
+    assert res["first_run_sent"]["value"] == n and res["second_run_sent"]["value"] == 0
+    assert res["duplicates"]["value"] == 0 and sc["details"]["target_records"] == n

@@ -133,3 +133,25 @@ def test_unreachable_broker_fails_fast_with_one_line(command: list[str]) -> None
     assert lines[0].startswith(f"delay-sidecar {command[0]}: error: no answer from Kafka at 127.0.0.1:{port} "
                                "within 5s (--timeout)"), lines[0]
     assert "Connection refused" in lines[0]
+
+
+def test_reschedule_lands_in_the_message_partition_with_replace(kafka_bootstrap: str, ingress: str,
+                                                                 unique: str) -> None:
+    common = ["--bootstrap-servers", kafka_bootstrap, "--ingress-topic", ingress]
+    rid = f"order-{unique}"
+    r, _ = run_cli("send", *common, "--topic", "orders.timeout", "--delay", "5m", "--key", rid, "--id", rid,
+                   "--value", "v1")
+    assert r.returncode == 0, r.stderr
+    first = fields(r.stdout)
+    r, _ = run_cli("reschedule", rid, *common, "--topic", "orders.timeout", "--at", "2030-01-01T00:00:00Z",
+                   "--key", rid, "--value", "v2")
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert r.stdout.count("\n") == 1 and r.stdout.startswith("sent reschedule "), r.stdout
+    out = fields(r.stdout)
+    assert out["id"] == rid and out["partition"] == first["partition"]  # same key, same partition
+    assert int(out["offset"]) > int(first["offset"])
+    assert out["due"] == "2030-01-01T00:00:00.000Z"
+    m = record_at(kafka_bootstrap, ingress, int(out["partition"]), int(out["offset"]))
+    h = headers_of(m)
+    assert (m.key(), m.value()) == (rid.encode(), b"v2")
+    assert (h["delay.id"], h["delay.replace"], h["delay.deliver-at"]) == (rid.encode(), b"true", b"1893456000000")

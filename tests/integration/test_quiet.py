@@ -24,8 +24,19 @@ from tests.integration.harness import SidecarProcess, consume_until, create_topi
 pytestmark = pytest.mark.integration
 
 
+def starved(doc: dict[str, Any]) -> bool:
+    """A ``loop.slow_turn`` in which the loop thread used under half the turn's time on a CPU: it
+    waited for one (preemptions) or for the disk, on a machine loaded by others (a CI host running
+    several test processes). That warning is right for an operator; it says nothing about the
+    sidecar's own health, which is what this test checks."""
+    if doc.get("event") != "loop.slow_turn":
+        return False
+    return float(doc.get("user_ms", 0)) + float(doc.get("system_ms", 0)) < float(doc.get("turn_ms", 0)) / 2
+
+
 def noise(text: str) -> tuple[list[str], list[dict[str, Any]]]:
-    """(lines that are not JSON log events, events at warning level or above)."""
+    """(lines that are not JSON log events, events at warning level or above, but for the slow
+    turns of a starved loop thread)."""
     stray, loud = [], []
     for line in text.splitlines():
         if not line.strip():
@@ -35,7 +46,7 @@ def noise(text: str) -> tuple[list[str], list[dict[str, Any]]]:
         except json.JSONDecodeError:
             stray.append(line)
             continue
-        if isinstance(doc, dict) and doc.get("level") in ("warning", "error", "critical"):
+        if isinstance(doc, dict) and doc.get("level") in ("warning", "error", "critical") and not starved(doc):
             loud.append(doc)
     return stray, loud
 
@@ -80,3 +91,14 @@ def test_the_demo_is_quiet(tmp_path: Path) -> None:
                                                              "  arrived:", "5 of 5 expected"))]
     print(f"\ndemo: {len(lines)} lines in {time.monotonic() - t0:.1f} s")
     assert stray == [], "\n".join(stray)
+
+
+def test_only_a_starved_slow_turn_is_forgiven() -> None:
+    """The filter above lets through only what the machine caused: the CI run's starved turn (164.8
+    ms, 44.7 ms of CPU, 28 preemptions) passes, the same turn spent working on a CPU does not."""
+    turn = {"event": "loop.slow_turn", "level": "warning", "turn_ms": 164.8, "user_ms": 5.1, "system_ms": 39.6}
+    assert starved(turn)
+    assert not starved({**turn, "user_ms": 120.0})
+    assert not starved({**turn, "event": "store.slow_file_create"})
+    _stray, loud = noise(json.dumps({**turn, "user_ms": 120.0}))
+    assert len(loud) == 1

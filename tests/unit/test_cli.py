@@ -175,6 +175,50 @@ def test_send_refuses_bad_values_before_connecting(
         assert needle in err, err
 
 
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["x" * 256], ["bad value for ID", "1..255 bytes"]),
+        (["r1", "--delay", "5"], ["--delay", "'5' has no unit", FORMS]),
+        (["r1", "--at", "2026-01-01T00:00:00"], ["--at", "no time zone", "ISO-8601 with a zone"]),
+        (["r1", "--delay", "1s", "--at", "5"], ["at most one of --delay, --at, --level"]),
+    ],
+)
+def test_reschedule_refuses_bad_values_before_connecting(
+    capsys: pytest.CaptureFixture[str], args: list[str], needles: list[str]
+) -> None:
+    rc, err = _run_main(capsys, "reschedule", *args, "--topic", "t", "--value", "v", "--key", "k",
+                        "--bootstrap-servers", "127.0.0.1:1")
+    assert rc == 2
+    assert err.count("\n") == 1 and err.startswith("delay-sidecar reschedule: error: "), err
+    for needle in needles:
+        assert needle in err, err
+
+
+def test_reschedule_needs_the_key(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["reschedule", "r1", "--topic", "t", "--value", "v", "--delay", "1s"])
+    assert e.value.code == 2 and "--key" in capsys.readouterr().err
+
+
+def test_client_reschedule_sends_the_id_and_replace_with_the_key() -> None:
+    sent: list[tuple[str, dict[str, object]]] = []
+
+    class _Producer:
+        def produce(self, topic: str, **kw: object) -> None:
+            sent.append((topic, kw))
+
+    client.reschedule(_Producer(), "order-42", "orders.timeout", b"v2", key=b"42", delay="1h", headers=[("h", b"1")])
+    topic, kw = sent[0]
+    assert (topic, kw["key"], kw["value"]) == ("delay.ingress", b"42", b"v2")
+    assert kw["headers"] == [("h", b"1"), ("delay.target-topic", b"orders.timeout"), ("delay.ms", b"3600000"),
+                             ("delay.id", b"order-42"), ("delay.replace", b"true")]
+    with pytest.raises(ValueError, match=r"1\.\.255 bytes"):
+        client.reschedule(_Producer(), "", "t", b"v", key=b"k")
+    with pytest.raises(TypeError):
+        client.reschedule(_Producer(), "a", "t", b"v")  # type: ignore[call-arg]  # the key is required
+
+
 def test_cancel_refuses_a_bad_id(capsys: pytest.CaptureFixture[str]) -> None:
     rc, err = _run_main(capsys, "cancel", "x" * 256, "--key", "k", "--bootstrap-servers", "127.0.0.1:1")
     assert rc == 2 and "1..255 bytes" in err

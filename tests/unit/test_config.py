@@ -71,7 +71,7 @@ def test_readme_documents_every_option_header_and_reason() -> None:
         assert f"`{opt.name}`" in readme and env_name(opt.name) in readme, opt.name
     for name in (c.TARGET_TOPIC, c.DELAY_MS, c.DELIVER_AT, c.LEVEL, c.TARGET_PARTITION, c.ID, c.CANCEL,
                  c.RETRY_COUNT, c.ENQUEUED_AT, c.SOURCE, c.DLQ_REASON, c.DLQ_ERROR, c.DLQ_SOURCE_TOPIC,
-                 c.DLQ_SOURCE_PARTITION, c.DLQ_SOURCE_OFFSET, c.DLQ_ATTEMPTS, *c.REASONS):
+                 c.DLQ_SOURCE_PARTITION, c.DLQ_SOURCE_OFFSET, c.DLQ_ATTEMPTS, c.REDRIVE_ID, *c.REASONS):
         assert f"`{name}`" in readme, name
 
 

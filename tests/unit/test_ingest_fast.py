@@ -177,6 +177,16 @@ def files(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+class Recorder:
+    """A store's ``history``: the events it reported, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[Any, ...]] = []
+
+    def event(self, event: str, rid: bytes, **kw: Any) -> None:
+        self.events.append((event, rid, *sorted(kw.items())))
+
+
 def run(root: Path, scheduler: str, seed: int, fast: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
     clock = VirtualClock(T0)
     monkeypatch.setattr(loop, "FAST_INTAKE", fast)
@@ -197,6 +207,7 @@ def run(root: Path, scheduler: str, seed: int, fast: bool, monkeypatch: pytest.M
         st = PartitionStore(s.data_path, TOPIC, p, rules=sc.rules, scheduler_name=scheduler, make_scheduler=make,
                             segment_bytes=8192, cancel_horizon_ms=20_000, counters=sc.counters)
         st.open()
+        st.history = Recorder()  # the history events too must be the same on both paths
         sc.stores[p] = st
     rng = random.Random(seed + 1)
     states = []
@@ -214,9 +225,10 @@ def run(root: Path, scheduler: str, seed: int, fast: bool, monkeypatch: pytest.M
     for st in sc.stores.values():
         st.checkpoint(fsync=True)
     final = [state(sc.stores[p]) for p in (0, 1)]
+    history = [st.history.events for st in sc.stores.values() if isinstance(st.history, Recorder)]
     for st in sc.stores.values():
         st.close()
-    return states, final, counters, files(root)
+    return states, final, counters, files(root), history
 
 
 @pytest.mark.parametrize("scheduler", ["wheel", "levels"])
@@ -237,9 +249,12 @@ def test_fast_intake_matches_reference(
     assert taken[0] == 0
     fast = run(tmp_path / "fast", scheduler, seed, True, monkeypatch)
     assert taken[0] > 100  # the fast path did take a good part of the records
-    ref_states, ref_final, ref_counters, ref_files = ref
-    fast_states, fast_final, fast_counters, fast_files = fast
+    ref_states, ref_final, ref_counters, ref_files, ref_history = ref
+    fast_states, fast_final, fast_counters, fast_files, fast_history = fast
     assert fast_counters == ref_counters
+    assert fast_history == ref_history
+    kinds = {e[0] for events in ref_history for e in events}
+    assert {"accepted", "delivered", "dead-lettered", "cancelled"} <= kinds
     for n, (a, b) in enumerate(zip(fast_states, ref_states, strict=True)):
         assert a == b, f"state after batch {n} differs"
     assert fast_final == ref_final

@@ -289,3 +289,18 @@ def test_inspect_finds_an_id_in_the_files(sim: Sim) -> None:
         assert find_id(root, unknown) == {"data_dir": str(root), "id": unknown.decode(), "state": "unknown",
                                           "found": []}
     assert "unknown" in render_id(find_id(root, b"never"))
+
+
+def test_lookup_answers_the_newest_version_of_a_replaced_id(sim: Sim) -> None:
+    """A replace while the old version is still being delivered: the answer is the newer
+    version (the later ingress offset)."""
+    sim.send("x", delay_ms=0)
+    sim.consume()
+    sim.now += 1
+    in_flight = sim.st.sched.due(sim.now, 10)  # v1 handed out, not acked
+    assert [rec.id for _ref, rec in in_flight] == [b"x"]
+    sim.send("x", delay_ms=5_000, target="v2", extra=[(c.REPLACE, b"true")])
+    sim.consume()
+    got = sim.st.lookup(b"x")
+    assert got is not None and got["state"] == "pending"
+    assert (got["target_topic"], got["due_ms"], got["ingress_offset"]) == ("v2", T0 + 1 + 5_000, 1)

@@ -235,6 +235,25 @@ def test_scale_out_hands_pending_records_to_the_new_owner(tmp_path: Path) -> Non
         sc.shutdown()
 
 
+def test_a_changelog_leader_moving_during_the_assignment_is_waited_for(tmp_path: Path) -> None:
+    """The restore's offset query runs in the assign callback, where an exception would leave
+    ``consume`` and stop the sidecar (seen on the real broker right after the changelog topic was
+    created: NOT_LEADER_FOR_PARTITION). The transient answer is asked again."""
+    w = World(tmp_path)
+    a = w.sidecar("a")
+    w.send(40, lambda i: 30_000)
+    w.run([a], lambda: a.counters.ingested >= 40)
+    w.cluster.leaderless = 3
+    b = w.sidecar("b")
+    w.run([a, b], lambda: bool(b.stores) and len(a.stores) == PARTITIONS // 2)
+    assert w.cluster.leaderless == 0 and pending_total(b) == 20
+    end = max(w.sent.values()) + 1000
+    w.run([a, b], lambda: w.clock.now_ms >= end)
+    w.check(set(w.sent))
+    for sc in (a, b):
+        sc.shutdown()
+
+
 def test_node_loss_with_its_disk_gone_restores_everything_from_the_changelog(tmp_path: Path) -> None:
     import shutil
 

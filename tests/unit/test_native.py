@@ -185,10 +185,11 @@ def test_id_index_twins(program: list[tuple[str, int, int]], scan_at: int) -> No
 
 # -- the ingress fast path: never a different answer from the full parser ---------------------------
 _NAMES = [c.TARGET_TOPIC, c.DELAY_MS, c.DELIVER_AT, c.TARGET_PARTITION, c.ID, c.LEVEL, c.CANCEL, c.RETRY_COUNT,
-          c.KMS_EPOCH, c.KMS_TARGET_TOPIC, c.SOURCE, "app", "trace-id", "delay.other"]
+          c.REPLACE, c.KMS_EPOCH, c.KMS_TARGET_TOPIC, c.SOURCE, "app", "trace-id", "delay.other"]
 _VALUES = st.one_of(
     st.none(), st.sampled_from([b"", b"out", b"other", b"unknown", b"in", b"__x", b"0", b"5", b"-5", b"+5", b"1000001",
-                                b"1700000000000", b"99999999999999999999", b"1 ", "\u00e9".encode(), b"\xff"]),
+                                b"1700000000000", b"99999999999999999999", b"1 ", "\u00e9".encode(), b"\xff",
+                                b"true", b"false"]),
     st.integers(0, 10**13).map(lambda n: str(n).encode()), st.binary(max_size=8), st.binary(min_size=250, max_size=260),
 )
 _NUMBER = st.one_of(st.integers(0, 10**13).map(lambda n: str(n).encode()), _VALUES)

@@ -355,6 +355,9 @@ def test_delivery_failure_dead_letters_and_finishes_the_original(sim: Sim) -> No
     h = dict(sim.delivered[0].headers)
     assert h[c.DLQ_REASON] == b"delivery-failed" and h[c.DLQ_ATTEMPTS] == b"5"
     assert h[c.TARGET_TOPIC] == b"missing" and h[c.ID] == b"doomed"
+    # the control headers of an ingress record meaning the same schedule: what `dlq redrive` restores
+    assert h[c.DELIVER_AT] == b"%d" % rec.due_ms and h[c.ENQUEUED_AT] == b"%d" % rec.enqueue_ms
+    assert c.RETRY_COUNT not in h and c.TARGET_PARTITION not in h
     assert sim.st.log.pending_records() == 0
 
 
