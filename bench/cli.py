@@ -1,8 +1,8 @@
 """``delay-sidecar bench SCENARIO [--size small|full] --json OUT [--bootstrap-servers B]``.
 
-SCENARIO is one of ``throughput``, ``lateness``, ``pending-memory``, ``restart``, ``mass-expiry``,
-``redis-zset``, ``append``, ``steady``, ``failover``, ``restore``, ``redrive``, ``all``, or a comma-separated list
-of them. Without
+SCENARIO is one of ``throughput``, ``lateness``, ``pending-memory``, ``lookup``, ``restart``,
+``mass-expiry``, ``redis-zset``, ``append``, ``steady``, ``failover``, ``restore``, ``redrive``, ``all``,
+or a comma-separated list of them. Without
 ``--bootstrap-servers`` the bench starts its own local broker (:class:`devkafka.local.LocalKafka`)
 in the work directory and stops it at the end, unless every scenario asked for runs in-process
 without one (``append``, ``steady``). The schedulers measured are every one that runs: ``levels`` always,
@@ -42,6 +42,7 @@ from bench import (
     append,
     failover,
     lateness,
+    lookup,
     mass_expiry,
     pending_memory,
     redis_zset,
@@ -58,6 +59,7 @@ SCENARIOS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "throughput": throughput.run,
     "lateness": lateness.run,
     "pending-memory": pending_memory.run,
+    "lookup": lookup.run,
     "restart": restart.run,
     "mass-expiry": mass_expiry.run,
     "redis-zset": redis_zset.run,

@@ -1,10 +1,10 @@
 """``delay-sidecar``: the one console script.
 
 Subcommands: ``run`` (the sidecar), ``dev-kafka`` (a local single-node KRaft broker), ``send``,
-``reschedule`` and ``cancel`` (client helpers), ``dlq list`` / ``dlq redrive`` (dead letters,
-``sidecar/dlq.py``), ``inspect`` (a data directory, read-only), ``salvage`` (copy readable records
-out of a damaged store), ``demo`` (the README quickstart), ``accuracy`` (the Spark accuracy job),
-``bench`` (benchmarks, JSON report).
+``reschedule`` and ``cancel`` (client helpers), ``status`` (look an id up on the sidecar owning
+it), ``dlq list`` / ``dlq redrive`` (dead letters, ``sidecar/dlq.py``), ``inspect`` (a data
+directory, read-only), ``salvage`` (copy readable records out of a damaged store), ``demo`` (the
+README quickstart), ``accuracy`` (the Spark accuracy job), ``bench`` (benchmarks, JSON report).
 
 Bad input (a flag, a config key, an environment variable) gets one line that names it, the value
 and the accepted forms, and exit status 2; a command that ran and failed (no broker within
@@ -123,6 +123,8 @@ def _serve(settings: Settings, ready: threading.Event | None = None, stop: threa
         health = HealthServer(settings.http_host, settings.http_port, metrics)
         health.start()
     sidecar = Sidecar(settings, metrics=metrics, health=health)
+    if health is not None:
+        health.lookup = sidecar.lookup  # GET /ids/<id>
     if holder is not None:
         holder.append(sidecar)
     if stop is None:
@@ -375,12 +377,88 @@ def cmd_cancel(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_status(ns: argparse.Namespace) -> int:
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    from sidecar import client, status
+
+    try:
+        rid = client.check_id(ns.id)
+    except ValueError as e:
+        raise _bad("ID", e) from None
+    partition = None
+    if ns.partition is not None:
+        try:
+            partition = _whole(ns.partition)
+            if partition < 0:
+                raise ValueError(f"{ns.partition!r} is negative")
+        except ValueError as e:
+            raise _bad("--partition", ValueError(f"{e}; a partition is 0 or more")) from None
+    if ns.key is not None and not ns.key:
+        raise CliError("bad value for --key: an empty key is partitioned at random; give --partition instead")
+    timeout_ms, kafka = _common_inputs(ns)
+    bs = ns.bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or os.environ.get(
+        "DELAY_SIDECAR_BOOTSTRAP_SERVERS")
+    if not bs:
+        raise CliError("--bootstrap-servers is required (or set KAFKA_BOOTSTRAP_SERVERS)")
+    timeout_s = timeout_ms / 1000
+    admin = AdminClient({"bootstrap.servers": bs, **kafka})
+    if ns.key is not None:
+        try:
+            md = admin.list_topics(ns.ingress_topic, timeout=timeout_s)
+        except KafkaException as e:
+            raise Failed(f"no answer from Kafka at {bs} (--bootstrap-servers) within {ns.timeout}: {e}") from None
+        topic = md.topics.get(ns.ingress_topic)
+        if topic is None or topic.error is not None or not topic.partitions:
+            raise Failed(f"ingress topic {ns.ingress_topic!r} (--ingress-topic) does not exist")
+        partition = status.key_partition(ns.key.encode(), len(topic.partitions), ns.partitioner)
+    elif partition is None:
+        partition = status.default_id_partition(rid, ns.ingress_topic)
+    try:
+        members = status.group_members(admin, ns.group, ns.ingress_topic, timeout_s)
+        doc = status.find(members, rid, partition, ns.group, timeout_s)
+    except status.StatusError as e:
+        raise Failed(str(e)) from None
+    state = doc.get("state", "unknown")
+    parts = [f"id={ns.id}", f"state={state}"]
+    if doc.get("partition") is not None:
+        parts.append(f"partition={doc['partition']}")
+    if "due" in doc:
+        parts.append(f"due={doc['due']}")
+    if "at" in doc:
+        parts.append(f"at={doc['at']}")
+    if doc.get("target_topic"):
+        tp = doc.get("target_partition")
+        parts.append(f"target={doc['target_topic']}" + ("" if tp is None else f"[{tp}]"))
+    if doc.get("reason"):
+        parts.append(f"reason={doc['reason']}")
+    if doc.get("member"):
+        parts.append(f"answered-by={doc['member']}")
+    _emit(ns, doc, " ".join(parts))
+    return 0 if state != "unknown" else 3
+
+
 def cmd_inspect(ns: argparse.Namespace) -> int:
     from sidecar.inspect import inspect_data_dir, render_text
 
     root = Path(ns.data_dir)
     if not root.is_dir():
         raise CliError(f"DATA_DIR {root} is not a directory")
+    if ns.id is not None:
+        from sidecar import client
+        from sidecar.inspect import find_id, render_id
+
+        try:
+            rid = client.check_id(ns.id)
+        except ValueError as e:
+            raise _bad("--id", e) from None
+        found = find_id(root, rid)
+        if ns.json:
+            sys.stdout.buffer.write(orjson.dumps(found, option=orjson.OPT_INDENT_2) + b"\n")
+        else:
+            print(render_id(found))
+        return 0 if found["found"] else 3
     report = inspect_data_dir(root)
     if ns.json:
         sys.stdout.buffer.write(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
@@ -549,10 +627,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("id", metavar="ID", help="the delay.id of the record to cancel")
     p.add_argument("--key", required=True, help="the message's key (routes the cancel to its partition)")
 
+    p = sub.add_parser(
+        "status", parents=[common], help="look a delay.id up: pending, delivered, cancelled, dead-lettered",
+        description="Ask the sidecar that owns the id's ingress partition (found through the consumer group; "
+                    "the sidecars must run with --http-port) what it knows of the id: pending (due time, target), "
+                    "or delivered / cancelled / dead-lettered while it still remembers (--status-memory).",
+        epilog="Exit status 0: the id is known; 3: unknown (never seen, or its outcome is forgotten); 1: no "
+               "answer (no group, no owner, no member reachable); 2: bad input. Without --key or --partition "
+               "every member is asked (an id of the default form <ingress-topic>:<partition>:<offset> names its "
+               "partition).")
+    p.add_argument("id", metavar="ID", help="the delay.id")
+    p.add_argument("--group", default=os.environ.get(env_name("group-id"), "delay-sidecar"), metavar="GROUP",
+                   help="the sidecars' consumer group (default: %(default)s, from $DELAY_SIDECAR_GROUP_ID if set)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--key", help="the record's key: ask only the owner of the partition it went to")
+    where.add_argument("--partition", metavar="N", help="ask only the owner of this ingress partition")
+    p.add_argument("--partitioner", choices=["crc32", "murmur2"], default="crc32",
+                   help="how the producer chose the partition for --key: crc32 (librdkafka/confluent-kafka "
+                        "and delay-sidecar send; the default) or murmur2 (the Java client)")
+
     _dlq_parser(sub, common)
 
     p = sub.add_parser("inspect", help="describe a data directory (read-only)")
     p.add_argument("data_dir", metavar="DATA_DIR", help="the sidecar's --data-dir")
+    p.add_argument("--id", metavar="ID", help="look this delay.id up instead (pending, dead letter on its way, "
+                                              "cancelled before its message; exit status 3 when not found)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
     p = sub.add_parser("demo", help="local broker + sidecar + a few delayed records, printed as they arrive")
@@ -725,7 +824,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(attach_dash_values(parser, args))
     handlers = {"run": cmd_run, "dev-kafka": cmd_dev_kafka, "send": cmd_send, "reschedule": cmd_send,
-                "cancel": cmd_cancel, "inspect": cmd_inspect, "demo": cmd_demo, "dlq": cmd_dlq}
+                "cancel": cmd_cancel, "inspect": cmd_inspect, "demo": cmd_demo, "dlq": cmd_dlq,
+                "status": cmd_status}
     try:
         return handlers[ns.command](ns)
     except (CliError, ConfigError, devtools.DevToolMissing) as e:

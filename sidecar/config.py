@@ -185,6 +185,13 @@ OPTIONS: tuple[Option, ...] = (
            "true: history records carry the record's key and value (base64) too", "{true,false}"),
     Option("http-port", "http_port", 0, _port, "port of /metrics, /healthz, /readyz (0 = disabled)", "PORT"),
     Option("http-host", "http_host", "0.0.0.0", _str, "address the HTTP endpoints bind to", "ADDRESS"),
+    Option("advertised-address", "advertised_address", None, _opt_str,
+           "HOST:PORT where `delay-sidecar status` reaches this instance's HTTP endpoints, advertised in the "
+           "consumer's client.id (unset = the address the broker sees this client at, with http-port)",
+           "HOST:PORT"),
+    Option("status-memory", "status_memory", 100_000, _nonneg_int,
+           "delivered, cancelled and dead-lettered ids remembered per partition for `status` (~120 B each "
+           "in RAM; 0 = only pending ids are known)", _N),
     Option("fsync", "fsync", "batch", _choice("batch", "interval", "none"),
            "batch: durable before every ingress commit; interval: every fsync-interval; none: OS decides",
            "{batch,interval,none}"),
@@ -255,6 +262,8 @@ class Settings:
     history_payload: bool = False
     http_port: int = 0
     http_host: str = "0.0.0.0"
+    advertised_address: str | None = None
+    status_memory: int = 100_000
     fsync: str = "batch"
     fsync_interval_ms: int = 1000
     commit_interval_ms: int = 1000
@@ -374,6 +383,11 @@ def load_settings(
 
 
 def _check(s: Settings) -> None:
+    if s.advertised_address is not None:
+        host, sep, port = s.advertised_address.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"--advertised-address {s.advertised_address!r} is not HOST:PORT "
+                              "(e.g. delay-sidecar-0.delay-sidecar:9404)")
     if s.ingress_topic == s.dlq_topic:
         raise ConfigError(f"--ingress-topic and --dlq-topic must differ (both {s.ingress_topic!r})")
     if s.history_topic is not None and s.history_topic in (s.ingress_topic, s.dlq_topic, s.changelog_topic_name):

@@ -1,4 +1,4 @@
-"""``/metrics``, ``/healthz`` and ``/readyz`` on a tiny threaded stdlib HTTP server.
+"""``/metrics``, ``/healthz``, ``/readyz`` and ``/ids/<id>`` on a tiny threaded stdlib HTTP server.
 
 Why stdlib and a thread: the sidecar is a single event loop that must never block on a scrape,
 and these endpoints are three fixed paths. ``http.server.ThreadingHTTPServer`` on a daemon
@@ -30,6 +30,16 @@ Kubernetes semantics:
 ``/metrics``
     :meth:`Metrics.render` with ``prometheus_client.CONTENT_TYPE_LATEST``.
 
+``/ids/<id>`` (``?partition=N`` optional)
+    What this instance knows of a ``delay.id`` (percent-encoded bytes, as
+    ``urllib.parse.quote(id, safe="")`` makes them): 200 with the state (pending, delivered,
+    cancelled, dead-lettered), its times and target; 404 (JSON, ``state: unknown``) when no store
+    here knows it; 400 for an id that cannot be one (empty, over 255 bytes, a bad partition); 503
+    while the loop holds the stores longer than a second; 404 with an error when no look-up is
+    wired (tests, a process without stores). The answer comes from :attr:`HealthServer.lookup`,
+    ``Sidecar.lookup`` in the running sidecar, which explains how the HTTP thread reads the
+    stores safely.
+
 The server is quiet: no access log lines on stderr (Prometheus scrapes every few seconds and
 kubelet probes every few seconds; the structured log is for events that matter).
 """
@@ -42,12 +52,13 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, unquote_to_bytes, urlsplit
 
 import orjson
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from sidecar.contract import MAX_ID_BYTES
 from sidecar.metrics import Metrics
 
 log = structlog.get_logger(__name__)
@@ -81,8 +92,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self, send_body: bool) -> None:
         health = self.server.health
-        path = urlsplit(self.path).path.rstrip("/") or "/"
-        if path == "/metrics":
+        url = urlsplit(self.path)
+        path = url.path.rstrip("/") or "/"
+        if url.path.startswith("/ids/"):
+            status, doc = health.lookup_id(url.path[len("/ids/"):], url.query)
+            ctype, body = JSON, orjson.dumps(doc)
+        elif path == "/metrics":
             status, ctype, body = 200, CONTENT_TYPE_LATEST, health.metrics.render()
         elif path == "/healthz":
             status, doc = health.liveness()
@@ -134,6 +149,8 @@ class HealthServer:
         self._disk: dict[str, str] | None = None  # why ingress cannot go on (set_disk_stalled)
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+        # (id, partition or None) -> (HTTP status, JSON document): set by the sidecar (its lookup)
+        self.lookup: Callable[[bytes, int | None], tuple[int, dict[str, Any]]] | None = None
         metrics.set_ready(False)
 
     # -- called by the event loop ------------------------------------------------------------
@@ -190,6 +207,23 @@ class HealthServer:
         if disk is not None:
             doc["disk"] = disk
         return (503 if not_ready else 200), doc
+
+    def lookup_id(self, quoted: str, query: str) -> tuple[int, dict[str, Any]]:
+        """``/ids/<quoted>?<query>``: checks the request, then asks :attr:`lookup`."""
+        rid = unquote_to_bytes(quoted)
+        if not 1 <= len(rid) <= MAX_ID_BYTES:
+            return 400, {"error": f"an id is 1..{MAX_ID_BYTES} bytes, percent-encoded in the path "
+                                  f"(got {len(rid)} bytes)"}
+        partition: int | None = None
+        given = parse_qs(query).get("partition")
+        if given:
+            if not given[-1].isdigit():
+                return 400, {"error": f"partition={given[-1]!r} is not a partition number (0 or more)"}
+            partition = int(given[-1])
+        lookup = self.lookup
+        if lookup is None:
+            return 404, {"error": "this process has no stores to look ids up in", "state": "unknown"}
+        return lookup(rid, partition)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:

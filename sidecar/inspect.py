@@ -22,6 +22,15 @@ changelog from its beginning). For the whole directory: ``instance_id``, the gro
 the sidecar made and kept in ``<data-dir>/instance-id`` (None when the file is absent: the sidecar
 was given ``group-instance-id``, or has not started with this directory).
 
+``inspect DATA_DIR --id ID`` (``find_id``) looks one ``delay.id`` up in every partition's store,
+the way the sidecar does (docs/design.md 3.3), through read-only mappings and reads: the id
+index's probe chain for the id's BLAKE2b-64 hash, each hit resolved through the scheduler's entry
+(a level queue entry; a timer-log entry or a bucket entry) to the record in the commit log or a
+bucket file, CRC-checked and verified against the id. Only a record whose entry is still pending
+counts; a pre-cancel (a cancel that came before its message) is reported as such. Beside a live
+sidecar it sees the files as they are at that moment (writes after the checkpoint included); what
+became of ids no longer pending is kept in the sidecar's memory only (``status``).
+
 The counts are the checkpoint's, and a live sidecar writes one every ``commit-interval`` when
 anything changed, including its schedulers' cursors moving past cancelled records (the pending
 counts then drop with no record stored or delivered): they equal the sidecar's
@@ -39,8 +48,12 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.engine.identity import ID_FILE
-from sidecar.store import checkpoint, space
-from sidecar.store.mapped import HEADER_SIZE
+from sidecar.levels.queue import IDX_BITS, IDX_MASK
+from sidecar.store import checkpoint, codec, space
+from sidecar.store.buckets import BUCKET_BIT, ENTRY_HEAD, ENTRY_HEAD_SIZE, ENTRY_MAGIC, split_ref
+from sidecar.store.idindex import EMPTY, PRECANCEL, SLOT, SLOT_SIZE, id_hash
+from sidecar.store.mapped import HEADER, HEADER_SIZE
+from sidecar.wheel.layout import ENTRY as TL_ENTRY
 
 _ENTRY = struct.Struct("<QqB7x")
 _REC_HEAD = 72  # codec.HEAD_SIZE
@@ -174,6 +187,190 @@ def inspect_data_dir(root: Path) -> dict[str, Any]:
     parts = [inspect_partition(d) for d in _partition_dirs(root)]
     return {"data_dir": str(root), "instance_id": _instance_id(root), "partitions": parts,
             "pending_total": sum(p["pending_total"] for p in parts)}
+
+
+# -- one id (--id) ---------------------------------------------------------------------------------
+def _read_only(path: Path) -> mmap.mmap | None:
+    try:
+        with path.open("rb") as fh:
+            if fh.seek(0, 2) <= HEADER_SIZE:
+                return None
+            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    except FileNotFoundError:
+        return None
+
+
+def _index_refs(d: Path, h: int) -> list[int]:
+    """The refs under hash ``h`` in ``<d>/ids.idx`` (the IdIndex probe, read-only)."""
+    mm = _read_only(d / "ids.idx")
+    if mm is None:
+        return []
+    try:
+        cap = (len(mm) - HEADER_SIZE) // SLOT_SIZE
+        if cap <= 0 or cap & (cap - 1):
+            return []
+        i, out = h & (cap - 1), []
+        for _ in range(cap):
+            sh, ref = SLOT.unpack_from(mm, HEADER_SIZE + i * SLOT_SIZE)
+            if sh == EMPTY:
+                break
+            if sh == h:
+                out.append(int(ref))
+            i = (i + 1) & (cap - 1)
+        return out
+    finally:
+        mm.close()
+
+
+def _numbered_files(directory: Path, suffix: str) -> list[tuple[int, Path]]:
+    out = []
+    for f in directory.glob(f"*{suffix}") if directory.is_dir() else []:
+        if f.stem.isdigit():
+            out.append((int(f.stem), f))
+    return sorted(out)
+
+
+def _log_record(d: Path, pos: int) -> codec.Record | None:
+    for base, f in reversed(_numbered_files(d / "log", ".log")):
+        if base <= pos:
+            mm = _read_only(f)
+            if mm is None or pos - base >= len(mm):
+                return None
+            try:
+                return _decode_copy(mm, pos - base)
+            finally:
+                mm.close()
+    return None
+
+
+def _decode_copy(mm: mmap.mmap, off: int) -> codec.Record | None:
+    """The record at ``off``, decoded from a copy (the mapping is closed after), CRC-checked."""
+    if off + _REC_HEAD > len(mm):
+        return None
+    (length,) = struct.unpack_from("<I", mm, off)
+    if length < _REC_HEAD or off + length > len(mm):
+        return None
+    try:
+        return codec.decode(memoryview(bytes(mm[off : off + length])), 0, verify=True)
+    except codec.CorruptRecord:
+        return None
+
+
+def _bucket_entry(d: Path, ref: int) -> tuple[int, int, codec.Record | None] | None:
+    """(state, timer-log index, record) of the bucket entry ``ref`` names."""
+    seq, off = split_ref(ref)
+    for f in (d / "buckets").glob("*.bkt") if (d / "buckets").is_dir() else []:
+        mm = _read_only(f)
+        if mm is None:
+            continue
+        try:
+            if HEADER.unpack_from(mm, 0)[4] != seq or off + ENTRY_HEAD_SIZE > len(mm):
+                continue
+            state, magic, _r, check, tl_idx = ENTRY_HEAD.unpack_from(mm, off)
+            if magic != ENTRY_MAGIC or check != (off >> 3) & 0xFFFFFFFF:
+                return None
+            return state, tl_idx, _decode_copy(mm, off + ENTRY_HEAD_SIZE)
+        finally:
+            mm.close()
+    return None
+
+
+def _wheel_entry(d: Path, idx: int) -> tuple[int, int, int] | None:
+    """(state, due, loc) of timer-log entry ``idx``."""
+    for first, f in reversed(_numbered_files(d / "wheel" / "tl", ".tl")):
+        if first <= idx:
+            mm = _read_only(f)
+            if mm is None:
+                return None
+            try:
+                per_file = HEADER.unpack_from(mm, 0)[4]
+                if idx - first >= per_file:
+                    return None
+                due, loc = TL_ENTRY.unpack_from(mm, HEADER_SIZE + per_file + (idx - first) * TL_ENTRY.size)[:2]
+                return mm[HEADER_SIZE + idx - first], due, loc
+            finally:
+                mm.close()
+    return None
+
+
+def _pending_record(d: Path, scheduler: str, ref: int) -> codec.Record | None:
+    """The record behind scheduler ref ``ref`` if its entry is still pending (state 0)."""
+    if scheduler == "levels":
+        n, idx = ref >> IDX_BITS, ref & IDX_MASK
+        for first, f in reversed(_numbered_files(d / "levels" / f"{n:02d}", ".q")):
+            if first <= idx:
+                with f.open("rb") as fh:
+                    per_file = HEADER.unpack(fh.read(HEADER_SIZE))[4]
+                    if idx - first >= per_file:
+                        return None
+                    fh.seek(HEADER_SIZE + (idx - first) * _ENTRY.size)
+                    raw = fh.read(_ENTRY.size)
+                if len(raw) < _ENTRY.size:
+                    return None
+                pos, _due, state = _ENTRY.unpack(raw)
+                return _log_record(d, pos) if state == 0 else None
+        return None
+    if ref & BUCKET_BIT:
+        got = _bucket_entry(d, ref)
+        if got is None:
+            return None
+        state, tl_idx, rec = got
+        if tl_idx < 0:  # still only in its bucket
+            return rec if state == 0 else None
+        ref = tl_idx
+    ent = _wheel_entry(d, ref)
+    if ent is None or ent[0] != 0:
+        return None
+    _state, _due, loc = ent
+    if loc & BUCKET_BIT:
+        got = _bucket_entry(d, loc)
+        return None if got is None else got[2]
+    return _log_record(d, loc)
+
+
+def find_id(root: Path, rid: bytes) -> dict[str, Any]:
+    """What the stores under ``root`` hold for ``rid`` (see the module docstring)."""
+    h = id_hash(rid)
+    found: list[dict[str, Any]] = []
+    for d in _partition_dirs(root):
+        scheduler = (checkpoint.read(d) or {}).get("scheduler") or ("levels" if (d / "levels").is_dir() else "wheel")
+        for ref in _index_refs(d, h):
+            where = {"directory": d.name, "partition": int(_PARTITION_DIR.match(d.name).group(2))}  # type: ignore[union-attr]
+            if ref & PRECANCEL:
+                at = ref & ~PRECANCEL
+                found.append({**where, "state": "cancelled", "before_message": True, "at_ms": at, "at": _iso(at)})
+                continue
+            rec = _pending_record(d, scheduler, ref)
+            if rec is None or bytes(rec.id) != rid:
+                continue  # a stale entry, or another id under the same hash
+            dead = rec.rtype == codec.DEAD
+            out = {**where, "state": "dead-lettered" if dead else "pending", "due_ms": rec.due_ms,
+                   "due": _iso(rec.due_ms), "enqueued_ms": rec.enqueue_ms, "ingress_offset": rec.src_offset,
+                   "target_topic": bytes(rec.topic).decode("utf-8", "replace"),
+                   "target_partition": None if rec.target_partition < 0 else rec.target_partition}
+            if dead:
+                for name, value in codec.decode_headers(rec.headers):
+                    if name == "delay.dlq.reason" and value is not None:
+                        out["reason"] = value.decode("utf-8", "replace")
+            found.append(out)
+    state = found[0]["state"] if found else "unknown"
+    return {"data_dir": str(root), "id": rid.decode("utf-8", "backslashreplace"), "state": state, "found": found}
+
+
+def render_id(report: dict[str, Any]) -> str:
+    if not report["found"]:
+        return (f"id {report['id']}: unknown in {report['data_dir']} (not pending; delivered, cancelled and "
+                "dead-lettered ids are remembered by the running sidecar only: delay-sidecar status)")
+    lines = []
+    for f in report["found"]:
+        if f.get("before_message"):
+            lines.append(f"id {report['id']}: cancelled before its message arrived (at {f['at']}) in {f['directory']}")
+            continue
+        tp = "" if f["target_partition"] is None else f"[{f['target_partition']}]"
+        reason = f" reason={f['reason']}" if f.get("reason") else ""
+        lines.append(f"id {report['id']}: {f['state']} in {f['directory']} due={f['due']} "
+                     f"target={f['target_topic']}{tp} ingress_offset={f['ingress_offset']}{reason}")
+    return "\n".join(lines)
 
 
 def _dash(v: int | None) -> str:

@@ -49,6 +49,7 @@ from sidecar import logs
 from sidecar.config import ConfigError, Settings
 from sidecar.kafka_logs import KafkaLog, expected_error
 from sidecar.retry.codes import ALL_BROKERS_DOWN, FATAL, PARTITION_EOF, TOPIC_ALREADY_EXISTS, TRANSPORT
+from sidecar.status import advertised_client_id
 from sidecar.store.partition import PartitionStore
 
 log = logs.get("sidecar")
@@ -179,6 +180,9 @@ class KafkaIO:
         if self.s.group_instance_id:
             conf["group.instance.id"] = self.s.group_instance_id
         conf.update(self.s.kafka)
+        # `delay-sidecar status` finds the member owning a partition, and its HTTP address, from a
+        # description of the group: the address rides in the client.id (sidecar/status.py)
+        conf["client.id"] = advertised_client_id(self.s)
         return conf
 
     def producer_conf(self) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -57,6 +58,7 @@ from sidecar.scheduling import Scheduler
 from sidecar.store import space
 from sidecar.store.log import CommitLog
 from sidecar.store.partition import FAST_INTAKE, TRIM_INTERVAL_S, Counters, PartitionStore, compile_rules
+from sidecar.store.recent import iso_ms
 
 log = logs.get("sidecar")
 
@@ -69,6 +71,12 @@ STANDBY_REFRESH_S = 10.0  # how often the group is described to place the standb
 UNPROVEN_HOLD_S = 6.0  # with nothing committed yet to prove it: two heartbeat intervals
 FAST_RETRY = 32  # records left to the reference path after the C intake took none (PartitionStore.ingest_many)
 GC_THRESHOLD = (20_000, 20, 20)
+LOOKUP_WAIT_S = 1.0  # how long a look-up from an HTTP thread waits for the stores (then 503)
+LOOKUP_YIELD_S = 0.0002  # a busy loop pauses this long before taking the stores back from a waiting look-up
+
+
+def _text(rid: bytes) -> str:
+    return rid.decode("utf-8", "backslashreplace")
 
 
 def quiet_gc() -> None:
@@ -131,10 +139,20 @@ class Sidecar:
         self._restored_synced = 0  # restored records already counted in the metrics
         self._group: Any = None  # a pending describe of the group (standby placement)
         self._last_group = -STANDBY_REFRESH_S
+        # The stores belong to the loop thread; a look-up (``lookup``, on an HTTP thread) reads
+        # them holding this lock, which the loop holds for each turn except while it waits in
+        # ``consume`` (see ``lookup``). Reentrant: the rebalance callbacks run inside ``consume``
+        # (they take it) and inside ``close`` at shutdown (which holds it already).
+        self.store_lock = threading.RLock()
+        self._lookup_waiting = False
 
     # -- Kafka I/O events -----------------------------------------------------------------------
     def partitions_assigned(self, partitions: list[int]) -> dict[int, int | None]:
         """Open (recover) each partition's store; its checkpoint names the offset to resume at."""
+        with self.store_lock:
+            return self._partitions_assigned(partitions)
+
+    def _partitions_assigned(self, partitions: list[int]) -> dict[int, int | None]:
         resume: dict[int, int | None] = {}
         for partition in partitions:
             warm = self.restorer.end_standby(partition) if self.restorer is not None else None
@@ -181,6 +199,7 @@ class Sidecar:
             self.s.data_path, self.s.ingress_topic, partition, rules=self.rules, scheduler_name=self.s.scheduler,
             make_scheduler=self.make_scheduler, segment_bytes=self.s.segment_bytes,
             cancel_horizon_ms=self.s.cancel_horizon_ms, counters=self.counters, durable=self.s.fsync != "none",
+            status_memory=self.s.status_memory,
         )
         if not standby:
             store.history = self.history  # a standby applies the changelog: no state change of its own
@@ -205,6 +224,10 @@ class Sidecar:
         """Finish what is in flight, then checkpoint, commit and close each revoked store: from
         here on this instance publishes nothing of these partitions (the delivery reports of a
         store that left ``stores`` are dropped), before the new owner is assigned them."""
+        with self.store_lock:
+            self._partitions_revoked(partitions)
+
+    def _partitions_revoked(self, partitions: list[int]) -> None:
         self.pub.drain(deadline=self.clock.monotonic() + self.s.shutdown_timeout_ms / 1000)
         self._drop_restoring(partitions)
         for partition in partitions:
@@ -218,6 +241,10 @@ class Sidecar:
 
     def partitions_lost(self, partitions: list[int]) -> None:
         """The group moved on without us: close the stores, commit nothing (not ours any more)."""
+        with self.store_lock:
+            self._partitions_lost(partitions)
+
+    def _partitions_lost(self, partitions: list[int]) -> None:
         self._drop_restoring(partitions)
         for partition in partitions:
             store = self.stores.pop(partition, None)
@@ -277,12 +304,14 @@ class Sidecar:
         return 0
 
     def turn(self) -> None:
-        """One turn of the loop (see the module docstring)."""
-        clock, turns = time.perf_counter, self.turns
+        """One turn of the loop (see the module docstring): the wait for records outside the
+        store lock, the rest inside it."""
+        clock = time.perf_counter
         t0 = clock()
-        now = self.clock.wall_ms()
-        # a restore in progress must not wait for ingress: its slices run once per turn
-        timeout = 0.0 if self.restorer is not None and self.restorer.restoring else self.pub.wait_s(now)
+        with self.store_lock:
+            now = self.clock.wall_ms()
+            # a restore in progress must not wait for ingress: its slices run once per turn
+            timeout = 0.0 if self.restorer is not None and self.restorer.restoring else self.pub.wait_s(now)
         if not self.paused:
             msgs = self.kafka.consume(self.s.batch_size, timeout)
         else:
@@ -291,6 +320,16 @@ class Sidecar:
             msgs = self.kafka.consume(self.s.batch_size, 0)
             if not msgs:
                 self.clock.sleep(timeout)
+        if self._lookup_waiting:
+            # a busy loop would take the lock back before the woken look-up thread gets to it
+            self._lookup_waiting = False
+            time.sleep(LOOKUP_YIELD_S)
+        with self.store_lock:
+            self._work(t0, msgs)
+
+    def _work(self, t0: float, msgs: list[Any]) -> None:
+        """The turn after ``consume``: ingest, publish, poll, checkpoint, housekeeping."""
+        clock, turns = time.perf_counter, self.turns
         t1 = clock()
         turns.mark()  # also counts the turn
         if msgs:
@@ -601,8 +640,65 @@ class Sidecar:
             duplicates=k.duplicates, replaced=k.replaced, publish_retries=k.publish_retries, dlq=dict(k.dlq),
         )
 
+    # -- look-up (HTTP threads) -----------------------------------------------------------------
+    def lookup(self, rid: bytes, partition: int | None = None) -> tuple[int, dict[str, Any]]:
+        """``GET /ids/<id>``: (HTTP status, JSON document) for ``rid`` in this instance's stores
+        (``partition``: that one only). Called on an HTTP thread.
+
+        Why a lock and not a query handed to the loop: the loop waits in ``consume`` up to 100 ms
+        when idle, and librdkafka's wait cannot be woken, so a queued query would wait up to that.
+        Why not a lock-free read: a look-up decodes from the mmapped files, and the loop
+        unmaps, rebuilds and closes them (a segment reclaimed, the id index grown, a store
+        closed on revoke); a read between two of those steps could see a closed map (and an
+        export of a map makes the loop's ``close`` fail). With the lock the loop never changes a
+        store during a look-up, and it holds the lock for a turn's work only, never while it
+        waits for records, so an idle loop answers at once and a busy one after its turn (a few
+        ms; ``LOOKUP_YIELD_S`` keeps it from taking the lock straight back). A look-up costs
+        one hash probe and one record decode under the lock: the loop barely notices."""
+        t0 = time.perf_counter()
+        self._lookup_waiting = True
+        if not self.store_lock.acquire(timeout=LOOKUP_WAIT_S):
+            return 503, {"error": f"the event loop did not free the stores within {LOOKUP_WAIT_S:g} s (a long "
+                                  "turn: a rebalance, a shutdown); try again", "id": _text(rid)}
+        self._lookup_waiting = False
+        t1 = time.perf_counter()
+        try:
+            owned = sorted(self.stores)
+            restoring = sorted(self.held())
+            if partition is not None:
+                stores = [self.stores[partition]] if partition in self.stores else []
+            else:
+                stores = list(self.stores.values())
+            found = None
+            now = self.clock.wall_ms()
+            for store in stores:
+                found = store.lookup(rid, now)
+                if found is not None:
+                    break
+        finally:
+            self.store_lock.release()
+        t2 = time.perf_counter()
+        # where the time went: waiting for the loop to let go of the stores, and the look-up itself
+        base = {"id": _text(rid), "ingress_topic": self.s.ingress_topic, "instance": self.s.group_instance_id,
+                "owned_partitions": owned, "wait_ms": round((t1 - t0) * 1000, 3),
+                "lookup_ms": round((t2 - t1) * 1000, 3)}
+        if found is None:
+            if partition is not None and partition in restoring:
+                return 503, {**base, "error": f"partition {partition} is restoring from the changelog; try again"}
+            why = ("not pending here, and no outcome remembered" if partition is None or partition in owned
+                   else f"partition {partition} is not owned by this instance")
+            return 404, {**base, "state": "unknown", "error": why, "restoring_partitions": restoring}
+        for field in ("due_ms", "at_ms", "enqueued_ms"):
+            if field in found:
+                found[field[:-3]] = iso_ms(found[field])
+        return 200, {**base, **found}
+
     # -- shutdown -------------------------------------------------------------------------------
     def shutdown(self) -> None:
+        with self.store_lock:
+            self._shutdown()
+
+    def _shutdown(self) -> None:
         self.turns.uninstall()
         log.info("sidecar.stopping", in_flight=self.pub.in_flight)
         self.kafka.stop_logs()  # broker disconnects from here on are expected: debug, not errors

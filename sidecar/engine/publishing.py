@@ -186,9 +186,12 @@ class Publishing:
         self.producer.poll(timeout)
         if self._fast is not None:
             self._fast.sync()  # the in-flight counts its reports took down
+        now = -1
         for store in self.stores.values():
             if store.acked:
-                store.settle()
+                if now < 0:
+                    now = self.clock.wall_ms()
+                store.settle(now)
 
     def flush_backlog(self, now: int) -> bool:
         """Produce what waited for room in the producer queue; False if it is still full."""

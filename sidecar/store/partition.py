@@ -67,6 +67,7 @@ from sidecar.store.idindex import PRECANCEL, IdIndex, id_hash
 from sidecar.store.intake_layout import Common
 from sidecar.store.log import CommitLog
 from sidecar.store.mapped import HEADER_SIZE, Disposal, StoreError, SyncBatch, deferred_disposal, deferred_sync
+from sidecar.store.recent import CANCELLED, DEAD_LETTERED, RecentOutcomes
 
 HeaderList = list[tuple[str, bytes | None]]
 _fast = None if native is None else native.parse_request  # the common request, parsed in C (headers.py)
@@ -198,6 +199,7 @@ class PartitionStore:
         cancel_horizon_ms: int,
         counters: Counters,
         durable: bool = True,
+        status_memory: int = 100_000,
     ) -> None:
         self.topic = topic
         self.topic_bytes = topic.encode()
@@ -243,6 +245,9 @@ class PartitionStore:
         # waiting for a publish retry is dropped instead (``drop_superseded``)
         self.superseded: set[int] = set()
         self._offset_at_trim: int | None = None
+        # ids no longer pending and what became of them, for ``lookup`` (status); bounded, in RAM
+        self.recent = RecentOutcomes(status_memory)
+        self._settle_ms = 0  # the time of the last settle() given one (a checkpoint's settle has none)
 
     # -- recovery -------------------------------------------------------------------------------
     def open(self) -> int | None:
@@ -537,6 +542,7 @@ class PartitionStore:
             if ref & PRECANCEL:
                 if now_ms - (ref & ~PRECANCEL) <= self.cancel_horizon_ms:
                     self.counters.cancelled += 1  # kept until the horizon: see the module docstring
+                    self.recent.note(rid, CANCELLED, now_ms)
                     if self.history is not None:
                         self.history.event(
                             HISTORY_CANCELLED, rid, enqueued_ms=ts, due_ms=req_due, target=target,
@@ -603,6 +609,7 @@ class PartitionStore:
                 return
         out = dlq_headers(list(headers or ()), reason, error, topic, self.partition, offset, 0)
         ref = self._append_dead(rid, key, value, out, ts, offset, now_ms)
+        self.recent.note(rid, DEAD_LETTERED, now_ms)
         self.ids.put(h, ref)
         self.counters.dlq[reason] = self.counters.dlq.get(reason, 0) + 1
         if self.history is not None:
@@ -646,6 +653,7 @@ class PartitionStore:
                     matched = True
             if matched:
                 self.counters.cancelled += 1
+                self.recent.note(cid, CANCELLED, now_ms)
                 return CANCEL_MATCHED
             self.counters.cancel_unmatched += 1  # already being delivered
             return CANCEL_LATE
@@ -673,6 +681,53 @@ class PartitionStore:
             elif rec.id == rid:
                 refs.append(ref)
         return h, refs
+
+    def lookup(self, rid: bytes, now_ms: int | None = None) -> dict[str, Any] | None:
+        """What this partition knows of ``rid`` (``delay-sidecar status``), or None.
+
+        A pending record is found through the id index (one hash probe) and verified against the
+        stored record's id: a 64-bit hash collision is never an answer. Unlike ``_pending_ref`` it
+        changes nothing (a stale index entry is skipped, not removed), so the answer costs no
+        write. Then a pre-cancel (a cancel that came before its message; matched on the hash, as
+        the intake matches it; with ``now_ms``, only one within the cancel horizon, as the intake
+        honours it), then the memory of recent outcomes (``recent.py``)."""
+        h = id_hash(rid)
+        precancel: int | None = None
+        found: Record | None = None
+        for ref in self.ids.find(h):
+            if ref & PRECANCEL:
+                at = ref & ~PRECANCEL
+                if now_ms is None or now_ms - at <= self.cancel_horizon_ms:
+                    precancel = at
+                continue
+            rec = self.sched.record(ref)
+            # two versions only while a replaced one is being delivered: the newer (later offset) answers
+            if rec is not None and rec.id == rid and (found is None or rec.src_offset > found.src_offset):
+                found = rec
+        if found is not None:
+            rec = found
+            out: dict[str, Any] = {
+                "partition": self.partition, "state": "pending", "due_ms": rec.due_ms,
+                "enqueued_ms": rec.enqueue_ms, "ingress_offset": rec.src_offset,
+                "target_topic": rec.topic.decode("utf-8", "replace"),
+                "target_partition": None if rec.target_partition < 0 else rec.target_partition,
+            }
+            if rec.rtype == codec.DEAD:  # a dead letter on its way to the DLQ
+                out["state"] = "dead-lettered"
+                out["dlq_delivered"] = False
+                for name, value in decode_headers(rec.headers):
+                    if name == c.DLQ_REASON and value is not None:
+                        out["reason"] = value.decode("utf-8", "replace")
+                    elif name == c.TARGET_TOPIC and value is not None:
+                        out["target_topic"] = value.decode("utf-8", "replace")
+                out["dlq_topic"] = rec.topic.decode("utf-8", "replace")
+            return out
+        if precancel is not None:
+            return {"partition": self.partition, "state": "cancelled", "at_ms": precancel, "before_message": True}
+        known = self.recent.get(rid)
+        if known is None:
+            return None
+        return {"partition": self.partition, "state": known[0], "at_ms": known[1]}
 
     def remirror_replayed(self) -> int:
         """Write the records recovery replayed to the changelog again, those still pending: their
@@ -767,10 +822,14 @@ class PartitionStore:
         self.ids.remove(rid_hash, ref)
         self.dirty = True
 
-    def settle(self) -> None:
-        """Finish every record in ``acked`` (delivered): one scheduler call for the batch, so the
-        done cursor moves once per batch instead of once per delivery report."""
+    def settle(self, now_ms: int = -1) -> None:
+        """Finish every record in ``acked`` (delivered) at ``now_ms`` (-1: the time of the
+        previous call): one scheduler call for the batch, so the done cursor moves once per batch
+        instead of once per delivery report."""
         acked, self.acked = self.acked, []
+        if now_ms >= 0:
+            self._settle_ms = now_ms
+        self.recent.note_settled(acked, self._settle_ms, codec.DEAD)
         mirror = self.mirror
         if mirror is not None:
             superseded = self.superseded
@@ -817,6 +876,7 @@ class PartitionStore:
             self._append_dead(dead_id, rec.key, rec.value, headers, rec.enqueue_ms, rec.src_offset, now_ms)
         else:
             self._append_dead(rid, rec.key, rec.value, headers, rec.enqueue_ms, rec.src_offset, now_ms)
+            self.recent.note(rid, DEAD_LETTERED, now_ms)
         self.counters.dlq[reason] = self.counters.dlq.get(reason, 0) + 1
         if self.history is not None:
             self._history_record(HISTORY_DEAD_LETTERED, rec, now_ms, reason, error)

@@ -162,6 +162,22 @@ def test_bench_mass_expiry(kafka_bootstrap: str, tmp_path: Path) -> None:
         assert res["rss_growth_mb"]["goal"] == "<= 100"
 
 
+def test_bench_lookup(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """Look-ups through the HTTP endpoint and the status command's path, every answer right."""
+    out = tmp_path / "bench.json"
+    report = _bench(["lookup", "--bootstrap-servers", kafka_bootstrap, "--schedulers", "levels"], out, timeout_s=120)
+    _check_shape(report, ["lookup"])
+    sc = report["scenarios"]["lookup"]
+    res = sc["results"]["levels"]
+    assert res["pending"]["value"] == sc["settings"]["pending"] == 20_000
+    assert res["wrong_answers"]["value"] == 0 and res["wrong_answers"]["goal"] == "== 0"
+    for path in ("http", "cli"):
+        p50, p99, top = (res[path][k]["value"] for k in ("p50_ms", "p99_ms", "max_ms"))
+        assert 0 < p50 <= p99 <= top
+        assert res[path]["p99_ms"]["goal"] == "<= 10"
+    assert sc["details"]["levels"]["store"] == "store filled here"
+
+
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server not installed (setup.d/40-redis.sh)")
 def test_bench_redis_zset(kafka_bootstrap: str, tmp_path: Path) -> None:
     out = tmp_path / "bench.json"

@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -221,6 +222,28 @@ def test_client_reschedule_sends_the_id_and_replace_with_the_key() -> None:
 def test_cancel_refuses_a_bad_id(capsys: pytest.CaptureFixture[str]) -> None:
     rc, err = _run_main(capsys, "cancel", "x" * 256, "--key", "k", "--bootstrap-servers", "127.0.0.1:1")
     assert rc == 2 and "1..255 bytes" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["x" * 256], "bad value for ID: "),
+        (["order-42", "--partition", "-1"], "bad value for --partition: '-1' is negative; a partition is 0 or more"),
+        (["order-42", "--partition", "two"], "bad value for --partition: 'two' is not a whole number"),
+        (["order-42", "--key", ""], "bad value for --key: an empty key is partitioned at random"),
+        (["order-42", "--timeout", "0s"], "bad value for --timeout: '0s' is not between 1s and 1h"),
+    ],
+)
+def test_status_refuses_bad_values_before_connecting(
+    capsys: pytest.CaptureFixture[str], args: list[str], needle: str,
+) -> None:
+    rc, err = _run_main(capsys, "status", *args, "--bootstrap-servers", "127.0.0.1:1")
+    assert rc == 2 and needle in err and err.count("\n") == 1, err
+
+
+def test_inspect_id_refuses_a_bad_id(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    rc, err = _run_main(capsys, "inspect", str(tmp_path), "--id", "")
+    assert rc == 2 and "bad value for --id" in err
 
 
 @pytest.mark.parametrize(

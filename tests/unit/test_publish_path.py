@@ -127,9 +127,9 @@ def make(tmp: Path, scheduler: str, c_path: bool, clock: Clock, monkeypatch: pyt
     seen = Observed()
     settle = st.settle
 
-    def spy_settle() -> None:
+    def spy_settle(now_ms: int = -1) -> None:
         seen.acked.extend((ref, rec.id) for ref, rec in st.acked)
-        settle()
+        settle(now_ms)
 
     st.settle = spy_settle  # type: ignore[method-assign]
     return sc, st, producer, seen
