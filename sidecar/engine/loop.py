@@ -68,6 +68,10 @@ STANDBY_REFRESH_S = 10.0  # how often the group is described to place the standb
 UNPROVEN_HOLD_S = 6.0  # with nothing committed yet to prove it: two heartbeat intervals
 FAST_RETRY = 32  # records left to the reference path after the C intake took none (PartitionStore.ingest_many)
 GC_THRESHOLD = (20_000, 20, 20)
+# A busy loop's turns also make an id-index step (IdIndex.step) at least this often; idle turns
+# each make one. The inserts migrate their own share: this only finishes a migration sooner and
+# sweeps the expired pre-cancels.
+INDEX_STEP_S = 0.05
 
 
 def quiet_gc() -> None:
@@ -121,6 +125,7 @@ class Sidecar:
         self._tiers_seen: set[str] = set()
         self._helpers: HelperThreads | None = None
         self._last_commit = self._last_space = self._last_trim = self._last_stats = 0.0
+        self._last_index_step = 0.0
         self._turn_end = 0.0
         self._suspect_since: float | None = None  # a gap was seen: ownership not yet confirmed
         self._skip: dict[int, int] = {}  # partition -> ingress offsets below this are already stored
@@ -314,6 +319,11 @@ class Sidecar:
         if mono - self._last_commit >= self.s.commit_interval_ms / 1000:
             dur.checkpoint_all()
             self._last_commit = mono
+        if not msgs or mono - self._last_index_step >= INDEX_STEP_S:
+            # the id indexes' migrations and pre-cancel sweeps, a bounded slice per store (IdIndex.step)
+            for store in self.stores.values():
+                store.index_step(now)
+            self._last_index_step = mono
         if mono - self._last_trim >= TRIM_INTERVAL_S:
             dur.trim(mono)
             if self.restorer is not None:

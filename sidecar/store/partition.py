@@ -335,7 +335,7 @@ class PartitionStore:
         first = self.log.head
         end: int = _run(
             msgs, start, now_ms, self.partition, self.id_prefix, rules.checked_targets, _NO_HEADERS, seg, idx, st,
-            bufs,
+            bufs, self.ids.intake_old(),
         )
         count = end - start
         if count:
@@ -619,7 +619,14 @@ class PartitionStore:
         with deferred_disposal() as gone:
             self.log.reclaim(job.dead_segments, unlink=False)  # the job deleted the files
             self.sched.reclaim()
+            self.ids.reclaim()  # a migrated id index's old table, once the job renamed the new one
         return gone
+
+    def index_step(self, now_ms: int) -> int:
+        """A loop turn's share of the id index's maintenance (``IdIndex.step``): a bounded slice of
+        its migration, or of the sweep of pre-cancels past the cancel horizon. Returns the slots
+        visited."""
+        return self.ids.step(now_ms, self.cancel_horizon_ms)
 
     def trim(self) -> None:
         """Unmap the resident pages of the store's mmapped files from this process, so RSS holds
