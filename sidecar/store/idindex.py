@@ -12,15 +12,16 @@ probe chains keep Python-level probing cheap).
 capacity, a new table is created (twice the size when a quarter of the slots are live, else the
 same size: that sheds the tombstones) in a file of its own, ``ids.idx.next.<n>``, and becomes the
 *primary*: every insert goes there. The old table (``ids.idx``) is migrated into it a bounded
-number of slots at a time: ``MIGRATE_PER_PUT`` slots at every insert (the C intake's batches
-migrate as many before they run) and ``step`` slots at each idle loop turn, from the slot
-``cursor`` up. No call touches more than that, whatever the table's size: there is no pause
-proportional to the pending set. While it runs, lookups and removes look in both tables; the
-counts ``live``/``tombs`` are the primary's, and ``old_left`` estimates the live slots of the
-old table the cursor has not reached. The growth thresholds guarantee the migration ends long
-before the primary itself is half full (it starts at most half full of ``old`` live entries at
-twice their room, and one insert migrates ``MIGRATE_PER_PUT`` slots); if it ever did not (an
-estimate after a crash far off), the rest is migrated at once before the next growth.
+number of slots at a time: ``MIGRATE_PER_PUT`` slots after every insert (the C intake makes the
+same step after each record it stores: both paths write the same slots) and ``step`` slots at
+each index step of the loop, from the slot ``cursor`` up. No call touches more than that,
+whatever the table's size: there is no pause proportional to the pending set. While it runs,
+lookups and removes look in both tables; the counts ``live``/``tombs`` are the primary's, and
+``old_left`` estimates the live slots of the old table the cursor has not reached. The growth
+thresholds guarantee the migration ends long before the primary itself is half full (it starts
+at most a quarter full of old entries, and one insert migrates ``MIGRATE_PER_PUT`` slots); if it
+ever did not (an estimate after a crash far off), the rest is migrated at once before the next
+growth.
 
 The migration *copies*: an old slot keeps its entry after the cursor passed it, and only removes
 change the old table (in both tables at once). So the old table holds, at all times, every entry
@@ -102,7 +103,7 @@ SLOT_SIZE = SLOT.size
 EMPTY, TOMB = 0, 1
 PRECANCEL = 1 << 63
 MIGRATE_PER_PUT = 16  # old slots migrated per insert: see the module docstring
-STEP_SLOTS = 1 << 14  # slots per idle step (migration or pre-cancel sweep), ~0.3 ms in C
+STEP_SLOTS = 1 << 12  # slots per index step (migration or pre-cancel sweep)
 NEXT = "ids.idx.next."
 _U64 = struct.Struct("<Q")
 _COUNT_CHUNK = 1 << 18  # slots per bytes.count pass (4 MiB copied)

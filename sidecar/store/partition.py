@@ -595,7 +595,7 @@ class PartitionStore:
             if fsync:
                 self.log.flush()
                 self.sched.flush()
-            self.ids.flush(sync=fsync)  # without fsync still: a rebuilt id index takes its name
+            self.ids.flush(sync=fsync)  # without fsync still: a migrated id index takes its name
         doc = {
             "topic": self.topic,
             "partition": self.partition,
