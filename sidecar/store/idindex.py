@@ -556,13 +556,15 @@ class IdIndex:
         self._sweep = 0 if hi >= self.cap else hi
         return hi - lo
 
-    def precancels(self) -> int:
-        """Pre-cancels in the index (a pass over every slot: for the bench and tests only)."""
-        n = 0
+    def precancels(self, before_ms: int = 1 << 62) -> int:
+        """Pre-cancels made before ``before_ms`` in the index, copies counted once (a pass over
+        every slot: for the bench and tests only)."""
+        found: set[tuple[int, int]] = set()
         for table, cap in ((self.f, self.cap), (self.old, self.old_mask + 1)):
             if table is not None:
-                n += len(_py_expired(table.buf, 0, cap, 1 << 62))
-        return n
+                found.update(self.native.idx_expired(table.buf, HEADER_SIZE, 0, cap, before_ms)
+                             if self.native is not None else _py_expired(table.buf, 0, cap, before_ms))
+        return len(found)
 
     # -- the C intake (PartitionStore.ingest_many; sidecar/store/intake_layout.py) ---------------
     def intake_state(self, st: list[int]) -> memoryview:
