@@ -68,9 +68,9 @@ STANDBY_REFRESH_S = 10.0  # how often the group is described to place the standb
 UNPROVEN_HOLD_S = 6.0  # with nothing committed yet to prove it: two heartbeat intervals
 FAST_RETRY = 32  # records left to the reference path after the C intake took none (PartitionStore.ingest_many)
 GC_THRESHOLD = (20_000, 20, 20)
-# A busy loop's turns also make an id-index step (IdIndex.step) at least this often; idle turns
-# each make one. The inserts migrate their own share: this only finishes a migration sooner and
-# sweeps the expired pre-cancels.
+# Every idle turn makes an id-index migration step (IdIndex.step), and every turn at least this
+# often; the pre-cancel sweep steps at this pace only (it reads 1 MiB of the index per step). The
+# inserts migrate their own share: the steps only finish a migration sooner.
 INDEX_STEP_S = 0.05
 
 
@@ -319,11 +319,14 @@ class Sidecar:
         if mono - self._last_commit >= self.s.commit_interval_ms / 1000:
             dur.checkpoint_all()
             self._last_commit = mono
-        if not msgs or mono - self._last_index_step >= INDEX_STEP_S:
-            # the id indexes' migrations and pre-cancel sweeps, a bounded slice per store (IdIndex.step)
+        sweep = mono - self._last_index_step >= INDEX_STEP_S
+        if sweep or not msgs:
+            # the id indexes' migrations (every idle turn) and pre-cancel sweeps (every
+            # INDEX_STEP_S): a bounded slice per store (IdIndex.step)
             for store in self.stores.values():
-                store.index_step(now)
-            self._last_index_step = mono
+                store.index_step(now, sweep)
+            if sweep:
+                self._last_index_step = mono
         if mono - self._last_trim >= TRIM_INTERVAL_S:
             dur.trim(mono)
             if self.restorer is not None:

@@ -622,11 +622,11 @@ class PartitionStore:
             self.ids.reclaim()  # a migrated id index's old table, once the job renamed the new one
         return gone
 
-    def index_step(self, now_ms: int) -> int:
+    def index_step(self, now_ms: int, sweep: bool) -> int:
         """A loop turn's share of the id index's maintenance (``IdIndex.step``): a bounded slice of
-        its migration, or of the sweep of pre-cancels past the cancel horizon. Returns the slots
-        visited."""
-        return self.ids.step(now_ms, self.cancel_horizon_ms)
+        its migration, or (``sweep``) of the sweep of pre-cancels past the cancel horizon. Returns
+        the slots visited."""
+        return self.ids.step(now_ms, self.cancel_horizon_ms, sweep=sweep)
 
     def trim(self) -> None:
         """Unmap the resident pages of the store's mmapped files from this process, so RSS holds

@@ -217,8 +217,10 @@ def test_expired_pre_cancels_are_swept_without_a_probe(tmp_path: Path, native: b
     assert ix.precancels() == 50
     horizon = 500
     visited = 0
+    assert ix.step(now_ms=1125 + horizon, horizon_ms=horizon, sweep=False) == 0  # not this turn
     while visited < ix.cap:
-        visited += ix.step(now_ms=1125 + horizon, horizon_ms=horizon, slots=100)
+        visited += ix.step(now_ms=1125 + horizon, horizon_ms=horizon, sweep_slots=100)
+    assert ix.swept == 25
     assert ix.precancels() == 25  # the 25 older than the horizon are gone, the rest kept
     assert all(ix.find(_h(k)) == [] for k in range(100, 125))
     assert all(ix.find(_h(k)) == [PRECANCEL | (1000 + k)] for k in range(125, 150))

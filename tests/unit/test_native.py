@@ -179,7 +179,7 @@ def test_id_index_twins(program: list[tuple[str, int, int]], scan_at: int) -> No
             elif op == "remove":
                 assert c_ix.remove(h, r) == p_ix.remove(h, r)
             elif op == "step":  # r slots; pre-cancels older than 300 ms at 600 expire
-                assert c_ix.step(600, 300, slots=r) == p_ix.step(600, 300, slots=r)
+                assert c_ix.step(600, 300, slots=r, sweep_slots=r) == p_ix.step(600, 300, slots=r, sweep_slots=r)
             else:
                 assert c_ix.find(h) == p_ix.find(h)
             assert (c_ix.cap, c_ix.live, c_ix.tombs, c_ix._scan_off, c_ix._scan_live, c_ix._scan_tombs) == (
