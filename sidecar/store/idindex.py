@@ -555,6 +555,11 @@ class IdIndex:
             return self._migrate(slots)
         if not sweep:
             return 0
+        if self._scan_off >= 0:  # after a restart: the background recount first
+            before = self._scan_off
+            self.recount_step(sweep_slots)
+            return ((self._scan_off if self._scan_off >= 0 else HEADER_SIZE + self.cap * SLOT_SIZE)
+                    - before) // SLOT_SIZE
         lo = self._sweep
         hi = min(self.cap, lo + sweep_slots)
         cutoff = now_ms - horizon_ms

@@ -588,9 +588,10 @@ class PartitionStore:
         the store keeps working: what it writes is not named by the snapshot."""
         if self.acked:
             self.settle()
-        # After a restart: a step of the id index's background recount (~10 ms), before the
-        # snapshot, so the first checkpoint after it ends records the exact counts.
-        self.ids.recount_step()
+        # After a restart: a step of the id index's background recount (~2 ms; the loop's index
+        # steps make more), before the snapshot, so the first checkpoint after it ends records
+        # the exact counts.
+        self.ids.recount_step(1 << 16)
         with deferred_sync() as batch:
             if fsync:
                 self.log.flush()
