@@ -96,6 +96,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="scale: records pending per layout (default 30000 small, 100000000 full)")
     ap.add_argument("--scale-rate", type=_count, default=None, metavar="R",
                     help="scale: the fill's paced rate, records/s (default 20000 small, 40000 full)")
+    ap.add_argument("--scale-layouts", type=_layouts, default=None, metavar="P,P",
+                    help="scale: the fill's ingress partitions, one layout each (default 1,6)")
     ns = ap.parse_args(argv)
     names = [s.strip() for s in ns.scenario.split(",") if s.strip()]
     if names == ["all"]:
@@ -123,6 +125,14 @@ def _count(text: str) -> int:
     if not digits.isdigit() or int(digits) <= 0:
         raise argparse.ArgumentTypeError(f"{text!r}: give a positive count such as 2500000, 500k or 20M")
     return int(digits) * scale
+
+
+def _layouts(text: str) -> list[int]:
+    """Comma-separated partition counts, each 1-64 (``1,6``)."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts or not all(p.isdigit() and 1 <= int(p) <= 64 for p in parts):
+        raise argparse.ArgumentTypeError(f"{text!r}: give partition counts 1-64, comma-separated, such as 1,6")
+    return [int(p) for p in parts]
 
 
 def scheduler_runs(bootstrap: str, workdir: Path, scheduler: str, timeout_s: float = 90) -> tuple[bool, str]:
@@ -203,7 +213,8 @@ def bench_main(argv: list[str]) -> int:
         bench = Bench(bootstrap or "", workdir, ns.size, schedulers,
                       profile_dir=Path(ns.profile).resolve() if ns.profile else None,
                       changelog_modes=ns.changelog_modes,
-                      options={"scale_pending": ns.scale_pending, "scale_rate": ns.scale_rate})
+                      options={"scale_pending": ns.scale_pending, "scale_rate": ns.scale_rate,
+                               "scale_layouts": ns.scale_layouts})
         if broker is not None and ns.size == "full":
             # a broker started here is a fresh JVM: warm its JIT up before measuring anything
             log(f"warming the broker up ({WARMUP_S:.0f} s of traffic) ...")

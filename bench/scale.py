@@ -23,7 +23,10 @@ restart <= 5 s, no pre-cancel left that expired over ``SWEPT_WITHIN_S`` before t
 goes round the index in ~26 s per 2^25 slots).
 
 Size: ``--scale-pending N`` (per layout; default 30k small, 100M full: ~31 GB of disk and hours of
-fill on a small machine, so give what fits).
+fill on a small machine, so give what fits); ``--scale-layouts 1,6`` the fill partitions per layout.
+The fill rate must stay below what the sidecar ingests on the machine: above it the consumer's
+fetch queue fills with fill records and the stream's records wait behind them (lateness then
+measures that backlog, not pauses).
 """
 
 from __future__ import annotations
@@ -69,6 +72,11 @@ SWEPT_WITHIN_S = 120  # an expired pre-cancel older than this (past its horizon)
 def pending_for(bench: Bench) -> int:
     n = bench.options.get("scale_pending")
     return int(n) if n else (100_000_000 if bench.full else 30_000)
+
+
+def layouts_for(bench: Bench) -> tuple[int, ...]:
+    given = bench.options.get("scale_layouts")
+    return tuple(given) if given else LAYOUTS
 
 
 def rate_for(bench: Bench) -> float:
@@ -249,7 +257,7 @@ def run(bench: Bench) -> dict[str, Any]:
     details: dict[str, Any] = {}
     for sched in bench.schedulers:
         results[sched], details[sched] = {}, {}
-        for fill_parts in LAYOUTS:
+        for fill_parts in layouts_for(bench):
             log(f"scale {sched}: {n:,} pending on {fill_parts} partition(s) at {rate:,.0f}/s, a 1 s stream beside")
             m = one_layout(bench, sched, fill_parts, n, rate)
             lat, k = m["lateness_during_fill_ms"], m["pending"]
@@ -285,7 +293,7 @@ def run(bench: Bench) -> dict[str, Any]:
                   "other partitions at a paced rate; stream lateness over the fill, slowest loop turn, RSS and disk "
                   "per pending record, SIGKILL restart to the first on-time stream delivery, expired pre-cancels "
                   "left in the id index",
-        "settings": {"pending_per_layout": n, "fill_rate": rate, "layouts": list(LAYOUTS),
+        "settings": {"pending_per_layout": n, "fill_rate": rate, "layouts": list(layouts_for(bench)),
                      "stream_rate": STREAM_RATE, "stream_delay_ms": STREAM_DELAY_MS, "fill_delay_ms": FILL_DELAY_MS,
                      "precancel_every": PRECANCEL_EVERY, "cancel_horizon": HORIZON, "schedulers": bench.schedulers},
         "results": results,
