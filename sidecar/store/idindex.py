@@ -57,8 +57,9 @@ by every replayed insert that finds itself already present (it was inserted afte
 checkpoint): an estimate off by what changed between the checkpoint and the crash (one commit
 interval's inserts and deletes), which only moves the next growth by that much. The exact count
 then runs in the background, ``recount_step`` slots at a time (the store makes a step at each
-checkpoint, before writing it, and ``step`` makes one in place of a sweep step): ``put`` and ``remove`` keep the partial counts of the slots
-already counted exact, so when the pass ends the counts are exact and replace the estimate.
+checkpoint, before writing it, and ``step`` makes one in place of a sweep step): ``put`` and
+``remove`` keep the partial counts of the slots already counted exact, so when the pass ends the
+counts are exact and replace the estimate.
 
 The probes (``find``, ``put``, ``remove``), the migration step (``idx_copy``), the pre-cancel sweep
 (``idx_expired``) and ``id_hash`` have C twins in ``sidecar._native`` (the same slots written,
