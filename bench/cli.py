@@ -1,8 +1,9 @@
 """``delay-sidecar bench SCENARIO [--size small|full] --json OUT [--bootstrap-servers B]``.
 
 SCENARIO is one of ``throughput``, ``lateness``, ``pending-memory``, ``lookup``, ``restart``,
-``mass-expiry``, ``redis-zset``, ``append``, ``steady``, ``failover``, ``restore``, ``redrive``, ``all``,
-or a comma-separated list of them. Without
+``mass-expiry``, ``redis-zset``, ``append``, ``steady``, ``failover``, ``restore``, ``redrive``, ``scale``,
+``all``, or a comma-separated list of them (``all`` is every one but ``scale``, which takes
+``--scale-pending N`` and ``--scale-rate R`` and runs only when named). Without
 ``--bootstrap-servers`` the bench starts its own local broker (:class:`devkafka.local.LocalKafka`)
 in the work directory and stops it at the end, unless every scenario asked for runs in-process
 without one (``append``, ``steady``). The schedulers measured are every one that runs: ``levels`` always,
@@ -49,6 +50,7 @@ from bench import (
     redrive,
     restart,
     restore,
+    scale,
     steady,
     throughput,
 )
@@ -68,6 +70,7 @@ SCENARIOS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "failover": failover.run,
     "restore": restore.run,
     "redrive": redrive.run,
+    "scale": scale.run,
 }
 WARMUP_S = 45.0  # traffic through a broker started by the bench, before the first scenario (full size)
 
@@ -95,10 +98,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--keep-workdir", action="store_true", help="keep the work directory (logs, stores)")
     ap.add_argument("--profile", metavar="DIR", default=None,
                     help="run every sidecar under cProfile and write .prof files to DIR (slows it down)")
+    ap.add_argument("--scale-pending", type=_count, default=None, metavar="N",
+                    help="scale: records pending per layout (default 30000 small, 100000000 full)")
+    ap.add_argument("--scale-rate", type=_count, default=None, metavar="R",
+                    help="scale: the fill's paced rate, records/s (default 20000 small, 40000 full)")
+    ap.add_argument("--scale-layouts", type=_layouts, default=None, metavar="P,P",
+                    help="scale: the fill's ingress partitions, one layout each (default 1,6)")
     ns = ap.parse_args(argv)
     names = [s.strip() for s in ns.scenario.split(",") if s.strip()]
     if names == ["all"]:
-        names = list(SCENARIOS)
+        names = [n for n in SCENARIOS if n != "scale"]  # hours at full size: asked for by name only
     bad = [s for s in names if s not in SCENARIOS]
     if bad or not names:
         ap.error(f"unknown scenario {', '.join(bad) or ns.scenario!r}; choose from {', '.join(SCENARIOS)}, all")
@@ -112,6 +121,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         ap.error(f"--changelog {ns.changelog!r}: give on, off or on,off")
     ns.changelog_modes = modes
     return ns
+
+
+def _count(text: str) -> int:
+    """A positive count: digits, optionally with a k or M suffix (``2500000``, ``500k``, ``20M``)."""
+    t = text.strip()
+    scale = {"k": 1000, "M": 1_000_000}.get(t[-1:], 1)
+    digits = t[:-1] if scale != 1 else t
+    if not digits.isdigit() or int(digits) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a positive count such as 2500000, 500k or 20M")
+    return int(digits) * scale
+
+
+def _layouts(text: str) -> list[int]:
+    """Comma-separated partition counts, each 1-64 (``1,6``)."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts or not all(p.isdigit() and 1 <= int(p) <= 64 for p in parts):
+        raise argparse.ArgumentTypeError(f"{text!r}: give partition counts 1-64, comma-separated, such as 1,6")
+    return [int(p) for p in parts]
 
 
 def scheduler_runs(bootstrap: str, workdir: Path, scheduler: str, timeout_s: float = 90) -> tuple[bool, str]:
@@ -191,7 +218,9 @@ def bench_main(argv: list[str]) -> int:
         report["settings"]["changelog_modes"] = ns.changelog_modes
         bench = Bench(bootstrap or "", workdir, ns.size, schedulers,
                       profile_dir=Path(ns.profile).resolve() if ns.profile else None,
-                      changelog_modes=ns.changelog_modes)
+                      changelog_modes=ns.changelog_modes,
+                      options={"scale_pending": ns.scale_pending, "scale_rate": ns.scale_rate,
+                               "scale_layouts": ns.scale_layouts})
         if broker is not None and ns.size == "full":
             # a broker started here is a fresh JVM: warm its JIT up before measuring anything
             log(f"warming the broker up ({WARMUP_S:.0f} s of traffic) ...")

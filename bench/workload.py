@@ -677,6 +677,7 @@ class Bench:
     profile_dir: Path | None = None
     changelog_modes: list[str] = field(default_factory=lambda: ["on"])
     results: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)  # scenario flags (``scale_pending``, ``scale_rate``)
     _wm: Watermarks | None = None
     _topics: list[str] = field(default_factory=list)
 

@@ -63,7 +63,10 @@ def idx_remove(
 def idx_remove_delivered(
     buf: memoryview, header_size: int, mask: int, pairs: list[tuple[int, Record]], scan_off: int, /
 ) -> tuple[int, int, int, int]: ...
-def idx_rehash(old: memoryview, new: memoryview, header_size: int, old_cap: int, new_mask: int, /) -> int: ...
+def idx_copy(
+    old: memoryview, new: memoryview, header_size: int, lo: int, hi: int, new_mask: int, scan_off: int, /
+) -> tuple[int, int, int, int, int]: ...
+def idx_expired(buf: memoryview, header_size: int, lo: int, hi: int, cutoff: int, /) -> list[tuple[int, int]]: ...
 def wl_link(
     tl_buf: memoryview, hs: int, tl_first: int, nent: int, idx: int, due: int, loc: int, flags: int, level: int,
     slot_buf: memoryview, slot_off: int, slot_time: int, /,
@@ -88,7 +91,8 @@ def wl_ack(
 ) -> tuple[int, int, int, bool]: ...
 def ingest_run(
     msgs: list[Any], start: int, now: int, partition: int, id_prefix: bytes, checked_targets: set[str],
-    no_headers: bytes, seg_buf: memoryview | None, idx_buf: memoryview, st: list[int], sched_bufs: tuple[Any, ...], /,
+    no_headers: bytes, seg_buf: memoryview | None, idx_buf: memoryview, st: list[int], sched_bufs: tuple[Any, ...],
+    idx_old_buf: memoryview | None = None, /,
 ) -> int: ...
 def lv_due(
     buf: memoryview, hs: int, f0: int, idx: int, stop: int, now: int, restored: int, done: int, room: int,

@@ -52,6 +52,7 @@ from sidecar.levels.queue import IDX_BITS, IDX_MASK
 from sidecar.store import checkpoint, codec, space
 from sidecar.store.buckets import BUCKET_BIT, ENTRY_HEAD, ENTRY_HEAD_SIZE, ENTRY_MAGIC, split_ref
 from sidecar.store.idindex import EMPTY, PRECANCEL, SLOT, SLOT_SIZE, id_hash
+from sidecar.store.idindex import NEXT as IDX_NEXT
 from sidecar.store.mapped import HEADER, HEADER_SIZE
 from sidecar.wheel.layout import ENTRY as TL_ENTRY
 
@@ -201,8 +202,18 @@ def _read_only(path: Path) -> mmap.mmap | None:
 
 
 def _index_refs(d: Path, h: int) -> list[int]:
-    """The refs under hash ``h`` in ``<d>/ids.idx`` (the IdIndex probe, read-only)."""
-    mm = _read_only(d / "ids.idx")
+    """The refs under hash ``h`` in ``<d>/ids.idx`` and in any table it is migrating into
+    (``ids.idx.next.<n>``, store/idindex.py): the IdIndex probe, read-only. A table the
+    checkpoint does not name any more only adds refs the caller verifies against the record. A
+    migration copies: an id may be in both tables, reported once."""
+    out: dict[int, None] = {}
+    for f in [d / "ids.idx", *sorted(d.glob(f"{IDX_NEXT}*"))]:
+        out.update(dict.fromkeys(_table_refs(f, h)))
+    return list(out)
+
+
+def _table_refs(path: Path, h: int) -> list[int]:
+    mm = _read_only(path)
     if mm is None:
         return []
     try:

@@ -77,6 +77,10 @@ LOOKUP_YIELD_S = 0.0002  # a busy loop pauses this long before taking the stores
 
 def _text(rid: bytes) -> str:
     return rid.decode("utf-8", "backslashreplace")
+# Every idle turn makes an id-index migration step (IdIndex.step), and every turn at least this
+# often; the pre-cancel sweep steps at this pace only (it reads 1 MiB of the index per step). The
+# inserts migrate their own share: the steps only finish a migration sooner.
+INDEX_STEP_S = 0.05
 
 
 def quiet_gc() -> None:
@@ -133,6 +137,7 @@ class Sidecar:
         self._tiers_seen: set[str] = set()
         self._helpers: HelperThreads | None = None
         self._last_commit = self._last_space = self._last_trim = self._last_stats = 0.0
+        self._last_index_step = 0.0
         self._turn_end = 0.0
         self._suspect_since: float | None = None  # a gap was seen: ownership not yet confirmed
         self._skip: dict[int, int] = {}  # partition -> ingress offsets below this are already stored
@@ -361,6 +366,15 @@ class Sidecar:
         if mono - self._last_commit >= self.s.commit_interval_ms / 1000:
             dur.checkpoint_all()
             self._last_commit = mono
+        sweep = mono - self._last_index_step >= INDEX_STEP_S
+        if sweep or not msgs:
+            # the id indexes' migrations (every idle turn) and pre-cancel sweeps (every
+            # INDEX_STEP_S): a bounded slice per store (IdIndex.step)
+            now = self.clock.wall_ms()
+            for store in self.stores.values():
+                store.index_step(now, sweep)
+            if sweep:
+                self._last_index_step = mono
         if mono - self._last_trim >= TRIM_INTERVAL_S:
             dur.trim(mono)
             if self.restorer is not None:

@@ -1,7 +1,8 @@
 /* sidecar._native, id index core (sidecar/store/idindex.py, the reference): 16-byte slots
  * (u64 hash, u64 ref) after a header, linear probing; the hash is kds_id_hash (BLAKE2b-64). The
  * Python side keeps the counts and decides growth; the functions here probe and write slots, for
- * the IdIndex methods and for the intake fast path (kds_idx_intake_slot, kds_idx_write). */
+ * the IdIndex methods (the migration's step and the pre-cancel sweep included) and for the intake
+ * fast path (kds_idx_intake_slot, kds_idx_write). */
 #include "native.h"
 
 #define EMPTY 0
@@ -201,59 +202,143 @@ fail:
     return NULL;
 }
 
-/* idx_rehash(old_buf, new_buf, header_size, old_cap, new_mask) -> int: insert every live slot of
- * the old table into the (empty) new one; return how many. The id index's growth, at C speed. */
-static PyObject *native_idx_rehash(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "idx_rehash(old_buf, new_buf, header_size, old_cap, new_mask)");
+/* Insert (h, ref) into the table at base (mask) unless it is there: 0 if it was, else the slot's
+ * byte offset from the file's start (base - hs), negated for a reused tombstone (*full set,
+ * nothing written, if no slot is free: the caller keeps the table at most half full). */
+static long long raw_put(uint8_t *base, uint64_t mask, long long hs, uint64_t h, uint64_t ref, int *full) {
+    int64_t free_slot = -1;
+    uint64_t i = h & mask, n = 0, sh, sr;
+    *full = 0;
+    for (; n <= mask; i = (i + 1) & mask, n++) {
+        memcpy(&sh, base + i * 16, 8);
+        if (sh == EMPTY) break;
+        if (sh == h) {
+            memcpy(&sr, base + i * 16 + 8, 8);
+            if (sr == ref) return 0;
+        }
+        if (sh == TOMB && free_slot < 0) free_slot = (int64_t)i;
+    }
+    if (n > mask && free_slot < 0) {
+        *full = 1;
+        return 0;
+    }
+    uint64_t at = free_slot >= 0 ? (uint64_t)free_slot : i;
+    memcpy(base + at * 16, &h, 8);
+    memcpy(base + at * 16 + 8, &ref, 8);
+    long long off = hs + (long long)at * 16;
+    return free_slot >= 0 ? -off : off;
+}
+
+int kds_idx_copy_range(const uint8_t *old, uint8_t *base, uint64_t mask, long long hs, long long lo, long long hi,
+                       long long scan_off, long long out[5]) {
+    long long seen = 0, inserted = 0, reused = 0, scan_live = 0, scan_tombs = 0;
+    for (long long k = lo; k < hi; k++) {
+        uint64_t h, r;
+        memcpy(&h, old + k * 16, 8);
+        if (h <= TOMB) continue;
+        memcpy(&r, old + k * 16 + 8, 8);
+        seen++;
+        int full;
+        long long off = raw_put(base, mask, hs, h, r, &full);
+        if (full) return -1;
+        if (off == 0) continue;
+        inserted++;
+        if (off < 0) {
+            off = -off;
+            reused++;
+            scan_tombs += off < scan_off;
+        }
+        scan_live += off < scan_off;
+    }
+    out[0] = seen;
+    out[1] = inserted;
+    out[2] = reused;
+    out[3] = scan_live;
+    out[4] = scan_tombs;
+    return 0;
+}
+
+/* idx_copy(old_buf, new_buf, header_size, lo, hi, new_mask, scan_off) -> (seen, inserted, reused,
+ * scan_live, scan_tombs): the migration's step (idindex.py): insert the live slots lo <= k < hi of
+ * the old table into the new one unless there already; return the live slots seen, how many were
+ * inserted, how many of those reused a tombstone, and of each how many landed below scan_off. */
+static PyObject *native_idx_copy(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "idx_copy(old_buf, new_buf, header_size, lo, hi, new_mask, scan_off)");
         return NULL;
     }
     Py_ssize_t hs = PyLong_AsSsize_t(args[2]);
-    uint64_t cap = PyLong_AsUnsignedLongLong(args[3]), mask = PyLong_AsUnsignedLongLong(args[4]);
+    long long lo = PyLong_AsLongLong(args[3]), hi = PyLong_AsLongLong(args[4]);
+    long long scan_off = PyLong_AsLongLong(args[6]);
     if (PyErr_Occurred()) return NULL;
-    Py_buffer ov, nv;
-    if (PyObject_GetBuffer(args[0], &ov, PyBUF_SIMPLE) < 0) return NULL;
-    if (PyObject_GetBuffer(args[1], &nv, PyBUF_WRITABLE) < 0) {
-        PyBuffer_Release(&ov);
+    PyObject *targs[4] = {args[1], args[2], args[5], args[2]}; /* the new table; h unused */
+    Table t;
+    if (table_get(targs, &t, 1) < 0) return NULL;
+    Py_buffer ov;
+    if (PyObject_GetBuffer(args[0], &ov, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&t.view);
         return NULL;
     }
     PyObject *out = NULL;
-    if (hs < 0 || (mask & (mask + 1)) || (uint64_t)(ov.len - hs) < cap * 16 ||
-        (uint64_t)(nv.len - hs) < (mask + 1) * 16) {
-        PyErr_SetString(PyExc_ValueError, "id index: buffer does not hold the table");
+    long long d[5];
+    if (hs < 0 || lo < 0 || hi < lo || (long long)(ov.len - hs) < hi * 16) {
+        PyErr_SetString(PyExc_ValueError, "id index: the old buffer does not hold the slots");
+    } else if (kds_idx_copy_range((const uint8_t *)ov.buf + hs, t.base, t.mask, hs, lo, hi, scan_off, d) < 0) {
+        PyErr_SetString(PyExc_RuntimeError, "id index: the new table is full");
+    } else {
+        out = Py_BuildValue("(LLLLL)", d[0], d[1], d[2], d[3], d[4]);
+    }
+    PyBuffer_Release(&ov);
+    PyBuffer_Release(&t.view);
+    return out;
+}
+
+/* idx_expired(buf, header_size, lo, hi, cutoff) -> list[(h, ref)]: the pre-cancels among slots
+ * lo <= k < hi whose time is before cutoff (ms): the sweep of expired pre-cancels. */
+static PyObject *native_idx_expired(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "idx_expired(buf, header_size, lo, hi, cutoff)");
+        return NULL;
+    }
+    Py_ssize_t hs = PyLong_AsSsize_t(args[1]);
+    long long lo = PyLong_AsLongLong(args[2]), hi = PyLong_AsLongLong(args[3]), cutoff = PyLong_AsLongLong(args[4]);
+    if (PyErr_Occurred()) return NULL;
+    Py_buffer v;
+    if (PyObject_GetBuffer(args[0], &v, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *out = NULL;
+    if (hs < 0 || lo < 0 || hi < lo || (long long)(v.len - hs) < hi * 16) {
+        PyErr_SetString(PyExc_ValueError, "id index: buffer does not hold the slots");
         goto done;
     }
-    const uint8_t *src = (const uint8_t *)ov.buf + hs;
-    uint8_t *dst = (uint8_t *)nv.buf + hs;
-    uint64_t live = 0;
-    for (uint64_t k = 0; k < cap; k++) {
-        uint64_t h, r, e;
-        memcpy(&h, src + k * 16, 8);
+    const uint8_t *base = (const uint8_t *)v.buf + hs;
+    out = PyList_New(0);
+    for (long long k = lo; out && k < hi; k++) {
+        uint64_t h, r;
+        memcpy(&h, base + k * 16, 8);
         if (h <= TOMB) continue;
-        memcpy(&r, src + k * 16 + 8, 8);
-        if (++live > mask + 1) {
-            PyErr_SetString(PyExc_RuntimeError, "id index: the new table is too small");
-            goto done;
-        }
-        uint64_t i = h & mask;
-        for (;;) {
-            memcpy(&e, dst + i * 16, 8);
-            if (e == EMPTY) break;
-            i = (i + 1) & mask;
-        }
-        memcpy(dst + i * 16, &h, 8);
-        memcpy(dst + i * 16 + 8, &r, 8);
+        memcpy(&r, base + k * 16 + 8, 8);
+        if (!(r >> 63) || (long long)(r & ~(1ULL << 63)) >= cutoff) continue;
+        PyObject *pair = Py_BuildValue("(KK)", (unsigned long long)h, (unsigned long long)r);
+        if (!pair || PyList_Append(out, pair) < 0) Py_CLEAR(out);
+        Py_XDECREF(pair);
     }
-    out = PyLong_FromUnsignedLongLong(live);
 done:
-    PyBuffer_Release(&ov);
-    PyBuffer_Release(&nv);
+    PyBuffer_Release(&v);
     return out;
 }
 
 long long kds_idx_intake_slot(const uint8_t *base, uint64_t mask, long long live, long long tombs, uint64_t h,
-                              int *tomb) {
+                              int *tomb, const uint8_t *old, uint64_t old_mask) {
     if ((live + tombs + 1) * 2 > (long long)(mask + 1)) return -1; /* IdIndex.put would grow the table */
+    if (old) { /* a migration runs: an entry under h in the old table counts as well */
+        uint64_t sh, probes = 0;
+        for (uint64_t at = h & old_mask;; at = (at + 1) & old_mask, probes++) {
+            if (probes > old_mask) return -1;
+            memcpy(&sh, old + at * 16, 8);
+            if (sh == EMPTY) break;
+            if (sh == h) return -1;
+        }
+    }
     int64_t free_slot = -1;
     uint64_t at = h & mask, probes = 0;
     for (;; at = (at + 1) & mask, probes++) {
@@ -279,5 +364,6 @@ PyMethodDef kds_idindex_methods[] = {
     {"idx_put", (PyCFunction)(void (*)(void))native_idx_put, METH_FASTCALL, NULL},
     {"idx_remove", (PyCFunction)(void (*)(void))native_idx_remove, METH_FASTCALL, NULL},
     {"idx_remove_delivered", (PyCFunction)(void (*)(void))native_idx_remove_delivered, METH_FASTCALL, NULL},
-    {"idx_rehash", (PyCFunction)(void (*)(void))native_idx_rehash, METH_FASTCALL, NULL},
+    {"idx_copy", (PyCFunction)(void (*)(void))native_idx_copy, METH_FASTCALL, NULL},
+    {"idx_expired", (PyCFunction)(void (*)(void))native_idx_expired, METH_FASTCALL, NULL},
     {NULL, NULL, 0, NULL}};

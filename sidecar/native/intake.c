@@ -115,13 +115,14 @@ static int state_out(PyObject *lst, const int64_t *st, const int64_t *orig, Py_s
 }
 
 /* ingest_run(msgs, start, now, partition, id_prefix, checked_targets, no_headers, seg_buf, idx_buf,
- *            st, sched_bufs) -> int: see above. sched_bufs: wheel (tl_buf | None, slot_buf,
+ *            st, sched_bufs[, idx_old_buf]) -> int: see above. idx_old_buf: the id index's old table
+ * while it migrates (None or absent: no migration; its mask is st[IN_IDX_OLD_MASK]). sched_bufs: wheel (tl_buf | None, slot_buf,
  * occ_send, occ_done, by_range: the buckets not fully linked yet); levels: a tuple of each level's
  * current queue file buffer (or None). */
 static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 11) {
+    if (nargs != 11 && nargs != 12) {
         PyErr_SetString(PyExc_TypeError, "ingest_run(msgs, start, now, partition, id_prefix, checked_targets, "
-                                         "no_headers, seg_buf, idx_buf, st, sched_bufs)");
+                                         "no_headers, seg_buf, idx_buf, st, sched_bufs[, idx_old_buf])");
         return NULL;
     }
     if (in_names() < 0) return NULL;
@@ -138,10 +139,10 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
     int64_t st[IN_MAX_STATE], st_in[IN_MAX_STATE];
     Py_ssize_t nst = state_in(args[9], st, st_in);
     if (nst < 0) return NULL;
-    Py_buffer segv, idxv;
+    Py_buffer segv, idxv, oldv;
     int kind = (int)st[IN_KIND];
     Py_ssize_t i = start, n = PyList_GET_SIZE(msgs);
-    int have_seg = 0, have_idx = 0, nbuf = 0;
+    int have_seg = 0, have_idx = 0, have_old = 0, nbuf = 0, stop = 0;
     Py_buffer bufs[IN_MAX_BUFS];
     uint8_t *bp[IN_MAX_BUFS];
     Py_ssize_t blen[IN_MAX_BUFS];
@@ -152,6 +153,10 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
     }
     if (PyObject_GetBuffer(args[8], &idxv, PyBUF_WRITABLE) < 0) goto fail;
     have_idx = 1;
+    if (nargs == 12 && args[11] != Py_None) {
+        if (PyObject_GetBuffer(args[11], &oldv, PyBUF_SIMPLE) < 0) goto fail;
+        have_old = 1;
+    }
     Py_ssize_t nsb = PyTuple_GET_SIZE(sbufs);
     if (nsb > IN_MAX_BUFS || (kind != IN_KIND_WHEEL && kind != IN_KIND_LEVELS) ||
         (kind == IN_KIND_WHEEL && (nsb != 5 || nst < IN_W_SIZE || !PyDict_Check(PyTuple_GET_ITEM(sbufs, 4)))) ||
@@ -180,6 +185,13 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
         goto fail;
     }
     uint8_t *ibase = (uint8_t *)idxv.buf + hs;
+    const uint64_t old_mask = (uint64_t)st[IN_IDX_OLD_MASK];
+    if (have_old && (st[IN_IDX_OLD_MASK] < 0 || (old_mask & (old_mask + 1)) ||
+                     (uint64_t)(oldv.len - hs) < (old_mask + 1) * 16)) {
+        PyErr_SetString(PyExc_ValueError, "ingest_run: the old index buffer does not match the state");
+        goto fail;
+    }
+    const uint8_t *obase = have_old ? (const uint8_t *)oldv.buf + hs : NULL;
     for (; i < n && have_seg; i++) {
         PyObject *m = PyList_GET_ITEM(msgs, i);
         PyObject *err = NULL, *po = NULL, *tso = NULL, *offo = NULL, *key = NULL, *value = NULL, *headers = NULL;
@@ -230,7 +242,7 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
         uint64_t h = kds_id_hash((const uint8_t *)rid, rlen);
         /* id index: no entry under h (else the duplicate / pre-cancel checks), no growth due */
         int tomb = 0;
-        long long at = kds_idx_intake_slot(ibase, mask, st[IN_IDX_LIVE], st[IN_IDX_TOMBS], h, &tomb);
+        long long at = kds_idx_intake_slot(ibase, mask, st[IN_IDX_LIVE], st[IN_IDX_TOMBS], h, &tomb, obase, old_mask);
         if (at < 0) goto next;
         /* plan */
         long long level = 0;
@@ -396,6 +408,21 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
         st[IN_IDX_LIVE]++;
         st[IN_NEXT_OFFSET] = offset + 1;
         ok = 1;
+        if (obase) { /* the insert's migration step, as IdIndex.put makes it after its insert */
+            long long cur = st[IN_IDX_CURSOR], end = cur + st[IN_IDX_STEP], d[5];
+            if (end > (long long)old_mask + 1) end = (long long)old_mask + 1;
+            if (kds_idx_copy_range(obase, ibase, mask, hs, cur, end, scan, d) < 0) {
+                PyErr_SetString(PyExc_RuntimeError, "id index: the new table is full");
+                stop = -1;
+                goto next;
+            }
+            st[IN_IDX_LIVE] += d[1] + (scan >= 0 ? d[0] - d[1] : 0);
+            st[IN_IDX_TOMBS] -= d[2];
+            st[IN_IDX_SCAN_LIVE] += d[3];
+            st[IN_IDX_SCAN_TOMBS] -= d[4];
+            st[IN_IDX_CURSOR] = end;
+            stop = end > (long long)old_mask; /* the migration ended: IdIndex finishes it */
+        }
     next:
         Py_XDECREF(err);
         Py_XDECREF(po);
@@ -409,7 +436,12 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
             Py_DECREF(req.user);
         }
         Py_XDECREF(blob);
+        if (stop < 0) goto fail;
         if (!ok) break;
+        if (stop) {
+            i++;
+            break;
+        }
     }
     if (state_out(args[9], st, st_in, nst) == 0) result = PyLong_FromSsize_t(i);
 fail:
@@ -418,6 +450,7 @@ fail:
     while (--nbuf >= 0)
         if (bufs[nbuf].obj) PyBuffer_Release(&bufs[nbuf]);
     if (have_idx) PyBuffer_Release(&idxv);
+    if (have_old) PyBuffer_Release(&oldv);
     if (have_seg) PyBuffer_Release(&segv);
     return result;
 }

@@ -17,6 +17,9 @@
 #define IN_IDX_SCAN_OFF 10 /* id index: background recount's position (-1: counts exact) */
 #define IN_IDX_SCAN_LIVE 11 /* id index: live slots below IDX_SCAN_OFF (moved by the loop) */
 #define IN_IDX_SCAN_TOMBS 12 /* id index: tombstones below IDX_SCAN_OFF (moved by the loop) */
+#define IN_IDX_OLD_MASK 13 /* id index: the old table's capacity - 1 while it migrates (-1: none) */
+#define IN_IDX_CURSOR 14 /* id index: the migration's next old slot (moved by the loop) */
+#define IN_IDX_STEP 15 /* id index: old slots migrated per insert (MIGRATE_PER_PUT) */
 #define IN_SCHED_AT 16 /* first index of the scheduler's part */
 
 /* Kind. Values of ``Common.KIND``. */
@@ -73,6 +76,9 @@
     X(IN_IDX_SCAN_OFF) \
     X(IN_IDX_SCAN_LIVE) \
     X(IN_IDX_SCAN_TOMBS) \
+    X(IN_IDX_OLD_MASK) \
+    X(IN_IDX_CURSOR) \
+    X(IN_IDX_STEP) \
     X(IN_KIND_WHEEL) \
     X(IN_KIND_LEVELS) \
     X(IN_W_P) \

@@ -51,6 +51,9 @@ class _Common:
     IDX_SCAN_OFF: Annotated[int, "id index: background recount's position (-1: counts exact)"] = 10
     IDX_SCAN_LIVE: Annotated[int, "id index: live slots below IDX_SCAN_OFF (moved by the loop)"] = 11
     IDX_SCAN_TOMBS: Annotated[int, "id index: tombstones below IDX_SCAN_OFF (moved by the loop)"] = 12
+    IDX_OLD_MASK: Annotated[int, "id index: the old table's capacity - 1 while it migrates (-1: none)"] = 13
+    IDX_CURSOR: Annotated[int, "id index: the migration's next old slot (moved by the loop)"] = 14
+    IDX_STEP: Annotated[int, "id index: old slots migrated per insert (MIGRATE_PER_PUT)"] = 15
 
 
 Common = _Common()

@@ -458,7 +458,7 @@ class PartitionStore:
         first = self.log.head
         end: int = _run(
             msgs, start, now_ms, self.partition, self.id_prefix, rules.checked_targets, _NO_HEADERS, seg, idx, st,
-            bufs,
+            bufs, self.ids.intake_old(),
         )
         count = end - start
         if count:
@@ -897,14 +897,15 @@ class PartitionStore:
         the store keeps working: what it writes is not named by the snapshot."""
         if self.acked:
             self.settle()
-        # After a restart: a step of the id index's background recount (~10 ms), before the
-        # snapshot, so the first checkpoint after it ends records the exact counts.
-        self.ids.recount_step()
+        # After a restart: a step of the id index's background recount (~2 ms; the loop's index
+        # steps make more), before the snapshot, so the first checkpoint after it ends records
+        # the exact counts.
+        self.ids.recount_step(1 << 16)
         with deferred_sync() as batch:
             if fsync:
                 self.log.flush()
                 self.sched.flush()
-            self.ids.flush(sync=fsync)  # without fsync still: a rebuilt id index takes its name
+            self.ids.flush(sync=fsync)  # without fsync still: a migrated id index takes its name
         doc = {
             "topic": self.topic,
             "partition": self.partition,
@@ -928,7 +929,14 @@ class PartitionStore:
         with deferred_disposal() as gone:
             self.log.reclaim(job.dead_segments, unlink=False)  # the job deleted the files
             self.sched.reclaim()
+            self.ids.reclaim()  # a migrated id index's old table, once the job renamed the new one
         return gone
+
+    def index_step(self, now_ms: int, sweep: bool) -> int:
+        """A loop turn's share of the id index's maintenance (``IdIndex.step``): a bounded slice of
+        its migration, or (``sweep``) of the sweep of pre-cancels past the cancel horizon. Returns
+        the slots visited."""
+        return self.ids.step(now_ms, self.cancel_horizon_ms, sweep=sweep)
 
     def trim(self) -> None:
         """Unmap the resident pages of the store's mmapped files from this process, so RSS holds

@@ -233,6 +233,32 @@ def test_bench_steady(tmp_path: Path) -> None:
         assert sc["results"][sched]["cpu_us_per_record"]["goal"] is None
 
 
+def test_bench_scale(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """A small pending set on one and on six partitions with the 1 s stream beside it: the stream
+    is delivered, never early, over time; the restart is measured; expired pre-cancels counted."""
+    out = tmp_path / "bench.json"
+    report = _bench(["scale", "--bootstrap-servers", kafka_bootstrap, "--schedulers", "levels",
+                     "--scale-pending", "6000", "--scale-rate", "6000"], out, timeout_s=300)
+    _check_shape(report, ["scale"])
+    sc = report["scenarios"]["scale"]
+    assert sc["settings"]["pending_per_layout"] == 6000
+    for layout in ("1p", "6p"):
+        res, d = sc["results"]["levels"][layout], sc["details"]["levels"][layout]
+        assert res["pending"]["value"] == 6000 - 6  # one in a thousand fill records is a pre-cancel
+        assert d["lateness_during_fill_ms"]["n"] > 0 and d["lateness_over_time"]
+        assert res["stream_p999_ms"]["goal"] == "<= 50" and res["stream_max_ms"]["goal"] == "<= 100"
+        assert res["rss_bytes_per_pending"]["goal"] == "<= 8" and res["disk_bytes_per_pending"]["value"] > 0
+        assert res["expired_precancels_left"]["value"] >= 0
+        assert res["restart_to_first_on_time_s"]["value"] is not None
+
+
+def test_bench_rejects_bad_scale_pending(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "sidecar", "bench", "scale", "--scale-pending", "lots",
+                           "--json", str(tmp_path / "x.json")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "'lots': give a positive count such as 2500000, 500k or 20M" in proc.stderr
+
+
 def test_bench_rejects_bad_changelog_mode(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "sidecar", "bench", "throughput", "--changelog", "on,maybe",
                            "--json", str(tmp_path / "x.json")], capture_output=True, text=True, timeout=60)

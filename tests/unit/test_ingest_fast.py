@@ -28,6 +28,7 @@ from sidecar import contract as c
 from sidecar.config import Settings
 from sidecar.engine import loop
 from sidecar.levels.scheduler import LevelsScheduler
+from sidecar.store import idindex as idindex_mod
 from sidecar.store import partition as partition_mod
 from sidecar.store.codec import native
 from sidecar.store.idindex import IdIndex
@@ -191,8 +192,10 @@ def run(root: Path, scheduler: str, seed: int, fast: bool, monkeypatch: pytest.M
     clock = VirtualClock(T0)
     monkeypatch.setattr(loop, "FAST_INTAKE", fast)
     monkeypatch.setattr(loop, "FAST_RETRY", seed % 3)  # retry soon after a bail: more boundaries tested
-    # a tiny id index, so it grows (and its growth is the reference path's) many times
+    # a tiny id index, so it grows many times, migrating one slot per insert: the fast path
+    # stores records (and makes their migration steps) while both tables are in use
     monkeypatch.setattr(partition_mod, "IdIndex", functools.partial(IdIndex, initial_capacity=64))
+    monkeypatch.setattr(idindex_mod, "MIGRATE_PER_PUT", 1)
     s = Settings(scheduler=scheduler, data_dir=str(root), bootstrap_servers="x:1", ingress_topic=TOPIC,
                  levels_ms=LEVELS, max_delay_ms=400 * 86_400_000)
     sc = loop.Sidecar(s, clock=clock)
@@ -237,11 +240,14 @@ def test_fast_intake_matches_reference(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scheduler: str, seed: int
 ) -> None:
     taken = [0]
+    migrating = [0]
     real = partition_mod.PartitionStore.ingest_many
 
     def counting(self: PartitionStore, msgs: list[Any], start: int, now_ms: int, topic: str) -> int:
+        was = self.ids.migrating
         end = real(self, msgs, start, now_ms, topic)
         taken[0] += end - start
+        migrating[0] += (end - start) * was
         return end
 
     monkeypatch.setattr(partition_mod.PartitionStore, "ingest_many", counting)
@@ -249,6 +255,7 @@ def test_fast_intake_matches_reference(
     assert taken[0] == 0
     fast = run(tmp_path / "fast", scheduler, seed, True, monkeypatch)
     assert taken[0] > 100  # the fast path did take a good part of the records
+    assert migrating[0] > 20  # some of them while the id index migrated
     ref_states, ref_final, ref_counters, ref_files, ref_history = ref
     fast_states, fast_final, fast_counters, fast_files, fast_history = fast
     assert fast_counters == ref_counters

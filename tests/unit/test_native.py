@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from sidecar import contract as c
 from sidecar.headers import Rules, py_parse_request
 from sidecar.store import codec
-from sidecar.store.idindex import HEADER_SIZE, IdIndex, py_id_hash
+from sidecar.store.idindex import HEADER_SIZE, PRECANCEL, IdIndex, py_id_hash
 from sidecar.store.partition import compile_rules
 from tests.unit.test_codec import HEADERS, records
 
@@ -149,16 +149,18 @@ def test_record_type_behaves_like_the_dataclass() -> None:
 
 # -- id index: the C probes write the same slots as the Python ones --------------------------------
 hashes = st.integers(0, 40).map(lambda k: 2 + (k % 5) + (k // 5) * 64)
-ops = st.lists(st.tuples(st.sampled_from(["put", "remove", "find"]), hashes, st.integers(1, 6)), max_size=300)
+ops = st.lists(st.tuples(st.sampled_from(["put", "remove", "find", "step", "precancel"]), hashes, st.integers(1, 6)),
+               max_size=300)
 
 
 @needs_native
 @settings(max_examples=150, deadline=None)
 @given(ops, st.integers(0, 16))
 def test_id_index_twins(program: list[tuple[str, int, int]], scan_at: int) -> None:
-    """Two tables fed the same operations, one through C and one through Python, stay byte for
-    byte identical, with identical counts (including the background recount's partial ones, and
-    across growth, which the C rehash does)."""
+    """Two indexes fed the same operations, one through C and one through Python, stay byte for
+    byte identical, with identical counts (including the background recount's partial ones), both
+    tables of a migration included (the C ``idx_copy`` steps, at every put and at ``step``), and
+    the sweep of expired pre-cancels (C ``idx_expired``)."""
     with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
         c_ix = IdIndex(Path(d1), initial_capacity=16, native=True)
         p_ix = IdIndex(Path(d2), initial_capacity=16, native=False)
@@ -171,13 +173,23 @@ def test_id_index_twins(program: list[tuple[str, int, int]], scan_at: int) -> No
             if op == "put":
                 c_ix.put(h, r)
                 p_ix.put(h, r)
+            elif op == "precancel":  # a pre-cancel made at time r * 100
+                c_ix.put(h, PRECANCEL | (r * 100))
+                p_ix.put(h, PRECANCEL | (r * 100))
             elif op == "remove":
                 assert c_ix.remove(h, r) == p_ix.remove(h, r)
+            elif op == "step":  # r slots; pre-cancels older than 300 ms at 600 expire
+                assert c_ix.step(600, 300, slots=r, sweep_slots=r) == p_ix.step(600, 300, slots=r, sweep_slots=r)
             else:
                 assert c_ix.find(h) == p_ix.find(h)
             assert (c_ix.cap, c_ix.live, c_ix.tombs, c_ix._scan_off, c_ix._scan_live, c_ix._scan_tombs) == (
                 p_ix.cap, p_ix.live, p_ix.tombs, p_ix._scan_off, p_ix._scan_live, p_ix._scan_tombs
             )
+            assert (c_ix.old_mask, c_ix.cursor, c_ix.old_left, c_ix.migrated) == (
+                p_ix.old_mask, p_ix.cursor, p_ix.old_left, p_ix.migrated
+            )
+            if c_ix.old is not None and p_ix.old is not None:
+                assert bytes(c_ix.old.buf) == bytes(p_ix.old.buf)
         assert bytes(c_ix.f.buf) == bytes(p_ix.f.buf)
         c_ix.close()
         p_ix.close()
@@ -285,9 +297,11 @@ def test_remove_delivered_twins(ids: list[bytes], data: st.DataObject) -> None:
         pairs = [(ref, native.Record(80, 1, 0, 0, 0, 0, -1, 0, 0, ids[ref] if ref < len(ids) else b"gone", b"t",
                                      None, None, b"")) for ref in chosen]
         assert c_ix.remove_delivered(pairs) == p_ix.remove_delivered(pairs)
-        assert (c_ix.live, c_ix.tombs, c_ix._scan_live, c_ix._scan_tombs) == (
-            p_ix.live, p_ix.tombs, p_ix._scan_live, p_ix._scan_tombs
+        assert (c_ix.live, c_ix.tombs, c_ix._scan_live, c_ix._scan_tombs, c_ix.old_left) == (
+            p_ix.live, p_ix.tombs, p_ix._scan_live, p_ix._scan_tombs, p_ix.old_left
         )
+        if c_ix.old is not None and p_ix.old is not None:  # mid-migration: removed from both tables
+            assert bytes(c_ix.old.buf) == bytes(p_ix.old.buf)
         assert bytes(c_ix.f.buf) == bytes(p_ix.f.buf)
         c_ix.close()
         p_ix.close()

@@ -23,6 +23,7 @@ from structlog.testing import capture_logs
 from sidecar import contract as c
 from sidecar.levels.scheduler import LevelsScheduler
 from sidecar.store import codec
+from sidecar.store import idindex as idindex_mod
 from sidecar.store import partition as partition_mod
 from sidecar.store.idindex import EMPTY, TOMB, IdIndex, id_hash
 from sidecar.store.mapped import HEADER_SIZE
@@ -609,9 +610,33 @@ def test_random_crashes_with_checkpoints_finished_in_the_background(tmp_path: Pa
     _random_crashes(tmp_path, seed, background=True)
 
 
-def _random_crashes(tmp_path: Path, seed: int, background: bool) -> None:
+@pytest.mark.parametrize("seed", range(12))
+def test_random_crashes_mid_migration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """The same with an id index that starts at 16 slots and migrates one slot per insert (and
+    per index step): it grows (and sheds tombstones) all the time, so crashes and checkpoints
+    land mid-migration. After every reopen, every pending record is found under its id."""
+    monkeypatch.setattr(idindex_mod, "MIGRATE_PER_PUT", 1)
+    monkeypatch.setattr(partition_mod, "IdIndex", functools.partial(IdIndex, initial_capacity=16,
+                                                                    count_at_open=0 if seed % 2 else 1 << 20))
+    mid = _random_crashes(tmp_path, seed, background=bool(seed % 3), index_steps=True)
+    assert mid > 0, "no crash landed mid-migration"
+
+
+def _pending_are_indexed(store: PartitionStore) -> None:
+    """Every pending record's entry is in the id index under its id's hash."""
+    for n, lv in enumerate(store.sched.levels):
+        for idx in range(lv.done, lv.write):
+            ref = (n << 48) | idx
+            rec = store.sched.record(ref)
+            if rec is not None:
+                assert ref in store.ids.find(id_hash(rec.id)), f"{rec.id!r} is missing from the id index"
+
+
+def _random_crashes(tmp_path: Path, seed: int, background: bool, index_steps: bool = False) -> int:
+    """The random-crash model; returns how many crashes came while the id index was migrating."""
     rng = random.Random(seed)
     sim = Sim(tmp_path, segment_bytes=2048 if seed % 2 else 4096, entries_per_file=8)
+    mid = 0
     sent: dict[bytes, int] = {}
     cancelled: set[bytes] = set()
     at_risk: set[bytes] = set()
@@ -665,9 +690,14 @@ def _random_crashes(tmp_path: Path, seed: int, background: bool) -> None:
             if job is not None:
                 job.syncs.close()
                 job = None
+            mid += sim.st.ids.migrating
             sim.crash()
             delivered_since_ck = set()
             assert sim.st.dangling == [], "a pending record's segment was deleted"
+            if index_steps:
+                _pending_are_indexed(sim.st)
+        if index_steps and rng.random() < 0.3:
+            sim.st.ids.step(sim.now, sim.horizon_ms, slots=rng.randint(1, 4))
         # Live counts are exact: one live record per queue entry not yet finished. (A count too
         # low would let reclaim delete a segment that still holds pending records.)
         assert sim.st.log.pending_records() == sum(lv.write - lv.done for lv in sim.st.sched.levels)
@@ -692,6 +722,7 @@ def _random_crashes(tmp_path: Path, seed: int, background: bool) -> None:
     assert len(sim.st.log.segments) == 1
     for lv in sim.st.sched.levels:
         assert len(lv.queue.files) <= 1
+    return mid
 
 
 def test_space_returns_to_empty_size(tmp_path: Path) -> None:
