@@ -17,6 +17,8 @@
 #define IN_IDX_SCAN_OFF 10 /* id index: background recount's position (-1: counts exact) */
 #define IN_IDX_SCAN_LIVE 11 /* id index: live slots below IDX_SCAN_OFF (moved by the loop) */
 #define IN_IDX_SCAN_TOMBS 12 /* id index: tombstones below IDX_SCAN_OFF (moved by the loop) */
+#define IN_RESTORED_BYTES 13 /* restore_run: bytes of the changelog values it stored (moved by the loop) */
+#define IN_MAX_SRC_OFFSET 14 /* restore_run: highest source offset of the records it stored (-1: none) */
 #define IN_SCHED_AT 16 /* first index of the scheduler's part */
 
 /* Kind. Values of ``Common.KIND``. */
@@ -73,6 +75,8 @@
     X(IN_IDX_SCAN_OFF) \
     X(IN_IDX_SCAN_LIVE) \
     X(IN_IDX_SCAN_TOMBS) \
+    X(IN_RESTORED_BYTES) \
+    X(IN_MAX_SRC_OFFSET) \
     X(IN_KIND_WHEEL) \
     X(IN_KIND_LEVELS) \
     X(IN_W_P) \

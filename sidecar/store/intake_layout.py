@@ -1,7 +1,8 @@
 """The intake fast path's state: the one declaration of its layout.
 
 ``PartitionStore.ingest_many`` runs ``_native.ingest_run`` (sidecar/native/intake.c), a C loop that
-stores and schedules consumed records in place of ``ingest_fields``. The state the Python objects
+stores and schedules consumed records in place of ``ingest_fields``; ``PartitionStore.restore_many``
+runs its twin for changelog records, ``_native.restore_run``, in place of ``restore_put``. The state the Python objects
 keep and the loop reads and moves — the commit log's head, the id index's counts, the scheduler's
 cursors, files and dirty ranges — travels in one list of ints, ``st``: each object writes its
 fields into it before the call (the scheduler's ``intake_begin`` makes it, then
@@ -51,6 +52,8 @@ class _Common:
     IDX_SCAN_OFF: Annotated[int, "id index: background recount's position (-1: counts exact)"] = 10
     IDX_SCAN_LIVE: Annotated[int, "id index: live slots below IDX_SCAN_OFF (moved by the loop)"] = 11
     IDX_SCAN_TOMBS: Annotated[int, "id index: tombstones below IDX_SCAN_OFF (moved by the loop)"] = 12
+    RESTORED_BYTES: Annotated[int, "restore_run: bytes of the changelog values it stored (moved by the loop)"] = 13
+    MAX_SRC_OFFSET: Annotated[int, "restore_run: highest source offset of the records it stored (-1: none)"] = 14
 
 
 Common = _Common()
