@@ -242,6 +242,7 @@ class KafkaIO:
                 # a restore polls without waiting: the broker must not hold a fetch 500 ms (the
                 # default) for data that is not there, nor keep a watermark query behind it
                 "fetch.wait.max.ms": 10,
+                "fetch.queue.backoff.ms": 10,
             })
             conf.update(self.s.kafka)
             self._restore = self.clients.consumer(conf)

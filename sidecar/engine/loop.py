@@ -558,7 +558,15 @@ class Sidecar:
             pending=sum(pending.values()), pending_by_tier=pending, in_flight=self.pub.in_flight,
             retry_queue=len(self.pub.retries), early=k.early, paused=self.paused, turns=turn_count,
             slow_turns=slow_turns, slowest_turn_ms=slowest_turn_ms,
+            **({"standby_lag": self._standby_lag()} if self.restorer is not None and self.restorer.standby else {}),
         )
+
+    def _standby_lag(self) -> dict[int, int]:
+        """Changelog records each standby store has not applied yet (against the end offset the
+        restore consumer last saw)."""
+        assert self.restorer is not None
+        return {p: max(0, (self.kafka.changelog_end(p) or r.position) - r.position)
+                for p, r in self.restorer.standby.items()}
 
     def _sync_metrics(self, pending: dict[str, int]) -> None:
         """Push counter deltas since the last sync (the hot path only bumps plain integers)."""
@@ -575,8 +583,7 @@ class Sidecar:
             m.set_changelog({p: x.produced - x.acked for p, x in mirrors.items()},
                             {p: x.failed for p, x in mirrors.items()}, self.restorer.remaining())
             m.restored(self.restorer.applied - self._restored_synced)
-            m.set_standby_lag({p: max(0, (self.kafka.changelog_end(p) or r.position) - r.position)
-                               for p, r in self.restorer.standby.items()})
+            m.set_standby_lag(self._standby_lag())
             self._restored_synced = self.restorer.applied
         st = self.pub.state
         m.observe_lateness_ms(st.lateness_batch)
