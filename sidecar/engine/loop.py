@@ -558,7 +558,8 @@ class Sidecar:
             pending=sum(pending.values()), pending_by_tier=pending, in_flight=self.pub.in_flight,
             retry_queue=len(self.pub.retries), early=k.early, paused=self.paused, turns=turn_count,
             slow_turns=slow_turns, slowest_turn_ms=slowest_turn_ms,
-            **({"standby_lag": self._standby_lag()} if self.restorer is not None and self.restorer.standby else {}),
+            **({"standby_lag": {str(p): n for p, n in self._standby_lag().items()}}
+               if self.restorer is not None and self.restorer.standby else {}),
         )
 
     def _standby_lag(self) -> dict[int, int]:
