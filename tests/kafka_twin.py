@@ -29,6 +29,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_INVALID, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
 EPOCH_MS = 1_800_000_000_000
 
@@ -404,6 +405,14 @@ class TwinAdmin:
                 assignment=SimpleNamespace(topic_partitions=m.consumer.assignment()),
             ) for i, m in enumerate(self.cluster.members) if m.consumer.group == gid]
             out[gid] = _Done(SimpleNamespace(members=members))
+        return out
+
+    def list_offsets(self, specs: dict[TopicPartition, Any], **_kw: Any) -> dict[TopicPartition, _Done]:
+        """Earliest (0: nothing is ever deleted here) or latest offsets."""
+        out = {}
+        for tp, spec in specs.items():
+            end = len(self.cluster.topics[tp.topic][tp.partition])
+            out[tp] = _Done(SimpleNamespace(offset=end if spec == OffsetSpec.latest() else 0))
         return out
 
     def describe_configs(self, resources: list[Any]) -> dict[Any, _Done]:

@@ -199,9 +199,16 @@ class Restorer:
         """Records left to restore, by partition (an estimate: offsets, compaction leaves gaps)."""
         return {p: max(0, r.end - r.position) for p, r in self.restoring.items()}
 
-    def begin(self, store: PartitionStore) -> None:
-        """Start restoring ``store`` from the offset its checkpoint covers."""
-        low, high = self.kafka.changelog_watermarks(store.partition)
+    def begin_many(self, stores: list[PartitionStore]) -> None:
+        """``begin`` each store, with the changelog's offsets of all of them asked for at once."""
+        marks = self.kafka.changelog_watermarks_many([s.partition for s in stores]) if stores else {}
+        for store in stores:
+            self.begin(store, marks[store.partition])
+
+    def begin(self, store: PartitionStore, marks: tuple[int, int] | None = None) -> None:
+        """Start restoring ``store`` from the offset its checkpoint covers (``marks``: the changelog
+        partition's low and high offsets, asked for here if not given)."""
+        low, high = marks if marks is not None else self.kafka.changelog_watermarks(store.partition)
         start = store.changelog_offset
         if start is not None and start > high:
             # the changelog is younger than this store's checkpoint (recreated topic): start over

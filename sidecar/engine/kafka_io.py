@@ -37,13 +37,20 @@ from confluent_kafka import (
     OFFSET_BEGINNING,
     OFFSET_INVALID,
     Consumer,
+    IsolationLevel,
     KafkaError,
     KafkaException,
     Message,
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType  # type: ignore[attr-defined]
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ConfigResource,
+    NewTopic,
+    OffsetSpec,
+    ResourceType,
+)
 
 from sidecar import logs
 from sidecar.config import ConfigError, Settings
@@ -253,6 +260,21 @@ class KafkaIO:
             TopicPartition(self._cl, partition), timeout=30, cached=False
         )
         return int(low), int(high)
+
+    def changelog_watermarks_many(self, partitions: list[int]) -> dict[int, tuple[int, int]]:
+        """``changelog_watermarks`` of several partitions in two requests (earliest and latest
+        offsets of all of them), not a round trip per partition one after the other: an
+        assignment of many partitions waited for each in its callback."""
+        if not partitions:
+            return {}
+        tps = {p: TopicPartition(self._cl, p) for p in partitions}
+        admin = self._admin()
+        # read_committed, as the restore consumer reads (its isolation.level default)
+        kw = {"isolation_level": IsolationLevel.READ_COMMITTED, "request_timeout": 30}
+        earliest, latest = OffsetSpec.earliest(), OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        lows = admin.list_offsets(dict.fromkeys(tps.values(), earliest), **kw)
+        highs = admin.list_offsets(dict.fromkeys(tps.values(), latest), **kw)
+        return {p: (int(lows[tp].result().offset), int(highs[tp].result().offset)) for p, tp in tps.items()}
 
     def changelog_end(self, partition: int) -> int | None:
         """The changelog partition's end offset as the restore consumer last saw it (no request)."""

@@ -132,6 +132,7 @@ class Sidecar:
     def partitions_assigned(self, partitions: list[int]) -> dict[int, int | None]:
         """Open (recover) each partition's store; its checkpoint names the offset to resume at."""
         resume: dict[int, int | None] = {}
+        restore: list[PartitionStore] = []  # restored from the changelog (their offsets asked for at once)
         for partition in partitions:
             warm = self.restorer.end_standby(partition) if self.restorer is not None else None
             if warm is not None:
@@ -140,7 +141,7 @@ class Sidecar:
                 warm.mirror = StoreMirror(self.kafka, self.kafka.changelog_topic, warm)
                 resume[partition] = None
                 log.info("standby.promoted", partition=partition, changelog_offset=warm.changelog_offset)
-                self.restorer.begin(warm)  # type: ignore[union-attr]
+                restore.append(warm)
                 continue
             store = self._store(partition)
             t0 = time.monotonic()
@@ -159,7 +160,9 @@ class Sidecar:
             assert self.kafka.changelog_topic is not None
             store.mirror = StoreMirror(self.kafka, self.kafka.changelog_topic, store)
             resume[partition] = None
-            self.restorer.begin(store)
+            restore.append(store)
+        if self.restorer is not None:
+            self.restorer.begin_many(restore)
         self.assigned = bool(self.stores) or bool(self.held())
         log.info("partitions.assigned", partitions=partitions)
         self._readiness()
