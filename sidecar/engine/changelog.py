@@ -189,11 +189,17 @@ class Restorer:
         """Changelog records a standby has not applied yet, by partition (end as last seen)."""
         return {p: max(0, r.end - r.position) for p, r in self.standby.items()}
 
-    def tail(self) -> None:
-        """Apply what the standbys' changelog partitions have now, without waiting."""
-        msgs = self.kafka.restore_consume(RESTORE_BATCH, 0)
-        if msgs:
-            self._apply(msgs, self.clock.wall_ms())
+    def tail(self, budget_s: float = RESTORE_SLICE_S) -> None:
+        """Apply what the standbys' changelog partitions have now, without waiting: batches while
+        full ones keep coming, for up to ``budget_s`` (a standby far behind, just placed, caught up
+        at one batch per loop turn: 10M records took 2-4 min)."""
+        deadline = time.monotonic() + budget_s
+        while True:
+            msgs = self.kafka.restore_consume(RESTORE_BATCH, 0)
+            if msgs:
+                self._apply(msgs, self.clock.wall_ms())
+            if len(msgs) < RESTORE_BATCH or time.monotonic() >= deadline:
+                return
 
     def remaining(self) -> dict[int, int]:
         """Records left to restore, by partition (an estimate: offsets, compaction leaves gaps)."""
