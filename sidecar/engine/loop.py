@@ -566,10 +566,11 @@ class Sidecar:
         )
 
     def _standby_lag(self) -> dict[int, int]:
-        """Changelog records each standby store has not applied yet (against the end offset the
-        restore consumer last saw)."""
+        """Changelog records each standby store has not applied yet: against the end offset the
+        restore consumer last saw, or before its first fetch (no end cached yet: the lag read 0
+        while the whole changelog was still to come) the one the standby started with."""
         assert self.restorer is not None
-        return {p: max(0, (self.kafka.changelog_end(p) or r.position) - r.position)
+        return {p: max(0, max(self.kafka.changelog_end(p) or 0, r.end) - r.position)
                 for p, r in self.restorer.standby.items()}
 
     def _sync_metrics(self, pending: dict[str, int]) -> None:
