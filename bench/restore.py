@@ -220,14 +220,16 @@ def standby_failover(bench: Bench, a: SidecarProc, b: SidecarProc, target: str, 
     a.stop(signal.SIGKILL)
     assigned = event_after(b, "partitions.assigned", killed, 60)
     assigned_ms = event_ms(assigned)
-    promoted = event_after(b, "standby.promoted", killed, 30)
     restored = event_after(b, "partition.restored", killed, 60)
+    promoted = next((ev for ev in b.poll_events() if ev.get("event") == "standby.promoted"
+                     and event_ms(ev) >= killed), None)  # None: the standby was not there to promote
     first = first_on_time(bench, target, assigned_ms, b.check_alive)
     return {
         "standby_from_offset": started.get("from_offset"),
         "standby_catch_up_s": caught_up_s,
         "kill_to_assigned_s": (assigned_ms - killed) / 1000,
-        "promoted_changelog_offset": promoted.get("changelog_offset"),
+        "promoted": promoted is not None,
+        "promoted_changelog_offset": None if promoted is None else promoted.get("changelog_offset"),
         "promoted_restore_records": restored.get("records"),
         "promoted_restore_s": restored.get("seconds"),
         "assigned_to_first_on_time_s": (first - assigned_ms) / 1000 if first else None,

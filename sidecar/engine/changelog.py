@@ -138,21 +138,26 @@ class _Restoring:
     bytes: int = 0
 
 
-def standby_partitions(members: list[tuple[str, set[int]]], me: str, replicas: int) -> set[int]:
+def standby_partitions(
+    members: list[tuple[str, set[int]]], me: str, replicas: int, kept: set[int] | frozenset[int] = frozenset(),
+) -> set[int]:
     """The partitions this instance keeps warm (Kafka Streams' ``num.standby.replicas``): the
     members in order of their ids form a ring, and each keeps standbys of the partitions the next
     ``replicas`` members own (never its own). Pure: every member computes the same placement from
-    the same group description."""
+    the same group description. Of the standbys it keeps now (``kept``), those no member owns stay:
+    their owner has just left or died and the group has not given them out yet (dropping the warm
+    copy then would turn the failover it exists for into a reopen from disk)."""
     ring = sorted(members)
     ids = [m for m, _parts in ring]
+    orphans = set(kept) - set().union(*(parts for _m, parts in ring))
     if me not in ids or replicas <= 0:
-        return set()
+        return orphans if replicas > 0 else set()
     i = ids.index(me)
     mine = ring[i][1]
     out: set[int] = set()
     for k in range(1, min(replicas, len(ring) - 1) + 1):
         out |= ring[(i + k) % len(ring)][1]
-    return out - mine
+    return (out | orphans) - mine
 
 
 @dataclass

@@ -440,7 +440,8 @@ class Sidecar:
             log.warning("standby.placement_failed", error=str(e))
             return
         me = self.s.group_instance_id or ""
-        want = standby_partitions(members, me, self.s.standby_replicas) - set(self.stores) - self.held()
+        want = (standby_partitions(members, me, self.s.standby_replicas, set(restorer.standby))
+                - set(self.stores) - self.held())
         for partition in set(restorer.standby) - want:
             store = restorer.end_standby(partition)
             if store is not None:

@@ -142,7 +142,7 @@ def test_bench_restore(kafka_bootstrap: str, tmp_path: Path) -> None:
         assert 0 < res["restore_s"]["value"] <= res["spawn_to_restored_s"]["value"]
         assert res["spawn_to_first_on_time_s"]["value"] >= res["spawn_to_restored_s"]["value"]
         fo = d["standby_failover"]
-        assert fo["kill_to_assigned_s"] > 0 and res["standby_failover_s"]["value"] > 0
+        assert fo["promoted"] and fo["kill_to_assigned_s"] > 0 and res["standby_failover_s"]["value"] > 0
         assert res["standby_kill_to_first_on_time_s"]["value"] > res["standby_failover_s"]["value"]
         assert 0 <= res["standby_restored_records"]["value"] < n  # the standby held most of the changelog
 
