@@ -25,13 +25,24 @@ Figures: the restore rate = ``records / seconds`` of the sidecar's ``partition.r
 (its own clock, from the start of the partition's restore to its end; goal >= 200 000 records/s),
 S -> ``partition.restored`` as the bench sees the event's timestamp (process start, group join and
 restore; goal <= 50 s at 10M), S -> the first probe delivered with lateness <= 50 ms, and the
-records the restored store holds (``pending`` in the event) against N (``lost``; goal 0). No
-standby replica exists in the sidecar, so the issue's standby failover goal (<= 5 s to the first
-on-time delivery) cannot be measured; the restore with no local store is its upper bound.
+records the restored store holds (``pending`` in the event) against N (``lost``; goal 0).
+
+4. *Standby failover*: the restored sidecar (A) runs with ``--standby-replicas 1`` in a group of
+   its own; a second one (B, same flags, an empty data directory) joins it. The one partition stays
+   with A, and B keeps a standby store of it, tailing the changelog (N records and the probes'
+   writes) until its ``stats`` event shows a standby lag of 0 (``STANDBY_CAUGHT_UP`` records at
+   most). Then A is SIGKILLed (its disk stays, but B does not need it) while the probes go on. The
+   group gives the partition to B once A's session (``SESSION_MS``) has expired; B promotes its
+   standby (``standby.promoted``), restores what it had not applied (``partition.restored``) and
+   delivers. Figures: kill -> B's ``partitions.assigned`` (failure detection: the session
+   timeout), assigned -> the first probe delivered with lateness <= 50 ms after it (goal <= 5 s at
+   10M pending: the failover proper), kill -> first on-time delivery, and the records the promoted
+   standby still had to restore.
 """
 
 from __future__ import annotations
 
+import signal
 import time
 from typing import Any, cast
 
@@ -43,6 +54,7 @@ from bench.workload import (
     Bench,
     BenchError,
     PacedProducer,
+    SidecarProc,
     ingress_headers,
     log,
     producer,
@@ -50,6 +62,7 @@ from bench.workload import (
     uid,
     value_of,
     wait_until,
+    wall_ms,
 )
 from sidecar.store import codec
 
@@ -61,6 +74,9 @@ PROBE_DELAY_MS = 1_000
 ON_TIME_MS = 50
 GOAL_RATE = ">= 200000"
 GOAL_10M_S = "<= 50"
+GOAL_FAILOVER_S = "<= 5"
+SESSION_MS = 6_000  # the broker's smallest session timeout (group.min.session.timeout.ms)
+STANDBY_CAUGHT_UP = 100  # standby lag (records) that counts as caught up
 
 
 def counts_for(bench: Bench) -> int:
@@ -158,6 +174,69 @@ def fill(bench: Bench, topic: str, ingress: str, tpl: Any, n: int) -> dict[str, 
     return {"records": n, "value_bytes": nbytes, "seconds": seconds, "records_per_s": n / seconds if seconds else None}
 
 
+def first_on_time(bench: Bench, target: str, after_ms: int, alive: Any, timeout_s: float = 60) -> int | None:
+    """The delivery time of the first probe delivered after ``after_ms`` with lateness <= ON_TIME_MS."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        alive()
+        got = read_range(bench.bootstrap, target, {}, bench.wm.high(target), headers=True)
+        on_time = [ts for ts, da in zip(got.ts, got.deliver_at, strict=True)
+                   if ts >= after_ms and 0 <= ts - da <= ON_TIME_MS]
+        if on_time:
+            return min(on_time)
+        time.sleep(0.5)
+    return None
+
+
+def event_after(proc: SidecarProc, event: str, after_ms: int, timeout_s: float) -> dict[str, Any]:
+    """The first ``event`` ``proc`` logged at or after ``after_ms`` (with a partition list, a
+    non-empty one)."""
+    found: list[dict[str, Any]] = []
+
+    def seen() -> bool:
+        found[:] = [ev for ev in proc.poll_events() if ev.get("event") == event and event_ms(ev) >= after_ms
+                    and ev.get("partitions", True)]
+        return bool(found)
+
+    wait_until(f"{proc.name} to log {event}", seen, timeout_s, 0.05, proc.check_alive)
+    return found[0]
+
+
+def standby_failover(bench: Bench, a: SidecarProc, b: SidecarProc, target: str, n: int) -> dict[str, Any]:
+    """Step 4 of the module docstring: B keeps a standby of A's partition; A is killed."""
+    b.start(wait=False)
+
+    def caught_up() -> bool:
+        st = b.stats() or {}
+        lag = st.get("standby_lag") or {}
+        return bool(lag) and sum(int(x) for x in lag.values()) <= STANDBY_CAUGHT_UP
+
+    t0 = time.monotonic()
+    wait_until("the standby to catch up with the changelog", caught_up, 180 + n / 20_000, 0.25, b.check_alive)
+    caught_up_s = time.monotonic() - t0
+    started = b.last("standby.started") or {}
+    time.sleep(1.0)
+    killed = wall_ms()
+    a.stop(signal.SIGKILL)
+    assigned = event_after(b, "partitions.assigned", killed, 60)
+    assigned_ms = event_ms(assigned)
+    restored = event_after(b, "partition.restored", killed, 60)
+    promoted = next((ev for ev in b.poll_events() if ev.get("event") == "standby.promoted"
+                     and event_ms(ev) >= killed), None)  # None: the standby was not there to promote
+    first = first_on_time(bench, target, assigned_ms, b.check_alive)
+    return {
+        "standby_from_offset": started.get("from_offset"),
+        "standby_catch_up_s": caught_up_s,
+        "kill_to_assigned_s": (assigned_ms - killed) / 1000,
+        "promoted": promoted is not None,
+        "promoted_changelog_offset": None if promoted is None else promoted.get("changelog_offset"),
+        "promoted_restore_records": restored.get("records"),
+        "promoted_restore_s": restored.get("seconds"),
+        "assigned_to_first_on_time_s": (first - assigned_ms) / 1000 if first else None,
+        "kill_to_first_on_time_s": (first - killed) / 1000 if first else None,
+    }
+
+
 def measure(bench: Bench, scheduler: str, n: int) -> dict[str, Any]:
     tpl = template(bench, scheduler)
     ingress, target = f"bench.rst.in.{uid()}", f"bench.rst.out.{uid()}"
@@ -167,29 +246,28 @@ def measure(bench: Bench, scheduler: str, n: int) -> dict[str, Any]:
     filled = fill(bench, changelog, ingress, tpl, n)
     log(f"restore {scheduler}: {n:,} changelog records produced in {filled['seconds']:.1f} s "
         f"({filled['value_bytes'] / n:.0f} B each)")
-    sc = bench.sidecar(ingress, scheduler, tag="rst")
+    group = f"bench-rst-{uid()}"
+    flags = ["--standby-replicas", "1"]
+    sc = bench.sidecar(ingress, scheduler, tag="rst", extra=flags, group=group, static_id=f"{group}-a",
+                       session_timeout_ms=SESSION_MS)
+    b = bench.sidecar(ingress, scheduler, tag="rst-standby", extra=flags, group=group, static_id=f"{group}-b",
+                      session_timeout_ms=SESSION_MS)
     probes = PacedProducer(bench.bootstrap, ingress, target, PROBE_RATE, 100, lambda _i: PROBE_DELAY_MS,
                            key_prefix="probe")
     sc.start(wait=False)
     spawned = sc.started_ms
     probes.start()
-    first_on_time: int | None = None
     try:
         restored = sc.wait_event("partition.restored", 180 + n / 20_000)
         restored_ms = event_ms(restored)
-        deadline = time.monotonic() + 60
-        while first_on_time is None and time.monotonic() < deadline:
-            sc.check_alive()
-            got = read_range(bench.bootstrap, target, {}, bench.wm.high(target), headers=True)
-            on_time = [ts for ts, da in zip(got.ts, got.deliver_at, strict=True) if 0 <= ts - da <= ON_TIME_MS]
-            if on_time:
-                first_on_time = min(on_time)
-            else:
-                time.sleep(0.5)
+        first = first_on_time(bench, target, 0, sc.check_alive)
         stats = sc.stats() or {}
+        log(f"restore {scheduler}: restored in {restored.get('seconds')} s; standby failover ...")
+        failover = standby_failover(bench, sc, b, target, n)
     finally:
         probes.stop()
         sc.stop()
+        b.stop()
     got = read_range(bench.bootstrap, target, {}, bench.wm.high(target), headers=True)
     late = [ts - da for ts, da in zip(got.ts, got.deliver_at, strict=True)]
     records, seconds = int(restored.get("records", 0)), float(restored.get("seconds", 0))
@@ -202,7 +280,8 @@ def measure(bench: Bench, scheduler: str, n: int) -> dict[str, Any]:
         "restore_s": seconds,
         "restore_records_per_s": records / seconds if seconds > 0 else None,
         "spawn_to_restored_s": (restored_ms - spawned) / 1000,
-        "spawn_to_first_on_time_s": (first_on_time - spawned) / 1000 if first_on_time else None,
+        "spawn_to_first_on_time_s": (first - spawned) / 1000 if first else None,
+        "standby_failover": failover,
         "probes_sent": probes.accepted,
         "probes_delivered": len(got.ts),
         "probes_late": sum(1 for x in late if x > ON_TIME_MS),
@@ -222,6 +301,10 @@ def run(bench: Bench) -> dict[str, Any]:
             f"({m['restore_records_per_s'] or 0:,.0f}/s), spawn -> restored {m['spawn_to_restored_s']:.1f} s, "
             f"-> first on-time delivery {m['spawn_to_first_on_time_s']} s")
         restored_pending = m["restored_pending"]
+        fo = m["standby_failover"]
+        log(f"restore {sched}: standby failover: kill -> assigned {fo['kill_to_assigned_s']:.1f} s, "
+            f"assigned -> first on-time delivery {fo['assigned_to_first_on_time_s']} s "
+            f"({fo['promoted_restore_records']} records restored at the promotion)")
         results[sched] = {
             "pending": fig(n, "records"),
             "restore_records_per_s": fig(m["restore_records_per_s"], "records/s", GOAL_RATE,
@@ -229,8 +312,15 @@ def run(bench: Bench) -> dict[str, Any]:
             "restore_s": fig(m["restore_s"], "s"),
             "spawn_to_restored_s": fig(m["spawn_to_restored_s"], "s", GOAL_10M_S if n >= 10_000_000 else None,
                                        note="process start, group join and restore"),
-            "spawn_to_first_on_time_s": fig(m["spawn_to_first_on_time_s"], "s",
-                                            note="no local store and no standby (the sidecar has none)"),
+            "spawn_to_first_on_time_s": fig(m["spawn_to_first_on_time_s"], "s", note="no local store, no standby"),
+            "standby_failover_s": fig(fo["assigned_to_first_on_time_s"], "s",
+                                      GOAL_FAILOVER_S if n >= 10_000_000 else None,
+                                      note="standby-replicas 1: the new owner's partitions.assigned -> its first "
+                                           "on-time delivery"),
+            "standby_kill_to_first_on_time_s": fig(fo["kill_to_first_on_time_s"], "s",
+                                                   note=f"with failure detection (session.timeout.ms {SESSION_MS})"),
+            "standby_restored_records": fig(fo["promoted_restore_records"], "records",
+                                            note="what the promoted standby still had to restore"),
             "lost": fig(n - int(restored_pending) if restored_pending is not None else None, "records", "== 0",
                         note="N - the restored store's pending count"),
             "early": fig(m["early"], "records", "== 0"),
@@ -241,9 +331,12 @@ def run(bench: Bench) -> dict[str, Any]:
     return {
         "method": "N changelog records in the sidecar's format produced straight into a compacted changelog topic, "
                   "then a sidecar with an empty data dir started on its ingress topic: restore rate from its "
-                  "partition.restored event, spawn -> restored, spawn -> first probe delivered <= 50 ms late",
+                  "partition.restored event, spawn -> restored, spawn -> first probe delivered <= 50 ms late; "
+                  "then a second sidecar keeps a standby (standby-replicas 1), the first is SIGKILLed: "
+                  "the new owner's assignment -> its first on-time delivery",
         "settings": {"pending": n, "pending_delay_ms": PENDING_DELAY_MS, "value_bytes": 100, "probe_rate": PROBE_RATE,
-                     "probe_delay_ms": PROBE_DELAY_MS, "on_time_ms": ON_TIME_MS, "schedulers": bench.schedulers},
+                     "probe_delay_ms": PROBE_DELAY_MS, "on_time_ms": ON_TIME_MS, "schedulers": bench.schedulers,
+                     "session_timeout_ms": SESSION_MS, "standby_replicas": 1},
         "results": results,
         "details": details,
     }

@@ -1,8 +1,9 @@
 # Type stub of the C accelerator (its sources: sidecar/native/*.c); the Python twins live in
 # sidecar/store/codec.py, sidecar/store/idindex.py, sidecar/headers.py, sidecar/wheel/layout.py
 # and sidecar/levels/queue.py; the intake fast path's (ingest_run) is PartitionStore.ingest_fields
-# (sidecar/store/partition.py); the publish fast path's (Publisher, Delivery, publish_due) are
-# Sidecar._produce / _on_delivery (sidecar/engine/loop.py).
+# (sidecar/store/partition.py), the restore's (restore_run) PartitionStore.restore_put; the publish
+# fast path's (Publisher, Delivery, publish_due) are Sidecar._produce / _on_delivery
+# (sidecar/engine/loop.py).
 from collections.abc import Callable, MutableSequence, Sequence
 from typing import Any
 
@@ -93,6 +94,10 @@ def ingest_run(
     msgs: list[Any], start: int, now: int, partition: int, id_prefix: bytes, checked_targets: set[str],
     no_headers: bytes, seg_buf: memoryview | None, idx_buf: memoryview, st: list[int], sched_bufs: tuple[Any, ...],
     idx_old_buf: memoryview | None = None, /,
+) -> int: ...
+def restore_run(
+    msgs: list[Any], start: int, partition: int, end: int, seg_buf: memoryview | None, idx_buf: memoryview,
+    st: list[int], sched_bufs: tuple[Any, ...], idx_old_buf: memoryview | None = None, /,
 ) -> int: ...
 def lv_due(
     buf: memoryview, hs: int, f0: int, idx: int, stop: int, now: int, restored: int, done: int, room: int,

@@ -29,6 +29,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_INVALID, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
 EPOCH_MS = 1_800_000_000_000
 
@@ -118,7 +119,7 @@ class TwinCluster:
         self.group_topic = ""
         self.down = False  # a broker outage: produce reports fail with a transport error
         self.refused: set[str] = set()  # topics whose writes fail (e.g. no ACL to write them)
-        self.leaderless = 0  # the next N offset queries fail with NOT_LEADER_FOR_PARTITION (leader moving)
+        self.leaderless = 0  # the next N offset queries (consumer or admin) fail: NOT_LEADER_FOR_PARTITION
 
     # -- topics ---------------------------------------------------------------------------------
     def create_topic(self, name: str, partitions: int, config: dict[str, str] | None = None) -> None:
@@ -373,10 +374,13 @@ class _TopicsMeta:
 
 
 class _Done:
-    def __init__(self, value: Any = None) -> None:
+    def __init__(self, value: Any = None, error: KafkaError | None = None) -> None:
         self.value = value
+        self.error = error
 
     def result(self, timeout: float | None = None) -> Any:
+        if self.error is not None:
+            raise KafkaException(self.error)
         return self.value
 
     def done(self) -> bool:
@@ -408,6 +412,18 @@ class TwinAdmin:
                 assignment=SimpleNamespace(topic_partitions=m.consumer.assignment()),
             ) for i, m in enumerate(self.cluster.members) if m.consumer.group == gid]
             out[gid] = _Done(SimpleNamespace(members=members))
+        return out
+
+    def list_offsets(self, specs: dict[TopicPartition, Any], **_kw: Any) -> dict[TopicPartition, _Done]:
+        """Earliest (0: nothing is ever deleted here) or latest offsets."""
+        out = {}
+        leaderless = self.cluster.leaderless > 0
+        if leaderless:
+            self.cluster.leaderless -= 1
+        for tp, spec in specs.items():
+            end = len(self.cluster.topics[tp.topic][tp.partition])
+            out[tp] = _Done(SimpleNamespace(offset=end if spec == OffsetSpec.latest() else 0),
+                            KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION) if leaderless else None)
         return out
 
     def describe_configs(self, resources: list[Any]) -> dict[Any, _Done]:

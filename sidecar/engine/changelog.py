@@ -26,7 +26,8 @@ changelog acknowledges again: nothing is committed meanwhile, so nothing is lost
 reads the changelog from the offset its checkpoint covers (``changelog`` in checkpoint.json; from
 the beginning when it has no store) up to the end offset seen when the restore started, applying
 puts and tombstones idempotently (``PartitionStore.restore_put`` / ``restore_remove``; a put
-under a pending id replaces it only if it is a newer version: a higher source offset). The
+under a pending id replaces it only if it is a newer version: a higher source offset; runs of
+plain puts, an id the store does not know, in one C call: ``restore_many``). The
 partition's ingress is consumed, and its records published, only after that: until then the
 store is not in the loop's ``stores``. Ingress then resumes after the last record the changelog
 holds (``changelog_ingress``: one past the highest source offset of an acknowledged or restored
@@ -138,21 +139,26 @@ class _Restoring:
     bytes: int = 0
 
 
-def standby_partitions(members: list[tuple[str, set[int]]], me: str, replicas: int) -> set[int]:
+def standby_partitions(
+    members: list[tuple[str, set[int]]], me: str, replicas: int, kept: set[int] | frozenset[int] = frozenset(),
+) -> set[int]:
     """The partitions this instance keeps warm (Kafka Streams' ``num.standby.replicas``): the
     members in order of their ids form a ring, and each keeps standbys of the partitions the next
     ``replicas`` members own (never its own). Pure: every member computes the same placement from
-    the same group description."""
+    the same group description. Of the standbys it keeps now (``kept``), those no member owns stay:
+    their owner has just left or died and the group has not given them out yet (dropping the warm
+    copy then would turn the failover it exists for into a reopen from disk)."""
     ring = sorted(members)
     ids = [m for m, _parts in ring]
+    orphans = set(kept) - set().union(*(parts for _m, parts in ring))
     if me not in ids or replicas <= 0:
-        return set()
+        return orphans if replicas > 0 else set()
     i = ids.index(me)
     mine = ring[i][1]
     out: set[int] = set()
     for k in range(1, min(replicas, len(ring) - 1) + 1):
         out |= ring[(i + k) % len(ring)][1]
-    return out - mine
+    return (out | orphans) - mine
 
 
 @dataclass
@@ -189,19 +195,32 @@ class Restorer:
         """Changelog records a standby has not applied yet, by partition (end as last seen)."""
         return {p: max(0, r.end - r.position) for p, r in self.standby.items()}
 
-    def tail(self) -> None:
-        """Apply what the standbys' changelog partitions have now, without waiting."""
-        msgs = self.kafka.restore_consume(RESTORE_BATCH, 0)
-        if msgs:
-            self._apply(msgs, self.clock.wall_ms())
+    def tail(self, budget_s: float = RESTORE_SLICE_S) -> None:
+        """Apply what the standbys' changelog partitions have now, without waiting: batches while
+        full ones keep coming, for up to ``budget_s`` (a standby far behind, just placed, caught up
+        at one batch per loop turn: 10M records took 2-4 min)."""
+        deadline = time.monotonic() + budget_s
+        while True:
+            msgs = self.kafka.restore_consume(RESTORE_BATCH, 0)
+            if msgs:
+                self._apply(msgs, self.clock.wall_ms())
+            if len(msgs) < RESTORE_BATCH or time.monotonic() >= deadline:
+                return
 
     def remaining(self) -> dict[int, int]:
         """Records left to restore, by partition (an estimate: offsets, compaction leaves gaps)."""
         return {p: max(0, r.end - r.position) for p, r in self.restoring.items()}
 
-    def begin(self, store: PartitionStore) -> None:
-        """Start restoring ``store`` from the offset its checkpoint covers."""
-        low, high = self.kafka.changelog_watermarks(store.partition)
+    def begin_many(self, stores: list[PartitionStore]) -> None:
+        """``begin`` each store, with the changelog's offsets of all of them asked for at once."""
+        marks = self.kafka.changelog_watermarks_many([s.partition for s in stores]) if stores else {}
+        for store in stores:
+            self.begin(store, marks[store.partition])
+
+    def begin(self, store: PartitionStore, marks: tuple[int, int] | None = None) -> None:
+        """Start restoring ``store`` from the offset its checkpoint covers (``marks``: the changelog
+        partition's low and high offsets, asked for here if not given)."""
+        low, high = marks if marks is not None else self.kafka.changelog_watermarks(store.partition)
         start = store.changelog_offset
         if start is not None and start > high:
             # the changelog is younger than this store's checkpoint (recreated topic): start over
@@ -226,11 +245,15 @@ class Restorer:
 
     def _apply(self, msgs: list[Any], now: int) -> list[int]:
         """Apply changelog records to the restoring and standby stores; return the partitions
-        whose restore just completed."""
+        whose restore just completed. Runs of plain puts go through the store's C fast path
+        (``restore_many``), each other record through ``restore_put`` / ``restore_remove``."""
         done = []
-        for m in msgs:
+        i, n = 0, len(msgs)
+        while i < n:
+            m = msgs[i]
             if m.error() is not None:
                 self.kafka.consume_error(m.error())
+                i += 1
                 continue
             p = m.partition()
             r = self.restoring.get(p)
@@ -238,17 +261,29 @@ class Restorer:
             if standby:
                 r = self.standby.get(p)
             if r is None or (not standby and m.offset() >= r.end):
+                i += 1
                 continue
-            key, value = m.key(), m.value()
-            if value is None:
-                r.store.restore_remove(key)
+            stop, nbytes = r.store.restore_many(msgs, i, -1 if standby else r.end)
+            if stop > i:
+                taken = stop - i
+                r.records += taken
+                r.bytes += nbytes
+                self.applied += taken
+                last = msgs[stop - 1]
+                i = stop
             else:
-                r.store.restore_put(key, value, now)
-                r.store.covered(_SRC_OFFSET.unpack_from(value, _SRC_AT)[0])
-                r.bytes += len(value)
-            r.records += 1
-            self.applied += 1
-            r.position = m.offset() + 1
+                key, value = m.key(), m.value()
+                if value is None:
+                    r.store.restore_remove(key)
+                else:
+                    r.store.restore_put(key, value, now)
+                    r.store.covered(_SRC_OFFSET.unpack_from(value, _SRC_AT)[0])
+                    r.bytes += len(value)
+                r.records += 1
+                self.applied += 1
+                last = m
+                i += 1
+            r.position = last.offset() + 1
             if standby:
                 r.end = max(r.end, r.position)
                 r.store.changelog_offset = r.position

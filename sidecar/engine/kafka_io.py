@@ -37,13 +37,20 @@ from confluent_kafka import (
     OFFSET_BEGINNING,
     OFFSET_INVALID,
     Consumer,
+    IsolationLevel,
     KafkaError,
     KafkaException,
     Message,
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType  # type: ignore[attr-defined]
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ConfigResource,
+    NewTopic,
+    OffsetSpec,
+    ResourceType,
+)
 
 from sidecar import logs
 from sidecar.config import ConfigError, Settings
@@ -253,31 +260,60 @@ class KafkaIO:
                 # a restore polls without waiting: the broker must not hold a fetch 500 ms (the
                 # default) for data that is not there, nor keep a watermark query behind it
                 "fetch.wait.max.ms": 10,
+                "fetch.queue.backoff.ms": 10,
             })
             conf.update(self.s.kafka)
             self._restore = self.clients.consumer(conf)
         return self._restore
 
-    def changelog_watermarks(self, partition: int, timeout: float = 30) -> tuple[int, int]:
-        """The changelog partition's (low, high) offsets. Asked in the assign callback, where an
-        exception would leave ``consume`` and stop the sidecar: a transient broker answer (no
-        leader yet for a just-created changelog partition, a leader moving:
-        NOT_LEADER_FOR_PARTITION) is asked again until ``timeout``."""
+    def _asked_again(self, ask: Any, what: str, timeout: float = 30) -> Any:
+        """``ask()``, asked again while the broker's answer is transient (no leader yet for a
+        just-created changelog partition, a leader moving: NOT_LEADER_FOR_PARTITION), up to
+        ``timeout``. The changelog's offsets are asked in the assign callback, where an exception
+        would leave ``consume`` and stop the sidecar."""
         deadline = time.monotonic() + timeout
         while True:
             try:
-                low, high = self._restorer().get_watermark_offsets(
-                    TopicPartition(self._cl, partition), timeout=max(0.1, deadline - time.monotonic()), cached=False
-                )
-                return int(low), int(high)
+                return ask()
             except KafkaException as e:
                 err: Any = e.args[0] if e.args else None
-                retriable = err is not None and (err.code() in _TRANSIENT or err.retriable())
-                if not retriable or time.monotonic() >= deadline:
+                transient = err is not None and (err.code() in _TRANSIENT or err.retriable())
+                if not transient or time.monotonic() >= deadline:
                     raise
-                if self.should_warn("changelog_watermarks"):
-                    log.info("changelog.watermarks_retry", partition=partition, error=err.str())
+                if self.should_warn(f"asked_again:{what}"):
+                    log.info("kafka.asked_again", what=what, error=err.str())
                 time.sleep(0.1)
+
+    def changelog_watermarks(self, partition: int) -> tuple[int, int]:
+        """The changelog partition's (low, high) offsets."""
+        def ask() -> tuple[int, int]:
+            low, high = self._restorer().get_watermark_offsets(
+                TopicPartition(self._cl, partition), timeout=30, cached=False
+            )
+            return int(low), int(high)
+
+        result: tuple[int, int] = self._asked_again(ask, "changelog_watermarks")
+        return result
+
+    def changelog_watermarks_many(self, partitions: list[int]) -> dict[int, tuple[int, int]]:
+        """``changelog_watermarks`` of several partitions in two requests (earliest and latest
+        offsets of all of them), not a round trip per partition one after the other: an
+        assignment of many partitions waited for each in its callback."""
+        if not partitions:
+            return {}
+        tps = {p: TopicPartition(self._cl, p) for p in partitions}
+        admin = self._admin()
+        # read_committed, as the restore consumer reads (its isolation.level default)
+        kw = {"isolation_level": IsolationLevel.READ_COMMITTED, "request_timeout": 30}
+        earliest, latest = OffsetSpec.earliest(), OffsetSpec.latest()  # type: ignore[no-untyped-call]
+
+        def ask() -> dict[int, tuple[int, int]]:
+            lows = admin.list_offsets(dict.fromkeys(tps.values(), earliest), **kw)
+            highs = admin.list_offsets(dict.fromkeys(tps.values(), latest), **kw)
+            return {p: (int(lows[tp].result().offset), int(highs[tp].result().offset)) for p, tp in tps.items()}
+
+        result: dict[int, tuple[int, int]] = self._asked_again(ask, "changelog_watermarks")
+        return result
 
     def changelog_end(self, partition: int) -> int | None:
         """The changelog partition's end offset as the restore consumer last saw it (no request)."""

@@ -159,6 +159,7 @@ class Sidecar:
 
     def _partitions_assigned(self, partitions: list[int]) -> dict[int, int | None]:
         resume: dict[int, int | None] = {}
+        restore: list[PartitionStore] = []  # restored from the changelog (their offsets asked for at once)
         for partition in partitions:
             warm = self.restorer.end_standby(partition) if self.restorer is not None else None
             if warm is not None:
@@ -168,7 +169,7 @@ class Sidecar:
                 warm.history = self.history
                 resume[partition] = None
                 log.info("standby.promoted", partition=partition, changelog_offset=warm.changelog_offset)
-                self.restorer.begin(warm)  # type: ignore[union-attr]
+                restore.append(warm)
                 continue
             store = self._store(partition)
             t0 = time.monotonic()
@@ -187,7 +188,9 @@ class Sidecar:
             assert self.kafka.changelog_topic is not None
             store.mirror = StoreMirror(self.kafka, self.kafka.changelog_topic, store)
             resume[partition] = None
-            self.restorer.begin(store)
+            restore.append(store)
+        if self.restorer is not None:
+            self.restorer.begin_many(restore)
         self.assigned = bool(self.stores) or bool(self.held())
         log.info("partitions.assigned", partitions=partitions)
         self._readiness()
@@ -498,7 +501,8 @@ class Sidecar:
             log.warning("standby.placement_failed", error=str(e))
             return
         me = self.s.group_instance_id or ""
-        want = standby_partitions(members, me, self.s.standby_replicas) - set(self.stores) - self.held()
+        want = (standby_partitions(members, me, self.s.standby_replicas, set(restorer.standby))
+                - set(self.stores) - self.held())
         for partition in set(restorer.standby) - want:
             store = restorer.end_standby(partition)
             if store is not None:
@@ -620,7 +624,17 @@ class Sidecar:
             pending=sum(pending.values()), pending_by_tier=pending, in_flight=self.pub.in_flight,
             retry_queue=len(self.pub.retries), early=k.early, paused=self.paused, turns=turn_count,
             slow_turns=slow_turns, slowest_turn_ms=slowest_turn_ms,
+            **({"standby_lag": {str(p): n for p, n in self._standby_lag().items()}}
+               if self.restorer is not None and self.restorer.standby else {}),
         )
+
+    def _standby_lag(self) -> dict[int, int]:
+        """Changelog records each standby store has not applied yet: against the end offset the
+        restore consumer last saw, or before its first fetch (no end cached yet: the lag read 0
+        while the whole changelog was still to come) the one the standby started with."""
+        assert self.restorer is not None
+        return {p: max(0, max(self.kafka.changelog_end(p) or 0, r.end) - r.position)
+                for p, r in self.restorer.standby.items()}
 
     def _sync_metrics(self, pending: dict[str, int]) -> None:
         """Push counter deltas since the last sync (the hot path only bumps plain integers)."""
@@ -638,8 +652,7 @@ class Sidecar:
             m.set_changelog({p: x.produced - x.acked for p, x in mirrors.items()},
                             {p: x.failed for p, x in mirrors.items()}, self.restorer.remaining())
             m.restored(self.restorer.applied - self._restored_synced)
-            m.set_standby_lag({p: max(0, (self.kafka.changelog_end(p) or r.position) - r.position)
-                               for p, r in self.restorer.standby.items()})
+            m.set_standby_lag(self._standby_lag())
             self._restored_synced = self.restorer.applied
         if self.history is not None:
             hw, hf = self.history.written, self.history.failed

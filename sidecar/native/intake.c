@@ -89,10 +89,25 @@ static PyObject *in_call(PyObject *m, int k) {
 #define IN_MAX_BUFS 64                                       /* scheduler buffers: one per level at most */
 #define IN_MAX_STATE (IN_L_BASE + IN_L_STRIDE * IN_MAX_BUFS) /* the longest state (the levels') */
 
-/* The state list's ints into st (and a copy into orig); its length, or -1 with an error set. */
+/* What a run holds for its length: the state (a C copy of the list, and the values it started
+ * with), the head segment's, the id index's and the scheduler's buffers. */
+typedef struct {
+    int64_t st[IN_MAX_STATE], st_in[IN_MAX_STATE];
+    Py_ssize_t nst;
+    int kind, have_seg, have_idx, have_old, nbuf;
+    Py_buffer segv, idxv, oldv, bufs[IN_MAX_BUFS];
+    uint8_t *bp[IN_MAX_BUFS], *ibase;
+    const uint8_t *obase; /* the id index's old table while it migrates (NULL: none) */
+    Py_ssize_t blen[IN_MAX_BUFS];
+    PyObject *sbufs;
+    long long hs, sb;
+    uint64_t mask, old_mask;
+} InRun;
+
+/* The state list's ints into r->st (and a copy into r->st_in); its length, or -1 with an error set. */
 static Py_ssize_t state_in(PyObject *lst, int64_t *st, int64_t *orig) {
     if (!PyList_Check(lst) || PyList_GET_SIZE(lst) < IN_L_BASE || PyList_GET_SIZE(lst) > IN_MAX_STATE) {
-        PyErr_SetString(PyExc_ValueError, "ingest_run: st must be a list of ints (sidecar/store/intake_layout.py)");
+        PyErr_SetString(PyExc_ValueError, "intake: st must be a list of ints (sidecar/store/intake_layout.py)");
         return -1;
     }
     Py_ssize_t n = PyList_GET_SIZE(lst);
@@ -114,11 +129,235 @@ static int state_out(PyObject *lst, const int64_t *st, const int64_t *orig, Py_s
     return 0;
 }
 
+static void in_close(InRun *r) {
+    while (--r->nbuf >= 0)
+        if (r->bufs[r->nbuf].obj) PyBuffer_Release(&r->bufs[r->nbuf]);
+    if (r->have_idx) PyBuffer_Release(&r->idxv);
+    if (r->have_old) PyBuffer_Release(&r->oldv);
+    if (r->have_seg) PyBuffer_Release(&r->segv);
+    r->have_idx = r->have_old = r->have_seg = 0;
+}
+
+/* Take the state and the buffers (seg None: the head's segment is not mapped yet, nothing fits);
+ * 0, or -1 with an error set (in_close releases what was taken). sbufs: wheel (tl_buf | None,
+ * slot_buf, occ_send, occ_done, by_range: the buckets not fully linked yet); levels: a tuple of
+ * each level's current queue file buffer (or None). */
+static int in_open(InRun *r, PyObject *seg, PyObject *idx, PyObject *stl, PyObject *sbufs, PyObject *old) {
+    r->have_seg = r->have_idx = r->have_old = r->nbuf = 0;
+    r->obase = NULL;
+    if (!PyTuple_Check(sbufs)) {
+        PyErr_SetString(PyExc_TypeError, "intake: sched_bufs must be a tuple");
+        return -1;
+    }
+    r->sbufs = sbufs;
+    if ((r->nst = state_in(stl, r->st, r->st_in)) < 0) return -1;
+    int64_t *st = r->st;
+    r->kind = (int)st[IN_KIND];
+    if (seg != Py_None) {
+        if (PyObject_GetBuffer(seg, &r->segv, PyBUF_WRITABLE) < 0) return -1;
+        r->have_seg = 1;
+    }
+    if (PyObject_GetBuffer(idx, &r->idxv, PyBUF_WRITABLE) < 0) return -1;
+    r->have_idx = 1;
+    Py_ssize_t nsb = PyTuple_GET_SIZE(sbufs);
+    int kind = r->kind;
+    if (nsb > IN_MAX_BUFS || (kind != IN_KIND_WHEEL && kind != IN_KIND_LEVELS) ||
+        (kind == IN_KIND_WHEEL && (nsb != 5 || r->nst < IN_W_SIZE || !PyDict_Check(PyTuple_GET_ITEM(sbufs, 4)))) ||
+        (kind == IN_KIND_LEVELS && (nsb != st[IN_L_COUNT] || r->nst < IN_L_BASE + IN_L_STRIDE * nsb))) {
+        PyErr_SetString(PyExc_ValueError, "intake: scheduler buffers do not match the state");
+        return -1;
+    }
+    for (; r->nbuf < nsb; r->nbuf++) {
+        int k = r->nbuf;
+        PyObject *b = PyTuple_GET_ITEM(sbufs, k);
+        if (b == Py_None || (kind == IN_KIND_WHEEL && k == 4)) {
+            r->bp[k] = NULL;
+            r->blen[k] = 0;
+            r->bufs[k].obj = NULL;
+            continue;
+        }
+        if (PyObject_GetBuffer(b, &r->bufs[k], PyBUF_WRITABLE) < 0) return -1;
+        r->bp[k] = (uint8_t *)r->bufs[k].buf;
+        r->blen[k] = r->bufs[k].len;
+    }
+    r->hs = st[IN_HEADER_SIZE], r->sb = st[IN_SEG_BYTES];
+    r->mask = (uint64_t)st[IN_IDX_MASK];
+    if (r->hs < 0 || r->sb <= r->hs || (r->have_seg && r->segv.len < r->sb) || (r->mask & (r->mask + 1)) ||
+        (uint64_t)(r->idxv.len - r->hs) < (r->mask + 1) * 16) {
+        PyErr_SetString(PyExc_ValueError, "intake: log or index buffer does not match the state");
+        return -1;
+    }
+    r->ibase = (uint8_t *)r->idxv.buf + r->hs;
+    r->old_mask = (uint64_t)st[IN_IDX_OLD_MASK];
+    if (old != NULL && old != Py_None) {
+        if (PyObject_GetBuffer(old, &r->oldv, PyBUF_SIMPLE) < 0) return -1;
+        r->have_old = 1;
+        if (st[IN_IDX_OLD_MASK] < 0 || (r->old_mask & (r->old_mask + 1)) ||
+            (uint64_t)(r->oldv.len - r->hs) < (r->old_mask + 1) * 16) {
+            PyErr_SetString(PyExc_ValueError, "intake: the old index buffer does not match the state");
+            return -1;
+        }
+        r->obase = (const uint8_t *)r->oldv.buf + r->hs;
+    }
+    return 0;
+}
+
+/* The segment offset a record of `length` bytes is appended at (the head's), or -1 if it does not
+ * fit the rest of the head's segment (the reference rolls to a new one). */
+static long long in_room(const InRun *r, uint64_t length) {
+    long long head = r->st[IN_HEAD], soff = head % r->sb;
+    if (!r->have_seg || head < 0 || soff < r->hs || length >= (1ULL << 31) || soff + (long long)length > r->sb)
+        return -1;
+    return soff;
+}
+
+/* The scheduler's plain append of an entry (due, level) for the record at log position `head`
+ * (wheel: add -> _append_slot, or an already due record's _link to the late chain; levels: add),
+ * every check before the first write: the new entry's ref, or -1 with nothing written (the
+ * reference path's case). */
+static long long in_sched_add(InRun *r, long long due, long long level, long long head) {
+    int64_t *st = r->st;
+    uint8_t **bp = r->bp;
+    Py_ssize_t *blen = r->blen;
+    const long long hs = r->hs;
+    if (r->kind == IN_KIND_WHEEL) {
+        if (due < IN_MIN_DUE || due > IN_MAX_DUE || level < 0 || level > 0xffff) return -1;
+        long long P = st[IN_W_P], N = st[IN_W_N], kd = floordiv64(due, P), sk = st[IN_W_S_K], so = st[IN_W_S_O];
+        if (kd < st[IN_W_LATE_BELOW] || kd < sk || (kd == sk && so >= 0 && so > due - kd * P)) {
+            /* already due (its slot is behind the reader): a LATE entry at the tail of the late
+               chain, as add -> _link(_LATE) does; the reference patches a tail in an older file */
+            long long idx = st[IN_W_HEAD], pf = st[IN_W_PER_FILE], f0 = idx - idx % pf, lt = st[IN_W_LATE_TAIL];
+            long long ths = hs + pf; /* the file's entries follow its state bytes */
+            if (f0 != st[IN_W_F0] || !bp[0] || ths + (idx - f0 + 1) * WL_SIZE > blen[0]) return -1;
+            if (lt != -1 && (lt < f0 || lt >= idx)) return -1;
+            wl_entry(bp[0] + ths + (idx - f0) * WL_SIZE, due, head, WL_LATE, (int)level, idx);
+            bp[0][hs + (idx - f0)] = WL_PENDING;
+            if (st[IN_W_APP_LO] < 0) st[IN_W_APP_LO] = idx;
+            st[IN_W_APP_HI] = idx + 1;
+            if (lt == -1) {
+                st[IN_W_LATE_HEAD] = idx;
+            } else { /* TimerLog.set_next: patched and marked for flush whatever the range */
+                long long moff_e = ths + (lt - f0) * WL_SIZE;
+                wr64(bp[0] + moff_e + 16, idx);
+                if (st[IN_W_MARK_LO] < 0 || moff_e < st[IN_W_MARK_LO]) st[IN_W_MARK_LO] = moff_e;
+                if (moff_e + WL_SIZE > st[IN_W_MARK_HI]) st[IN_W_MARK_HI] = moff_e + WL_SIZE;
+            }
+            st[IN_W_LATE_TAIL] = idx;
+            st[IN_W_HEAD] = idx + 1;
+            return idx;
+        }
+        if (kd >= st[IN_W_GUARD] + N) return -1;
+        PyObject *by_range = PyTuple_GET_ITEM(r->sbufs, 4);
+        if (PyDict_GET_SIZE(by_range)) { /* its bucket is not fully linked yet: the reference joins it */
+            long long w = st[IN_W_WIDTH], rem = due % w;
+            if (rem < 0) rem += w;
+            PyObject *bk = Py_BuildValue("(LL)", due - rem, w);
+            int in = bk ? PyDict_Contains(by_range, bk) : -1;
+            Py_XDECREF(bk);
+            if (in != 0) {
+                PyErr_Clear();
+                return -1;
+            }
+        }
+        long long idx = st[IN_W_HEAD], pf = st[IN_W_PER_FILE], f0 = idx - idx % pf, ths = hs + pf;
+        if (f0 != st[IN_W_F0] || !bp[0] || ths + (idx - f0 + 1) * WL_SIZE > blen[0]) return -1;
+        long long pos = kd % N;
+        if (pos < 0) pos += N;
+        long long soff = hs + pos * WL_SIZE, stime = kd * P, moff = due - stime;
+        if (!bp[1] || soff + WL_SIZE > blen[1] || pos >= blen[2] || pos >= blen[3] || moff < 0 || moff > 0xFFFF)
+            return -1;
+        uint8_t *slot = bp[1] + soff;
+        int64_t t = rd64(slot), last = rd64(slot + 16);
+        uint32_t count = rd32(slot + 24);
+        if (count == 0xFFFFFFFF) return -1;
+        int linked = count && t == stime;
+        if (linked && (last < f0 || last >= idx)) return -1; /* the old tail is in an older file */
+        /* -- writes: timer log + slot ----------------------------------------------------------- */
+        wl_entry(bp[0] + ths + (idx - f0) * WL_SIZE, due, head, 0, (int)level, idx);
+        bp[0][hs + (idx - f0)] = WL_PENDING;
+        long long lo = st[IN_W_APP_LO];
+        if (lo < 0) st[IN_W_APP_LO] = lo = idx;
+        st[IN_W_APP_HI] = idx + 1;
+        if (linked) {
+            wr64(bp[0] + ths + (last - f0) * WL_SIZE + 16, idx);
+            wr64(slot + 16, idx);
+            wr32(slot + 24, count + 1);
+            if (moff < rd16(slot + 28)) wr16(slot + 28, (uint16_t)moff);
+            wr16(slot + 30, 0);
+            if (last < lo) { /* patched before this flush's appended range: flush msyncs it too */
+                long long moff_e = ths + (last - f0) * WL_SIZE;
+                if (st[IN_W_MARK_LO] < 0 || moff_e < st[IN_W_MARK_LO]) st[IN_W_MARK_LO] = moff_e;
+                if (moff_e + WL_SIZE > st[IN_W_MARK_HI]) st[IN_W_MARK_HI] = moff_e + WL_SIZE;
+            }
+        } else {
+            wr64(slot, stime);
+            wr64(slot + 8, idx);
+            wr64(slot + 16, idx);
+            wr32(slot + 24, 1);
+            wr16(slot + 28, (uint16_t)moff);
+            wr16(slot + 30, 0);
+            bp[2][pos] = 1;
+            bp[3][pos] = 1;
+            st[IN_W_NEW_CHAINS]++;
+        }
+        if (soff < st[IN_W_SLOT_DIRTY_LO] || st[IN_W_SLOT_DIRTY_LO] < 0) st[IN_W_SLOT_DIRTY_LO] = soff;
+        if (soff + WL_SIZE > st[IN_W_SLOT_DIRTY_HI]) st[IN_W_SLOT_DIRTY_HI] = soff + WL_SIZE;
+        st[IN_W_HEAD] = idx + 1;
+        return idx;
+    }
+    if (level < 0 || level >= st[IN_L_COUNT]) return -1;
+    int64_t *lv = st + IN_L_BASE + IN_L_STRIDE * level;
+    long long idx = lv[IN_LV_WRITE], first = lv[IN_LV_FIRST], pf = st[IN_L_PER_FILE];
+    if (first < 0 || idx < first || idx >= first + pf || !bp[level] || hs + (idx - first + 1) * LV_SIZE > blen[level])
+        return -1;
+    uint8_t *ent = bp[level] + hs + (idx - first) * LV_SIZE;
+    wr64(ent, head);
+    wr64(ent + 8, due);
+    memset(ent + 16, 0, 8);
+    if (lv[IN_LV_DIRTY_FROM] < 0 || idx < lv[IN_LV_DIRTY_FROM]) lv[IN_LV_DIRTY_FROM] = idx;
+    if (idx + 1 > lv[IN_LV_DIRTY_TO]) lv[IN_LV_DIRTY_TO] = idx + 1;
+    lv[IN_LV_WRITE] = idx + 1;
+    return (level << 48) | idx;
+}
+
+/* After the record of `length` bytes is written at the head: the head moves, and (h, ref) goes
+ * into id-index slot `at` (kds_idx_intake_slot's answer) with the counts IdIndex.put keeps. */
+static void in_stored(InRun *r, uint64_t length, long long at, int tomb, uint64_t h, long long ref) {
+    int64_t *st = r->st;
+    st[IN_HEAD] += (long long)length;
+    kds_idx_write(r->ibase, (uint64_t)at, h, (uint64_t)ref);
+    long long ioff = r->hs + at * 16, scan = st[IN_IDX_SCAN_OFF];
+    if (tomb) {
+        st[IN_IDX_TOMBS]--;
+        if (ioff < scan) st[IN_IDX_SCAN_TOMBS]--;
+    }
+    if (ioff < scan) st[IN_IDX_SCAN_LIVE]++;
+    st[IN_IDX_LIVE]++;
+}
+
+/* After an insert while the id index migrates: the insert's migration step, as IdIndex.put makes
+ * it (MIGRATE_PER_PUT old slots copied into the new table). 0, 1 when the migration's last slot was
+ * copied (the caller stops: IdIndex finishes the migration), or -1 with an error set. */
+static int in_migrate(InRun *r) {
+    int64_t *st = r->st;
+    if (!r->obase) return 0;
+    long long cur = st[IN_IDX_CURSOR], end = cur + st[IN_IDX_STEP], scan = st[IN_IDX_SCAN_OFF], d[5];
+    if (end > (long long)r->old_mask + 1) end = (long long)r->old_mask + 1;
+    if (kds_idx_copy_range(r->obase, r->ibase, r->mask, r->hs, cur, end, scan, d) < 0) {
+        PyErr_SetString(PyExc_RuntimeError, "id index: the new table is full");
+        return -1;
+    }
+    st[IN_IDX_LIVE] += d[1] + (scan >= 0 ? d[0] - d[1] : 0);
+    st[IN_IDX_TOMBS] -= d[2];
+    st[IN_IDX_SCAN_LIVE] += d[3];
+    st[IN_IDX_SCAN_TOMBS] -= d[4];
+    st[IN_IDX_CURSOR] = end;
+    return end > (long long)r->old_mask;
+}
+
 /* ingest_run(msgs, start, now, partition, id_prefix, checked_targets, no_headers, seg_buf, idx_buf,
  *            st, sched_bufs[, idx_old_buf]) -> int: see above. idx_old_buf: the id index's old table
- * while it migrates (None or absent: no migration; its mask is st[IN_IDX_OLD_MASK]). sched_bufs: wheel (tl_buf | None, slot_buf,
- * occ_send, occ_done, by_range: the buckets not fully linked yet); levels: a tuple of each level's
- * current queue file buffer (or None). */
+ * while it migrates (None or absent: no migration; its mask is st[IN_IDX_OLD_MASK]). */
 static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 11 && nargs != 12) {
         PyErr_SetString(PyExc_TypeError, "ingest_run(msgs, start, now, partition, id_prefix, checked_targets, "
@@ -127,72 +366,24 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
     }
     if (in_names() < 0) return NULL;
     TopicMemo memo = {NULL, NULL};
-    PyObject *msgs = args[0], *prefix = args[4], *checked = args[5], *no_headers = args[6], *sbufs = args[10];
+    PyObject *msgs = args[0], *prefix = args[4], *checked = args[5], *no_headers = args[6];
     Py_ssize_t start = PyLong_AsSsize_t(args[1]);
     long long now = PyLong_AsLongLong(args[2]), partition = PyLong_AsLongLong(args[3]);
     if (PyErr_Occurred()) return NULL;
-    if (!PyList_Check(msgs) || !PyBytes_Check(prefix) || !PyBytes_Check(no_headers) || !PyTuple_Check(sbufs) ||
-        PyBytes_GET_SIZE(prefix) > 200) {
+    if (!PyList_Check(msgs) || !PyBytes_Check(prefix) || !PyBytes_Check(no_headers) || PyBytes_GET_SIZE(prefix) > 200) {
         PyErr_SetString(PyExc_TypeError, "ingest_run: bad argument types");
         return NULL;
     }
-    int64_t st[IN_MAX_STATE], st_in[IN_MAX_STATE];
-    Py_ssize_t nst = state_in(args[9], st, st_in);
-    if (nst < 0) return NULL;
-    Py_buffer segv, idxv, oldv;
-    int kind = (int)st[IN_KIND];
-    Py_ssize_t i = start, n = PyList_GET_SIZE(msgs);
-    int have_seg = 0, have_idx = 0, have_old = 0, nbuf = 0, stop = 0;
-    Py_buffer bufs[IN_MAX_BUFS];
-    uint8_t *bp[IN_MAX_BUFS];
-    Py_ssize_t blen[IN_MAX_BUFS];
+    InRun run;
+    InRun *r = &run;
     PyObject *result = NULL;
-    if (args[7] != Py_None) {
-        if (PyObject_GetBuffer(args[7], &segv, PyBUF_WRITABLE) < 0) goto fail;
-        have_seg = 1;
-    }
-    if (PyObject_GetBuffer(args[8], &idxv, PyBUF_WRITABLE) < 0) goto fail;
-    have_idx = 1;
-    if (nargs == 12 && args[11] != Py_None) {
-        if (PyObject_GetBuffer(args[11], &oldv, PyBUF_SIMPLE) < 0) goto fail;
-        have_old = 1;
-    }
-    Py_ssize_t nsb = PyTuple_GET_SIZE(sbufs);
-    if (nsb > IN_MAX_BUFS || (kind != IN_KIND_WHEEL && kind != IN_KIND_LEVELS) ||
-        (kind == IN_KIND_WHEEL && (nsb != 5 || nst < IN_W_SIZE || !PyDict_Check(PyTuple_GET_ITEM(sbufs, 4)))) ||
-        (kind == IN_KIND_LEVELS && (nsb != st[IN_L_COUNT] || nst < IN_L_BASE + IN_L_STRIDE * nsb))) {
-        PyErr_SetString(PyExc_ValueError, "ingest_run: scheduler buffers do not match the state");
-        goto fail;
-    }
-    for (; nbuf < nsb; nbuf++) {
-        PyObject *b = PyTuple_GET_ITEM(sbufs, nbuf);
-        if (b == Py_None || (kind == IN_KIND_WHEEL && nbuf == 4)) {
-            bp[nbuf] = NULL;
-            blen[nbuf] = 0;
-            bufs[nbuf].obj = NULL;
-            continue;
-        }
-        if (PyObject_GetBuffer(b, &bufs[nbuf], PyBUF_WRITABLE) < 0) goto fail;
-        bp[nbuf] = (uint8_t *)bufs[nbuf].buf;
-        blen[nbuf] = bufs[nbuf].len;
-    }
-    const long long hs = st[IN_HEADER_SIZE], sb = st[IN_SEG_BYTES];
+    Py_ssize_t i = start, n = PyList_GET_SIZE(msgs);
+    int stop = 0;
+    if (in_open(r, args[7], args[8], args[9], args[10], nargs == 12 ? args[11] : NULL) < 0) goto fail;
+    int64_t *st = r->st;
     const long long maxb = st[IN_MAX_RECORD_BYTES], maxd = st[IN_MAX_DELAY_MS];
-    const uint64_t mask = (uint64_t)st[IN_IDX_MASK];
-    if (hs < 0 || sb <= hs || (have_seg && segv.len < sb) || (mask & (mask + 1)) ||
-        (uint64_t)(idxv.len - hs) < (mask + 1) * 16) {
-        PyErr_SetString(PyExc_ValueError, "ingest_run: log or index buffer does not match the state");
-        goto fail;
-    }
-    uint8_t *ibase = (uint8_t *)idxv.buf + hs;
-    const uint64_t old_mask = (uint64_t)st[IN_IDX_OLD_MASK];
-    if (have_old && (st[IN_IDX_OLD_MASK] < 0 || (old_mask & (old_mask + 1)) ||
-                     (uint64_t)(oldv.len - hs) < (old_mask + 1) * 16)) {
-        PyErr_SetString(PyExc_ValueError, "ingest_run: the old index buffer does not match the state");
-        goto fail;
-    }
-    const uint8_t *obase = have_old ? (const uint8_t *)oldv.buf + hs : NULL;
-    for (; i < n && have_seg; i++) {
+    const int kind = r->kind;
+    for (; i < n && r->have_seg; i++) {
         PyObject *m = PyList_GET_ITEM(msgs, i);
         PyObject *err = NULL, *po = NULL, *tso = NULL, *offo = NULL, *key = NULL, *value = NULL, *headers = NULL;
         PyObject *blob = NULL;
@@ -242,7 +433,8 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
         uint64_t h = kds_id_hash((const uint8_t *)rid, rlen);
         /* id index: no entry under h (else the duplicate / pre-cancel checks), no growth due */
         int tomb = 0;
-        long long at = kds_idx_intake_slot(ibase, mask, st[IN_IDX_LIVE], st[IN_IDX_TOMBS], h, &tomb, obase, old_mask);
+        long long at = kds_idx_intake_slot(r->ibase, r->mask, st[IN_IDX_LIVE], st[IN_IDX_TOMBS], h, &tomb, r->obase,
+                                           r->old_mask);
         if (at < 0) goto next;
         /* plan */
         long long level = 0;
@@ -286,143 +478,18 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
         uint64_t body = (uint64_t)HEAD_SIZE - 8;
         for (int k = 0; k < 5; k++) body += (uint64_t)fs[k].view.len;
         uint64_t length = (8 + body + ALIGN - 1) & ~(uint64_t)(ALIGN - 1);
-        long long head = st[IN_HEAD], soff_log = head % sb;
-        if (head < 0 || soff_log < hs || length >= (1ULL << 31) || soff_log + (long long)length > sb) goto next;
+        long long head = st[IN_HEAD], soff_log = in_room(r, length);
+        if (soff_log < 0) goto next;
         if (tpart < INT32_MIN || tpart > INT32_MAX) goto next;
-        /* the scheduler's plain append */
-        long long ref = 0;
-        if (kind == IN_KIND_WHEEL) {
-            long long P = st[IN_W_P], N = st[IN_W_N], kd = floordiv64(due, P), sk = st[IN_W_S_K], so = st[IN_W_S_O];
-            if (kd < st[IN_W_LATE_BELOW] || kd < sk || (kd == sk && so >= 0 && so > due - kd * P)) {
-                /* already due (its slot is behind the reader): a LATE entry at the tail of the late
-                   chain, as add -> _link(_LATE) does; the reference patches a tail in an older file */
-                long long idx = st[IN_W_HEAD], pf = st[IN_W_PER_FILE], f0 = idx - idx % pf, lt = st[IN_W_LATE_TAIL];
-                long long ths = hs + pf; /* the file's entries follow its state bytes */
-                if (f0 != st[IN_W_F0] || !bp[0] || ths + (idx - f0 + 1) * WL_SIZE > blen[0]) goto next;
-                if (lt != -1 && (lt < f0 || lt >= idx)) goto next;
-                kds_write_record((uint8_t *)segv.buf + soff_log, (uint32_t)length, (uint32_t)body, 1, due, ts,
-                                 offset, (int32_t)partition, (int32_t)tpart, 0, 0, fs);
-                wl_entry(bp[0] + ths + (idx - f0) * WL_SIZE, due, head, WL_LATE, 0, idx);
-                bp[0][hs + (idx - f0)] = WL_PENDING;
-                if (st[IN_W_APP_LO] < 0) st[IN_W_APP_LO] = idx;
-                st[IN_W_APP_HI] = idx + 1;
-                if (lt == -1) {
-                    st[IN_W_LATE_HEAD] = idx;
-                } else { /* TimerLog.set_next: patched and marked for flush whatever the range */
-                    long long moff_e = ths + (lt - f0) * WL_SIZE;
-                    wr64(bp[0] + moff_e + 16, idx);
-                    if (st[IN_W_MARK_LO] < 0 || moff_e < st[IN_W_MARK_LO]) st[IN_W_MARK_LO] = moff_e;
-                    if (moff_e + WL_SIZE > st[IN_W_MARK_HI]) st[IN_W_MARK_HI] = moff_e + WL_SIZE;
-                }
-                st[IN_W_LATE_TAIL] = idx;
-                st[IN_W_HEAD] = idx + 1;
-                ref = idx;
-                goto stored;
-            }
-            if (kd >= st[IN_W_GUARD] + N) goto next;
-            PyObject *by_range = PyTuple_GET_ITEM(sbufs, 4);
-            if (PyDict_GET_SIZE(by_range)) { /* its bucket is not fully linked yet: the reference joins it */
-                long long w = st[IN_W_WIDTH], r = due % w;
-                if (r < 0) r += w;
-                PyObject *bk = Py_BuildValue("(LL)", due - r, w);
-                int in = bk ? PyDict_Contains(by_range, bk) : -1;
-                Py_XDECREF(bk);
-                if (in != 0) {
-                    PyErr_Clear();
-                    goto next;
-                }
-            }
-            long long idx = st[IN_W_HEAD], pf = st[IN_W_PER_FILE], f0 = idx - idx % pf, ths = hs + pf;
-            if (f0 != st[IN_W_F0] || !bp[0] || ths + (idx - f0 + 1) * WL_SIZE > blen[0]) goto next;
-            long long pos = kd % N;
-            if (pos < 0) pos += N;
-            long long soff = hs + pos * WL_SIZE, stime = kd * P, moff = due - stime;
-            if (!bp[1] || soff + WL_SIZE > blen[1] || pos >= blen[2] || pos >= blen[3] || moff < 0 || moff > 0xFFFF)
-                goto next;
-            uint8_t *slot = bp[1] + soff;
-            int64_t t = rd64(slot), last = rd64(slot + 16);
-            uint32_t count = rd32(slot + 24);
-            if (count == 0xFFFFFFFF) goto next;
-            int linked = count && t == stime;
-            if (linked && (last < f0 || last >= idx)) goto next; /* the old tail is in an older file */
-            /* -- writes: log, timer log + slot, id index ---------------------------------------- */
-            kds_write_record((uint8_t *)segv.buf + soff_log, (uint32_t)length, (uint32_t)body, 1, due, ts,
-                             offset, (int32_t)partition, (int32_t)tpart, 0, 0, fs);
-            wl_entry(bp[0] + ths + (idx - f0) * WL_SIZE, due, head, 0, 0, idx);
-            bp[0][hs + (idx - f0)] = WL_PENDING;
-            long long lo = st[IN_W_APP_LO];
-            if (lo < 0) st[IN_W_APP_LO] = lo = idx;
-            st[IN_W_APP_HI] = idx + 1;
-            if (linked) {
-                wr64(bp[0] + ths + (last - f0) * WL_SIZE + 16, idx);
-                wr64(slot + 16, idx);
-                wr32(slot + 24, count + 1);
-                if (moff < rd16(slot + 28)) wr16(slot + 28, (uint16_t)moff);
-                wr16(slot + 30, 0);
-                if (last < lo) { /* patched before this flush's appended range: flush msyncs it too */
-                    long long moff_e = ths + (last - f0) * WL_SIZE;
-                    if (st[IN_W_MARK_LO] < 0 || moff_e < st[IN_W_MARK_LO]) st[IN_W_MARK_LO] = moff_e;
-                    if (moff_e + WL_SIZE > st[IN_W_MARK_HI]) st[IN_W_MARK_HI] = moff_e + WL_SIZE;
-                }
-            } else {
-                wr64(slot, stime);
-                wr64(slot + 8, idx);
-                wr64(slot + 16, idx);
-                wr32(slot + 24, 1);
-                wr16(slot + 28, (uint16_t)moff);
-                wr16(slot + 30, 0);
-                bp[2][pos] = 1;
-                bp[3][pos] = 1;
-                st[IN_W_NEW_CHAINS]++;
-            }
-            if (soff < st[IN_W_SLOT_DIRTY_LO] || st[IN_W_SLOT_DIRTY_LO] < 0) st[IN_W_SLOT_DIRTY_LO] = soff;
-            if (soff + WL_SIZE > st[IN_W_SLOT_DIRTY_HI]) st[IN_W_SLOT_DIRTY_HI] = soff + WL_SIZE;
-            st[IN_W_HEAD] = idx + 1;
-            ref = idx;
-        } else {
-            int64_t *lv = st + IN_L_BASE + IN_L_STRIDE * level;
-            long long idx = lv[IN_LV_WRITE], first = lv[IN_LV_FIRST], pf = st[IN_L_PER_FILE];
-            if (first < 0 || idx < first || idx >= first + pf || !bp[level] ||
-                hs + (idx - first + 1) * LV_SIZE > blen[level])
-                goto next;
-            kds_write_record((uint8_t *)segv.buf + soff_log, (uint32_t)length, (uint32_t)body, 1, due, ts,
-                             offset, (int32_t)partition, (int32_t)tpart, 0, (int)level, fs);
-            uint8_t *ent = bp[level] + hs + (idx - first) * LV_SIZE;
-            wr64(ent, head);
-            wr64(ent + 8, due);
-            memset(ent + 16, 0, 8);
-            if (lv[IN_LV_DIRTY_FROM] < 0 || idx < lv[IN_LV_DIRTY_FROM]) lv[IN_LV_DIRTY_FROM] = idx;
-            if (idx + 1 > lv[IN_LV_DIRTY_TO]) lv[IN_LV_DIRTY_TO] = idx + 1;
-            lv[IN_LV_WRITE] = idx + 1;
-            ref = (level << 48) | idx;
-        }
-    stored:
-        st[IN_HEAD] = head + (long long)length;
-        kds_idx_write(ibase, (uint64_t)at, h, (uint64_t)ref);
-        long long ioff = hs + at * 16, scan = st[IN_IDX_SCAN_OFF];
-        if (tomb) {
-            st[IN_IDX_TOMBS]--;
-            if (ioff < scan) st[IN_IDX_SCAN_TOMBS]--;
-        }
-        if (ioff < scan) st[IN_IDX_SCAN_LIVE]++;
-        st[IN_IDX_LIVE]++;
+        /* the scheduler's plain append, then the record */
+        long long ref = in_sched_add(r, due, level, head);
+        if (ref < 0) goto next;
+        kds_write_record((uint8_t *)r->segv.buf + soff_log, (uint32_t)length, (uint32_t)body, 1, due, ts, offset,
+                         (int32_t)partition, (int32_t)tpart, 0, (int)level, fs);
+        in_stored(r, length, at, tomb, h, ref);
         st[IN_NEXT_OFFSET] = offset + 1;
         ok = 1;
-        if (obase) { /* the insert's migration step, as IdIndex.put makes it after its insert */
-            long long cur = st[IN_IDX_CURSOR], end = cur + st[IN_IDX_STEP], d[5];
-            if (end > (long long)old_mask + 1) end = (long long)old_mask + 1;
-            if (kds_idx_copy_range(obase, ibase, mask, hs, cur, end, scan, d) < 0) {
-                PyErr_SetString(PyExc_RuntimeError, "id index: the new table is full");
-                stop = -1;
-                goto next;
-            }
-            st[IN_IDX_LIVE] += d[1] + (scan >= 0 ? d[0] - d[1] : 0);
-            st[IN_IDX_TOMBS] -= d[2];
-            st[IN_IDX_SCAN_LIVE] += d[3];
-            st[IN_IDX_SCAN_TOMBS] -= d[4];
-            st[IN_IDX_CURSOR] = end;
-            stop = end > (long long)old_mask; /* the migration ended: IdIndex finishes it */
-        }
+        stop = in_migrate(r); /* the insert's migration step, as IdIndex.put makes it after its insert */
     next:
         Py_XDECREF(err);
         Py_XDECREF(po);
@@ -443,20 +510,124 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
             break;
         }
     }
-    if (state_out(args[9], st, st_in, nst) == 0) result = PyLong_FromSsize_t(i);
+    if (state_out(args[9], r->st, r->st_in, r->nst) == 0) result = PyLong_FromSsize_t(i);
 fail:
     Py_XDECREF(memo.bytes);
     Py_XDECREF(memo.str);
-    while (--nbuf >= 0)
-        if (bufs[nbuf].obj) PyBuffer_Release(&bufs[nbuf]);
-    if (have_idx) PyBuffer_Release(&idxv);
-    if (have_old) PyBuffer_Release(&oldv);
-    if (have_seg) PyBuffer_Release(&segv);
+    in_close(r);
+    return result;
+}
+
+/* The changelog value v (n bytes) if it is a record restore_put stores as it is, in the canonical
+ * form codec.encode writes (so its bytes are what restore_put's re-encoding appends): exactly one
+ * whole record (bounds, version, a MESSAGE or a DEAD, fields adding up, no flag but the null
+ * ones, null fields empty, reserved 0, CRC32C, zero padding) whose id is `key`. 1 if so, else 0. */
+static int in_changelog_record(const uint8_t *v, Py_ssize_t n, const char *key, Py_ssize_t klen) {
+    if (n < HEAD_SIZE) return 0;
+    uint32_t length = rd32(v), crc = rd32(v + 4), body = rd32(v + 12);
+    int rtype = v[8], version = v[9], flags = rd16(v + 10);
+    if ((Py_ssize_t)length != n || length % ALIGN || (uint64_t)body + 8 > length ||
+        (uint64_t)body + 8 + ALIGN <= length || version != VERSION || (rtype != 1 && rtype != 3) || (flags & ~3))
+        return 0;
+    uint64_t id_len = rd16(v + 52), topic_len = rd16(v + 54), key_len = rd32(v + 56), value_len = rd32(v + 60);
+    uint64_t headers_len = rd32(v + 64);
+    if (((flags & FLAG_KEY_NULL) && key_len) || ((flags & FLAG_VALUE_NULL) && value_len) || rd32(v + 68)) return 0;
+    if ((uint64_t)HEAD_SIZE - 8 + id_len + topic_len + key_len + value_len + headers_len != body) return 0;
+    if ((Py_ssize_t)id_len != klen || memcmp(v + HEAD_SIZE, key, (size_t)klen)) return 0;
+    for (uint32_t k = 8 + body; k < length; k++)
+        if (v[k]) return 0;
+    return kds_crc32c(v + 8, body) == crc;
+}
+
+/* restore_run(msgs, start, partition, end, seg_buf, idx_buf, st, sched_bufs[, idx_old_buf]) -> int: the restore's
+ * fast path (sidecar/store/partition.py, PartitionStore.restore_many; the reference is
+ * restore_put, per changelog record). From msgs[start] on, each consumed changelog message is
+ * stored while it is a put restore_put would append as it is: no error, this partition, offset
+ * below `end` (-1: no end, a standby), bytes key and value, the value a record
+ * (in_changelog_record) of the key's id, no id-index entry under the id's hash (nothing pending,
+ * no pre-cancel; while the index migrates, in neither table) and no index growth due, room in the
+ * head's segment, the scheduler's plain append at the record's own due time and level. The value's
+ * bytes are appended as they are, and each insert makes its migration step (in_migrate: it stops
+ * after the step that ends a migration, which IdIndex finishes). Returns the
+ * index of the first message not stored (a tombstone, a CANCEL, an id already known, ...): the
+ * caller runs it through the reference path. st's NEXT_OFFSET takes the changelog offset after
+ * the last message stored, RESTORED_BYTES and MAX_SRC_OFFSET what the caller reports. */
+static PyObject *native_restore_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 8 && nargs != 9) {
+        PyErr_SetString(PyExc_TypeError,
+                        "restore_run(msgs, start, partition, end, seg_buf, idx_buf, st, sched_bufs[, idx_old_buf])");
+        return NULL;
+    }
+    if (in_names() < 0) return NULL;
+    PyObject *msgs = args[0];
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    long long partition = PyLong_AsLongLong(args[2]), end = PyLong_AsLongLong(args[3]);
+    if (PyErr_Occurred()) return NULL;
+    if (!PyList_Check(msgs)) {
+        PyErr_SetString(PyExc_TypeError, "restore_run: msgs must be a list");
+        return NULL;
+    }
+    InRun run;
+    InRun *r = &run;
+    PyObject *result = NULL;
+    Py_ssize_t i = start, n = PyList_GET_SIZE(msgs);
+    int stop = 0;
+    if (in_open(r, args[4], args[5], args[6], args[7], nargs == 9 ? args[8] : NULL) < 0) goto fail;
+    int64_t *st = r->st;
+    for (; i < n && r->have_seg; i++) {
+        PyObject *m = PyList_GET_ITEM(msgs, i);
+        PyObject *err = NULL, *po = NULL, *offo = NULL, *key = NULL, *value = NULL;
+        int ok = 0;
+        long long part, offset;
+        /* -- every check, before the first write ---------------------------------------------- */
+        if (!(err = in_call(m, M_ERROR)) || err != Py_None) goto next;
+        if (!(po = in_call(m, M_PARTITION)) || !in_ll(po, &part) || part != partition) goto next;
+        if (!(offo = in_call(m, M_OFFSET)) || !in_ll(offo, &offset) || offset < 0 || (end >= 0 && offset >= end))
+            goto next;
+        if (!(key = in_call(m, M_KEY)) || !PyBytes_CheckExact(key)) goto next;
+        if (!(value = in_call(m, M_VALUE)) || !PyBytes_CheckExact(value)) goto next;
+        const uint8_t *v = (const uint8_t *)PyBytes_AS_STRING(value);
+        Py_ssize_t vlen = PyBytes_GET_SIZE(value), klen = PyBytes_GET_SIZE(key);
+        if (!in_changelog_record(v, vlen, PyBytes_AS_STRING(key), klen)) goto next;
+        uint64_t h = kds_id_hash((const uint8_t *)PyBytes_AS_STRING(key), (size_t)klen);
+        int tomb = 0;
+        long long at = kds_idx_intake_slot(r->ibase, r->mask, st[IN_IDX_LIVE], st[IN_IDX_TOMBS], h, &tomb, r->obase,
+                                           r->old_mask);
+        if (at < 0) goto next;
+        long long head = st[IN_HEAD], soff_log = in_room(r, (uint64_t)vlen);
+        if (soff_log < 0) goto next;
+        long long ref = in_sched_add(r, rd64(v + 16), rd16(v + 50), head);
+        if (ref < 0) goto next;
+        memcpy((uint8_t *)r->segv.buf + soff_log, v, (size_t)vlen);
+        in_stored(r, (uint64_t)vlen, at, tomb, h, ref);
+        st[IN_NEXT_OFFSET] = offset + 1;
+        st[IN_RESTORED_BYTES] += vlen;
+        long long src = rd64(v + 32);
+        if (src > st[IN_MAX_SRC_OFFSET]) st[IN_MAX_SRC_OFFSET] = src;
+        ok = 1;
+        stop = in_migrate(r);
+    next:
+        Py_XDECREF(err);
+        Py_XDECREF(po);
+        Py_XDECREF(offo);
+        Py_XDECREF(key);
+        Py_XDECREF(value);
+        if (stop < 0) goto fail;
+        if (!ok) break;
+        if (stop) {
+            i++;
+            break;
+        }
+    }
+    if (state_out(args[6], r->st, r->st_in, r->nst) == 0) result = PyLong_FromSsize_t(i);
+fail:
+    in_close(r);
     return result;
 }
 
 PyMethodDef kds_intake_methods[] = {
     {"ingest_run", (PyCFunction)(void (*)(void))native_ingest_run, METH_FASTCALL, NULL},
+    {"restore_run", (PyCFunction)(void (*)(void))native_restore_run, METH_FASTCALL, NULL},
     {NULL, NULL, 0, NULL}};
 
 /* INTAKE_LAYOUT: {macro name: value} of intake_layout.h, as this build compiled it (the tests

@@ -20,38 +20,40 @@
 #define IN_IDX_OLD_MASK 13 /* id index: the old table's capacity - 1 while it migrates (-1: none) */
 #define IN_IDX_CURSOR 14 /* id index: the migration's next old slot (moved by the loop) */
 #define IN_IDX_STEP 15 /* id index: old slots migrated per insert (MIGRATE_PER_PUT) */
-#define IN_SCHED_AT 16 /* first index of the scheduler's part */
+#define IN_RESTORED_BYTES 16 /* restore_run: bytes of the changelog values it stored (moved by the loop) */
+#define IN_MAX_SRC_OFFSET 17 /* restore_run: highest source offset of the records it stored (-1: none) */
+#define IN_SCHED_AT 18 /* first index of the scheduler's part */
 
 /* Kind. Values of ``Common.KIND``. */
 #define IN_KIND_WHEEL 0 /* the wheel's part follows */
 #define IN_KIND_LEVELS 1 /* the levels' part follows */
 
 /* Wheel. The wheel's part (sidecar/wheel/scheduler.py, ``intake_begin`` / ``intake_end``). */
-#define IN_W_P 16 /* precision: ms per slot */
-#define IN_W_N 17 /* slots in the ring */
-#define IN_W_LATE_BELOW 18 /* slot numbers below this are already due: the late chain */
-#define IN_W_S_K 19 /* reader's slot number */
-#define IN_W_S_O 20 /* reader's offset within its slot (-1: none) */
-#define IN_W_GUARD 21 /* ring guard: slot numbers from GUARD + N go to a bucket */
-#define IN_W_HEAD 22 /* next timer-log entry index (moved by the loop) */
-#define IN_W_PER_FILE 23 /* timer-log entries per file */
-#define IN_W_F0 24 /* first entry of the head's timer-log file (-1: not mapped) */
-#define IN_W_APP_LO 25 /* timer log: appended range start (-1: none; moved by the loop) */
-#define IN_W_APP_HI 26 /* timer log: appended range end (moved by the loop) */
-#define IN_W_SLOT_DIRTY_LO 27 /* slot file: dirty byte range start (-1: none; moved by the loop) */
-#define IN_W_SLOT_DIRTY_HI 28 /* slot file: dirty byte range end (moved by the loop) */
-#define IN_W_MARK_LO 29 /* timer log: patched old tails, byte range start (-1: none; set by the loop) */
-#define IN_W_MARK_HI 30 /* timer log: patched old tails, byte range end (set by the loop) */
-#define IN_W_WIDTH 31 /* bucket width, ms */
-#define IN_W_LATE_HEAD 32 /* late chain's first entry (-1: empty; moved by the loop) */
-#define IN_W_LATE_TAIL 33 /* late chain's last entry (-1: empty; moved by the loop) */
-#define IN_W_NEW_CHAINS 34 /* slot chains the loop started (occ_send flags set): the search memo is stale */
-#define IN_W_SIZE 35 /* length of the array with the wheel's part */
+#define IN_W_P 18 /* precision: ms per slot */
+#define IN_W_N 19 /* slots in the ring */
+#define IN_W_LATE_BELOW 20 /* slot numbers below this are already due: the late chain */
+#define IN_W_S_K 21 /* reader's slot number */
+#define IN_W_S_O 22 /* reader's offset within its slot (-1: none) */
+#define IN_W_GUARD 23 /* ring guard: slot numbers from GUARD + N go to a bucket */
+#define IN_W_HEAD 24 /* next timer-log entry index (moved by the loop) */
+#define IN_W_PER_FILE 25 /* timer-log entries per file */
+#define IN_W_F0 26 /* first entry of the head's timer-log file (-1: not mapped) */
+#define IN_W_APP_LO 27 /* timer log: appended range start (-1: none; moved by the loop) */
+#define IN_W_APP_HI 28 /* timer log: appended range end (moved by the loop) */
+#define IN_W_SLOT_DIRTY_LO 29 /* slot file: dirty byte range start (-1: none; moved by the loop) */
+#define IN_W_SLOT_DIRTY_HI 30 /* slot file: dirty byte range end (moved by the loop) */
+#define IN_W_MARK_LO 31 /* timer log: patched old tails, byte range start (-1: none; set by the loop) */
+#define IN_W_MARK_HI 32 /* timer log: patched old tails, byte range end (set by the loop) */
+#define IN_W_WIDTH 33 /* bucket width, ms */
+#define IN_W_LATE_HEAD 34 /* late chain's first entry (-1: empty; moved by the loop) */
+#define IN_W_LATE_TAIL 35 /* late chain's last entry (-1: empty; moved by the loop) */
+#define IN_W_NEW_CHAINS 36 /* slot chains the loop started (occ_send flags set): the search memo is stale */
+#define IN_W_SIZE 37 /* length of the array with the wheel's part */
 
 /* Levels. The levels' header (sidecar/levels/scheduler.py, ``intake_begin`` / ``intake_end``). */
-#define IN_L_COUNT 16 /* levels, level 0 (no delay) included */
-#define IN_L_PER_FILE 17 /* queue entries per file */
-#define IN_L_BASE 24 /* first index of level 0's block */
+#define IN_L_COUNT 18 /* levels, level 0 (no delay) included */
+#define IN_L_PER_FILE 19 /* queue entries per file */
+#define IN_L_BASE 26 /* first index of level 0's block */
 #define IN_L_STRIDE 5 /* values per level */
 
 /* Level. One level's block: offsets from ``level_at(n)``. */
@@ -79,6 +81,8 @@
     X(IN_IDX_OLD_MASK) \
     X(IN_IDX_CURSOR) \
     X(IN_IDX_STEP) \
+    X(IN_RESTORED_BYTES) \
+    X(IN_MAX_SRC_OFFSET) \
     X(IN_KIND_WHEEL) \
     X(IN_KIND_LEVELS) \
     X(IN_W_P) \

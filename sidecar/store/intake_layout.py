@@ -1,7 +1,8 @@
 """The intake fast path's state: the one declaration of its layout.
 
 ``PartitionStore.ingest_many`` runs ``_native.ingest_run`` (sidecar/native/intake.c), a C loop that
-stores and schedules consumed records in place of ``ingest_fields``. The state the Python objects
+stores and schedules consumed records in place of ``ingest_fields``; ``PartitionStore.restore_many``
+runs its twin for changelog records, ``_native.restore_run``, in place of ``restore_put``. The state the Python objects
 keep and the loop reads and moves — the commit log's head, the id index's counts, the scheduler's
 cursors, files and dirty ranges — travels in one list of ints, ``st``: each object writes its
 fields into it before the call (the scheduler's ``intake_begin`` makes it, then
@@ -54,6 +55,8 @@ class _Common:
     IDX_OLD_MASK: Annotated[int, "id index: the old table's capacity - 1 while it migrates (-1: none)"] = 13
     IDX_CURSOR: Annotated[int, "id index: the migration's next old slot (moved by the loop)"] = 14
     IDX_STEP: Annotated[int, "id index: old slots migrated per insert (MIGRATE_PER_PUT)"] = 15
+    RESTORED_BYTES: Annotated[int, "restore_run: bytes of the changelog values it stored (moved by the loop)"] = 16
+    MAX_SRC_OFFSET: Annotated[int, "restore_run: highest source offset of the records it stored (-1: none)"] = 17
 
 
 Common = _Common()
@@ -70,52 +73,52 @@ class _Kind:
 Kind = _Kind()
 
 
-SCHED_AT: Annotated[int, "first index of the scheduler's part"] = 16
+SCHED_AT: Annotated[int, "first index of the scheduler's part"] = 18
 
 
 @dataclass(frozen=True)
 class _Wheel:
     """The wheel's part (sidecar/wheel/scheduler.py, ``intake_begin`` / ``intake_end``)."""
 
-    P: Annotated[int, "precision: ms per slot"] = 16
-    N: Annotated[int, "slots in the ring"] = 17
-    LATE_BELOW: Annotated[int, "slot numbers below this are already due: the late chain"] = 18
-    S_K: Annotated[int, "reader's slot number"] = 19
-    S_O: Annotated[int, "reader's offset within its slot (-1: none)"] = 20
-    GUARD: Annotated[int, "ring guard: slot numbers from GUARD + N go to a bucket"] = 21
-    HEAD: Annotated[int, "next timer-log entry index (moved by the loop)"] = 22
-    PER_FILE: Annotated[int, "timer-log entries per file"] = 23
-    F0: Annotated[int, "first entry of the head's timer-log file (-1: not mapped)"] = 24
-    APP_LO: Annotated[int, "timer log: appended range start (-1: none; moved by the loop)"] = 25
-    APP_HI: Annotated[int, "timer log: appended range end (moved by the loop)"] = 26
-    SLOT_DIRTY_LO: Annotated[int, "slot file: dirty byte range start (-1: none; moved by the loop)"] = 27
-    SLOT_DIRTY_HI: Annotated[int, "slot file: dirty byte range end (moved by the loop)"] = 28
-    MARK_LO: Annotated[int, "timer log: patched old tails, byte range start (-1: none; set by the loop)"] = 29
-    MARK_HI: Annotated[int, "timer log: patched old tails, byte range end (set by the loop)"] = 30
-    WIDTH: Annotated[int, "bucket width, ms"] = 31
-    LATE_HEAD: Annotated[int, "late chain's first entry (-1: empty; moved by the loop)"] = 32
-    LATE_TAIL: Annotated[int, "late chain's last entry (-1: empty; moved by the loop)"] = 33
-    NEW_CHAINS: Annotated[int, "slot chains the loop started (occ_send flags set): the search memo is stale"] = 34
+    P: Annotated[int, "precision: ms per slot"] = 18
+    N: Annotated[int, "slots in the ring"] = 19
+    LATE_BELOW: Annotated[int, "slot numbers below this are already due: the late chain"] = 20
+    S_K: Annotated[int, "reader's slot number"] = 21
+    S_O: Annotated[int, "reader's offset within its slot (-1: none)"] = 22
+    GUARD: Annotated[int, "ring guard: slot numbers from GUARD + N go to a bucket"] = 23
+    HEAD: Annotated[int, "next timer-log entry index (moved by the loop)"] = 24
+    PER_FILE: Annotated[int, "timer-log entries per file"] = 25
+    F0: Annotated[int, "first entry of the head's timer-log file (-1: not mapped)"] = 26
+    APP_LO: Annotated[int, "timer log: appended range start (-1: none; moved by the loop)"] = 27
+    APP_HI: Annotated[int, "timer log: appended range end (moved by the loop)"] = 28
+    SLOT_DIRTY_LO: Annotated[int, "slot file: dirty byte range start (-1: none; moved by the loop)"] = 29
+    SLOT_DIRTY_HI: Annotated[int, "slot file: dirty byte range end (moved by the loop)"] = 30
+    MARK_LO: Annotated[int, "timer log: patched old tails, byte range start (-1: none; set by the loop)"] = 31
+    MARK_HI: Annotated[int, "timer log: patched old tails, byte range end (set by the loop)"] = 32
+    WIDTH: Annotated[int, "bucket width, ms"] = 33
+    LATE_HEAD: Annotated[int, "late chain's first entry (-1: empty; moved by the loop)"] = 34
+    LATE_TAIL: Annotated[int, "late chain's last entry (-1: empty; moved by the loop)"] = 35
+    NEW_CHAINS: Annotated[int, "slot chains the loop started (occ_send flags set): the search memo is stale"] = 36
 
 
 Wheel = _Wheel()
 
 
-WHEEL_SIZE: Annotated[int, "length of the array with the wheel's part"] = 35
+WHEEL_SIZE: Annotated[int, "length of the array with the wheel's part"] = 37
 
 
 @dataclass(frozen=True)
 class _Levels:
     """The levels' header (sidecar/levels/scheduler.py, ``intake_begin`` / ``intake_end``)."""
 
-    COUNT: Annotated[int, "levels, level 0 (no delay) included"] = 16
-    PER_FILE: Annotated[int, "queue entries per file"] = 17
+    COUNT: Annotated[int, "levels, level 0 (no delay) included"] = 18
+    PER_FILE: Annotated[int, "queue entries per file"] = 19
 
 
 Levels = _Levels()
 
 
-LEVELS_BASE: Annotated[int, "first index of level 0's block"] = 24
+LEVELS_BASE: Annotated[int, "first index of level 0's block"] = 26
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,7 @@ HeaderList = list[tuple[str, bytes | None]]
 _fast = None if native is None else native.parse_request  # the common request, parsed in C (headers.py)
 _NO_HEADERS = encode_headers(())
 _run = None if native is None else native.ingest_run  # the intake fast path (ingest_many), in C
+_restore_run = None if native is None else native.restore_run  # the restore's (restore_many), in C
 FAST_INTAKE = _run is not None
 log = logs.get("sidecar.store")
 _LEN = struct.Struct("<I")  # a record's length (codec layout)
@@ -794,6 +795,40 @@ class PartitionStore:
             else:
                 self.superseded.add(ref)
         self.ids.put(h, new)
+
+    def restore_many(self, msgs: list[Any], start: int, end: int) -> tuple[int, int]:
+        """Store ``msgs[start:]`` (changelog consumer Messages) in one C call (``_native.restore_run``)
+        while each is a put ``restore_put`` would append as it is: a message of this partition
+        without error, below changelog offset ``end`` (-1: none, a standby), whose value is a
+        MESSAGE or DEAD record of its key's id in the codec's canonical form, CRC-checked, with no
+        id-index entry under the id's hash (nothing pending, no pre-cancel; in neither table while
+        the index migrates, each insert making its migration step as ``put`` does), room in the
+        current segment, the scheduler's plain append, no index growth. Returns (the index of the first
+        message not stored, the value bytes stored); the caller runs that message through the
+        reference path (``restore_put`` / ``restore_remove``, which handle everything: tombstones,
+        CANCELs, ids already known, a new segment) and calls again. Both leave the same bytes and
+        the same state (docs/storage.md 10); ``covered`` is told the highest source offset stored."""
+        if _restore_run is None or type(msgs) is not list:
+            return start, 0
+        sched = self.sched.intake_begin()
+        if sched is None:
+            return start, 0
+        st, bufs = sched
+        st[Common.HEADER_SIZE] = HEADER_SIZE
+        st[Common.NEXT_OFFSET] = -1
+        st[Common.MAX_SRC_OFFSET] = -1
+        seg = self.log.intake_state(st)
+        idx = self.ids.intake_state(st)
+        stop: int = _restore_run(msgs, start, self.partition, end, seg, idx, st, bufs, self.ids.intake_old())
+        count = stop - start
+        if count:
+            self.dirty = True
+            self.log.intake_restore(st, count)
+            self.ids.intake_restore(st)
+            self.sched.intake_end(st, count)
+            self.covered(st[Common.MAX_SRC_OFFSET])
+            return stop, st[Common.RESTORED_BYTES]
+        return stop, 0
 
     def restore_remove(self, rid: bytes) -> None:
         """A changelog tombstone: nothing is pending under ``rid`` (delivered, dead-lettered,

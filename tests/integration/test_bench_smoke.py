@@ -128,9 +128,10 @@ def test_bench_failover(kafka_bootstrap: str, tmp_path: Path) -> None:
 
 def test_bench_restore(kafka_bootstrap: str, tmp_path: Path) -> None:
     """N changelog records in the sidecar's format are all restored into an empty data directory
-    (lost == 0 via _check_shape), and the sidecar then delivers on time."""
+    (lost == 0 via _check_shape), and the sidecar then delivers on time; a second one keeping a
+    standby takes over when the first is killed and delivers on time too."""
     out = tmp_path / "bench.json"
-    report = _bench(["restore", "--bootstrap-servers", kafka_bootstrap], out, timeout_s=300)
+    report = _bench(["restore", "--bootstrap-servers", kafka_bootstrap], out, timeout_s=420)
     _check_shape(report, ["restore"])
     sc = report["scenarios"]["restore"]
     n = sc["settings"]["pending"]
@@ -140,6 +141,10 @@ def test_bench_restore(kafka_bootstrap: str, tmp_path: Path) -> None:
         assert res["restore_records_per_s"]["value"] > 0 and res["restore_records_per_s"]["goal"] == ">= 200000"
         assert 0 < res["restore_s"]["value"] <= res["spawn_to_restored_s"]["value"]
         assert res["spawn_to_first_on_time_s"]["value"] >= res["spawn_to_restored_s"]["value"]
+        fo = d["standby_failover"]
+        assert fo["promoted"] and fo["kill_to_assigned_s"] > 0 and res["standby_failover_s"]["value"] > 0
+        assert res["standby_kill_to_first_on_time_s"]["value"] > res["standby_failover_s"]["value"]
+        assert 0 <= res["standby_restored_records"]["value"] < n  # the standby held most of the changelog
 
 
 def test_bench_mass_expiry(kafka_bootstrap: str, tmp_path: Path) -> None:

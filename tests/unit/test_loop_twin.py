@@ -401,6 +401,11 @@ def test_standby_replicas_make_a_failover_restore_only_the_tail(tmp_path: Path) 
     assert standby_partitions([("b", {2, 3}), ("a", {0, 1}), ("c", {4, 5})], "a", 1) == {2, 3}
     assert standby_partitions([("b", {2, 3}), ("a", {0, 1}), ("c", {4, 5})], "c", 2) == {0, 1, 2, 3}
     assert standby_partitions([("a", {0, 1})], "a", 1) == set()
+    # b died with {2, 3}: a keeps its standbys of them until the group gives them out
+    assert standby_partitions([("a", {0, 1}), ("c", {4, 5})], "a", 1, {2, 3}) == {2, 3, 4, 5}
+    assert standby_partitions([("a", {0, 1, 2}), ("c", {4, 5})], "a", 1, {2, 3}) == {3, 4, 5}
+    assert standby_partitions([("c", {0, 1})], "a", 1, {2}) == {2}  # not in the group (yet): kept too
+    assert standby_partitions([("c", {0, 1})], "a", 0, {2}) == set()
     w = World(tmp_path)
     a = w.sidecar("a", standby_replicas=1)
     b = w.sidecar("b", standby_replicas=1)
