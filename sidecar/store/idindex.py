@@ -334,6 +334,10 @@ class IdIndex:
         lo = (self._scan_off - HEADER_SIZE) // SLOT_SIZE
         hi = min(self.cap, lo + max(slots, 1))
         live, tombs = self._count_range(lo, hi)
+        # the pass only reads: drop what it read from this process, as the pre-cancel sweep does
+        # (an idle store's trim leaves the index alone, and a pass over a 10M-record index read
+        # ~20 MiB/s into RSS: +21 MB two seconds after a restart)
+        self.f.drop_pages(HEADER_SIZE + lo * SLOT_SIZE, HEADER_SIZE + hi * SLOT_SIZE)
         self._scan_live += live
         self._scan_tombs += tombs
         if hi < self.cap:
