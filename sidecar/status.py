@@ -20,6 +20,14 @@ Which members are asked:
 - otherwise every member, each asked about all of its partitions; the first that knows the id
   answers.
 
+The client id is the member's as it *joined*: a static member (``group.instance.id``, kept in the
+data directory) that restarts within its session timeout replaces its old self, and the broker
+keeps the old client id and host — an advertised address that changed (a new pod IP, another
+``http-port``) would not show. So each owner also writes its address into the metadata of every
+offset commit of its partitions (``KafkaIO.commit``; at every checkpoint, so within a commit
+interval of taking a partition): for a partition's owner the committed metadata's address wins,
+when the group's committed offsets have one (``committed_addresses``).
+
 A member answers from its stores (``GET /ids/<id>?partition=P``; ``Sidecar.lookup``): one id-index
 probe, verified against the stored record's id, then its memory of recent outcomes.
 """
@@ -28,6 +36,7 @@ from __future__ import annotations
 
 import http.client
 import re
+import socket
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -53,6 +62,44 @@ def advertised_client_id(s: Settings) -> str:
     if not s.http_port:
         return base
     return f"{base}@{s.advertised_address or f':{s.http_port}'}"
+
+
+def own_address(s: Settings) -> str | None:
+    """The HOST:PORT this sidecar puts in its commits' metadata: ``advertised-address``, or the
+    local address it reaches the first bootstrap server from (a UDP connect sends nothing), with
+    ``http-port``; None when the HTTP server does not run."""
+    if not s.http_port:
+        return None
+    if s.advertised_address:
+        return s.advertised_address
+    first = (s.bootstrap_servers or "").split(",")[0].strip()
+    host, _, port = first.rpartition(":")
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET, socket.SOCK_DGRAM) as sk:
+            sk.connect((host.strip("[]") or "127.0.0.1", int(port or 9092)))
+            ip = sk.getsockname()[0]
+    except (OSError, ValueError):
+        return None
+    return f"[{ip}]:{s.http_port}" if ":" in ip else f"{ip}:{s.http_port}"
+
+
+def committed_addresses(admin: Any, group: str, topic: str, partitions: set[int], timeout_s: float) -> dict[int, str]:
+    """The address each partition's last committer wrote in the commit's metadata (``own_address``);
+    partitions without one are left out (a sidecar that does not run the HTTP server, or an older
+    one). Best effort: no answer is no addresses."""
+    try:
+        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+        req = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in sorted(partitions)])
+        res = admin.list_consumer_group_offsets([req], request_timeout=timeout_s)[group].result(timeout=timeout_s)
+    except Exception:
+        return {}
+    out = {}
+    for tp in res.topic_partitions:
+        meta = tp.metadata or ""
+        if tp.error is None and re.fullmatch(r"(\[[0-9a-fA-F:.]+\]|[^@\s:]+):[0-9]{1,5}", meta):
+            out[tp.partition] = meta
+    return out
 
 
 def member_address(client_id: str, host: str) -> str | None:
@@ -127,7 +174,9 @@ class Member:
 
 
 def group_members(admin: Any, group: str, topic: str, timeout_s: float) -> list[Member]:
-    """The members of ``group`` holding partitions of ``topic``."""
+    """The members of ``group`` holding partitions of ``topic``, each with the address it
+    advertises: the one its partitions' last commits name (all the same: it owns them), else its
+    client id's."""
     try:
         desc = admin.describe_consumer_groups([group], request_timeout=timeout_s)[group].result(timeout=timeout_s)
     except Exception as e:
@@ -137,6 +186,12 @@ def group_members(admin: Any, group: str, topic: str, timeout_s: float) -> list[
         parts = {tp.partition for tp in m.assignment.topic_partitions if tp.topic == topic}
         if parts:
             out.append(Member(m.member_id, m.client_id, m.host, member_address(m.client_id, m.host), parts))
+    if out:
+        committed = committed_addresses(admin, group, topic, {p for m in out for p in m.partitions}, timeout_s)
+        for m in out:
+            named = {committed[p] for p in m.partitions if p in committed}
+            if len(named) == 1:
+                m.address = named.pop()
     if not out:
         state = getattr(desc.state, "name", desc.state)
         raise StatusError(f"consumer group {group!r} (--group) has no member holding partitions of {topic!r} "

@@ -56,7 +56,7 @@ from sidecar import logs
 from sidecar.config import ConfigError, Settings
 from sidecar.kafka_logs import KafkaLog, expected_error
 from sidecar.retry.codes import ALL_BROKERS_DOWN, FATAL, PARTITION_EOF, TOPIC_ALREADY_EXISTS, TRANSPORT
-from sidecar.status import advertised_client_id
+from sidecar.status import advertised_client_id, own_address
 from sidecar.store.partition import PartitionStore
 
 log = logs.get("sidecar")
@@ -161,6 +161,7 @@ class KafkaIO:
         self._cl = self.changelog_topic or ""  # for the restore consumer's TopicPartitions
         self._restore: Any = None  # the changelog restore consumer (no group), made when first needed
         self.committed: dict[int, int] = {}  # partition -> the last offset committed for it
+        self.advertise = own_address(settings)  # in every commit's metadata: where look-ups reach us
         self._admin_client: Any = None
         self.klog = KafkaLog()  # librdkafka's log, through structlog (every client's "logger")
 
@@ -437,20 +438,27 @@ class KafkaIO:
         if offset is None:
             return
         try:
+            # the metadata names where this owner answers look-ups (sidecar/status.py)
             self.consumer.commit(
-                offsets=[TopicPartition(store.topic, store.partition, offset)], asynchronous=not sync
+                offsets=[self._tp(store.topic, store.partition, offset)],
+                asynchronous=not sync,
             )
             self.committed[store.partition] = offset
         except KafkaException as e:
             log.warning("commit.failed", partition=store.partition, error=str(e))
+
+    def _tp(self, topic: str, partition: int, offset: int) -> TopicPartition:
+        """An offset to commit, with this owner's address as its metadata when it has one."""
+        if self.advertise is None:
+            return TopicPartition(topic, partition, offset)
+        return TopicPartition(topic, partition, offset, metadata=self.advertise)
 
     def prove_membership(self, partitions: list[int]) -> bool | None:
         """Is this consumer still the group's owner of ``partitions``? A synchronous commit of
         their last committed offsets answers (the coordinator checks the member id and the
         generation, and refuses a fenced or expired member); None when nothing was committed yet
         (no offset to commit again)."""
-        offsets = [TopicPartition(self.s.ingress_topic, p, self.committed[p]) for p in partitions
-                   if p in self.committed]
+        offsets = [self._tp(self.s.ingress_topic, p, self.committed[p]) for p in partitions if p in self.committed]
         if not offsets:
             return None
         try:
