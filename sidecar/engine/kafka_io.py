@@ -64,7 +64,9 @@ log = logs.get("sidecar")
 # broker answers that a moment later are different (leadership moving or not yet elected)
 _TRANSIENT = frozenset({
     KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART,
-    KafkaError._TRANSPORT, KafkaError._TIMED_OUT_QUEUE,
+    KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.OFFSET_NOT_AVAILABLE,
+    KafkaError.REQUEST_TIMED_OUT, KafkaError.NETWORK_EXCEPTION, KafkaError.BROKER_NOT_AVAILABLE,
+    KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._TIMED_OUT_QUEUE, KafkaError._ALL_BROKERS_DOWN,
 })
 PRODUCE_ERRORS: tuple[type[BaseException], ...] = (BufferError, KafkaException)
 
@@ -313,7 +315,13 @@ class KafkaIO:
             highs = admin.list_offsets(dict.fromkeys(tps.values(), latest), **kw)
             return {p: (int(lows[tp].result().offset), int(highs[tp].result().offset)) for p, tp in tps.items()}
 
-        result: dict[int, tuple[int, int]] = self._asked_again(ask, "changelog_watermarks")
+        try:
+            result: dict[int, tuple[int, int]] = self._asked_again(ask, "changelog_watermarks", timeout=10)
+        except KafkaException as e:
+            # the admin client's view can lag a broker restart (FENCED_LEADER_EPOCH seen for a
+            # while after one): the restore consumer's own query, one partition at a time
+            log.info("changelog.watermarks_fallback", partitions=len(partitions), error=str(e))
+            result = {p: self.changelog_watermarks(p) for p in partitions}
         return result
 
     def changelog_end(self, partition: int) -> int | None:
