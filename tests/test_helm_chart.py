@@ -450,8 +450,8 @@ def test_every_sidecar_option_is_a_chart_value(helm: str, tmp_path: Path) -> Non
     docs = render(helm, vfile)
     doc = config_doc(docs)
     unset = {o.name for o in OPTIONS if o.name not in MANAGED and values[camel(o.name)] is None}
-    # null: the option's default (<ingress-topic>.changelog; no history topic)
-    assert unset == {"changelog-topic", "history-topic"}
+    # null: the option's default (<ingress-topic>.changelog; no history topic; the pod's own address)
+    assert unset == {"changelog-topic", "history-topic", "advertised-address"}
     assert set(doc) - {"kafka"} == {o.name for o in OPTIONS} - {"group-instance-id"} - unset
     s = settings_in_pod(docs, tmp_path, {})
     expected = Settings(

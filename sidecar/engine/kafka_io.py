@@ -164,6 +164,9 @@ class KafkaIO:
         self._restore: Any = None  # the changelog restore consumer (no group), made when first needed
         self.committed: dict[int, int] = {}  # partition -> the last offset committed for it
         self.advertise = own_address(settings)  # in every commit's metadata: where look-ups reach us
+        # seconds spent in the assign and revoke callbacks (opening and restoring stores, handing
+        # them over): the loop tells its own work apart from a stopped process (loop.gap)
+        self.callback_s = 0.0
         self._admin_client: Any = None
         self.klog = KafkaLog()  # librdkafka's log, through structlog (every client's "logger")
 
@@ -479,6 +482,13 @@ class KafkaIO:
 
     # -- rebalance ------------------------------------------------------------------------------
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        t0 = time.monotonic()
+        try:
+            self._assign(consumer, partitions)
+        finally:
+            self.callback_s += time.monotonic() - t0
+
+    def _assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         resume = self.events.partitions_assigned([tp.partition for tp in partitions])
         for tp in partitions:
             offset = resume.get(tp.partition)
@@ -492,6 +502,13 @@ class KafkaIO:
                 consumer.pause([tp for tp in partitions if tp.partition in held])
 
     def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        t0 = time.monotonic()
+        try:
+            self._revoke(consumer, partitions)
+        finally:
+            self.callback_s += time.monotonic() - t0
+
+    def _revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         self.events.partitions_revoked([tp.partition for tp in partitions])
         consumer.incremental_unassign(partitions)
         for tp in partitions:
