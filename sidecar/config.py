@@ -178,6 +178,17 @@ OPTIONS: tuple[Option, ...] = (
     Option("standby-replicas", "standby_replicas", 0, _nonneg_int,
            "keep warm copies of this many other members' partitions (tailing the changelog), so a failover "
            "restores only the last seconds (Kafka Streams' num.standby.replicas; needs changelog on)", _N),
+    Option("delivery", "delivery", "at-least-once", _choice("at-least-once", "exactly-once"),
+           "at-least-once: a crash or a handover may deliver a record again (consumers deduplicate by "
+           "delay.id); exactly-once: deliveries, changelog and ingress offsets commit in Kafka transactions, "
+           "read_committed consumers see each record once (needs changelog on; README, Guarantees)",
+           "{at-least-once,exactly-once}"),
+    Option("transaction-interval", "transaction_interval_ms", "100ms", _positive(parse_duration_ms),
+           "exactly-once: how often the transaction commits; a read_committed consumer sees a delivery "
+           "up to this much later", _D),
+    Option("transaction-timeout", "transaction_timeout_ms", "10s", _positive(parse_duration_ms),
+           "exactly-once: the producer's transaction.timeout.ms; an instance lost for good holds back "
+           "read_committed readers of the partitions it wrote to for up to this long", _D),
     Option("history-topic", "history_topic", None, _opt_str,
            "unset = no history; else one JSON record per state change of a schedule (accepted, replaced, "
            "cancelled, delivered, dead-lettered), keyed by delay.id, on this topic", "TOPIC"),
@@ -258,6 +269,9 @@ class Settings:
     changelog: str = "on"
     changelog_topic: str | None = None
     standby_replicas: int = 0
+    delivery: str = "at-least-once"
+    transaction_interval_ms: int = 100
+    transaction_timeout_ms: int = 10_000
     history_topic: str | None = None
     history_payload: bool = False
     http_port: int = 0
@@ -300,6 +314,10 @@ class Settings:
         if self.changelog != "on":
             return None
         return self.changelog_topic or f"{self.ingress_topic}.changelog"
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.delivery == "exactly-once"
 
     def masked(self) -> dict[str, Any]:
         """Every setting, secrets replaced by ``***`` (for the start-up log line)."""
@@ -388,6 +406,15 @@ def _check(s: Settings) -> None:
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ConfigError(f"--advertised-address {s.advertised_address!r} is not HOST:PORT "
                               "(e.g. delay-sidecar-0.delay-sidecar:9404)")
+    if s.exactly_once and s.changelog != "on":
+        raise ConfigError("--delivery exactly-once needs --changelog on: a store is restored from the "
+                          "changelog's committed records after a crash or an aborted transaction")
+    if s.exactly_once and s.transaction_interval_ms * 2 > s.transaction_timeout_ms:
+        raise ConfigError(
+            f"--transaction-interval ({format_duration_ms(s.transaction_interval_ms)}) must be at most half of "
+            f"--transaction-timeout ({format_duration_ms(s.transaction_timeout_ms)}): the broker aborts a "
+            "transaction open longer than the timeout"
+        )
     if s.ingress_topic == s.dlq_topic:
         raise ConfigError(f"--ingress-topic and --dlq-topic must differ (both {s.ingress_topic!r})")
     if s.history_topic is not None and s.history_topic in (s.ingress_topic, s.dlq_topic, s.changelog_topic_name):

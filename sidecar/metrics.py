@@ -61,7 +61,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 
 import orjson
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -233,6 +233,14 @@ class Metrics:
                                        "not affected", registry=r)
         self._standby_lag = Gauge(PREFIX + "standby_lag_records",
                                   "Changelog records a standby store has not applied yet", ["partition"], registry=r)
+        self._transactions = Counter(PREFIX + "transactions",
+                                     "Transactions ended (delivery: exactly-once), by outcome: committed, or "
+                                     "aborted (the partitions' committed state restored from the changelog)",
+                                     ["outcome"], registry=r)
+        self._commit_seconds = Histogram(PREFIX + "transaction_commit_seconds",
+                                         "Time to commit a transaction (the loop waits for it)",
+                                         buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5),
+                                         registry=r)
         self._standby_partitions: set[str] = set()
         self._cl_partitions: set[str] = set()
         self._up = Gauge(PREFIX + "up", "1 while the sidecar process runs", registry=r)
@@ -247,6 +255,8 @@ class Metrics:
 
         # Series that must exist before the first event, so dashboards and alerts see 0, not "no data".
         self._scheduled.labels(scheduler=scheduler)
+        for outcome in ("committed", "aborted"):
+            self._transactions.labels(outcome=outcome)
         for reason in REASONS:
             self._dlq.labels(reason=reason)
         for tier in tiers:
@@ -366,6 +376,14 @@ class Metrics:
             self._history_written.inc(written)
         if failed:
             self._history_failed.inc(failed)
+
+    def transactions(self, committed: int, aborted: int, commit_seconds: Sequence[float] = ()) -> None:
+        if committed:
+            self._transactions.labels(outcome="committed").inc(committed)
+        if aborted:
+            self._transactions.labels(outcome="aborted").inc(aborted)
+        for v in commit_seconds:
+            self._commit_seconds.observe(v)
 
     def restored(self, n: int) -> None:
         if n:

@@ -57,9 +57,10 @@ RESTORE_SLICE_S = 0.05  # restore work per loop turn, so owned partitions keep b
 class StoreMirror:
     """A store's changelog writer (its ``Mirror``)."""
 
-    __slots__ = ("acked", "failed", "kafka", "partition", "produced", "retry", "store", "topic")
+    __slots__ = ("acked", "active", "failed", "in_transactions", "kafka", "on_settle", "partition", "produced",
+                 "retry", "store", "topic")
 
-    def __init__(self, kafka: Any, topic: str, store: PartitionStore) -> None:
+    def __init__(self, kafka: Any, topic: str, store: PartitionStore, in_transactions: bool = False) -> None:
         self.kafka = kafka  # KafkaIO: its producer may be replaced
         self.topic = topic
         self.store = store
@@ -68,6 +69,12 @@ class StoreMirror:
         self.acked = 0
         self.failed = 0  # writes that failed and are not yet acknowledged
         self.retry: list[tuple[bytes, bytes | None]] = []  # failed writes waiting to be sent again
+        # exactly-once: the writes are part of the producer's transactions; a record's tombstone
+        # is written when it is produced (publishing.py), not when it is settled, and a failed
+        # write dooms the transaction instead of being sent again (engine/transactions.py)
+        self.in_transactions = in_transactions
+        self.on_settle = not in_transactions  # PartitionStore.settle writes the tombstones
+        self.active = True  # False once the store is dropped: the reports of its purged writes are ignored
 
     def put(self, rid: bytes, raw: bytes) -> None:
         self._send(raw, rid)
@@ -91,6 +98,13 @@ class StoreMirror:
     def _on_delivery(self, err: Any, msg: Any) -> None:
         if err is None:
             self._acked(msg)
+            return
+        if not self.active:
+            return
+        if self.in_transactions:
+            # counted: the loop sees ``failed`` and aborts the transaction (its committed state is
+            # restored, and this write is made again from there)
+            self.failed += 1
             return
         # Not written: send it again (the producer already retried for message.timeout.ms).
         # Ingress pauses while writes fail (the loop reads ``failed``); nothing is committed.

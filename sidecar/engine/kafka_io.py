@@ -54,6 +54,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from sidecar import logs
 from sidecar.config import ConfigError, Settings
+from sidecar.engine.transactions import transactional_id
 from sidecar.kafka_logs import KafkaLog, expected_error
 from sidecar.retry.codes import ALL_BROKERS_DOWN, FATAL, PARTITION_EOF, TOPIC_ALREADY_EXISTS, TRANSPORT
 from sidecar.status import advertised_client_id, own_address
@@ -210,7 +211,15 @@ class KafkaIO:
             "message.timeout.ms": 120_000,
             "topic.metadata.propagation.max.ms": min(self.s.delivery_grace_ms, 30_000),
         })
+        if self.s.exactly_once:
+            # one transactional id per instance: a restart fences its previous incarnation
+            # (engine/transactions.py); set after the operator's properties, which must not
+            # give two instances the same id
+            assert self.s.group_instance_id, "the instance id is known before the clients are made"
+            conf["transaction.timeout.ms"] = self.s.transaction_timeout_ms
         conf.update(self.s.kafka)
+        if self.s.exactly_once:
+            conf["transactional.id"] = transactional_id(self.s.group_id, self.s.group_instance_id or "")
         return conf
 
     def start(self) -> None:
@@ -392,7 +401,8 @@ class KafkaIO:
 
     def replace_producer(self, reason: str) -> None:
         """A fatal producer error (e.g. the idempotent producer's sequence broke) leaves a producer
-        that refuses everything: a new one takes over; what was in flight is retried on it."""
+        that refuses everything: a new one takes over; what was in flight is retried on it (a
+        transactional one is registered by the loop, which also restores the committed state)."""
         log.error("producer.fatal", error=reason, action="continuing with a new producer")
         old, self.producer = self.producer, self.clients.producer(self.producer_conf())
         old.purge()  # its reports come back as failures: retried on the new producer
@@ -457,6 +467,48 @@ class KafkaIO:
             self.committed[store.partition] = offset
         except KafkaException as e:
             log.warning("commit.failed", partition=store.partition, error=str(e))
+
+    def offsets_of(self, stores: list[PartitionStore]) -> list[TopicPartition]:
+        """The ingress offsets to commit for ``stores`` (with this owner's address), in a
+        transaction (exactly-once)."""
+        return [self._tp(s.topic, s.partition, s.next_offset) for s in stores if s.next_offset is not None]
+
+    def group_metadata(self) -> Any:
+        """The consumer's group metadata (member id, generation): a transaction's offsets are
+        refused for a member the group has moved on from (KIP-447)."""
+        return self.consumer.consumer_group_metadata()
+
+    def rewind(self, partitions: list[int]) -> None:
+        """Consume ``partitions`` again from the group's committed offsets (after an aborted
+        transaction: what was consumed since is not committed); the restoring ones stay paused."""
+        if not partitions:
+            return
+        tps = [TopicPartition(self.s.ingress_topic, p) for p in partitions]
+        committed = self._asked_again(lambda: self.consumer.committed(tps, timeout=30), "committed")
+        for tp in committed:
+            if tp.offset < 0:
+                tp.offset = OFFSET_BEGINNING  # nothing committed yet: auto.offset.reset=earliest
+            self.consumer.seek(tp)
+            if tp.offset >= 0:
+                self.committed[tp.partition] = tp.offset
+        held = self.events.held()
+        if self.paused:
+            self.consumer.pause(tps)
+        elif held:
+            self.consumer.pause([tp for tp in tps if tp.partition in held])
+
+    def topic_exists(self, topic: str) -> bool | None:
+        """Does the cluster have ``topic``? (a metadata request; None: no answer)"""
+        try:
+            found = self._admin().list_topics(topic=topic, timeout=5).topics.get(topic)
+        except KafkaException:
+            return None
+        if found is None:
+            return False
+        err = getattr(found, "error", None)
+        if err is not None:
+            return None if err.retriable() else False
+        return bool(found.partitions)
 
     def _tp(self, topic: str, partition: int, offset: int) -> TopicPartition:
         """An offset to commit, with this owner's address as its metadata when it has one."""

@@ -29,6 +29,12 @@ against an in-memory Kafka twin (``tests/kafka_twin.py``).
 
 Shutdown (SIGTERM/SIGINT): stop consuming, wait for in-flight deliveries up to the deadline,
 checkpoint, commit, close. Nothing is lost or duplicated by a graceful stop.
+
+Exactly-once (``delivery: exactly-once``, ``transactions.Transactions``): step 5's offset commit is
+replaced by a transaction commit every ``transaction-interval`` (the ingress offsets go into it);
+a store is opened marked dirty and wiped at its next open unless a clean close (revoke,
+shutdown) followed a committed transaction; an aborted transaction, a lost partition or a dead
+producer restores every owned partition from the changelog's committed records (``_reset``).
 """
 
 from __future__ import annotations
@@ -52,11 +58,13 @@ from sidecar.engine.identity import DataDirLock, instance_id
 from sidecar.engine.kafka_io import Clients, ConfluentClients, KafkaIO
 from sidecar.engine.publishing import Publishing
 from sidecar.engine.threads import HelperThreads
+from sidecar.engine.transactions import TransactionFailed, Transactions, is_dirty, mark_clean, mark_dirty, wipe
 from sidecar.engine.turns import SLOW_TURN_S, TurnWatch
 from sidecar.levels.scheduler import LevelsScheduler
 from sidecar.scheduling import Scheduler
 from sidecar.store import space
 from sidecar.store.log import CommitLog
+from sidecar.store.mapped import StoreError
 from sidecar.store.partition import FAST_INTAKE, TRIM_INTERVAL_S, Counters, PartitionStore, compile_rules
 from sidecar.store.recent import iso_ms
 
@@ -81,6 +89,10 @@ def _text(rid: bytes) -> str:
 # often; the pre-cancel sweep steps at this pace only (it reads 1 MiB of the index per step). The
 # inserts migrate their own share: the steps only finish a migration sooner.
 INDEX_STEP_S = 0.05
+
+
+def _in_transaction(_store: PartitionStore, _offset: int | None, _sync: bool) -> None:
+    """Exactly-once: a checkpoint commits no offset (the transactions carry them)."""
 
 
 def quiet_gc() -> None:
@@ -120,7 +132,13 @@ class Sidecar:
         self.kafka = KafkaIO(settings, clients, self)
         self.pub = Publishing(settings, self.counters, self.stores, self.clock, clients.produce_errors,
                               self.broker_status)
-        self.durability = Durability(settings, self.stores, self.counters, self.clock, self.kafka.commit,
+        # exactly-once: the ingress offsets are committed in the transactions, never by the consumer
+        self.txn = (Transactions(self.kafka, settings.transaction_interval_ms, self.clock)
+                    if settings.exactly_once else None)
+        self._reset_wanted = ""  # exactly-once: why the committed state must be restored (next turn)
+        self._txn_synced = (0, 0)  # (committed, aborted) already counted in the metrics
+        self.durability = Durability(settings, self.stores, self.counters, self.clock,
+                                     self.kafka.commit if self.txn is None else _in_transaction,
                                      self._flush_changelog)
         self.restorer = Restorer(self.kafka, self.clock) if settings.changelog_topic_name else None
         self.history = (HistoryWriter(self.kafka, settings.history_topic, settings.history_payload, self.clock)
@@ -166,7 +184,7 @@ class Sidecar:
             if warm is not None:
                 # a standby of this partition: its store is current up to the last seconds
                 assert self.kafka.changelog_topic is not None
-                warm.mirror = StoreMirror(self.kafka, self.kafka.changelog_topic, warm)
+                warm.mirror = StoreMirror(self.kafka, self.kafka.changelog_topic, warm, self.txn is not None)
                 warm.history = self.history
                 resume[partition] = None
                 log.info("standby.promoted", partition=partition, changelog_offset=warm.changelog_offset)
@@ -174,7 +192,7 @@ class Sidecar:
                 continue
             store = self._store(partition)
             t0 = time.monotonic()
-            resume[partition] = offset = store.open()
+            resume[partition] = offset = self._open(store)
             log.info(
                 "partition.recovered", partition=partition, resume_offset=offset, pending=store.pending(),
                 truncated_bytes=store.truncated_bytes, dangling=len(getattr(store, "dangling", ())),
@@ -187,7 +205,7 @@ class Sidecar:
             # owned the partition since), and ingress resumes at the group's committed offset:
             # every record before it is in the changelog (the commit waited for that).
             assert self.kafka.changelog_topic is not None
-            store.mirror = StoreMirror(self.kafka, self.kafka.changelog_topic, store)
+            store.mirror = StoreMirror(self.kafka, self.kafka.changelog_topic, store, self.txn is not None)
             resume[partition] = None
             restore.append(store)
         if self.restorer is not None:
@@ -214,6 +232,22 @@ class Sidecar:
             store.history = self.history  # a standby applies the changelog: no state change of its own
         return store
 
+    def _open(self, store: PartitionStore) -> int | None:
+        """Open (recover) ``store``. One not closed cleanly after a committed transaction
+        (exactly-once: marked dirty) may hold deliveries Kafka never committed: it is wiped
+        first and restored from the changelog's committed records."""
+        if is_dirty(store.dir):
+            if self.restorer is None:
+                raise StoreError(
+                    f"{store.dir}: this store was used with --delivery exactly-once and not closed cleanly; only "
+                    "the changelog's committed records can restore it: run with --changelog on")
+            log.info("store.wiped", partition=store.partition,
+                     reason="not closed after a committed transaction (exactly-once)")
+            wipe(store.dir)
+        if self.txn is not None:
+            mark_dirty(store.dir)
+        return store.open()
+
     def held(self) -> set[int]:
         """Assigned partitions whose ingress waits: their stores are still restoring."""
         return set() if self.restorer is None else set(self.restorer.restoring)
@@ -239,6 +273,9 @@ class Sidecar:
     def _partitions_revoked(self, partitions: list[int]) -> None:
         self.pub.drain(deadline=self.clock.monotonic() + self.s.shutdown_timeout_ms / 1000)
         self._drop_restoring(partitions)
+        if self.txn is not None:
+            self._revoked_in_transactions(partitions)
+            return
         for partition in partitions:
             store = self.stores.pop(partition, None)
             if store is not None:
@@ -247,6 +284,34 @@ class Sidecar:
         self.assigned = bool(self.stores) or bool(self.held())
         log.info("partitions.revoked", partitions=partitions)
         self._readiness()
+
+    def _revoked_in_transactions(self, partitions: list[int]) -> None:
+        """Exactly-once revoke: commit the transaction (it holds the revoked partitions' last
+        deliveries and offsets), then close their stores clean; if it aborts, they close dirty
+        (their next owner restores the committed state) and the rest are restored next turn."""
+        why = self._commit() if self.txn is not None and self.txn.open else "no transaction open"
+        for partition in partitions:
+            store = self.stores.pop(partition, None)
+            if store is None:
+                continue
+            if why:
+                self._discard(store)
+            else:
+                self.durability.checkpoint_now(store, sync=True)
+                store.close()
+                mark_clean(store.dir)
+        if why and self.stores:
+            self._reset_wanted = why
+        self.assigned = bool(self.stores) or bool(self.held())
+        log.info("partitions.revoked", partitions=partitions, committed=not why)
+        self._readiness()
+
+    def _discard(self, store: PartitionStore) -> None:
+        """Exactly-once: close a store whose state may run ahead of the committed transactions,
+        dirty (wiped when opened again); the reports of its purged changelog writes are ignored."""
+        if self.txn is not None and isinstance(store.mirror, StoreMirror):
+            store.mirror.active = False
+        self.durability.close_uncommitted(store)
 
     def partitions_lost(self, partitions: list[int]) -> None:
         """The group moved on without us: close the stores, commit nothing (not ours any more)."""
@@ -258,7 +323,10 @@ class Sidecar:
         for partition in partitions:
             store = self.stores.pop(partition, None)
             if store is not None:
-                self.durability.close_uncommitted(store)
+                self._discard(store)
+        if self.txn is not None and self.stores:
+            # the open transaction holds records of partitions no longer ours: it cannot commit
+            self._reset_wanted = "partitions lost"
         self.assigned = bool(self.stores) or bool(self.held())
         log.warning("partitions.lost", partitions=partitions)
         self._readiness()
@@ -293,6 +361,9 @@ class Sidecar:
             self.s.group_instance_id = instance_id(self.s.data_path)
         self.kafka.start()
         self.pub.producer = self.kafka.producer
+        if self.txn is not None:
+            self.txn.start()
+            self.pub.topic_exists = self.kafka.topic_exists
         if self.health is not None:
             self.health.set_recovered(True)
         quiet_gc()
@@ -321,6 +392,8 @@ class Sidecar:
             now = self.clock.wall_ms()
             # a restore in progress must not wait for ingress: its slices run once per turn
             timeout = 0.0 if self.restorer is not None and self.restorer.restoring else self.pub.wait_s(now)
+            if self.txn is not None:
+                timeout = min(timeout, self.txn.wait_s(self.clock.monotonic()))
         if not self.paused:
             msgs = self.kafka.consume(self.s.batch_size, timeout)
         else:
@@ -341,6 +414,8 @@ class Sidecar:
         clock, turns = time.perf_counter, self.turns
         t1 = clock()
         turns.mark()  # also counts the turn
+        if self.txn is not None and self._must_reset():
+            msgs = []  # consumed again from the committed offsets
         if msgs:
             # In slices, publishing in between whatever fell due meanwhile: a full batch
             # takes tens of ms to store, and due records must not wait behind it.
@@ -360,8 +435,16 @@ class Sidecar:
             self.pub.publish()
         self.pub.poll(0)
         if self.pub.producer_fatal:
-            self.kafka.replace_producer(self.pub.producer_fatal)
+            fatal = self.pub.producer_fatal
+            self.kafka.replace_producer(fatal)
             self.pub.producer, self.pub.producer_fatal = self.kafka.producer, ""
+            if self.txn is not None:
+                self.txn.start()
+                self._reset(f"producer replaced: {fatal}", aborted=True)
+        if self.txn is not None and self.txn.due(self.clock.monotonic()):
+            why = self._commit()
+            if why:
+                self._reset(why, aborted=True)
         t3 = clock()
         dur = self.durability
         if dur.jobs:
@@ -429,6 +512,71 @@ class Sidecar:
             self._suspect_since = None
             return True
         return False
+
+    # -- exactly-once ---------------------------------------------------------------------------
+    def _must_reset(self) -> bool:
+        """Restore the committed state now if the open transaction cannot commit (a failed
+        delivery or changelog write, a lost partition, an abort in a rebalance callback)."""
+        why = self._reset_wanted or self.pub.doomed
+        if not why:
+            failed = sum(s.mirror.failed for s in self.stores.values() if isinstance(s.mirror, StoreMirror))
+            why = f"{failed} changelog writes failed" if failed else ""
+        if not why:
+            return False
+        self._reset(why, aborted=False)
+        return True
+
+    def _commit(self, begin: bool = True) -> str:
+        """Commit the open transaction with the owned partitions' ingress offsets; "" when it
+        committed, else why it aborted (a dead producer replaced and registered again)."""
+        txn = self.txn
+        assert txn is not None
+        if self.pub.doomed:
+            return self.pub.doomed
+        offsets = self.kafka.offsets_of(list(self.stores.values()))
+        try:
+            txn.commit(offsets, self.kafka.group_metadata() if offsets else None, begin)
+        except TransactionFailed as e:
+            if e.fatal:
+                self.kafka.replace_producer(e.reason)
+                self.pub.producer = self.kafka.producer
+                txn.start()
+            return e.reason
+        for tp in offsets:
+            self.kafka.committed[tp.partition] = tp.offset
+        self.pub.poll(0)  # settle what the commit's flush reported
+        return ""
+
+    def _reset(self, why: str, aborted: bool) -> None:
+        """Exactly-once: the open transaction cannot commit (``aborted``: it was aborted
+        already). Abort it, drop every owned and restoring store (dirty: wiped), restore them
+        from the changelog's committed records, and consume their ingress again from the
+        group's committed offsets. Nothing the aborted transaction held was visible to a
+        ``read_committed`` reader; all of it is done again."""
+        txn = self.txn
+        assert txn is not None
+        self._reset_wanted = ""
+        partitions = sorted(set(self.stores) | self.held())
+        log.error("transaction.aborted", reason=why, partitions=partitions,
+                  action="restoring the partitions' committed state from the changelog")
+        self._drop_restoring(list(self.held()))
+        for partition in list(self.stores):
+            self._skip.pop(partition, None)
+            self._discard(self.stores.pop(partition))
+        self.pub.forget()
+        if txn.open or not aborted:
+            try:
+                txn.abort()
+            except TransactionFailed as e:
+                self.kafka.replace_producer(e.reason)
+                self.pub.producer = self.kafka.producer
+                txn.start()
+        elif not txn.open:
+            txn.begin()
+        self.pub.poll(0)  # the purged records' reports: their stores are gone, only counted down
+        if partitions:
+            self._partitions_assigned(partitions)
+            self.kafka.rewind(partitions)
 
     def ingest(self, msgs: list[Any]) -> None:
         if self._skip:
@@ -517,7 +665,7 @@ class Sidecar:
                 log.info("standby.stopped", partition=partition)
         for partition in sorted(want - set(restorer.standby)):
             store = self._store(partition, standby=True)
-            store.open()
+            self._open(store)
             restorer.begin_standby(store)
 
     def _flush_changelog(self, store: PartitionStore) -> bool:
@@ -526,6 +674,8 @@ class Sidecar:
         mirror = store.mirror
         if mirror is None:
             return True
+        if isinstance(mirror, StoreMirror) and not mirror.active:
+            return mirror.acked >= mirror.produced  # its writes were purged: no report is coming
         deadline = self.clock.monotonic() + min(self.s.shutdown_timeout_ms / 1000, 30.0)
         while mirror.acked < mirror.produced and self.clock.monotonic() < deadline:
             self.pub.poll(0.05)
@@ -564,7 +714,16 @@ class Sidecar:
         stores = list(self.stores.values())
         self.stores.clear()
         for store in stores:
-            self.durability.close_uncommitted(store)  # no offset commit: the consumer is fenced
+            self._discard(store)  # no offset commit: the consumer is fenced
+        if self.txn is not None:
+            self.pub.forget()
+            if self.txn.open:
+                try:
+                    self.txn.abort()  # it holds deliveries of partitions this member may not own now
+                except TransactionFailed as e:
+                    self.kafka.replace_producer(e.reason)
+                    self.pub.producer = self.kafka.producer
+                    self.txn.start()
         self.assigned = False
         self._readiness()
         self.kafka.replace_consumer()
@@ -631,6 +790,8 @@ class Sidecar:
             pending=sum(pending.values()), pending_by_tier=pending, in_flight=self.pub.in_flight,
             retry_queue=len(self.pub.retries), early=k.early, paused=self.paused, turns=turn_count,
             slow_turns=slow_turns, slowest_turn_ms=slowest_turn_ms,
+            **({"transactions_committed": self.txn.committed, "transactions_aborted": self.txn.aborted}
+               if self.txn is not None else {}),
             **({"standby_lag": {str(p): n for p, n in self._standby_lag().items()}}
                if self.restorer is not None and self.restorer.standby else {}),
         )
@@ -661,6 +822,11 @@ class Sidecar:
             m.restored(self.restorer.applied - self._restored_synced)
             m.set_standby_lag(self._standby_lag())
             self._restored_synced = self.restorer.applied
+        if self.txn is not None:
+            t = self.txn
+            m.transactions(t.committed - self._txn_synced[0], t.aborted - self._txn_synced[1], t.commit_s)
+            t.commit_s = []
+            self._txn_synced = (t.committed, t.aborted)
         if self.history is not None:
             hw, hf = self.history.written, self.history.failed
             m.history(hw - self._history_synced[0], hf - self._history_synced[1])
@@ -743,6 +909,17 @@ class Sidecar:
             self.pub.poll(0)
         self._drop_restoring(list(self.held()))
         self._drop_standbys()
+        if self.txn is not None:
+            # the last transaction, then every store closed clean (or dirty, if it aborted)
+            why = self._commit(begin=False) if self.txn.open else "no transaction open"
+            for store in self.stores.values():
+                if why:
+                    self._discard(store)
+                else:
+                    self.durability.checkpoint_now(store, sync=True)
+                    store.close()
+                    mark_clean(store.dir)
+            self.stores.clear()
         for store in self.stores.values():
             self.durability.checkpoint_now(store, sync=True)
         if self.kafka.consumer is not None:

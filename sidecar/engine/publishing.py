@@ -28,6 +28,14 @@ record is retried on it.
 The C fast path (docs/storage.md 2.6) produces the plain records and handles plain successes;
 everything else comes back to the Python code here, the reference. Both share
 :class:`~sidecar.engine.publish_state.PublishState`.
+
+**Exactly-once** (``delivery: exactly-once``, engine/transactions.py): every record goes through
+the reference path. A record's changelog tombstone is written when it is produced, inside the
+same transaction. A target topic is produced to only once the cluster's metadata has it (a
+produce to a missing topic would abort the whole transaction when it times out): an unknown
+target takes the missing-target path (``delivery-grace``, then the DLQ) without a produce. A
+failed delivery report cannot be retried inside the transaction: it dooms it (``doomed``), and
+the loop aborts and restores the committed state.
 """
 
 from __future__ import annotations
@@ -39,6 +47,8 @@ from collections import deque
 from collections.abc import Callable
 from functools import partial
 from typing import Any
+
+from confluent_kafka import KafkaError
 
 from sidecar import contract as c
 from sidecar import logs
@@ -67,6 +77,7 @@ PUBLISH_BUDGET_PER_TURN = 5000  # records published per loop turn, across partit
 PUBLISH_BACKOFF = Backoff(base_ms=100, cap_ms=10_000)  # a failed publish's retry backoff
 PARK_MS = 200  # a capped target's record waits this long before it is tried again
 DLQ_RETRY_MS = 10_000  # the DLQ itself refused a dead letter: it is tried again after this
+TARGET_ASK_MS = 1_000  # exactly-once: an unknown target topic's metadata is asked at most this often
 # The publish fast path in C: ``_produce`` and ``_on_delivery`` stay the reference and take
 # every record it hands back.
 _publish_due = None if native is None else native.publish_due
@@ -108,8 +119,16 @@ class Publishing:
         self.producer_fatal = ""  # set by a report that the producer instance is dead
         self.produce_errors = produce_errors  # what ``produce`` raises for one record
         self._fast: Any = None
-        if native is not None:
+        self.exactly_once = settings.exactly_once
+        if native is not None and not self.exactly_once:
             self._fast = native.Publisher(self.state, self._on_delivery, produce_errors)
+        # exactly-once: (topic -> exists?) from the cluster's metadata (KafkaIO.topic_exists), the
+        # targets known to exist, when an unknown one was last asked, and why the open
+        # transaction must abort ("" while it may commit)
+        self.topic_exists: Callable[[str], bool | None] | None = None
+        self._known: set[str] = set()
+        self._asked: dict[str, int] = {}
+        self.doomed = ""
 
     @property
     def in_flight(self) -> int:
@@ -247,6 +266,11 @@ class Publishing:
             return True
         topic = rec.topic.decode()
         st = self.state
+        if self.exactly_once and topic not in self._known and not self._target_known(topic, now):
+            self._failed(ref, rec, store, att, KafkaError(
+                KafkaError._UNKNOWN_TOPIC, f"target topic {topic!r} is not in the cluster's metadata (not produced: "
+                "exactly-once)"))
+            return True
         if st.troubled and topic in st.troubled and st.topic_in_flight.get(topic, 0) >= self.topic_cap:
             # A failing (slow, missing) target must not take the whole in-flight budget from the
             # healthy ones: park its records briefly. Healthy targets are never capped.
@@ -267,7 +291,27 @@ class Publishing:
         st.in_flight += 1
         tif = st.topic_in_flight
         tif[topic] = tif.get(topic, 0) + 1
+        if self.exactly_once and store.mirror is not None and ref not in store.superseded:
+            store.mirror.remove(rec.id)  # in the delivery's transaction: both commit or neither
         return True
+
+    def _target_known(self, topic: str, now: int) -> bool:
+        """Exactly-once: may ``topic`` be produced to? Asked of the cluster at most every
+        ``TARGET_ASK_MS`` per unknown topic; a topic found is known from then on."""
+        if now - self._asked.get(topic, -TARGET_ASK_MS) < TARGET_ASK_MS or self.topic_exists is None:
+            return False
+        self._asked[topic] = now
+        if self.topic_exists(topic):
+            self._known.add(topic)
+            del self._asked[topic]
+            return True
+        return False
+
+    def forget(self) -> None:
+        """Drop the backlog and the retries (their stores are gone: an aborted transaction)."""
+        self.backlog.clear()
+        self.retries.clear()
+        self.doomed = ""
 
     def _refused(
         self, ref: int, rec: Record, store: PartitionStore, att: Attempts | None, e: BaseException,
@@ -295,6 +339,13 @@ class Publishing:
             del tif[topic]
         if self.stores.get(store.partition) is not store:
             return  # the partition was revoked; its new owner delivers from its own checkpoint
+        if err is not None and self.exactly_once:
+            # the transaction cannot commit with a failed record in it: the loop aborts it and
+            # restores the committed state (retried from there; a topic is asked for again)
+            self._known.discard(topic)
+            if not self.doomed:
+                self.doomed = f"delivery to {topic} failed: {describe(err)}"
+            return
         if err is None:
             if st.troubled and topic in st.troubled:
                 del st.troubled[topic]

@@ -142,6 +142,8 @@ class Mirror(Protocol):
     produced: int
     acked: int
 
+    on_settle: bool  # settle() writes the tombstones (False: the publisher does, exactly-once)
+
     def put(self, rid: bytes, raw: bytes) -> None: ...
     def remove(self, rid: bytes) -> None: ...
 
@@ -868,11 +870,13 @@ class PartitionStore:
         mirror = self.mirror
         if mirror is not None:
             superseded = self.superseded
+            tombstones = mirror.on_settle  # False: written when produced, in its transaction (exactly-once)
             for ref, rec in acked:
                 if superseded and ref in superseded:
                     superseded.discard(ref)  # replaced while being delivered: its id's newest version is pending
                     continue
-                mirror.remove(rec.id)
+                if tombstones:
+                    mirror.remove(rec.id)
         if self.history is not None:
             for _ref, rec in acked:
                 if rec.rtype == codec.MESSAGE:  # a DEAD record reaching the DLQ was reported when it died

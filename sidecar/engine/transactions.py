@@ -1,0 +1,197 @@
+"""Exactly-once delivery (``delivery: exactly-once``): the producer's Kafka transactions.
+
+Kafka's transactions (KIP-98) and consumer-group fencing (KIP-447) make a delivery and the state
+change it implies commit or abort together. With ``delivery: exactly-once`` everything the
+sidecar produces goes through one transactional producer, and one transaction covers one
+``transaction-interval``:
+
+- the delivered records and dead letters (target topics, DLQ), and, written when each is
+  *produced*, the changelog tombstone of its ``delay.id`` (not at its delivery report, as
+  at-least-once does: the report can come after the commit);
+- the changelog puts of the records accepted meanwhile, and the ingress offsets they cover
+  (``send_offsets_to_transaction`` with the consumer's group metadata), instead of the
+  consumer's own offset commit;
+- the history records.
+
+A ``read_committed`` consumer of the target, DLQ and changelog topics sees all of it when the
+transaction commits, or none of it. So the changelog's committed records, and the group's
+committed offsets, always describe exactly the deliveries that consumers can see.
+
+**Fencing.** The transactional id is ``<group-id>.<group-instance-id>``: a restarted instance
+(same data directory, same instance id) fences its previous incarnation and aborts what it left
+open (``init_transactions``). A member the group expelled (a zombie: paused past its session) has
+an older group generation: its ``send_offsets_to_transaction`` is refused
+(``ILLEGAL_GENERATION`` / ``UNKNOWN_MEMBER_ID`` / ``FENCED_INSTANCE_ID``), so its transaction
+aborts and nothing it delivered becomes visible. An instance lost for good leaves its open
+transaction to the coordinator, which aborts it after ``transaction.timeout.ms``
+(``transaction-timeout``); until then ``read_committed`` consumers of the partitions it wrote to
+wait (the last stable offset).
+
+**The local store after an abort or a crash.** The store settles a record when its delivery
+report arrives, before the transaction commits; an aborted transaction would leave the store
+ahead of what Kafka committed. So a store is trusted only if it was closed cleanly right after a
+committed transaction: a store opened in this mode is marked ``eos.dirty`` (this module's
+:func:`mark_dirty`), and the mark is removed by a clean close (revoke, shutdown) after its last
+transaction committed and its checkpoint was written. A store opened with the mark is wiped and
+restored from the changelog's committed records (Kafka Streams does the same under EOS). An
+aborted transaction (a refused produce, a lost partition, a fenced generation, a broker outage
+at the commit) wipes and restores every owned partition in the running process, and the
+consumer goes back to the group's committed offsets (:meth:`Sidecar._reset`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaException, TopicPartition
+
+from sidecar import logs
+
+log = logs.get("sidecar")
+
+DIRTY = "eos.dirty"  # a store's file: opened in exactly-once mode and not closed cleanly since
+COMMIT_TIMEOUT_S = 30.0
+COMMIT_RETRIES = 3  # a retriable commit error is asked again this many times, then aborted
+
+
+def transactional_id(group_id: str, instance_id: str) -> str:
+    return f"{group_id}.{instance_id}"
+
+
+def is_dirty(store_dir: Path) -> bool:
+    return (store_dir / DIRTY).exists()
+
+
+def mark_dirty(store_dir: Path) -> None:
+    """Mark a store opened in exactly-once mode (durably: a crash right after must see it)."""
+    store_dir.mkdir(parents=True, exist_ok=True)
+    path = store_dir / DIRTY
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, b"opened in exactly-once mode; not closed after a committed transaction\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    _sync_dir(store_dir)
+
+
+def mark_clean(store_dir: Path) -> None:
+    """The store's state is exactly what the committed transactions say (closed cleanly)."""
+    try:
+        (store_dir / DIRTY).unlink()
+    except FileNotFoundError:
+        return
+    _sync_dir(store_dir)
+
+
+def wipe(store_dir: Path) -> None:
+    """Delete a store's files: it is restored from the changelog's committed records."""
+    shutil.rmtree(store_dir, ignore_errors=True)
+    store_dir.mkdir(parents=True, exist_ok=True)
+    _sync_dir(store_dir.parent)
+
+
+def _sync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class TransactionFailed(Exception):
+    """The transaction was aborted (``reason``); the caller restores the committed state."""
+
+    def __init__(self, reason: str, fatal: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.fatal = fatal  # the producer instance is unusable: a new one is needed
+
+
+def _describe(e: KafkaException) -> tuple[str, Any]:
+    err: Any = e.args[0] if e.args else None
+    if err is None or not hasattr(err, "code"):
+        return str(e), None
+    return f"{err.name()}: {err.str()}", err
+
+
+class Transactions:
+    """The transaction cycle of one transactional producer (made by :class:`KafkaIO`)."""
+
+    def __init__(self, kafka: Any, interval_ms: int, clock: Any) -> None:
+        self.kafka = kafka  # KafkaIO: its producer may be replaced
+        self.interval_s = interval_ms / 1000
+        self.clock = clock
+        self.open = False
+        self.last = 0.0  # monotonic time of the last commit (or begin)
+        self.committed = 0
+        self.aborted = 0
+        self.commit_s: list[float] = []  # durations of the commits since the metrics took them
+
+    def start(self) -> None:
+        """Register the transactional id (fencing any earlier producer with it) and begin."""
+        self.kafka.producer.init_transactions(COMMIT_TIMEOUT_S)
+        self.begin()
+
+    def begin(self) -> None:
+        self.kafka.producer.begin_transaction()
+        self.open = True
+        self.last = self.clock.monotonic()
+
+    def due(self, mono: float) -> bool:
+        return self.open and mono - self.last >= self.interval_s
+
+    def wait_s(self, mono: float) -> float:
+        """Seconds until the next commit is due (the loop does not sleep past it)."""
+        return max(0.0, self.last + self.interval_s - mono)
+
+    def commit(self, offsets: list[TopicPartition], group_metadata: Any, begin: bool = True) -> None:
+        """Commit what was produced since ``begin`` with the ingress ``offsets``, then begin the
+        next transaction (``begin``). Raises :class:`TransactionFailed` after aborting (or, for a
+        fatal error, without: the producer is dead)."""
+        producer = self.kafka.producer
+        t0 = time.perf_counter()
+        try:
+            if offsets:
+                producer.send_offsets_to_transaction(offsets, group_metadata, COMMIT_TIMEOUT_S)
+            for attempt in range(COMMIT_RETRIES + 1):
+                try:
+                    producer.commit_transaction(COMMIT_TIMEOUT_S)
+                    break
+                except KafkaException as e:
+                    _why, err = _describe(e)
+                    if err is None or not err.retriable() or attempt == COMMIT_RETRIES:
+                        raise
+        except KafkaException as e:
+            self.open = False
+            why, err = _describe(e)
+            if err is not None and err.fatal():
+                self.aborted += 1
+                raise TransactionFailed(why, fatal=True) from e
+            self.abort()
+            raise TransactionFailed(why) from e
+        self.open = False
+        self.committed += 1
+        if len(self.commit_s) < 10_000:  # taken every second by the metrics, when there are metrics
+            self.commit_s.append(time.perf_counter() - t0)
+        if begin:
+            self.begin()
+
+    def abort(self, begin: bool = True) -> None:
+        """Abort the open transaction (what it produced is never visible to ``read_committed``)
+        and begin the next (``begin``). The records it purged report failures at the next poll."""
+        self.aborted += 1
+        self.open = False
+        try:
+            self.kafka.producer.abort_transaction(COMMIT_TIMEOUT_S)
+        except KafkaException as e:
+            why, err = _describe(e)
+            if err is not None and err.fatal():
+                raise TransactionFailed(why, fatal=True) from e
+            raise
+        if begin:
+            self.begin()
