@@ -8,9 +8,17 @@ connector with headers, and for every delivered record computes
 Event time is the delivered record's Kafka timestamp. Records are grouped into one-minute
 tumbling windows per topic, with a watermark (default 2 minutes) that bounds the state: a window
 is final once the watermark passes its end, and records later than that are dropped. Per window
-and topic: ``deliveries`` (every copy counts), ``early``, ``missing_deliver_at`` (records without
-a usable header, not in the percentiles), lateness p50 / p90 / p99 / p99.9 (``percentile_approx``)
-/ max / min / mean.
+and topic: ``deliveries`` (every copy counts), ``duplicates`` (copies beyond the first of a
+``delay.id`` within the window and topic: deliveries with an id - distinct ids, exact; a copy of
+the same id delivered in another minute is not seen as one, the batch job counts those too),
+``early``, ``missing_deliver_at`` (records without a usable header, not in the percentiles),
+lateness p50 / p90 / p99 / p99.9 (``percentile_approx``) / max / min / mean. The distinct ids of
+each open window are held in the query's state until the watermark closes it.
+
+Isolation level: the delivered topics are read with ``isolation.level=read_committed`` when asked
+(``--read-committed``: aborted transactions are skipped, as a ``read_committed`` consumer skips
+them), else ``read_uncommitted`` (the Kafka Java client's default, which Spark's connector keeps:
+aborted records are counted); every row carries it as ``isolation_level``.
 
 Each row is written as JSON to a Kafka topic (default ``delay.accuracy``) with key
 ``<topic>@<minute start ms>``. In the default ``update`` output mode a row is re-emitted whenever
@@ -59,19 +67,23 @@ def lateness_table(
     """Per (window, topic) lateness aggregates over a Kafka source DataFrame (with headers)."""
     from pyspark.sql import functions as F
 
-    from spark.accuracy import H_DELIVER_AT, header
+    from spark.accuracy import H_DELIVER_AT, H_ID, header
 
     d = delivered.where(~F.col("topic").isin(*exclude_topics) & ~F.col("topic").startswith("__")).select(
         "topic",
         "timestamp",
+        header(H_ID).alias("id"),
         (F.expr("unix_millis(timestamp)") - header(H_DELIVER_AT).try_cast("bigint")).alias("lateness_ms"),
     )
     lat = F.col("lateness_ms")
+    # a streaming aggregation cannot count distinct values; the size of the set of ids can
+    duplicates = F.count("id") - F.size(F.collect_set("id"))
     return (
         d.withWatermark("timestamp", watermark)
         .groupBy(F.window("timestamp", window).alias("w"), "topic")
         .agg(
             F.count(F.lit(1)).alias("deliveries"),
+            duplicates.alias("duplicates"),
             F.sum(F.when(lat < 0, 1).otherwise(0)).alias("early"),
             F.sum(F.when(lat.isNull(), 1).otherwise(0)).alias("missing_deliver_at"),
             F.percentile_approx(lat, [p for _, p in PERCENTILES], PERCENTILE_ACCURACY).alias("pct"),
@@ -82,8 +94,9 @@ def lateness_table(
     )
 
 
-def to_kafka_rows(table: DataFrame) -> DataFrame:
-    """``key`` = ``<topic>@<minute ms>``, ``value`` = the row as JSON."""
+def to_kafka_rows(table: DataFrame, *, isolation_level: str) -> DataFrame:
+    """``key`` = ``<topic>@<minute ms>``, ``value`` = the row as JSON, with the isolation level
+    the delivered topics were read with."""
     from pyspark.sql import functions as F
 
     start = F.expr("unix_millis(w.start)")
@@ -99,9 +112,11 @@ def to_kafka_rows(table: DataFrame) -> DataFrame:
         F.date_format("w.start", "yyyy-MM-dd'T'HH:mm:ss'Z'").alias("minute"),
         F.expr("unix_millis(w.end)").alias("window_end_ms"),
         F.col("deliveries"),
+        F.col("duplicates"),
         F.col("early"),
         F.col("missing_deliver_at"),
         lateness.alias("lateness_ms"),
+        F.lit(isolation_level).alias("isolation_level"),
         F.expr("unix_millis(current_timestamp())").alias("updated_at_ms"),
     )
     return table.select(
@@ -157,8 +172,16 @@ def start_stream(
     exclude_topics: Sequence[str] = ("delay.ingress", "delay.dlq"),
     kafka_options: Mapping[str, str] | None = None,
     create_topic: bool = True,
+    read_committed: bool = False,
 ) -> StreamingQuery:
-    """Start the streaming query (the caller waits on it / stops it)."""
+    """Start the streaming query (the caller waits on it / stops it). ``read_committed``: read the
+    delivered topics with ``isolation.level=read_committed`` (else the level of ``kafka_options``,
+    else ``read_uncommitted``)."""
+    from spark.accuracy import isolation_level
+
+    level = isolation_level(kafka_options, read_committed)
+    # the output producer gets the other options (TLS, SASL); isolation.level is a consumer setting
+    kafka_options = {k: v for k, v in (kafka_options or {}).items() if k.removeprefix("kafka.") != "isolation.level"}
     if create_topic:
         ensure_output_topic(bootstrap, output_topic, kafka_options=kafka_options)
     reader = (
@@ -174,14 +197,15 @@ def start_stream(
         )
     else:
         reader = reader.option("startingOffsets", starting_offsets)
-    extra = {k if k.startswith("kafka.") else f"kafka.{k}": v for k, v in (kafka_options or {}).items()}
+    extra = {k if k.startswith("kafka.") else f"kafka.{k}": v for k, v in kafka_options.items()}
     for key, value in extra.items():
         reader = reader.option(key, value)
+    reader = reader.option("kafka.isolation.level", level)
     table = lateness_table(
         reader.load(), window=window, watermark=watermark, exclude_topics=[output_topic, *exclude_topics]
     )
     writer = (
-        to_kafka_rows(table)
+        to_kafka_rows(table, isolation_level=level)
         .writeStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("topic", output_topic)
@@ -236,6 +260,8 @@ def _finish_batch(query: StreamingQuery, grace_seconds: float) -> None:
 
 
 def build_parser(prog: str = "accuracy_stream.py") -> argparse.ArgumentParser:
+    from spark.cli import read_committed_help
+
     p = argparse.ArgumentParser(
         prog=prog,
         description="Rolling per-minute lateness of delivered records, written as JSON to a Kafka topic.",
@@ -253,6 +279,8 @@ def build_parser(prog: str = "accuracy_stream.py") -> argparse.ArgumentParser:
     p.add_argument("--trigger", default="10 seconds", help="processing-time trigger interval")
     p.add_argument("--available-now", action="store_true", help="process what is there, then stop")
     p.add_argument("--run-for-seconds", type=float, default=None, help="stop after this many seconds")
+    p.add_argument("--read-committed", action="store_true",
+                   help=read_committed_help("the delivered topics", "every output row"))
     p.add_argument("--master", default=None, help="Spark master (default local[2], or spark-submit's)")
     return p
 
@@ -280,9 +308,11 @@ def main(argv: list[str] | None = None) -> int:
         trigger_interval=args.trigger,
         available_now=args.available_now,
         run_for_seconds=args.run_for_seconds,
+        read_committed=args.read_committed,
     )
     print(f"accuracy stream stopped: batch {progress.get('batchId')}, "
-          f"{progress.get('numInputRows')} input rows in the last batch")
+          f"{progress.get('numInputRows')} input rows in the last batch "
+          f"({'read_committed' if args.read_committed else 'read_uncommitted'})")
     return 0
 
 

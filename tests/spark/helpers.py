@@ -1,7 +1,7 @@
-"""Helpers for the Spark tests: create topics, produce crafted records, consume, free ports, and
-the batch job's crafted scenario (:func:`produce_batch_scenario`), which the local run
-(tests/spark/test_accuracy_batch.py) and the standalone-cluster run
-(tests/spark/test_accuracy_cluster.py) both measure.
+"""Helpers for the Spark tests: create topics, produce crafted records (plainly, or in a committed
+or aborted Kafka transaction), consume, free ports, and the batch job's crafted scenario
+(:func:`produce_batch_scenario`), which the local run (tests/spark/test_accuracy_batch.py) and the
+standalone-cluster run (tests/spark/test_accuracy_cluster.py) both measure.
 
 The scenario (base = a whole minute ten minutes ago; range [base, base + 2m)):
 
@@ -89,6 +89,23 @@ def produce(bootstrap: str, topic: str, records: Sequence[Rec]) -> list[int]:
     assert producer.flush(30) == 0
     assert not errors, errors
     return offsets
+
+
+def produce_transaction(bootstrap: str, topic: str, records: Sequence[Rec], *, commit: bool) -> None:
+    """Produce ``records`` to partition 0 in one Kafka transaction, then commit or abort it."""
+    producer = Producer({
+        "bootstrap.servers": bootstrap, "transactional.id": f"t-{topic}-{uuid.uuid4().hex}", "linger.ms": 5,
+    })
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for r in records:
+        producer.produce(topic, value=r.value, key=r.key, partition=0, timestamp=r.ts,
+                         headers=[(k, v.encode()) for k, v in r.headers.items()])
+    assert producer.flush(30) == 0
+    if commit:
+        producer.commit_transaction(30)
+    else:
+        producer.abort_transaction(30)
 
 
 def consume_all(bootstrap: str, topic: str, *, min_count: int = 1, timeout: float = 30.0) -> list[Any]:

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from spark.accuracy import DEFAULT_LEVELS_MS
+from spark.accuracy import DEFAULT_LEVELS_MS, isolation_level, with_isolation_level
 from spark.cli import accuracy_main, build_parser, parse_time_ms
 
 NOW = 1_700_000_000_000
@@ -73,3 +73,34 @@ def test_bad_flags_exit_2_naming_the_flag(args: list[str], message: str, capsys:
     assert accuracy_main([*BASE, *args]) == 2
     err = capsys.readouterr().err
     assert re.search(message, err), err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--kafka", "isolation.level=committed"],
+         r"--read-committed / --kafka: isolation.level='committed' is not an isolation level; "
+         r"expected read_uncommitted or read_committed"),
+        (["--kafka", "isolation.level=read_uncommitted", "--read-committed"],
+         r"--read-committed / --kafka: read_committed was asked for, but the Kafka options say "
+         r"isolation.level=read_uncommitted"),
+        (["--kafka", "isolation.level=read_committed", "--kafka", "kafka.isolation.level=read_uncommitted"],
+         r"isolation.level is given twice with different values"),
+    ],
+)
+def test_bad_isolation_levels_exit_2(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert accuracy_main([*BASE, *args]) == 2
+    err = capsys.readouterr().err
+    assert re.search(message, err), err
+
+
+def test_isolation_level_resolution() -> None:
+    assert isolation_level(None, False) == "read_uncommitted"  # the Kafka Java client's default
+    assert isolation_level(None, True) == "read_committed"
+    assert isolation_level({"isolation.level": "read_committed"}, False) == "read_committed"
+    assert isolation_level({"kafka.isolation.level": "read_committed"}, True) == "read_committed"
+    assert with_isolation_level({"kafka.isolation.level": "read_uncommitted", "security.protocol": "SSL"},
+                                "read_committed") == {"security.protocol": "SSL", "isolation.level": "read_committed"}
+    assert build_parser().parse_args(["--targets", "t"]).read_committed is False
+    assert build_parser().parse_args(["--targets", "t", "--read-committed"]).read_committed is True
+    assert "read_uncommitted" in build_parser().format_help()
