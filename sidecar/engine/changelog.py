@@ -43,6 +43,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from confluent_kafka import KafkaException
+
 from sidecar import logs
 from sidecar.store.partition import PartitionStore
 
@@ -92,6 +94,19 @@ class StoreMirror:
                 break
             except BufferError:
                 producer.poll(0.01)  # the queue is full: serve reports until there is room
+            except KafkaException as e:
+                # the producer refuses (dead, fenced): a failed write, sent again by ``resend``
+                # once the loop has a new producer (at-least-once), or the transaction's abort
+                # (exactly-once)
+                if callback is None:
+                    self.produced += 1
+                if self.active and self.kafka.should_warn(f"changelog:{self.partition}"):
+                    log.warning("changelog.write_failed", partition=self.partition, error=str(e),
+                                action="retrying; ingress paused until the changelog accepts writes")
+                self.failed += 1
+                if not self.in_transactions:
+                    self.retry.append((key, value))
+                return
         if callback is None:
             self.produced += 1
 
@@ -306,6 +321,23 @@ class Restorer:
                 done.append(p)
         return done
 
+    def _past_markers(self) -> list[int]:
+        """Restores whose consumer has nothing more to return: done if its position reached the
+        end. A transactional changelog (exactly-once) ends with a commit marker, an offset no
+        record has: the last record's offset + 1 stays below the end."""
+        waiting = [p for p, r in self.restoring.items() if r.position < r.end]
+        if not waiting:
+            return []
+        done = []
+        for p, pos in self.kafka.restore_positions(waiting).items():
+            r = self.restoring[p]
+            if pos > r.position:
+                r.position = pos
+            if r.position >= r.end:
+                self.kafka.restore_unassign(p)
+                done.append(p)
+        return done
+
     def step(self, budget_s: float = RESTORE_SLICE_S) -> list[PartitionStore]:
         """Restore for up to ``budget_s``; return the stores whose restore is complete."""
         done = [p for p, r in self.restoring.items() if r.position >= r.end]
@@ -314,6 +346,7 @@ class Restorer:
             while time.monotonic() < deadline:
                 msgs = self.kafka.restore_consume(RESTORE_BATCH, 0.01)
                 if not msgs:
+                    done += self._past_markers()
                     break
                 done += self._apply(msgs, self.clock.wall_ms())
                 if all(r.position >= r.end for r in self.restoring.values()):

@@ -29,6 +29,7 @@ broker that stopped after the sidecar, and logging it.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any, Protocol
 
@@ -379,6 +380,12 @@ class KafkaIO:
     def restore_unassign(self, partition: int) -> None:
         self._restorer().incremental_unassign([TopicPartition(self._cl, partition)])
 
+    def restore_positions(self, partitions: list[int]) -> dict[int, int]:
+        """The restore consumer's fetch positions (local: no request). Past the last record it
+        returned when a transaction marker follows (a transactional changelog: exactly-once)."""
+        tps = self._restorer().position([TopicPartition(self._cl, p) for p in partitions])
+        return {tp.partition: tp.offset for tp in tps if tp.offset >= 0}
+
     def restore_consume(self, n: int, timeout: float) -> list[Message]:
         msgs: list[Message] = self._restorer().consume(num_messages=n, timeout=timeout)
         return msgs
@@ -406,7 +413,8 @@ class KafkaIO:
         log.error("producer.fatal", error=reason, action="continuing with a new producer")
         old, self.producer = self.producer, self.clients.producer(self.producer_conf())
         old.purge()  # its reports come back as failures: retried on the new producer
-        old.poll(0)
+        with contextlib.suppress(KafkaException):  # its fatal error, raised again by this poll: logged above
+            old.poll(0)
 
     def stop_logs(self) -> None:
         """The sidecar is shutting down: broker disconnects from here on are expected."""

@@ -564,15 +564,13 @@ class Sidecar:
             self._skip.pop(partition, None)
             self._discard(self.stores.pop(partition))
         self.pub.forget()
-        if txn.open or not aborted:
+        if not aborted:  # (a failed commit aborted, or registered a new producer, and began anew)
             try:
                 txn.abort()
             except TransactionFailed as e:
                 self.kafka.replace_producer(e.reason)
                 self.pub.producer = self.kafka.producer
                 txn.start()
-        elif not txn.open:
-            txn.begin()
         self.pub.poll(0)  # the purged records' reports: their stores are gone, only counted down
         if partitions:
             self._partitions_assigned(partitions)

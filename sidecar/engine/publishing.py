@@ -48,7 +48,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 
 from sidecar import contract as c
 from sidecar import logs
@@ -202,7 +202,16 @@ class Publishing:
 
     def poll(self, timeout: float) -> None:
         """Serve delivery reports, then hand the successes to their stores in one batch."""
-        self.producer.poll(timeout)
+        try:
+            self.producer.poll(timeout)
+        except KafkaException as e:
+            # confluent-kafka raises a fatal error (a fenced transactional producer, a broken
+            # idempotent sequence) from poll, whatever the error callback: a new producer is needed
+            err = e.args[0] if e.args else None
+            if err is None or not hasattr(err, "fatal") or not err.fatal():
+                raise
+            if not self.producer_fatal:
+                self.producer_fatal = describe(err)
         if self._fast is not None:
             self._fast.sync()  # the in-flight counts its reports took down
         now = -1

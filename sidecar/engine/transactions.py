@@ -143,7 +143,9 @@ class Transactions:
         self.last = self.clock.monotonic()
 
     def due(self, mono: float) -> bool:
-        return self.open and mono - self.last >= self.interval_s
+        # the same expression as ``wait_s``: a float rounding between the two left a loop that
+        # neither committed nor waited
+        return self.open and self.last + self.interval_s - mono <= 0
 
     def wait_s(self, mono: float) -> float:
         """Seconds until the next commit is due (the loop does not sleep past it)."""

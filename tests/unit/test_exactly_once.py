@@ -1,0 +1,166 @@
+"""Exactly-once delivery (``delivery: exactly-once``) on virtual time, against the Kafka twin.
+
+What a ``read_committed`` consumer of the target and DLQ topics sees is what counts: each record
+once, never early, none lost — through an aborted transaction, a crash, and a zombie. The twin's
+uncommitted view shows that each of those really put records in a transaction that aborted.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar import contract as c
+from sidecar.engine.loop import Sidecar
+from sidecar.engine.transactions import DIRTY
+from tests.kafka_twin import TwinMessage
+from tests.unit.test_loop_twin import INGRESS, PARTITIONS, TARGET, World, committed
+
+CHANGELOG = f"{INGRESS}.changelog"
+EOS: dict[str, Any] = {"delivery": "exactly-once"}
+
+
+class EosWorld(World):
+    def delivered(self) -> list[TwinMessage]:
+        """What a read_committed consumer of the target topic reads."""
+        return self.cluster.records(TARGET, committed_only=True)
+
+    def written(self, topic: str = TARGET) -> list[TwinMessage]:
+        """Everything written, aborted and still open transactions included."""
+        return self.cluster.records(topic)
+
+
+def ids(msgs: list[TwinMessage]) -> Counter[bytes]:
+    return Counter(dict(m.headers() or [])[c.ID] or b"" for m in msgs)
+
+
+def crash(sc: Sidecar, w: World) -> None:
+    """The process dies: no revoke, no commit, no close; its lock goes with it."""
+    w.cluster.leave(sc.kafka.consumer)
+    sc.lock.release()
+
+
+def test_deliveries_and_offsets_commit_together(tmp_path: Path) -> None:
+    w = EosWorld(tmp_path)
+    sc = w.sidecar("a", **EOS)
+    w.send(80, lambda i: 300 + 10 * i)
+    w.run([sc], lambda: len(w.delivered()) >= 80)
+    w.check(set(w.sent))
+    assert sc.txn is not None and sc.txn.committed > 0 and sc.txn.aborted == 0
+    w.run([sc], lambda: committed(w) == {p: 20 for p in range(PARTITIONS)})
+    # the changelog's committed view: every id put and then tombstoned (each delivery's
+    # tombstone committed with it)
+    last: dict[bytes, bytes | None] = {}
+    for m in w.cluster.records(CHANGELOG, committed_only=True):
+        last[m.key() or b""] = m.value()
+    assert set(last) == set(w.sent) and all(v is None for v in last.values())
+    assert (sc.stores[0].dir / DIRTY).exists()  # open in exactly-once mode: not clean until closed
+    sc.shutdown()
+    assert not (tmp_path / "a" / f"{INGRESS}-0" / DIRTY).exists()
+
+
+def test_an_aborted_transaction_is_done_again_and_seen_once(tmp_path: Path) -> None:
+    w = EosWorld(tmp_path)
+    sc = w.sidecar("a", **EOS)
+    w.run([sc], lambda: len(sc.stores) == PARTITIONS)
+    w.send(40, lambda i: 200)
+    w.run([sc], lambda: len(w.written()) >= 1)  # deliveries are in the open transaction
+    w.cluster.fail_next_commit()
+    w.send(40, lambda i: 400, prefix="later")
+    w.run([sc], lambda: len(w.delivered()) >= 80)
+    w.check(set(w.sent))
+    assert sc.txn is not None and sc.txn.aborted == 1
+    aborted = ids(w.written()) - ids(w.delivered())
+    assert aborted, "the failed commit's deliveries were written (and aborted)"
+    sc.shutdown()
+
+
+def test_a_crash_restores_the_committed_state_and_delivers_each_once(tmp_path: Path) -> None:
+    w = EosWorld(tmp_path)
+    a = w.sidecar("a", **EOS)
+    w.run([a], lambda: len(a.stores) == PARTITIONS)
+    w.send(120, lambda i: 200 + 20 * i)
+    w.run([a], lambda: len(w.delivered()) >= 30)
+    assert a.txn is not None
+    a.txn.interval_s = 1e9  # what it delivers from here on stays in the open transaction
+    w.run([a], lambda: len(w.written()) >= len(w.delivered()) + 10)
+    crash(a, w)
+    b = w.sidecar("a", **EOS)  # the same data directory and instance id: it fences a's transaction
+    w.run([b], lambda: len(w.delivered()) >= 120)
+    w.check(set(w.sent))
+    assert ids(w.written()) != ids(w.delivered()), "a's open transaction was aborted"
+    assert b.restorer is not None and b.restorer.applied > 0  # wiped (dirty) and restored from the changelog
+    b.shutdown()
+
+
+def test_a_clean_restart_trusts_its_store(tmp_path: Path) -> None:
+    w = EosWorld(tmp_path)
+    a = w.sidecar("a", **EOS)
+    w.send(40, lambda i: 100 if i < 20 else 60_000)
+    w.run([a], lambda: len(w.delivered()) >= 20)
+    a.stop_requested = True
+    a.shutdown()
+    b = w.sidecar("a", **EOS)
+    w.run([b], lambda: len(b.stores) == PARTITIONS)
+    assert b.restorer is not None and b.restorer.applied == 0  # nothing after its checkpoints
+    assert sum(n for st in b.stores.values() for n in st.pending().values()) == 20
+    w.run([b], lambda: len(w.delivered()) >= 40)
+    w.check(set(w.sent))
+    assert b.counters.ingested == 0
+    b.shutdown()
+
+
+@pytest.mark.parametrize("timeout_ms", [10_000, 600_000], ids=["timed-out", "refused"])
+def test_a_zombie_commit_is_refused_and_nothing_it_delivered_is_seen(tmp_path: Path, timeout_ms: int) -> None:
+    """a delivers into a transaction it has not committed when the group expels it; b takes the
+    partitions over and delivers them. When a commits, either the coordinator has aborted its
+    transaction already (open past transaction-timeout: a is fenced, makes a new producer) or its
+    offsets carry an old member id and are refused: the transaction aborts, and a read_committed
+    reader sees b's deliveries only."""
+    w = EosWorld(tmp_path)
+    a = w.sidecar("a", transaction_timeout_ms=timeout_ms, **EOS)
+    w.run([a], lambda: len(a.stores) == PARTITIONS)
+    assert a.txn is not None
+    a.txn.interval_s = 1e9
+    w.send(40, lambda i: 100)
+    w.run([a], lambda: len(w.written()) >= 40)
+    w.cluster.expel(a.kafka.consumer)
+    b = w.sidecar("b", transaction_timeout_ms=timeout_ms, **EOS)
+    # b's deliveries: read_committed readers see them only once a's open transaction (before
+    # them in the target partition) has ended
+    w.run([b], lambda: len(w.written()) >= 80)
+    a.txn.interval_s = 0.1
+    if timeout_ms == 10_000:
+        w.clock.advance(timeout_ms)  # a stays stopped past its transaction's timeout
+    fenced = a.kafka.producer
+    a.turn()  # a's next commit
+    assert a.txn.aborted >= 1
+    assert (a.kafka.producer is not fenced) == (timeout_ms == 10_000)
+    w.run([a, b], lambda: not a.stores and len(w.delivered()) >= 40)
+    w.check(set(w.sent))  # b's, each once: a's 40 were written and aborted
+    for sc in (a, b):
+        sc.shutdown()
+
+
+def test_dead_letters_are_exactly_once_too(tmp_path: Path) -> None:
+    """A missing target is never produced to (it would abort the transaction): the records wait
+    for delivery-grace and go to the DLQ, each once."""
+    w = EosWorld(tmp_path)
+    sc = w.sidecar("a", delivery_grace_ms=2000, **EOS)
+    w.run([sc], lambda: len(sc.stores) == PARTITIONS)
+    for i in range(12):
+        w.cluster.append(INGRESS, i % PARTITIONS, b"k", b"v", [
+            (c.TARGET_TOPIC, b"missing"), (c.DELAY_MS, b"100"), (c.ID, b"m%d" % i)])
+    dlq = sc.s.dlq_topic
+    w.run([sc], lambda: len(w.cluster.records(dlq, committed_only=True)) >= 12)
+    w.clock.advance(2000)
+    w.run([sc], lambda: committed(w) == {p: 3 for p in range(PARTITIONS)})
+    got = Counter(dict(m.headers() or [])[c.ID] for m in w.cluster.records(dlq, committed_only=True))
+    assert got == Counter({b"m%d" % i: 1 for i in range(12)})
+    assert all(dict(m.headers() or [])[c.DLQ_REASON] == c.DELIVERY_FAILED.encode()
+               for m in w.cluster.records(dlq, committed_only=True))
+    assert sc.txn is not None and sc.txn.aborted == 0
+    sc.shutdown()
