@@ -218,6 +218,8 @@ class KafkaIO:
             # give two instances the same id
             assert self.s.group_instance_id, "the instance id is known before the clients are made"
             conf["transaction.timeout.ms"] = self.s.transaction_timeout_ms
+            # librdkafka's rule: a record may not wait longer than its transaction may stay open
+            conf["message.timeout.ms"] = min(conf["message.timeout.ms"], self.s.transaction_timeout_ms)
         conf.update(self.s.kafka)
         if self.s.exactly_once:
             conf["transactional.id"] = transactional_id(self.s.group_id, self.s.group_instance_id or "")
