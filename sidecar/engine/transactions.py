@@ -188,12 +188,15 @@ class Transactions:
         and begin the next (``begin``). The records it purged report failures at the next poll."""
         self.aborted += 1
         self.open = False
-        try:
-            self.kafka.producer.abort_transaction(COMMIT_TIMEOUT_S)
-        except KafkaException as e:
-            why, err = _describe(e)
-            if err is not None and err.fatal():
-                raise TransactionFailed(why, fatal=True) from e
-            raise
+        for attempt in range(COMMIT_RETRIES + 1):
+            try:
+                self.kafka.producer.abort_transaction(COMMIT_TIMEOUT_S)
+                break
+            except KafkaException as e:
+                why, err = _describe(e)
+                # retriable (the coordinator unreachable): asked again; then, or if fatal, the
+                # producer is given up (the caller makes a new one, whose registration aborts it)
+                if err is None or err.fatal() or not err.retriable() or attempt == COMMIT_RETRIES:
+                    raise TransactionFailed(why, fatal=True) from e
         if begin:
             self.begin()
