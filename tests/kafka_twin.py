@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -210,6 +211,7 @@ class TwinCluster:
         self.open_txns: list[_Txn] = []
         self.txn_parts: set[tuple[str, int]] = set()  # partitions holding transactional records
         self.commit_failures: list[KafkaError] = []  # what the next commit_transaction calls fail with
+        self.offsets_hangs: list[threading.Event] = []  # what the next send_offsets_to_transaction waits for
 
     # -- topics ---------------------------------------------------------------------------------
     def create_topic(self, name: str, partitions: int, config: dict[str, str] | None = None) -> None:
@@ -261,6 +263,14 @@ class TwinCluster:
         """The next ``times`` ``commit_transaction`` calls (of any producer) fail with an abortable
         error: the transaction's records and offsets stay pending until it is aborted."""
         self.commit_failures.extend(KafkaError(code, reason, txn_requires_abort=True) for _ in range(times))
+
+    def hang_next_offsets(self) -> threading.Event:
+        """The next ``send_offsets_to_transaction`` call (of any producer) does not return until
+        the event is set, whatever its timeout: librdkafka's behaviour once the group coordinator
+        it cached is gone from the metadata (its issues 5456 and 5511; a broker restart here)."""
+        ev = threading.Event()
+        self.offsets_hangs.append(ev)
+        return ev
 
     def claim(self, transactional_id: str, producer: TwinProducer) -> None:
         """``init_transactions``: the id's previous producer is fenced and its open transaction aborted."""
@@ -747,6 +757,9 @@ class TwinProducer:
         valid = [tp for tp in positions if tp.offset >= 0]  # logical and invalid offsets are ignored
         if not valid:
             return
+        if self.cluster.offsets_hangs:
+            self.cluster.offsets_hangs.pop(0).wait()
+            self._require(IN_TXN)  # fenced meanwhile: raised on the caller's thread, if any still waits
         if self.cluster.down:
             raise self._timed_out(timeout, "commit the transaction's offsets", abortable=True)
         err = self.cluster.check_group_metadata(group_metadata)

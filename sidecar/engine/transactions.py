@@ -43,9 +43,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import KafkaException, TopicPartition
 
@@ -56,6 +58,12 @@ log = logs.get("sidecar")
 DIRTY = "eos.dirty"  # a store's file: opened in exactly-once mode and not closed cleanly since
 COMMIT_TIMEOUT_S = 30.0
 COMMIT_RETRIES = 3  # a retriable commit error is asked again this many times, then aborted
+# send_offsets_to_transaction is one request to the group coordinator (a few ms); given this long
+OFFSETS_TIMEOUT_S = 10.0
+# a transactional call that has not returned this long after its own timeout is stuck (below)
+STUCK_GRACE_S = 5.0
+
+T = TypeVar("T")
 
 
 def transactional_id(group_id: str, instance_id: str) -> str:
@@ -119,6 +127,36 @@ def _describe(e: KafkaException) -> tuple[str, Any]:
     return f"{err.name()}: {err.str()}", err
 
 
+def bounded(call: Callable[[], T], what: str, timeout_s: float) -> T:
+    """``call()`` (a blocking transactional call given ``timeout_s``), run on a thread of its own
+    and waited for ``timeout_s + STUCK_GRACE_S``. librdkafka does not always keep the timeout:
+    ``send_offsets_to_transaction`` waits for ever once the group coordinator it cached is gone
+    from the metadata, as after a broker restart (librdkafka issues 5456 and 5511, measured here:
+    a sidecar stuck in it for minutes after the bench restarted the broker). A call still running
+    then raises a fatal :class:`TransactionFailed`: the caller replaces the producer, whose
+    successor's ``init_transactions`` fences the stuck one and aborts its transaction. The stuck
+    thread keeps the old producer until it returns, if ever (a daemon thread: it does not hold
+    up the process's exit)."""
+    box: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            box.append((True, call()))
+        except BaseException as e:  # handed to the caller as it was raised
+            box.append((False, e))
+
+    t = threading.Thread(target=run, name=f"kds-txn-{what}", daemon=True)
+    t.start()
+    t.join(timeout_s + STUCK_GRACE_S)
+    if not box:
+        raise TransactionFailed(f"{what} did not return within {timeout_s + STUCK_GRACE_S:.0f} s "
+                                f"(its timeout is {timeout_s:.0f} s): the producer is given up", fatal=True)
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value  # type: ignore[no-any-return]
+
+
 class Transactions:
     """The transaction cycle of one transactional producer (made by :class:`KafkaIO`)."""
 
@@ -159,15 +197,21 @@ class Transactions:
         t0 = time.perf_counter()
         try:
             if offsets:
-                producer.send_offsets_to_transaction(offsets, group_metadata, COMMIT_TIMEOUT_S)
+                bounded(lambda: producer.send_offsets_to_transaction(offsets, group_metadata, OFFSETS_TIMEOUT_S),
+                        "send_offsets_to_transaction", OFFSETS_TIMEOUT_S)
             for attempt in range(COMMIT_RETRIES + 1):
                 try:
-                    producer.commit_transaction(COMMIT_TIMEOUT_S)
+                    bounded(lambda: producer.commit_transaction(COMMIT_TIMEOUT_S), "commit_transaction",
+                            COMMIT_TIMEOUT_S)
                     break
                 except KafkaException as e:
                     _why, err = _describe(e)
                     if err is None or not err.retriable() or attempt == COMMIT_RETRIES:
                         raise
+        except TransactionFailed:  # a call that did not return (bounded): the producer is given up
+            self.open = False
+            self.aborted += 1
+            raise
         except KafkaException as e:
             self.open = False
             why, err = _describe(e)
@@ -188,9 +232,10 @@ class Transactions:
         and begin the next (``begin``). The records it purged report failures at the next poll."""
         self.aborted += 1
         self.open = False
+        producer = self.kafka.producer
         for attempt in range(COMMIT_RETRIES + 1):
             try:
-                self.kafka.producer.abort_transaction(COMMIT_TIMEOUT_S)
+                bounded(lambda: producer.abort_transaction(COMMIT_TIMEOUT_S), "abort_transaction", COMMIT_TIMEOUT_S)
                 break
             except KafkaException as e:
                 why, err = _describe(e)

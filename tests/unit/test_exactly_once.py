@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from sidecar import contract as c
+from sidecar.engine import transactions
 from sidecar.engine.loop import Sidecar
 from sidecar.engine.transactions import DIRTY
 from tests.kafka_twin import TwinMessage
@@ -163,4 +164,33 @@ def test_dead_letters_are_exactly_once_too(tmp_path: Path) -> None:
     assert all(dict(m.headers() or [])[c.DLQ_REASON] == c.DELIVERY_FAILED.encode()
                for m in w.cluster.records(dlq, committed_only=True))
     assert sc.txn is not None and sc.txn.aborted == 0
+    sc.shutdown()
+
+
+def test_a_send_offsets_that_never_returns_gives_up_the_producer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """librdkafka's send_offsets_to_transaction can wait past its timeout for ever (after a
+    broker restart, measured by the exactly-once bench: the loop stood still for minutes). The
+    loop waits its timeout plus a grace, then replaces the producer: the new one fences the stuck
+    one, the stores are restored from the committed changelog, and every record is still seen
+    once."""
+    monkeypatch.setattr(transactions, "OFFSETS_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(transactions, "STUCK_GRACE_S", 0.05)
+    w = EosWorld(tmp_path)
+    sc = w.sidecar("a", **EOS)
+    w.run([sc], lambda: len(sc.stores) == PARTITIONS)
+    w.send(40, lambda i: 200)
+    w.run([sc], lambda: len(w.written()) >= 1)  # deliveries are in the open transaction
+    stuck = w.cluster.hang_next_offsets()
+    first = sc.kafka.producer
+    try:
+        w.send(40, lambda i: 400, prefix="later")
+        w.run([sc], lambda: len(w.delivered()) >= 80)
+        w.check(set(w.sent))
+        assert sc.kafka.producer is not first, "the stuck producer was replaced"
+        assert sc.txn is not None and sc.txn.aborted >= 1
+        assert not w.cluster.offsets_hangs, "the hanging call was made"
+    finally:
+        stuck.set()  # the stuck thread ends (the old producer is fenced by now)
     sc.shutdown()
