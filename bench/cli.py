@@ -1,8 +1,8 @@
 """``delay-sidecar bench SCENARIO [--size small|full] --json OUT [--bootstrap-servers B]``.
 
 SCENARIO is one of ``throughput``, ``lateness``, ``pending-memory``, ``lookup``, ``restart``,
-``mass-expiry``, ``redis-zset``, ``append``, ``steady``, ``failover``, ``restore``, ``redrive``, ``scale``,
-``all``, or a comma-separated list of them (``all`` is every one but ``scale``, which takes
+``mass-expiry``, ``redis-zset``, ``append``, ``steady``, ``failover``, ``restore``, ``redrive``,
+``exactly-once``, ``scale``, ``all``, or a comma-separated list of them (``all`` is every one but ``scale``, which takes
 ``--scale-pending N`` and ``--scale-rate R`` and runs only when named). Without
 ``--bootstrap-servers`` the bench starts its own local broker (:class:`devkafka.local.LocalKafka`)
 in the work directory and stops it at the end, unless every scenario asked for runs in-process
@@ -41,6 +41,7 @@ import orjson
 
 from bench import (
     append,
+    exactly_once,
     failover,
     lateness,
     lookup,
@@ -71,6 +72,7 @@ SCENARIOS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "restore": restore.run,
     "redrive": redrive.run,
     "scale": scale.run,
+    "exactly-once": exactly_once.run,
 }
 WARMUP_S = 45.0  # traffic through a broker started by the bench, before the first scenario (full size)
 
@@ -220,7 +222,8 @@ def bench_main(argv: list[str]) -> int:
                       profile_dir=Path(ns.profile).resolve() if ns.profile else None,
                       changelog_modes=ns.changelog_modes,
                       options={"scale_pending": ns.scale_pending, "scale_rate": ns.scale_rate,
-                               "scale_layouts": ns.scale_layouts})
+                               "scale_layouts": ns.scale_layouts},
+                      broker=broker)
         if broker is not None and ns.size == "full":
             # a broker started here is a fresh JVM: warm its JIT up before measuring anything
             log(f"warming the broker up ({WARMUP_S:.0f} s of traffic) ...")

@@ -678,6 +678,7 @@ class Bench:
     changelog_modes: list[str] = field(default_factory=lambda: ["on"])
     results: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)  # scenario flags (``scale_pending``, ``scale_rate``)
+    broker: Any = None  # the devkafka.local.LocalKafka the bench started (None: an external broker)
     _wm: Watermarks | None = None
     _topics: list[str] = field(default_factory=list)
 
