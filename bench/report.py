@@ -99,7 +99,7 @@ def _redis_version() -> str | None:
 def machine_facts(kafka_version: str | None) -> dict[str, Any]:
     import confluent_kafka
 
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[1]  # bench/report.py -> the checkout
     status = _git(repo, "status", "--porcelain", "--untracked-files=no")
     vm = psutil.virtual_memory()
     return {

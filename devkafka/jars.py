@@ -141,7 +141,7 @@ def _pom_path() -> Path:
     env = os.environ.get("KDS_KAFKA_POM")
     if env:
         return Path(env).expanduser()
-    return Path(__file__).resolve().parents[2] / "scripts" / "kafka-pom.xml"
+    return Path(__file__).resolve().parents[1] / "scripts" / "kafka-pom.xml"  # devkafka/jars.py -> the checkout
 
 
 @contextmanager
