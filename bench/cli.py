@@ -10,8 +10,10 @@ without one (``append``, ``steady``). The schedulers measured are every one that
 ``wheel`` once ``python -m sidecar run --scheduler wheel`` starts (detected by trying), or the ones
 given with ``--schedulers``; in-process scenarios alone measure both unless told otherwise. ``throughput``
 and ``lateness`` measure every changelog mode given with ``--changelog`` (default ``on,off``: the
-sidecar's default, and ``--changelog off``); the other scenarios run the sidecar's default
-(changelog on), except with ``--changelog off`` alone, when every scenario that can runs with it off
+sidecar's default, and ``--changelog off``) and every delivery mode given with ``--delivery``
+(default ``at-least-once,exactly-once``: the changelog modes, then ``--delivery exactly-once``
+with the changelog on); the other scenarios run the sidecar's default (changelog on, at least
+once), except with ``--changelog off`` alone, when every scenario that can runs with it off
 (``failover`` and ``restore`` need it).
 
 The JSON report holds the machine facts, the settings, and per scenario its method, settings,
@@ -81,6 +83,7 @@ WARMUP_S = 45.0  # traffic through a broker started by the bench, before the fir
 NO_BROKER = frozenset({"append", "steady"})
 SCHEDULERS = ("levels", "wheel")
 CHANGELOG_MODES = ("on", "off")
+DELIVERY_MODES = ("at-least-once", "exactly-once")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -96,6 +99,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="comma-separated changelog modes throughput and lateness measure: on (the default "
                          "flags), off (--changelog off); default: on,off. off alone: every scenario "
                          "but failover and restore runs with the changelog off")
+    ap.add_argument("--delivery", default=",".join(DELIVERY_MODES), metavar="MODES",
+                    help="comma-separated delivery modes throughput and lateness measure: at-least-once (in "
+                         "each --changelog mode), exactly-once (--delivery exactly-once, changelog on); "
+                         "default: at-least-once,exactly-once")
     ap.add_argument("--workdir", default=None, help="data directories and logs (default: a temp dir, removed)")
     ap.add_argument("--keep-workdir", action="store_true", help="keep the work directory (logs, stores)")
     ap.add_argument("--profile", metavar="DIR", default=None,
@@ -122,6 +129,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if not modes or any(m not in CHANGELOG_MODES for m in modes) or len(set(modes)) != len(modes):
         ap.error(f"--changelog {ns.changelog!r}: give on, off or on,off")
     ns.changelog_modes = modes
+    delivery = [m.strip() for m in ns.delivery.split(",") if m.strip()]
+    if not delivery or any(m not in DELIVERY_MODES for m in delivery) or len(set(delivery)) != len(delivery):
+        ap.error(f"--delivery {ns.delivery!r}: give at-least-once, exactly-once or both, comma-separated")
+    ns.delivery_modes = delivery
     return ns
 
 
@@ -218,9 +229,10 @@ def bench_main(argv: list[str]) -> int:
                 report["settings"]["wheel_detection"] = why
         report["settings"]["schedulers"] = schedulers
         report["settings"]["changelog_modes"] = ns.changelog_modes
+        report["settings"]["delivery_modes"] = ns.delivery_modes
         bench = Bench(bootstrap or "", workdir, ns.size, schedulers,
                       profile_dir=Path(ns.profile).resolve() if ns.profile else None,
-                      changelog_modes=ns.changelog_modes,
+                      changelog_modes=ns.changelog_modes, delivery_modes=ns.delivery_modes,
                       options={"scale_pending": ns.scale_pending, "scale_rate": ns.scale_rate,
                                "scale_layouts": ns.scale_layouts},
                       broker=broker)

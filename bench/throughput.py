@@ -35,6 +35,19 @@ changelog topic: sidecars measured one after another on one pre-loaded ingress t
 restore each other's changelog. In a round the variants (scheduler x mode) take their rotated
 places like the schedulers. ``results.<size>.<scheduler>`` holds the changelog-on figures,
 ``results.<size>.changelog_off.<scheduler>`` the changelog-off ones.
+
+Exactly-once: with ``exactly-once`` in ``bench.delivery_modes`` (``--delivery``) each scheduler
+is also measured with ``--delivery exactly-once`` (changelog on, which it needs; variant
+``levels-exactly-once``, figures in ``results.<size>.exactly_once.<scheduler>``; goal >= 0.5,
+issue 23). Its deliveries become visible to a ``read_committed`` consumer only when their
+transaction commits (every ``--transaction-interval``, the default 100 ms), and the target's high
+watermark also counts the commit markers: so the completion check counts the committed records
+with a ``read_committed`` consumer running in the bench process (a :class:`CommittedReader`
+that only counts them), and the records are read back ``read_committed``, as for every variant.
+The rate is still ``(N - 1) / (last - first delivered record timestamp)`` over the committed
+records: the sidecar's production rate inside transactions (a record's timestamp is its produce
+time, before its commit), so it does not include the last transaction's commit wait, at most one
+interval and the commit over a window of seconds; the lateness scenario measures visibility.
 """
 
 from __future__ import annotations
@@ -46,7 +59,9 @@ from typing import Any
 from bench.report import fig
 from bench.workload import (
     RECORD_SIZES,
+    TRANSACTION_INTERVAL_MS,
     Bench,
+    CommittedReader,
     Preloaded,
     ScriptProc,
     cpu_seconds,
@@ -60,21 +75,48 @@ from bench.workload import (
     wall_ms,
 )
 
-GOAL_RATIO = {"on": ">= 0.6", "off": ">= 0.85"}  # issue 21: each record written twice with the changelog
+# issue 21: each record written twice with the changelog; issue 23: exactly-once (a variant, not a
+# changelog mode, but keyed with them: "on" and "off" are at-least-once)
+GOAL_RATIO = {"on": ">= 0.6", "off": ">= 0.85", "exactly-once": ">= 0.5"}
 MAX_DELAY_MS = 10_000
 ROUNDS_FULL = 5  # 3 were too few: one build's per-round ratios spanned 0.55-0.94 in a day
 PASSTHROUGH = "passthrough"
 OFF = "changelog_off"  # the key of the changelog-off figures in the results
+EOS = "exactly_once"  # ... and of the exactly-once ones
+EXACTLY_ONCE = "exactly-once"
+RESULT_KEYS = {"off": OFF, EXACTLY_ONCE: EOS}  # mode -> its key in results (changelog on: none)
 
 
 def variant(scheduler: str, mode: str) -> str:
-    """A measured variant's name in rounds and details: ``levels``, ``levels-changelog-off``."""
-    return scheduler if mode == "on" else f"{scheduler}-changelog-off"
+    """A measured variant's name in rounds and details: ``levels``, ``levels-changelog-off``,
+    ``levels-exactly-once``."""
+    return {"on": scheduler, "off": f"{scheduler}-changelog-off"}.get(mode, f"{scheduler}-{mode}")
+
+
+def modes(bench: Bench) -> list[str]:
+    """The modes measured: each changelog mode at least once (``on``, ``off``), then
+    ``exactly-once`` (changelog on) when asked for."""
+    out = list(bench.changelog_modes) if "at-least-once" in bench.delivery_modes else []
+    return out + ([EXACTLY_ONCE] if EXACTLY_ONCE in bench.delivery_modes else [])
+
+
+def sidecar_flags(mode: str) -> dict[str, str]:
+    """A mode's ``changelog`` and ``delivery`` for :meth:`Bench.sidecar`."""
+    if mode == EXACTLY_ONCE:
+        return {"changelog": "on", "delivery": EXACTLY_ONCE}
+    return {"changelog": mode, "delivery": "at-least-once"}
+
+
+def results_for(results: dict[str, Any], mode: str) -> dict[str, Any]:
+    """Where a mode's per-scheduler figures go: ``results`` itself (changelog on), or its
+    ``changelog_off`` / ``exactly_once`` part."""
+    key = RESULT_KEYS.get(mode)
+    return results if key is None else results.setdefault(key, {})
 
 
 def variants(bench: Bench) -> list[tuple[str, str, str]]:
-    """(variant, scheduler, changelog mode) for every scheduler and mode measured."""
-    return [(variant(s, m), s, m) for m in bench.changelog_modes for s in bench.schedulers]
+    """(variant, scheduler, mode) for every scheduler and mode measured."""
+    return [(variant(s, m), s, m) for m in modes(bench) for s in bench.schedulers]
 
 
 def records_for(bench: Bench) -> int:
@@ -106,27 +148,36 @@ def timeout_for(n: int) -> float:
 
 
 def measure_sidecar(bench: Bench, pre: Preloaded, target: str, scheduler: str, tag: str,
-                    changelog: str = "on") -> dict[str, Any]:
-    """Start a sidecar on the pre-loaded ingress topic; wait for all N on ``target``."""
+                    changelog: str = "on", delivery: str = "at-least-once") -> dict[str, Any]:
+    """Start a sidecar on the pre-loaded ingress topic; wait for all N on ``target`` (exactly-once:
+    all N committed, counted by a ``read_committed`` consumer)."""
     start = bench.wm.high(target)
     want = sum(start.values()) + pre.n
-    sc = bench.sidecar(pre.topic, scheduler, tag=tag, changelog=changelog, changelog_topic=f"bench.tp.cl.{uid()}")
+    sc = bench.sidecar(pre.topic, scheduler, tag=tag, changelog=changelog, changelog_topic=f"bench.tp.cl.{uid()}",
+                       delivery=delivery)
     spawned = wall_ms()
     sc.start()
     cpu0 = cpu_seconds(sc.pid)
+    counter = CommittedReader(bench.bootstrap, target, start) if delivery == EXACTLY_ONCE else None
+    if counter is not None:
+        counter.start()
     try:
-        wait_until(f"{pre.n} records delivered by the {scheduler} sidecar", lambda: bench.wm.total(target) >= want,
+        done_yet = ((lambda: bench.wm.total(target) >= want) if counter is None else
+                    (lambda: counter.count >= pre.n))
+        wait_until(f"{pre.n} records delivered by the {scheduler} sidecar", done_yet,
                    timeout_for(pre.n), 0.2, sc.check_alive)
         done = wall_ms()
         cpu = cpu_seconds(sc.pid) - cpu0
         stats = sc.stats() or {}
     finally:
+        if counter is not None:
+            counter.stop()
         sc.stop()
     end = bench.wm.high(target)
     got = read_range(bench.bootstrap, target, start, end, headers=True)
     early = sum(1 for ts, da in zip(got.ts, got.deliver_at, strict=True) if ts < da)
     rate = got.window_rate()
-    return {
+    out = {
         "records_per_s": rate,
         "delivered": len(got.ts),
         "duplicates": len(got.ts) - len(set(got.ids)),
@@ -136,6 +187,11 @@ def measure_sidecar(bench: Bench, pre: Preloaded, target: str, scheduler: str, t
         "cpu_us_per_record": cpu * 1e6 / pre.n,
         "stats": {k: stats.get(k) for k in ("ingested", "scheduled", "delivered", "dlq", "early")},
     }
+    if counter is not None:
+        # offsets the committed records did not take: one commit marker per transaction, plus
+        # the records of any aborted one
+        out["target_offsets_not_records"] = sum(end.values()) - sum(start.values()) - len(got.ts)
+    return out
 
 
 def measure_passthrough(bench: Bench, pre: Preloaded, tag: str) -> dict[str, Any]:
@@ -191,7 +247,7 @@ def measure_rounds(bench: Bench, pre: Preloaded, target: str, label: str, rounds
 
     def measure_variant(name: str) -> dict[str, Any]:
         sched, mode = by_name[name]
-        return measure_sidecar(bench, pre, target, sched, tag=f"tp-{label}", changelog=mode)
+        return measure_sidecar(bench, pre, target, sched, tag=f"tp-{label}", **sidecar_flags(mode))
 
     out: list[dict[str, Any]] = []
     for r in range(rounds):
@@ -216,7 +272,7 @@ def summarise(bench: Bench, rounds: list[dict[str, Any]]) -> dict[str, Any]:
     for name, sched, mode in variants(bench):
         ratios = [one[name]["ratio_to_passthrough"] for one in rounds]
         cpu = med(name, "cpu_us_per_record")
-        into = res if mode == "on" else res.setdefault(OFF, {})
+        into = results_for(res, mode)
         into[sched] = {
             "records_per_s": fig(med(name, "records_per_s"), "records/s"),
             "ratio_to_passthrough": fig(median(ratios), "x", GOAL_RATIO[mode],
@@ -246,7 +302,8 @@ def run(bench: Bench) -> dict[str, Any]:
         log(f"throughput {label}: median " + ", ".join(
             f"{v} {median([one[v]['ratio_to_passthrough'] for one in measured]) or 0:.2f}"
             for v, _s, _m in variants(bench)))
-    # median rates by name (``passthrough``, ``levels``, ``levels-changelog-off``) for later scenarios
+    # median rates by name (``passthrough``, ``levels``, ``levels-changelog-off``,
+    # ``levels-exactly-once``) for later scenarios
     names = [PASSTHROUGH, *(v for v, _s, _m in variants(bench))]
     bench.results["throughput"] = {
         label: {name: one_median(d["rounds"], name) for name in names} for label, d in details.items()
@@ -254,12 +311,16 @@ def run(bench: Bench) -> dict[str, Any]:
     bench.cleanup_topics()
     return {
         "method": "fixed N pre-loaded, all due before the process starts; rate = (N-1) / (last - first delivered "
-                  "record timestamp), the same for the sidecar and the passthrough; per size, ROUNDS rounds of "
-                  "the passthrough and each scheduler in each changelog mode back to back (order rotated each "
-                  "round), ratio within a round, median over the rounds",
+                  "record timestamp), the same for the sidecar and the passthrough, over the committed records "
+                  "(read_committed); per size, ROUNDS rounds of the passthrough and each scheduler in each mode "
+                  "(changelog on, off, exactly-once) back to back (order rotated each round), ratio within a "
+                  "round, median over the rounds",
         "settings": {"records": n, "rounds": rounds, "record_sizes": RECORD_SIZES, "delay_ms": [0, MAX_DELAY_MS],
                      "ingress_partitions": 1, "target_partitions": 1, "schedulers": bench.schedulers,
-                     "changelog_modes": bench.changelog_modes, "goals": GOAL_RATIO},
+                     "changelog_modes": bench.changelog_modes, "delivery_modes": bench.delivery_modes,
+                     "modes": modes(bench), "goals": GOAL_RATIO,
+                     **({"transaction_interval_ms": TRANSACTION_INTERVAL_MS} if EXACTLY_ONCE in modes(bench)
+                        else {})},
         "results": results,
         "details": details,
     }

@@ -28,10 +28,11 @@ from typing import IO, Any, cast
 
 import orjson
 import psutil
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from sidecar import contract as c
+from sidecar.config import Settings
 
 SIZES = ("small", "full")
 RECORD_SIZES = {"100B": 100, "1KB": 1024}
@@ -58,6 +59,8 @@ INGRESS_CONSUMER: dict[str, Any] = {
 }
 CONSUME_BATCH = 5_000
 MAX_IN_FLIGHT = 20_000
+# --delivery exactly-once commits a transaction this often: the bench runs the sidecar's default
+TRANSACTION_INTERVAL_MS = Settings().transaction_interval_ms
 
 _PROCS: list[subprocess.Popen[bytes]] = []
 _PROCS_LOCK = threading.Lock()
@@ -349,6 +352,7 @@ class Delivered:
     ids: list[bytes] = field(default_factory=list)
     keys: list[bytes] = field(default_factory=list)
     partitions: list[int] = field(default_factory=list)  # the ingress partition (``delay.source``)
+    seen_ms: list[int] = field(default_factory=list)  # CommittedReader only: wall ms the bench received it
 
     def window_rate(self) -> float | None:
         if len(self.ts) < 2:
@@ -357,46 +361,63 @@ class Delivered:
         return (len(self.ts) - 1) / span if span > 0 else None
 
 
+def _add_headers(out: Delivered, m: Message) -> None:
+    """Append ``m``'s ``delay.deliver-at``, ``delay.id`` and ingress partition (``delay.source``)."""
+    da = src = -1
+    rid = b""
+    for k, v in cast(KHeaders, m.headers() or []):
+        if k == c.DELIVER_AT and v is not None:
+            da = int(v)
+        elif k == c.ID and v is not None:
+            rid = v.encode() if isinstance(v, str) else bytes(v)
+        elif k == c.SOURCE and v is not None:  # <topic>:<partition>:<offset>
+            with contextlib.suppress(ValueError, IndexError):
+                src = int((v if isinstance(v, bytes) else v.encode()).rsplit(b":", 2)[1])
+    out.deliver_at.append(da)
+    out.ids.append(rid)
+    out.partitions.append(src)
+
+
+# How the bench reads what was delivered: only committed records (librdkafka's default, said
+# here because exactly-once figures depend on it), and an end-of-partition event, because with
+# transactions the last offsets of a partition are commit markers, never returned as records.
+READ_COMMITTED: dict[str, Any] = {"isolation.level": "read_committed", "enable.partition.eof": True,
+                                  "enable.auto.commit": False}
+
+
 def read_range(bootstrap: str, topic: str, start: dict[int, int], end: dict[int, int], headers: bool = False,
                timeout_s: float = 300, keys: bool = False) -> Delivered:
-    """Read ``[start[p], end[p])`` of every partition ``p``; with ``headers`` also each record's
-    ``delay.deliver-at``, ``delay.id`` and the ingress partition from ``delay.source``."""
+    """Read the committed records of ``[start[p], end[p])`` of every partition ``p``; with
+    ``headers`` also each record's ``delay.deliver-at``, ``delay.id`` and the ingress partition
+    from ``delay.source``. A partition is done at its record ``end - 1`` or when the reader
+    reaches ``end`` (past commit markers and aborted records, which take offsets too)."""
     out = Delivered()
     todo = {p: (start.get(p, 0), e) for p, e in end.items() if e > start.get(p, 0)}
     if not todo:
         return out
     cons = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-read-{uid()}",
-                     "enable.auto.commit": False, "fetch.max.bytes": 52_428_800})
+                     "fetch.max.bytes": 52_428_800, **READ_COMMITTED})
     cons.assign([TopicPartition(topic, p, s) for p, (s, _e) in todo.items()])
     left = {p: e for p, (_s, e) in todo.items()}
     deadline = time.monotonic() + timeout_s
     try:
         while left and time.monotonic() < deadline:
             for m in cons.consume(num_messages=10_000, timeout=0.5):
-                if m.error() is not None:
-                    continue
                 p = cast(int, m.partition())
                 off = cast(int, m.offset())
                 e = left.get(p)
+                err = m.error()
+                if err is not None:
+                    if e is not None and err.code() == KafkaError._PARTITION_EOF and off >= e:
+                        del left[p]
+                    continue
                 if e is None or off >= e:
                     continue
                 out.ts.append(m.timestamp()[1])
                 if keys:
                     out.keys.append(m.key() or b"")
                 if headers:
-                    da = src = -1
-                    rid = b""
-                    for k, v in cast(KHeaders, m.headers() or []):
-                        if k == c.DELIVER_AT and v is not None:
-                            da = int(v)
-                        elif k == c.ID and v is not None:
-                            rid = v.encode() if isinstance(v, str) else bytes(v)
-                        elif k == c.SOURCE and v is not None:  # <topic>:<partition>:<offset>
-                            with contextlib.suppress(ValueError, IndexError):
-                                src = int((v if isinstance(v, bytes) else v.encode()).rsplit(b":", 2)[1])
-                    out.deliver_at.append(da)
-                    out.ids.append(rid)
-                    out.partitions.append(src)
+                    _add_headers(out, m)
                 if off >= e - 1:
                     del left[p]
     finally:
@@ -404,6 +425,49 @@ def read_range(bootstrap: str, topic: str, start: dict[int, int], end: dict[int,
     if left:
         raise BenchError(f"reading {topic}: partitions {sorted(left)} not read to the end within {timeout_s} s")
     return out
+
+
+class CommittedReader(threading.Thread):
+    """A ``read_committed`` consumer of ``topic`` from the offsets ``start`` (every partition),
+    running beside a measurement: what a consumer of an exactly-once sidecar's target sees.
+    ``count`` is the number of committed records received so far (a high watermark also counts
+    commit markers, aborted records and those of an open transaction). With ``collect`` it keeps
+    each record's timestamp, headers (as :func:`read_range`) and the wall-clock ms at which the
+    bench received it (``seen_ms``): taken when ``poll`` returns a record, and shared by the
+    records already queued behind it, so it is late by the bench's own scheduling only. Fetches
+    wait at most 10 ms (``fetch.wait.max.ms``, as the sidecar's ingress consumer)."""
+
+    def __init__(self, bootstrap: str, topic: str, start: dict[int, int], collect: bool = False) -> None:
+        super().__init__(daemon=True)
+        self.cons = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-committed-{uid()}",
+                              "fetch.wait.max.ms": 10, **READ_COMMITTED, "enable.partition.eof": False})
+        self.cons.assign([TopicPartition(topic, p, off) for p, off in start.items()])
+        self.collect = collect
+        self.count = 0
+        self.got = Delivered()
+        self._stop_evt = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self._stop_evt.is_set():
+                first = self.cons.poll(0.1)
+                if first is None:
+                    continue
+                now = wall_ms()
+                for m in [first, *self.cons.consume(num_messages=10_000, timeout=0)]:
+                    if m.error() is not None:
+                        continue
+                    self.count += 1
+                    if self.collect:
+                        self.got.ts.append(m.timestamp()[1])
+                        self.got.seen_ms.append(now)
+                        _add_headers(self.got, m)
+        finally:
+            self.cons.close()
+
+    def stop(self) -> None:
+        self._stop_evt.set()
+        self.join(30)
 
 
 def percentile(sorted_values: list[int] | list[float], q: float) -> float | None:
@@ -666,7 +730,9 @@ def kafka_ready(bootstrap: str, timeout_s: float = 30) -> None:
 class Bench:
     """What every scenario gets: where the broker is, where to write, how big, which schedulers,
     which changelog modes ``throughput`` and ``lateness`` measure (``on``: the sidecar's default;
-    ``off``: ``--changelog off``), and the results of scenarios that already ran in this
+    ``off``: ``--changelog off``) and which delivery modes (``at-least-once``: the sidecar's
+    default, in each changelog mode; ``exactly-once``: ``--delivery exactly-once``, changelog on),
+    and the results of scenarios that already ran in this
     invocation (later ones reuse them, e.g. lateness runs at 50 % of the throughput scenario's
     measured maximum)."""
 
@@ -676,6 +742,7 @@ class Bench:
     schedulers: list[str]
     profile_dir: Path | None = None
     changelog_modes: list[str] = field(default_factory=lambda: ["on"])
+    delivery_modes: list[str] = field(default_factory=lambda: ["at-least-once"])
     results: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)  # scenario flags (``scale_pending``, ``scale_rate``)
     broker: Any = None  # the devkafka.local.LocalKafka the bench started (None: an external broker)
@@ -705,11 +772,13 @@ class Bench:
         return "off" if self.changelog_modes == ["off"] else "on"
 
     def sidecar(self, ingress: str, scheduler: str, tag: str = "", extra: list[str] | None = None,
-                changelog: str = "on", changelog_topic: str | None = None, **kw: Any) -> SidecarProc:
+                changelog: str = "on", changelog_topic: str | None = None, delivery: str = "at-least-once",
+                **kw: Any) -> SidecarProc:
         """A sidecar process (not started). ``changelog``: ``on`` (default flags; with
         ``changelog_topic`` its own changelog topic, for sidecars that read an ingress topic
-        another one read before) or ``off``. Its DLQ and changelog topics are deleted by
-        :meth:`cleanup_topics`."""
+        another one read before) or ``off``. ``delivery``: ``at-least-once`` (the default) or
+        ``exactly-once`` (``--delivery exactly-once``, which needs the changelog on). Its DLQ and
+        changelog topics are deleted by :meth:`cleanup_topics`."""
         prof = None
         if self.profile_dir is not None:
             prof = self.profile_dir / f"{tag or 'sidecar'}-{scheduler}.prof"
@@ -718,6 +787,8 @@ class Bench:
             extra += ["--changelog", "off"]
         elif changelog_topic is not None:
             extra += ["--changelog-topic", changelog_topic]
+        if delivery != "at-least-once":
+            extra += ["--delivery", delivery]
         sc = SidecarProc(self.bootstrap, self.workdir, ingress, scheduler, tag=tag, extra=extra, profile=prof, **kw)
         self._topics.append(sc.dlq)
         if changelog == "on":

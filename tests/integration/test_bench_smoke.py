@@ -74,30 +74,51 @@ def _check_shape(report: dict[str, Any], scenarios: list[str]) -> None:
 
 
 def test_bench_throughput_and_lateness(kafka_bootstrap: str, tmp_path: Path) -> None:
-    """Both changelog modes (the default ``--changelog on,off``): the changelog-on figures under
-    the scheduler, the changelog-off ones under ``changelog_off``, each with its own goal."""
+    """Both changelog modes (the default ``--changelog on,off``) and both delivery modes (the
+    default ``--delivery at-least-once,exactly-once``): the changelog-on figures under the
+    scheduler, the changelog-off ones under ``changelog_off``, the exactly-once ones (changelog
+    on) under ``exactly_once``, each with its own goal. Exactly-once lateness is what a
+    read_committed consumer sees, so never before the record's own timestamp."""
     out = tmp_path / "bench.json"
-    report = _bench(["throughput,lateness", "--bootstrap-servers", kafka_bootstrap], out, timeout_s=480)
+    report = _bench(["throughput,lateness", "--bootstrap-servers", kafka_bootstrap], out, timeout_s=600)
     _check_shape(report, ["throughput", "lateness"])
     assert report["settings"]["changelog_modes"] == ["on", "off"]
-    tp = report["scenarios"]["throughput"]["results"]
-    goals = {"on": ">= 0.6", "off": ">= 0.85"}
+    assert report["settings"]["delivery_modes"] == ["at-least-once", "exactly-once"]
+    scheds = report["settings"]["schedulers"]
+    throughput = report["scenarios"]["throughput"]
+    tp = throughput["results"]
+    goals = {"on": ">= 0.6", "off": ">= 0.85", "exactly-once": ">= 0.5"}
+    n = throughput["settings"]["records"]
     for size in ("100B", "1KB"):
         assert tp[size]["passthrough"]["records_per_s"]["value"] > 0
-        for sched in report["settings"]["schedulers"]:
-            for mode, res in (("on", tp[size]), ("off", tp[size]["changelog_off"])):
+        for sched in scheds:
+            for mode, res in (("on", tp[size]), ("off", tp[size]["changelog_off"]),
+                              ("exactly-once", tp[size]["exactly_once"])):
                 assert res[sched]["records_per_s"]["value"] > 0
                 assert res[sched]["ratio_to_passthrough"]["goal"] == goals[mode]
+            # every record committed once: read back read_committed, nothing twice
+            eos = throughput["details"][size]["rounds"][0][f"{sched}-exactly-once"]
+            assert eos["delivered"] == n and eos["duplicates"] == 0
+            assert eos["target_offsets_not_records"] >= 1  # at least one commit marker
     lateness = report["scenarios"]["lateness"]
-    for sched in report["settings"]["schedulers"]:
+    assert lateness["settings"]["transaction_interval_ms"] == 100
+    for sched in scheds:
         for name, lat in ((sched, lateness["results"][sched]),
-                          (f"{sched}-changelog-off", lateness["results"]["changelog_off"][sched])):
+                          (f"{sched}-changelog-off", lateness["results"]["changelog_off"][sched]),
+                          (f"{sched}-exactly-once", lateness["results"]["exactly_once"][sched])):
             assert lat["rate"]["value"] > 0
             assert 0 <= lat["p50_ms"]["value"] <= lat["p99_ms"]["value"] <= lat["max_ms"]["value"]
-            assert lat["p50_ms"]["goal"] == "<= 10" and lat["p99_ms"]["goal"] == "<= 50"
             # the load generator's own failures are reported apart from what the sidecar lost
             assert lateness["details"][name]["produce_failed"] == 0
             assert lateness["details"][name]["max_throughput_source"] == "throughput scenario of this run"
+        for lat in (lateness["results"][sched], lateness["results"]["changelog_off"][sched]):
+            assert lat["p50_ms"]["goal"] == "<= 10" and lat["p99_ms"]["goal"] == "<= 50"
+        eos = lateness["results"]["exactly_once"][sched]
+        assert eos["p50_ms"]["goal"] is None and eos["p99_ms"]["goal"] == "<= 250"
+        assert lateness["details"][f"{sched}-exactly-once"]["duplicates"] == 0  # read_committed: once
+        # each record is received after it was produced: every percentile at or above the produce-time one
+        for k in ("p50", "p99", "max"):
+            assert 0 <= eos[f"produce_{k}_ms"]["value"] <= eos[f"{k}_ms"]["value"], k
 
 
 def test_bench_failover(kafka_bootstrap: str, tmp_path: Path) -> None:
@@ -292,6 +313,13 @@ def test_bench_rejects_bad_changelog_mode(tmp_path: Path) -> None:
                            "--json", str(tmp_path / "x.json")], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "--changelog 'on,maybe': give on, off or on,off" in proc.stderr
+
+
+def test_bench_rejects_bad_delivery_mode(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "sidecar", "bench", "throughput", "--delivery", "exactly-twice",
+                           "--json", str(tmp_path / "x.json")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "--delivery 'exactly-twice': give at-least-once, exactly-once or both" in proc.stderr
 
 
 def test_bench_rejects_unknown_scenario(tmp_path: Path) -> None:
