@@ -58,7 +58,19 @@ from bench import (
     throughput,
 )
 from bench.report import machine_facts, markdown_pivot, walk_figures
-from bench.workload import SIZES, Bench, BenchError, SidecarProc, delete_topics, kafka_ready, log, stop_all, uid
+from bench.workload import (
+    SIZES,
+    TRANSACTION_INTERVAL_MS,
+    Bench,
+    BenchError,
+    SidecarProc,
+    delete_topics,
+    kafka_ready,
+    log,
+    stop_all,
+    uid,
+)
+from sidecar.durations import format_duration_ms, parse_duration_ms
 
 SCENARIOS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "throughput": throughput.run,
@@ -103,6 +115,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="comma-separated delivery modes throughput and lateness measure: at-least-once (in "
                          "each --changelog mode), exactly-once (--delivery exactly-once, changelog on); "
                          "default: at-least-once,exactly-once")
+    ap.add_argument("--transaction-interval", type=_interval, default=None, metavar="DURATION",
+                    help="the exactly-once sidecars' --transaction-interval (default: the sidecar's, "
+                         f"{format_duration_ms(TRANSACTION_INTERVAL_MS)}), e.g. 50ms, 500ms, 1s")
     ap.add_argument("--workdir", default=None, help="data directories and logs (default: a temp dir, removed)")
     ap.add_argument("--keep-workdir", action="store_true", help="keep the work directory (logs, stores)")
     ap.add_argument("--profile", metavar="DIR", default=None,
@@ -144,6 +159,18 @@ def _count(text: str) -> int:
     if not digits.isdigit() or int(digits) <= 0:
         raise argparse.ArgumentTypeError(f"{text!r}: give a positive count such as 2500000, 500k or 20M")
     return int(digits) * scale
+
+
+def _interval(text: str) -> int:
+    """A transaction interval: a duration with its unit, 1ms to 5s (the sidecar refuses more than
+    half its 10 s transaction timeout)."""
+    try:
+        ms = parse_duration_ms(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
+    if not 1 <= ms <= 5_000:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a duration from 1ms to 5s, such as 50ms, 500ms or 1s")
+    return ms
 
 
 def _layouts(text: str) -> list[int]:
@@ -230,12 +257,14 @@ def bench_main(argv: list[str]) -> int:
         report["settings"]["schedulers"] = schedulers
         report["settings"]["changelog_modes"] = ns.changelog_modes
         report["settings"]["delivery_modes"] = ns.delivery_modes
+        report["settings"]["transaction_interval_ms"] = ns.transaction_interval or TRANSACTION_INTERVAL_MS
         bench = Bench(bootstrap or "", workdir, ns.size, schedulers,
                       profile_dir=Path(ns.profile).resolve() if ns.profile else None,
                       changelog_modes=ns.changelog_modes, delivery_modes=ns.delivery_modes,
                       options={"scale_pending": ns.scale_pending, "scale_rate": ns.scale_rate,
                                "scale_layouts": ns.scale_layouts},
-                      broker=broker)
+                      broker=broker,
+                      transaction_interval_ms=ns.transaction_interval or TRANSACTION_INTERVAL_MS)
         if broker is not None and ns.size == "full":
             # a broker started here is a fresh JVM: warm its JIT up before measuring anything
             log(f"warming the broker up ({WARMUP_S:.0f} s of traffic) ...")

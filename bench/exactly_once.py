@@ -3,7 +3,8 @@
 delivered twice, nothing early.
 
 Method, per scheduler, one run on real sidecar processes (``python -m sidecar run --delivery
-exactly-once --transaction-interval 100ms``) against the broker. The run has its own ingress
+exactly-once``, the sidecar's default ``transaction-interval`` of 100 ms unless the bench is given
+``--transaction-interval``) against the broker. The run has its own ingress
 topic of ``PARTITIONS`` partitions, target topic, DLQ and changelog. A paced producer (``RATE``
 records/s of 100 B, unique keys; levels: ``delay.ms`` 1 s or 5 s, level times; wheel: uniform
 1-5 s) runs from the moment the first instance serves every partition until the last phase has
@@ -47,10 +48,9 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
-from typing import Any, cast
+from typing import Any
 
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -60,6 +60,7 @@ from bench.report import fig
 from bench.workload import (
     Bench,
     BenchError,
+    CommittedReader,
     PacedProducer,
     choice_delays,
     log,
@@ -70,7 +71,6 @@ from bench.workload import (
     wait_until,
     wall_ms,
 )
-from sidecar import contract as c
 
 PARTITIONS = 6  # the failover scenario's layout; wait_serving counts these
 RATE = {"small": 500.0, "full": 5_000.0}
@@ -80,57 +80,8 @@ LEAD_S = {"small": 3.0, "full": 15.0}
 DWELL_S = {"small": 3.0, "full": 20.0}
 LEVEL_DELAYS = (1_000, 5_000)
 WHEEL_DELAYS = (1_000, 5_000)
-TRANSACTION_INTERVAL = "100ms"  # the sidecar's default, stated in the report
-EOS_FLAGS = ["--delivery", "exactly-once", "--transaction-interval", TRANSACTION_INTERVAL]
 RESUME_TIMEOUT_S = 180.0
 SPARK_TIMEOUT_S = 600.0
-
-
-class CommittedReader(threading.Thread):
-    """Tails every partition of ``topic`` from the beginning with ``isolation.level``
-    (``read_committed`` by default) and notes (key, record timestamp, ``delay.deliver-at``,
-    arrival wall ms) of each record."""
-
-    def __init__(self, bootstrap: str, topic: str, partitions: int, isolation: str = "read_committed") -> None:
-        super().__init__(daemon=True)
-        self.cons = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-eos-{uid()}",
-                              "enable.auto.commit": False, "isolation.level": isolation,
-                              "fetch.wait.max.ms": 10, "fetch.max.bytes": 52_428_800})
-        self.cons.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        self.keys: list[bytes] = []
-        self.ts: list[int] = []
-        self.deliver_at: list[int] = []
-        self.arrived: list[int] = []
-        self.distinct: set[bytes] = set()
-        self._stop_evt = threading.Event()
-
-    def run(self) -> None:
-        try:
-            while not self._stop_evt.is_set():
-                msgs = self.cons.consume(num_messages=5_000, timeout=0.05)
-                now = wall_ms()
-                for m in msgs:
-                    if m.error() is not None:
-                        continue
-                    da = -1
-                    for k, v in cast(list[tuple[str, bytes | None]], m.headers() or []):
-                        if k == c.DELIVER_AT and v is not None:
-                            da = int(v)
-                    key = m.key() or b""
-                    self.keys.append(key)
-                    self.distinct.add(key)
-                    self.ts.append(m.timestamp()[1])
-                    self.deliver_at.append(da)
-                    self.arrived.append(now)
-        finally:
-            self.cons.close()
-
-    def seen_since(self, t_ms: int) -> bool:
-        return bool(self.arrived) and self.arrived[-1] >= t_ms
-
-    def stop(self) -> None:
-        self._stop_evt.set()
-        self.join(30)
 
 
 def count_all(bootstrap: str, topic: str, partitions: int, isolation: str, quiet_s: float = 3.0,
@@ -187,8 +138,8 @@ def spark_accuracy(bench: Bench, ingress: str, target: str, since_ms: int, until
 
 
 def _sidecar(bench: Bench, label: str, ingress: str, scheduler: str, group: str, dlq: str) -> Member:
-    sc = bench.sidecar(ingress, scheduler, tag=f"eos-{label}", extra=EOS_FLAGS, group=group, static_id=False,
-                       partitions=PARTITIONS, dlq=dlq, session_timeout_ms=None)
+    sc = bench.sidecar(ingress, scheduler, tag=f"eos-{label}", delivery="exactly-once", group=group,
+                       static_id=False, partitions=PARTITIONS, dlq=dlq, session_timeout_ms=None)
     return Member(label, sc)
 
 
@@ -200,7 +151,7 @@ def chaos_run(bench: Bench, scheduler: str) -> dict[str, Any]:
     a = _sidecar(bench, "A", ingress, scheduler, group, dlq)
     b = _sidecar(bench, "B", ingress, scheduler, group, dlq)
     members = [a, b]
-    reader = CommittedReader(bench.bootstrap, target, 1)
+    reader = CommittedReader(bench.bootstrap, target, {0: OFFSET_BEGINNING}, collect=True, keys=True)
     reader.start()
     delays = choice_delays(LEVEL_DELAYS) if scheduler == "levels" else uniform_delays(*WHEEL_DELAYS)
     max_delay = max(LEVEL_DELAYS + WHEEL_DELAYS)
@@ -237,8 +188,9 @@ def chaos_run(bench: Bench, scheduler: str) -> dict[str, Any]:
             t0 = wall_ms()
             bench.broker.restart(timeout=240)
             up = wall_ms()
-            wait_until("deliveries after the broker restart", lambda: reader.seen_since(up), RESUME_TIMEOUT_S, 0.1,
-                       alive)
+            seen = reader.got.seen_ms
+            wait_until("deliveries after the broker restart", lambda: bool(seen) and seen[-1] >= up,
+                       RESUME_TIMEOUT_S, 0.1, alive)
             resumed = wall_ms()
             phases["broker_restart"] = {"broker_down_s": (up - t0) / 1000,
                                         "broker_up_to_delivery_s": (resumed - up) / 1000}
@@ -296,17 +248,18 @@ def analyse(reader: CommittedReader, prod: PacedProducer) -> dict[str, Any]:
         tail = k[plen:]
         return k.startswith(prefix) and tail.isdigit() and int(tail) < prod.sent
 
-    counts = Counter(reader.keys)
+    got = reader.got
+    counts = Counter(got.keys)
     delivered = sum(1 for k in counts if was_sent(k))
-    late = sorted(ts - da for ts, da in zip(reader.ts, reader.deliver_at, strict=True))
-    seen = sorted(at - da for at, da in zip(reader.arrived, reader.deliver_at, strict=True))
+    late = sorted(ts - da for ts, da in zip(got.ts, got.deliver_at, strict=True))
+    seen = sorted(at - da for at, da in zip(got.seen_ms, got.deliver_at, strict=True))
     return {
         "sent": prod.accepted,
         "produce_failed": prod.failed,
         "delivered": delivered,
-        "deliveries": len(reader.keys),
+        "deliveries": len(got.keys),
         "lost": max(0, prod.accepted - delivered),
-        "duplicates": len(reader.keys) - len(counts),
+        "duplicates": len(got.keys) - len(counts),
         "early": sum(1 for x in late if x < 0),
         "unknown_keys": len(counts) - delivered,
         "lateness_ms": {"p50": percentile(late, 50), "p99": percentile(late, 99), "max": late[-1] if late else None},
@@ -356,7 +309,8 @@ def run(bench: Bench) -> dict[str, Any]:
         "settings": {"partitions": PARTITIONS, "rate": RATE[bench.size], "kills": KILLS[bench.size],
                      "crash_every_s": CRASH_EVERY_S, "lead_s": LEAD_S[bench.size], "dwell_s": DWELL_S[bench.size],
                      "levels_delays_ms": LEVEL_DELAYS, "wheel_delays_ms": WHEEL_DELAYS, "record_bytes": 100,
-                     "sidecar_flags": EOS_FLAGS, "broker_restart": bench.broker is not None,
+                     "transaction_interval_ms": bench.transaction_interval_ms,
+                     "broker_restart": bench.broker is not None,
                      "schedulers": bench.schedulers},
         "results": results,
         "details": details,

@@ -38,7 +38,6 @@ from typing import Any
 from bench import throughput
 from bench.report import fig
 from bench.workload import (
-    TRANSACTION_INTERVAL_MS,
     Bench,
     CommittedReader,
     PacedProducer,
@@ -244,7 +243,7 @@ def run(bench: Bench) -> dict[str, Any]:
                      "wheel_delays_ms": WHEEL_DELAYS, "schedulers": bench.schedulers,
                      "changelog_modes": bench.changelog_modes, "delivery_modes": bench.delivery_modes,
                      "modes": throughput.modes(bench),
-                     **({"transaction_interval_ms": TRANSACTION_INTERVAL_MS}
+                     **({"transaction_interval_ms": bench.transaction_interval_ms}
                         if throughput.EXACTLY_ONCE in throughput.modes(bench) else {})},
         "results": results,
         "details": details,

@@ -59,7 +59,6 @@ from typing import Any
 from bench.report import fig
 from bench.workload import (
     RECORD_SIZES,
-    TRANSACTION_INTERVAL_MS,
     Bench,
     CommittedReader,
     Preloaded,
@@ -319,7 +318,7 @@ def run(bench: Bench) -> dict[str, Any]:
                      "ingress_partitions": 1, "target_partitions": 1, "schedulers": bench.schedulers,
                      "changelog_modes": bench.changelog_modes, "delivery_modes": bench.delivery_modes,
                      "modes": modes(bench), "goals": GOAL_RATIO,
-                     **({"transaction_interval_ms": TRANSACTION_INTERVAL_MS} if EXACTLY_ONCE in modes(bench)
+                     **({"transaction_interval_ms": bench.transaction_interval_ms} if EXACTLY_ONCE in modes(bench)
                         else {})},
         "results": results,
         "details": details,

@@ -59,7 +59,8 @@ INGRESS_CONSUMER: dict[str, Any] = {
 }
 CONSUME_BATCH = 5_000
 MAX_IN_FLIGHT = 20_000
-# --delivery exactly-once commits a transaction this often: the bench runs the sidecar's default
+# --delivery exactly-once commits a transaction this often: the sidecar's default, unless the
+# bench is given --transaction-interval
 TRANSACTION_INTERVAL_MS = Settings().transaction_interval_ms
 
 _PROCS: list[subprocess.Popen[bytes]] = []
@@ -432,17 +433,20 @@ class CommittedReader(threading.Thread):
     running beside a measurement: what a consumer of an exactly-once sidecar's target sees.
     ``count`` is the number of committed records received so far (a high watermark also counts
     commit markers, aborted records and those of an open transaction). With ``collect`` it keeps
-    each record's timestamp, headers (as :func:`read_range`) and the wall-clock ms at which the
+    each record's timestamp, headers (as :func:`read_range`), with ``keys`` its key, and the wall-clock ms at which the
     bench received it (``seen_ms``): taken when ``poll`` returns a record, and shared by the
     records already queued behind it, so it is late by the bench's own scheduling only. Fetches
     wait at most 10 ms (``fetch.wait.max.ms``, as the sidecar's ingress consumer)."""
 
-    def __init__(self, bootstrap: str, topic: str, start: dict[int, int], collect: bool = False) -> None:
+    def __init__(self, bootstrap: str, topic: str, start: dict[int, int], collect: bool = False,
+                 keys: bool = False) -> None:
         super().__init__(daemon=True)
         self.cons = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-committed-{uid()}",
                               "fetch.wait.max.ms": 10, **READ_COMMITTED, "enable.partition.eof": False})
         self.cons.assign([TopicPartition(topic, p, off) for p, off in start.items()])
         self.collect = collect
+        self.keys = keys  # with ``collect``: also each record's key, and the set of distinct ones
+        self.distinct: set[bytes] = set()
         self.count = 0
         self.got = Delivered()
         self._stop_evt = threading.Event()
@@ -462,6 +466,10 @@ class CommittedReader(threading.Thread):
                         self.got.ts.append(m.timestamp()[1])
                         self.got.seen_ms.append(now)
                         _add_headers(self.got, m)
+                        if self.keys:
+                            key = m.key() or b""
+                            self.got.keys.append(key)
+                            self.distinct.add(key)
         finally:
             self.cons.close()
 
@@ -746,6 +754,7 @@ class Bench:
     results: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)  # scenario flags (``scale_pending``, ``scale_rate``)
     broker: Any = None  # the devkafka.local.LocalKafka the bench started (None: an external broker)
+    transaction_interval_ms: int = TRANSACTION_INTERVAL_MS  # exactly-once sidecars' --transaction-interval
     _wm: Watermarks | None = None
     _topics: list[str] = field(default_factory=list)
 
@@ -788,7 +797,7 @@ class Bench:
         elif changelog_topic is not None:
             extra += ["--changelog-topic", changelog_topic]
         if delivery != "at-least-once":
-            extra += ["--delivery", delivery]
+            extra += ["--delivery", delivery, "--transaction-interval", f"{self.transaction_interval_ms}ms"]
         sc = SidecarProc(self.bootstrap, self.workdir, ingress, scheduler, tag=tag, extra=extra, profile=prof, **kw)
         self._topics.append(sc.dlq)
         if changelog == "on":

@@ -322,6 +322,14 @@ def test_bench_rejects_bad_delivery_mode(tmp_path: Path) -> None:
     assert "--delivery 'exactly-twice': give at-least-once, exactly-once or both" in proc.stderr
 
 
+@pytest.mark.parametrize("value", ["100", "10s", "soon"])
+def test_bench_rejects_bad_transaction_interval(tmp_path: Path, value: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "sidecar", "bench", "lateness", "--transaction-interval", value,
+                           "--json", str(tmp_path / "x.json")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert f"--transaction-interval: {value!r}" in proc.stderr, proc.stderr
+
+
 def test_bench_rejects_unknown_scenario(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "sidecar", "bench", "nope", "--json", str(tmp_path / "x.json")],
                           capture_output=True, text=True, timeout=60)
