@@ -433,3 +433,36 @@ def test_standby_replicas_make_a_failover_restore_only_the_tail(tmp_path: Path) 
     w.run([a], lambda: w.clock.now_ms >= end)
     w.check(set(w.sent))
     a.shutdown()
+
+
+def test_a_zombie_does_not_produce_the_backlog_of_the_partitions_it_lost(tmp_path: Path) -> None:
+    """Records handed out but refused by a full producer queue wait in the publisher's backlog.
+    When the partitions are lost meanwhile, that backlog belongs to the new owner, which restores
+    the records from the changelog and delivers them: the old owner must drop it, not produce it
+    once it runs again (each of those records would arrive twice, the first copy after the
+    handover, where no in-flight bound covers it)."""
+    w = World(tmp_path)
+    a = w.sidecar("a")
+    w.run([a], lambda: len(a.stores) == PARTITIONS)
+    w.send(80, lambda i: 10_000)
+    w.run([a], lambda: a.counters.ingested >= 80)
+    w.clock.advance(1500)
+    w.run([a], lambda: committed(w) == {p: 20 for p in range(PARTITIONS)} and not a.durability.jobs)
+    w.clock.advance(10_000)  # every record is due
+    a.kafka.producer.queue_max = 10  # librdkafka's queue is full after 10: the rest waits in the backlog
+    a.pub.publish()
+    assert len(a.pub.backlog) == 10  # the rest of the first partition's batch; the others wait in their stores
+    for _ in range(2):
+        a.pub.poll(0)  # the 10 it produced are delivered, then their tombstones written
+    w.cluster.expel(a.kafka.consumer)  # a is SIGSTOPped; its session times out
+    b = w.sidecar("b")
+    w.run([b], lambda: len(b.stores) == PARTITIONS)
+    w.run([b], lambda: len({dict(m.headers() or [])[c.ID] for m in w.delivered()}) >= 80)
+    a.kafka.producer.queue_max = 100_000
+    w.run([a, b], lambda: not a.stores)  # SIGCONT: a hears that its partitions are lost
+    for _ in range(5):
+        a.turn()
+    assert not a.pub.backlog
+    w.check(set(w.sent))  # each once: the 10 a produced before it stopped, and the rest by b
+    for sc in (a, b):
+        sc.shutdown()
