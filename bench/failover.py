@@ -37,8 +37,9 @@ duplicates (deliveries beyond the first of a key), lateness (record timestamp -
 
 Duplicates are expected around a handover: records the old owner delivered whose tombstone or
 ingress commit had not reached the broker when it stopped owning the partition. The bound counts,
-per handover (a ``partitions.revoked`` or ``partitions.lost`` event, or a SIGKILL with the
-partitions the victim served), the records of the partitions it moved delivered (first delivery)
+per handover (a ``partitions.revoked`` or ``partitions.lost`` event, logged once the instance has
+stopped publishing them; or a SIGKILL with the partitions the victim served, timed when the victim
+is known dead: ``sigkill``), the records of the partitions it moved delivered (first delivery)
 within ``DUP_WINDOW_MS`` before it: one commit interval (the sidecar's default 1 s), plus one for
 the checkpoint in flight (taken every commit interval, committed once synced).
 ``duplicates_outside_bound`` counts duplicated keys whose first delivery lies in no such window
@@ -189,6 +190,18 @@ class Handover:
     at_ms: int
     partitions: frozenset[int]
     what: str
+
+
+def sigkill(m: Member, what: str) -> Handover:
+    """SIGKILL ``m``: the handover of the partitions it served, at the moment it is known dead.
+    Not when the bench decided to kill it: the victim delivers until the signal lands, and what it
+    had in flight then (its last few ms of deliveries, whose tombstones were not acknowledged) is
+    exactly what its successor delivers again; reading its events and sending the signal take the
+    bench milliseconds, tens of them on a loaded machine, and a window ending before them missed
+    those duplicates (run d: 11 of the wheel's 24)."""
+    served = frozenset(m.serving())
+    m.end(signal.SIGKILL)  # returns once the process has exited
+    return Handover(wall_ms(), served, what)
 
 
 def handovers_of(members: list[Member], kills: list[Handover]) -> list[Handover]:
@@ -403,8 +416,7 @@ def membership_run(bench: Bench, scheduler: str) -> dict[str, Any]:
         time.sleep(dwell)
 
     def kill_b() -> None:
-        kills.append(Handover(wall_ms(), frozenset(b.serving()), "B: SIGKILL"))
-        b.end(signal.SIGKILL)
+        kills.append(sigkill(b, "B: SIGKILL"))
         b.sc.wipe()
 
     def stop_bc() -> None:
@@ -457,8 +469,7 @@ def crash_run(bench: Bench, scheduler: str) -> dict[str, Any]:
         for _k in range(CRASHES[bench.size]):
             sleep_until_wall_ms(m.sc.started_ms + int(CRASH_EVERY_S * 1000))
             m.sc.wait_event("partitions.assigned", 120)
-            kills.append(Handover(wall_ms(), frozenset(m.serving()), "SIGKILL"))
-            m.end(signal.SIGKILL)
+            kills.append(sigkill(m, "SIGKILL"))
             m.start()
         loop_end = wait_serving([m])
         ids.append(read_instance_id(m.sc))

@@ -37,3 +37,28 @@ def test_copies_are_attributed_to_the_serving_instance() -> None:
     assert served_by(spans, 1, 950) == ["B1"]  # after B's last event, before its kill
     assert served_by(spans, 1, 3_000) == []
     assert served_by(spans, 1, 5_500) == ["B2"]
+
+
+def test_a_sigkill_handover_is_timed_when_the_victim_is_dead(monkeypatch: Any) -> None:
+    """The victim delivers until the signal lands; its in-flight records (its last milliseconds of
+    deliveries) are delivered again by its successor and must lie inside the handover's window,
+    however long the bench takes to read the victim's events and send the signal."""
+    import bench.failover as fo
+
+    clock = [1_000]
+    monkeypatch.setattr(fo, "wall_ms", lambda: clock[0])
+    last_delivery: list[int] = []
+
+    class Victim(Member):
+        def serving(self) -> set[int]:
+            clock[0] += 30  # reading its log: the bench's own latency
+            return {1, 2}
+
+        def end(self, sig: int = 0) -> None:
+            clock[0] += 20  # the signal lands; the victim delivered up to here
+            last_delivery.append(clock[0])
+
+    h = fo.sigkill(Victim("B", None), "B: SIGKILL")  # type: ignore[arg-type]
+    assert h.partitions == {1, 2}
+    assert h.at_ms >= last_delivery[0]
+    assert h.at_ms - fo.DUP_WINDOW_MS <= last_delivery[0] - 5  # its last 5 ms of deliveries are covered
