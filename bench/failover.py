@@ -37,12 +37,15 @@ duplicates (deliveries beyond the first of a key), lateness (record timestamp -
 
 Duplicates are expected around a handover: records the old owner delivered whose tombstone or
 ingress commit had not reached the broker when it stopped owning the partition. The bound counts,
-per handover (a ``partitions.revoked`` or ``partitions.lost`` event, or a SIGKILL with the
-partitions the victim served), the records of the partitions it moved delivered (first delivery)
+per handover (a ``partitions.revoked`` or ``partitions.lost`` event, logged once the instance has
+stopped publishing them; or a SIGKILL with the partitions the victim served, timed when the victim
+is known dead: ``sigkill``), the records of the partitions it moved delivered (first delivery)
 within ``DUP_WINDOW_MS`` before it: one commit interval (the sidecar's default 1 s), plus one for
 the checkpoint in flight (taken every commit interval, committed once synced).
 ``duplicates_outside_bound`` counts duplicated keys whose first delivery lies in no such window
-(goal 0).
+(goal 0); its sample names, per copy, the instance that served the partition when the copy was
+produced (``serving_spans``: none between owners, as for a zombie's), to tell a zombie, one owner
+delivering twice and a restore that brought a delivered record back apart.
 
 Handover time, per membership change: from the bench's action (spawn, SIGTERM, SIGKILL) to the
 last ``partition.restored`` of the partitions assigned after it (before the next change); with the
@@ -189,6 +192,18 @@ class Handover:
     what: str
 
 
+def sigkill(m: Member, what: str) -> Handover:
+    """SIGKILL ``m``: the handover of the partitions it served, at the moment it is known dead.
+    Not when the bench decided to kill it: the victim delivers until the signal lands, and what it
+    had in flight then (its last few ms of deliveries, whose tombstones were not acknowledged) is
+    exactly what its successor delivers again; reading its events and sending the signal take the
+    bench milliseconds, tens of them on a loaded machine, and a window ending before them missed
+    those duplicates (run d: 11 of the wheel's 24)."""
+    served = frozenset(m.serving())
+    m.end(signal.SIGKILL)  # returns once the process has exited
+    return Handover(wall_ms(), served, what)
+
+
 def handovers_of(members: list[Member], kills: list[Handover]) -> list[Handover]:
     out = list(kills)
     for m in members:
@@ -249,10 +264,47 @@ def _merged(spans: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
     return starts, ends
 
 
+def serving_spans(members: list[Member], kills: dict[str, list[int]]) -> dict[int, list[tuple[int, int, str]]]:
+    """Per partition, ``(from_ms, to_ms, "<member><run>")``: when each instance served it (from its
+    ``partition.restored`` to the ``partitions.revoked`` / ``partitions.lost`` that took it, the
+    SIGKILL of its process (``kills``: the times by member label), or its last event)."""
+    spans: dict[int, list[tuple[int, int, str]]] = {}
+    for m in members:
+        runs: dict[int, list[dict[str, Any]]] = {}
+        for ev in m.events():
+            runs.setdefault(int(ev.get("_run", 0)), []).append(ev)
+        for run, evs in runs.items():
+            evs.sort(key=lambda ev: int(ev["_ms"]))
+            start, end = int(evs[0]["_ms"]), int(evs[-1]["_ms"])
+            # its own kill: after its first event, within a stats interval of its last one
+            killed = sorted(k for k in kills.get(m.label, []) if start <= k <= end + 30_000)
+            last = max(killed[0], end) if killed else end
+            since: dict[int, int] = {}
+            for ev in evs:
+                name = ev.get("event")
+                if name == "partition.restored" and "partition" in ev:
+                    since.setdefault(int(ev["partition"]), int(ev["_ms"]))
+                elif name in ("partitions.revoked", "partitions.lost"):
+                    for p in ev.get("partitions", []):
+                        if p in since:
+                            spans.setdefault(p, []).append((since.pop(p), int(ev["_ms"]), f"{m.label}{run}"))
+            for p, t in since.items():
+                spans.setdefault(p, []).append((t, last, f"{m.label}{run}"))
+    return spans
+
+
+def served_by(spans: dict[int, list[tuple[int, int, str]]], p: int, ts: int) -> list[str]:
+    """The instances serving partition ``p`` at ``ts`` (none: between owners, or a zombie)."""
+    return [who for lo, hi, who in spans.get(p, []) if lo <= ts <= hi]
+
+
 def analyse(bench: Bench, target: str, prod: PacedProducer, handovers: list[Handover],
-            window: tuple[int, int] | None = None) -> dict[str, Any]:
+            window: tuple[int, int] | None = None,
+            spans: dict[int, list[tuple[int, int, str]]] | None = None) -> dict[str, Any]:
     """Read the target; sent / delivered / lost / early / duplicates / lateness (see the module
-    docstring); ``window``: also the lateness of the records due within it."""
+    docstring); ``window``: also the lateness of the records due within it; ``spans``
+    (``serving_spans``): the outside-bound sample names the instance serving each copy's partition
+    when it was produced (a diagnosis: a zombie, the same owner twice, a restore)."""
     got = read_range(bench.bootstrap, target, {}, bench.wm.high(target), headers=True, keys=True)
     prefix = prod.key_prefix.encode()
     plen = len(prefix)
@@ -284,6 +336,8 @@ def analyse(bench: Bench, target: str, prod: PacedProducer, handovers: list[Hand
         if k in sample:
             one = outside_sample.setdefault(k.decode(errors="replace"), {"partition": p, "deliver_at": da, "ts": []})
             one["ts"].append(ts)
+            if spans is not None:
+                one.setdefault("served_by", []).append(served_by(spans, p, ts))
     out: dict[str, Any] = {
         "sent": prod.accepted,
         "produce_failed": prod.failed,
@@ -362,8 +416,7 @@ def membership_run(bench: Bench, scheduler: str) -> dict[str, Any]:
         time.sleep(dwell)
 
     def kill_b() -> None:
-        kills.append(Handover(wall_ms(), frozenset(b.serving()), "B: SIGKILL"))
-        b.end(signal.SIGKILL)
+        kills.append(sigkill(b, "B: SIGKILL"))
         b.sc.wipe()
 
     def stop_bc() -> None:
@@ -387,7 +440,8 @@ def membership_run(bench: Bench, scheduler: str) -> dict[str, Any]:
         raise
     waited = finish_load(bench, prod, target, members)
     change_times(members, changes)
-    res = analyse(bench, target, prod, handovers_of(members, kills))
+    spans = serving_spans(members, {b.label: [h.at_ms for h in kills]})
+    res = analyse(bench, target, prod, handovers_of(members, kills), spans=spans)
     return {**res, "delivery_wait": waited, "changes": changes, "rate": RATE[bench.size],
             "load_s": (prod.stopped_ms - prod.started_ms) / 1000}
 
@@ -415,8 +469,7 @@ def crash_run(bench: Bench, scheduler: str) -> dict[str, Any]:
         for _k in range(CRASHES[bench.size]):
             sleep_until_wall_ms(m.sc.started_ms + int(CRASH_EVERY_S * 1000))
             m.sc.wait_event("partitions.assigned", 120)
-            kills.append(Handover(wall_ms(), frozenset(m.serving()), "SIGKILL"))
-            m.end(signal.SIGKILL)
+            kills.append(sigkill(m, "SIGKILL"))
             m.start()
         loop_end = wait_serving([m])
         ids.append(read_instance_id(m.sc))
@@ -426,7 +479,8 @@ def crash_run(bench: Bench, scheduler: str) -> dict[str, Any]:
         raise
     waited = finish_load(bench, prod, target, [m])
     restarts = [ev for ev in m.events() if ev.get("event") == "partition.restored"]
-    res = analyse(bench, target, prod, handovers_of([m], kills), (kills[0].at_ms, loop_end))
+    res = analyse(bench, target, prod, handovers_of([m], kills), (kills[0].at_ms, loop_end),
+                  spans=serving_spans([m], {m.label: [h.at_ms for h in kills]}))
     return {**res, "delivery_wait": waited, "kills": len(kills), "loop_s": (loop_end - kills[0].at_ms) / 1000,
             "kill_to_serving_s_last": (loop_end - kills[-1].at_ms) / 1000, "instance_ids": ids,
             "instance_id_kept": len(set(ids)) == 1 and ids[0] is not None,

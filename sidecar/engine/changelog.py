@@ -29,11 +29,12 @@ puts and tombstones idempotently (``PartitionStore.restore_put`` / ``restore_rem
 under a pending id replaces it only if it is a newer version: a higher source offset; runs of
 plain puts, an id the store does not know, in one C call: ``restore_many``). The
 partition's ingress is consumed, and its records published, only after that: until then the
-store is not in the loop's ``stores``. Ingress then resumes after the last record the changelog
-holds (``changelog_ingress``: one past the highest source offset of an acknowledged or restored
-put), never before the group's committed offset: a record consumed again would be stored again
-after its delivery. What is consumed twice anyway (its put was lost with a crash) is recognised
-by its id and written to the changelog again.
+store is not in the loop's ``stores`` and the partition is paused (records that arrive anyway
+are read again once it is restored: the loop's ``ingest``). Ingress then resumes after the last
+record the changelog holds (``changelog_ingress``: one past the highest source offset of an
+acknowledged or restored put), never before the group's committed offset: a record consumed
+again would be stored again after its delivery. What is consumed twice anyway (its put was lost
+with a crash) is recognised by its id and written to the changelog again.
 """
 
 from __future__ import annotations

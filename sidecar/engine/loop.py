@@ -48,6 +48,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import KafkaException
+
 from sidecar import logs
 from sidecar.config import Settings
 from sidecar.engine.changelog import Restorer, StoreMirror, standby_partitions
@@ -160,6 +162,9 @@ class Sidecar:
         self._callbacks_at_turn_end = 0.0
         self._suspect_since: float | None = None  # a gap was seen: ownership not yet confirmed
         self._skip: dict[int, int] = {}  # partition -> ingress offsets below this are already stored
+        # partition (restoring) -> the first ingress offset consumed while it had no store: read
+        # again from there once it is restored (see ``ingest``)
+        self._refetch: dict[int, int] = {}
         self._restored_synced = 0  # restored records already counted in the metrics
         self._group: Any = None  # a pending describe of the group (standby placement)
         self._last_group = -STANDBY_REFRESH_S
@@ -256,6 +261,7 @@ class Sidecar:
         """A restoring partition that goes away: its store keeps what it restored (uncommitted)."""
         for partition in partitions:
             self._skip.pop(partition, None)
+            self._refetch.pop(partition, None)
         if self.restorer is None:
             return
         for partition in partitions:
@@ -605,7 +611,15 @@ class Sidecar:
             if partition != last_partition:
                 last_partition, store = partition, stores.get(partition)
             if store is None:
-                continue  # revoked in between: the new owner consumes it
+                # Revoked in between: the new owner consumes it. Or assigned and still restoring:
+                # its pause from the assign callback did not hold (kafka_io._assign: librdkafka can
+                # lose it): paused again, and consumed again from its first such record once
+                # restored. Dropped, it would never be stored.
+                if self.restorer is not None and partition in self.restorer.restoring \
+                        and partition not in self._refetch:
+                    self._refetch[partition] = m.offset()
+                    self.kafka.hold(partition)
+                continue
             ts_type, ts = m.timestamp()
             store.ingest_fields(topic, m.offset(), ts if ts_type else now, m.key(), m.value(), m.headers(), now)
 
@@ -628,6 +642,14 @@ class Sidecar:
                             ingress_end=end, action="consuming from the committed offset without skipping")
             elif held:
                 self._skip[store.partition] = max(held)
+            again = self._refetch.pop(store.partition, None)
+            if again is not None:
+                log.warning("ingress.consumed_while_restoring", partition=store.partition, offset=again,
+                            action="consuming it again from that offset")
+                try:
+                    self.kafka.seek(store.partition, again)
+                except KafkaException as e:  # not expected: it was being fetched
+                    log.error("ingress.seek_failed", partition=store.partition, offset=again, error=str(e))
             self.kafka.release(store.partition)
         self.assigned = bool(self.stores) or bool(self.held())
         self._readiness()

@@ -2,7 +2,8 @@
 
 Each loop turn calls :meth:`Publishing.publish`, which hands out what is due, in this order:
 
-1. the **backlog**: records a full producer queue refused (they go first, in order);
+1. the **backlog**: records a full producer queue refused (they go first, in order; those of a
+   partition no longer owned are dropped: its new owner restores and delivers them);
 2. the **retry heap** ``(at_ms, seq, ref, store, attempts)``: records whose publish failed and
    whose backoff ran out, and records parked for a moment (not due yet, or a capped target);
 3. every partition's scheduler, ``due(now, room)``, in chunks of ``PUBLISH_CHUNK`` with a
@@ -225,7 +226,12 @@ class Publishing:
         """Produce what waited for room in the producer queue; False if it is still full."""
         while self.backlog and self.state.in_flight < self.s.max_in_flight:
             ref, rec, store, att = self.backlog.popleft()
-            if store.superseded and self.stores.get(store.partition) is store and store.drop_superseded(ref, rec):
+            if self.stores.get(store.partition) is not store:
+                # The partition went away (lost, or a revoke whose drain ran out of time) while its
+                # record waited for room: its new owner restores it from the changelog and delivers
+                # it. Produced here, it would arrive a second time after the handover.
+                continue
+            if store.superseded and store.drop_superseded(ref, rec):
                 continue  # replaced while it waited for room: the new version is pending
             if not self._produce(ref, rec, store, att, now):
                 return False
