@@ -55,7 +55,7 @@ from typing import Any
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from bench.failover import Member, wait_serving
+from bench.failover import Member, alive_check, finish_load, wait_serving
 from bench.report import fig
 from bench.workload import (
     Bench,
@@ -157,11 +157,7 @@ def chaos_run(bench: Bench, scheduler: str) -> dict[str, Any]:
     max_delay = max(LEVEL_DELAYS + WHEEL_DELAYS)
     phases: dict[str, Any] = {}
 
-    def alive() -> None:
-        for m in members:
-            if m.live:
-                m.sc.check_alive()
-
+    alive = alive_check(members)
     a.start()
     wait_serving([a])
     prod = PacedProducer(bench.bootstrap, ingress, target, RATE[bench.size], 100, delays, key_prefix=f"e{uid()}-")
@@ -208,22 +204,8 @@ def chaos_run(bench: Bench, scheduler: str) -> dict[str, Any]:
         prod.stop()
         reader.stop()
         raise
-    prod.stop()
-    sleep_until_wall_ms(prod.stopped_ms + max_delay)
-    waited: dict[str, Any] = {"complete": True}
-    try:
-        wait_until(f"{prod.accepted} records delivered to {target} (read_committed)",
-                   lambda: len(reader.distinct) >= prod.accepted, max_delay / 1000 + 90, 0.25, alive)
-        time.sleep(2.0)  # a duplicate still on its way
-    except BenchError as e:
-        waited = {"complete": False, "why": str(e)}
-        log(f"exactly-once {scheduler}: {e} (reported as lost)")
-    for m in members:
-        if m.live:
-            m.send(signal.SIGTERM)
-    for m in members:
-        if m.live:
-            m.end()
+    # at most max delay + 90 s: the last restore after a scale-out can take a while at full size
+    waited = finish_load(bench, prod, target, members, lambda: len(reader.distinct), max_delay / 1000 + 90)
     time.sleep(1.0)
     reader.stop()
     until_ms = wall_ms()

@@ -60,6 +60,7 @@ import bisect
 import signal
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -224,24 +225,32 @@ def start_load(bench: Bench, ingress: str, target: str, scheduler: str) -> Paced
     return prod
 
 
-def finish_load(bench: Bench, prod: PacedProducer, target: str, members: list[Member]) -> dict[str, Any]:
-    """Stop the load, wait for every record to be delivered (bounded), stop the instances."""
-    prod.stop()
-    sleep_until_wall_ms(prod.stopped_ms + max(LEVEL_DELAYS + WHEEL_DELAYS))
-    waited: dict[str, Any] = {"complete": True}
+def alive_check(members: list[Member]) -> Callable[[], None]:
+    """Raises if a live member's process has exited (a wait's ``alive`` check)."""
 
     def alive() -> None:
         for m in members:
             if m.live:
                 m.sc.check_alive()
 
+    return alive
+
+
+def finish_load(bench: Bench, prod: PacedProducer, target: str, members: list[Member],
+                delivered: Callable[[], int] | None = None, timeout_s: float = 60) -> dict[str, Any]:
+    """Stop the load, wait (``timeout_s`` at most) until ``delivered()`` (default: the target's
+    high watermarks) reaches what the broker accepted, stop the instances (SIGTERM)."""
+    prod.stop()
+    sleep_until_wall_ms(prod.stopped_ms + max(LEVEL_DELAYS + WHEEL_DELAYS))
+    waited: dict[str, Any] = {"complete": True}
+    count = delivered or (lambda: bench.wm.total(target))
     try:
-        wait_until(f"{prod.accepted} records delivered to {target}", lambda: bench.wm.total(target) >= prod.accepted,
-                   60, 0.25, alive)
+        wait_until(f"{prod.accepted} records delivered to {target}", lambda: count() >= prod.accepted,
+                   timeout_s, 0.25, alive_check(members))
         time.sleep(1.0)  # a duplicate still on its way
     except BenchError as e:
         waited = {"complete": False, "why": str(e)}
-        log(f"failover: {e} (reported as lost)")
+        log(f"{e} (reported as lost)")
     for m in members:
         if m.live:
             m.send(signal.SIGTERM)
