@@ -30,11 +30,12 @@ The C fast path (docs/storage.md 2.6) produces the plain records and handles pla
 everything else comes back to the Python code here, the reference. Both share
 :class:`~sidecar.engine.publish_state.PublishState`.
 
-**Exactly-once** (``delivery: exactly-once``, engine/transactions.py): every record goes through
-the reference path. A record's changelog tombstone is written when it is produced, inside the
-same transaction. A target topic is produced to only once the cluster's metadata has it (a
-produce to a missing topic would abort the whole transaction when it times out): an unknown
-target takes the missing-target path (``delivery-grace``, then the DLQ) without a produce. A
+**Exactly-once** (``delivery: exactly-once``, engine/transactions.py): a record's changelog
+tombstone is written when it is produced, inside the same transaction (``_produce``; after a C
+run, ``_tombstones``). A target topic is produced to only once the cluster's metadata has it (a
+produce to a missing topic would abort the whole transaction when it times out): a batch with a
+target not known yet takes the reference path, where an unknown target takes the missing-target
+path (``delivery-grace``, then the DLQ) without a produce. A
 failed delivery report cannot be retried inside the transaction: it dooms it (``doomed``), and
 the loop aborts and restores the committed state.
 """
@@ -121,13 +122,14 @@ class Publishing:
         self.produce_errors = produce_errors  # what ``produce`` raises for one record
         self._fast: Any = None
         self.exactly_once = settings.exactly_once
-        if native is not None and not self.exactly_once:
+        if native is not None:
             self._fast = native.Publisher(self.state, self._on_delivery, produce_errors)
         # exactly-once: (topic -> exists?) from the cluster's metadata (KafkaIO.topic_exists), the
         # targets known to exist, when an unknown one was last asked, and why the open
         # transaction must abort ("" while it may commit)
         self.topic_exists: Callable[[str], bool | None] | None = None
         self._known: set[str] = set()
+        self._known_b: set[bytes] = set()  # the same topics, as records name them (the fast path's check)
         self._asked: dict[str, int] = {}
         self.doomed = ""
 
@@ -182,10 +184,18 @@ class Publishing:
         any other one, which goes through ``_produce`` here (or ``_refused``, when the producer
         raised for it) before C takes over again."""
         i, n = 0, len(batch)
+        # exactly-once: C produces only to targets known to exist (an unknown one would abort the
+        # transaction: ``_produce`` asks for it), and the tombstones of what it produced are
+        # written right after, in the same transaction (``_tombstones``)
+        fast = self._fast is not None and _publish_due is not None and (
+            not self.exactly_once or self._targets_known(batch))
         while i < n:
             refused = None
-            if self._fast is not None and _publish_due is not None:
+            if fast:
+                start = i
                 i, refused = _publish_due(self._fast, self.producer.produce, batch, i, store, now)
+                if self.exactly_once and i > start:
+                    self._tombstones(batch, start, i, store)
                 if i == n:
                     return True
             ref, rec = batch[i]
@@ -200,6 +210,23 @@ class Publishing:
                     self.backlog.append((ref2, rec2, store, None))
                 return False
         return True
+
+    def _targets_known(self, batch: list[tuple[int, Record]]) -> bool:
+        known = self._known_b
+        return all(rec.topic in known for _ref, rec in batch)
+
+    @staticmethod
+    def _tombstones(batch: list[tuple[int, Record]], start: int, end: int, store: PartitionStore) -> None:
+        """Exactly-once: the changelog tombstones of ``batch[start:end]``, just produced (as
+        ``_produce`` writes each one's)."""
+        mirror = store.mirror
+        if mirror is None:
+            return
+        superseded = store.superseded
+        for k in range(start, end):
+            ref, rec = batch[k]
+            if ref not in superseded:
+                mirror.remove(rec.id)
 
     def poll(self, timeout: float) -> None:
         """Serve delivery reports, then hand the successes to their stores in one batch."""
@@ -318,6 +345,7 @@ class Publishing:
         self._asked[topic] = now
         if self.topic_exists(topic):
             self._known.add(topic)
+            self._known_b.add(topic.encode())
             del self._asked[topic]
             return True
         return False
@@ -358,6 +386,7 @@ class Publishing:
             # the transaction cannot commit with a failed record in it: the loop aborts it and
             # restores the committed state (retried from there; a topic is asked for again)
             self._known.discard(topic)
+            self._known_b.discard(topic.encode())
             if not self.doomed:
                 self.doomed = f"delivery to {topic} failed: {describe(err)}"
             return
