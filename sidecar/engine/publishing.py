@@ -187,13 +187,13 @@ class Publishing:
         # exactly-once: C produces only to targets known to exist (an unknown one would abort the
         # transaction: ``_produce`` asks for it), and the tombstones of what it produced are
         # written right after, in the same transaction (``_tombstones``)
-        fast = self._fast is not None and _publish_due is not None and (
-            not self.exactly_once or self._targets_known(batch))
+        publish_due = _publish_due if self._fast is not None and (
+            not self.exactly_once or self._targets_known(batch)) else None
         while i < n:
             refused = None
-            if fast:
+            if publish_due is not None:
                 start = i
-                i, refused = _publish_due(self._fast, self.producer.produce, batch, i, store, now)
+                i, refused = publish_due(self._fast, self.producer.produce, batch, i, store, now)
                 if self.exactly_once and i > start:
                     self._tombstones(batch, start, i, store)
                 if i == n:
