@@ -60,8 +60,8 @@ RESTORE_SLICE_S = 0.05  # restore work per loop turn, so owned partitions keep b
 class StoreMirror:
     """A store's changelog writer (its ``Mirror``)."""
 
-    __slots__ = ("acked", "active", "failed", "in_transactions", "kafka", "on_settle", "partition", "pending",
-                 "produced", "retry", "store", "topic")
+    __slots__ = ("acked", "active", "failed", "in_transactions", "kafka", "on_settle", "partition", "produced",
+                 "retry", "store", "topic")
 
     def __init__(self, kafka: Any, topic: str, store: PartitionStore, in_transactions: bool = False) -> None:
         self.kafka = kafka  # KafkaIO: its producer may be replaced
@@ -77,32 +77,13 @@ class StoreMirror:
         # write dooms the transaction instead of being sent again (engine/transactions.py)
         self.in_transactions = in_transactions
         self.on_settle = not in_transactions  # PartitionStore.settle writes the tombstones
-        # exactly-once: the puts of the open transaction, held back until it commits
-        # (``flush_pending``); a record delivered in the transaction that accepted it needs none:
-        # its put is dropped (its tombstone is still written, for an older version the changelog
-        # may hold). A backlog or short delays then write each record twice instead of three times.
-        self.pending: dict[bytes, bytes] | None = {} if in_transactions else None
         self.active = True  # False once the store is dropped: the reports of its purged writes are ignored
 
     def put(self, rid: bytes, raw: bytes) -> None:
-        if self.pending is not None:
-            self.pending[rid] = raw
-            return
         self._send(raw, rid)
 
     def remove(self, rid: bytes) -> None:
-        if self.pending:
-            self.pending.pop(rid, None)
         self._send(None, rid)
-
-    def flush_pending(self) -> None:
-        """Exactly-once: produce the puts held back, in the transaction about to commit (before
-        its offsets: a put is in the transaction that commits the ingress offset covering it)."""
-        pending = self.pending
-        if pending:
-            self.pending = {}
-            for rid, raw in pending.items():
-                self._send(raw, rid)
 
     def _send(self, value: bytes | None, key: bytes, callback: Any = None) -> None:
         """Write (``callback`` None: a new write, counted in ``produced``; else a write sent again)."""

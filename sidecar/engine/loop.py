@@ -539,9 +539,6 @@ class Sidecar:
         assert txn is not None
         if self.pub.doomed:
             return self.pub.doomed
-        for store in self.stores.values():
-            if isinstance(store.mirror, StoreMirror):
-                store.mirror.flush_pending()
         offsets = self.kafka.offsets_of(list(self.stores.values()))
         try:
             txn.commit(offsets, self.kafka.group_metadata() if offsets else None, begin)

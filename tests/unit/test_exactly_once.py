@@ -194,27 +194,3 @@ def test_a_send_offsets_that_never_returns_gives_up_the_producer(
     finally:
         stuck.set()  # the stuck thread ends (the old producer is fenced by now)
     sc.shutdown()
-
-
-def test_a_record_delivered_in_the_transaction_that_accepted_it_writes_no_put(tmp_path: Path) -> None:
-    """A backlog (records due on arrival) is delivered in the transaction that stores it: its
-    changelog put is dropped, its tombstone still written (an older version may be in the
-    changelog). Records due later keep their put, written when the transaction commits. A crash
-    after it restores exactly the records still pending."""
-    w = EosWorld(tmp_path)
-    sc = w.sidecar("a", **EOS)
-    w.run([sc], lambda: len(sc.stores) == PARTITIONS)
-    w.send(60, lambda i: 0, prefix="now")
-    w.send(30, lambda i: 60_000, prefix="later")
-    ends = {p: len([i for i in range(60) if i % PARTITIONS == p]) + len([i for i in range(30) if i % PARTITIONS == p])
-            for p in range(PARTITIONS)}
-    w.run([sc], lambda: len(w.delivered()) >= 60 and committed(w) == ends)
-    log = w.cluster.records(CHANGELOG, committed_only=True)
-    puts = Counter((m.key() or b"")[:3] for m in log if m.value() is not None)
-    tombstones = Counter((m.key() or b"")[:3] for m in log if m.value() is None)
-    assert tombstones[b"now"] == 60 and puts[b"now"] < 10, (puts, tombstones)
-    assert puts[b"lat"] == 30 and tombstones[b"lat"] == 0
-    crash(sc, w)
-    b = w.sidecar("b", **EOS)
-    w.run([b], lambda: len(w.delivered()) >= 90, max_turns=200_000)
-    assert ids(w.delivered()) == Counter(set(w.sent))
