@@ -60,8 +60,8 @@ RESTORE_SLICE_S = 0.05  # restore work per loop turn, so owned partitions keep b
 class StoreMirror:
     """A store's changelog writer (its ``Mirror``)."""
 
-    __slots__ = ("acked", "active", "failed", "in_transactions", "kafka", "on_settle", "partition", "produced",
-                 "retry", "store", "topic")
+    __slots__ = ("acked", "active", "failed", "held", "in_transactions", "kafka", "on_settle", "partition",
+                 "produced", "retry", "store", "topic")
 
     def __init__(self, kafka: Any, topic: str, store: PartitionStore, in_transactions: bool = False) -> None:
         self.kafka = kafka  # KafkaIO: its producer may be replaced
@@ -77,13 +77,45 @@ class StoreMirror:
         # write dooms the transaction instead of being sent again (engine/transactions.py)
         self.in_transactions = in_transactions
         self.on_settle = not in_transactions  # PartitionStore.settle writes the tombstones
+        # exactly-once: the puts of records already due when accepted, held back until the open
+        # transaction commits (``flush_held``). Such a record is usually delivered in the very
+        # transaction that accepted it (a backlog: every record is due at once), and then needs
+        # no put at all: its delivery, its tombstone and the ingress offset commit together, so
+        # no committed state ever lacks it. One still pending at the commit is written then,
+        # before the offsets. Records due later are written at once: holding them too would make
+        # every commit wait for a whole interval's puts (measured: p99 3.4 s at half the rate).
+        self.held: dict[bytes, bytes] | None = {} if in_transactions else None
         self.active = True  # False once the store is dropped: the reports of its purged writes are ignored
 
-    def put(self, rid: bytes, raw: bytes) -> None:
+    def put(self, rid: bytes, raw: bytes, due_now: bool = False) -> None:
+        held = self.held
+        if held is not None:
+            if due_now:
+                held[rid] = raw
+                return
+            if held:
+                held.pop(rid, None)  # an older version held back must not be written after this one
         self._send(raw, rid)
 
     def remove(self, rid: bytes) -> None:
+        held = self.held
+        if held:
+            held.pop(rid, None)
+        # the tombstone is written even when the put never was: an older version of the id (one
+        # replaced) may be in the changelog
         self._send(None, rid)
+
+    def flush_held(self) -> int:
+        """Exactly-once: write the held puts of records not delivered in this transaction (called
+        before the commit sends its offsets: a put is in the transaction that commits the ingress
+        offset covering it). Returns how many."""
+        held = self.held
+        if not held:
+            return 0
+        self.held = {}
+        for rid, raw in held.items():
+            self._send(raw, rid)
+        return len(held)
 
     def _send(self, value: bytes | None, key: bytes, callback: Any = None) -> None:
         """Write (``callback`` None: a new write, counted in ``produced``; else a write sent again)."""

@@ -539,6 +539,9 @@ class Sidecar:
         assert txn is not None
         if self.pub.doomed:
             return self.pub.doomed
+        for store in self.stores.values():  # the puts held back (StoreMirror.held), before the offsets
+            if isinstance(store.mirror, StoreMirror):
+                store.mirror.flush_held()
         offsets = self.kafka.offsets_of(list(self.stores.values()))
         try:
             txn.commit(offsets, self.kafka.group_metadata() if offsets else None, begin)

@@ -78,7 +78,9 @@ FAST_INTAKE = _run is not None
 log = logs.get("sidecar.store")
 _LEN = struct.Struct("<I")  # a record's length (codec layout)
 _ID_LEN = struct.Struct("<H")  # its id length, at _ID_LEN_AT
+_DUE = struct.Struct("<q")  # its due time (epoch ms), at _DUE_AT
 _ID_LEN_AT = 52
+_DUE_AT = 16
 _DANGLING_KEPT = 1000  # dangling entries remembered (for the recovered event, inspect and tests)
 _DANGLING_LOGGED = 10  # logged one by one; after that at every power of two
 TRIM_INTERVAL_S = 0.2  # how often the loop calls trim(), whatever the commit interval
@@ -144,7 +146,7 @@ class Mirror(Protocol):
 
     on_settle: bool  # settle() writes the tombstones (False: the publisher does, exactly-once)
 
-    def put(self, rid: bytes, raw: bytes) -> None: ...
+    def put(self, rid: bytes, raw: bytes, due_now: bool = False) -> None: ...
     def remove(self, rid: bytes) -> None: ...
 
 
@@ -474,14 +476,15 @@ class PartitionStore:
             self.ids.intake_restore(st)
             self.sched.intake_end(st, count)
             if self.mirror is not None:
-                self._mirror_run(first, count)
+                self._mirror_run(first, count, now_ms)
             if self.history is not None:
                 self._history_run(first, count, now_ms)
         return end
 
-    def _mirror_run(self, pos: int, count: int) -> None:
+    def _mirror_run(self, pos: int, count: int, now_ms: int) -> None:
         """Mirror the ``count`` records the C intake appended from ``pos`` on (one segment,
-        back to back: it stops at a segment's end)."""
+        back to back: it stops at a segment's end); ``due_now`` for those already due at
+        ``now_ms`` (the mirror may hold their puts back: ``StoreMirror.held``)."""
         sb = self.log.segment_bytes
         if pos % sb < HEADER_SIZE:
             pos = pos - pos % sb + HEADER_SIZE
@@ -490,7 +493,9 @@ class PartitionStore:
         put = self.mirror.put  # type: ignore[union-attr]
         for _ in range(count):
             length, id_len = _LEN.unpack_from(buf, off)[0], _ID_LEN.unpack_from(buf, off + _ID_LEN_AT)[0]
-            put(bytes(buf[off + codec.HEAD_SIZE : off + codec.HEAD_SIZE + id_len]), bytes(buf[off : off + length]))
+            due = _DUE.unpack_from(buf, off + _DUE_AT)[0]
+            put(bytes(buf[off + codec.HEAD_SIZE : off + codec.HEAD_SIZE + id_len]), bytes(buf[off : off + length]),
+                due <= now_ms)
             off += length
 
     def _history_run(self, pos: int, count: int, now_ms: int) -> None:
@@ -595,7 +600,7 @@ class PartitionStore:
         self.ids.put(h, new)
         self.counters.scheduled += 1
         if self.mirror is not None:
-            self.mirror.put(rid, self.log.raw(pos))
+            self.mirror.put(rid, self.log.raw(pos), due <= now_ms)
         if self.history is not None:
             self._history_record(HISTORY_REPLACED if old else HISTORY_ACCEPTED, self.log.read(pos), now_ms)
 
@@ -634,7 +639,8 @@ class PartitionStore:
         )
         ref = self.sched.add(due, level, pos)
         if self.mirror is not None:
-            self.mirror.put(rid, self.log.raw(pos))  # a dead letter of a failed publish replaces the original
+            # a dead letter of a failed publish replaces the original
+            self.mirror.put(rid, self.log.raw(pos), due <= now_ms)
         return ref
 
     def _append_cancel(self, offset: int, cid: bytes, now_ms: int, matches: bool) -> int:

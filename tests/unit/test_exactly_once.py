@@ -194,3 +194,66 @@ def test_a_send_offsets_that_never_returns_gives_up_the_producer(
     finally:
         stuck.set()  # the stuck thread ends (the old producer is fenced by now)
     sc.shutdown()
+
+
+def _changelog(w: EosWorld) -> tuple[Counter[bytes], Counter[bytes], dict[bytes, bytes | None]]:
+    """The committed changelog: puts and tombstones per id prefix, and each id's last value."""
+    log = w.cluster.records(CHANGELOG, committed_only=True)
+    puts = Counter((m.key() or b"")[:3] for m in log if m.value() is not None)
+    tombstones = Counter((m.key() or b"")[:3] for m in log if m.value() is None)
+    return puts, tombstones, {m.key() or b"": m.value() for m in log}
+
+
+def _send_due(w: EosWorld, n: int, prefix: str, at_ms: int) -> None:
+    """``n`` records with ``delay.deliver-at`` ``at_ms`` (in the past: due when they arrive)."""
+    for i in range(n):
+        rid = f"{prefix}{i}".encode()
+        w.sent[rid] = at_ms
+        w.cluster.append(INGRESS, i % PARTITIONS, b"k%d" % i, b"v%d" % i, [
+            (c.TARGET_TOPIC, TARGET.encode()), (c.DELIVER_AT, b"%d" % at_ms), (c.ID, rid),
+        ])
+
+
+def test_a_record_due_on_arrival_and_delivered_in_its_transaction_writes_no_put(tmp_path: Path) -> None:
+    """A backlog (records already due when accepted) is delivered in the transaction that stores
+    it: its put is held back and dropped, its tombstone still written (an older version may be in
+    the changelog). Records due later are written at once. A crash after the commit restores
+    exactly the records still pending, and delivers them once."""
+    w = EosWorld(tmp_path)
+    sc = w.sidecar("a", **EOS)
+    w.run([sc], lambda: len(sc.stores) == PARTITIONS)
+    _send_due(w, 60, "now", w.clock.now_ms - 30_000)  # due 30 s ago: a backlog
+    w.send(30, lambda i: 60_000, prefix="later")
+    ends = {p: len([i for i in range(60) if i % PARTITIONS == p]) + len([i for i in range(30) if i % PARTITIONS == p])
+            for p in range(PARTITIONS)}
+    w.run([sc], lambda: len(w.delivered()) >= 60 and committed(w) == ends)
+    puts, tombstones, _last = _changelog(w)
+    assert tombstones[b"now"] == 60 and puts[b"now"] == 0, (puts, tombstones)
+    assert puts[b"lat"] == 30 and tombstones[b"lat"] == 0
+    crash(sc, w)
+    b = w.sidecar("b", **EOS)
+    w.run([b], lambda: len(w.delivered()) >= 90, max_turns=200_000)
+    assert ids(w.delivered()) == Counter(set(w.sent))
+
+
+def test_a_held_put_replaced_by_a_later_version_is_never_written(tmp_path: Path) -> None:
+    """Version 1 arrives due (its put held back); version 2 replaces it in the same batch, due
+    later (written at once). Writing the held version 1 at the commit would put it after version 2
+    in the changelog, and a restore would bring back the replaced version: it must be dropped."""
+    w = EosWorld(tmp_path)
+    sc = w.sidecar("a", **EOS)
+    w.run([sc], lambda: len(sc.stores) == PARTITIONS)
+    rid = b"rep-1"
+    w.cluster.append(INGRESS, 0, b"k", b"v1", [(c.TARGET_TOPIC, TARGET.encode()),
+                                             (c.DELIVER_AT, b"%d" % (w.clock.now_ms - 5_000)), (c.ID, rid)])
+    w.cluster.append(INGRESS, 0, b"k", b"v2", [(c.TARGET_TOPIC, TARGET.encode()), (c.DELAY_MS, b"60000"),
+                                             (c.ID, rid), (c.REPLACE, b"true")])
+    w.run([sc], lambda: committed(w).get(0) == 2)
+    _puts, _tombstones, last = _changelog(w)
+    value = last.get(rid)
+    assert value is not None and b"v2" in value and b"v1" not in value, last
+    assert not w.delivered()  # version 1 was replaced before it was handed out
+    crash(sc, w)
+    b = w.sidecar("b", **EOS)
+    w.run([b], lambda: len(w.delivered()) >= 1, max_turns=200_000)
+    assert [m.value() for m in w.delivered()] == [b"v2"]

@@ -232,7 +232,7 @@ class _Mirror:
         self.produced = self.acked = 0
         self.table: dict[bytes, bytes | None] = {}
 
-    def put(self, rid: bytes, raw: bytes) -> None:
+    def put(self, rid: bytes, raw: bytes, due_now: bool = False) -> None:
         self.table[rid] = raw
 
     def remove(self, rid: bytes) -> None:
