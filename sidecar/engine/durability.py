@@ -79,16 +79,23 @@ class Durability:
             return
         self._last_fsync = mono
         for store in self.stores.values():
-            if store.needs_checkpoint() and store.partition not in self.jobs:
-                if not self.fsync:
-                    self.checkpoint_now(store)  # no disk wait: nothing to hand off
-                elif store.mirror is not None:
-                    self.needed[store.partition] = store.mirror.produced
-                    job = store.begin_checkpoint(fsync=True)
-                    self.jobs[store.partition] = (store, job, self.flusher.submit(job.syncs.run), False)
-                else:
-                    job = store.begin_checkpoint(fsync=True)
-                    self.jobs[store.partition] = (store, job, self.flusher.submit(job.run), True)
+            self.checkpoint_soon(store)
+
+    def checkpoint_soon(self, store: PartitionStore) -> None:
+        """Start a checkpoint job for ``store`` now if it has something new and none runs (the
+        loop calls it out of turn for a store that has just restored: a crash before the next
+        commit interval then restores from here, not from the old checkpoint again)."""
+        if not store.needs_checkpoint() or store.partition in self.jobs:
+            return
+        if not self.fsync:
+            self.checkpoint_now(store)  # no disk wait: nothing to hand off
+        elif store.mirror is not None:
+            self.needed[store.partition] = store.mirror.produced
+            job = store.begin_checkpoint(fsync=True)
+            self.jobs[store.partition] = (store, job, self.flusher.submit(job.syncs.run), False)
+        else:
+            job = store.begin_checkpoint(fsync=True)
+            self.jobs[store.partition] = (store, job, self.flusher.submit(job.run), True)
 
     def reap(self) -> None:
         """Move the checkpoint jobs the flusher completed on: write the checkpoint of a synced one

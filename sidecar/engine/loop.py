@@ -633,6 +633,9 @@ class Sidecar:
             store.dirty = True  # its next checkpoint records the changelog offset it now covers
             self.stores[store.partition] = store
             store.remirror_replayed()
+            # at once, not at the next commit interval: in a crash loop faster than that interval
+            # every start would otherwise restore the same (and a growing) changelog tail again
+            self.durability.checkpoint_soon(store)
             # Ingress resumes at the group's committed offset, which may be older than what this
             # store holds: the records the changelog has, and those this store recovered locally
             # (written to the changelog again just now), are skipped when consumed again.

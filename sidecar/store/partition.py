@@ -242,6 +242,9 @@ class PartitionStore:
         # offset of an acknowledged changelog put): where ingress resumes after a restore
         self.changelog_ingress: int | None = None
         self.replayed: list[int] = []  # log positions of the records recovery replayed (after the checkpoint)
+        # ids of replayed records the restore found in the changelog, the same version as pending
+        # (written and acknowledged before the crash): ``remirror_replayed`` need not write them again
+        self.in_changelog: set[bytes] = set()
         self.resume_offset: int | None = None  # what open() returned
         self._pending_at_checkpoint: dict[str, int] | None = None  # sched.pending() the last checkpoint names
         self._settled_at_trim = 0
@@ -741,13 +744,19 @@ class PartitionStore:
     def remirror_replayed(self) -> int:
         """Write the records recovery replayed to the changelog again, those still pending: their
         first writes were made after the checkpoint and may have died with the process (a
-        checkpoint names only records whose writes were acknowledged, durability.py)."""
+        checkpoint names only records whose writes were acknowledged, durability.py). Not those
+        the restore just read from the changelog (``in_changelog``): their writes did not die.
+        Writing them again would grow the changelog's tail by what every restart replays, and a
+        crash loop faster than the checkpoints would restore a longer tail at each start."""
         replayed, self.replayed = self.replayed, []
+        seen, self.in_changelog = self.in_changelog, set()
         if self.mirror is None:
             return 0
         n = 0
         for pos in replayed:
             rec = self.log.read(pos)
+            if rec.id in seen:
+                continue
             if rec.rtype != codec.CANCEL:  # still the pending version of its id (not replaced since)
                 refs = self._pending_refs(rec.id)[1]
                 held = [self.sched.record(ref) for ref in refs]
@@ -782,6 +791,8 @@ class PartitionStore:
                     self.ids.remove(h, ref)
                 elif ref is None and PRECANCEL | rec.enqueue_ms not in self.ids.find(h):
                     self.ids.put(h, PRECANCEL | rec.enqueue_ms)
+                elif ref is None and self.replayed:
+                    self.in_changelog.add(rid)
             return
         h, refs = self._pending_refs(rid)
         for pre in self.ids.find(h):  # a record arriving after its cancel: it never fires
@@ -791,6 +802,8 @@ class PartitionStore:
         for ref in refs:
             held = self.sched.record(ref)
             if held is not None and _version(held) >= rank:
+                if self.replayed and _version(held) == rank:
+                    self.in_changelog.add(rid)
                 return  # the same record, or a newer version of it, is held
         pos = self.log.append_record(
             rec.rtype, rec.due_ms, rec.enqueue_ms, rec.src_offset, rec.src_partition, rec.target_partition,

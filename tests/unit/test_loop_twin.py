@@ -21,6 +21,7 @@ from sidecar.config import Settings
 from sidecar.engine.loop import Sidecar
 from sidecar.health import HealthServer
 from sidecar.metrics import Metrics
+from sidecar.store import checkpoint
 from tests.kafka_twin import TwinClients, TwinCluster, TwinMessage, VirtualClock
 
 INGRESS, TARGET, GROUP = "in", "out", "g"
@@ -49,7 +50,7 @@ class World:
     def sidecar(self, name: str, **extra: Any) -> Sidecar:
         s = Settings(
             bootstrap_servers="twin:9092", data_dir=str(self.root / name), ingress_topic=INGRESS, group_id=GROUP,
-            ingress_partitions=PARTITIONS, commit_interval_ms=200, helper_threads="none", **extra,
+            ingress_partitions=PARTITIONS, **{"commit_interval_ms": 200, "helper_threads": "none", **extra},
         )
         metrics = Metrics(ingress_topic=INGRESS, scheduler=s.scheduler)
         health = HealthServer("127.0.0.1", 0, metrics, clock=self.clock.monotonic)
@@ -506,3 +507,31 @@ def test_ingress_a_restoring_partition_returns_anyway_is_consumed_again(tmp_path
     w.check(set(w.sent))  # every record once: those b's restore had and those it consumed again
     for sc in (a, b):
         sc.shutdown()
+
+
+def test_a_crash_loop_restores_no_tail_twice(tmp_path: Path) -> None:
+    """A crash loop faster than the commit interval. Each start replays the records its previous
+    life stored after the last checkpoint, and restores the changelog tail that holds their puts:
+    those are not written to the changelog again (the tail would grow by everything replayed, at
+    every start), and the restored position is checkpointed at once (else every start restores
+    the same tail again, and more: the loop falls further behind with each crash)."""
+    w = World(tmp_path)
+    slow = {"commit_interval_ms": 3_600_000}  # no checkpoint on the commit interval in this test
+    a = w.sidecar("a", **slow)
+    w.send(60, lambda i: 7_200_000)
+    w.run([a], lambda: a.counters.ingested >= 60 and all(
+        st.mirror is not None and st.mirror.acked == 60 // PARTITIONS for st in a.stores.values()))
+    assert all(not (checkpoint.read(st.dir) or {}).get("changelog") for st in a.stores.values())
+    dirs = [st.dir for st in a.stores.values()]
+    w.cluster.leave(a.kafka.consumer)  # killed: no revoke, no checkpoint
+    a.lock.release()
+
+    a2 = w.sidecar("a", **slow)
+    w.run([a2], lambda: len(a2.stores) == PARTITIONS and not a2.durability.jobs)
+    written = Counter(m.partition() for m in w.cluster.records(CHANGELOG))
+    assert a2.counters.replayed == 60
+    assert written == {p: 60 // PARTITIONS for p in range(PARTITIONS)}, "the replayed records' puts were written again"
+    # the restored position is in a checkpoint already, long before the commit interval
+    assert [(checkpoint.read(d) or {}).get("changelog") for d in dirs] == [60 // PARTITIONS] * PARTITIONS
+    assert pending_total(a2) == 60
+    a2.shutdown()
