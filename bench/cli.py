@@ -126,6 +126,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="scale: records pending per layout (default 30000 small, 100000000 full)")
     ap.add_argument("--scale-rate", type=_count, default=None, metavar="R",
                     help="scale: the fill's paced rate, records/s (default 20000 small, 40000 full)")
+    ap.add_argument("--lateness-rate", type=_count, default=None, metavar="R",
+                    help="lateness: measure at R records/s instead of 50 %% of the measured maximum (a "
+                         "point of the rate/lateness curve; no goal applies), e.g. 27000 or 27k")
     ap.add_argument("--scale-layouts", type=_layouts, default=None, metavar="P,P",
                     help="scale: the fill's ingress partitions, one layout each (default 1,6)")
     ns = ap.parse_args(argv)
@@ -262,7 +265,7 @@ def bench_main(argv: list[str]) -> int:
                       profile_dir=Path(ns.profile).resolve() if ns.profile else None,
                       changelog_modes=ns.changelog_modes, delivery_modes=ns.delivery_modes,
                       options={"scale_pending": ns.scale_pending, "scale_rate": ns.scale_rate,
-                               "scale_layouts": ns.scale_layouts},
+                               "scale_layouts": ns.scale_layouts, "lateness_rate": ns.lateness_rate},
                       broker=broker,
                       transaction_interval_ms=ns.transaction_interval or TRANSACTION_INTERVAL_MS)
         if broker is not None and ns.size == "full":

@@ -330,6 +330,14 @@ def test_bench_rejects_bad_transaction_interval(tmp_path: Path, value: str) -> N
     assert f"--transaction-interval: {value!r}" in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("value", ["0", "fast", "-5"])
+def test_bench_rejects_bad_lateness_rate(tmp_path: Path, value: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "sidecar", "bench", "lateness", f"--lateness-rate={value}",
+                           "--json", str(tmp_path / "x.json")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert f"--lateness-rate: {value!r}: give a positive count" in proc.stderr, proc.stderr
+
+
 def test_bench_rejects_unknown_scenario(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "sidecar", "bench", "nope", "--json", str(tmp_path / "x.json")],
                           capture_output=True, text=True, timeout=60)
