@@ -60,7 +60,7 @@ RESTORE_SLICE_S = 0.05  # restore work per loop turn, so owned partitions keep b
 class StoreMirror:
     """A store's changelog writer (its ``Mirror``)."""
 
-    __slots__ = ("acked", "active", "failed", "held", "in_transactions", "kafka", "on_settle", "partition",
+    __slots__ = ("acked", "active", "failed", "held", "holds_due", "in_transactions", "kafka", "on_settle", "partition",
                  "produced", "retry", "store", "topic")
 
     def __init__(self, kafka: Any, topic: str, store: PartitionStore, in_transactions: bool = False) -> None:
@@ -85,6 +85,7 @@ class StoreMirror:
         # before the offsets. Records due later are written at once: holding them too would make
         # every commit wait for a whole interval's puts (measured: p99 3.4 s at half the rate).
         self.held: dict[bytes, bytes] | None = {} if in_transactions else None
+        self.holds_due = in_transactions
         self.active = True  # False once the store is dropped: the reports of its purged writes are ignored
 
     def put(self, rid: bytes, raw: bytes, due_now: bool = False) -> None:

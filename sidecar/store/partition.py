@@ -145,6 +145,7 @@ class Mirror(Protocol):
     acked: int
 
     on_settle: bool  # settle() writes the tombstones (False: the publisher does, exactly-once)
+    holds_due: bool  # put() uses ``due_now`` (exactly-once); False: the intake need not work it out
 
     def put(self, rid: bytes, raw: bytes, due_now: bool = False) -> None: ...
     def remove(self, rid: bytes) -> None: ...
@@ -493,12 +494,14 @@ class PartitionStore:
             pos = pos - pos % sb + HEADER_SIZE
         buf = self.log.segments[pos // sb].buf
         off = pos % sb
-        put = self.mirror.put  # type: ignore[union-attr]
+        mirror = self.mirror
+        assert mirror is not None
+        put, holds = mirror.put, mirror.holds_due
         for _ in range(count):
             length, id_len = _LEN.unpack_from(buf, off)[0], _ID_LEN.unpack_from(buf, off + _ID_LEN_AT)[0]
-            due = _DUE.unpack_from(buf, off + _DUE_AT)[0]
+            due_now = holds and _DUE.unpack_from(buf, off + _DUE_AT)[0] <= now_ms
             put(bytes(buf[off + codec.HEAD_SIZE : off + codec.HEAD_SIZE + id_len]), bytes(buf[off : off + length]),
-                due <= now_ms)
+                due_now)
             off += length
 
     def _history_run(self, pos: int, count: int, now_ms: int) -> None:
