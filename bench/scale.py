@@ -24,6 +24,10 @@ goes round the index in ~26 s per 2^25 slots).
 
 Size: ``--scale-pending N`` (per layout; default 30k small, 100M full: ~31 GB of disk and hours of
 fill on a small machine, so give what fits); ``--scale-layouts 1,6`` the fill partitions per layout.
+The sidecar runs with the changelog on (its default) unless ``--changelog off`` alone is given: at
+100M pending the changelog topic holds another copy of every record on the broker's disk, which a
+machine running the broker beside the sidecar may not have. Each layout's data directory is deleted
+when its figures are taken.
 The fill rate must stay below what the sidecar ingests on the machine: above it the consumer's
 fetch queue fills with fill records and the stream's records wait behind them (lateness then
 measures that backlog, not pauses).
@@ -172,7 +176,7 @@ def one_layout(bench: Bench, sched: str, fill_parts: int, n: int, rate: float) -
     bench.topics(ingress, partitions=parts)
     bench.topics(target, stream_target)
     sc = bench.sidecar(ingress, sched, tag=f"scale{fill_parts}", partitions=parts,
-                       extra=["--cancel-horizon", HORIZON])
+                       extra=["--cancel-horizon", HORIZON], changelog=bench.other_changelog)
     sc.start(timeout_s=300)
     time.sleep(2)
     base = memory_of(sc.pid)
@@ -231,6 +235,7 @@ def one_layout(bench: Bench, sched: str, fill_parts: int, n: int, rate: float) -
     stopped = wall_ms()
     left = expired_precancels(sc.data_dir, ingress, parts, stopped - HORIZON_MS)
     left_old = expired_precancels(sc.data_dir, ingress, parts, stopped - HORIZON_MS - SWEPT_WITHIN_S * 1000)
+    sc.wipe()  # ~31 GB at 100M pending: the next layout needs the disk
     got = read_range(bench.bootstrap, stream_target, {}, bench.wm.high(stream_target), headers=True)
     pairs = sorted(zip(got.ts, got.deliver_at, strict=True), key=lambda x: x[1])
     during = [(t, d) for t, d in pairs if fill_t0 <= d <= fill_t1]
@@ -300,7 +305,8 @@ def run(bench: Bench) -> dict[str, Any]:
                   "left in the id index",
         "settings": {"pending_per_layout": n, "fill_rate": rate, "layouts": list(layouts_for(bench)),
                      "stream_rate": STREAM_RATE, "stream_delay_ms": STREAM_DELAY_MS, "fill_delay_ms": FILL_DELAY_MS,
-                     "precancel_every": PRECANCEL_EVERY, "cancel_horizon": HORIZON, "schedulers": bench.schedulers},
+                     "precancel_every": PRECANCEL_EVERY, "cancel_horizon": HORIZON, "schedulers": bench.schedulers,
+                     "changelog": bench.other_changelog},
         "results": results,
         "details": details,
     }
