@@ -68,6 +68,12 @@ class GeometryMismatch(StoreError):
     pass
 
 
+def header_bytes(magic: bytes, version: int, geom_a: int, geom_b: int, base: int) -> bytes:
+    """A file's header: magic, version, header size, geometry, base, CRC32C of the first 60 bytes."""
+    head = HEADER.pack(magic, version, HEADER_SIZE, geom_a, geom_b, base, b"", 0)
+    return HEADER.pack(magic, version, HEADER_SIZE, geom_a, geom_b, base, b"", crc32c(head[:60]))
+
+
 class MappedFile:
     __slots__ = ("base", "buf", "geom_a", "geom_b", "magic", "mm", "path", "size")
 
@@ -113,9 +119,7 @@ class MappedFile:
             os.close(fd)
         self.buf = memoryview(self.mm)
         if create:
-            head = HEADER.pack(magic, version, HEADER_SIZE, geom_a, geom_b, base, b"", 0)
-            crc = crc32c(head[:60])
-            HEADER.pack_into(self.buf, 0, magic, version, HEADER_SIZE, geom_a, geom_b, base, b"", crc)
+            self.buf[:HEADER_SIZE] = header_bytes(magic, version, geom_a, geom_b, base)
             if sync_header:  # False: the caller syncs the whole file before anything names it
                 self.mm.flush(0, min(mmap.PAGESIZE, size))
             took = time.perf_counter() - started

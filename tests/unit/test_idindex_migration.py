@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.store import mapped
+from sidecar.store import idindex, mapped
 from sidecar.store.idindex import HEADER_SIZE, MIGRATE_PER_PUT, PRECANCEL, SLOT_SIZE, IdIndex
 from sidecar.store.mapped import StoreError, deferred_sync
 
@@ -260,3 +260,79 @@ def test_inspect_probes_both_tables_of_a_migration(tmp_path: Path) -> None:
     assert ix.migrating and _next_files(tmp_path)
     assert all(_index_refs(tmp_path, _h(j)) == [j + 1] for j in range(k + 1))
     ix.close()
+
+
+def _near_growth(ix: IdIndex, k0: int = 0) -> int:
+    """Insert until the write-ahead threshold is passed (not the growth); the next key."""
+    k = k0
+    while ix.live + ix.tombs < ix.cap * idindex.ZERO_AT:
+        ix.put(_h(k), k + 1)
+        k += 1
+    return k
+
+
+def test_the_next_table_is_written_ahead_and_taken_by_the_growth(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ZERO_AT of the slots a loop step starts writing the next table's file; the growth
+    renames that very file (same inode), fully allocated, and every id stays findable."""
+    monkeypatch.setattr(idindex, "ZERO_MIN_SLOTS", 0)
+    ix = IdIndex(tmp_path, initial_capacity=4096)
+    ix.restore(None)
+    k = _near_growth(ix)
+    assert not (tmp_path / idindex.ZERO).exists()  # only a step starts it, not an insert
+    ix.step(0, 1000)
+    z = ix._zero
+    assert z is not None and z.cap == 8192 and z.done.wait(10) and z.ok
+    ino = os.stat(tmp_path / idindex.ZERO).st_ino
+    assert os.stat(tmp_path / idindex.ZERO).st_blocks * 512 >= z.size  # allocated, not sparse
+    while not ix.migrating:
+        ix.put(_h(k), k + 1)
+        k += 1
+    assert not (tmp_path / idindex.ZERO).exists() and ix._zero is None
+    assert ix.cap == 8192 and os.stat(tmp_path / "ids.idx.next.1").st_ino == ino
+    while ix.migrating:
+        ix.step(0, 1000, slots=512)
+    assert ix.live == k and all(ix.find(_h(j)) == [j + 1] for j in range(k))
+    ix.flush()
+    ix.close()
+    again = IdIndex(tmp_path)
+    again.restore(ix.state())
+    assert again.cap == 8192 and all(again.find(_h(j)) == [j + 1] for j in range(0, k, 13))
+    again.close()
+
+
+def test_a_write_ahead_of_another_geometry_is_discarded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Written ahead for a doubling, but removes left fewer than a quarter live at the growth: it
+    sheds tombstones at the same size instead, in a sparse file; the unused one is deleted."""
+    monkeypatch.setattr(idindex, "ZERO_MIN_SLOTS", 0)
+    ix = IdIndex(tmp_path, initial_capacity=4096)
+    ix.restore(None)
+    k = _near_growth(ix)
+    ix.step(0, 1000)
+    assert ix._zero is not None and ix._zero.done.wait(10) and ix._zero.cap == 8192
+    for j in range(k - 500):  # removes: tombstones, fewer live
+        ix.remove(_h(j), j + 1)
+    while not ix.migrating:
+        ix.put(_h(k), k + 1)
+        k += 1
+    assert ix.cap == 4096 and not (tmp_path / idindex.ZERO).exists()
+    while ix.migrating:
+        ix.step(0, 1000, slots=512)
+    assert all(ix.find(_h(j)) == [j + 1] for j in range(k - 500, k)) and ix.find(_h(0)) == []
+    ix.close()
+
+
+def test_a_write_ahead_left_by_a_crash_or_a_close_is_deleted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(idindex, "ZERO_MIN_SLOTS", 0)
+    monkeypatch.setattr(idindex, "ZERO_BYTES_PER_S", 1 << 16)  # slow: still running at the close
+    ix = IdIndex(tmp_path, initial_capacity=4096)
+    ix.restore(None)
+    _near_growth(ix)
+    ix.step(0, 1000)
+    assert ix._zero is not None and ix._zero.is_alive()
+    ix.close()  # stops it within a chunk and deletes the file
+    assert not (tmp_path / idindex.ZERO).exists()
+    (tmp_path / idindex.ZERO).write_bytes(b"\0" * 4096)  # a kill mid-write leaves one
+    again = IdIndex(tmp_path)
+    assert not (tmp_path / idindex.ZERO).exists()
+    again.close()
