@@ -430,7 +430,6 @@ class IdIndex:
         live = tombs = 0
         if buf is None:
             buf = self.f.buf
-            self.f.will_need(HEADER_SIZE + lo * SLOT_SIZE, HEADER_SIZE + hi * SLOT_SIZE)  # a sequential pass
         while lo < hi:
             n = min(_COUNT_CHUNK, hi - lo)
             raw = bytearray(buf[HEADER_SIZE + lo * SLOT_SIZE : HEADER_SIZE + (lo + n) * SLOT_SIZE])
@@ -455,12 +454,10 @@ class IdIndex:
     def _map(path: Path, cap: int, create: bool, base: int = 0, version: int = VERSION) -> MappedFile:
         if cap & (cap - 1):
             raise ValueError(f"{path}: capacity {cap} is not a power of two")
-        f = MappedFile(
+        return MappedFile(
             path, magic=MAGIC, version=version, size=HEADER_SIZE + cap * SLOT_SIZE,
             geom_a=SLOT_SIZE, geom_b=cap, base=base, create=create, sync_header=not create or base == 0,
         )
-        f.advise_random()  # probes land anywhere: no fault-around, no readahead
-        return f
 
     def _slots(self) -> Iterator[tuple[int, int]]:
         """The primary's slots, (hash, ref)."""
@@ -674,7 +671,6 @@ class IdIndex:
         lo = self._sweep
         hi = min(self.cap, lo + sweep_slots)
         cutoff = now_ms - horizon_ms
-        self.f.will_need(HEADER_SIZE + lo * SLOT_SIZE, HEADER_SIZE + hi * SLOT_SIZE)  # a sequential pass
         expired = (self.native.idx_expired(self.f.buf, HEADER_SIZE, lo, hi, cutoff) if self.native is not None
                    else _py_expired(self.f.buf, lo, hi, cutoff))
         self.f.drop_pages(HEADER_SIZE + lo * SLOT_SIZE, HEADER_SIZE + hi * SLOT_SIZE)

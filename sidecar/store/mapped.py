@@ -48,8 +48,6 @@ HEADER = struct.Struct("<8sIIQQQ20sI")
 HEADER_SIZE = 64
 assert HEADER.size == HEADER_SIZE
 _DONTNEED: int | None = getattr(mmap, "MADV_DONTNEED", None)
-_RANDOM: int | None = getattr(mmap, "MADV_RANDOM", None)
-_WILLNEED: int | None = getattr(mmap, "MADV_WILLNEED", None)
 # A file creation slower than SLOW_CREATE_S is logged at debug (it stalls the loop that asked), one
 # slower than SLOW_CREATE_WARN_S as a warning. Why the second threshold: the files created with
 # their header synced (the id index and the wheel's slot file, at a partition's open) wait for a
@@ -180,24 +178,6 @@ class MappedFile:
             return
         with contextlib.suppress(OSError):
             self.mm.madvise(_DONTNEED, start, end - start)
-
-    def advise_random(self) -> None:
-        """``MADV_RANDOM``: a fault maps only the page it needs. Without it, a read fault maps the
-        pages around it too (fault-around, 64 KiB) and starts readahead: for a hash table, whose
-        next access is anywhere, wasted work on every fault (the id index at 2^27 slots: 11 % of
-        the loop thread in ``filemap_map_pages``, measured with perf). A no-op where unsupported."""
-        if _RANDOM is not None and not self.mm.closed:
-            with contextlib.suppress(OSError):
-                self.mm.madvise(_RANDOM)
-
-    def will_need(self, start: int, end: int) -> None:
-        """``MADV_WILLNEED`` on the byte range (page-aligned outward): one readahead of what a
-        sequential pass is about to read, on a mapping advised random (``advise_random``)."""
-        end = min(end, self.size)
-        start = max(start - start % mmap.PAGESIZE, 0)
-        if _WILLNEED is not None and end > start and not self.mm.closed:
-            with contextlib.suppress(OSError):
-                self.mm.madvise(_WILLNEED, start, end - start)
 
     def close(self) -> None:
         try:
