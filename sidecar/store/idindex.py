@@ -83,7 +83,8 @@ property-tested against these Python versions); an index opened with ``native=Fa
 A ref with the top bit set is a *pre-cancel*: a cancel that arrived before its message; the low
 bits hold the cancel's time (epoch ms) so it can expire after the cancel horizon. Pre-cancels are
 matched on the 64-bit hash alone (there is no record to verify against). Expired ones are swept
-by ``step`` when no migration runs: ``step`` slots of the primary per idle turn, round the table.
+by ``step`` when no migration runs: ``SWEEP_SLOTS`` slots of the primary per step, or 1/2048 of it
+if that is more, round the table.
 """
 
 from __future__ import annotations
@@ -121,7 +122,8 @@ EMPTY, TOMB = 0, 1
 PRECANCEL = 1 << 63
 MIGRATE_PER_PUT = 16  # old slots migrated per insert: see the module docstring
 STEP_SLOTS = 1 << 12  # old slots migrated per index step
-SWEEP_SLOTS = 1 << 16  # slots the pre-cancel sweep reads per index step (1 MiB, ~0.3 ms)
+SWEEP_SLOTS = 1 << 16  # slots the pre-cancel sweep reads per index step (1 MiB, ~0.3 ms), at least:
+SWEEP_ROUND_STEPS = 1 << 11  # and at least 1/2048 of the table, so a round takes ~100 s of 50 ms steps at most
 NEXT = "ids.idx.next."
 ZERO = "ids.idx.zero"  # the next table's file while it is written ahead (ZeroFill)
 ZERO_AT = 7 / 16  # live + tombstones over this share of the slots: the next table's file is written ahead
@@ -663,6 +665,9 @@ class IdIndex:
         self._write_ahead()
         if not sweep:
             return 0
+        # a round of 2^28 slots at 2^16 a step took 205 s of a busy loop (the 100M scale run left
+        # 4,992 expired pre-cancels at its stop): the slice grows with the table instead
+        sweep_slots = max(sweep_slots, self.cap // SWEEP_ROUND_STEPS)
         if self._scan_off >= 0:  # after a restart: the background recount first
             before = self._scan_off
             self.recount_step(sweep_slots)

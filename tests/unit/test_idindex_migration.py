@@ -336,3 +336,20 @@ def test_a_write_ahead_left_by_a_crash_or_a_close_is_deleted(tmp_path: Path, mon
     again = IdIndex(tmp_path)
     assert not (tmp_path / idindex.ZERO).exists()
     again.close()
+
+
+def test_a_sweep_round_takes_a_bounded_number_of_steps_whatever_the_size(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The slice grows with the table: a round is at most SWEEP_ROUND_STEPS steps (here the
+    table is 2^16 slots, the round bound 64 steps, and the fixed slice 16 slots: 4096 steps)."""
+    monkeypatch.setattr(idindex, "SWEEP_ROUND_STEPS", 64)
+    ix = IdIndex(tmp_path, initial_capacity=1 << 16)
+    ix.restore(None)
+    for k in range(10):
+        ix.put(_h(k), PRECANCEL | 1000)
+    steps = visited = 0
+    while visited < ix.cap:
+        visited += ix.step(now_ms=10_000, horizon_ms=500, sweep_slots=16)
+        steps += 1
+    assert steps == 64 and ix.swept == 10 and ix.precancels() == 0
+    ix.close()
