@@ -5,78 +5,8 @@
  * fast path (kds_idx_intake_slot, kds_idx_write). */
 #include "native.h"
 
-#include <unistd.h>
-
 #define EMPTY 0
 #define TOMB 1
-
-/* Write-through tables (idx_write_through): slot writes go to the file with pwrite instead of
- * being stored through the mapping, which stays the tables' read path. Why: a store through a
- * shared mapping write-faults every page it lands on (the page is clean after each sync), and the
- * sync then write-protects each such page again with a TLB shootdown on the loop's CPU; for a
- * table of GiBs, whose inserts each land on another page, that cost the loop more than a third of
- * its time (docs/benchmarks.md, runs n-p). A pwrite dirties the page in the page cache: the
- * mapping sees the bytes at once (one page cache), and the sync finds no writable mapping to
- * clean. Registered tables keep a buffer export, so their mapping cannot be closed while
- * registered: a stale address range can never name another file. */
-#define WT_MAX 256
-typedef struct {
-    Py_buffer view;
-    uint8_t *lo, *hi;
-    int fd;
-} WriteThrough;
-static WriteThrough wt[WT_MAX];
-static int n_wt;
-
-static void slot_store(uint8_t *p, const void *src, size_t n) {
-    for (int k = 0; k < n_wt; k++) {
-        if (p >= wt[k].lo && p + n <= wt[k].hi) {
-            if (pwrite(wt[k].fd, src, n, (off_t)(p - wt[k].lo)) == (ssize_t)n) return;
-            break; /* the write failed (it reports at the sync): the mapping takes the bytes */
-        }
-    }
-    memcpy(p, src, n);
-}
-
-static inline void slot_store16(uint8_t *p, uint64_t h, uint64_t ref) {
-    uint64_t v[2] = {h, ref};
-    slot_store(p, v, 16);
-}
-
-/* idx_write_through(buf, fd): slot writes into buf's mapping go to fd (the same file) from now
- * on; fd < 0 ends it (before the mapping closes). */
-static PyObject *native_idx_write_through(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "idx_write_through(buf, fd)");
-        return NULL;
-    }
-    int fd = (int)PyLong_AsLong(args[1]);
-    if (PyErr_Occurred()) return NULL;
-    Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0) return NULL;
-    uint8_t *lo = (uint8_t *)view.buf;
-    for (int k = 0; k < n_wt; k++) {
-        if (wt[k].lo == lo) {
-            PyBuffer_Release(&wt[k].view);
-            wt[k] = wt[--n_wt];
-            break;
-        }
-    }
-    if (fd < 0) {
-        PyBuffer_Release(&view);
-        Py_RETURN_NONE;
-    }
-    if (n_wt == WT_MAX) {
-        PyBuffer_Release(&view);
-        Py_RETURN_FALSE; /* more tables than expected: this one is written through its mapping */
-    }
-    wt[n_wt].view = view;
-    wt[n_wt].lo = lo;
-    wt[n_wt].hi = lo + view.len;
-    wt[n_wt].fd = fd;
-    n_wt++;
-    Py_RETURN_TRUE;
-}
 
 static PyObject *native_id_hash(PyObject *self, PyObject *rid) {
     Py_buffer view;
@@ -170,7 +100,8 @@ static PyObject *native_idx_put(PyObject *self, PyObject *const *args, Py_ssize_
         return NULL;
     }
     uint64_t at = free_slot >= 0 ? (uint64_t)free_slot : i;
-    slot_store16(t.base + at * 16, t.h, ref);
+    memcpy(t.base + at * 16, &t.h, 8);
+    memcpy(t.base + at * 16 + 8, &ref, 8);
     long long off = (long long)(t.base - (uint8_t *)t.view.buf) + (long long)at * 16;
     PyBuffer_Release(&t.view);
     return PyLong_FromLongLong(free_slot >= 0 ? -off : off);
@@ -188,14 +119,14 @@ static int table_remove(Table *t, uint64_t h, uint64_t ref, long long scan_off, 
         uint64_t v;
         if (slot_hash(t, (i + 1) & t->mask) != EMPTY) {
             v = TOMB;
-            slot_store(t->base + i * 16, &v, 8);
+            memcpy(t->base + i * 16, &v, 8);
             tombs = 1;
             scan_tombs = off < scan_off;
         } else {
             v = EMPTY;
-            slot_store(t->base + i * 16, &v, 8);
+            memcpy(t->base + i * 16, &v, 8);
             for (uint64_t j = (i - 1) & t->mask; slot_hash(t, j) == TOMB; j = (j - 1) & t->mask) {
-                slot_store(t->base + j * 16, &v, 8);
+                memcpy(t->base + j * 16, &v, 8);
                 tombs -= 1;
                 if (hs + (long long)j * 16 < scan_off) scan_tombs -= 1;
             }
@@ -292,7 +223,8 @@ static long long raw_put(uint8_t *base, uint64_t mask, long long hs, uint64_t h,
         return 0;
     }
     uint64_t at = free_slot >= 0 ? (uint64_t)free_slot : i;
-    slot_store16(base + at * 16, h, ref);
+    memcpy(base + at * 16, &h, 8);
+    memcpy(base + at * 16 + 8, &ref, 8);
     long long off = hs + (long long)at * 16;
     return free_slot >= 0 ? -off : off;
 }
@@ -422,7 +354,8 @@ long long kds_idx_intake_slot(const uint8_t *base, uint64_t mask, long long live
 }
 
 void kds_idx_write(uint8_t *base, uint64_t at, uint64_t h, uint64_t ref) {
-    slot_store16(base + at * 16, h, ref);
+    memcpy(base + at * 16, &h, 8);
+    memcpy(base + at * 16 + 8, &ref, 8);
 }
 
 PyMethodDef kds_idindex_methods[] = {
@@ -433,5 +366,4 @@ PyMethodDef kds_idindex_methods[] = {
     {"idx_remove_delivered", (PyCFunction)(void (*)(void))native_idx_remove_delivered, METH_FASTCALL, NULL},
     {"idx_copy", (PyCFunction)(void (*)(void))native_idx_copy, METH_FASTCALL, NULL},
     {"idx_expired", (PyCFunction)(void (*)(void))native_idx_expired, METH_FASTCALL, NULL},
-    {"idx_write_through", (PyCFunction)(void (*)(void))native_idx_write_through, METH_FASTCALL, NULL},
     {NULL, NULL, 0, NULL}};

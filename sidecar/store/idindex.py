@@ -23,15 +23,6 @@ at most a quarter full of old entries, and one insert migrates ``MIGRATE_PER_PUT
 ever did not (an estimate after a crash far off), the rest is migrated at once before the next
 growth.
 
-**Written through.** The C paths (probes aside) write slots with ``pwrite`` on a descriptor of
-the table's file (``_native.idx_write_through``), not through the mapping, which stays the read
-path (one page cache: a probe sees a slot as soon as it is written). A store through a shared
-mapping write-faults each page it lands on (every page is clean again after a sync), and the
-sync write-protects each such page again with a TLB shootdown on the loop's CPU; a table of GiBs
-takes each insert on another page, and at 2^27 slots that was over a third of the loop thread's
-time. A ``pwrite`` only dirties the page in the page cache. The Python twins (``native=False``)
-still store through the mapping: the bytes are the same either way.
-
 **Written ahead.** A table's file is not left sparse for the migration to fill: once live +
 tombstone slots pass ``ZERO_AT`` (7/16) of the capacity, a thread of its own (``ZeroFill``)
 writes the next table's file, ``ids.idx.zero`` (the size the growth would choose then, its header,
@@ -461,32 +452,14 @@ class IdIndex:
             out["from"] = self.old_mask + 1
         return out
 
-    def _map(self, path: Path, cap: int, create: bool, base: int = 0, version: int = VERSION) -> MappedFile:
+    @staticmethod
+    def _map(path: Path, cap: int, create: bool, base: int = 0, version: int = VERSION) -> MappedFile:
         if cap & (cap - 1):
             raise ValueError(f"{path}: capacity {cap} is not a power of two")
-        f = MappedFile(
+        return MappedFile(
             path, magic=MAGIC, version=version, size=HEADER_SIZE + cap * SLOT_SIZE,
             geom_a=SLOT_SIZE, geom_b=cap, base=base, create=create, sync_header=not create or base == 0,
         )
-        if self.native is not None:
-            self._write_through(f)
-        return f
-
-    def _write_through(self, f: MappedFile) -> None:
-        """The C slot writes into ``f`` go to the file with ``pwrite`` (the mapping only reads
-        them): see "Written through" in the module docstring."""
-        nat = self.native
-        assert nat is not None
-        fd = os.open(f.path, os.O_RDWR)
-        if not nat.idx_write_through(f.buf, fd):
-            os.close(fd)
-            return
-
-        def end() -> None:
-            nat.idx_write_through(f.buf, -1)
-            os.close(fd)
-
-        f.on_close(end)
 
     def _slots(self) -> Iterator[tuple[int, int]]:
         """The primary's slots, (hash, ref)."""

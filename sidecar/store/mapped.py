@@ -36,7 +36,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -75,7 +75,7 @@ def header_bytes(magic: bytes, version: int, geom_a: int, geom_b: int, base: int
 
 
 class MappedFile:
-    __slots__ = ("_on_close", "base", "buf", "geom_a", "geom_b", "magic", "mm", "path", "size")
+    __slots__ = ("base", "buf", "geom_a", "geom_b", "magic", "mm", "path", "size")
 
     def __init__(
         self,
@@ -118,7 +118,6 @@ class MappedFile:
         finally:
             os.close(fd)
         self.buf = memoryview(self.mm)
-        self._on_close: list[Callable[[], None]] = []
         if create:
             self.buf[:HEADER_SIZE] = header_bytes(magic, version, geom_a, geom_b, base)
             if sync_header:  # False: the caller syncs the whole file before anything names it
@@ -180,15 +179,7 @@ class MappedFile:
         with contextlib.suppress(OSError):
             self.mm.madvise(_DONTNEED, start, end - start)
 
-    def on_close(self, fn: Callable[[], None]) -> None:
-        """Call ``fn`` first thing in ``close`` (whatever thread closes): an owner that exported
-        the buffer (the id index's write-through registration) gives it back there."""
-        self._on_close.append(fn)
-
     def close(self) -> None:
-        hooks, self._on_close = self._on_close, []
-        for fn in hooks:
-            fn()
         try:
             self.buf.release()
             self.mm.close()
