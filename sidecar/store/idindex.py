@@ -26,8 +26,8 @@ growth.
 **Written ahead.** A table's file is not left sparse for the migration to fill: once live +
 tombstone slots pass ``ZERO_AT`` (7/16) of the capacity, a thread of its own (``ZeroFill``)
 writes the next table's file, ``ids.idx.zero`` (the size the growth would choose then, its header,
-zeros), at a bounded pace (``ZERO_BYTES_PER_S``), syncing it as it goes (``ZERO_SYNC_BYTES``);
-the growth renames it ``ids.idx.next.<n>`` and maps it. The reason is the file system: in a sparse file the writeback of
+zeros), at a bounded pace (``ZERO_BYTES_PER_S``), and ``fdatasync``s it; the growth renames it
+``ids.idx.next.<n>`` and maps it. The reason is the file system: in a sparse file the writeback of
 the first random writes allocates the disk blocks, one small extent per page, under the inode's
 block-map lock, and every page fault of the loop on that file waits for it. Measured at 40,000
 records/s on ext4, that stopped the loop for 3.1 s when a 2^26-slot table began and 5.5 s at
@@ -129,8 +129,7 @@ ZERO = "ids.idx.zero"  # the next table's file while it is written ahead (ZeroFi
 ZERO_AT = 7 / 16  # live + tombstones over this share of the slots: the next table's file is written ahead
 ZERO_MIN_SLOTS = 1 << 18  # below this (4 MiB) a new table is created sparse: its allocation is short
 ZERO_CHUNK = 1 << 20
-ZERO_SYNC_BYTES = 16 << 20  # synced every so much: one sync of GiBs at the end held up the loop (run q)
-ZERO_BYTES_PER_S = 64 << 20  # the write-ahead's pace: at 256 MiB/s its writes held up the loop (run p)
+ZERO_BYTES_PER_S = 256 << 20  # the write-ahead's pace, so the store's own syncs keep the volume
 _U64 = struct.Struct("<Q")
 _COUNT_CHUNK = 1 << 18  # slots per bytes.count pass (4 MiB copied)
 _FF = b"\xff" * _COUNT_CHUNK
@@ -254,8 +253,8 @@ def _header(path: Path) -> tuple[int, int]:
 
 
 class ZeroFill(threading.Thread):
-    """Writes the next table's file ahead of the growth that needs it: header and zeros, synced
-    every ``ZERO_SYNC_BYTES``, on a thread of its own (module docstring, "written ahead").
+    """Writes the next table's file ahead of the growth that needs it: header and zeros, then
+    ``fdatasync``, on a thread of its own (module docstring, "written ahead").
 
     Why: a table created sparse gets its disk blocks allocated by the writeback of its first
     random writes, one small extent per page, and ext4 holds the inode's block-map lock while it
@@ -285,11 +284,6 @@ class ZeroFill(threading.Thread):
                         return
                     n = min(ZERO_CHUNK, self.size - off)
                     off += os.pwrite(fd, zeros[:n] if n < ZERO_CHUNK else zeros, off)
-                    if off % ZERO_SYNC_BYTES < ZERO_CHUNK:
-                        # written back as it goes: left to one sync at the end, a GiB of dirty
-                        # pages filled the volume's queue for seconds, and the index's own writes
-                        # (the loop's) waited behind it
-                        os.fdatasync(fd)
                     ahead = off / ZERO_BYTES_PER_S - (time.perf_counter() - t0)
                     if ahead > 0:
                         self._stop_evt.wait(ahead)
