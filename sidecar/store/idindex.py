@@ -283,7 +283,7 @@ class ZeroFill(threading.Thread):
                     if self._stop_evt.is_set():
                         return
                     n = min(ZERO_CHUNK, self.size - off)
-                    off += os.pwrite(fd, zeros[:n] if n < ZERO_CHUNK else zeros, off)
+                    off += os.pwrite(fd, zeros[:n], off)  # a whole-length slice is the same object
                     ahead = off / ZERO_BYTES_PER_S - (time.perf_counter() - t0)
                     if ahead > 0:
                         self._stop_evt.wait(ahead)
@@ -576,11 +576,12 @@ class IdIndex:
         if self._swap is not None:  # the last migration ended within this checkpoint interval
             self._name_swap(sync=True)
         live = self.live
-        cap = self.cap * 2 if live * 4 >= self.cap else self.cap
+        cap = self._next_cap()
         self._seq += 1
-        new = self._written_ahead(self.dir / f"{NEXT}{self._seq}", cap)
+        path = self.dir / f"{NEXT}{self._seq}"
+        new = self._written_ahead(path, cap)
         if new is None:
-            new = self._map(self.dir / f"{NEXT}{self._seq}", cap, create=True, base=self.cap)
+            new = self._map(path, cap, create=True, base=self.cap)
         self.old, self.old_mask, self.cursor, self.old_left = self.f, self.mask, 0, live
         self.f, self.cap, self.mask = new, cap, cap - 1
         self.live = self.tombs = 0
@@ -589,14 +590,18 @@ class IdIndex:
         self._started = time.perf_counter()
         log.info("ids.migration_started", capacity=cap, old_capacity=self.old_mask + 1, live=live)
 
+    def _next_cap(self) -> int:
+        """The next table's capacity: twice this one when a quarter of the slots are live, else
+        the same (a migration that sheds the tombstones)."""
+        return self.cap * 2 if self.live * 4 >= self.cap else self.cap
+
     def _write_ahead(self) -> None:
         """Start writing the next table's file once the growth nears (``ZERO_AT``): the size the
         growth would choose now."""
         if (self._zero is not None or self.old is not None or self.cap < ZERO_MIN_SLOTS
                 or (self.live + self.tombs) < self.cap * ZERO_AT):
             return
-        cap = self.cap * 2 if self.live * 4 >= self.cap else self.cap
-        self._zero = ZeroFill(self.dir / ZERO, cap, self.cap)
+        self._zero = ZeroFill(self.dir / ZERO, self._next_cap(), self.cap)
         self._zero.start()
 
     def _written_ahead(self, path: Path, cap: int) -> MappedFile | None:
