@@ -83,8 +83,8 @@ property-tested against these Python versions); an index opened with ``native=Fa
 A ref with the top bit set is a *pre-cancel*: a cancel that arrived before its message; the low
 bits hold the cancel's time (epoch ms) so it can expire after the cancel horizon. Pre-cancels are
 matched on the 64-bit hash alone (there is no record to verify against). Expired ones are swept
-by ``step`` when no migration runs: ``SWEEP_SLOTS`` slots of the primary per step, or 1/2048 of it
-if that is more, round the table.
+by ``step``: ``SWEEP_SLOTS`` slots of the primary per step, or 1/2048 of it if that is more, round
+the table; while a migration runs, as many round the old table too.
 """
 
 from __future__ import annotations
@@ -331,6 +331,7 @@ class IdIndex:
         self._started = 0.0
         self.migrated = 0  # old slots migrated so far (tests and the bench read it)
         self._sweep = 0  # the pre-cancel sweep's next slot
+        self._sweep_old = 0  # and its next slot in the old table, while a migration runs
         self.swept = 0  # expired pre-cancels the sweep removed
         for tmp in directory.glob("ids.idx.new*"):  # version 1's unnamed rebuilds: the old file is whole
             tmp.unlink()
@@ -583,6 +584,8 @@ class IdIndex:
         if new is None:
             new = self._map(path, cap, create=True, base=self.cap)
         self.old, self.old_mask, self.cursor, self.old_left = self.f, self.mask, 0, live
+        self._sweep_old = self._sweep  # the old table's round goes on where it was
+        self._sweep = 0
         self.f, self.cap, self.mask = new, cap, cap - 1
         self.live = self.tombs = 0
         self._scan_off = -1  # the primary starts empty: its counts are exact
@@ -658,36 +661,57 @@ class IdIndex:
 
     def step(self, now_ms: int, horizon_ms: int, slots: int = STEP_SLOTS, sweep: bool = True,
              sweep_slots: int = SWEEP_SLOTS) -> int:
-        """A loop turn's share of maintenance: ``slots`` slots of the migration; or else, if
-        ``sweep``, ``sweep_slots`` slots of the sweep of expired pre-cancels (older than
-        ``horizon_ms`` at ``now_ms``) round the primary. Return the slots visited.
+        """A loop turn's share of maintenance: ``slots`` slots of the migration, if one runs; and,
+        if ``sweep``, a slice of the sweep of expired pre-cancels (older than ``horizon_ms`` at
+        ``now_ms``): ``sweep_slots`` slots, or 1/``SWEEP_ROUND_STEPS`` of the table if that is more,
+        round the primary and, while a migration runs, as many round the old table. Return the
+        slots visited.
+
+        The sweep does not wait for a migration to end: one takes about as long as a round (97-144 s
+        at 2^27 slots in the 40M scale runs), and an expired pre-cancel in the old table's part not
+        yet copied would wait for both. The old table keeps every entry it had (the migration
+        copies), so its own round finds each old pre-cancel wherever the cursor is, and ``remove``
+        takes it out of both tables.
 
         The sweep only reads, and drops the pages it read from this process afterwards
         (``MappedFile.drop_pages``: nothing is lost), so going round the table does not bring
         it into RSS; the few pages its removes write are faulted in again by them."""
+        visited = 0
         if self.old is not None:
-            return self._migrate(slots)
-        self._write_ahead()
+            visited = self._migrate(slots)
+        else:
+            self._write_ahead()
         if not sweep:
-            return 0
+            return visited
         # a round of 2^28 slots at 2^16 a step took 205 s of a busy loop (the 100M scale run left
         # 4,992 expired pre-cancels at its stop): the slice grows with the table instead
-        sweep_slots = max(sweep_slots, self.cap // SWEEP_ROUND_STEPS)
+        n = max(sweep_slots, self.cap // SWEEP_ROUND_STEPS)
         if self._scan_off >= 0:  # after a restart: the background recount first
             before = self._scan_off
-            self.recount_step(sweep_slots)
-            return ((self._scan_off if self._scan_off >= 0 else HEADER_SIZE + self.cap * SLOT_SIZE)
-                    - before) // SLOT_SIZE
-        lo = self._sweep
-        hi = min(self.cap, lo + sweep_slots)
+            self.recount_step(n)
+            return visited + ((self._scan_off if self._scan_off >= 0 else HEADER_SIZE + self.cap * SLOT_SIZE)
+                              - before) // SLOT_SIZE
         cutoff = now_ms - horizon_ms
-        expired = (self.native.idx_expired(self.f.buf, HEADER_SIZE, lo, hi, cutoff) if self.native is not None
-                   else _py_expired(self.f.buf, lo, hi, cutoff))
-        self.f.drop_pages(HEADER_SIZE + lo * SLOT_SIZE, HEADER_SIZE + hi * SLOT_SIZE)
+        visited += self._sweep_slice(self.f, self.cap, self._sweep, n, cutoff)
+        if self.old is not None:
+            cap = self.old_mask + 1
+            visited += self._sweep_slice(self.old, cap, self._sweep_old, max(sweep_slots, cap // SWEEP_ROUND_STEPS),
+                                         cutoff, old=True)
+        return visited
+
+    def _sweep_slice(self, table: MappedFile, cap: int, lo: int, n: int, cutoff: int, old: bool = False) -> int:
+        """Remove the pre-cancels made before ``cutoff`` among ``table``'s slots ``lo`` to
+        ``lo + n``; move that table's sweep cursor on. Return the slots read."""
+        hi = min(cap, lo + n)
+        expired = (self.native.idx_expired(table.buf, HEADER_SIZE, lo, hi, cutoff) if self.native is not None
+                   else _py_expired(table.buf, lo, hi, cutoff))
+        table.drop_pages(HEADER_SIZE + lo * SLOT_SIZE, HEADER_SIZE + hi * SLOT_SIZE)
         for h, ref in expired:
-            self.remove(h, ref)
-        self.swept += len(expired)
-        self._sweep = 0 if hi >= self.cap else hi
+            self.swept += self.remove(h, ref)
+        if old:
+            self._sweep_old = 0 if hi >= cap else hi
+        else:
+            self._sweep = 0 if hi >= cap else hi
         return hi - lo
 
     def precancels(self, before_ms: int = 1 << 62) -> int:

@@ -228,6 +228,36 @@ def test_expired_pre_cancels_are_swept_without_a_probe(tmp_path: Path, native: b
     ix.close()
 
 
+@pytest.mark.parametrize("native", [True, False], ids=["c", "python"])
+def test_the_sweep_does_not_wait_for_a_migration(tmp_path: Path, native: bool) -> None:
+    """While a migration runs (here it never advances), a round of steps removes the expired
+    pre-cancels of the old table's part not yet copied, of its copied part and of the primary,
+    and keeps the live ids and the pre-cancels still inside the horizon."""
+    ix = IdIndex(tmp_path, initial_capacity=1024, native=native)
+    ix.restore(None)
+    k = 0
+    while not ix.migrating:
+        ix.put(_h(k), PRECANCEL | 1000 if k % 4 == 0 else k + 1)  # every 4th a pre-cancel made at t=1000
+        k += 1
+    for j in range(k, k + 40):  # into the primary: half made at t=1000, half at t=9000
+        ix.put(_h(j), PRECANCEL | (1000 if j % 2 else 9000))
+    n = k + 40
+    assert ix.migrating and 0 < ix.cursor < 1024
+    expired = ix.precancels(before_ms=2000)
+    assert expired >= 100
+    for _ in range(ix.cap // 64):  # a round of the primary (two of the old table)
+        assert ix.step(now_ms=5000, horizon_ms=1000, slots=0, sweep_slots=64) == 128
+    assert ix.migrating and ix.precancels(before_ms=2000) == 0 and ix.swept == expired
+    assert ix.precancels() == 20  # the ones made at t=9000
+    for j in range(n):
+        want = ([] if j % 4 == 0 else [j + 1]) if j < k else ([] if j % 2 else [PRECANCEL | 9000])
+        assert ix.find(_h(j)) == want
+    while ix.migrating:
+        ix.step(0, 1000, slots=256, sweep=False)
+    assert ix.precancels() == 20 and ix.live == (k - (k + 3) // 4) + 20
+    ix.close()
+
+
 def test_a_version_1_table_opens(tmp_path: Path) -> None:
     ix = IdIndex(tmp_path, initial_capacity=16)
     ix.restore(None)
