@@ -8,7 +8,8 @@ outage and shutdown paths run without a broker.
 Consumer: one per process, in the ``group-id`` group (static membership with
 ``group-instance-id``), cooperative-sticky assignment, no auto commit (offsets are committed
 only for what the store has made durable: ``durability.py``), ``auto.offset.reset=earliest``.
-Producer: idempotent, ``acks=all``, a short linger. Both get the ``kafka:`` properties of the
+Producer: idempotent, ``acks=all``, a short linger (``LINGER_MS``; ``EOS_LINGER_MS`` when it is
+transactional: see ``producer_conf``). Both get the ``kafka:`` properties of the
 settings last, so an operator's TLS/SASL/tuning always wins.
 
 Rebalance (librdkafka calls these from inside ``consume``): assigned partitions are opened by the
@@ -62,6 +63,9 @@ from sidecar.status import advertised_client_id, own_address
 from sidecar.store.partition import PartitionStore
 
 log = logs.get("sidecar")
+
+LINGER_MS = 2  # at-least-once: a delivery is visible when produced, so it waits little
+EOS_LINGER_MS = 10  # exactly-once: see producer_conf
 
 # broker answers that a moment later are different (leadership moving or not yet elected)
 _TRANSIENT = frozenset({
@@ -205,7 +209,7 @@ class KafkaIO:
         conf.update({
             "enable.idempotence": True,
             "acks": "all",
-            "linger.ms": 2,
+            "linger.ms": LINGER_MS,
             "batch.num.messages": 10_000,
             "queue.buffering.max.messages": max(100_000, self.s.max_in_flight * 2),
             "queue.buffering.max.kbytes": 1_048_576,
@@ -218,6 +222,11 @@ class KafkaIO:
             # give two instances the same id
             assert self.s.group_instance_id, "the instance id is known before the clients are made"
             conf["transaction.timeout.ms"] = self.s.transaction_timeout_ms
+            # Nothing is visible before the commit, and commit_transaction flushes what is queued
+            # at once, whatever the linger: a longer linger costs a read_committed consumer nothing
+            # and packs a transaction's records into fewer, fuller produce requests, which a
+            # broker short of CPU turns round sooner (docs/benchmarks.md, "exactly-once linger")
+            conf["linger.ms"] = EOS_LINGER_MS
             # librdkafka's rule: a record may not wait longer than its transaction may stay open
             conf["message.timeout.ms"] = min(conf["message.timeout.ms"], self.s.transaction_timeout_ms)
         conf.update(self.s.kafka)

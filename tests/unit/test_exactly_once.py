@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 
 from sidecar import contract as c
-from sidecar.engine import transactions
+from sidecar.config import Settings
+from sidecar.engine import kafka_io, transactions
+from sidecar.engine.kafka_io import KafkaIO
 from sidecar.engine.loop import Sidecar
 from sidecar.engine.transactions import DIRTY
 from tests.kafka_twin import TwinMessage
@@ -257,3 +259,17 @@ def test_a_held_put_replaced_by_a_later_version_is_never_written(tmp_path: Path)
     b = w.sidecar("b", **EOS)
     w.run([b], lambda: len(w.delivered()) >= 1, max_turns=200_000)
     assert [m.value() for m in w.delivered()] == [b"v2"]
+
+
+def test_the_transactional_producer_lingers_longer_and_the_operator_still_wins() -> None:
+    """Exactly-once: ``EOS_LINGER_MS`` (nothing is visible before the commit, which flushes);
+    at-least-once: ``LINGER_MS``; a ``kafka: linger.ms`` of the operator's wins in both."""
+    def linger(**kw: Any) -> Any:
+        s = Settings(bootstrap_servers="127.0.0.1:1", group_instance_id="i-1", http_port=0, **kw)
+        return KafkaIO(s, clients=None, events=None).producer_conf()["linger.ms"]  # type: ignore[arg-type]
+
+    assert kafka_io.EOS_LINGER_MS > kafka_io.LINGER_MS
+    assert linger() == kafka_io.LINGER_MS
+    assert linger(delivery="exactly-once", changelog="on") == kafka_io.EOS_LINGER_MS
+    assert linger(delivery="exactly-once", changelog="on", kafka={"linger.ms": "3"}) == "3"
+    assert linger(kafka={"linger.ms": "3"}) == "3"
