@@ -683,36 +683,34 @@ class IdIndex:
             self._write_ahead()
         if not sweep:
             return visited
-        # a round of 2^28 slots at 2^16 a step took 205 s of a busy loop (the 100M scale run left
-        # 4,992 expired pre-cancels at its stop): the slice grows with the table instead
-        n = max(sweep_slots, self.cap // SWEEP_ROUND_STEPS)
         if self._scan_off >= 0:  # after a restart: the background recount first
             before = self._scan_off
-            self.recount_step(n)
+            self.recount_step(max(sweep_slots, self.cap // SWEEP_ROUND_STEPS))
             return visited + ((self._scan_off if self._scan_off >= 0 else HEADER_SIZE + self.cap * SLOT_SIZE)
                               - before) // SLOT_SIZE
         cutoff = now_ms - horizon_ms
-        visited += self._sweep_slice(self.f, self.cap, self._sweep, n, cutoff)
+        lo = self._sweep
+        self._sweep = self._sweep_slice(self.f, self.cap, lo, sweep_slots, cutoff)
+        visited += (self._sweep or self.cap) - lo
         if self.old is not None:
-            cap = self.old_mask + 1
-            visited += self._sweep_slice(self.old, cap, self._sweep_old, max(sweep_slots, cap // SWEEP_ROUND_STEPS),
-                                         cutoff, old=True)
+            cap, lo = self.old_mask + 1, self._sweep_old
+            self._sweep_old = self._sweep_slice(self.old, cap, lo, sweep_slots, cutoff)
+            visited += (self._sweep_old or cap) - lo
         return visited
 
-    def _sweep_slice(self, table: MappedFile, cap: int, lo: int, n: int, cutoff: int, old: bool = False) -> int:
-        """Remove the pre-cancels made before ``cutoff`` among ``table``'s slots ``lo`` to
-        ``lo + n``; move that table's sweep cursor on. Return the slots read."""
-        hi = min(cap, lo + n)
+    def _sweep_slice(self, table: MappedFile, cap: int, lo: int, sweep_slots: int, cutoff: int) -> int:
+        """Remove the pre-cancels made before ``cutoff`` among ``table``'s slots from ``lo`` on:
+        ``sweep_slots``, or 1/``SWEEP_ROUND_STEPS`` of the table if that is more. Return the
+        slot the next slice starts at (0: the round is complete)."""
+        # a round of 2^28 slots at 2^16 a step took 205 s of a busy loop (the 100M scale run left
+        # 4,992 expired pre-cancels at its stop): the slice grows with the table instead
+        hi = min(cap, lo + max(sweep_slots, cap // SWEEP_ROUND_STEPS))
         expired = (self.native.idx_expired(table.buf, HEADER_SIZE, lo, hi, cutoff) if self.native is not None
                    else _py_expired(table.buf, lo, hi, cutoff))
         table.drop_pages(HEADER_SIZE + lo * SLOT_SIZE, HEADER_SIZE + hi * SLOT_SIZE)
         for h, ref in expired:
             self.swept += self.remove(h, ref)
-        if old:
-            self._sweep_old = 0 if hi >= cap else hi
-        else:
-            self._sweep = 0 if hi >= cap else hi
-        return hi - lo
+        return hi % cap
 
     def precancels(self, before_ms: int = 1 << 62) -> int:
         """Pre-cancels made before ``before_ms`` in the index, copies counted once (a pass over
