@@ -20,7 +20,8 @@ record (after - before the fill, / N); the restart time; the expired pre-cancels
 Goals (issue 25, stated for 100M pending; the size run is in ``settings``): lateness p99.9 <= 50 ms
 and max <= 100 ms, no loop turn over 50 ms, RSS <= 8 B and disk <= 320 B per pending record,
 restart <= 5 s, no pre-cancel left that expired over ``SWEPT_WITHIN_S`` before the stop (the sweep
-goes round the index in at most 2048 index steps, ~100 s of a busy loop).
+goes round the index in 90 s, ``idindex.SWEEP_ROUND_MS``, while the loop steps the index at least
+every 175 ms on average).
 
 Size: ``--scale-pending N`` (per layout; default 30k small, 100M full: ~31 GB of disk and hours of
 fill on a small machine, so give what fits); ``--scale-layouts 1,6`` the fill partitions per layout.

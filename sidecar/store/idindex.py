@@ -83,13 +83,19 @@ property-tested against these Python versions); an index opened with ``native=Fa
 A ref with the top bit set is a *pre-cancel*: a cancel that arrived before its message; the low
 bits hold the cancel's time (epoch ms) so it can expire after the cancel horizon. Pre-cancels are
 matched on the 64-bit hash alone (there is no record to verify against). Expired ones are swept
-by ``step``: ``SWEEP_SLOTS`` slots of the primary per step, or 1/2048 of it if that is more, round
-the table; while a migration runs, as many round the old table too.
+by ``step``, round the table at a pace set by the index's own time (the ``now_ms`` each step is
+given), not by the number of steps: each step covers the share of a ``SWEEP_ROUND_MS`` round that
+the time since the previous step owes (at least ``SWEEP_SLOTS`` slots, at most
+``SWEEP_MAX_SHARE`` of the table, the rest owed to the next steps). So an expired pre-cancel
+leaves the index within one round of its expiry however slow the loop's turns are, as long as
+they come at least every ``SWEEP_ROUND_MS * SWEEP_MAX_SHARE`` ms on average (175 ms). While a
+migration runs, the old table is swept at the same pace, with a cursor of its own.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import struct
 import threading
@@ -122,8 +128,15 @@ EMPTY, TOMB = 0, 1
 PRECANCEL = 1 << 63
 MIGRATE_PER_PUT = 16  # old slots migrated per insert: see the module docstring
 STEP_SLOTS = 1 << 12  # old slots migrated per index step
-SWEEP_SLOTS = 1 << 16  # slots the pre-cancel sweep reads per index step (1 MiB, ~0.3 ms), at least:
-SWEEP_ROUND_STEPS = 1 << 11  # and at least 1/2048 of the table, so a round takes ~100 s of 50 ms steps at most
+SWEEP_SLOTS = 1 << 16  # slots the pre-cancel sweep reads per index step at least (1 MiB, ~0.3 ms)
+# A round of the sweep takes this long (the 100M scale run's 2^28 slots: ~48 MB/s read). Counted in
+# steps (2048 of them), a round took 2-3 min once the loop's turns ran over 50 ms, and expired
+# pre-cancels stayed in the index that long (the 40M runs s and s2 left ~50 past 2 min).
+SWEEP_ROUND_MS = 90_000
+# What a step may cover at most, however late it is (1/512: 8 MiB of a 2^28-slot table, ~5 ms):
+# what a late step owes beyond it is caught up by the next steps.
+SWEEP_MAX_SHARE = 1 / 512
+RECOUNT_ROUND_STEPS = 1 << 11  # the background recount's slice: at least 1/2048 of the table a step
 NEXT = "ids.idx.next."
 ZERO = "ids.idx.zero"  # the next table's file while it is written ahead (ZeroFill)
 ZERO_AT = 7 / 16  # live + tombstones over this share of the slots: the next table's file is written ahead
@@ -332,6 +345,8 @@ class IdIndex:
         self.migrated = 0  # old slots migrated so far (tests and the bench read it)
         self._sweep = 0  # the pre-cancel sweep's next slot
         self._sweep_old = 0  # and its next slot in the old table, while a migration runs
+        self._sweep_ms = -1  # the now_ms of the last sweep step (-1: none yet)
+        self._sweep_owed = 0.0  # the share of a round the sweep owes (the time since, not yet swept)
         self.swept = 0  # expired pre-cancels the sweep removed
         for tmp in directory.glob("ids.idx.new*"):  # version 1's unnamed rebuilds: the old file is whole
             tmp.unlink()
@@ -663,9 +678,9 @@ class IdIndex:
              sweep_slots: int = SWEEP_SLOTS) -> int:
         """A loop turn's share of maintenance: ``slots`` slots of the migration, if one runs; and,
         if ``sweep``, a slice of the sweep of expired pre-cancels (older than ``horizon_ms`` at
-        ``now_ms``): ``sweep_slots`` slots, or 1/``SWEEP_ROUND_STEPS`` of the table if that is more,
-        round the primary and, while a migration runs, as many round the old table. Return the
-        slots visited.
+        ``now_ms``): the share of a ``SWEEP_ROUND_MS`` round owed since the last sweep step
+        (``_sweep_share``; at least ``sweep_slots`` slots) of the primary and, while a migration
+        runs, the same share of the old table. Return the slots visited.
 
         The sweep does not wait for a migration to end: one takes about as long as a round (97-144 s
         at 2^27 slots in the 40M scale runs), and an expired pre-cancel in the old table's part not
@@ -685,26 +700,35 @@ class IdIndex:
             return visited
         if self._scan_off >= 0:  # after a restart: the background recount first
             before = self._scan_off
-            self.recount_step(max(sweep_slots, self.cap // SWEEP_ROUND_STEPS))
+            self.recount_step(max(sweep_slots, self.cap // RECOUNT_ROUND_STEPS))
             return visited + ((self._scan_off if self._scan_off >= 0 else HEADER_SIZE + self.cap * SLOT_SIZE)
                               - before) // SLOT_SIZE
         cutoff = now_ms - horizon_ms
+        share = self._sweep_share(now_ms)
         lo = self._sweep
-        self._sweep = self._sweep_slice(self.f, self.cap, lo, sweep_slots, cutoff)
+        self._sweep = self._sweep_slice(self.f, self.cap, lo, max(sweep_slots, math.ceil(self.cap * share)), cutoff)
         visited += (self._sweep or self.cap) - lo
         if self.old is not None:
             cap, lo = self.old_mask + 1, self._sweep_old
-            self._sweep_old = self._sweep_slice(self.old, cap, lo, sweep_slots, cutoff)
+            self._sweep_old = self._sweep_slice(self.old, cap, lo, max(sweep_slots, math.ceil(cap * share)), cutoff)
             visited += (self._sweep_old or cap) - lo
         return visited
 
-    def _sweep_slice(self, table: MappedFile, cap: int, lo: int, sweep_slots: int, cutoff: int) -> int:
-        """Remove the pre-cancels made before ``cutoff`` among ``table``'s slots from ``lo`` on:
-        ``sweep_slots``, or 1/``SWEEP_ROUND_STEPS`` of the table if that is more. Return the
-        slot the next slice starts at (0: the round is complete)."""
-        # a round of 2^28 slots at 2^16 a step took 205 s of a busy loop (the 100M scale run left
-        # 4,992 expired pre-cancels at its stop): the slice grows with the table instead
-        hi = min(cap, lo + max(sweep_slots, cap // SWEEP_ROUND_STEPS))
+    def _sweep_share(self, now_ms: int) -> float:
+        """The share of a table this sweep step covers: what the time since the last one owes of a
+        ``SWEEP_ROUND_MS`` round, plus what earlier steps left owed, at most ``SWEEP_MAX_SHARE``
+        (a clock that went back owes nothing; at most one round is ever owed)."""
+        if self._sweep_ms >= 0:
+            self._sweep_owed = min(1.0, self._sweep_owed + max(0, now_ms - self._sweep_ms) / SWEEP_ROUND_MS)
+        self._sweep_ms = now_ms
+        share = min(self._sweep_owed, SWEEP_MAX_SHARE)
+        self._sweep_owed -= share
+        return share
+
+    def _sweep_slice(self, table: MappedFile, cap: int, lo: int, slots: int, cutoff: int) -> int:
+        """Remove the pre-cancels made before ``cutoff`` among ``slots`` of ``table``'s slots from
+        ``lo`` on. Return the slot the next slice starts at (0: the round is complete)."""
+        hi = min(cap, lo + slots)
         expired = (self.native.idx_expired(table.buf, HEADER_SIZE, lo, hi, cutoff) if self.native is not None
                    else _py_expired(table.buf, lo, hi, cutoff))
         table.drop_pages(HEADER_SIZE + lo * SLOT_SIZE, HEADER_SIZE + hi * SLOT_SIZE)

@@ -368,18 +368,40 @@ def test_a_write_ahead_left_by_a_crash_or_a_close_is_deleted(tmp_path: Path, mon
     again.close()
 
 
-def test_a_sweep_round_takes_a_bounded_number_of_steps_whatever_the_size(tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The slice grows with the table: a round is at most SWEEP_ROUND_STEPS steps (here the
-    table is 2^16 slots, the round bound 64 steps, and the fixed slice 16 slots: 4096 steps)."""
-    monkeypatch.setattr(idindex, "SWEEP_ROUND_STEPS", 64)
+@pytest.mark.parametrize("gaps", [[50], [120], [170], [50] * 100 + [20_000] + [50]],
+                         ids=["50ms", "120ms", "170ms", "a-20s-stall"])
+def test_a_sweep_round_takes_its_time_whatever_the_loop_cadence(tmp_path: Path, gaps: list[int]) -> None:
+    """The sweep is paced by the index's time, not by its steps: a round takes SWEEP_ROUND_MS
+    (within a step; a step's slots are rounded up, so a few % less) whether the steps come every
+    50 ms or every 170 ms, and a stall's share is
+    caught up by the steps after it, at most SWEEP_MAX_SHARE of the table each. Every pre-cancel
+    that expired before the round began is gone at its end, the younger ones are kept."""
     ix = IdIndex(tmp_path, initial_capacity=1 << 16)
     ix.restore(None)
     for k in range(10):
         ix.put(_h(k), PRECANCEL | 1000)
-    steps = visited = 0
+    for k in range(10, 20):
+        ix.put(_h(k), PRECANCEL | 200_000)
+    now, visited, steps, biggest = 10_000, 0, 0, 0
+    ix.step(now_ms=now, horizon_ms=500, sweep_slots=16)  # the first step: no time owed yet
+    start = now
     while visited < ix.cap:
-        visited += ix.step(now_ms=10_000, horizon_ms=500, sweep_slots=16)
-        steps += 1
-    assert steps == 64 and ix.swept == 10 and ix.precancels() == 0
+        now += gaps[min(steps, len(gaps) - 1)]
+        v = ix.step(now_ms=now, horizon_ms=500, sweep_slots=16)
+        biggest, visited, steps = max(biggest, v), visited + v, steps + 1
+    took, gap = now - start, max(gaps)
+    if gap > 1000:  # the stall: caught up at 1/512 of the table a step, 50 ms apart
+        assert biggest == ix.cap // 512
+        gap = 50
+    assert idindex.SWEEP_ROUND_MS * 0.95 - gap <= took <= idindex.SWEEP_ROUND_MS + gap
+    assert ix.swept == 10 and ix.precancels() == 10
+    ix.close()
+
+
+def test_a_clock_that_goes_back_owes_the_sweep_nothing(tmp_path: Path) -> None:
+    ix = IdIndex(tmp_path, initial_capacity=1 << 16)
+    ix.restore(None)
+    assert ix.step(now_ms=100_000, horizon_ms=500, sweep_slots=16) == 16
+    assert ix.step(now_ms=50_000, horizon_ms=500, sweep_slots=16) == 16  # back 50 s: the floor only
+    assert ix.step(now_ms=50_000 + idindex.SWEEP_ROUND_MS * 10, horizon_ms=500, sweep_slots=16) == ix.cap // 512
     ix.close()
