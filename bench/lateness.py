@@ -25,7 +25,8 @@ maximum, in ``results.exactly_once.<scheduler>``. Its records are visible only w
 transaction commits (every ``--transaction-interval``: the sidecar's default, 100 ms, in
 ``settings``), after their timestamp (their produce time). So its lateness is the one a
 ``read_committed`` consumer sees: a :class:`CommittedReader` in the bench process reads the
-target during the measurement and notes the wall-clock ms it receives each record, and
+target during the measurement and notes the wall-clock ms it receives each record (nothing
+else: its headers are read afterwards and joined by offset, so the reader keeps up), and
 ``lateness = receipt wall ms - delay.deliver-at`` (``p50_ms`` ... ``max_ms``; goal p99 <= 250 ms,
 issue 23). That includes the consumer's fetch (at most 10 ms of fetch wait) and the bench's own
 scheduling, a leg the timestamp lateness of the other variants does not have. The
@@ -96,7 +97,8 @@ def measure(bench: Bench, scheduler: str, rate: float, seconds: float, changelog
     sc.start()
     reader = None
     if delivery == throughput.EXACTLY_ONCE:
-        reader = CommittedReader(bench.bootstrap, target, bench.wm.high(target), collect=True)
+        start = bench.wm.high(target)
+        reader = CommittedReader(bench.bootstrap, target, start, stamps=True)
         reader.start()
     try:
         cpu0 = cpu_seconds(sc.pid)
@@ -122,8 +124,8 @@ def measure(bench: Bench, scheduler: str, rate: float, seconds: float, changelog
         got = read_range(bench.bootstrap, target, {}, bench.wm.high(target), headers=True)
         at = got.ts  # the sidecar's send time: visible at once to any consumer
     else:
-        got = reader.got
-        at = got.seen_ms
+        got = read_range(bench.bootstrap, target, start, bench.wm.high(target), headers=True, positions=True)
+        at = reader.seen_at(got)
     late = [t - da for t, da in zip(at, got.deliver_at, strict=True)]
     # Per second of due time: the worst lateness and how many were over 50 ms, to tell a transient
     # (start, a rebalance) from a periodic stall (checkpoints, GC) from steady overload.
