@@ -427,7 +427,7 @@ def read_range(bootstrap: str, topic: str, start: dict[int, int], end: dict[int,
                 if headers:
                     _add_headers(out, m)
                 if positions:
-                    out.positions.append(p << 48 | off)
+                    out.positions.append(position(p, off))
                 if off >= e - 1:
                     del left[p]
     finally:
@@ -479,7 +479,7 @@ class CommittedReader(threading.Thread):
                 if self.stamps:
                     positions, seen = self.got.positions, self.got.seen_ms
                     for m in batch:
-                        if m.error() is None:
+                        if m.error() is None:  # position(), inlined: ~40,000 calls a second
                             positions.append(cast(int, m.partition()) << 48 | cast(int, m.offset()))
                     self.count = len(positions)
                     seen.extend([now] * (len(positions) - len(seen)))
