@@ -705,13 +705,14 @@ class IdIndex:
                               - before) // SLOT_SIZE
         cutoff = now_ms - horizon_ms
         share = self._sweep_share(now_ms)
-        lo = self._sweep
-        self._sweep = self._sweep_slice(self.f, self.cap, lo, max(sweep_slots, math.ceil(self.cap * share)), cutoff)
-        visited += (self._sweep or self.cap) - lo
+        hi = self._sweep_slice(self.f, self.cap, self._sweep, share, sweep_slots, cutoff)
+        visited += hi - self._sweep
+        self._sweep = hi % self.cap
         if self.old is not None:
-            cap, lo = self.old_mask + 1, self._sweep_old
-            self._sweep_old = self._sweep_slice(self.old, cap, lo, max(sweep_slots, math.ceil(cap * share)), cutoff)
-            visited += (self._sweep_old or cap) - lo
+            cap = self.old_mask + 1
+            hi = self._sweep_slice(self.old, cap, self._sweep_old, share, sweep_slots, cutoff)
+            visited += hi - self._sweep_old
+            self._sweep_old = hi % cap
         return visited
 
     def _sweep_share(self, now_ms: int) -> float:
@@ -725,16 +726,17 @@ class IdIndex:
         self._sweep_owed -= share
         return share
 
-    def _sweep_slice(self, table: MappedFile, cap: int, lo: int, slots: int, cutoff: int) -> int:
-        """Remove the pre-cancels made before ``cutoff`` among ``slots`` of ``table``'s slots from
-        ``lo`` on. Return the slot the next slice starts at (0: the round is complete)."""
-        hi = min(cap, lo + slots)
+    def _sweep_slice(self, table: MappedFile, cap: int, lo: int, share: float, sweep_slots: int, cutoff: int) -> int:
+        """Remove the pre-cancels made before ``cutoff`` among ``table``'s slots from ``lo`` on:
+        ``share`` of the table, at least ``sweep_slots`` slots, up to its end. Return the slot
+        after the slice (``cap``: the round is complete)."""
+        hi = min(cap, lo + max(sweep_slots, math.ceil(cap * share)))
         expired = (self.native.idx_expired(table.buf, HEADER_SIZE, lo, hi, cutoff) if self.native is not None
                    else _py_expired(table.buf, lo, hi, cutoff))
         table.drop_pages(HEADER_SIZE + lo * SLOT_SIZE, HEADER_SIZE + hi * SLOT_SIZE)
         for h, ref in expired:
             self.swept += self.remove(h, ref)
-        return hi % cap
+        return hi
 
     def precancels(self, before_ms: int = 1 << 62) -> int:
         """Pre-cancels made before ``before_ms`` in the index, copies counted once (a pass over

@@ -373,9 +373,9 @@ def test_a_write_ahead_left_by_a_crash_or_a_close_is_deleted(tmp_path: Path, mon
 def test_a_sweep_round_takes_its_time_whatever_the_loop_cadence(tmp_path: Path, gaps: list[int]) -> None:
     """The sweep is paced by the index's time, not by its steps: a round takes SWEEP_ROUND_MS
     (within a step; a step's slots are rounded up, so a few % less) whether the steps come every
-    50 ms or every 170 ms, and a stall's share is
-    caught up by the steps after it, at most SWEEP_MAX_SHARE of the table each. Every pre-cancel
-    that expired before the round began is gone at its end, the younger ones are kept."""
+    50 ms or every 170 ms, and a stall's share is caught up by the steps after it, at most
+    SWEEP_MAX_SHARE of the table each. Every pre-cancel that expired before the round began is
+    gone at its end, the younger ones are kept."""
     ix = IdIndex(tmp_path, initial_capacity=1 << 16)
     ix.restore(None)
     for k in range(10):
