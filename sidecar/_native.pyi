@@ -68,6 +68,10 @@ def idx_copy(
     old: memoryview, new: memoryview, header_size: int, lo: int, hi: int, new_mask: int, scan_off: int, /
 ) -> tuple[int, int, int, int, int]: ...
 def idx_expired(buf: memoryview, header_size: int, lo: int, hi: int, cutoff: int, /) -> list[tuple[int, int]]: ...
+def idx_merge_pass(
+    fd: int, header_size: int, mask: int, removes: bytes, inserts: bytes, cutoff_ms: int, chunk_slots: int,
+    sync: bool, /,
+) -> tuple[int, int, int, int, int, int]: ...
 def wl_link(
     tl_buf: memoryview, hs: int, tl_first: int, nent: int, idx: int, due: int, loc: int, flags: int, level: int,
     slot_buf: memoryview, slot_off: int, slot_time: int, /,

@@ -1,0 +1,307 @@
+/* sidecar._native, the id index's merge pass: a batch of removes and inserts applied to a table
+ * file in slot order, one chunk at a time, with pread/pwrite and the GIL released.
+ *
+ * Why: a random write into a GiB table costs tens of microseconds of CPU on this project's
+ * reference VM (60-75 us a fault through the mapping, 27 us a pwrite), a sequential rewrite 1.3 us
+ * per 4 KiB page (docs/benchmarks.md, "The id index's write path, measured alone"). So the staged
+ * index gathers a stage's operations and merges them in one ascending pass.
+ *
+ * The table is the id index's (sidecar/store/idindex.py): 16-byte slots (u64 hash, u64 ref) after
+ * a header, hash 0 empty, 1 tombstone, home slot hash & mask, linear probing. The pass sorts the
+ * operations by home slot, then walks the table in chunks of `chunk` slots. A buffer holds the
+ * slots from the current chunk's first one up to as far as a probe went; a probe that runs past
+ * the chunk (a chain crossing it) loads more, and what it changed there is carried to the next
+ * chunk rather than written twice. For each chunk: the removes, then the inserts homed in it, then
+ * the pre-cancels made before `cutoff` (ms) among its slots are removed; its slots are counted and,
+ * if anything in them changed, written back. A chain that runs past the last slot wraps to slot 0:
+ * those slots are read again after the first chunk was written and written back at the end.
+ *
+ * Each write keeps the table valid for a reader probing it at the same time through a mapping:
+ * an insert fills an empty or tombstone slot, a remove turns an entry into a tombstone, or, where
+ * the chain ends right after it, into an empty slot together with the tombstones just before it
+ * (as idx_remove does): no entry a probe can reach ever moves or disappears, except the removed.
+ * A remove is of (hash, ref) exactly, an insert of a pair already present writes nothing, so the
+ * pass is idempotent: one cut short by a crash can be run again. */
+#define _GNU_SOURCE
+#include "native.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define EMPTY 0
+#define TOMB 1
+#define PRECANCEL (1ULL << 63)
+#define WRITEBACK_BEHIND 8 /* chunks: a pass leaves at most this many dirty for its final sync */
+
+typedef struct {
+    uint64_t h, ref;
+} Slot;
+
+typedef struct {
+    int fd, sync;
+    long long hs;
+    uint64_t cap, mask, chunk;
+    Slot *buf;          /* virtual slots [v0, v0 + n); virtual slot v is table slot v & mask */
+    uint8_t *mod;       /* per slot of buf: 1 if the pass changed it */
+    uint64_t v0, n, size;
+    long long wrap_live, wrap_tombs; /* counts of the wrapped slots as they were read */
+    int err;            /* errno of a failed read or write */
+} Pass;
+
+static int io_slots(Pass *p, Slot *mem, uint64_t slot, uint64_t count, int write) {
+    uint8_t *b = (uint8_t *)mem;
+    size_t left = count * 16;
+    off_t off = (off_t)(p->hs + slot * 16);
+    while (left) {
+        ssize_t r = write ? pwrite(p->fd, b, left, off) : pread(p->fd, b, left, off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            p->err = r < 0 ? errno : EIO;
+            return -1;
+        }
+        b += r, left -= (size_t)r, off += r;
+    }
+    return 0;
+}
+
+/* The buffer never holds a table slot twice: a probe that wrapped all the way round to the
+ * buffer's first slot (virtual v0 + cap) finds it where it was loaded first. */
+static inline uint64_t vmap(Pass *p, uint64_t v) { return v >= p->v0 + p->cap ? v - p->cap : v; }
+
+/* make the buffer hold virtual slot `v` */
+static int need(Pass *p, uint64_t v) {
+    v = vmap(p, v);
+    while (v >= p->v0 + p->n) {
+        uint64_t at = p->v0 + p->n, want = p->chunk;
+        if (want > p->v0 + p->cap - at) want = p->v0 + p->cap - at;
+        if (p->n + want > p->size) {
+            uint64_t size = p->size * 2 > p->n + want ? p->size * 2 : p->n + want;
+            Slot *nb = realloc(p->buf, size * 16);
+            if (nb) p->buf = nb;
+            uint8_t *nm = nb ? realloc(p->mod, size) : NULL;
+            if (!nm) {
+                p->err = ENOMEM;
+                return -1;
+            }
+            p->mod = nm, p->size = size;
+        }
+        uint64_t slot = at & p->mask;
+        if (want > p->cap - slot) want = p->cap - slot; /* a read stops at the table's end */
+        if (io_slots(p, p->buf + p->n, slot, want, 0) < 0) return -1;
+        memset(p->mod + p->n, 0, want);
+        if (at >= p->cap)
+            for (uint64_t k = 0; k < want; k++) {
+                p->wrap_live += p->buf[p->n + k].h > TOMB;
+                p->wrap_tombs += p->buf[p->n + k].h == TOMB;
+            }
+        p->n += want;
+    }
+    return 0;
+}
+
+static inline Slot *at(Pass *p, uint64_t v) { return p->buf + (vmap(p, v) - p->v0); }
+static inline void touched(Pass *p, uint64_t v) { p->mod[vmap(p, v) - p->v0] = 1; }
+static int changed(Pass *p, uint64_t from, uint64_t count) {
+    for (uint64_t k = 0; k < count; k++)
+        if (p->mod[from + k]) return 1;
+    return 0;
+}
+static int full(Pass *p) { /* a probe as long as the table: no empty slot (the caller keeps room) */
+    p->err = ENOSPC;
+    return -1;
+}
+
+/* remove the entry at virtual slot v (in the buffer) */
+static int remove_at(Pass *p, uint64_t v) {
+    if (need(p, v + 1) < 0) return -1;
+    touched(p, v);
+    if (at(p, v + 1)->h != EMPTY) {
+        at(p, v)->h = TOMB;
+        return 0;
+    }
+    /* the chain ends right after it: no probe needs it, nor the tombstones just before it (back
+     * to the buffer's first slot: one before it is written already and stays a tombstone) */
+    at(p, v)->h = EMPTY;
+    for (uint64_t j = vmap(p, v); j > p->v0 && at(p, j - 1)->h == TOMB; j--) {
+        at(p, j - 1)->h = EMPTY;
+        touched(p, j - 1);
+    }
+    return 0;
+}
+
+/* 1 if (h, ref) was found and removed, 0 if absent, -1 on error */
+static int remove_op(Pass *p, uint64_t h, uint64_t ref) {
+    for (uint64_t v = h & p->mask;; v++) {
+        if (v - (h & p->mask) >= p->cap) return full(p);
+        if (need(p, v) < 0) return -1;
+        Slot *s = at(p, v);
+        if (s->h == EMPTY) return 0;
+        if (s->h == h && s->ref == ref) return remove_at(p, v) < 0 ? -1 : 1;
+    }
+}
+
+/* 1 if (h, ref) was inserted, 0 if it was there already, -1 on error */
+static int put_op(Pass *p, uint64_t h, uint64_t ref) {
+    uint64_t v = h & p->mask, free_v = UINT64_MAX;
+    for (;; v++) {
+        if (v - (h & p->mask) >= p->cap) return full(p);
+        if (need(p, v) < 0) return -1;
+        Slot *s = at(p, v);
+        if (s->h == EMPTY) break;
+        if (s->h == h && s->ref == ref) return 0;
+        if (s->h == TOMB && free_v == UINT64_MAX) free_v = v;
+    }
+    if (free_v != UINT64_MAX) v = free_v;
+    at(p, v)->h = h, at(p, v)->ref = ref;
+    touched(p, v);
+    return 1;
+}
+
+static int by_home(const void *a, const void *b, void *mask) {
+    uint64_t m = *(const uint64_t *)mask, x = ((const Slot *)a)->h & m, y = ((const Slot *)b)->h & m;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct {
+    long long live, tombs, inserted, removed, expired, written;
+} Result;
+
+static int run(Pass *p, Slot *rm, uint64_t nrm, Slot *put, uint64_t nput, uint64_t cutoff, Result *out) {
+    uint64_t ir = 0, ip = 0;
+    for (uint64_t lo = 0; lo < p->cap; lo += p->chunk) {
+        uint64_t hi = lo + p->chunk < p->cap ? lo + p->chunk : p->cap;
+        if (p->n) { /* the slots after the last chunk that a probe loaded come first */
+            uint64_t drop = lo - p->v0;
+            memmove(p->buf, p->buf + drop, (p->n - drop) * 16);
+            memmove(p->mod, p->mod + drop, p->n - drop);
+            p->n -= drop;
+        }
+        p->v0 = lo;
+        if (need(p, hi - 1) < 0) return -1;
+        for (; ir < nrm && (rm[ir].h & p->mask) < hi; ir++) {
+            int r = remove_op(p, rm[ir].h, rm[ir].ref);
+            if (r < 0) return -1;
+            out->removed += r;
+        }
+        for (; ip < nput && (put[ip].h & p->mask) < hi; ip++) {
+            /* an expired pre-cancel is not inserted, and removed if it is there: the sweep below
+             * may have passed its slot already (a chain that wrapped) */
+            int dead = (put[ip].ref & PRECANCEL) && (put[ip].ref & ~PRECANCEL) < cutoff;
+            int r = dead ? remove_op(p, put[ip].h, put[ip].ref) : put_op(p, put[ip].h, put[ip].ref);
+            if (r < 0) return -1;
+            if (dead) out->expired += r;
+            else out->inserted += r;
+        }
+        for (uint64_t v = lo; v < hi; v++) {
+            Slot *s = at(p, v);
+            if (s->h > TOMB && (s->ref & PRECANCEL) && (s->ref & ~PRECANCEL) < cutoff) {
+                if (remove_at(p, v) < 0) return -1;
+                out->expired++;
+            }
+        }
+        for (uint64_t v = lo; v < hi; v++) {
+            out->live += at(p, v)->h > TOMB;
+            out->tombs += at(p, v)->h == TOMB;
+        }
+        if (!changed(p, 0, hi - lo)) continue;
+        if (io_slots(p, p->buf, lo, hi - lo, 1) < 0) return -1;
+        out->written++;
+        if (!p->sync) continue;
+        /* start this chunk's writeback, wait for the one WRITEBACK_BEHIND chunks back: the
+         * writeback comes as the pass goes, not in one final burst that stalls readers */
+        off_t off = (off_t)(p->hs + lo * 16), len = (off_t)((hi - lo) * 16), back = (off_t)(WRITEBACK_BEHIND * p->chunk * 16);
+        sync_file_range(p->fd, off, len, SYNC_FILE_RANGE_WRITE);
+        if (off - p->hs >= back)
+            sync_file_range(p->fd, off - back, len,
+                            SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+    }
+    if (p->v0 + p->n > p->cap) { /* chains that ran past the last slot: slots 0.. */
+        uint64_t first = p->cap - p->v0, e = p->n - first;
+        for (uint64_t k = 0; k < e; k++) {
+            out->live += p->buf[first + k].h > TOMB;
+            out->tombs += p->buf[first + k].h == TOMB;
+        }
+        out->live -= p->wrap_live, out->tombs -= p->wrap_tombs;
+        if (changed(p, first, e)) {
+            if (io_slots(p, p->buf + first, 0, e, 1) < 0) return -1;
+            out->written++;
+        }
+    }
+    if (p->sync && fdatasync(p->fd) < 0) {
+        p->err = errno;
+        return -1;
+    }
+    return 0;
+}
+
+static Slot *ops_copy(PyObject *obj, uint64_t *n) {
+    Py_buffer v;
+    if (PyObject_GetBuffer(obj, &v, PyBUF_SIMPLE) < 0) return NULL;
+    if (v.len % 16) {
+        PyBuffer_Release(&v);
+        PyErr_SetString(PyExc_ValueError, "idx_merge_pass: operations are 16-byte (hash, ref) pairs");
+        return NULL;
+    }
+    Slot *s = malloc(v.len ? (size_t)v.len : 16);
+    if (s) memcpy(s, v.buf, (size_t)v.len);
+    *n = (uint64_t)v.len / 16;
+    PyBuffer_Release(&v);
+    if (!s) PyErr_NoMemory();
+    return s;
+}
+
+/* idx_merge_pass(fd, header_size, mask, removes, inserts, cutoff_ms, chunk_slots, sync)
+ *   -> (live, tombs, inserted, removed, expired, chunks_written)
+ * removes and inserts: bytes of 16-byte (hash, ref) pairs, in any order. */
+static PyObject *native_idx_merge_pass(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "idx_merge_pass(fd, header_size, mask, removes, inserts, cutoff_ms, chunk_slots, sync)");
+        return NULL;
+    }
+    Pass p = {0};
+    p.fd = PyLong_AsLong(args[0]);
+    p.hs = PyLong_AsLongLong(args[1]);
+    p.mask = PyLong_AsUnsignedLongLong(args[2]);
+    uint64_t cutoff = PyLong_AsUnsignedLongLong(args[5]);
+    p.chunk = PyLong_AsUnsignedLongLong(args[6]);
+    p.sync = PyObject_IsTrue(args[7]);
+    if (PyErr_Occurred()) return NULL;
+    p.cap = p.mask + 1;
+    if (p.hs < 0 || (p.mask & p.cap) || !p.chunk) {
+        PyErr_SetString(PyExc_ValueError, "idx_merge_pass: a power-of-two table and a chunk of slots");
+        return NULL;
+    }
+    if (p.chunk > p.cap) p.chunk = p.cap;
+    uint64_t nrm, nput;
+    Slot *rm = ops_copy(args[3], &nrm), *put = rm ? ops_copy(args[4], &nput) : NULL;
+    if (!put) {
+        free(rm);
+        return NULL;
+    }
+    Result out = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS;
+    qsort_r(rm, nrm, sizeof(Slot), by_home, &p.mask);
+    qsort_r(put, nput, sizeof(Slot), by_home, &p.mask);
+    p.size = 2 * p.chunk;
+    p.buf = malloc(p.size * 16);
+    p.mod = malloc(p.size);
+    if (p.buf && p.mod) rc = run(&p, rm, nrm, put, nput, cutoff, &out);
+    else rc = -1, p.err = ENOMEM;
+    Py_END_ALLOW_THREADS;
+    free(p.buf);
+    free(p.mod);
+    free(rm);
+    free(put);
+    if (rc < 0) {
+        errno = p.err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return Py_BuildValue("(LLLLLL)", out.live, out.tombs, out.inserted, out.removed, out.expired, out.written);
+}
+
+PyMethodDef kds_merge_methods[] = {
+    {"idx_merge_pass", (PyCFunction)(void (*)(void))native_idx_merge_pass, METH_FASTCALL, NULL},
+    {NULL, NULL, 0, NULL}};

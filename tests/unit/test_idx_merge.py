@@ -1,0 +1,166 @@
+"""The id index's merge pass (``_native.idx_merge_pass``) against a reference model: a multiset of
+(hash, ref) pairs. Tables are small and chunks smaller, homes drawn from a few slots near the end
+of the table as well, so chains cross chunks and wrap past the last slot."""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sidecar.store.codec import native
+from sidecar.store.idindex import EMPTY, HEADER_SIZE, PRECANCEL, SLOT, SLOT_SIZE, TOMB, _py_find, _py_put, _py_remove
+
+pytestmark = pytest.mark.skipif(native is None and os.environ.get("CI") != "true", reason="sidecar._native not built")
+
+HS = 40  # a header size the pass must skip and leave alone
+HEADER = bytes(range(HS))
+
+
+def _table(cap: int, entries: list[tuple[int, int]], removed_first: list[tuple[int, int]]) -> bytearray:
+    """A table as the store's probes leave it: ``entries`` inserted, then ``removed_first`` removed
+    (tombstones and emptied chain ends where they fall), after a header of ``HS`` bytes."""
+    work = bytearray(HEADER_SIZE + cap * SLOT_SIZE)  # the Python probes' own header size
+    for h, ref in entries:
+        _py_put(work, cap - 1, h, ref)
+    for h, ref in removed_first:
+        _py_remove(work, cap - 1, h, ref, 0)
+    return bytearray(HEADER) + work[HEADER_SIZE:]
+
+
+def _pass(buf: bytearray, cap: int, removes: list[tuple[int, int]], puts: list[tuple[int, int]],
+          cutoff: int, chunk: int, sync: bool = False) -> tuple[bytearray, tuple[int, ...]]:
+    fd, path = tempfile.mkstemp()
+    try:
+        os.write(fd, buf)
+        ops = [b"".join(SLOT.pack(h, r) for h, r in x) for x in (removes, puts)]
+        assert native is not None
+        out = native.idx_merge_pass(fd, HS, cap - 1, ops[0], ops[1], cutoff, chunk, sync)
+        os.lseek(fd, 0, os.SEEK_SET)
+        after = bytearray(os.read(fd, len(buf) + 1))
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return after, out
+
+
+def _find(buf: bytearray, cap: int, h: int) -> list[int]:
+    return _py_find(bytearray(HEADER_SIZE) + buf[HS:], cap - 1, h)
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> tuple[int, int, list[tuple[int, int]], list[tuple[int, int]], list[tuple[int, int]],
+                                    list[tuple[int, int]], int]:
+    bits = draw(st.integers(2, 7))
+    cap = 1 << bits
+    chunk = draw(st.sampled_from([1, 2, 3, cap // 2 or 1, cap, cap * 2]))
+    # homes: anywhere, or crowded into the last few slots (chains that wrap)
+    home = st.one_of(st.integers(0, cap - 1), st.integers(max(0, cap - 3), cap - 1))
+    refs = st.one_of(st.integers(0, 50), st.integers(0, 50).map(lambda t: PRECANCEL | t))
+    # a hash: its home slot, a few high bits, never 0 or 1 (those mark slots)
+    pair = st.tuples(home, st.integers(0, 3), refs).map(
+        lambda x: ((x[1] << bits | x[0]) + (0 if x[0] > 1 or x[1] else 2 << bits), x[2])
+    )
+    room = cap // 2
+    base = draw(st.lists(pair, max_size=room, unique=True))
+    gone = draw(st.lists(st.sampled_from(base), unique=True)) if base else []
+    present = [p for p in base if p not in gone]
+    removes = draw(st.lists(st.one_of(st.sampled_from(present), pair) if present else pair, unique=True, max_size=room))
+    new = draw(st.lists(pair.filter(lambda p: p not in removes), unique=True, max_size=max(0, room - len(base))))
+    puts = new + draw(st.lists(st.sampled_from(present), unique=True)) if present else new
+    puts = [p for p in dict.fromkeys(puts) if p not in removes]
+    cutoff = draw(st.integers(0, 60))
+    return cap, chunk, base, gone, removes, puts, cutoff
+
+
+def _expired(ref: int, cutoff: int) -> bool:
+    return bool(ref & PRECANCEL) and ref & ~PRECANCEL < cutoff
+
+
+@settings(max_examples=400, deadline=None)
+@given(cases())
+def test_the_pass_leaves_the_reference_models_entries(case: tuple) -> None:  # type: ignore[type-arg]
+    cap, chunk, base, gone, removes, puts, cutoff = case
+    buf = _table(cap, base, gone)
+    start = {p for p in base if p not in gone}
+    after, (live, tombs, inserted, removed, expired, written) = _pass(buf, cap, removes, puts, cutoff, chunk)
+
+    # removes first; then inserts, but an expired pre-cancel is neither inserted nor kept
+    # (an expired pre-cancel also removed counts in either: its slot or its home may come first)
+    model = {p for p in start if p not in removes}
+    gone_live = sum(1 for p in start if p in removes and not _expired(p[1], cutoff))
+    assert gone_live <= removed <= len(start) - len(model)
+    assert removed + expired == len(start) - len(model) + sum(1 for p in model if _expired(p[1], cutoff))
+    assert inserted == sum(1 for p in puts if p not in model and not _expired(p[1], cutoff))
+    model = {p for p in model | set(puts) if not _expired(p[1], cutoff)}
+
+    assert after[:HS] == HEADER and len(after) == len(buf)
+    hashes = {h for h, _ in base} | {h for h, _ in removes} | {h for h, _ in puts}
+    for h in hashes:
+        assert sorted(_find(after, cap, h)) == sorted(r for (mh, r) in model if mh == h), h
+    slots = [SLOT.unpack_from(after, HS + k * SLOT_SIZE) for k in range(cap)]
+    assert live == len(model) == sum(1 for s, _ in slots if s > TOMB)
+    assert tombs == sum(1 for s, _ in slots if s == TOMB)
+    assert sum(1 for s, _ in slots if s == EMPTY) > 0
+    if after == buf:
+        assert written == 0
+
+
+def test_a_chain_that_wraps_past_the_last_slot() -> None:
+    cap = 8
+    # four entries homed at slot 6: slots 6, 7, 0, 1; the pass in chunks of 2 removes the one in
+    # slot 0 and adds a fifth, which takes the tombstone the remove left (removes come first)
+    base = [(6 + 8 * k, 100 + k) for k in range(4)]
+    buf = _table(cap, base, [])
+    after, (live, _tombs, inserted, removed, expired, written) = _pass(buf, cap, [base[2]], [(6 + 8 * 9, 7)], 0, 2)
+    assert (live, inserted, removed, expired) == (4, 1, 1, 0)
+    assert _find(after, cap, 6 + 8 * 9) == [7]
+    assert _find(after, cap, base[2][0]) == []
+    assert [_find(after, cap, h) for h, _ in base[:2] + base[3:]] == [[100], [101], [103]]
+    assert SLOT.unpack_from(after, HS + 0 * SLOT_SIZE) == (6 + 8 * 9, 7)
+    assert SLOT.unpack_from(after, HS + 2 * SLOT_SIZE)[0] == EMPTY
+    assert written == 1  # the wrapped slots only: the last chunk's own did not change
+
+
+def test_expired_precancels_leave_and_others_stay() -> None:
+    cap = 16
+    base = [(2, PRECANCEL | 5), (3, PRECANCEL | 50), (4, 9)]
+    after, (live, _tombs, _ins, _rem, expired, _w) = _pass(_table(cap, base, []), cap, [], [], 10, 4)
+    assert (live, expired) == (2, 1)
+    assert _find(after, cap, 2) == [] and _find(after, cap, 3) == [PRECANCEL | 50] and _find(after, cap, 4) == [9]
+
+
+def test_a_pass_with_nothing_to_do_writes_nothing() -> None:
+    cap = 64
+    base = [(k * 7 + 2, k) for k in range(20)]
+    buf = _table(cap, base, [])
+    after, (live, tombs, inserted, removed, expired, written) = _pass(buf, cap, [], base[:5], 0, 8)
+    assert after == buf
+    assert (live, tombs, inserted, removed, expired, written) == (20, 0, 0, 0, 0, 0)
+
+
+def test_synced_as_it_goes_the_pass_writes_the_same_bytes() -> None:
+    # 64 chunks: the pass starts each chunk's writeback and waits for the one 8 chunks back
+    cap = 1 << 12
+    rnd = random.Random(5)
+    base = [(rnd.getrandbits(62) | 2, k) for k in range(1500)]
+    puts = [(rnd.getrandbits(62) | 2, k) for k in range(400)]
+    buf = _table(cap, base, base[:300])
+    plain, out = _pass(buf, cap, base[300:500], puts, 0, 64)
+    synced, out_synced = _pass(buf, cap, base[300:500], puts, 0, 64, sync=True)
+    assert synced == plain and out_synced == out
+    assert out[:4] == (1400, out[1], 400, 200)
+
+
+def test_bad_arguments_are_refused() -> None:
+    assert native is not None
+    with pytest.raises(ValueError, match="16-byte"):
+        native.idx_merge_pass(0, 0, 7, b"x" * 15, b"", 0, 4, False)
+    with pytest.raises(ValueError, match="power-of-two"):
+        native.idx_merge_pass(0, 0, 6, b"", b"", 0, 4, False)
+    with pytest.raises(OSError):
+        native.idx_merge_pass(-1, 0, 7, b"", b"", 0, 4, False)
