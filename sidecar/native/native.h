@@ -115,7 +115,7 @@ void kds_idx_write(uint8_t *base, uint64_t at, uint64_t h, uint64_t ref); /* (h,
 int kds_idx_copy_range(const uint8_t *old, uint8_t *base, uint64_t mask, long long hs, long long lo, long long hi,
                        long long scan_off, long long out[5]);
 extern PyMethodDef kds_idindex_methods[]; /* id_hash, idx_* */
-extern PyMethodDef kds_merge_methods[];   /* idx_merge_pass */
+extern PyMethodDef kds_merge_methods[];   /* idx_merge_pass, idx_rebuild */
 
 /* -- parse.c: the common ingress request (headers.py) ------------------------------------------ */
 

@@ -1,6 +1,6 @@
-"""The id index's merge pass (``_native.idx_merge_pass``) against a reference model: a multiset of
-(hash, ref) pairs. Tables are small and chunks smaller, homes drawn from a few slots near the end
-of the table as well, so chains cross chunks and wrap past the last slot."""
+"""The id index's merge pass and rebuild (``_native.idx_merge_pass``, ``idx_rebuild``) against a
+reference model: a set of (hash, ref) pairs. Tables are small and chunks smaller, homes drawn from
+a few slots near the end of the table as well, so chains cross chunks and wrap past the last slot."""
 
 from __future__ import annotations
 
@@ -141,6 +141,48 @@ def test_a_pass_with_nothing_to_do_writes_nothing() -> None:
     after, (live, tombs, inserted, removed, expired, written) = _pass(buf, cap, [], base[:5], 0, 8)
     assert after == buf
     assert (live, tombs, inserted, removed, expired, written) == (20, 0, 0, 0, 0, 0)
+
+
+def _rebuild(buf: bytearray, cap: int, new_cap: int, cutoff: int, chunk: int) -> tuple[bytearray, tuple[int, ...]]:
+    fds, paths = [], []
+    try:
+        for content in (buf, bytearray(HEADER) + bytes(new_cap * SLOT_SIZE)):
+            fd, path = tempfile.mkstemp()
+            fds.append(fd)
+            paths.append(path)
+            os.write(fd, content)
+        assert native is not None
+        out = native.idx_rebuild(fds[0], fds[1], HS, cap - 1, new_cap - 1, cutoff, chunk, False)
+        os.lseek(fds[1], 0, os.SEEK_SET)
+        after = bytearray(os.read(fds[1], HS + new_cap * SLOT_SIZE + 1))
+    finally:
+        for fd, path in zip(fds, paths, strict=True):
+            os.close(fd)
+            os.unlink(path)
+    return after, out
+
+
+@settings(max_examples=300, deadline=None)
+@given(cases(), st.booleans())
+def test_a_rebuild_keeps_every_live_entry_but_the_expired(case: tuple, double: bool) -> None:  # type: ignore[type-arg]
+    cap, chunk, base, gone, _removes, _puts, cutoff = case
+    new_cap = cap * 2 if double else cap
+    buf = _table(cap, base, gone)
+    after, (live, tombs, inserted, expired, _written) = _rebuild(buf, cap, new_cap, cutoff, chunk)
+    start = {p for p in base if p not in gone}
+    model = {p for p in start if not _expired(p[1], cutoff)}
+    assert after[:HS] == HEADER and len(after) == HS + new_cap * SLOT_SIZE
+    assert (live, tombs, inserted, expired) == (len(model), 0, len(model), len(start) - len(model))
+    for h in {h for h, _ in base}:
+        assert sorted(_find(after, new_cap, h)) == sorted(r for (mh, r) in model if mh == h), h
+    slots = [SLOT.unpack_from(after, HS + k * SLOT_SIZE)[0] for k in range(new_cap)]
+    assert sum(1 for s in slots if s > TOMB) == len(model) and TOMB not in slots
+
+
+def test_a_rebuild_refuses_other_sizes() -> None:
+    assert native is not None
+    with pytest.raises(ValueError, match="twice the old"):
+        native.idx_rebuild(0, 0, 0, 7, 31, 0, 4, False)
 
 
 def test_synced_as_it_goes_the_pass_writes_the_same_bytes() -> None:
