@@ -198,6 +198,49 @@ def test_synced_as_it_goes_the_pass_writes_the_same_bytes() -> None:
     assert out[:4] == (1400, out[1], 400, 200)
 
 
+def test_a_reader_probing_during_the_pass_finds_every_entry_it_keeps() -> None:
+    """The pass runs with the GIL released while this thread probes the same file through a
+    mapping, as the loop will: every entry the pass neither removes nor expires is found by
+    every probe, before, during and after the pass's writes to its chunk."""
+    import mmap
+    import threading
+
+    assert native is not None
+    cap = 1 << 16
+    rnd = random.Random(11)
+    kept = [(rnd.getrandbits(62) | 2, k) for k in range(12_000)]
+    doomed = [(rnd.getrandbits(62) | 2, k) for k in range(8_000)]
+    puts = [(rnd.getrandbits(62) | 2, k) for k in range(12_000)]
+    buf = _table(cap, kept + doomed, [])
+    fd, path = tempfile.mkstemp()
+    try:
+        os.write(fd, buf)
+        mm = mmap.mmap(fd, len(buf), prot=mmap.PROT_READ)
+        view = memoryview(mm)
+        ops = [b"".join(SLOT.pack(h, r) for h, r in x) for x in (doomed, puts)]
+        result: list[tuple[int, ...]] = []
+        passes = threading.Thread(
+            target=lambda: result.extend(
+                native.idx_merge_pass(fd, HS, cap - 1, ops[0], ops[1], 0, 64, False) for _ in range(3)
+            )
+        )
+        probes = misses = 0
+        passes.start()
+        while passes.is_alive() or probes < len(kept):
+            h, ref = kept[probes % len(kept)]
+            found = native.idx_find(view, HS, cap - 1, h)
+            misses += ref not in found
+            probes += 1
+        passes.join()
+        view.release()
+        mm.close()
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    assert misses == 0 and probes >= len(kept)
+    assert result[0][2:4] == (12_000, 8_000) and result[1][2:4] == (0, 0)  # the second pass: nothing to do
+
+
 def test_bad_arguments_are_refused() -> None:
     assert native is not None
     with pytest.raises(ValueError, match="16-byte"):
