@@ -169,9 +169,13 @@ static int put_op(Pass *p, uint64_t h, uint64_t ref) {
     return 1;
 }
 
+/* home slot, then hash, then ref: one order, so the Python twin writes the same bytes */
 static int by_home(const void *a, const void *b, void *mask) {
-    uint64_t m = *(const uint64_t *)mask, x = ((const Slot *)a)->h & m, y = ((const Slot *)b)->h & m;
-    return x < y ? -1 : x > y;
+    const Slot *s = a, *t = b;
+    uint64_t m = *(const uint64_t *)mask, x = s->h & m, y = t->h & m;
+    if (x != y) return x < y ? -1 : 1;
+    if (s->h != t->h) return s->h < t->h ? -1 : 1;
+    return s->ref < t->ref ? -1 : s->ref > t->ref;
 }
 
 typedef struct {

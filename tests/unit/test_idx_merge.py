@@ -1,5 +1,6 @@
 """The id index's merge pass and rebuild (``_native.idx_merge_pass``, ``idx_rebuild``) against a
-reference model: a set of (hash, ref) pairs. Tables are small and chunks smaller, homes drawn from
+reference model, a set of (hash, ref) pairs, and against their Python twins (``sidecar.store.idmerge``:
+the same bytes, the same counts). Tables are small and chunks smaller, homes drawn from
 a few slots near the end of the table as well, so chains cross chunks and wrap past the last slot."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 
 from sidecar.store.codec import native
 from sidecar.store.idindex import EMPTY, HEADER_SIZE, PRECANCEL, SLOT, SLOT_SIZE, TOMB, _py_find, _py_put, _py_remove
+from sidecar.store.idmerge import merge_pass, py_merge_pass, py_rebuild, rebuild
 
 pytestmark = pytest.mark.skipif(native is None and os.environ.get("CI") != "true", reason="sidecar._native not built")
 
@@ -33,13 +35,14 @@ def _table(cap: int, entries: list[tuple[int, int]], removed_first: list[tuple[i
 
 
 def _pass(buf: bytearray, cap: int, removes: list[tuple[int, int]], puts: list[tuple[int, int]],
-          cutoff: int, chunk: int, sync: bool = False) -> tuple[bytearray, tuple[int, ...]]:
+          cutoff: int, chunk: int, sync: bool = False, twin: bool = False) -> tuple[bytearray, tuple[int, ...]]:
     fd, path = tempfile.mkstemp()
     try:
         os.write(fd, buf)
         ops = [b"".join(SLOT.pack(h, r) for h, r in x) for x in (removes, puts)]
         assert native is not None
-        out = native.idx_merge_pass(fd, HS, cap - 1, ops[0], ops[1], cutoff, chunk, sync)
+        run = py_merge_pass if twin else native.idx_merge_pass
+        out = run(fd, HS, cap - 1, ops[0], ops[1], cutoff, chunk, sync)
         os.lseek(fd, 0, os.SEEK_SET)
         after = bytearray(os.read(fd, len(buf) + 1))
     finally:
@@ -88,6 +91,8 @@ def test_the_pass_leaves_the_reference_models_entries(case: tuple) -> None:  # t
     buf = _table(cap, base, gone)
     start = {p for p in base if p not in gone}
     after, (live, tombs, inserted, removed, expired, written) = _pass(buf, cap, removes, puts, cutoff, chunk)
+    assert _pass(buf, cap, removes, puts, cutoff, chunk, twin=True) == (after, (live, tombs, inserted, removed,
+                                                                                  expired, written))
 
     # removes first; then inserts, but an expired pre-cancel is neither inserted nor kept
     # (an expired pre-cancel also removed counts in either: its slot or its home may come first)
@@ -143,7 +148,8 @@ def test_a_pass_with_nothing_to_do_writes_nothing() -> None:
     assert (live, tombs, inserted, removed, expired, written) == (20, 0, 0, 0, 0, 0)
 
 
-def _rebuild(buf: bytearray, cap: int, new_cap: int, cutoff: int, chunk: int) -> tuple[bytearray, tuple[int, ...]]:
+def _rebuild(buf: bytearray, cap: int, new_cap: int, cutoff: int, chunk: int,
+             twin: bool = False) -> tuple[bytearray, tuple[int, ...]]:
     fds, paths = [], []
     try:
         for content in (buf, bytearray(HEADER) + bytes(new_cap * SLOT_SIZE)):
@@ -152,7 +158,8 @@ def _rebuild(buf: bytearray, cap: int, new_cap: int, cutoff: int, chunk: int) ->
             paths.append(path)
             os.write(fd, content)
         assert native is not None
-        out = native.idx_rebuild(fds[0], fds[1], HS, cap - 1, new_cap - 1, cutoff, chunk, False)
+        run = py_rebuild if twin else native.idx_rebuild
+        out = run(fds[0], fds[1], HS, cap - 1, new_cap - 1, cutoff, chunk, False)
         os.lseek(fds[1], 0, os.SEEK_SET)
         after = bytearray(os.read(fds[1], HS + new_cap * SLOT_SIZE + 1))
     finally:
@@ -168,7 +175,9 @@ def test_a_rebuild_keeps_every_live_entry_but_the_expired(case: tuple, double: b
     cap, chunk, base, gone, _removes, _puts, cutoff = case
     new_cap = cap * 2 if double else cap
     buf = _table(cap, base, gone)
-    after, (live, tombs, inserted, expired, _written) = _rebuild(buf, cap, new_cap, cutoff, chunk)
+    after, out = _rebuild(buf, cap, new_cap, cutoff, chunk)
+    assert _rebuild(buf, cap, new_cap, cutoff, chunk, twin=True) == (after, out)
+    live, tombs, inserted, expired, _written = out
     start = {p for p in base if p not in gone}
     model = {p for p in start if not _expired(p[1], cutoff)}
     assert after[:HS] == HEADER and len(after) == HS + new_cap * SLOT_SIZE
@@ -179,10 +188,11 @@ def test_a_rebuild_keeps_every_live_entry_but_the_expired(case: tuple, double: b
     assert sum(1 for s in slots if s > TOMB) == len(model) and TOMB not in slots
 
 
-def test_a_rebuild_refuses_other_sizes() -> None:
+@pytest.mark.parametrize("twin", [False, True])
+def test_a_rebuild_refuses_other_sizes(twin: bool) -> None:
     assert native is not None
     with pytest.raises(ValueError, match="twice the old"):
-        native.idx_rebuild(0, 0, 0, 7, 31, 0, 4, False)
+        (py_rebuild if twin else native.idx_rebuild)(0, 0, 0, 7, 31, 0, 4, False)
 
 
 def test_synced_as_it_goes_the_pass_writes_the_same_bytes() -> None:
@@ -241,11 +251,28 @@ def test_a_reader_probing_during_the_pass_finds_every_entry_it_keeps() -> None:
     assert result[0][2:4] == (12_000, 8_000) and result[1][2:4] == (0, 0)  # the second pass: nothing to do
 
 
-def test_bad_arguments_are_refused() -> None:
+def test_the_entry_points_run_a_pass_and_a_rebuild() -> None:
+    cap = 16
+    fd, path = tempfile.mkstemp()
+    fd2, path2 = tempfile.mkstemp()
+    try:
+        os.write(fd, _table(cap, [(2, 1), (3, 2)], []))
+        os.write(fd2, bytearray(HEADER) + bytes(2 * cap * SLOT_SIZE))
+        assert merge_pass(fd, HS, cap - 1, SLOT.pack(2, 1), SLOT.pack(5, 3), 0, 4, True) == (2, 1, 1, 1, 0, 2)
+        assert rebuild(fd, fd2, HS, cap - 1, 2 * cap - 1, 0, 4, True) == (2, 0, 2, 0, 2)
+    finally:
+        for f, p in ((fd, path), (fd2, path2)):
+            os.close(f)
+            os.unlink(p)
+
+
+@pytest.mark.parametrize("twin", [False, True])
+def test_bad_arguments_are_refused(twin: bool) -> None:
     assert native is not None
+    run = py_merge_pass if twin else native.idx_merge_pass
     with pytest.raises(ValueError, match="16-byte"):
-        native.idx_merge_pass(0, 0, 7, b"x" * 15, b"", 0, 4, False)
+        run(0, 0, 7, b"x" * 15, b"", 0, 4, False)
     with pytest.raises(ValueError, match="power-of-two"):
-        native.idx_merge_pass(0, 0, 6, b"", b"", 0, 4, False)
+        run(0, 0, 6, b"", b"", 0, 4, False)
     with pytest.raises(OSError):
-        native.idx_merge_pass(-1, 0, 7, b"", b"", 0, 4, False)
+        run(-1, 0, 7, b"", b"", 0, 4, False)
