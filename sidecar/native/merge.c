@@ -344,6 +344,41 @@ static Slot *ops_copy(PyObject *obj, uint64_t *n) {
     return s;
 }
 
+/* the arguments both calls share: the table written (fd, header size, mask), the pre-cancels'
+ * cutoff, the chunk, whether to sync; -1 with a Python error set */
+static int pass_args(Pass *p, PyObject *fd, PyObject *hs, PyObject *mask, PyObject *cutoff, PyObject *chunk,
+                     PyObject *sync, uint64_t *cutoff_ms) {
+    p->fd = PyLong_AsLong(fd);
+    p->hs = PyLong_AsLongLong(hs);
+    p->mask = PyLong_AsUnsignedLongLong(mask);
+    *cutoff_ms = PyLong_AsUnsignedLongLong(cutoff);
+    p->chunk = PyLong_AsUnsignedLongLong(chunk);
+    p->sync = PyObject_IsTrue(sync);
+    p->cap = p->mask + 1;
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* the pass's buffer, freed by pass_done */
+static int pass_alloc(Pass *p) {
+    p->size = 2 * p->chunk;
+    p->buf = malloc(p->size * 16);
+    p->mod = malloc(p->size);
+    if (p->buf && p->mod) return 0;
+    p->err = ENOMEM;
+    return -1;
+}
+
+/* free the buffer; on failure (rc < 0) raise OSError from the pass's errno */
+static int pass_done(Pass *p, int rc) {
+    free(p->buf);
+    free(p->mod);
+    if (rc < 0) {
+        errno = p->err;
+        PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return rc;
+}
+
 /* idx_merge_pass(fd, header_size, mask, removes, inserts, cutoff_ms, chunk_slots, sync)
  *   -> (live, tombs, inserted, removed, expired, chunks_written)
  * removes and inserts: bytes of 16-byte (hash, ref) pairs, in any order. */
@@ -353,14 +388,8 @@ static PyObject *native_idx_merge_pass(PyObject *self, PyObject *const *args, Py
         return NULL;
     }
     Pass p = {0};
-    p.fd = PyLong_AsLong(args[0]);
-    p.hs = PyLong_AsLongLong(args[1]);
-    p.mask = PyLong_AsUnsignedLongLong(args[2]);
-    uint64_t cutoff = PyLong_AsUnsignedLongLong(args[5]);
-    p.chunk = PyLong_AsUnsignedLongLong(args[6]);
-    p.sync = PyObject_IsTrue(args[7]);
-    if (PyErr_Occurred()) return NULL;
-    p.cap = p.mask + 1;
+    uint64_t cutoff;
+    if (pass_args(&p, args[0], args[1], args[2], args[5], args[6], args[7], &cutoff) < 0) return NULL;
     if (p.hs < 0 || (p.mask & p.cap) || !p.chunk) {
         PyErr_SetString(PyExc_ValueError, "idx_merge_pass: a power-of-two table and a chunk of slots");
         return NULL;
@@ -377,20 +406,11 @@ static PyObject *native_idx_merge_pass(PyObject *self, PyObject *const *args, Py
     Py_BEGIN_ALLOW_THREADS;
     qsort_r(rm, nrm, sizeof(Slot), by_home, &p.mask);
     qsort_r(put, nput, sizeof(Slot), by_home, &p.mask);
-    p.size = 2 * p.chunk;
-    p.buf = malloc(p.size * 16);
-    p.mod = malloc(p.size);
-    if (p.buf && p.mod) rc = run(&p, rm, nrm, put, nput, cutoff, &out);
-    else rc = -1, p.err = ENOMEM;
+    rc = pass_alloc(&p) < 0 ? -1 : run(&p, rm, nrm, put, nput, cutoff, &out);
     Py_END_ALLOW_THREADS;
-    free(p.buf);
-    free(p.mod);
     free(rm);
     free(put);
-    if (rc < 0) {
-        errno = p.err;
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
+    if (pass_done(&p, rc) < 0) return NULL;
     return Py_BuildValue("(LLLLLL)", out.live, out.tombs, out.inserted, out.removed, out.expired, out.written);
 }
 
@@ -403,17 +423,11 @@ static PyObject *native_idx_rebuild(PyObject *self, PyObject *const *args, Py_ss
         return NULL;
     }
     Pass p = {0};
+    uint64_t cutoff;
     int old = PyLong_AsLong(args[0]);
-    p.fd = PyLong_AsLong(args[1]);
-    p.hs = PyLong_AsLongLong(args[2]);
-    uint64_t omask = PyLong_AsUnsignedLongLong(args[3]);
-    p.mask = PyLong_AsUnsignedLongLong(args[4]);
-    uint64_t cutoff = PyLong_AsUnsignedLongLong(args[5]);
-    p.chunk = PyLong_AsUnsignedLongLong(args[6]);
-    p.sync = PyObject_IsTrue(args[7]);
-    if (PyErr_Occurred()) return NULL;
-    p.cap = p.mask + 1;
-    uint64_t ocap = omask + 1;
+    uint64_t omask = PyLong_AsUnsignedLongLong(args[3]), ocap = omask + 1;
+    if (PyErr_Occurred() || pass_args(&p, args[1], args[2], args[4], args[5], args[6], args[7], &cutoff) < 0)
+        return NULL;
     if (p.hs < 0 || (omask & ocap) || !p.chunk || (p.cap != ocap && p.cap != 2 * ocap)) {
         PyErr_SetString(PyExc_ValueError, "idx_rebuild: power-of-two tables, the new one the same size or twice the old");
         return NULL;
@@ -422,18 +436,9 @@ static PyObject *native_idx_rebuild(PyObject *self, PyObject *const *args, Py_ss
     Result out = {0};
     int rc;
     Py_BEGIN_ALLOW_THREADS;
-    p.size = 2 * p.chunk;
-    p.buf = malloc(p.size * 16);
-    p.mod = malloc(p.size);
-    if (p.buf && p.mod) rc = rebuild(&p, old, ocap, cutoff, &out);
-    else rc = -1, p.err = ENOMEM;
+    rc = pass_alloc(&p) < 0 ? -1 : rebuild(&p, old, ocap, cutoff, &out);
     Py_END_ALLOW_THREADS;
-    free(p.buf);
-    free(p.mod);
-    if (rc < 0) {
-        errno = p.err;
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
+    if (pass_done(&p, rc) < 0) return NULL;
     return Py_BuildValue("(LLLLL)", out.live, out.tombs, out.inserted, out.expired, out.written);
 }
 
