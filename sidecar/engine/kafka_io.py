@@ -573,18 +573,16 @@ class KafkaIO:
             offset = resume.get(tp.partition)
             tp.offset = offset if offset is not None else OFFSET_INVALID
         consumer.incremental_assign(partitions)
-        # Restoring partitions wait: consumed once their store has caught up with the changelog.
-        # librdkafka can lose this pause (it and the fetch start the assignment issues from
-        # librdkafka's own thread are versioned ops that can cross: confluentinc/librdkafka#5591);
-        # the loop's ``ingest`` then pauses the partition again and reads it again once restored.
-        # (Pausing before the assignment instead leaked far more: 14 of 54 restores in a small
-        # failover run, against 0 of 42.)
+        # Restoring partitions are not paused here. A pause right after the assignment races the
+        # fetch start the assignment queued on librdkafka's own thread (versioned ops:
+        # confluentinc/librdkafka#5591, #2190): the pause can be lost, or it can outdate the fetch
+        # start, and then the partition is never fetched, resumed or not (CI, 2026-11-28: a
+        # partition of each of two runs ingested nothing for 30-120 s after a 1 ms restore). So the
+        # loop's ``ingest`` holds a restoring partition at its first record instead (the fetch is
+        # running by then: the pause is safe) and reads it again from that record once restored.
+        # A pause for disk space (rare at an assignment) still applies at once.
         if self.paused:
             consumer.pause(partitions)
-        else:
-            held = self.events.held()
-            if held:
-                consumer.pause([tp for tp in partitions if tp.partition in held])
 
     def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         t0 = time.monotonic()

@@ -614,10 +614,10 @@ class Sidecar:
             if partition != last_partition:
                 last_partition, store = partition, stores.get(partition)
             if store is None:
-                # Revoked in between: the new owner consumes it. Or assigned and still restoring:
-                # its pause from the assign callback did not hold (kafka_io._assign: librdkafka can
-                # lose it): paused again, and consumed again from its first such record once
-                # restored. Dropped, it would never be stored.
+                # Revoked in between: the new owner consumes it. Or assigned and still restoring
+                # (the assign callback does not pause it: kafka_io._assign): paused now, and
+                # consumed again from its first such record once restored. Dropped, it would
+                # never be stored.
                 if self.restorer is not None and partition in self.restorer.restoring \
                         and partition not in self._refetch:
                     self._refetch[partition] = m.offset()
@@ -650,8 +650,9 @@ class Sidecar:
                 self._skip[store.partition] = max(held)
             again = self._refetch.pop(store.partition, None)
             if again is not None:
-                log.warning("ingress.consumed_while_restoring", partition=store.partition, offset=again,
-                            action="consuming it again from that offset")
+                # the usual way now: a restoring partition is held at its first record (kafka_io._assign)
+                log.info("ingress.consumed_while_restoring", partition=store.partition, offset=again,
+                         action="consuming it again from that offset")
                 try:
                     self.kafka.seek(store.partition, again)
                 except KafkaException as e:  # not expected: it was being fetched

@@ -1,12 +1,12 @@
 """A partition's pause while its store restores, lost by the client, on the real broker.
 
-The loop pauses a newly assigned partition in the assign callback until its store is restored
-from the changelog. librdkafka can discard that pause (an op versioned before the fetch start the
-assignment issues from its own thread, but queued after it: confluentinc/librdkafka#5591), and
-the partition's records then arrive with no store to take them. Here the joining member's assign
-callback pauses nothing, so every record of its partitions that arrives during the restore takes
-that path, with real librdkafka: the loop pauses the partition, and once restored seeks it back
-to the first of them. Nothing may be lost (before: those records were dropped for good).
+The assign callback does not pause a newly assigned partition while its store restores from the
+changelog (a pause there races the fetch start the assignment issues from librdkafka's own
+thread: confluentinc/librdkafka#5591), so its records can arrive with no store to take them. Here
+the joining member's assign callback is replaced by one that also notes which partitions were
+restoring, so every record of those that arrives during the restore is seen to take that path,
+with real librdkafka: the loop pauses the partition, and once restored seeks it back to the first
+of them. Nothing may be lost (before: those records were dropped for good).
 """
 
 from __future__ import annotations
