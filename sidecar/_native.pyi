@@ -72,6 +72,9 @@ def idx_merge_pass(
     fd: int, header_size: int, mask: int, removes: bytes, inserts: bytes, cutoff_ms: int, chunk_slots: int,
     sync: bool, /,
 ) -> tuple[int, int, int, int, int, int]: ...
+def idx_merge_journal(
+    fd: int, header_size: int, mask: int, records: bytes, cutoff_ms: int, chunk_slots: int, sync: bool, /,
+) -> tuple[int, int, int, int, int, int]: ...
 def idx_rebuild(
     old_fd: int, new_fd: int, header_size: int, old_mask: int, new_mask: int, cutoff_ms: int, chunk_slots: int,
     sync: bool, /,

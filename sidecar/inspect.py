@@ -51,8 +51,9 @@ from sidecar.engine.identity import ID_FILE
 from sidecar.levels.queue import IDX_BITS, IDX_MASK
 from sidecar.store import checkpoint, codec, space
 from sidecar.store.buckets import BUCKET_BIT, ENTRY_HEAD, ENTRY_HEAD_SIZE, ENTRY_MAGIC, split_ref
-from sidecar.store.idindex import EMPTY, PRECANCEL, SLOT, SLOT_SIZE, id_hash
 from sidecar.store.idindex import NEXT as IDX_NEXT
+from sidecar.store.idindex import id_hash
+from sidecar.store.idslot import EMPTY, PRECANCEL, SLOT, SLOT_SIZE
 from sidecar.store.mapped import HEADER, HEADER_SIZE
 from sidecar.wheel.layout import ENTRY as TL_ENTRY
 

@@ -442,7 +442,78 @@ static PyObject *native_idx_rebuild(PyObject *self, PyObject *const *args, Py_ss
     return Py_BuildValue("(LLLLL)", out.live, out.tombs, out.inserted, out.expired, out.written);
 }
 
+/* -- a journal's records as the pass's operations ----------------------------------------------
+ * A journal holds the stage's operations in order: (hash, ref) an insert, (hash, ref | REMOVE) a
+ * remove. Only the last operation on each pair matters to the table: an insert and then a remove
+ * of the same pair (a record delivered within the generation) is a remove of a pair the table
+ * does not hold, a no-op. */
+#define REMOVE (1ULL << 62)
+
+typedef struct {
+    uint64_t h, ref, seq;
+} Op;
+
+static int by_pair(const void *a, const void *b, void *mask) {
+    const Op *s = a, *t = b;
+    uint64_t m = *(const uint64_t *)mask, x = s->h & m, y = t->h & m;
+    if (x != y) return x < y ? -1 : 1;
+    if (s->h != t->h) return s->h < t->h ? -1 : 1;
+    uint64_t r = s->ref & ~REMOVE, q = t->ref & ~REMOVE;
+    if (r != q) return r < q ? -1 : 1;
+    return s->seq < t->seq ? -1 : s->seq > t->seq;
+}
+
+/* the last operation on each pair, removes and inserts apart, each in by_home order */
+static int net_ops(const Slot *rec, uint64_t n, uint64_t mask, Slot *rm, uint64_t *nrm, Slot *put, uint64_t *nput) {
+    Op *ops = malloc(n ? n * sizeof(Op) : sizeof(Op));
+    if (!ops) return -1;
+    for (uint64_t k = 0; k < n; k++) ops[k] = (Op){rec[k].h, rec[k].ref, k};
+    qsort_r(ops, n, sizeof(Op), by_pair, &mask);
+    *nrm = *nput = 0;
+    for (uint64_t k = 0; k < n; k++) {
+        if (k + 1 < n && ops[k + 1].h == ops[k].h && (ops[k + 1].ref & ~REMOVE) == (ops[k].ref & ~REMOVE))
+            continue; /* a later operation on the same pair */
+        if (ops[k].ref & REMOVE) rm[(*nrm)++] = (Slot){ops[k].h, ops[k].ref & ~REMOVE};
+        else put[(*nput)++] = (Slot){ops[k].h, ops[k].ref};
+    }
+    free(ops);
+    return 0;
+}
+
+/* idx_merge_journal(fd, header_size, mask, records, cutoff_ms, chunk_slots, sync)
+ *   -> (live, tombs, inserted, removed, expired, chunks_written)
+ * records: a journal's 16-byte records, in journal order (REMOVE marks a remove). */
+static PyObject *native_idx_merge_journal(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "idx_merge_journal(fd, header_size, mask, records, cutoff_ms, chunk_slots, sync)");
+        return NULL;
+    }
+    Pass p = {0};
+    uint64_t cutoff, n, nrm = 0, nput = 0;
+    if (pass_args(&p, args[0], args[1], args[2], args[4], args[5], args[6], &cutoff) < 0) return NULL;
+    if (p.hs < 0 || (p.mask & p.cap) || !p.chunk) {
+        PyErr_SetString(PyExc_ValueError, "idx_merge_journal: a power-of-two table and a chunk of slots");
+        return NULL;
+    }
+    if (p.chunk > p.cap) p.chunk = p.cap;
+    Slot *rec = ops_copy(args[3], &n);
+    if (!rec) return NULL;
+    Slot *rm = malloc(n * 16 + 16), *put = malloc(n * 16 + 16);
+    Result out = {0};
+    int rc = -1;
+    Py_BEGIN_ALLOW_THREADS;
+    if (!rm || !put || net_ops(rec, n, p.mask, rm, &nrm, put, &nput) < 0) p.err = ENOMEM;
+    else rc = pass_alloc(&p) < 0 ? -1 : run(&p, rm, nrm, put, nput, cutoff, &out);
+    Py_END_ALLOW_THREADS;
+    free(rec);
+    free(rm);
+    free(put);
+    if (pass_done(&p, rc) < 0) return NULL;
+    return Py_BuildValue("(LLLLLL)", out.live, out.tombs, out.inserted, out.removed, out.expired, out.written);
+}
+
 PyMethodDef kds_merge_methods[] = {
+    {"idx_merge_journal", (PyCFunction)(void (*)(void))native_idx_merge_journal, METH_FASTCALL, NULL},
     {"idx_merge_pass", (PyCFunction)(void (*)(void))native_idx_merge_pass, METH_FASTCALL, NULL},
     {"idx_rebuild", (PyCFunction)(void (*)(void))native_idx_rebuild, METH_FASTCALL, NULL},
     {NULL, NULL, 0, NULL}};

@@ -106,6 +106,7 @@ from typing import Any
 
 from sidecar import logs
 from sidecar.store.codec import native as _native
+from sidecar.store.idslot import EMPTY, PRECANCEL, SLOT, SLOT_SIZE, TOMB
 from sidecar.store.intake_layout import Common
 from sidecar.store.mapped import (
     HEADER,
@@ -122,10 +123,6 @@ from sidecar.store.mapped import (
 MAGIC = b"KDSIDX\x00\x01"
 VERSION = 2  # 2: a table's header base is the capacity it was migrated from; ids.idx.next.<n>
 READS = (1, 2)  # a version-1 table is a version-2 one no migration ever wrote
-SLOT = struct.Struct("<QQ")
-SLOT_SIZE = SLOT.size
-EMPTY, TOMB = 0, 1
-PRECANCEL = 1 << 63
 MIGRATE_PER_PUT = 16  # old slots migrated per insert: see the module docstring
 STEP_SLOTS = 1 << 12  # old slots migrated per index step
 SWEEP_SLOTS = 1 << 16  # slots the pre-cancel sweep reads per index step at least (1 MiB, ~0.3 ms)

@@ -24,11 +24,8 @@ import struct
 from typing import Any
 
 from sidecar.store.codec import native as _native
-
-EMPTY, TOMB = 0, 1
-PRECANCEL = 1 << 63
-_SLOT = struct.Struct("<QQ")
-_PAIRS = struct.Struct("<QQ")
+from sidecar.store.idslot import EMPTY, PRECANCEL, REMOVE, TOMB
+from sidecar.store.idslot import SLOT as _SLOT
 
 
 class _Table:
@@ -115,7 +112,7 @@ def _pairs(data: Any) -> list[tuple[int, int]]:
     raw = bytes(data)
     if len(raw) % 16:
         raise ValueError("idx_merge_pass: operations are 16-byte (hash, ref) pairs")
-    return [_PAIRS.unpack_from(raw, k) for k in range(0, len(raw), 16)]
+    return [_SLOT.unpack_from(raw, k) for k in range(0, len(raw), 16)]
 
 
 def _chunk_end(t: _Table, lo: int, hi: int, cutoff: int, out: list[int]) -> None:
@@ -169,6 +166,26 @@ def py_merge_pass(fd: int, header_size: int, mask: int, removes: Any, inserts: A
         _chunk_end(t, lo, hi, cutoff_ms, out)
     _finish(t, out, sync)
     return out[0], out[1], out[2], out[3], out[4], out[5]
+
+
+def net_ops(records: Any, mask: int) -> tuple[bytes, bytes]:
+    """A journal's records (in order; ``REMOVE`` marks a remove) as the pass's operations: the
+    last one on each (hash, ref) pair, (removes, inserts) -- merge.c's net_ops."""
+    last: dict[tuple[int, int], bool] = {}
+    for h, ref in _pairs(records):
+        key = (h, ref & ~REMOVE)
+        last.pop(key, None)  # a later operation on a pair replaces the earlier one
+        last[key] = bool(ref & REMOVE)
+    rm = b"".join(_SLOT.pack(h, ref) for (h, ref), gone in last.items() if gone)
+    put = b"".join(_SLOT.pack(h, ref) for (h, ref), gone in last.items() if not gone)
+    return rm, put
+
+
+def py_merge_journal(fd: int, header_size: int, mask: int, records: Any, cutoff_ms: int, chunk_slots: int,
+                     sync: bool) -> tuple[int, int, int, int, int, int]:
+    """The twin of ``_native.idx_merge_journal``: the pass of a journal's records."""
+    rm, put = net_ops(records, mask)
+    return py_merge_pass(fd, header_size, mask, rm, put, cutoff_ms, chunk_slots, sync)
 
 
 def py_rebuild(old_fd: int, new_fd: int, header_size: int, old_mask: int, new_mask: int, cutoff_ms: int,
@@ -228,3 +245,14 @@ def rebuild(old_fd: int, new_fd: int, header_size: int, old_mask: int, new_mask:
         )
         return out
     return py_rebuild(old_fd, new_fd, header_size, old_mask, new_mask, cutoff_ms, chunk_slots, sync)
+
+
+def merge_journal(fd: int, header_size: int, mask: int, records: bytes, cutoff_ms: int, chunk_slots: int,
+                  sync: bool) -> tuple[int, int, int, int, int, int]:
+    """``_native.idx_merge_journal`` (the GIL released), or its twin without the accelerator."""
+    if _native is not None:
+        out: tuple[int, int, int, int, int, int] = _native.idx_merge_journal(
+            fd, header_size, mask, records, cutoff_ms, chunk_slots, sync
+        )
+        return out
+    return py_merge_journal(fd, header_size, mask, records, cutoff_ms, chunk_slots, sync)

@@ -63,7 +63,8 @@ from sidecar.retry.ladder import RetryLadder
 from sidecar.scheduling import Scheduler
 from sidecar.store import checkpoint, codec
 from sidecar.store.codec import Record, decode_headers, encode_headers, native
-from sidecar.store.idindex import PRECANCEL, IdIndex, id_hash
+from sidecar.store.idindex import IdIndex, id_hash
+from sidecar.store.idslot import PRECANCEL
 from sidecar.store.intake_layout import Common
 from sidecar.store.log import CommitLog
 from sidecar.store.mapped import HEADER_SIZE, Disposal, StoreError, SyncBatch, deferred_disposal, deferred_sync
