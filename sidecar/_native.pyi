@@ -68,6 +68,10 @@ def idx_copy(
     old: memoryview, new: memoryview, header_size: int, lo: int, hi: int, new_mask: int, scan_off: int, /
 ) -> tuple[int, int, int, int, int]: ...
 def idx_expired(buf: memoryview, header_size: int, lo: int, hi: int, cutoff: int, /) -> list[tuple[int, int]]: ...
+def idx_apply(
+    buf: memoryview | bytearray, header_size: int, mask: int, records: bytes | bytearray | memoryview, /
+) -> tuple[int, int]: ...
+def idx_delivered_records(pairs: list[tuple[int, Record]], /) -> bytes: ...
 def idx_merge_pass(
     fd: int, header_size: int, mask: int, removes: bytes, inserts: bytes, cutoff_ms: int, chunk_slots: int,
     sync: bool, /,
@@ -104,11 +108,13 @@ def wl_ack(
 def ingest_run(
     msgs: list[Any], start: int, now: int, partition: int, id_prefix: bytes, checked_targets: set[str],
     no_headers: bytes, seg_buf: memoryview | None, idx_buf: memoryview, st: list[int], sched_bufs: tuple[Any, ...],
-    idx_old_buf: memoryview | None = None, /,
+    idx_old_buf: memoryview | None = None, idx_old2_buf: memoryview | None = None,
+    idx_jnl_buf: memoryview | bytearray | None = None, /,
 ) -> int: ...
 def restore_run(
     msgs: list[Any], start: int, partition: int, end: int, seg_buf: memoryview | None, idx_buf: memoryview,
-    st: list[int], sched_bufs: tuple[Any, ...], idx_old_buf: memoryview | None = None, /,
+    st: list[int], sched_bufs: tuple[Any, ...], idx_old_buf: memoryview | None = None,
+    idx_old2_buf: memoryview | None = None, idx_jnl_buf: memoryview | bytearray | None = None, /,
 ) -> int: ...
 def lv_due(
     buf: memoryview, hs: int, f0: int, idx: int, stop: int, now: int, restored: int, done: int, room: int,

@@ -49,12 +49,12 @@ from typing import Any
 
 from sidecar.engine.identity import ID_FILE
 from sidecar.levels.queue import IDX_BITS, IDX_MASK
-from sidecar.store import checkpoint, codec, space
+from sidecar.store import checkpoint, codec, idjournal, space
 from sidecar.store.buckets import BUCKET_BIT, ENTRY_HEAD, ENTRY_HEAD_SIZE, ENTRY_MAGIC, split_ref
 from sidecar.store.idindex import NEXT as IDX_NEXT
 from sidecar.store.idindex import id_hash
-from sidecar.store.idslot import EMPTY, PRECANCEL, SLOT, SLOT_SIZE
-from sidecar.store.mapped import HEADER, HEADER_SIZE
+from sidecar.store.idslot import EMPTY, PRECANCEL, SLOT, SLOT_SIZE, journal_ops
+from sidecar.store.mapped import HEADER, HEADER_SIZE, StoreError
 from sidecar.wheel.layout import ENTRY as TL_ENTRY
 
 _ENTRY = struct.Struct("<QqB7x")
@@ -203,13 +203,29 @@ def _read_only(path: Path) -> mmap.mmap | None:
 
 
 def _index_refs(d: Path, h: int) -> list[int]:
-    """The refs under hash ``h`` in ``<d>/ids.idx`` and in any table it is migrating into
-    (``ids.idx.next.<n>``, store/idindex.py): the IdIndex probe, read-only. A table the
-    checkpoint does not name any more only adds refs the caller verifies against the record. A
-    migration copies: an id may be in both tables, reported once."""
+    """The refs under hash ``h`` in the id index (store/idindex.py), read-only: the table
+    ``<d>/ids.idx`` (and a grown one not yet named, ``ids.idx.next.<n>``), then the journals'
+    operations on ``h`` in order (``ids.jnl.<g>``: what the stages hold, not yet merged; a journal
+    already merged only repeats what the table has). A ref no longer pending only adds a ref the
+    caller verifies against the record."""
     out: dict[int, None] = {}
     for f in [d / "ids.idx", *sorted(d.glob(f"{IDX_NEXT}*"))]:
         out.update(dict.fromkeys(_table_refs(f, h)))
+    for g in idjournal.generations(d):
+        try:
+            records, _n = idjournal.scan(d, g)
+        except StoreError:
+            continue
+        try:
+            for rh, ref, gone in journal_ops(records):
+                if rh != h:
+                    continue
+                if gone:
+                    out.pop(ref, None)
+                else:
+                    out[ref] = None
+        except ValueError:
+            continue
     return list(out)
 
 

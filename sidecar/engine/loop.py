@@ -87,9 +87,8 @@ LOOKUP_YIELD_S = 0.0002  # a busy loop pauses this long before taking the stores
 
 def _text(rid: bytes) -> str:
     return rid.decode("utf-8", "backslashreplace")
-# Every idle turn makes an id-index migration step (IdIndex.step), and every turn at least this
-# often; the pre-cancel sweep steps at this pace only (it reads 1 MiB of the index per step). The
-# inserts migrate their own share: the steps only finish a migration sooner.
+# The id indexes' steps (IdIndex.step: notice a finished merge pass, cut the next generation),
+# this often: a pass's result waits at most this long to be taken.
 INDEX_STEP_S = 0.05
 
 
@@ -459,15 +458,12 @@ class Sidecar:
         if mono - self._last_commit >= self.s.commit_interval_ms / 1000:
             dur.checkpoint_all()
             self._last_commit = mono
-        sweep = mono - self._last_index_step >= INDEX_STEP_S
-        if sweep or not msgs:
-            # the id indexes' migrations (every idle turn) and pre-cancel sweeps (every
-            # INDEX_STEP_S): a bounded slice per store (IdIndex.step)
+        if mono - self._last_index_step >= INDEX_STEP_S:
+            # the id indexes' merge passes: noticed when done, started when due (IdIndex.step)
             now = self.clock.wall_ms()
             for store in self.stores.values():
-                store.index_step(now, sweep)
-            if sweep:
-                self._last_index_step = mono
+                store.index_step(now)
+            self._last_index_step = mono
         if mono - self._last_trim >= TRIM_INTERVAL_S:
             dur.trim(mono)
             if self.restorer is not None:

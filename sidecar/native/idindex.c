@@ -29,7 +29,7 @@ static int table_get(PyObject *const *args, Table *t, int writable) {
     t->h = PyLong_AsUnsignedLongLong(args[3]);
     if (PyErr_Occurred()) return -1;
     if (PyObject_GetBuffer(args[0], &t->view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0) return -1;
-    if (hs < 0 || (t->mask & (t->mask + 1)) || (uint64_t)(t->view.len - hs) < (t->mask + 1) * 16) {
+    if (hs < 0 || (t->mask & (t->mask + 1)) || t->view.len < hs || (uint64_t)(t->view.len - hs) < (t->mask + 1) * 16) {
         PyBuffer_Release(&t->view);
         PyErr_SetString(PyExc_ValueError, "id index: buffer does not hold the table");
         return -1;
@@ -107,13 +107,14 @@ static PyObject *native_idx_put(PyObject *self, PyObject *const *args, Py_ssize_
     return PyLong_FromLongLong(free_slot >= 0 ? -off : off);
 }
 
-/* Remove (h, ref) from the table: 1 if found (its byte offset and the tombstone deltas set). */
+/* Remove (h, ref) from the table: 1 if found (its byte offset and the tombstone deltas set); 0 if
+ * not, -1 if not and the probe went round the table without meeting an empty slot. */
 static int table_remove(Table *t, uint64_t h, uint64_t ref, long long scan_off, long long *off_out,
                         long long *tombs_out, long long *scan_tombs_out) {
     long long hs = (long long)(t->base - (uint8_t *)t->view.buf);
     for (uint64_t i = h & t->mask, n = 0; n <= t->mask; i = (i + 1) & t->mask, n++) {
         uint64_t sh = slot_hash(t, i);
-        if (sh == EMPTY) break;
+        if (sh == EMPTY) return 0;
         if (sh != h || slot_ref(t, i) != ref) continue;
         long long off = hs + (long long)i * 16, tombs = 0, scan_tombs = 0;
         uint64_t v;
@@ -136,7 +137,7 @@ static int table_remove(Table *t, uint64_t h, uint64_t ref, long long scan_off, 
         *scan_tombs_out = scan_tombs;
         return 1;
     }
-    return 0;
+    return -1; /* round the table: no empty slot ends the chain */
 }
 
 /* idx_remove(buf, header_size, mask, h, ref, scan_off) -> None | (off, tombs, scan_tombs):
@@ -157,7 +158,7 @@ static PyObject *native_idx_remove(PyObject *self, PyObject *const *args, Py_ssi
     long long off, tombs, scan_tombs;
     int found = table_remove(&t, t.h, ref, scan_off, &off, &tombs, &scan_tombs);
     PyBuffer_Release(&t.view);
-    if (!found) Py_RETURN_NONE;
+    if (found <= 0) Py_RETURN_NONE;
     return Py_BuildValue("(LLL)", off, tombs, scan_tombs);
 }
 
@@ -188,7 +189,7 @@ static PyObject *native_idx_remove_delivered(PyObject *self, PyObject *const *ar
         PyObject *rid = ((RecordObject *)PyTuple_GET_ITEM(pair, 1))->id;
         uint64_t h = kds_id_hash((const uint8_t *)PyBytes_AS_STRING(rid), PyBytes_GET_SIZE(rid));
         long long off, dt, dst;
-        if (table_remove(&t, h, ref, scan_off, &off, &dt, &dst)) {
+        if (table_remove(&t, h, ref, scan_off, &off, &dt, &dst) > 0) {
             removed++;
             tombs += dt;
             scan_tombs += dst;
@@ -204,8 +205,10 @@ fail:
 
 /* Insert (h, ref) into the table at base (mask) unless it is there: 0 if it was, else the slot's
  * byte offset from the file's start (base - hs), negated for a reused tombstone (*full set,
- * nothing written, if no slot is free: the caller keeps the table at most half full). */
-static long long raw_put(uint8_t *base, uint64_t mask, long long hs, uint64_t h, uint64_t ref, int *full) {
+ * nothing written, if no slot is free: the caller keeps the table at most half full; with
+ * need_empty, also when the probe went round the table without meeting an empty slot). */
+static long long raw_put(uint8_t *base, uint64_t mask, long long hs, uint64_t h, uint64_t ref, int need_empty,
+                         int *full) {
     int64_t free_slot = -1;
     uint64_t i = h & mask, n = 0, sh, sr;
     *full = 0;
@@ -218,7 +221,7 @@ static long long raw_put(uint8_t *base, uint64_t mask, long long hs, uint64_t h,
         }
         if (sh == TOMB && free_slot < 0) free_slot = (int64_t)i;
     }
-    if (n > mask && free_slot < 0) {
+    if (n > mask && (free_slot < 0 || need_empty)) {
         *full = 1;
         return 0;
     }
@@ -239,7 +242,7 @@ int kds_idx_copy_range(const uint8_t *old, uint8_t *base, uint64_t mask, long lo
         memcpy(&r, old + k * 16 + 8, 8);
         seen++;
         int full;
-        long long off = raw_put(base, mask, hs, h, r, &full);
+        long long off = raw_put(base, mask, hs, h, r, 0, &full);
         if (full) return -1;
         if (off == 0) continue;
         inserted++;
@@ -327,18 +330,135 @@ done:
     return out;
 }
 
-long long kds_idx_intake_slot(const uint8_t *base, uint64_t mask, long long live, long long tombs, uint64_t h,
-                              int *tomb, const uint8_t *old, uint64_t old_mask) {
-    if ((live + tombs + 1) * 2 > (long long)(mask + 1)) return -1; /* IdIndex.put would grow the table */
-    if (old) { /* a migration runs: an entry under h in the old table counts as well */
-        uint64_t sh, probes = 0;
-        for (uint64_t at = h & old_mask;; at = (at + 1) & old_mask, probes++) {
-            if (probes > old_mask) return -1;
-            memcpy(&sh, old + at * 16, 8);
-            if (sh == EMPTY) break;
-            if (sh == h) return -1;
-        }
+/* idx_apply(buf, header_size, mask, records) -> (live, tombs): a journal's operations
+ * (kds_jnl_read, native.h) applied in order to the table in buf, as the IdIndex calls would: an
+ * insert is idx_put's (nothing if the pair is there), a remove idx_remove's (nothing if absent),
+ * each writing the slots that call writes. Returns the change in live and in tombstone slots. It
+ * loads a journal into an in-memory stage at recovery. Refused before any write (ValueError):
+ * records not a whole number of 16-byte records or malformed, a buffer that does not hold the
+ * table. An operation whose probe goes round the table without meeting an empty slot (the Python
+ * probes would never end) raises RuntimeError, nothing written for it: the ones before it stay
+ * applied. */
+static PyObject *native_idx_apply(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "idx_apply(buf, header_size, mask, records)");
+        return NULL;
     }
+    PyObject *targs[4] = {args[0], args[1], args[2], args[2]}; /* h is per record: the mask, converted anyway */
+    Table t;
+    if (table_get(targs, &t, 1) < 0) return NULL;
+    Py_buffer rv;
+    if (PyObject_GetBuffer(args[3], &rv, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&t.view);
+        return NULL;
+    }
+    const uint8_t *rec = (const uint8_t *)rv.buf;
+    uint64_t n = (uint64_t)rv.len / 16, k = 0, bad = 0;
+    PyObject *out = NULL;
+    long long live = 0, tombs = 0;
+    if (rv.len % 16) {
+        PyErr_SetString(PyExc_ValueError, "idx_apply: records are 16-byte (hash, ref) pairs");
+        goto done;
+    }
+    if (kds_jnl_check(rec, n, &bad) < 0) { /* every record checked before the first write */
+        PyErr_Format(PyExc_ValueError, "idx_apply: record %llu is malformed (a hash below 2 outside a remove's "
+                     "marker, or a marker with a ref or without its pair)", (unsigned long long)bad);
+        goto done;
+    }
+    while (k < n) {
+        uint64_t h = 0, ref = 0;
+        int remove = 0;
+        uint64_t at = k;
+        k += (uint64_t)kds_jnl_read(rec, n, k, &h, &ref, &remove);
+        if (remove) {
+            long long off, dt, dst;
+            int found = table_remove(&t, h, ref, -1, &off, &dt, &dst);
+            if (found < 0) goto no_empty;
+            if (found) {
+                live--;
+                tombs += dt;
+            }
+        } else {
+            int full;
+            /* only zero (present) and the sign (a tombstone) are used: an offset from 1, never 0
+               (one from the header would be 0 for slot 0 of a header-less table) */
+            long long off = raw_put(t.base, t.mask, 1, h, ref, 1, &full);
+            if (full) goto no_empty;
+            if (off) {
+                live++;
+                tombs -= off < 0;
+            }
+        }
+        continue;
+    no_empty:
+        PyErr_Format(PyExc_RuntimeError, "idx_apply: record %llu: the table has no empty slot on its probe",
+                     (unsigned long long)at);
+        goto done;
+    }
+    out = Py_BuildValue("(LL)", live, tombs);
+done:
+    PyBuffer_Release(&rv);
+    PyBuffer_Release(&t.view);
+    return out;
+}
+
+/* idx_delivered_records(pairs) -> bytes: for every (ref, rec) of a settled batch (the pairs
+ * idx_remove_delivered takes), in order, the journal's remove of (id_hash(rec.id), ref): the
+ * marker (TOMB, 0) then the pair, 32 bytes little-endian (kds_jnl_read). */
+static PyObject *native_idx_delivered_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 1 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "idx_delivered_records(pairs: list)");
+        return NULL;
+    }
+    PyObject *pairs = args[0];
+    Py_ssize_t n = PyList_GET_SIZE(pairs);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * 32);
+    if (!out) return NULL;
+    uint8_t *p = (uint8_t *)PyBytes_AS_STRING(out);
+    const uint64_t mark = TOMB, zero = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *pair = PyList_GET_ITEM(pairs, k);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+            !PyObject_TypeCheck(PyTuple_GET_ITEM(pair, 1), &kds_RecordType)) {
+            PyErr_SetString(PyExc_TypeError, "pairs must be (ref, Record) tuples");
+            Py_DECREF(out);
+            return NULL;
+        }
+        uint64_t ref = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(pair, 0));
+        if (PyErr_Occurred()) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyObject *rid = ((RecordObject *)PyTuple_GET_ITEM(pair, 1))->id;
+        uint64_t h = kds_id_hash((const uint8_t *)PyBytes_AS_STRING(rid), PyBytes_GET_SIZE(rid));
+        memcpy(p + k * 32, &mark, 8);
+        memcpy(p + k * 32 + 8, &zero, 8);
+        memcpy(p + k * 32 + 16, &h, 8);
+        memcpy(p + k * 32 + 24, &ref, 8);
+    }
+    return out;
+}
+
+/* 1 if the table at t (mask) may hold an entry under h: one is there, or the probe went round the
+ * table without meeting an empty slot (the caller then leaves the id to the reference path). */
+static int intake_seen(const uint8_t *t, uint64_t mask, uint64_t h) {
+    uint64_t sh, probes = 0;
+    for (uint64_t at = h & mask;; at = (at + 1) & mask, probes++) {
+        if (probes > mask) return 1;
+        memcpy(&sh, t + at * 16, 8);
+        if (sh == EMPTY) return 0;
+        if (sh == h) return 1;
+    }
+}
+
+long long kds_idx_intake_slot(const uint8_t *base, uint64_t mask, long long live, long long tombs, uint64_t h,
+                              int *tomb, const uint8_t *old, uint64_t old_mask, const uint8_t *old2,
+                              uint64_t old2_mask) {
+    if ((live + tombs + 1) * 2 > (long long)(mask + 1)) return -1; /* IdIndex.put would grow the table */
+    /* an entry under h in a table probed for presence (the old one while a migration runs, the
+       staged index's second one) counts as one in this table */
+    if (old && intake_seen(old, old_mask, h)) return -1;
+    if (old2 && intake_seen(old2, old2_mask, h)) return -1;
     int64_t free_slot = -1;
     uint64_t at = h & mask, probes = 0;
     for (;; at = (at + 1) & mask, probes++) {
@@ -366,4 +486,6 @@ PyMethodDef kds_idindex_methods[] = {
     {"idx_remove_delivered", (PyCFunction)(void (*)(void))native_idx_remove_delivered, METH_FASTCALL, NULL},
     {"idx_copy", (PyCFunction)(void (*)(void))native_idx_copy, METH_FASTCALL, NULL},
     {"idx_expired", (PyCFunction)(void (*)(void))native_idx_expired, METH_FASTCALL, NULL},
+    {"idx_apply", (PyCFunction)(void (*)(void))native_idx_apply, METH_FASTCALL, NULL},
+    {"idx_delivered_records", (PyCFunction)(void (*)(void))native_idx_delivered_records, METH_FASTCALL, NULL},
     {NULL, NULL, 0, NULL}};

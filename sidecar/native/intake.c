@@ -94,15 +94,20 @@ static PyObject *in_call(PyObject *m, int k) {
 typedef struct {
     int64_t st[IN_MAX_STATE], st_in[IN_MAX_STATE];
     Py_ssize_t nst;
-    int kind, have_seg, have_idx, have_old, nbuf;
-    Py_buffer segv, idxv, oldv, bufs[IN_MAX_BUFS];
+    int kind, have_seg, have_idx, have_old, have_old2, have_jnl, nbuf;
+    Py_buffer segv, idxv, oldv, old2v, jnlv, bufs[IN_MAX_BUFS];
     uint8_t *bp[IN_MAX_BUFS], *ibase;
-    const uint8_t *obase; /* the id index's old table while it migrates (NULL: none) */
-    Py_ssize_t blen[IN_MAX_BUFS];
+    const uint8_t *obase;  /* the id index's old table while it migrates (NULL: none) */
+    const uint8_t *o2base; /* a second table probed for presence only (NULL: none) */
+    uint8_t *jbase;        /* the journal buffer, each insert appended at st[IN_IDX_JNL_AT] (NULL: none) */
+    Py_ssize_t blen[IN_MAX_BUFS], jlen;
     PyObject *sbufs;
     long long hs, sb;
-    uint64_t mask, old_mask;
+    uint64_t mask, old_mask, old2_mask;
 } InRun;
+
+/* The optional buffers after sched_bufs, in this order (None or absent: none). */
+enum { IN_OPT_OLD, IN_OPT_OLD2, IN_OPT_JNL, IN_OPT_COUNT };
 
 /* The state list's ints into r->st (and a copy into r->st_in); its length, or -1 with an error set. */
 static Py_ssize_t state_in(PyObject *lst, int64_t *st, int64_t *orig) {
@@ -134,17 +139,42 @@ static void in_close(InRun *r) {
         if (r->bufs[r->nbuf].obj) PyBuffer_Release(&r->bufs[r->nbuf]);
     if (r->have_idx) PyBuffer_Release(&r->idxv);
     if (r->have_old) PyBuffer_Release(&r->oldv);
+    if (r->have_old2) PyBuffer_Release(&r->old2v);
+    if (r->have_jnl) PyBuffer_Release(&r->jnlv);
     if (r->have_seg) PyBuffer_Release(&r->segv);
-    r->have_idx = r->have_old = r->have_seg = 0;
+    r->have_idx = r->have_old = r->have_old2 = r->have_jnl = r->have_seg = 0;
+}
+
+/* A table probed for presence only (buffer b, capacity - 1 in st[mask_at]) into *base: 0 (b None
+ * or absent: *base stays NULL), or -1 with an error set. */
+static int in_probed(InRun *r, PyObject *b, int mask_at, Py_buffer *v, int *have, const uint8_t **base,
+                     uint64_t *mask) {
+    *mask = (uint64_t)r->st[mask_at];
+    if (b == NULL || b == Py_None) return 0;
+    if (PyObject_GetBuffer(b, v, PyBUF_SIMPLE) < 0) return -1;
+    *have = 1;
+    if (r->st[mask_at] < 0 || (*mask & (*mask + 1)) || v->len < r->hs ||
+        (uint64_t)(v->len - r->hs) < (*mask + 1) * 16) {
+        PyErr_SetString(PyExc_ValueError, "intake: a probed index buffer does not match the state");
+        return -1;
+    }
+    *base = (const uint8_t *)v->buf + r->hs;
+    return 0;
 }
 
 /* Take the state and the buffers (seg None: the head's segment is not mapped yet, nothing fits);
  * 0, or -1 with an error set (in_close releases what was taken). sbufs: wheel (tl_buf | None,
  * slot_buf, occ_send, occ_done, by_range: the buckets not fully linked yet); levels: a tuple of
- * each level's current queue file buffer (or None). */
-static int in_open(InRun *r, PyObject *seg, PyObject *idx, PyObject *stl, PyObject *sbufs, PyObject *old) {
-    r->have_seg = r->have_idx = r->have_old = r->nbuf = 0;
-    r->obase = NULL;
+ * each level's current queue file buffer (or None). opt: the nopt optional arguments after
+ * sched_bufs (IN_OPT_*: idx_old_buf, idx_old2_buf, idx_jnl_buf). */
+static int in_open(InRun *r, PyObject *seg, PyObject *idx, PyObject *stl, PyObject *sbufs, PyObject *const *opt,
+                   Py_ssize_t nopt) {
+    r->have_seg = r->have_idx = r->have_old = r->have_old2 = r->have_jnl = r->nbuf = 0;
+    r->obase = r->o2base = NULL;
+    r->jbase = NULL;
+    r->jlen = 0;
+    PyObject *o[IN_OPT_COUNT] = {NULL, NULL, NULL};
+    for (Py_ssize_t k = 0; k < nopt && k < IN_OPT_COUNT; k++) o[k] = opt[k];
     if (!PyTuple_Check(sbufs)) {
         PyErr_SetString(PyExc_TypeError, "intake: sched_bufs must be a tuple");
         return -1;
@@ -183,21 +213,24 @@ static int in_open(InRun *r, PyObject *seg, PyObject *idx, PyObject *stl, PyObje
     r->hs = st[IN_HEADER_SIZE], r->sb = st[IN_SEG_BYTES];
     r->mask = (uint64_t)st[IN_IDX_MASK];
     if (r->hs < 0 || r->sb <= r->hs || (r->have_seg && r->segv.len < r->sb) || (r->mask & (r->mask + 1)) ||
-        (uint64_t)(r->idxv.len - r->hs) < (r->mask + 1) * 16) {
+        r->idxv.len < r->hs || (uint64_t)(r->idxv.len - r->hs) < (r->mask + 1) * 16) {
         PyErr_SetString(PyExc_ValueError, "intake: log or index buffer does not match the state");
         return -1;
     }
     r->ibase = (uint8_t *)r->idxv.buf + r->hs;
-    r->old_mask = (uint64_t)st[IN_IDX_OLD_MASK];
-    if (old != NULL && old != Py_None) {
-        if (PyObject_GetBuffer(old, &r->oldv, PyBUF_SIMPLE) < 0) return -1;
-        r->have_old = 1;
-        if (st[IN_IDX_OLD_MASK] < 0 || (r->old_mask & (r->old_mask + 1)) ||
-            (uint64_t)(r->oldv.len - r->hs) < (r->old_mask + 1) * 16) {
-            PyErr_SetString(PyExc_ValueError, "intake: the old index buffer does not match the state");
+    if (in_probed(r, o[IN_OPT_OLD], IN_IDX_OLD_MASK, &r->oldv, &r->have_old, &r->obase, &r->old_mask) < 0 ||
+        in_probed(r, o[IN_OPT_OLD2], IN_IDX_OLD2_MASK, &r->old2v, &r->have_old2, &r->o2base, &r->old2_mask) < 0)
+        return -1;
+    PyObject *jnl = o[IN_OPT_JNL];
+    if (jnl != NULL && jnl != Py_None && st[IN_IDX_JNL_AT] >= 0) {
+        if (PyObject_GetBuffer(jnl, &r->jnlv, PyBUF_WRITABLE) < 0) return -1;
+        r->have_jnl = 1;
+        if (st[IN_IDX_JNL_AT] > r->jnlv.len) {
+            PyErr_SetString(PyExc_ValueError, "intake: the journal buffer does not match the state");
             return -1;
         }
-        r->obase = (const uint8_t *)r->oldv.buf + r->hs;
+        r->jbase = (uint8_t *)r->jnlv.buf;
+        r->jlen = r->jnlv.len;
     }
     return 0;
 }
@@ -320,12 +353,23 @@ static long long in_sched_add(InRun *r, long long due, long long level, long lon
     return (level << 48) | idx;
 }
 
+/* Room in the journal for one more record (always, without a journal): checked before the first
+ * write, so a full journal stops the run before the record, as any check the loop makes does. */
+static inline int in_jnl_room(const InRun *r) {
+    return !r->jbase || r->st[IN_IDX_JNL_AT] + 16 <= (long long)r->jlen;
+}
+
 /* After the record of `length` bytes is written at the head: the head moves, and (h, ref) goes
- * into id-index slot `at` (kds_idx_intake_slot's answer) with the counts IdIndex.put keeps. */
+ * into id-index slot `at` (kds_idx_intake_slot's answer) with the counts IdIndex.put keeps, and
+ * into the journal (in_jnl_room said there is room) as a 16-byte record (u64 h, u64 ref). */
 static void in_stored(InRun *r, uint64_t length, long long at, int tomb, uint64_t h, long long ref) {
     int64_t *st = r->st;
     st[IN_HEAD] += (long long)length;
     kds_idx_write(r->ibase, (uint64_t)at, h, (uint64_t)ref);
+    if (r->jbase) {
+        kds_idx_write(r->jbase + st[IN_IDX_JNL_AT], 0, h, (uint64_t)ref); /* the slot's layout */
+        st[IN_IDX_JNL_AT] += 16;
+    }
     long long ioff = r->hs + at * 16, scan = st[IN_IDX_SCAN_OFF];
     if (tomb) {
         st[IN_IDX_TOMBS]--;
@@ -336,11 +380,13 @@ static void in_stored(InRun *r, uint64_t length, long long at, int tomb, uint64_
 }
 
 /* After an insert while the id index migrates: the insert's migration step, as IdIndex.put makes
- * it (MIGRATE_PER_PUT old slots copied into the new table). 0, 1 when the migration's last slot was
- * copied (the caller stops: IdIndex finishes the migration), or -1 with an error set. */
+ * it (MIGRATE_PER_PUT old slots copied into the new table; a step of 0 or less: none, and nothing
+ * ends the migration, the old table only probed). 0, 1 when the migration's last slot was copied
+ * (the caller stops: IdIndex finishes the migration), or -1 with an error set. The copies are not
+ * journaled: they move entries the index holds already. */
 static int in_migrate(InRun *r) {
     int64_t *st = r->st;
-    if (!r->obase) return 0;
+    if (!r->obase || st[IN_IDX_STEP] <= 0) return 0;
     long long cur = st[IN_IDX_CURSOR], end = cur + st[IN_IDX_STEP], scan = st[IN_IDX_SCAN_OFF], d[5];
     if (end > (long long)r->old_mask + 1) end = (long long)r->old_mask + 1;
     if (kds_idx_copy_range(r->obase, r->ibase, r->mask, r->hs, cur, end, scan, d) < 0) {
@@ -356,12 +402,25 @@ static int in_migrate(InRun *r) {
 }
 
 /* ingest_run(msgs, start, now, partition, id_prefix, checked_targets, no_headers, seg_buf, idx_buf,
- *            st, sched_bufs[, idx_old_buf]) -> int: see above. idx_old_buf: the id index's old table
- * while it migrates (None or absent: no migration; its mask is st[IN_IDX_OLD_MASK]). */
+ *            st, sched_bufs[, idx_old_buf[, idx_old2_buf[, idx_jnl_buf]]]) -> int: see above.
+ * The optional buffers (None or absent: none):
+ *   idx_old_buf   the id index's old table while it migrates (its mask st[IN_IDX_OLD_MASK]); each
+ *                 insert makes st[IN_IDX_STEP] slots of migration (0: none, the table only probed)
+ *   idx_old2_buf  a second table probed for presence only (its mask st[IN_IDX_OLD2_MASK]): an id
+ *                 with an entry there is left to the reference path, as one in either other table
+ *   idx_jnl_buf   a writable journal (used when st[IN_IDX_JNL_AT] >= 0): each (h, ref) inserted into
+ *                 the index is appended at byte st[IN_IDX_JNL_AT] as 16 bytes (u64 h, u64 ref,
+ *                 little-endian), which moves by 16; the migration's copies are not journaled.
+ * Returns the index of the first message not stored (len(msgs) if all were): every message before
+ * it is stored, indexed and journaled, nothing of it or after it. A record with no room left in
+ * the journal (st[IN_IDX_JNL_AT] + 16 > len(idx_jnl_buf)) is not stored, like any record the loop
+ * leaves to the reference path: the caller can tell it by the journal's room, and either runs it
+ * through the reference path or calls again from it with room. */
 static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 11 && nargs != 12) {
+    if (nargs < 11 || nargs > 11 + IN_OPT_COUNT) {
         PyErr_SetString(PyExc_TypeError, "ingest_run(msgs, start, now, partition, id_prefix, checked_targets, "
-                                         "no_headers, seg_buf, idx_buf, st, sched_bufs[, idx_old_buf])");
+                                         "no_headers, seg_buf, idx_buf, st, sched_bufs[, idx_old_buf[, "
+                                         "idx_old2_buf[, idx_jnl_buf]]])");
         return NULL;
     }
     if (in_names() < 0) return NULL;
@@ -379,7 +438,7 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
     PyObject *result = NULL;
     Py_ssize_t i = start, n = PyList_GET_SIZE(msgs);
     int stop = 0;
-    if (in_open(r, args[7], args[8], args[9], args[10], nargs == 12 ? args[11] : NULL) < 0) goto fail;
+    if (in_open(r, args[7], args[8], args[9], args[10], args + 11, nargs - 11) < 0) goto fail;
     int64_t *st = r->st;
     const long long maxb = st[IN_MAX_RECORD_BYTES], maxd = st[IN_MAX_DELAY_MS];
     const int kind = r->kind;
@@ -434,8 +493,8 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
         /* id index: no entry under h (else the duplicate / pre-cancel checks), no growth due */
         int tomb = 0;
         long long at = kds_idx_intake_slot(r->ibase, r->mask, st[IN_IDX_LIVE], st[IN_IDX_TOMBS], h, &tomb, r->obase,
-                                           r->old_mask);
-        if (at < 0) goto next;
+                                           r->old_mask, r->o2base, r->old2_mask);
+        if (at < 0 || !in_jnl_room(r)) goto next;
         /* plan */
         long long level = 0;
         if (kind == IN_KIND_WHEEL) {
@@ -539,23 +598,26 @@ static int in_changelog_record(const uint8_t *v, Py_ssize_t n, const char *key, 
     return kds_crc32c(v + 8, body) == crc;
 }
 
-/* restore_run(msgs, start, partition, end, seg_buf, idx_buf, st, sched_bufs[, idx_old_buf]) -> int: the restore's
+/* restore_run(msgs, start, partition, end, seg_buf, idx_buf, st, sched_bufs[, idx_old_buf[, idx_old2_buf[,
+ *             idx_jnl_buf]]]) -> int: the restore's
  * fast path (sidecar/store/partition.py, PartitionStore.restore_many; the reference is
  * restore_put, per changelog record). From msgs[start] on, each consumed changelog message is
  * stored while it is a put restore_put would append as it is: no error, this partition, offset
  * below `end` (-1: no end, a standby), bytes key and value, the value a record
  * (in_changelog_record) of the key's id, no id-index entry under the id's hash (nothing pending,
- * no pre-cancel; while the index migrates, in neither table) and no index growth due, room in the
- * head's segment, the scheduler's plain append at the record's own due time and level. The value's
- * bytes are appended as they are, and each insert makes its migration step (in_migrate: it stops
- * after the step that ends a migration, which IdIndex finishes). Returns the
- * index of the first message not stored (a tombstone, a CANCEL, an id already known, ...): the
- * caller runs it through the reference path. st's NEXT_OFFSET takes the changelog offset after
+ * no pre-cancel; in none of the tables given) and no index growth due, room in the journal (if
+ * one is given) and in the head's segment, the scheduler's plain append at the record's own due
+ * time and level. The value's bytes are appended as they are, each insert is journaled and makes
+ * its migration step (in_migrate: it stops after the step that ends a migration, which IdIndex
+ * finishes). The optional buffers are ingest_run's, with the same meaning and the same stop
+ * contract. Returns the index of the first message not stored (a tombstone, a CANCEL, an id
+ * already known, a full journal, ...): the caller runs it through the reference path (or, for a
+ * full journal, may call again with room). st's NEXT_OFFSET takes the changelog offset after
  * the last message stored, RESTORED_BYTES and MAX_SRC_OFFSET what the caller reports. */
 static PyObject *native_restore_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 8 && nargs != 9) {
-        PyErr_SetString(PyExc_TypeError,
-                        "restore_run(msgs, start, partition, end, seg_buf, idx_buf, st, sched_bufs[, idx_old_buf])");
+    if (nargs < 8 || nargs > 8 + IN_OPT_COUNT) {
+        PyErr_SetString(PyExc_TypeError, "restore_run(msgs, start, partition, end, seg_buf, idx_buf, st, sched_bufs[, "
+                                         "idx_old_buf[, idx_old2_buf[, idx_jnl_buf]]])");
         return NULL;
     }
     if (in_names() < 0) return NULL;
@@ -572,7 +634,7 @@ static PyObject *native_restore_run(PyObject *self, PyObject *const *args, Py_ss
     PyObject *result = NULL;
     Py_ssize_t i = start, n = PyList_GET_SIZE(msgs);
     int stop = 0;
-    if (in_open(r, args[4], args[5], args[6], args[7], nargs == 9 ? args[8] : NULL) < 0) goto fail;
+    if (in_open(r, args[4], args[5], args[6], args[7], args + 8, nargs - 8) < 0) goto fail;
     int64_t *st = r->st;
     for (; i < n && r->have_seg; i++) {
         PyObject *m = PyList_GET_ITEM(msgs, i);
@@ -592,8 +654,8 @@ static PyObject *native_restore_run(PyObject *self, PyObject *const *args, Py_ss
         uint64_t h = kds_id_hash((const uint8_t *)PyBytes_AS_STRING(key), (size_t)klen);
         int tomb = 0;
         long long at = kds_idx_intake_slot(r->ibase, r->mask, st[IN_IDX_LIVE], st[IN_IDX_TOMBS], h, &tomb, r->obase,
-                                           r->old_mask);
-        if (at < 0) goto next;
+                                           r->old_mask, r->o2base, r->old2_mask);
+        if (at < 0 || !in_jnl_room(r)) goto next;
         long long head = st[IN_HEAD], soff_log = in_room(r, (uint64_t)vlen);
         if (soff_log < 0) goto next;
         long long ref = in_sched_add(r, rd64(v + 16), rd16(v + 50), head);

@@ -22,38 +22,40 @@
 #define IN_IDX_STEP 15 /* id index: old slots migrated per insert (MIGRATE_PER_PUT) */
 #define IN_RESTORED_BYTES 16 /* restore_run: bytes of the changelog values it stored (moved by the loop) */
 #define IN_MAX_SRC_OFFSET 17 /* restore_run: highest source offset of the records it stored (-1: none) */
-#define IN_SCHED_AT 18 /* first index of the scheduler's part */
+#define IN_IDX_OLD2_MASK 18 /* id index: a second table probed for presence only, capacity - 1 (-1: none) */
+#define IN_IDX_JNL_AT 19 /* id index: bytes of the journal buffer used (moved by the loop; -1: no journal) */
+#define IN_SCHED_AT 20 /* first index of the scheduler's part */
 
 /* Kind. Values of ``Common.KIND``. */
 #define IN_KIND_WHEEL 0 /* the wheel's part follows */
 #define IN_KIND_LEVELS 1 /* the levels' part follows */
 
 /* Wheel. The wheel's part (sidecar/wheel/scheduler.py, ``intake_begin`` / ``intake_end``). */
-#define IN_W_P 18 /* precision: ms per slot */
-#define IN_W_N 19 /* slots in the ring */
-#define IN_W_LATE_BELOW 20 /* slot numbers below this are already due: the late chain */
-#define IN_W_S_K 21 /* reader's slot number */
-#define IN_W_S_O 22 /* reader's offset within its slot (-1: none) */
-#define IN_W_GUARD 23 /* ring guard: slot numbers from GUARD + N go to a bucket */
-#define IN_W_HEAD 24 /* next timer-log entry index (moved by the loop) */
-#define IN_W_PER_FILE 25 /* timer-log entries per file */
-#define IN_W_F0 26 /* first entry of the head's timer-log file (-1: not mapped) */
-#define IN_W_APP_LO 27 /* timer log: appended range start (-1: none; moved by the loop) */
-#define IN_W_APP_HI 28 /* timer log: appended range end (moved by the loop) */
-#define IN_W_SLOT_DIRTY_LO 29 /* slot file: dirty byte range start (-1: none; moved by the loop) */
-#define IN_W_SLOT_DIRTY_HI 30 /* slot file: dirty byte range end (moved by the loop) */
-#define IN_W_MARK_LO 31 /* timer log: patched old tails, byte range start (-1: none; set by the loop) */
-#define IN_W_MARK_HI 32 /* timer log: patched old tails, byte range end (set by the loop) */
-#define IN_W_WIDTH 33 /* bucket width, ms */
-#define IN_W_LATE_HEAD 34 /* late chain's first entry (-1: empty; moved by the loop) */
-#define IN_W_LATE_TAIL 35 /* late chain's last entry (-1: empty; moved by the loop) */
-#define IN_W_NEW_CHAINS 36 /* slot chains the loop started (occ_send flags set): the search memo is stale */
-#define IN_W_SIZE 37 /* length of the array with the wheel's part */
+#define IN_W_P 20 /* precision: ms per slot */
+#define IN_W_N 21 /* slots in the ring */
+#define IN_W_LATE_BELOW 22 /* slot numbers below this are already due: the late chain */
+#define IN_W_S_K 23 /* reader's slot number */
+#define IN_W_S_O 24 /* reader's offset within its slot (-1: none) */
+#define IN_W_GUARD 25 /* ring guard: slot numbers from GUARD + N go to a bucket */
+#define IN_W_HEAD 26 /* next timer-log entry index (moved by the loop) */
+#define IN_W_PER_FILE 27 /* timer-log entries per file */
+#define IN_W_F0 28 /* first entry of the head's timer-log file (-1: not mapped) */
+#define IN_W_APP_LO 29 /* timer log: appended range start (-1: none; moved by the loop) */
+#define IN_W_APP_HI 30 /* timer log: appended range end (moved by the loop) */
+#define IN_W_SLOT_DIRTY_LO 31 /* slot file: dirty byte range start (-1: none; moved by the loop) */
+#define IN_W_SLOT_DIRTY_HI 32 /* slot file: dirty byte range end (moved by the loop) */
+#define IN_W_MARK_LO 33 /* timer log: patched old tails, byte range start (-1: none; set by the loop) */
+#define IN_W_MARK_HI 34 /* timer log: patched old tails, byte range end (set by the loop) */
+#define IN_W_WIDTH 35 /* bucket width, ms */
+#define IN_W_LATE_HEAD 36 /* late chain's first entry (-1: empty; moved by the loop) */
+#define IN_W_LATE_TAIL 37 /* late chain's last entry (-1: empty; moved by the loop) */
+#define IN_W_NEW_CHAINS 38 /* slot chains the loop started (occ_send flags set): the search memo is stale */
+#define IN_W_SIZE 39 /* length of the array with the wheel's part */
 
 /* Levels. The levels' header (sidecar/levels/scheduler.py, ``intake_begin`` / ``intake_end``). */
-#define IN_L_COUNT 18 /* levels, level 0 (no delay) included */
-#define IN_L_PER_FILE 19 /* queue entries per file */
-#define IN_L_BASE 26 /* first index of level 0's block */
+#define IN_L_COUNT 20 /* levels, level 0 (no delay) included */
+#define IN_L_PER_FILE 21 /* queue entries per file */
+#define IN_L_BASE 28 /* first index of level 0's block */
 #define IN_L_STRIDE 5 /* values per level */
 
 /* Level. One level's block: offsets from ``level_at(n)``. */
@@ -83,6 +85,8 @@
     X(IN_IDX_STEP) \
     X(IN_RESTORED_BYTES) \
     X(IN_MAX_SRC_OFFSET) \
+    X(IN_IDX_OLD2_MASK) \
+    X(IN_IDX_JNL_AT) \
     X(IN_KIND_WHEEL) \
     X(IN_KIND_LEVELS) \
     X(IN_W_P) \

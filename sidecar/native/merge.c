@@ -443,14 +443,12 @@ static PyObject *native_idx_rebuild(PyObject *self, PyObject *const *args, Py_ss
 }
 
 /* -- a journal's records as the pass's operations ----------------------------------------------
- * A journal holds the stage's operations in order: (hash, ref) an insert, (hash, ref | REMOVE) a
- * remove. Only the last operation on each pair matters to the table: an insert and then a remove
- * of the same pair (a record delivered within the generation) is a remove of a pair the table
- * does not hold, a no-op. */
-#define REMOVE (1ULL << 62)
-
+ * A journal holds the stage's operations in order (kds_jnl_read, native.h: an insert is one record,
+ * a remove the marker and the pair). Only the last operation on each pair matters to the table: an
+ * insert and then a remove of the same pair (a record delivered within the generation) is a remove
+ * of a pair the table does not hold, a no-op. */
 typedef struct {
-    uint64_t h, ref, seq;
+    uint64_t h, ref, seq; /* seq: the operation's place in the journal, then 1 bit: a remove */
 } Op;
 
 static int by_pair(const void *a, const void *b, void *mask) {
@@ -458,22 +456,30 @@ static int by_pair(const void *a, const void *b, void *mask) {
     uint64_t m = *(const uint64_t *)mask, x = s->h & m, y = t->h & m;
     if (x != y) return x < y ? -1 : 1;
     if (s->h != t->h) return s->h < t->h ? -1 : 1;
-    uint64_t r = s->ref & ~REMOVE, q = t->ref & ~REMOVE;
-    if (r != q) return r < q ? -1 : 1;
+    if (s->ref != t->ref) return s->ref < t->ref ? -1 : 1;
     return s->seq < t->seq ? -1 : s->seq > t->seq;
 }
 
-/* the last operation on each pair, removes and inserts apart, each in by_home order */
-static int net_ops(const Slot *rec, uint64_t n, uint64_t mask, Slot *rm, uint64_t *nrm, Slot *put, uint64_t *nput) {
+/* the last operation on each pair, removes and inserts apart, each in by_home order; the records
+ * were checked (kds_jnl_check) */
+static int net_ops(const uint8_t *rec, uint64_t n, uint64_t mask, Slot *rm, uint64_t *nrm, Slot *put, uint64_t *nput) {
     Op *ops = malloc(n ? n * sizeof(Op) : sizeof(Op));
     if (!ops) return -1;
-    for (uint64_t k = 0; k < n; k++) ops[k] = (Op){rec[k].h, rec[k].ref, k};
-    qsort_r(ops, n, sizeof(Op), by_pair, &mask);
+    uint64_t m = 0;
+    for (uint64_t k = 0; k < n;) {
+        uint64_t h = 0, ref = 0;
+        int remove = 0;
+        int took = kds_jnl_read(rec, n, k, &h, &ref, &remove);
+        ops[m] = (Op){h, ref, (m << 1) | (uint64_t)remove};
+        m++;
+        k += (uint64_t)(took ? took : 1);
+    }
+    qsort_r(ops, m, sizeof(Op), by_pair, &mask);
     *nrm = *nput = 0;
-    for (uint64_t k = 0; k < n; k++) {
-        if (k + 1 < n && ops[k + 1].h == ops[k].h && (ops[k + 1].ref & ~REMOVE) == (ops[k].ref & ~REMOVE))
+    for (uint64_t k = 0; k < m; k++) {
+        if (k + 1 < m && ops[k + 1].h == ops[k].h && ops[k + 1].ref == ops[k].ref)
             continue; /* a later operation on the same pair */
-        if (ops[k].ref & REMOVE) rm[(*nrm)++] = (Slot){ops[k].h, ops[k].ref & ~REMOVE};
+        if (ops[k].seq & 1) rm[(*nrm)++] = (Slot){ops[k].h, ops[k].ref};
         else put[(*nput)++] = (Slot){ops[k].h, ops[k].ref};
     }
     free(ops);
@@ -482,7 +488,7 @@ static int net_ops(const Slot *rec, uint64_t n, uint64_t mask, Slot *rm, uint64_
 
 /* idx_merge_journal(fd, header_size, mask, records, cutoff_ms, chunk_slots, sync)
  *   -> (live, tombs, inserted, removed, expired, chunks_written)
- * records: a journal's 16-byte records, in journal order (REMOVE marks a remove). */
+ * records: a journal's 16-byte records, in journal order (kds_jnl_read). */
 static PyObject *native_idx_merge_journal(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 7) {
         PyErr_SetString(PyExc_TypeError, "idx_merge_journal(fd, header_size, mask, records, cutoff_ms, chunk_slots, sync)");
@@ -498,11 +504,18 @@ static PyObject *native_idx_merge_journal(PyObject *self, PyObject *const *args,
     if (p.chunk > p.cap) p.chunk = p.cap;
     Slot *rec = ops_copy(args[3], &n);
     if (!rec) return NULL;
+    uint64_t bad;
+    if (kds_jnl_check((const uint8_t *)rec, n, &bad) < 0) {
+        free(rec);
+        PyErr_Format(PyExc_ValueError, "idx_merge_journal: record %llu is malformed (a hash below 2 outside a "
+                     "remove's marker, or a marker with a ref or without its pair)", (unsigned long long)bad);
+        return NULL;
+    }
     Slot *rm = malloc(n * 16 + 16), *put = malloc(n * 16 + 16);
     Result out = {0};
     int rc = -1;
     Py_BEGIN_ALLOW_THREADS;
-    if (!rm || !put || net_ops(rec, n, p.mask, rm, &nrm, put, &nput) < 0) p.err = ENOMEM;
+    if (!rm || !put || net_ops((const uint8_t *)rec, n, p.mask, rm, &nrm, put, &nput) < 0) p.err = ENOMEM;
     else rc = pass_alloc(&p) < 0 ? -1 : run(&p, rm, nrm, put, nput, cutoff, &out);
     Py_END_ALLOW_THREADS;
     free(rec);

@@ -103,11 +103,13 @@ extern PyMethodDef kds_codec_methods[]; /* setup, decode, encode, append, *_head
 /* -- idindex.c: the id index (idindex.py) ------------------------------------------------------- */
 
 /* the slot index the intake's insert of h takes in the table at base (mask), with live + tombs
- * occupied: -1 when h has an entry already (in that table, or in the old table at old (old_mask)
- * while a migration runs; old NULL: none) or the insert would grow the table (the reference
- * path's cases); *tomb set when the slot is a tombstone */
+ * occupied: -1 when h has an entry already (in that table, in the old table at old (old_mask)
+ * while a migration runs, or in a second table probed for presence at old2 (old2_mask); NULL:
+ * none) or the insert would grow the table (the reference path's cases); *tomb set when the slot
+ * is a tombstone */
 long long kds_idx_intake_slot(const uint8_t *base, uint64_t mask, long long live, long long tombs, uint64_t h,
-                              int *tomb, const uint8_t *old, uint64_t old_mask);
+                              int *tomb, const uint8_t *old, uint64_t old_mask, const uint8_t *old2,
+                              uint64_t old2_mask);
 void kds_idx_write(uint8_t *base, uint64_t at, uint64_t h, uint64_t ref); /* (h, ref) into slot at */
 /* the migration's step: the live slots lo <= k < hi of the old table at old into the table at base
  * (mask; hs: its header size) unless there already; out: live slots seen, inserted, tombstones
@@ -183,5 +185,42 @@ int kds_intake_init(PyObject *m);           /* INTAKE_LAYOUT, the state array's 
 
 int kds_publish_init(PyObject *m);        /* PublishState, Publisher, Delivery */
 extern PyMethodDef kds_publish_methods[]; /* publish_due */
+
+/* -- the id index's journal records (sidecar/store/idslot.py) ------------------------------------
+ * 16 bytes each, the slot layout: (hash, ref) an insert; a remove is two records, the marker
+ * (TOMB, 0) then (hash, ref). Every ref bit is some scheduler's (pre-cancels use bit 63, bucket refs
+ * bit 62 and the 62 below), so the remove is marked by a hash no id has. kds_jnl_read: the operation
+ * at record k of n: its pair in *h, *ref, *remove set for a remove; the records it took (1 or 2),
+ * 0 if malformed (a hash below 2 outside a marker, a marker with a ref or without its pair). */
+static inline int kds_jnl_read(const uint8_t *rec, uint64_t n, uint64_t k, uint64_t *h, uint64_t *ref, int *remove) {
+    uint64_t a, b;
+    memcpy(&a, rec + k * 16, 8);
+    memcpy(&b, rec + k * 16 + 8, 8);
+    if (a >= 2) {
+        *h = a, *ref = b, *remove = 0;
+        return 1;
+    }
+    if (a != 1 || b != 0 || k + 1 >= n) return 0;
+    memcpy(&a, rec + (k + 1) * 16, 8);
+    memcpy(&b, rec + (k + 1) * 16 + 8, 8);
+    if (a < 2) return 0;
+    *h = a, *ref = b, *remove = 1;
+    return 2;
+}
+
+/* -1 and the index of the first malformed record in *bad, else 0 */
+static inline int kds_jnl_check(const uint8_t *rec, uint64_t n, uint64_t *bad) {
+    uint64_t h, ref;
+    int rm;
+    for (uint64_t k = 0; k < n;) {
+        int took = kds_jnl_read(rec, n, k, &h, &ref, &rm);
+        if (!took) {
+            *bad = k;
+            return -1;
+        }
+        k += (uint64_t)took;
+    }
+    return 0;
+}
 
 #endif

@@ -1,112 +1,94 @@
-"""The id index: ``delay.id`` -> scheduler ref, as an mmapped open-addressing hash table.
+"""The id index: ``delay.id`` -> scheduler ref, a hash table on disk with a staged write path.
 
 ``delay.id`` deduplication and ``delay.cancel`` need "which pending record has this id?" for
-millions of pending records. A Python dict would cost ~100 bytes of RAM per record; this table
-costs 16 bytes of *file* per slot and no per-record Python object.
+hundreds of millions of pending records. A Python dict would cost ~100 bytes of RAM per record;
+the table costs 16 bytes of *file* per slot and no per-record Python object.
 
-Slot layout (16 bytes, little-endian): ``u64 hash`` (0 empty, 1 tombstone, else the id's 64-bit
-BLAKE2b digest forced >= 2), ``u64 ref``. Linear probing, at most half the slots occupied (short
-probe chains keep Python-level probing cheap).
+Slot layout (sidecar/store/idslot.py; 16 bytes, little-endian): ``u64 hash`` (0 empty, 1
+tombstone, else the id's 64-bit BLAKE2b digest forced >= 2), ``u64 ref``. Linear probing, at most
+half the slots occupied.
 
-**Growth is incremental** (Redis' dict is the model). When live + tombstone slots pass half the
-capacity, a new table is created (twice the size when a quarter of the slots are live, else the
-same size: that sheds the tombstones) in a file of its own, ``ids.idx.next.<n>``, and becomes the
-*primary*: every insert goes there. The old table (``ids.idx``) is migrated into it a bounded
-number of slots at a time: ``MIGRATE_PER_PUT`` slots after every insert (the C intake makes the
-same step after each record it stores: both paths write the same slots) and ``step`` slots at
-each index step of the loop, from the slot ``cursor`` up. No call touches more than that,
-whatever the table's size: there is no pause proportional to the pending set. While it runs,
-lookups and removes look in both tables; the counts ``live``/``tombs`` are the primary's, and
-``old_left`` estimates the live slots of the old table the cursor has not reached. The growth
-thresholds guarantee the migration ends long before the primary itself is half full (it starts
-at most a quarter full of old entries, and one insert migrates ``MIGRATE_PER_PUT`` slots); if it
-ever did not (an estimate after a crash far off), the rest is migrated at once before the next
-growth.
+**Why staged.** On the reference VM a random write into a GiB table costs 27-75 us of CPU
+(a page fault through the mapping, or ``pwrite``'s block allocation), a probe under 1 us, and a
+sequential rewrite about 1.3 us per 4 KiB page (docs/benchmarks.md, "The id index's write path,
+measured alone"). A loop that writes its table at random cannot keep 40,000 inserts/s once the
+table is GiBs. So the loop never writes the table:
 
-**Written ahead.** A table's file is not left sparse for the migration to fill: once live +
-tombstone slots pass ``ZERO_AT`` (7/16) of the capacity, a thread of its own (``ZeroFill``)
-writes the next table's file, ``ids.idx.zero`` (the size the growth would choose then, its header,
-zeros), at a bounded pace (``ZERO_BYTES_PER_S``), and ``fdatasync``s it; the growth renames it
-``ids.idx.next.<n>`` and maps it. The reason is the file system: in a sparse file the writeback of
-the first random writes allocates the disk blocks, one small extent per page, under the inode's
-block-map lock, and every page fault of the loop on that file waits for it. Measured at 40,000
-records/s on ext4, that stopped the loop for 3.1 s when a 2^26-slot table began and 5.5 s at
-2^27: a pause proportional to the table. The write-ahead allocates the blocks in long extents,
-off the loop, before the growth; the growth's share of the threshold (the last 1/16 of the
-capacity, 16.8 M inserts at 2^28) leaves it minutes to finish. One that is not complete or not of
-the growth's size (removes changed the choice) is discarded and the table created sparse, as
-before; at open a leftover ``ids.idx.zero`` (nothing names it) is deleted.
+- **table** ``ids.idx``: mapped by the loop for probes only; written only by merge passes.
+- **open stage**: a small table in anonymous memory with the same slot layout (the C probes and
+  the C intake work on it unchanged). Every insert and remove of the loop goes there, and is
+  appended as a 16-byte record to the generation's **journal** (``ids.jnl.<g>``,
+  sidecar/store/idjournal.py): ``(hash, ref)`` an insert, a marker then ``(hash, ref)`` a remove
+  (sidecar/store/idslot.py).
+  The journal reaches the disk in the checkpoint's durability batch, before the checkpoint that
+  names it.
+- **cut**: when the open stage holds ``cut_ops`` operations (``CUT_SHARE`` of the table's slots,
+  at least ``CUT_MIN``), or ``CUT_S`` passed with operations in it, or ``IDLE_PASS_S`` passed at
+  all (the sweep below), and no pass runs: the open generation is sealed and a new one opens. A
+  thread (``_Pass``) merges the sealed journal's records into the table in one ascending pass
+  (``idmerge.merge_journal``, in C without the GIL): the last operation on each pair wins, the
+  chunks are rewritten in slot order with their writeback started as it goes, then synced. The
+  pass counts the table's live and tombstone slots exactly, and removes the pre-cancels older
+  than the cancel horizon: expired pre-cancels leave within ``IDLE_PASS_S`` + a pass of their
+  expiry, probed or not.
+- **while the pass runs**, the loop probes three tables: open stage, sealed stage, table. The pass
+  leaves the table valid for a concurrent reader at every write (merge.c). When it is done (noticed
+  at an index step), the sealed stage is dropped: its entries are in the table.
+- **growth**: a cut whose inserts would take the table past half full first rebuilds it
+  (``idmerge.rebuild``) into ``ids.idx.next.<n>``, twice the size when it would be a quarter full,
+  else the same size (that sheds the tombstones), then merges the generation into it; the loop
+  maps it when the pass is done, and it takes the name ``ids.idx`` at the next flush, in the
+  durability order (synced, renamed, directory synced, then the checkpoint). No growth pauses the
+  loop: it costs the thread a sequential copy.
 
-The migration *copies*: an old slot keeps its entry after the cursor passed it, and only removes
-change the old table (in both tables at once). So the old table holds, at all times, every entry
-it held when the migration started minus the removed ones: it stays authoritative for all its
-slots until the migration ends, and the primary holds copies of the slots below the cursor plus
-everything inserted since. That is what makes a crash mid-migration simple. The checkpoint names
-the migration (the primary's file, the old capacity, the cursor: ``state``); the new file's header
-``base`` is the capacity of the table it migrates from, and an open refuses a pair whose
-geometries disagree. At open: a ``ids.idx.next.<n>`` that the checkpoint does not name was
-started after it and is deleted (the old table, whole as of the checkpoint, plus the records
-replayed after it, is the index again: recovery re-inserts what it replays); the one it names is
-resumed from the checkpointed cursor (the copies made after it are made again: an insert of an
-entry already present is a no-op). When the cursor reaches the end, the primary takes the name
-``ids.idx`` at the next flush, in the durability order (synced, renamed, directory synced, then
-the checkpoint that describes it); the old mapping is released with the checkpoint's disposal
-(``reclaim``), off the loop thread.
+**Removes are seen late.** A pair removed while it is in the table or the sealed stage stays
+there until the pass of the remove's generation. For scheduler refs that is harmless: every hit
+is verified by the caller against the stored record, and a ref no longer pending is ignored. A
+pre-cancel is matched on the hash alone, so removed pre-cancels are kept in a small shadow set
+that ``find`` subtracts, until the pass that takes them out of the table.
 
-The index is a cache over the truth: every hit is verified by the caller against the stored
-record's id (a 64-bit collision costs a verification, never a wrong answer), and entries whose
-ref is no longer pending are simply ignored and removed lazily. So the index never needs to be
-exact after a crash: recovery re-inserts what it replays, and stale entries are harmless.
+**Checkpoint and recovery.** The checkpoint's ``ids``: the table's capacity and counts (exact as of
+the last pass) and the journals still needed, ``journals: [[g, length], ...]`` (the sealed one, if
+its pass has not finished, and the open one, at the length the flush made durable). A journal
+whose pass has finished is deleted after the next checkpoint, which no longer names it. At open:
+every ``ids.idx.next.*`` is deleted (a rebuilt table is named before any checkpoint relies on it),
+the journals named are read up to their checkpointed length (verified; what follows was written
+after the checkpoint and is replayed from Kafka and journaled again) and the others deleted; the
+records are loaded into a stage (C ``idx_apply``) that is sealed at once, and its pass runs again
+in the background. A pass is idempotent (the same records applied again leave the same table),
+and a pass cut short by the crash left the table valid: the re-run finishes it and counts it.
+A checkpoint of the earlier format (no ``journals``: the table written in place, perhaps
+mid-migration into ``ids.idx.next.<n>``) is upgraded at open: the migration is finished and the
+table counted, once.
 
-Its *occupancy counts* must be exact, though: probing relies on empty slots, and growth is
-triggered by ``live + tombs``. Counts taken from the checkpoint miss the slots filled after it
-(they survive a kill in the page cache; recovery's re-inserts find them present), and that error
-would accumulate over crashes until the table is full and probing never ends. So the slots are
-recounted after every restart: a pass at C speed over the file (``_count_range``: the bytes that
-cannot be part of a hash are overwritten in a copy, so ``bytes.count`` finds exactly the empty and
-the tombstone hashes), about 35 ns per slot. A small table (``count_at_open`` slots, 16 MiB) is
-counted by ``restore``. A large one would cost O(capacity) at every start (~1.2 s for the 2^25
-slots of 10 M pending records), so ``restore`` starts from the checkpointed counts instead, raised
-by every replayed insert that finds itself already present (it was inserted after the
-checkpoint): an estimate off by what changed between the checkpoint and the crash (one commit
-interval's inserts and deletes), which only moves the next growth by that much. The exact count
-then runs in the background, ``recount_step`` slots at a time (the store makes a step at each
-checkpoint, before writing it, and ``step`` makes one in place of a sweep step): ``put`` and
-``remove`` keep the partial counts of the slots already counted exact, so when the pass ends the
-counts are exact and replace the estimate.
+The index is a cache over the truth: every hit is verified against the stored record's id (a
+64-bit collision costs a verification, never a wrong answer).
 
-The probes (``find``, ``put``, ``remove``), the migration step (``idx_copy``), the pre-cancel sweep
-(``idx_expired``) and ``id_hash`` have C twins in ``sidecar._native`` (the same slots written,
-property-tested against these Python versions); an index opened with ``native=False``, or with
-``KDS_PURE_PYTHON=1``, runs the Python ones.
+The probes (``find``, ``put``, ``remove``) and ``id_hash`` have C twins in ``sidecar._native``
+(the same slots written, property-tested against these Python versions); an index opened with
+``native=False``, or with ``KDS_PURE_PYTHON=1``, runs the Python ones.
 
 A ref with the top bit set is a *pre-cancel*: a cancel that arrived before its message; the low
-bits hold the cancel's time (epoch ms) so it can expire after the cancel horizon. Pre-cancels are
-matched on the 64-bit hash alone (there is no record to verify against). Expired ones are swept
-by ``step``, round the table at a pace set by the index's own time (the ``now_ms`` each step is
-given), not by the number of steps: each step covers the share of a ``SWEEP_ROUND_MS`` round that
-the time since the previous step owes (at least ``SWEEP_SLOTS`` slots, at most
-``SWEEP_MAX_SHARE`` of the table, the rest owed to the next steps). So an expired pre-cancel
-leaves the index within one round of its expiry however slow the loop's turns are, as long as
-they come at least every ``SWEEP_ROUND_MS * SWEEP_MAX_SHARE`` ms on average (175 ms). While a
-migration runs, the old table is swept at the same pace, with a cursor of its own.
+bits hold the cancel's time (epoch ms) so it can expire after the cancel horizon.
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
+import mmap
 import os
 import struct
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sidecar import logs
+from sidecar.store import idjournal, idmerge
 from sidecar.store.codec import native as _native
-from sidecar.store.idslot import EMPTY, PRECANCEL, SLOT, SLOT_SIZE, TOMB
+from sidecar.store.idslot import EMPTY, PRECANCEL, REMOVE_MARK, SLOT, SLOT_SIZE, TOMB, journal_ops
 from sidecar.store.intake_layout import Common
 from sidecar.store.mapped import (
     HEADER,
@@ -116,34 +98,25 @@ from sidecar.store.mapped import (
     current_batch,
     fsync_dir,
     header_bytes,
-    headerless,
     unborn,
 )
 
+__all__ = ["EMPTY", "HEADER_SIZE", "PRECANCEL", "SLOT", "SLOT_SIZE", "TOMB", "IdIndex", "id_hash"]
+
 MAGIC = b"KDSIDX\x00\x01"
-VERSION = 2  # 2: a table's header base is the capacity it was migrated from; ids.idx.next.<n>
+VERSION = 2  # 2: a table's header base is the capacity it was migrated from (read, no longer written)
 READS = (1, 2)  # a version-1 table is a version-2 one no migration ever wrote
-MIGRATE_PER_PUT = 16  # old slots migrated per insert: see the module docstring
-STEP_SLOTS = 1 << 12  # old slots migrated per index step
-SWEEP_SLOTS = 1 << 16  # slots the pre-cancel sweep reads per index step at least (1 MiB, ~0.3 ms)
-# A round of the sweep takes this long (the 100M scale run's 2^28 slots: ~48 MB/s read). Counted in
-# steps (2048 of them), a round took 2-3 min once the loop's turns ran over 50 ms, and expired
-# pre-cancels stayed in the index that long (the 40M runs s and s2 left ~50 past 2 min).
-SWEEP_ROUND_MS = 90_000
-# What a step may cover at most, however late it is (1/512: 8 MiB of a 2^28-slot table, ~5 ms):
-# what a late step owes beyond it is caught up by the next steps.
-SWEEP_MAX_SHARE = 1 / 512
-RECOUNT_ROUND_STEPS = 1 << 11  # the background recount's slice: at least 1/2048 of the table a step
 NEXT = "ids.idx.next."
-ZERO = "ids.idx.zero"  # the next table's file while it is written ahead (ZeroFill)
-ZERO_AT = 7 / 16  # live + tombstones over this share of the slots: the next table's file is written ahead
-ZERO_MIN_SLOTS = 1 << 18  # below this (4 MiB) a new table is created sparse: its allocation is short
-ZERO_CHUNK = 1 << 20
-ZERO_BYTES_PER_S = 256 << 20  # the write-ahead's pace, so the store's own syncs keep the volume
-_U64 = struct.Struct("<Q")
+CUT_MIN = 1 << 14  # operations that cut a generation at least (small tables)
+CUT_SHARE = 1 / 128  # else this share of the table's slots: a pass every ~1/128 of the table written
+CUT_S = 30.0  # a generation with operations in it is cut after this long (s)
+IDLE_PASS_S = 120.0  # and one without, after this long: the pass sweeps expired pre-cancels
+PASS_CHUNK = 1 << 16  # slots a pass reads and writes at a time (1 MiB)
+RETRY_S = 5.0  # a pass that failed (disk full, I/O error) is run again after this long
 _COUNT_CHUNK = 1 << 18  # slots per bytes.count pass (4 MiB copied)
 _FF = b"\xff" * _COUNT_CHUNK
 _EMPTY_HASH = bytes(8)
+_U64 = struct.Struct("<Q")
 _TOMB_HASH = _U64.pack(TOMB)
 log = logs.get("sidecar.store")
 
@@ -262,208 +235,249 @@ def _header(path: Path) -> tuple[int, int]:
     return int(ver), int(base)
 
 
-class ZeroFill(threading.Thread):
-    """Writes the next table's file ahead of the growth that needs it: header and zeros, then
-    ``fdatasync``, on a thread of its own (module docstring, "written ahead").
+def _count_range(buf: Any, lo: int, hi: int) -> tuple[int, int]:
+    """(live, tombstone) slots among ``lo <= slot < hi`` of a table in ``buf``, at C speed: in a
+    copy of each chunk, bytes 8 and 15 of every slot (the ref's first and last) become 0xFF, so an
+    8-byte run without 0xFF can only be a whole hash field, and ``count`` finds exactly the empty
+    and the tombstone hashes."""
+    live = tombs = 0
+    while lo < hi:
+        n = min(_COUNT_CHUNK, hi - lo)
+        raw = bytearray(buf[HEADER_SIZE + lo * SLOT_SIZE : HEADER_SIZE + (lo + n) * SLOT_SIZE])
+        raw[8::SLOT_SIZE] = _FF[:n]
+        raw[15::SLOT_SIZE] = _FF[:n]
+        t = raw.count(_TOMB_HASH)
+        live += n - raw.count(_EMPTY_HASH) - t
+        tombs += t
+        lo += n
+    return live, tombs
 
-    Why: a table created sparse gets its disk blocks allocated by the writeback of its first
-    random writes, one small extent per page, and ext4 holds the inode's block-map lock while it
-    allocates; the loop's page faults on the same file wait for that lock. Measured at 40,000
-    records/s: the loop stalled 3.1 s when a 2^26-slot table began, 5.5 s at 2^27, growing with
-    the table. Blocks written here are allocated in long extents once, before any of that."""
 
-    def __init__(self, path: Path, cap: int, base: int) -> None:
-        super().__init__(name="kds-ids-zero", daemon=True)
-        self.path, self.cap, self.base = path, cap, base
-        self.size = HEADER_SIZE + cap * SLOT_SIZE
-        self.done = threading.Event()
-        self.ok = False
-        self.error = ""
-        self._stop_evt = threading.Event()
+def _py_apply(buf: Any, mask: int, records: Any) -> tuple[int, int]:
+    """A journal's records applied in order to a table (``_native.idx_apply``'s twin): (change in
+    live slots, change in tombstones)."""
+    live = tombs = 0
+    for h, ref, gone in list(journal_ops(records)):  # every record checked before the first write
+        if gone:
+            was = _py_remove(buf, mask, h, ref, -1)
+            if was is not None:
+                live -= 1
+                tombs += was[1]
+        else:
+            r = _py_put(buf, mask, h, ref)
+            if r:
+                live += 1
+                tombs -= r < 0
+    return live, tombs
+
+
+def cut_ops(cap: int) -> int:
+    """Operations that cut a generation for a table of ``cap`` slots."""
+    return max(CUT_MIN, int(cap * CUT_SHARE))
+
+
+class Stage:
+    """A table in anonymous memory with the on-disk slot layout (a zero header first, so every
+    probe takes the same arguments as on a file). Pages are allocated as they are written."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap, self.mask = cap, cap - 1
+        self.mm = mmap.mmap(-1, HEADER_SIZE + cap * SLOT_SIZE)
+        self.buf = memoryview(self.mm)
+        self.live = self.tombs = 0
+
+    def close(self) -> None:
+        self.buf.release()
+        self.mm.close()
+
+
+@dataclass
+class _Gen:
+    """A generation: its stage, its journal, and its records in memory (the pass's input)."""
+
+    g: int
+    stage: Stage
+    writer: idjournal.JournalWriter | None  # None: records loaded at recovery, journals already on disk
+    opened: int  # the index's clock (ms) when it opened (0: before the first step)
+    pending: bytearray = field(default_factory=bytearray)  # records not yet written to the journal
+    chunks: list[bytes] = field(default_factory=list)  # records written, in order
+    ops: int = 0
+    inserts: int = 0  # insert records among them (the growth's estimate)
+    unsynced: bool = True  # written (or created) since its last sync
+    durable: int = 0  # the journal's length as of the last flush (what a checkpoint names)
+    files: list[int] = field(default_factory=list)  # the journal generations it covers
+    named: list[tuple[int, int]] = field(default_factory=list)  # loaded at recovery: (g, length) of each
+
+    def records(self) -> bytes:
+        return b"".join([*self.chunks, bytes(self.pending)])
+
+
+class _Pass(threading.Thread):
+    """A sealed generation merged into the table (and, for a growth, the table rebuilt first into
+    a new file): file I/O and C, the GIL released; the loop only polls ``is_alive``."""
+
+    def __init__(self, table: Path, cap: int, records: bytes, cutoff: int, grow: int, new: Path | None,
+                 native: bool) -> None:
+        super().__init__(name="kds-ids-pass", daemon=True)
+        self.table, self.cap, self.records, self.cutoff = table, cap, records, cutoff
+        self.grow, self.new, self.native = grow, new, native
+        self.result: tuple[int, ...] = ()
+        self.error: OSError | None = None
+        self.seconds = 0.0
 
     def run(self) -> None:
         t0 = time.perf_counter()
+        fds: list[int] = []
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                zeros = bytes(ZERO_CHUNK)
-                os.pwrite(fd, header_bytes(MAGIC, VERSION, SLOT_SIZE, self.cap, self.base), 0)
-                off = HEADER_SIZE
-                while off < self.size:
-                    if self._stop_evt.is_set():
-                        return
-                    n = min(ZERO_CHUNK, self.size - off)
-                    off += os.pwrite(fd, zeros[:n], off)  # a whole-length slice is the same object
-                    ahead = off / ZERO_BYTES_PER_S - (time.perf_counter() - t0)
-                    if ahead > 0:
-                        self._stop_evt.wait(ahead)
-                os.fdatasync(fd)
-                self.ok = True
-            finally:
-                os.close(fd)
+            fd = os.open(self.table, os.O_RDWR)
+            fds.append(fd)
+            mask = self.cap - 1
+            if self.new is not None:
+                # a rebuild doubles at most: a larger growth (a recovery's journals) goes through
+                # intermediate files, each the next one's source
+                rebuild = idmerge.rebuild if self.native else idmerge.py_rebuild
+                cap = self.cap if self.grow == self.cap else self.cap * 2
+                while True:
+                    last = cap >= self.grow
+                    path = self.new if last else self.new.with_name(f"{self.new.name}.{cap}")
+                    nfd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+                    fds.append(nfd)
+                    os.ftruncate(nfd, HEADER_SIZE + cap * SLOT_SIZE)
+                    os.pwrite(nfd, header_bytes(MAGIC, VERSION, SLOT_SIZE, cap, 0), 0)
+                    rebuild(fd, nfd, HEADER_SIZE, mask, cap - 1, self.cutoff, PASS_CHUNK, last)
+                    if fd != fds[0]:
+                        os.unlink(self.new.with_name(f"{self.new.name}.{mask + 1}"))
+                    fd, mask = nfd, cap - 1
+                    if last:
+                        break
+                    cap *= 2
+            merge = idmerge.merge_journal if self.native else idmerge.py_merge_journal
+            self.result = merge(fd, HEADER_SIZE, mask, self.records, self.cutoff, PASS_CHUNK, True)
         except OSError as e:
-            self.error = str(e)
+            self.error = e
         finally:
-            self.done.set()
-        log.debug("ids.written_ahead", capacity=self.cap, s=round(time.perf_counter() - t0, 1))
-
-    def discard(self) -> None:
-        """Stop (within one chunk) and delete the file."""
-        self._stop_evt.set()
-        if self.is_alive():
-            self.join()
-        self.path.unlink(missing_ok=True)
+            for f in fds:
+                os.close(f)
+            self.seconds = time.perf_counter() - t0
 
 
 class IdIndex:
-    _counted: bool
+    pass_class = _Pass  # what runs a pass (tests substitute one they run by hand)
 
-    def __init__(
-        self, directory: Path, initial_capacity: int = 1 << 16, count_at_open: int = 1 << 20, native: bool = True,
-    ) -> None:
+    def __init__(self, directory: Path, initial_capacity: int = 1 << 16, native: bool = True) -> None:
         self.dir = directory
         self.path = directory / "ids.idx"
         self.native = _native if native else None
-        self.live = 0
-        self.tombs = 0
-        self.count_at_open = count_at_open
-        # Background recount (see the module docstring): slots below _scan_off are counted, and
-        # _scan_live/_scan_tombs are their exact counts; -1 when the counts are exact.
-        self._scan_off = -1
-        self._scan_live = 0
-        self._scan_tombs = 0
-        # The migration (module docstring): the old table, its mask, the next slot to migrate and
-        # the estimated live slots from there on. None/-1/0/0 when none runs.
-        self.old: MappedFile | None = None
-        self.old_mask = -1
-        self.cursor = 0
-        self.old_left = 0
-        self._started = 0.0
-        self.migrated = 0  # old slots migrated so far (tests and the bench read it)
-        self._sweep = 0  # the pre-cancel sweep's next slot
-        self._sweep_old = 0  # and its next slot in the old table, while a migration runs
-        self._sweep_ms = -1  # the now_ms of the last sweep step (-1: none yet)
-        self._sweep_owed = 0.0  # the share of a round the sweep owes (the time since, not yet swept)
-        self.swept = 0  # expired pre-cancels the sweep removed
-        for tmp in directory.glob("ids.idx.new*"):  # version 1's unnamed rebuilds: the old file is whole
-            tmp.unlink()
-        (directory / ZERO).unlink(missing_ok=True)  # a write-ahead never named: nothing refers to it
-        self._zero: ZeroFill | None = None
         if self.path.exists() and unborn(self.path):  # killed while creating it: nothing in it
             self.path.unlink()
-        self._seq = 0
-        if self.path.exists():
-            cap = (os.path.getsize(self.path) - HEADER_SIZE) // SLOT_SIZE
-            ver, base = _header(self.path)
-            self.f = self._map(self.path, cap, create=False, base=base, version=ver if ver in READS else VERSION)
-            self.cap = cap
-            self._counted = False
-        else:
+        self._created = not self.path.exists()
+        if self._created:
             self.cap = initial_capacity
             self.f = self._map(self.path, self.cap, create=True)
-            self._counted = True
+        else:
+            self.cap = (os.path.getsize(self.path) - HEADER_SIZE) // SLOT_SIZE
+            ver, base = _header(self.path)
+            self.f = self._map(self.path, self.cap, create=False, base=base, version=ver if ver in READS else VERSION)
         self.mask = self.cap - 1
-        self.dirty = False
-        # A migrated table not yet named ids.idx: it takes the name at the next flush; and the old
-        # table's mapping, released by ``reclaim`` once that flush's checkpoint ran.
-        self._swap: MappedFile | None = None
-        self._retired: list[MappedFile] = []
+        self.table_live = self.table_tombs = 0  # exact as of the last pass (or the checkpoint's)
+        self._seq = 0  # the last ids.idx.next.<n> number used
+        self._open: _Gen | None = None
+        self._sealed: _Gen | None = None
+        self._pass: _Pass | None = None
+        self._failed_at = 0  # the index's clock (ms) at the last failed pass
+        self._merged: list[int] = []  # journals whose pass finished, deleted once no checkpoint names them
+        self._named: set[int] = set()  # the journals the last ``state`` named
+        self._ever_named: set[int] = set()  # every journal a ``state`` named (a checkpoint on disk may name it)
+        self._shadow: dict[tuple[int, int], int] = {}  # removed pre-cancels -> the generation of the remove
+        self._swap: MappedFile | None = None  # a rebuilt table, named ids.idx at the next flush
+        self._retired: list[tuple[MappedFile, bool]] = []  # old tables' mappings (and unlink?), for ``reclaim``
+        self._now_ms = 0  # the clock of the last step (epoch ms): steps drive the cuts, nothing else reads time
+        self._horizon_ms = -1  # unknown until the first step: a pass sweeps nothing before it
+        self._jbuf = bytearray()
+        self.swept = 0  # expired pre-cancels the passes removed
+        self.passes = 0
+        self.grown = 0
 
+    # -- open -------------------------------------------------------------------------------------
     def restore(self, state: dict[str, Any] | None) -> None:
-        """Resume the migration the checkpoint (``state``) names, delete one it does not; count
-        the occupied slots, or start from the checkpointed counts and count them in the
-        background: see the module docstring."""
-        named = state.get("next") if state else None
-        for p in sorted(self.dir.glob(NEXT + "*")):
-            # the numbers go on from the highest named or present: the checkpoint on disk must
-            # never name a file a later migration made
-            self._seq = max(self._seq, int(p.name[len(NEXT):]) if p.name[len(NEXT):].isdigit() else 0)
-            if p.name != named or unborn(p) or headerless(p) or self._counted:
-                p.unlink()  # started after the checkpoint: the old table plus the replay suffice
-        if named and named[len(NEXT):].isdigit():
-            self._seq = max(self._seq, int(named[len(NEXT):]))
+        """Open the journals the checkpoint (``state``) names and merge them again; delete what
+        it does not name (module docstring, "Checkpoint and recovery")."""
+        for p in self.dir.glob(NEXT + "*"):
+            tail = p.name[len(NEXT):]
+            if tail.isdigit():
+                self._seq = max(self._seq, int(tail))
+        if state is not None and "journals" not in state and not self._created:
+            self._upgrade(state)  # the earlier format: finish its migration, count
+        for p in self.dir.glob(NEXT + "*"):
+            p.unlink()  # a rebuilt table takes its name before any checkpoint names its contents
+        named = [(int(g), int(n)) for g, n in state.get("journals", [])] if state else []
+        if state is not None and "journals" in state:
+            if int(state.get("cap", -1)) == self.cap:
+                self.table_live, self.table_tombs = int(state["live"]), int(state["tombs"])
+            else:  # renamed after the checkpoint: counted by the pass below
+                self.table_live, self.table_tombs = int(state["live"]), 0
+        elif state is None and not self._created:
+            self.table_live, self.table_tombs = _count_range(self.f.buf, 0, self.cap)
+        keep = {g for g, _n in named}
+        for g in idjournal.generations(self.dir):
+            if g not in keep:
+                idjournal.remove(self.dir, g)
+        last = max([g for g, _n in named] + [int(state.get("gen", 0)) if state else 0])
+        if named:
+            records = b"".join(idjournal.read(self.dir, g, n) for g, n in named)
+            gen = self._new_gen(-1, max(len(records) // SLOT_SIZE, 1), writer=False)
+            for g, n in named:  # what follows was written after the checkpoint: replayed, journaled again
+                idjournal.truncate(self.dir, g, n)
+            gen.chunks.append(records)
+            gen.files = [g for g, _n in named]
+            gen.named = named
+            gen.ops = len(records) // SLOT_SIZE
+            gen.inserts = gen.ops
+            self._load(gen.stage, records)
+            gen.unsynced = False
+            self._open = gen
+            self._cut(force=True)
+        self._open = self._new_gen(last + 1, cut_ops(self.cap))
+        log.debug("ids.opened", capacity=self.cap, live=self.table_live, journals=len(named))
+
+    def _upgrade(self, state: dict[str, Any]) -> None:
+        """A checkpoint of the earlier format: the table was written in place, perhaps migrating into
+        ``ids.idx.next.<n>``; finish that migration, then count the table (once)."""
+        named = state.get("next")
         nxt = self.dir / named if named else None
-        if state and nxt is not None and nxt.exists() and not self._counted:
+        if nxt is not None and nxt.exists() and not unborn(nxt):
             cap = (os.path.getsize(nxt) - HEADER_SIZE) // SLOT_SIZE
             if (int(state.get("from", -1)), int(state.get("cap", -1))) != (self.cap, cap):
                 raise StoreError(
                     f"{nxt}: the checkpoint names a migration from {state.get('from')} to {state.get('cap')} slots, "
                     f"but {self.path} holds {self.cap} and {nxt.name} {cap}"
                 )
-            try:
-                new = self._map(nxt, cap, create=False, base=self.cap)
-            except StoreError as e:
-                raise StoreError(f"{e} (it must migrate from {self.path}, {self.cap} slots)") from None
-            self.old, self.old_mask = self.f, self.mask
-            self.f, self.cap, self.mask = new, cap, cap - 1
-            self.cursor, self.old_left = int(state["cursor"]), int(state.get("left", 0))
-            self._started = time.perf_counter()
-        if not self._counted:
-            if state and int(state.get("cap", -1)) == self.cap and self.cap > self.count_at_open:
-                self.live, self.tombs = int(state["live"]), int(state["tombs"])
-                if named and self.old is None:  # it ended and took the name after the checkpoint
-                    self.live += int(state.get("left", 0))
-                self._scan_off, self._scan_live, self._scan_tombs = HEADER_SIZE, 0, 0
+            new = self._map(nxt, cap, create=False, base=self.cap)
+            lo = int(state.get("cursor", 0))
+            if self.native is not None:
+                self.native.idx_copy(self.f.buf, new.buf, HEADER_SIZE, lo, self.cap, cap - 1, -1)
             else:
-                self.live, self.tombs = self._count_range(0, self.cap)
-        self._counted = True
+                _py_copy(self.f.buf, new.buf, lo, self.cap, cap - 1, -1)
+            new.mm.flush()
+            os.replace(nxt, self.path)
+            fsync_dir(self.dir)
+            self.f.close()
+            new.path = self.path
+            self.f, self.cap, self.mask = new, cap, cap - 1
+        self.table_live, self.table_tombs = _count_range(self.f.buf, 0, self.cap)
+        log.info("ids.upgraded", capacity=self.cap, live=self.table_live)
 
-    @property
-    def counting(self) -> bool:
-        """True while the background recount runs (``live`` and ``tombs`` are estimates)."""
-        return self._scan_off >= 0
+    def _load(self, stage: Stage, records: bytes) -> None:
+        live, tombs = (self.native.idx_apply(stage.buf, HEADER_SIZE, stage.mask, records) if self.native is not None
+                       else _py_apply(stage.buf, stage.mask, records))
+        stage.live += live
+        stage.tombs += tombs
 
-    @property
-    def migrating(self) -> bool:
-        return self.old is not None
-
-    def recount_step(self, slots: int = 1 << 18) -> bool:
-        """Count up to ``slots`` more slots of the background recount; True once the counts are
-        exact."""
-        if self._scan_off < 0:
-            return True
-        lo = (self._scan_off - HEADER_SIZE) // SLOT_SIZE
-        hi = min(self.cap, lo + max(slots, 1))
-        live, tombs = self._count_range(lo, hi)
-        # the pass only reads: drop what it read from this process, as the pre-cancel sweep does
-        # (an idle store's trim leaves the index alone, and a pass over a 10M-record index read
-        # ~20 MiB/s into RSS: +21 MB two seconds after a restart)
-        self.f.drop_pages(HEADER_SIZE + lo * SLOT_SIZE, HEADER_SIZE + hi * SLOT_SIZE)
-        self._scan_live += live
-        self._scan_tombs += tombs
-        if hi < self.cap:
-            self._scan_off = HEADER_SIZE + hi * SLOT_SIZE
-            return False
-        self.live, self.tombs, self._scan_off = self._scan_live, self._scan_tombs, -1
-        return True
-
-    def _count_range(self, lo: int, hi: int, buf: Any = None) -> tuple[int, int]:
-        """(live, tombstone) slots among ``lo <= slot < hi``, at C speed: in a copy of each chunk,
-        bytes 8 and 15 of every slot (the ref's first and last) become 0xFF, so an 8-byte run
-        without 0xFF can only be a whole hash field, and ``count`` finds exactly the empty and the
-        tombstone hashes. ``buf``: another table's (the old one's) than the primary's."""
-        live = tombs = 0
-        if buf is None:
-            buf = self.f.buf
-        while lo < hi:
-            n = min(_COUNT_CHUNK, hi - lo)
-            raw = bytearray(buf[HEADER_SIZE + lo * SLOT_SIZE : HEADER_SIZE + (lo + n) * SLOT_SIZE])
-            raw[8::SLOT_SIZE] = _FF[:n]
-            raw[15::SLOT_SIZE] = _FF[:n]
-            t = raw.count(_TOMB_HASH)
-            live += n - raw.count(_EMPTY_HASH) - t
-            tombs += t
-            lo += n
-        return live, tombs
-
-    def state(self) -> dict[str, Any]:
-        """The checkpoint's ``ids``: the primary's capacity and counts, and the migration if one
-        runs (its file, the old capacity, the cursor, the old table's live slots left)."""
-        out: dict[str, Any] = {"cap": self.cap, "live": self.live, "tombs": self.tombs}
-        if self.old is not None:
-            out.update(next=self.f.path.name, cursor=self.cursor, left=self.old_left)
-            out["from"] = self.old_mask + 1
-        return out
+    def _new_gen(self, g: int, ops: int, writer: bool = True) -> _Gen:
+        """A generation with a stage for ``ops`` operations (a quarter full at most)."""
+        cap = 1 << max(12, (4 * ops - 1).bit_length())
+        jw = idjournal.JournalWriter(self.dir, g) if writer else None
+        return _Gen(g, Stage(cap), jw, self._now_ms, files=[g] if writer else [])
 
     @staticmethod
     def _map(path: Path, cap: int, create: bool, base: int = 0, version: int = VERSION) -> MappedFile:
@@ -471,376 +485,373 @@ class IdIndex:
             raise ValueError(f"{path}: capacity {cap} is not a power of two")
         return MappedFile(
             path, magic=MAGIC, version=version, size=HEADER_SIZE + cap * SLOT_SIZE,
-            geom_a=SLOT_SIZE, geom_b=cap, base=base, create=create, sync_header=not create or base == 0,
+            geom_a=SLOT_SIZE, geom_b=cap, base=base, create=create, sync_header=True,
         )
 
-    def _slots(self) -> Iterator[tuple[int, int]]:
-        """The primary's slots, (hash, ref)."""
-        buf = self.f.buf
-        for i in range(self.cap):
-            yield SLOT.unpack_from(buf, HEADER_SIZE + i * SLOT_SIZE)
+    # -- counts -----------------------------------------------------------------------------------
+    @property
+    def live(self) -> int:
+        """Live entries: the table's (as of its last pass) and the stages' (an upper bound: an
+        entry staged may already be in the table)."""
+        n = self.table_live
+        for gen in (self._open, self._sealed):
+            if gen is not None:
+                n += gen.stage.live
+        return n
+
+    @property
+    def tombs(self) -> int:
+        return self.table_tombs
+
+    @property
+    def merging(self) -> bool:
+        """True while a pass runs."""
+        return self._pass is not None
+
+    def state(self) -> dict[str, Any]:
+        """The checkpoint's ``ids``: the table's capacity and counts, the journals still needed
+        (at the length the last flush made durable) and the open generation's number."""
+        journals: list[list[int]] = []
+        for gen in (self._sealed, self._open):
+            if gen is None:
+                continue
+            if gen.writer is None:  # loaded at recovery: its files, whole as read
+                journals.extend([g, n] for g, n in gen.named)
+            else:
+                journals.append([gen.g, gen.durable])
+        self._named = {g for g, _n in journals}
+        self._ever_named |= self._named
+        assert self._open is not None
+        return {"cap": self.cap, "live": self.table_live, "tombs": self.table_tombs, "gen": self._open.g,
+                "journals": journals}
+
+    # -- probes -----------------------------------------------------------------------------------
+    def _tables(self) -> Iterator[tuple[Any, int]]:
+        for gen in (self._open, self._sealed):
+            if gen is not None:
+                yield gen.stage.buf, gen.stage.mask
+        yield self.f.buf, self.mask
 
     def find(self, h: int) -> list[int]:
-        """Every ref stored under hash ``h`` (usually zero or one), in both tables while a
-        migration runs (a slot the cursor passed is in both: once in the answer)."""
+        """Every ref stored under hash ``h`` (usually zero or one) in the stages and the table,
+        once each, without the pre-cancels removed since."""
         nat = self.native
-        found: list[int] = (nat.idx_find(self.f.buf, HEADER_SIZE, self.mask, h) if nat is not None
-                            else _py_find(self.f.buf, self.mask, h))
-        if self.old is not None:
-            more = (nat.idx_find(self.old.buf, HEADER_SIZE, self.old_mask, h) if nat is not None
-                    else _py_find(self.old.buf, self.old_mask, h))
-            found.extend(r for r in more if r not in found)
+        found: list[int] = []
+        for buf, mask in self._tables():
+            for r in (nat.idx_find(buf, HEADER_SIZE, mask, h) if nat is not None else _py_find(buf, mask, h)):
+                if r not in found:
+                    found.append(r)
+        if self._shadow and found:
+            found = [r for r in found if (h, r) not in self._shadow]
         return found
 
     def put(self, h: int, ref: int) -> None:
-        """Insert (h, ref) unless it is there; then the migration's step this insert owes (after
-        it, as the C intake makes it: both paths write the same slots)."""
-        if (self.live + self.tombs + 1) * 2 > self.cap:
-            self._grow()
-        self._put(h, ref)
-        if self.old is not None:
-            self._migrate(MIGRATE_PER_PUT)
-
-    def _put(self, h: int, ref: int) -> None:
-        if self.old is not None:
-            nat = self.native
-            old = (nat.idx_find(self.old.buf, HEADER_SIZE, self.old_mask, h) if nat is not None
-                   else _py_find(self.old.buf, self.old_mask, h))
-            if ref in old:  # the migration copies it (or did: then the primary has it too)
-                if self._scan_off >= 0:
-                    self.old_left += 1  # a replayed insert made after the checkpoint
-                return
-        r = (self.native.idx_put(self.f.buf, HEADER_SIZE, self.mask, h, ref) if self.native is not None
-             else _py_put(self.f.buf, self.mask, h, ref))
+        """Insert (h, ref) into the open stage and its journal (a pair already staged: nothing)."""
+        gen = self._room()
+        st = gen.stage
+        r = (self.native.idx_put(st.buf, HEADER_SIZE, st.mask, h, ref) if self.native is not None
+             else _py_put(st.buf, st.mask, h, ref))
         if r == 0:
-            if self._scan_off >= 0:
-                self.live += 1  # a replayed insert made after the checkpoint: the estimate missed it
             return
-        self._counted_put(r)
+        st.live += 1
+        if r < 0:
+            st.tombs -= 1
+        gen.pending += SLOT.pack(h, ref)
+        gen.ops += 1
+        gen.inserts += 1
+        if self._shadow:
+            self._shadow.pop((h, ref), None)
 
-    def _counted_put(self, r: int) -> None:
-        if r < 0:  # a tombstone reused
-            r = -r
-            self.tombs -= 1
-            if r < self._scan_off:
-                self._scan_tombs -= 1
-        if r < self._scan_off:
-            self._scan_live += 1
-        self.live += 1
-        self.dirty = True
+    def _room(self) -> _Gen:
+        """The open generation, with room in its stage for one more entry: cut if it is full and
+        no pass runs, else (the pass is slower than the inserts) grow the stage in memory."""
+        gen = self._open
+        assert gen is not None
+        st = gen.stage
+        if (st.live + st.tombs + 1) * 2 <= st.cap:
+            return gen
+        self._poll()
+        if self._pass is None and self._cut(force=True):
+            gen = self._open
+            assert gen is not None
+            return gen
+        big = Stage(st.cap * 2)
+        if self.native is not None:
+            self.native.idx_copy(st.buf, big.buf, HEADER_SIZE, 0, st.cap, big.mask, -1)
+        else:
+            _py_copy(st.buf, big.buf, 0, st.cap, big.mask, -1)
+        big.live = st.live
+        st.close()
+        gen.stage = big
+        log.warning("ids.stage_grown", capacity=big.cap, live=big.live,
+                    detail="the id index's merge pass is slower than the inserts")
+        return gen
 
     def remove(self, h: int, ref: int) -> bool:
-        nat = self.native
-        done = (nat.idx_remove(self.f.buf, HEADER_SIZE, self.mask, h, ref, self._scan_off) if nat is not None
-                else _py_remove(self.f.buf, self.mask, h, ref, self._scan_off))
-        if done is not None:
-            off, tombs, scan_tombs = done
-            self.live -= 1
-            self.dirty = True
-            if off < self._scan_off:
-                self._scan_live -= 1
-            self.tombs += tombs
-            self._scan_tombs += scan_tombs
-        if self.old is None:
-            return done is not None
-        at = HEADER_SIZE + self.cursor * SLOT_SIZE  # the copies are below it
-        was = (nat.idx_remove(self.old.buf, HEADER_SIZE, self.old_mask, h, ref, at) if nat is not None
-               else _py_remove(self.old.buf, self.old_mask, h, ref, at))
-        if was is None:
-            return done is not None
-        self.dirty = True
-        if was[0] >= at:
-            self.old_left -= 1
-        return True
+        """Remove (h, ref): from the open stage at once, from the sealed stage and the table by a
+        later pass (journaled); a pre-cancel is hidden from ``find`` meanwhile. True if the pair
+        was found."""
+        gen = self._open
+        assert gen is not None
+        st = gen.stage
+        was = (self.native.idx_remove(st.buf, HEADER_SIZE, st.mask, h, ref, -1) if self.native is not None
+               else _py_remove(st.buf, st.mask, h, ref, -1))
+        if was is not None:
+            st.live -= 1
+            st.tombs += was[1]
+        gen.pending += REMOVE_MARK + SLOT.pack(h, ref)
+        gen.ops += 1
+        found = was is not None or ref in self.find(h)
+        if ref & PRECANCEL:
+            self._shadow[(h, ref)] = gen.g
+        return found
 
     def remove_delivered(self, pairs: list[tuple[int, Any]]) -> int:
-        """``remove(id_hash(rec.id), ref)`` for every ``(ref, rec)`` of a settled batch, in
-        order (the C twin does the batch in one call per table); return how many were found in
-        the primary."""
+        """``remove(id_hash(rec.id), ref)`` for every ``(ref, rec)`` of a settled batch (scheduler
+        refs: no shadow needed); return how many were in the open stage."""
+        gen = self._open
+        assert gen is not None
+        st = gen.stage
         if self.native is None:
-            remove = self.remove
-            before = self.live
+            removed = 0
             for ref, rec in pairs:
-                remove(id_hash(rec.id), ref)
-            return before - self.live
-        removed, tombs, scan_live, scan_tombs = self.native.idx_remove_delivered(
-            self.f.buf, HEADER_SIZE, self.mask, pairs, self._scan_off
-        )
-        if removed:
-            self.live -= removed
-            self.tombs += tombs
-            self._scan_live += scan_live
-            self._scan_tombs += scan_tombs
-            self.dirty = True
-        if self.old is not None:
-            at = HEADER_SIZE + self.cursor * SLOT_SIZE
-            gone, _t, below, _st = self.native.idx_remove_delivered(self.old.buf, HEADER_SIZE, self.old_mask, pairs, at)
-            if gone:
-                self.old_left -= gone + below  # ``below`` is minus the removed copies
-                self.dirty = True
+                h = id_hash(rec.id)
+                was = _py_remove(st.buf, st.mask, h, ref, -1)
+                if was is not None:
+                    removed += 1
+                    st.live -= 1
+                    st.tombs += was[1]
+                gen.pending += REMOVE_MARK + SLOT.pack(h, ref)
+        else:
+            removed, tombs, _l, _t = self.native.idx_remove_delivered(st.buf, HEADER_SIZE, st.mask, pairs, -1)
+            st.live -= removed
+            st.tombs += tombs
+            gen.pending += self.native.idx_delivered_records(pairs)
+        gen.ops += len(pairs)
         return int(removed)
 
-    # -- the migration (module docstring) --------------------------------------------------------
-    def _grow(self) -> None:
-        """Start migrating into a new table: twice the size when a quarter of the slots are live,
-        else the same size (without the tombstones)."""
-        if self.old is not None:  # not expected (the thresholds): finish the running one first
-            self._migrate(self.old_mask + 1 - self.cursor)
-        if self._swap is not None:  # the last migration ended within this checkpoint interval
-            self._name_swap(sync=True)
-        live = self.live
-        cap = self._next_cap()
-        self._seq += 1
-        path = self.dir / f"{NEXT}{self._seq}"
-        new = self._written_ahead(path, cap)
-        if new is None:
-            new = self._map(path, cap, create=True, base=self.cap)
-        self.old, self.old_mask, self.cursor, self.old_left = self.f, self.mask, 0, live
-        self._sweep_old = self._sweep  # the old table's round goes on where it was
-        self._sweep = 0
-        self.f, self.cap, self.mask = new, cap, cap - 1
-        self.live = self.tombs = 0
-        self._scan_off = -1  # the primary starts empty: its counts are exact
-        self.dirty = True
-        self._started = time.perf_counter()
-        log.info("ids.migration_started", capacity=cap, old_capacity=self.old_mask + 1, live=live)
-
-    def _next_cap(self) -> int:
-        """The next table's capacity: twice this one when a quarter of the slots are live, else
-        the same (a migration that sheds the tombstones)."""
-        return self.cap * 2 if self.live * 4 >= self.cap else self.cap
-
-    def _write_ahead(self) -> None:
-        """Start writing the next table's file once the growth nears (``ZERO_AT``): the size the
-        growth would choose now."""
-        if (self._zero is not None or self.old is not None or self.cap < ZERO_MIN_SLOTS
-                or (self.live + self.tombs) < self.cap * ZERO_AT):
-            return
-        self._zero = ZeroFill(self.dir / ZERO, self._next_cap(), self.cap)
-        self._zero.start()
-
-    def _written_ahead(self, path: Path, cap: int) -> MappedFile | None:
-        """The file written ahead, renamed ``path``, if it is complete and has this growth's
-        geometry; else None (it is discarded, and the caller creates the table sparse)."""
-        z, self._zero = self._zero, None
-        if z is None:
-            return None
-        if not (z.done.is_set() and z.ok and z.cap == cap and z.base == self.cap):
-            log.info("ids.written_ahead_unused", capacity=cap, prepared=z.cap, complete=z.done.is_set(),
-                     error=z.error or None)
-            z.discard()
-            return None
-        os.replace(z.path, path)
-        return self._map(path, cap, create=False, base=self.cap)
-
-    def _migrate(self, slots: int) -> int:
-        """Migrate up to ``slots`` old slots from the cursor on; return how many."""
-        old = self.old
-        assert old is not None
-        lo = self.cursor
-        hi = min(self.old_mask + 1, lo + slots)
-        if self.native is not None:
-            seen, inserted, reused, scan_live, scan_tombs = self.native.idx_copy(
-                old.buf, self.f.buf, HEADER_SIZE, lo, hi, self.mask, self._scan_off
-            )
-        else:
-            seen, inserted, reused, scan_live, scan_tombs = _py_copy(old.buf, self.f.buf, lo, hi, self.mask,
-                                                                     self._scan_off)
-        self.old_left -= seen
-        self.live += inserted
-        if self._scan_off >= 0:
-            self.live += seen - inserted  # copied before a crash, after the checkpoint
-        self.tombs -= reused
-        self._scan_live += scan_live
-        self._scan_tombs -= scan_tombs
-        self.cursor = hi
-        self.migrated += hi - lo
-        if inserted:
-            self.dirty = True
-        if hi > self.old_mask:
-            self._finish()
-        return hi - lo
-
-    def _finish(self) -> None:
-        old = self.old
-        assert old is not None
-        self.old, self.old_mask, self.cursor, self.old_left = None, -1, 0, 0
-        self._retired.append(old)
-        self._swap = self.f
-        self.dirty = True
-        log.info("ids.migrated", capacity=self.cap, live=self.live,
-                 s=round(time.perf_counter() - self._started, 1))
-
-    def step(self, now_ms: int, horizon_ms: int, slots: int = STEP_SLOTS, sweep: bool = True,
-             sweep_slots: int = SWEEP_SLOTS) -> int:
-        """A loop turn's share of maintenance: ``slots`` slots of the migration, if one runs; and,
-        if ``sweep``, a slice of the sweep of expired pre-cancels (older than ``horizon_ms`` at
-        ``now_ms``): the share of a ``SWEEP_ROUND_MS`` round owed since the last sweep step
-        (``_sweep_share``; at least ``sweep_slots`` slots) of the primary and, while a migration
-        runs, the same share of the old table. Return the slots visited.
-
-        The sweep does not wait for a migration to end: one takes about as long as a round (97-144 s
-        at 2^27 slots in the 40M scale runs), and an expired pre-cancel in the old table's part not
-        yet copied would wait for both. The old table keeps every entry it had (the migration
-        copies), so its own round finds each old pre-cancel wherever the cursor is, and ``remove``
-        takes it out of both tables.
-
-        The sweep only reads, and drops the pages it read from this process afterwards
-        (``MappedFile.drop_pages``: nothing is lost), so going round the table does not bring
-        it into RSS; the few pages its removes write are faulted in again by them."""
-        visited = 0
-        if self.old is not None:
-            visited = self._migrate(slots)
-        else:
-            self._write_ahead()
-        if not sweep:
-            return visited
-        if self._scan_off >= 0:  # after a restart: the background recount first
-            before = self._scan_off
-            self.recount_step(max(sweep_slots, self.cap // RECOUNT_ROUND_STEPS))
-            return visited + ((self._scan_off if self._scan_off >= 0 else HEADER_SIZE + self.cap * SLOT_SIZE)
-                              - before) // SLOT_SIZE
-        cutoff = now_ms - horizon_ms
-        share = self._sweep_share(now_ms)
-        hi = self._sweep_slice(self.f, self.cap, self._sweep, share, sweep_slots, cutoff)
-        visited += hi - self._sweep
-        self._sweep = hi % self.cap
-        if self.old is not None:
-            cap = self.old_mask + 1
-            hi = self._sweep_slice(self.old, cap, self._sweep_old, share, sweep_slots, cutoff)
-            visited += hi - self._sweep_old
-            self._sweep_old = hi % cap
-        return visited
-
-    def _sweep_share(self, now_ms: int) -> float:
-        """The share of a table this sweep step covers: what the time since the last one owes of a
-        ``SWEEP_ROUND_MS`` round, plus what earlier steps left owed, at most ``SWEEP_MAX_SHARE``
-        (a clock that went back owes nothing; at most one round is ever owed)."""
-        if self._sweep_ms >= 0:
-            self._sweep_owed = min(1.0, self._sweep_owed + max(0, now_ms - self._sweep_ms) / SWEEP_ROUND_MS)
-        self._sweep_ms = now_ms
-        share = min(self._sweep_owed, SWEEP_MAX_SHARE)
-        self._sweep_owed -= share
-        return share
-
-    def _sweep_slice(self, table: MappedFile, cap: int, lo: int, share: float, sweep_slots: int, cutoff: int) -> int:
-        """Remove the pre-cancels made before ``cutoff`` among ``table``'s slots from ``lo`` on:
-        ``share`` of the table, at least ``sweep_slots`` slots, up to its end. Return the slot
-        after the slice (``cap``: the round is complete)."""
-        hi = min(cap, lo + max(sweep_slots, math.ceil(cap * share)))
-        expired = (self.native.idx_expired(table.buf, HEADER_SIZE, lo, hi, cutoff) if self.native is not None
-                   else _py_expired(table.buf, lo, hi, cutoff))
-        table.drop_pages(HEADER_SIZE + lo * SLOT_SIZE, HEADER_SIZE + hi * SLOT_SIZE)
-        for h, ref in expired:
-            self.swept += self.remove(h, ref)
-        return hi
-
     def precancels(self, before_ms: int = 1 << 62) -> int:
-        """Pre-cancels made before ``before_ms`` in the index, copies counted once (a pass over
-        every slot: for the bench and tests only)."""
+        """Pre-cancels made before ``before_ms`` in the index and not removed, copies counted once
+        (a pass over every slot: for the bench and tests only)."""
         found: set[tuple[int, int]] = set()
-        for table, cap in ((self.f, self.cap), (self.old, self.old_mask + 1)):
-            if table is not None:
-                found.update(self.native.idx_expired(table.buf, HEADER_SIZE, 0, cap, before_ms)
-                             if self.native is not None else _py_expired(table.buf, 0, cap, before_ms))
-        return len(found)
+        for buf, mask in self._tables():
+            found.update(self.native.idx_expired(buf, HEADER_SIZE, 0, mask + 1, before_ms)
+                         if self.native is not None else _py_expired(buf, 0, mask + 1, before_ms))
+        return len(found - self._shadow.keys())
+
+    # -- the cycle --------------------------------------------------------------------------------
+    def step(self, now_ms: int, horizon_ms: int) -> int:
+        """A loop turn's share: notice a finished pass, cut when due. Returns the operations cut (0:
+        none)."""
+        self._now_ms, self._horizon_ms = now_ms, horizon_ms
+        if self._open is not None and self._open.opened <= 0:
+            self._open.opened = now_ms
+        self._poll()
+        return self._cut()
+
+    def wait(self) -> None:
+        """Wait for the running pass and take its result (tests, the bench)."""
+        if self._pass is not None and self._pass.ident is not None:
+            self._pass.join()
+        self._poll()
+
+    def _poll(self) -> None:
+        p = self._pass
+        if p is None or p.is_alive():
+            return
+        self._pass = None
+        sealed = self._sealed
+        assert sealed is not None
+        if p.error is not None:
+            self._failed_at = self._now_ms
+            if p.new is not None:
+                p.new.unlink(missing_ok=True)
+            log.warning("ids.pass_failed", error=str(p.error), retry_s=RETRY_S)
+            return
+        if p.new is not None:
+            new = self._map(p.new, p.grow, create=False)
+            # a grown table no flush named (a store checkpointed rarely: a restoring standby) is
+            # nobody's: deleted with its mapping
+            self._retired.append((self.f, self._swap is not None))
+            self.f, self.cap, self.mask = new, p.grow, p.grow - 1
+            self._swap = new
+            self.grown += 1
+            log.info("ids.grown", capacity=self.cap, live=p.result[0], s=round(p.seconds, 1))
+        self.table_live, self.table_tombs = int(p.result[0]), int(p.result[1])
+        self.swept += int(p.result[4])
+        self.passes += 1
+        self._sealed = None
+        sealed.stage.close()
+        for g in sealed.files:  # one no checkpoint ever named can go now (a restoring standby's)
+            if g in self._ever_named:
+                self._merged.append(g)
+            else:
+                idjournal.remove(self.dir, g)
+        if sealed.writer is not None:
+            sealed.writer.close()
+        if self._shadow:
+            self._shadow = {k: g for k, g in self._shadow.items() if g > sealed.g}
+        log.debug("ids.merged", ops=sealed.ops, live=self.table_live, tombs=self.table_tombs, expired=int(p.result[4]),
+                  s=round(p.seconds, 2))
+
+    def _cut(self, force: bool = False) -> int:
+        """Seal the open generation and start its pass, if one is due (or ``force``) and none runs."""
+        gen = self._open
+        assert gen is not None
+        if self._pass is not None:
+            return 0
+        if self._sealed is not None:  # its pass failed: run it again, not too often
+            if self._now_ms - self._failed_at < RETRY_S * 1000:
+                return 0
+            self._start(self._sealed)
+            return 0
+        age = (self._now_ms - gen.opened) / 1000 if gen.opened > 0 else 0.0
+        if not (force or gen.ops >= cut_ops(self.cap) or (gen.ops and age >= CUT_S) or age >= IDLE_PASS_S):
+            return 0
+        if gen.writer is not None and gen.pending:
+            gen.writer.append(gen.pending)
+            gen.chunks.append(bytes(gen.pending))
+            gen.pending.clear()
+            gen.unsynced = True
+        self._sealed = gen
+        self._open = self._new_gen(gen.g + 1, cut_ops(self.cap)) if gen.g >= 0 else None
+        self._start(gen)
+        return gen.ops
+
+    def _start(self, gen: _Gen) -> None:
+        records = b"".join(gen.chunks)
+        cutoff = max(0, self._now_ms - self._horizon_ms) if self._horizon_ms >= 0 else 0
+        grow, new = 0, None
+        live = self.table_live + gen.inserts
+        if (self.table_live + self.table_tombs + gen.inserts) * 2 > self.cap:
+            grow = self.cap
+            while live * 4 > grow:
+                grow *= 2
+            self._seq += 1
+            new = self.dir / f"{NEXT}{self._seq}"
+        # self.f: ids.idx's file, or a grown one the next flush names so
+        self._pass = self.pass_class(self.f.path, self.cap, records, cutoff, grow, new, self.native is not None)
+        self._pass.start()
 
     # -- the C intake (PartitionStore.ingest_many; sidecar/store/intake_layout.py) ---------------
-    def intake_state(self, st: list[int]) -> memoryview:
-        """Hand the C intake the table: its mask and counts into ``st``, and the buffer it probes
-        and inserts into in place (it leaves to ``put`` a record whose insert would grow the
-        table). While a migration runs the old table's mask goes too (``intake_old`` its buffer):
-        the intake leaves to ``put`` an id with an entry in either table."""
-        st[Common.IDX_MASK] = self.mask
-        st[Common.IDX_LIVE] = self.live
-        st[Common.IDX_TOMBS] = self.tombs
-        st[Common.IDX_SCAN_OFF] = self._scan_off
-        st[Common.IDX_SCAN_LIVE] = self._scan_live
-        st[Common.IDX_SCAN_TOMBS] = self._scan_tombs
-        st[Common.IDX_OLD_MASK] = self.old_mask
-        st[Common.IDX_CURSOR] = self.cursor
-        st[Common.IDX_STEP] = MIGRATE_PER_PUT
-        return self.f.buf
+    def intake_state(self, st: list[int], room: int) -> memoryview:
+        """Hand the C intake the open stage (it probes and inserts there in place; it leaves to
+        ``put`` a record whose insert would fill it past half), the tables it only probes (an
+        entry under the id there: the record goes to ``put``), and a journal buffer with room for
+        ``room`` records."""
+        gen = self._open
+        assert gen is not None
+        st[Common.IDX_MASK] = gen.stage.mask
+        st[Common.IDX_LIVE] = gen.stage.live
+        st[Common.IDX_TOMBS] = gen.stage.tombs
+        st[Common.IDX_SCAN_OFF] = -1
+        st[Common.IDX_SCAN_LIVE] = 0
+        st[Common.IDX_SCAN_TOMBS] = 0
+        sealed = self._sealed
+        st[Common.IDX_OLD_MASK] = sealed.stage.mask if sealed is not None else self.mask
+        st[Common.IDX_OLD2_MASK] = self.mask if sealed is not None else -1
+        st[Common.IDX_CURSOR] = 0
+        st[Common.IDX_STEP] = 0
+        st[Common.IDX_JNL_AT] = 0
+        if len(self._jbuf) < room * SLOT_SIZE:
+            self._jbuf = bytearray(max(room * SLOT_SIZE, 2 * len(self._jbuf)))
+        return gen.stage.buf
 
-    def intake_old(self) -> memoryview | None:
-        return None if self.old is None else self.old.buf
+    def intake_bufs(self) -> tuple[Any, Any, bytearray]:
+        """The intake's last arguments: the probed tables (sealed stage or table; table or None)
+        and the journal buffer."""
+        sealed = self._sealed
+        if sealed is None:
+            return self.f.buf, None, self._jbuf
+        return sealed.stage.buf, self.f.buf, self._jbuf
 
     def intake_restore(self, st: list[int]) -> None:
-        """Take back the counts the C intake moved by inserting entries, and the migration it
-        stepped (each insert migrated ``MIGRATE_PER_PUT`` old slots, as ``put`` does; it stops
-        after the insert that migrated the last one, and the migration ends here)."""
-        self.live = st[Common.IDX_LIVE]
-        self.tombs = st[Common.IDX_TOMBS]
-        self._scan_live = st[Common.IDX_SCAN_LIVE]
-        self._scan_tombs = st[Common.IDX_SCAN_TOMBS]
-        self.dirty = True
-        old = self.old
-        if old is not None:
-            lo, hi = self.cursor, st[Common.IDX_CURSOR]
-            self.old_left -= self._count_range(lo, hi, old.buf)[0]  # nothing removed them since
-            self.migrated += hi - lo
-            self.cursor = hi
-            if hi > self.old_mask:
-                self._finish()
+        """Take back the open stage's counts and the journal records the intake wrote."""
+        gen = self._open
+        assert gen is not None
+        gen.stage.live = st[Common.IDX_LIVE]
+        gen.stage.tombs = st[Common.IDX_TOMBS]
+        n = st[Common.IDX_JNL_AT]
+        if n > 0:
+            gen.pending += memoryview(self._jbuf)[:n]
+            gen.ops += n // SLOT_SIZE
+            gen.inserts += n // SLOT_SIZE
 
     # -- durability ------------------------------------------------------------------------------
-    def _name_swap(self, sync: bool) -> None:
-        """Give the migrated table the name ``ids.idx``: synced first (``sync``), renamed, the
-        directory synced — inside ``deferred_sync`` all three go to the batch, in that order."""
-        swap, self._swap = self._swap, None
-        assert swap is not None
-        batch = current_batch()
-        if not sync:
-            os.replace(swap.path, self.path)
-        elif batch is not None:
-            batch.add_file(swap)
-            batch.add_rename(swap.path, self.path)
-            batch.add_dir(self.path.parent)
-        else:
-            swap.mm.flush()
-            os.replace(swap.path, self.path)
-            fsync_dir(self.path.parent)
-        swap.path = self.path
-
     def flush(self, sync: bool = True) -> None:
-        """Make the tables durable (``sync``; inside ``deferred_sync``: note them for the batch).
-        With ``sync=False`` (``fsync=none``) only a migrated table's rename happens."""
+        """Write the open generation's records to its journal; with ``sync`` (inside
+        ``deferred_sync``: for the batch) make every journal a checkpoint will name durable. A
+        rebuilt table takes the name ``ids.idx`` (synced by its pass; renamed, directory synced),
+        with or without ``sync``."""
         if self._swap is not None:
-            self._name_swap(sync)
-            self.dirty = False
-        elif self.dirty and sync:
-            self.f.flush()
-            if self.old is not None:
-                self.old.flush()
-            self.dirty = False
+            swap, self._swap = self._swap, None
+            batch = current_batch()
+            if batch is not None and sync:
+                batch.add_file(swap)
+                batch.add_rename(swap.path, self.path)
+                batch.add_dir(self.dir)
+            else:
+                os.replace(swap.path, self.path)
+                if sync:
+                    fsync_dir(self.dir)
+            swap.path = self.path
+        for gen in (self._sealed, self._open):
+            if gen is None or gen.writer is None:
+                continue
+            if gen.pending:
+                gen.writer.append(gen.pending)
+                gen.chunks.append(bytes(gen.pending))
+                gen.pending.clear()
+                gen.unsynced = True
+            if sync and gen.unsynced:
+                gen.writer.note_sync()
+                gen.unsynced = False
+            gen.durable = gen.writer.length
 
     def reclaim(self) -> None:
-        """Release the old tables of the migrations that ended (inside ``deferred_disposal``: on
-        the disposal's thread). Only after the flush that renamed their successor: until then the
-        name ``ids.idx`` is theirs."""
-        if self._swap is None:
-            retired, self._retired = self._retired, []
-            for f in retired:
+        """After a checkpoint: delete the journals merged and not named by it; release the mappings
+        of tables a growth replaced (inside ``deferred_disposal``: on the disposal's thread)."""
+        keep = [g for g in self._merged if g in self._named]
+        for g in self._merged:
+            if g not in self._named:
+                self._ever_named.discard(g)
+                idjournal.remove(self.dir, g)
+        self._merged = keep
+        keep_t: list[tuple[MappedFile, bool]] = []
+        for f, unlink in self._retired:
+            if unlink:  # never named: nothing refers to it
+                f.dispose(unlink=True)
+            elif self._swap is None:  # its successor has the name ids.idx now
                 f.dispose()
+            else:
+                keep_t.append((f, unlink))
+        self._retired = keep_t
 
     def trim(self) -> None:
-        """Unmap the tables' resident pages from this process (``MappedFile.drop_pages``): probes
-        land on random pages, so none is more likely than another to be needed next."""
+        """Unmap the table's resident pages from this process (``MappedFile.drop_pages``): probes
+        land on random pages, so none is more likely than another to be needed next. The stages
+        are anonymous memory and stay."""
         self.f.drop_pages()
-        if self.old is not None:
-            self.old.drop_pages()
 
     def disk_bytes(self) -> int:
-        return (self.f.size + (0 if self.old is None else self.old.size)
-                + (0 if self._zero is None else self._zero.size))
+        n = self.f.size
+        for gen in (self._open, self._sealed):
+            if gen is not None and gen.writer is not None:
+                n += gen.writer.length
+        return n
 
     def close(self) -> None:
-        if self._zero is not None:
-            self._zero.discard()
-            self._zero = None
+        """Wait for a running pass (it writes the table), then close everything."""
+        if self._pass is not None and self._pass.ident is not None:  # (a test's pass may never start)
+            self._pass.join()
+            self._poll()
+        for gen in (self._open, self._sealed):
+            if gen is not None:
+                gen.stage.close()
+                if gen.writer is not None:
+                    gen.writer.close()
+        self._open = self._sealed = None
         self.f.close()
-        if self.old is not None:
-            self.old.close()
-        for f in self._retired:
+        for f, _unlink in self._retired:  # a grown table never named is deleted by the next open
             f.close()
         self._retired = []

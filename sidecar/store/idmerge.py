@@ -24,7 +24,7 @@ import struct
 from typing import Any
 
 from sidecar.store.codec import native as _native
-from sidecar.store.idslot import EMPTY, PRECANCEL, REMOVE, TOMB
+from sidecar.store.idslot import EMPTY, PRECANCEL, TOMB, journal_ops
 from sidecar.store.idslot import SLOT as _SLOT
 
 
@@ -169,13 +169,13 @@ def py_merge_pass(fd: int, header_size: int, mask: int, removes: Any, inserts: A
 
 
 def net_ops(records: Any, mask: int) -> tuple[bytes, bytes]:
-    """A journal's records (in order; ``REMOVE`` marks a remove) as the pass's operations: the
-    last one on each (hash, ref) pair, (removes, inserts) -- merge.c's net_ops."""
+    """A journal's records (in order; ``idslot.journal_ops``) as the pass's operations: the last one
+    on each (hash, ref) pair, (removes, inserts) -- merge.c's net_ops."""
     last: dict[tuple[int, int], bool] = {}
-    for h, ref in _pairs(records):
-        key = (h, ref & ~REMOVE)
+    for h, ref, gone in journal_ops(records):
+        key = (h, ref)
         last.pop(key, None)  # a later operation on a pair replaces the earlier one
-        last[key] = bool(ref & REMOVE)
+        last[key] = gone
     rm = b"".join(_SLOT.pack(h, ref) for (h, ref), gone in last.items() if gone)
     put = b"".join(_SLOT.pack(h, ref) for (h, ref), gone in last.items() if not gone)
     return rm, put

@@ -1,16 +1,46 @@
 """The id index's slot and journal-record layout, shared by the index (idindex.py), its merge pass
-(idmerge.py) and the offline inspector.
+(idmerge.py) and the offline inspector. The C side reads journal records with ``kds_jnl_read``
+(sidecar/native/native.h).
 
 A slot is 16 bytes, little-endian: ``u64 hash`` (``EMPTY`` 0, ``TOMB`` 1, else an id's 64-bit
 digest forced >= 2), ``u64 ref``. A ref with ``PRECANCEL`` (the top bit) set is a pre-cancel whose
-low bits are its time (epoch ms). A journal record has the slot's layout; ``REMOVE`` set in its
-ref makes it a remove of the pair (scheduler refs and pre-cancel times stay below 2^62).
+low bits are its time (epoch ms).
+
+A journal record has the slot's layout: ``(hash, ref)`` is an insert. A remove is two records,
+``REMOVE_MARK`` (the hash ``TOMB``, ref 0) then ``(hash, ref)``: every bit of a ref belongs to some
+scheduler (pre-cancels use bit 63, the wheel's bucket refs bit 62 and the 62 below it), so the
+remove is marked by a hash no id has.
 """
 
 import struct
+from collections.abc import Iterator
+from typing import Any
 
 SLOT = struct.Struct("<QQ")
 SLOT_SIZE = SLOT.size
 EMPTY, TOMB = 0, 1
 PRECANCEL = 1 << 63
-REMOVE = 1 << 62
+REMOVE_MARK = SLOT.pack(TOMB, 0)
+
+
+def journal_ops(records: Any) -> Iterator[tuple[int, int, bool]]:
+    """A journal's operations in order: (hash, ref, is a remove). ValueError on a malformed record
+    (what ``kds_jnl_read`` refuses)."""
+    n = len(records) // SLOT_SIZE
+    if len(records) % SLOT_SIZE:
+        raise ValueError("journal records are 16-byte (hash, ref) pairs")
+    k = 0
+    while k < n:
+        h, ref = SLOT.unpack_from(records, k * SLOT_SIZE)
+        if h > TOMB:
+            yield h, ref, False
+            k += 1
+            continue
+        if h == TOMB and ref == 0 and k + 1 < n:
+            h, ref = SLOT.unpack_from(records, (k + 1) * SLOT_SIZE)
+            if h > TOMB:
+                yield h, ref, True
+                k += 2
+                continue
+        raise ValueError(f"journal record {k} is malformed (a hash below 2 outside a remove's marker, "
+                         "or a marker with a ref or without its pair)")

@@ -464,11 +464,11 @@ class PartitionStore:
         st[Common.MAX_RECORD_BYTES] = rules.max_record_bytes
         st[Common.MAX_DELAY_MS] = rules.max_delay_ms
         seg = self.log.intake_state(st)
-        idx = self.ids.intake_state(st)
+        idx = self.ids.intake_state(st, len(msgs) - start)
         first = self.log.head
         end: int = _run(
             msgs, start, now_ms, self.partition, self.id_prefix, rules.checked_targets, _NO_HEADERS, seg, idx, st,
-            bufs, self.ids.intake_old(),
+            bufs, *self.ids.intake_bufs(),
         )
         count = end - start
         if count:
@@ -843,8 +843,8 @@ class PartitionStore:
         st[Common.NEXT_OFFSET] = -1
         st[Common.MAX_SRC_OFFSET] = -1
         seg = self.log.intake_state(st)
-        idx = self.ids.intake_state(st)
-        stop: int = _restore_run(msgs, start, self.partition, end, seg, idx, st, bufs, self.ids.intake_old())
+        idx = self.ids.intake_state(st, len(msgs) - start)
+        stop: int = _restore_run(msgs, start, self.partition, end, seg, idx, st, bufs, *self.ids.intake_bufs())
         count = stop - start
         if count:
             self.dirty = True
@@ -959,15 +959,11 @@ class PartitionStore:
         the store keeps working: what it writes is not named by the snapshot."""
         if self.acked:
             self.settle()
-        # After a restart: a step of the id index's background recount (~2 ms; the loop's index
-        # steps make more), before the snapshot, so the first checkpoint after it ends records
-        # the exact counts.
-        self.ids.recount_step(1 << 16)
         with deferred_sync() as batch:
             if fsync:
                 self.log.flush()
                 self.sched.flush()
-            self.ids.flush(sync=fsync)  # without fsync still: a migrated id index takes its name
+            self.ids.flush(sync=fsync)  # its journals; without fsync still: a grown table takes its name
         doc = {
             "topic": self.topic,
             "partition": self.partition,
@@ -991,14 +987,13 @@ class PartitionStore:
         with deferred_disposal() as gone:
             self.log.reclaim(job.dead_segments, unlink=False)  # the job deleted the files
             self.sched.reclaim()
-            self.ids.reclaim()  # a migrated id index's old table, once the job renamed the new one
+            self.ids.reclaim()  # merged journals the checkpoint no longer names; a grown table's old one
         return gone
 
-    def index_step(self, now_ms: int, sweep: bool) -> int:
-        """A loop turn's share of the id index's maintenance (``IdIndex.step``): a bounded slice of
-        its migration, or (``sweep``) of the sweep of pre-cancels past the cancel horizon. Returns
-        the slots visited."""
-        return self.ids.step(now_ms, self.cancel_horizon_ms, sweep=sweep)
+    def index_step(self, now_ms: int) -> int:
+        """A loop turn's share of the id index's maintenance (``IdIndex.step``): notice a finished
+        merge pass, start the next one when due. Returns the operations it sealed (0: none)."""
+        return self.ids.step(now_ms, self.cancel_horizon_ms)
 
     def trim(self) -> None:
         """Unmap the resident pages of the store's mmapped files from this process, so RSS holds

@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 from sidecar.store.codec import native
 from sidecar.store.idindex import EMPTY, HEADER_SIZE, PRECANCEL, SLOT, SLOT_SIZE, TOMB, _py_find, _py_put, _py_remove
 from sidecar.store.idmerge import (
-    REMOVE,
     merge_journal,
     merge_pass,
     py_merge_journal,
@@ -24,6 +23,7 @@ from sidecar.store.idmerge import (
     py_rebuild,
     rebuild,
 )
+from sidecar.store.idslot import REMOVE_MARK
 
 pytestmark = pytest.mark.skipif(native is None and os.environ.get("CI") != "true", reason="sidecar._native not built")
 
@@ -298,7 +298,7 @@ def test_a_journal_merges_as_its_last_operation_on_each_pair(case: tuple, data: 
     pairs = removes + puts
     journal = data.draw(st.lists(st.tuples(st.sampled_from(pairs), st.booleans()), max_size=3 * len(pairs))
                         if pairs else st.just([]))
-    records = b"".join(SLOT.pack(h, ref | (REMOVE if rm else 0)) for (h, ref), rm in journal)
+    records = b"".join((REMOVE_MARK if rm else b"") + SLOT.pack(h, ref) for (h, ref), rm in journal)
     last = {p: rm for p, rm in journal}
     model = {p for p in start if not last.get(p, False)} | {p for p, rm in last.items() if not rm}
     if len(base) + sum(1 for p, rm in last.items() if not rm and p not in start) >= cap:
@@ -320,3 +320,23 @@ def test_a_journal_merges_as_its_last_operation_on_each_pair(case: tuple, data: 
     assert out[0] == len(model)
     for h in {h for h, _ in base} | {h for (h, _), _ in journal}:
         assert sorted(_find(after, cap, h)) == sorted(r for (mh, r) in model if mh == h), h
+
+
+@pytest.mark.parametrize("twin", [False, True], ids=["c", "python"])
+def test_a_malformed_journal_is_refused_before_any_write(twin: bool) -> None:
+    """A hash below 2 outside a remove's marker, a marker with a ref or without its pair: ValueError,
+    the table untouched."""
+    run = py_merge_journal if twin else merge_journal
+    cap = 16
+    buf = _table(cap, [(18, 1)], [])
+    ok = SLOT.pack(34, 2)
+    for bad in (SLOT.pack(EMPTY, 1), SLOT.pack(TOMB, 1), REMOVE_MARK, REMOVE_MARK + SLOT.pack(TOMB, 0)):
+        fd, path = tempfile.mkstemp()
+        try:
+            os.write(fd, buf)
+            with pytest.raises(ValueError, match="malformed"):
+                run(fd, HS, cap - 1, ok + bad, 0, 4, False)
+            assert os.pread(fd, len(buf) + 1, 0) == bytes(buf)
+        finally:
+            os.close(fd)
+            os.unlink(path)

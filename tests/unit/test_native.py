@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from sidecar import contract as c
 from sidecar.headers import Rules, py_parse_request
 from sidecar.store import codec
-from sidecar.store.idindex import HEADER_SIZE, PRECANCEL, IdIndex, py_id_hash
+from sidecar.store.idindex import PRECANCEL, IdIndex, py_id_hash
 from sidecar.store.partition import compile_rules
 from tests.unit.test_codec import HEADERS, records
 
@@ -149,27 +149,30 @@ def test_record_type_behaves_like_the_dataclass() -> None:
 
 # -- id index: the C probes write the same slots as the Python ones --------------------------------
 hashes = st.integers(0, 40).map(lambda k: 2 + (k % 5) + (k // 5) * 64)
-ops = st.lists(st.tuples(st.sampled_from(["put", "remove", "find", "step", "precancel"]), hashes, st.integers(1, 6)),
-               max_size=300)
+ops = st.lists(st.tuples(st.sampled_from(["put", "put", "remove", "find", "step", "precancel"]), hashes,
+                         st.integers(1, 6)), max_size=300)
+
+
+def _stages(ix: IdIndex) -> list[bytes]:
+    return [bytes(g.stage.buf) for g in (ix._open, ix._sealed) if g is not None]
 
 
 @needs_native
 @settings(max_examples=150, deadline=None)
-@given(ops, st.integers(0, 16))
-def test_id_index_twins(program: list[tuple[str, int, int]], scan_at: int) -> None:
+@given(ops)
+def test_id_index_twins(program: list[tuple[str, int, int]]) -> None:
     """Two indexes fed the same operations, one through C and one through Python, stay byte for
-    byte identical, with identical counts (including the background recount's partial ones), both
-    tables of a migration included (the C ``idx_copy`` steps, at every put and at ``step``), and
-    the sweep of expired pre-cancels (C ``idx_expired``)."""
+    byte identical: the stages, the journal records, the table after each pass (C
+    ``idx_merge_journal`` against its twin) and the counts, expired pre-cancels swept by the
+    passes included."""
     with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
         c_ix = IdIndex(Path(d1), initial_capacity=16, native=True)
         p_ix = IdIndex(Path(d2), initial_capacity=16, native=False)
         assert c_ix.native is not None and p_ix.native is None
-        for step, (op, h, r) in enumerate(program):
-            if step == scan_at * 10:  # a recount in progress: put/remove keep its partial counts
-                for ix in (c_ix, p_ix):
-                    ix._scan_off = HEADER_SIZE + (ix.cap // 2) * 16
-                    ix._scan_live, ix._scan_tombs = ix._count_range(0, ix.cap // 2)
+        for ix in (c_ix, p_ix):
+            ix.restore(None)
+            ix.step(600, 300)  # pre-cancels older than 300 ms at 600 expire
+        for op, h, r in program:
             if op == "put":
                 c_ix.put(h, r)
                 p_ix.put(h, r)
@@ -178,18 +181,16 @@ def test_id_index_twins(program: list[tuple[str, int, int]], scan_at: int) -> No
                 p_ix.put(h, PRECANCEL | (r * 100))
             elif op == "remove":
                 assert c_ix.remove(h, r) == p_ix.remove(h, r)
-            elif op == "step":  # r slots; pre-cancels older than 300 ms at 600 expire
-                assert c_ix.step(600, 300, slots=r, sweep_slots=r) == p_ix.step(600, 300, slots=r, sweep_slots=r)
+            elif op == "step":  # a cut and its pass
+                for ix in (c_ix, p_ix):
+                    ix._cut(force=True)
+                    ix.wait()
             else:
                 assert c_ix.find(h) == p_ix.find(h)
-            assert (c_ix.cap, c_ix.live, c_ix.tombs, c_ix._scan_off, c_ix._scan_live, c_ix._scan_tombs) == (
-                p_ix.cap, p_ix.live, p_ix.tombs, p_ix._scan_off, p_ix._scan_live, p_ix._scan_tombs
-            )
-            assert (c_ix.old_mask, c_ix.cursor, c_ix.old_left, c_ix.migrated) == (
-                p_ix.old_mask, p_ix.cursor, p_ix.old_left, p_ix.migrated
-            )
-            if c_ix.old is not None and p_ix.old is not None:
-                assert bytes(c_ix.old.buf) == bytes(p_ix.old.buf)
+            assert (c_ix.cap, c_ix.live, c_ix.tombs, c_ix.swept) == (p_ix.cap, p_ix.live, p_ix.tombs, p_ix.swept)
+            assert _stages(c_ix) == _stages(p_ix)
+            assert c_ix._open is not None and p_ix._open is not None
+            assert c_ix._open.pending == p_ix._open.pending
         assert bytes(c_ix.f.buf) == bytes(p_ix.f.buf)
         c_ix.close()
         p_ix.close()
@@ -280,28 +281,29 @@ def test_parse_request_takes_the_common_requests(
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.binary(max_size=12), max_size=60, unique=True), st.data())
 def test_remove_delivered_twins(ids: list[bytes], data: st.DataObject) -> None:
-    """A settled batch removed in one C call leaves the same table and counts as ``remove`` one
-    record at a time (including refs that are not there, and a recount in progress)."""
+    """A settled batch removed in one C call leaves the same stage, counts and journal records as
+    the Python path, one record at a time (including refs that are not there, and refs already
+    merged into the table)."""
     assert native is not None
     with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
         c_ix = IdIndex(Path(d1), initial_capacity=16, native=True)
         p_ix = IdIndex(Path(d2), initial_capacity=16, native=False)
-        for ref, rid in enumerate(ids):
-            c_ix.put(py_id_hash(rid), ref)
-            p_ix.put(py_id_hash(rid), ref)
-        if data.draw(st.booleans()):
-            for ix in (c_ix, p_ix):
-                ix._scan_off = HEADER_SIZE + (ix.cap // 2) * 16
-                ix._scan_live, ix._scan_tombs = ix._count_range(0, ix.cap // 2)
+        merged = data.draw(st.integers(0, len(ids)))
+        for ix in (c_ix, p_ix):
+            ix.restore(None)
+            for ref, rid in enumerate(ids):
+                ix.put(py_id_hash(rid), ref)
+                if ref + 1 == merged:  # the first ones are in the table, the rest staged
+                    ix._cut(force=True)
+                    ix.wait()
         chosen = data.draw(st.lists(st.integers(0, len(ids) + 3), max_size=len(ids) + 4))
         pairs = [(ref, native.Record(80, 1, 0, 0, 0, 0, -1, 0, 0, ids[ref] if ref < len(ids) else b"gone", b"t",
                                      None, None, b"")) for ref in chosen]
         assert c_ix.remove_delivered(pairs) == p_ix.remove_delivered(pairs)
-        assert (c_ix.live, c_ix.tombs, c_ix._scan_live, c_ix._scan_tombs, c_ix.old_left) == (
-            p_ix.live, p_ix.tombs, p_ix._scan_live, p_ix._scan_tombs, p_ix.old_left
-        )
-        if c_ix.old is not None and p_ix.old is not None:  # mid-migration: removed from both tables
-            assert bytes(c_ix.old.buf) == bytes(p_ix.old.buf)
+        assert (c_ix.live, c_ix.tombs) == (p_ix.live, p_ix.tombs)
+        assert _stages(c_ix) == _stages(p_ix)
+        assert c_ix._open is not None and p_ix._open is not None
+        assert c_ix._open.pending == p_ix._open.pending
         assert bytes(c_ix.f.buf) == bytes(p_ix.f.buf)
         c_ix.close()
         p_ix.close()
