@@ -74,6 +74,7 @@ bits hold the cancel's time (epoch ms) so it can expire after the cancel horizon
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import mmap
 import os
@@ -293,14 +294,13 @@ class Stage:
 
 @dataclass
 class _Gen:
-    """A generation: its stage, its journal, and its records in memory (the pass's input)."""
+    """A generation: its stage and its journal (the pass reads its records from the file)."""
 
     g: int
     stage: Stage
     writer: idjournal.JournalWriter | None  # None: records loaded at recovery, journals already on disk
     opened: int  # the index's clock (ms) when it opened (0: before the first step)
     pending: bytearray = field(default_factory=bytearray)  # records not yet written to the journal
-    chunks: list[bytes] = field(default_factory=list)  # records written, in order
     ops: int = 0
     inserts: int = 0  # insert records among them (the growth's estimate)
     unsynced: bool = True  # written (or created) since its last sync
@@ -308,24 +308,40 @@ class _Gen:
     files: list[int] = field(default_factory=list)  # the journal generations it covers
     named: list[tuple[int, int]] = field(default_factory=list)  # loaded at recovery: (g, length) of each
 
-    def records(self) -> bytes:
-        return b"".join([*self.chunks, bytes(self.pending)])
+    def journals(self) -> list[tuple[int, int]]:
+        """(g, length) of the journal files holding its records, whole once it is sealed."""
+        return self.named if self.writer is None else [(self.g, self.writer.length)]
 
 
 class _Pass(threading.Thread):
     """A sealed generation merged into the table (and, for a growth, the table rebuilt first into
     a new file): file I/O and C, the GIL released; the loop only polls ``is_alive``."""
 
-    def __init__(self, table: Path, cap: int, records: bytes, cutoff: int, grow: int, new: Path | None,
-                 native: bool) -> None:
+    def __init__(self, table: Path, cap: int, journals: list[tuple[int, int]], cutoff: int, grow: int,
+                 new: Path | None, native: bool) -> None:
         super().__init__(name="kds-ids-pass", daemon=True)
-        self.table, self.cap, self.records, self.cutoff = table, cap, records, cutoff
+        self.table, self.cap, self.journals, self.cutoff = table, cap, journals, cutoff
         self.grow, self.new, self.native = grow, new, native
         self.result: tuple[int, ...] = ()
-        self.error: OSError | None = None
+        self.error: OSError | StoreError | None = None
         self.seconds = 0.0
 
     def run(self) -> None:
+        # Background work that keeps a core busy for seconds: it must neither preempt the loop
+        # (SCHED_BATCH, as the flusher: sidecar/engine/threads.py) nor share a saturated machine's
+        # CPU with it as an equal (nice 19). In the 40M scale run without either, the stream's
+        # lateness rose to seconds whenever a pass or a rebuild ran beside the broker and the
+        # clients on the 2-core VM. A pass that waits only delays when the table has its entries:
+        # the stages answer meanwhile.
+        from sidecar.engine.threads import demote_self
+
+        demote_self()
+        with contextlib.suppress(OSError, AttributeError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        self.merge()
+
+    def merge(self) -> None:
+        """The pass itself (on whichever thread calls it)."""
         t0 = time.perf_counter()
         fds: list[int] = []
         try:
@@ -351,9 +367,12 @@ class _Pass(threading.Thread):
                     if last:
                         break
                     cap *= 2
+            # the records from the journal files, not from memory: a generation's records would
+            # otherwise stay in the heap from its first operation to the end of its pass
+            records = b"".join(idjournal.read(self.table.parent, g, n) for g, n in self.journals)
             merge = idmerge.merge_journal if self.native else idmerge.py_merge_journal
-            self.result = merge(fd, HEADER_SIZE, mask, self.records, self.cutoff, PASS_CHUNK, True)
-        except OSError as e:
+            self.result = merge(fd, HEADER_SIZE, mask, records, self.cutoff, PASS_CHUNK, True)
+        except (OSError, StoreError) as e:
             self.error = e
         finally:
             for f in fds:
@@ -419,6 +438,7 @@ class IdIndex:
         elif state is None and not self._created:
             self.table_live, self.table_tombs = _count_range(self.f.buf, 0, self.cap)
         keep = {g for g, _n in named}
+        self._named, self._ever_named = set(keep), set(keep)  # the checkpoint on disk names them
         for g in idjournal.generations(self.dir):
             if g not in keep:
                 idjournal.remove(self.dir, g)
@@ -428,7 +448,6 @@ class IdIndex:
             gen = self._new_gen(-1, max(len(records) // SLOT_SIZE, 1), writer=False)
             for g, n in named:  # what follows was written after the checkpoint: replayed, journaled again
                 idjournal.truncate(self.dir, g, n)
-            gen.chunks.append(records)
             gen.files = [g for g, _n in named]
             gen.named = named
             gen.ops = len(records) // SLOT_SIZE
@@ -710,7 +729,6 @@ class IdIndex:
             return 0
         if gen.writer is not None and gen.pending:
             gen.writer.append(gen.pending)
-            gen.chunks.append(bytes(gen.pending))
             gen.pending.clear()
             gen.unsynced = True
         self._sealed = gen
@@ -719,18 +737,20 @@ class IdIndex:
         return gen.ops
 
     def _start(self, gen: _Gen) -> None:
-        records = b"".join(gen.chunks)
         cutoff = max(0, self._now_ms - self._horizon_ms) if self._horizon_ms >= 0 else 0
         grow, new = 0, None
         live = self.table_live + gen.inserts
         if (self.table_live + self.table_tombs + gen.inserts) * 2 > self.cap:
-            grow = self.cap
-            while live * 4 > grow:
+            # twice the size once a quarter would be live (a quarter full after it), else the same
+            # size (the tombstones shed); more only for what one doubling cannot hold at a third
+            # full (a recovery's journals)
+            grow = self.cap * 2 if live * 4 >= self.cap else self.cap
+            while live * 3 > grow:
                 grow *= 2
             self._seq += 1
             new = self.dir / f"{NEXT}{self._seq}"
         # self.f: ids.idx's file, or a grown one the next flush names so
-        self._pass = self.pass_class(self.f.path, self.cap, records, cutoff, grow, new, self.native is not None)
+        self._pass = self.pass_class(self.f.path, self.cap, gen.journals(), cutoff, grow, new, self.native is not None)
         self._pass.start()
 
     # -- the C intake (PartitionStore.ingest_many; sidecar/store/intake_layout.py) ---------------
@@ -800,7 +820,6 @@ class IdIndex:
                 continue
             if gen.pending:
                 gen.writer.append(gen.pending)
-                gen.chunks.append(bytes(gen.pending))
                 gen.pending.clear()
                 gen.unsynced = True
             if sync and gen.unsynced:
