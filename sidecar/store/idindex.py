@@ -25,7 +25,8 @@ table is GiBs. So the loop never writes the table:
 - **cut**: when the open stage holds ``cut_ops`` operations (``CUT_SHARE`` of the table's slots,
   at least ``CUT_MIN``), or ``CUT_S`` passed with operations in it, or ``IDLE_PASS_S`` passed at
   all (the sweep below), and no pass runs: the open generation is sealed and a new one opens. A
-  thread (``_Pass``) merges the sealed journal's records into the table in one ascending pass
+  thread (``_Pass``; ``SCHED_BATCH`` and nice 19: it must not take the loop's CPU) reads the
+  sealed journal back from its file and merges its records into the table in one ascending pass
   (``idmerge.merge_journal``, in C without the GIL): the last operation on each pair wins, the
   chunks are rewritten in slot order with their writeback started as it goes, then synced. The
   pass counts the table's live and tombstone slots exactly, and removes the pre-cancels older
