@@ -446,7 +446,7 @@ class PartitionStore:
         """Store ``msgs[start:]`` (consumer Messages) while each is the common case, in one C call
         (``_native.ingest_run``): a message of this partition without error, a request the fast
         parser accepts, no id-index entry under its id's hash, a plan, room in the current
-        segment, the scheduler's plain append, no index growth. Returns the index of the first
+        segment, the scheduler's plain append, room in the open id-index stage. Returns the index of the first
         message not stored: the caller runs it through the reference path (``ingest_fields``,
         which handles everything) and calls again. Every Python-visible field ends as
         ``ingest_fields`` would leave it, so the fast path changes nothing but the cost
@@ -826,9 +826,9 @@ class PartitionStore:
         while each is a put ``restore_put`` would append as it is: a message of this partition
         without error, below changelog offset ``end`` (-1: none, a standby), whose value is a
         MESSAGE or DEAD record of its key's id in the codec's canonical form, CRC-checked, with no
-        id-index entry under the id's hash (nothing pending, no pre-cancel; in neither table while
-        the index migrates, each insert making its migration step as ``put`` does), room in the
-        current segment, the scheduler's plain append, no index growth. Returns (the index of the first
+        id-index entry under the id's hash (nothing pending, no pre-cancel; in no stage and not in
+        the table), room in the current segment, the scheduler's plain append, room in the open
+        stage (each insert journaled as ``put`` journals it). Returns (the index of the first
         message not stored, the value bytes stored); the caller runs that message through the
         reference path (``restore_put`` / ``restore_remove``, which handle everything: tombstones,
         CANCELs, ids already known, a new segment) and calls again. Both leave the same bytes and
