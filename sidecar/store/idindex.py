@@ -306,12 +306,16 @@ class _Gen:
     inserts: int = 0  # insert records among them (the growth's estimate)
     unsynced: bool = True  # written (or created) since its last sync
     durable: int = 0  # the journal's length as of the last flush (what a checkpoint names)
-    files: list[int] = field(default_factory=list)  # the journal generations it covers
     named: list[tuple[int, int]] = field(default_factory=list)  # loaded at recovery: (g, length) of each
 
     def journals(self) -> list[tuple[int, int]]:
         """(g, length) of the journal files holding its records, whole once it is sealed."""
         return self.named if self.writer is None else [(self.g, self.writer.length)]
+
+    @property
+    def files(self) -> list[int]:
+        """The journal generations it covers."""
+        return [g for g, _n in self.journals()]
 
 
 class _Pass(threading.Thread):
@@ -449,7 +453,6 @@ class IdIndex:
             gen = self._new_gen(-1, max(len(records) // SLOT_SIZE, 1), writer=False)
             for g, n in named:  # what follows was written after the checkpoint: replayed, journaled again
                 idjournal.truncate(self.dir, g, n)
-            gen.files = [g for g, _n in named]
             gen.named = named
             gen.ops = len(records) // SLOT_SIZE
             gen.inserts = gen.ops
@@ -497,7 +500,7 @@ class IdIndex:
         """A generation with a stage for ``ops`` operations (a quarter full at most)."""
         cap = 1 << max(12, (4 * ops - 1).bit_length())
         jw = idjournal.JournalWriter(self.dir, g) if writer else None
-        return _Gen(g, Stage(cap), jw, self._now_ms, files=[g] if writer else [])
+        return _Gen(g, Stage(cap), jw, self._now_ms)
 
     @staticmethod
     def _map(path: Path, cap: int, create: bool, base: int = 0, version: int = VERSION) -> MappedFile:
@@ -607,10 +610,9 @@ class IdIndex:
                     detail="the id index's merge pass is slower than the inserts")
         return gen
 
-    def remove(self, h: int, ref: int) -> bool:
+    def remove(self, h: int, ref: int) -> None:
         """Remove (h, ref): from the open stage at once, from the sealed stage and the table by a
-        later pass (journaled); a pre-cancel is hidden from ``find`` meanwhile. True if the pair
-        was found."""
+        later pass (journaled); a pre-cancel is hidden from ``find`` meanwhile."""
         gen = self._open
         assert gen is not None
         st = gen.stage
@@ -621,10 +623,8 @@ class IdIndex:
             st.tombs += was[1]
         gen.pending += REMOVE_MARK + SLOT.pack(h, ref)
         gen.ops += 1
-        found = was is not None or ref in self.find(h)
         if ref & PRECANCEL:
             self._shadow[(h, ref)] = gen.g
-        return found
 
     def remove_delivered(self, pairs: list[tuple[int, Any]]) -> int:
         """``remove(id_hash(rec.id), ref)`` for every ``(ref, rec)`` of a settled batch (scheduler
@@ -723,7 +723,7 @@ class IdIndex:
         if self._sealed is not None:  # its pass failed: run it again, not too often
             if self._now_ms - self._failed_at < RETRY_S * 1000:
                 return 0
-            self._start(self._sealed)
+            self._start(self._sealed, self._growth(self._sealed))
             return 0
         age = (self._now_ms - gen.opened) / 1000 if gen.opened > 0 else 0.0
         if not (force or gen.ops >= cut_ops(self.cap) or (gen.ops and age >= CUT_S) or age >= IDLE_PASS_S):
@@ -733,26 +733,32 @@ class IdIndex:
             gen.pending.clear()
             gen.unsynced = True
         self._sealed = gen
+        grow = self._growth(gen)
         # A growth's pass copies the whole table first: a stage for four generations then, so that
         # the open one does not fill before it ends (a stage that fills is doubled on the loop:
         # ~100 ms at a million entries)
-        growing = (self.table_live + self.table_tombs + gen.inserts) * 2 > self.cap
-        ops = cut_ops(self.cap) * (4 if growing else 1)
+        ops = cut_ops(self.cap) * (4 if grow else 1)
         self._open = self._new_gen(gen.g + 1, ops) if gen.g >= 0 else None
-        self._start(gen)
+        self._start(gen, grow)
         return gen.ops
 
-    def _start(self, gen: _Gen) -> None:
-        cutoff = max(0, self._now_ms - self._horizon_ms) if self._horizon_ms >= 0 else 0
-        grow, new = 0, None
+    def _growth(self, gen: _Gen) -> int:
+        """The capacity the table is rebuilt at before ``gen`` is merged into it (0: merged in
+        place): once it would be over half full (its tombstones counted), twice the size when a
+        quarter would be live (a quarter full after it), else the same size (the tombstones shed);
+        more only for what one doubling cannot hold at a third full (a recovery's journals)."""
         live = self.table_live + gen.inserts
-        if (self.table_live + self.table_tombs + gen.inserts) * 2 > self.cap:
-            # twice the size once a quarter would be live (a quarter full after it), else the same
-            # size (the tombstones shed); more only for what one doubling cannot hold at a third
-            # full (a recovery's journals)
-            grow = self.cap * 2 if live * 4 >= self.cap else self.cap
-            while live * 3 > grow:
-                grow *= 2
+        if (live + self.table_tombs) * 2 <= self.cap:
+            return 0
+        grow = self.cap * 2 if live * 4 >= self.cap else self.cap
+        while live * 3 > grow:
+            grow *= 2
+        return grow
+
+    def _start(self, gen: _Gen, grow: int) -> None:
+        cutoff = max(0, self._now_ms - self._horizon_ms) if self._horizon_ms >= 0 else 0
+        new = None
+        if grow:
             self._seq += 1
             new = self.dir / f"{NEXT}{self._seq}"
         # self.f: ids.idx's file, or a grown one the next flush names so
