@@ -1,7 +1,7 @@
 /* sidecar._native, id index core (sidecar/store/idindex.py, the reference): 16-byte slots
  * (u64 hash, u64 ref) after a header, linear probing; the hash is kds_id_hash (BLAKE2b-64). The
  * Python side keeps the counts and decides growth; the functions here probe and write slots, for
- * the IdIndex methods (the migration's step and the pre-cancel sweep included) and for the intake
+ * the IdIndex methods (a table's copy and the pre-cancel sweep included) and for the intake
  * fast path (kds_idx_intake_slot, kds_idx_write). */
 #include "native.h"
 
@@ -262,9 +262,10 @@ int kds_idx_copy_range(const uint8_t *old, uint8_t *base, uint64_t mask, long lo
 }
 
 /* idx_copy(old_buf, new_buf, header_size, lo, hi, new_mask, scan_off) -> (seen, inserted, reused,
- * scan_live, scan_tombs): the migration's step (idindex.py): insert the live slots lo <= k < hi of
- * the old table into the new one unless there already; return the live slots seen, how many were
- * inserted, how many of those reused a tombstone, and of each how many landed below scan_off. */
+ * scan_live, scan_tombs): a copy into a larger table (idindex.py: a stage's growth, the format-2
+ * upgrade's migration): insert the live slots lo <= k < hi of the old table into the new one
+ * unless there already; return the live slots seen, how many were inserted, how many of those
+ * reused a tombstone, and of each how many landed below scan_off. */
 static PyObject *native_idx_copy(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 7) {
         PyErr_SetString(PyExc_TypeError, "idx_copy(old_buf, new_buf, header_size, lo, hi, new_mask, scan_off)");
@@ -455,8 +456,8 @@ long long kds_idx_intake_slot(const uint8_t *base, uint64_t mask, long long live
                               int *tomb, const uint8_t *old, uint64_t old_mask, const uint8_t *old2,
                               uint64_t old2_mask) {
     if ((live + tombs + 1) * 2 > (long long)(mask + 1)) return -1; /* IdIndex.put would grow the table */
-    /* an entry under h in a table probed for presence (the old one while a migration runs, the
-       staged index's second one) counts as one in this table */
+    /* an entry under h in a table probed for presence (the staged index's sealed stage or
+       table) counts as one in this table */
     if (old && intake_seen(old, old_mask, h)) return -1;
     if (old2 && intake_seen(old2, old2_mask, h)) return -1;
     int64_t free_slot = -1;

@@ -97,8 +97,8 @@ typedef struct {
     int kind, have_seg, have_idx, have_old, have_old2, have_jnl, nbuf;
     Py_buffer segv, idxv, oldv, old2v, jnlv, bufs[IN_MAX_BUFS];
     uint8_t *bp[IN_MAX_BUFS], *ibase;
-    const uint8_t *obase;  /* the id index's old table while it migrates (NULL: none) */
-    const uint8_t *o2base; /* a second table probed for presence only (NULL: none) */
+    const uint8_t *obase;  /* a table probed for presence only (NULL: none) */
+    const uint8_t *o2base; /* a second one (NULL: none) */
     uint8_t *jbase;        /* the journal buffer, each insert appended at st[IN_IDX_JNL_AT] (NULL: none) */
     Py_ssize_t blen[IN_MAX_BUFS], jlen;
     PyObject *sbufs;
@@ -370,47 +370,20 @@ static void in_stored(InRun *r, uint64_t length, long long at, int tomb, uint64_
         kds_idx_write(r->jbase + st[IN_IDX_JNL_AT], 0, h, (uint64_t)ref); /* the slot's layout */
         st[IN_IDX_JNL_AT] += 16;
     }
-    long long ioff = r->hs + at * 16, scan = st[IN_IDX_SCAN_OFF];
-    if (tomb) {
-        st[IN_IDX_TOMBS]--;
-        if (ioff < scan) st[IN_IDX_SCAN_TOMBS]--;
-    }
-    if (ioff < scan) st[IN_IDX_SCAN_LIVE]++;
+    if (tomb) st[IN_IDX_TOMBS]--;
     st[IN_IDX_LIVE]++;
-}
-
-/* After an insert while the id index migrates: the insert's migration step, as IdIndex.put makes
- * it (MIGRATE_PER_PUT old slots copied into the new table; a step of 0 or less: none, and nothing
- * ends the migration, the old table only probed). 0, 1 when the migration's last slot was copied
- * (the caller stops: IdIndex finishes the migration), or -1 with an error set. The copies are not
- * journaled: they move entries the index holds already. */
-static int in_migrate(InRun *r) {
-    int64_t *st = r->st;
-    if (!r->obase || st[IN_IDX_STEP] <= 0) return 0;
-    long long cur = st[IN_IDX_CURSOR], end = cur + st[IN_IDX_STEP], scan = st[IN_IDX_SCAN_OFF], d[5];
-    if (end > (long long)r->old_mask + 1) end = (long long)r->old_mask + 1;
-    if (kds_idx_copy_range(r->obase, r->ibase, r->mask, r->hs, cur, end, scan, d) < 0) {
-        PyErr_SetString(PyExc_RuntimeError, "id index: the new table is full");
-        return -1;
-    }
-    st[IN_IDX_LIVE] += d[1] + (scan >= 0 ? d[0] - d[1] : 0);
-    st[IN_IDX_TOMBS] -= d[2];
-    st[IN_IDX_SCAN_LIVE] += d[3];
-    st[IN_IDX_SCAN_TOMBS] -= d[4];
-    st[IN_IDX_CURSOR] = end;
-    return end > (long long)r->old_mask;
 }
 
 /* ingest_run(msgs, start, now, partition, id_prefix, checked_targets, no_headers, seg_buf, idx_buf,
  *            st, sched_bufs[, idx_old_buf[, idx_old2_buf[, idx_jnl_buf]]]) -> int: see above.
  * The optional buffers (None or absent: none):
- *   idx_old_buf   the id index's old table while it migrates (its mask st[IN_IDX_OLD_MASK]); each
- *                 insert makes st[IN_IDX_STEP] slots of migration (0: none, the table only probed)
- *   idx_old2_buf  a second table probed for presence only (its mask st[IN_IDX_OLD2_MASK]): an id
- *                 with an entry there is left to the reference path, as one in either other table
+ *   idx_old_buf   a table probed for presence only (its mask st[IN_IDX_OLD_MASK]; the id index's
+ *                 sealed stage, or its table): an id with an entry there is left to the reference
+ *                 path, as one in idx_buf
+ *   idx_old2_buf  a second table probed for presence only (its mask st[IN_IDX_OLD2_MASK]), the same
  *   idx_jnl_buf   a writable journal (used when st[IN_IDX_JNL_AT] >= 0): each (h, ref) inserted into
  *                 the index is appended at byte st[IN_IDX_JNL_AT] as 16 bytes (u64 h, u64 ref,
- *                 little-endian), which moves by 16; the migration's copies are not journaled.
+ *                 little-endian), which moves by 16.
  * Returns the index of the first message not stored (len(msgs) if all were): every message before
  * it is stored, indexed and journaled, nothing of it or after it. A record with no room left in
  * the journal (st[IN_IDX_JNL_AT] + 16 > len(idx_jnl_buf)) is not stored, like any record the loop
@@ -437,7 +410,6 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
     InRun *r = &run;
     PyObject *result = NULL;
     Py_ssize_t i = start, n = PyList_GET_SIZE(msgs);
-    int stop = 0;
     if (in_open(r, args[7], args[8], args[9], args[10], args + 11, nargs - 11) < 0) goto fail;
     int64_t *st = r->st;
     const long long maxb = st[IN_MAX_RECORD_BYTES], maxd = st[IN_MAX_DELAY_MS];
@@ -548,7 +520,6 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
         in_stored(r, length, at, tomb, h, ref);
         st[IN_NEXT_OFFSET] = offset + 1;
         ok = 1;
-        stop = in_migrate(r); /* the insert's migration step, as IdIndex.put makes it after its insert */
     next:
         Py_XDECREF(err);
         Py_XDECREF(po);
@@ -562,12 +533,7 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
             Py_DECREF(req.user);
         }
         Py_XDECREF(blob);
-        if (stop < 0) goto fail;
         if (!ok) break;
-        if (stop) {
-            i++;
-            break;
-        }
     }
     if (state_out(args[9], r->st, r->st_in, r->nst) == 0) result = PyLong_FromSsize_t(i);
 fail:
@@ -607,13 +573,12 @@ static int in_changelog_record(const uint8_t *v, Py_ssize_t n, const char *key, 
  * (in_changelog_record) of the key's id, no id-index entry under the id's hash (nothing pending,
  * no pre-cancel; in none of the tables given) and no index growth due, room in the journal (if
  * one is given) and in the head's segment, the scheduler's plain append at the record's own due
- * time and level. The value's bytes are appended as they are, each insert is journaled and makes
- * its migration step (in_migrate: it stops after the step that ends a migration, which IdIndex
- * finishes). The optional buffers are ingest_run's, with the same meaning and the same stop
- * contract. Returns the index of the first message not stored (a tombstone, a CANCEL, an id
- * already known, a full journal, ...): the caller runs it through the reference path (or, for a
- * full journal, may call again with room). st's NEXT_OFFSET takes the changelog offset after
- * the last message stored, RESTORED_BYTES and MAX_SRC_OFFSET what the caller reports. */
+ * time and level. The value's bytes are appended as they are, each insert is journaled. The
+ * optional buffers are ingest_run's, with the same meaning and the same stop contract. Returns
+ * the index of the first message not stored (a tombstone, a CANCEL, an id already known, a full
+ * journal, ...): the caller runs it through the reference path (or, for a full journal, may call
+ * again with room). st's NEXT_OFFSET takes the changelog offset after the last message stored,
+ * RESTORED_BYTES and MAX_SRC_OFFSET what the caller reports. */
 static PyObject *native_restore_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs < 8 || nargs > 8 + IN_OPT_COUNT) {
         PyErr_SetString(PyExc_TypeError, "restore_run(msgs, start, partition, end, seg_buf, idx_buf, st, sched_bufs[, "
@@ -633,7 +598,6 @@ static PyObject *native_restore_run(PyObject *self, PyObject *const *args, Py_ss
     InRun *r = &run;
     PyObject *result = NULL;
     Py_ssize_t i = start, n = PyList_GET_SIZE(msgs);
-    int stop = 0;
     if (in_open(r, args[4], args[5], args[6], args[7], args + 8, nargs - 8) < 0) goto fail;
     int64_t *st = r->st;
     for (; i < n && r->have_seg; i++) {
@@ -667,19 +631,13 @@ static PyObject *native_restore_run(PyObject *self, PyObject *const *args, Py_ss
         long long src = rd64(v + 32);
         if (src > st[IN_MAX_SRC_OFFSET]) st[IN_MAX_SRC_OFFSET] = src;
         ok = 1;
-        stop = in_migrate(r);
     next:
         Py_XDECREF(err);
         Py_XDECREF(po);
         Py_XDECREF(offo);
         Py_XDECREF(key);
         Py_XDECREF(value);
-        if (stop < 0) goto fail;
         if (!ok) break;
-        if (stop) {
-            i++;
-            break;
-        }
     }
     if (state_out(args[6], r->st, r->st_in, r->nst) == 0) result = PyLong_FromSsize_t(i);
 fail:

@@ -14,48 +14,43 @@
 #define IN_IDX_MASK 7 /* id index: capacity - 1 */
 #define IN_IDX_LIVE 8 /* id index: live slots (moved by the loop) */
 #define IN_IDX_TOMBS 9 /* id index: tombstone slots (moved by the loop) */
-#define IN_IDX_SCAN_OFF 10 /* id index: background recount's position (-1: counts exact) */
-#define IN_IDX_SCAN_LIVE 11 /* id index: live slots below IDX_SCAN_OFF (moved by the loop) */
-#define IN_IDX_SCAN_TOMBS 12 /* id index: tombstones below IDX_SCAN_OFF (moved by the loop) */
-#define IN_IDX_OLD_MASK 13 /* id index: the old table's capacity - 1 while it migrates (-1: none) */
-#define IN_IDX_CURSOR 14 /* id index: the migration's next old slot (moved by the loop) */
-#define IN_IDX_STEP 15 /* id index: old slots migrated per insert (MIGRATE_PER_PUT) */
-#define IN_RESTORED_BYTES 16 /* restore_run: bytes of the changelog values it stored (moved by the loop) */
-#define IN_MAX_SRC_OFFSET 17 /* restore_run: highest source offset of the records it stored (-1: none) */
-#define IN_IDX_OLD2_MASK 18 /* id index: a second table probed for presence only, capacity - 1 (-1: none) */
-#define IN_IDX_JNL_AT 19 /* id index: bytes of the journal buffer used (moved by the loop; -1: no journal) */
-#define IN_SCHED_AT 20 /* first index of the scheduler's part */
+#define IN_IDX_OLD_MASK 10 /* id index: a table probed for presence only, capacity - 1 (-1: none) */
+#define IN_RESTORED_BYTES 11 /* restore_run: bytes of the changelog values it stored (moved by the loop) */
+#define IN_MAX_SRC_OFFSET 12 /* restore_run: highest source offset of the records it stored (-1: none) */
+#define IN_IDX_OLD2_MASK 13 /* id index: a second table probed for presence only, capacity - 1 (-1: none) */
+#define IN_IDX_JNL_AT 14 /* id index: bytes of the journal buffer used (moved by the loop; -1: no journal) */
+#define IN_SCHED_AT 15 /* first index of the scheduler's part */
 
 /* Kind. Values of ``Common.KIND``. */
 #define IN_KIND_WHEEL 0 /* the wheel's part follows */
 #define IN_KIND_LEVELS 1 /* the levels' part follows */
 
 /* Wheel. The wheel's part (sidecar/wheel/scheduler.py, ``intake_begin`` / ``intake_end``). */
-#define IN_W_P 20 /* precision: ms per slot */
-#define IN_W_N 21 /* slots in the ring */
-#define IN_W_LATE_BELOW 22 /* slot numbers below this are already due: the late chain */
-#define IN_W_S_K 23 /* reader's slot number */
-#define IN_W_S_O 24 /* reader's offset within its slot (-1: none) */
-#define IN_W_GUARD 25 /* ring guard: slot numbers from GUARD + N go to a bucket */
-#define IN_W_HEAD 26 /* next timer-log entry index (moved by the loop) */
-#define IN_W_PER_FILE 27 /* timer-log entries per file */
-#define IN_W_F0 28 /* first entry of the head's timer-log file (-1: not mapped) */
-#define IN_W_APP_LO 29 /* timer log: appended range start (-1: none; moved by the loop) */
-#define IN_W_APP_HI 30 /* timer log: appended range end (moved by the loop) */
-#define IN_W_SLOT_DIRTY_LO 31 /* slot file: dirty byte range start (-1: none; moved by the loop) */
-#define IN_W_SLOT_DIRTY_HI 32 /* slot file: dirty byte range end (moved by the loop) */
-#define IN_W_MARK_LO 33 /* timer log: patched old tails, byte range start (-1: none; set by the loop) */
-#define IN_W_MARK_HI 34 /* timer log: patched old tails, byte range end (set by the loop) */
-#define IN_W_WIDTH 35 /* bucket width, ms */
-#define IN_W_LATE_HEAD 36 /* late chain's first entry (-1: empty; moved by the loop) */
-#define IN_W_LATE_TAIL 37 /* late chain's last entry (-1: empty; moved by the loop) */
-#define IN_W_NEW_CHAINS 38 /* slot chains the loop started (occ_send flags set): the search memo is stale */
-#define IN_W_SIZE 39 /* length of the array with the wheel's part */
+#define IN_W_P 15 /* precision: ms per slot */
+#define IN_W_N 16 /* slots in the ring */
+#define IN_W_LATE_BELOW 17 /* slot numbers below this are already due: the late chain */
+#define IN_W_S_K 18 /* reader's slot number */
+#define IN_W_S_O 19 /* reader's offset within its slot (-1: none) */
+#define IN_W_GUARD 20 /* ring guard: slot numbers from GUARD + N go to a bucket */
+#define IN_W_HEAD 21 /* next timer-log entry index (moved by the loop) */
+#define IN_W_PER_FILE 22 /* timer-log entries per file */
+#define IN_W_F0 23 /* first entry of the head's timer-log file (-1: not mapped) */
+#define IN_W_APP_LO 24 /* timer log: appended range start (-1: none; moved by the loop) */
+#define IN_W_APP_HI 25 /* timer log: appended range end (moved by the loop) */
+#define IN_W_SLOT_DIRTY_LO 26 /* slot file: dirty byte range start (-1: none; moved by the loop) */
+#define IN_W_SLOT_DIRTY_HI 27 /* slot file: dirty byte range end (moved by the loop) */
+#define IN_W_MARK_LO 28 /* timer log: patched old tails, byte range start (-1: none; set by the loop) */
+#define IN_W_MARK_HI 29 /* timer log: patched old tails, byte range end (set by the loop) */
+#define IN_W_WIDTH 30 /* bucket width, ms */
+#define IN_W_LATE_HEAD 31 /* late chain's first entry (-1: empty; moved by the loop) */
+#define IN_W_LATE_TAIL 32 /* late chain's last entry (-1: empty; moved by the loop) */
+#define IN_W_NEW_CHAINS 33 /* slot chains the loop started (occ_send flags set): the search memo is stale */
+#define IN_W_SIZE 34 /* length of the array with the wheel's part */
 
 /* Levels. The levels' header (sidecar/levels/scheduler.py, ``intake_begin`` / ``intake_end``). */
-#define IN_L_COUNT 20 /* levels, level 0 (no delay) included */
-#define IN_L_PER_FILE 21 /* queue entries per file */
-#define IN_L_BASE 28 /* first index of level 0's block */
+#define IN_L_COUNT 15 /* levels, level 0 (no delay) included */
+#define IN_L_PER_FILE 16 /* queue entries per file */
+#define IN_L_BASE 23 /* first index of level 0's block */
 #define IN_L_STRIDE 5 /* values per level */
 
 /* Level. One level's block: offsets from ``level_at(n)``. */
@@ -77,12 +72,7 @@
     X(IN_IDX_MASK) \
     X(IN_IDX_LIVE) \
     X(IN_IDX_TOMBS) \
-    X(IN_IDX_SCAN_OFF) \
-    X(IN_IDX_SCAN_LIVE) \
-    X(IN_IDX_SCAN_TOMBS) \
     X(IN_IDX_OLD_MASK) \
-    X(IN_IDX_CURSOR) \
-    X(IN_IDX_STEP) \
     X(IN_RESTORED_BYTES) \
     X(IN_MAX_SRC_OFFSET) \
     X(IN_IDX_OLD2_MASK) \

@@ -103,17 +103,17 @@ extern PyMethodDef kds_codec_methods[]; /* setup, decode, encode, append, *_head
 /* -- idindex.c: the id index (idindex.py) ------------------------------------------------------- */
 
 /* the slot index the intake's insert of h takes in the table at base (mask), with live + tombs
- * occupied: -1 when h has an entry already (in that table, in the old table at old (old_mask)
- * while a migration runs, or in a second table probed for presence at old2 (old2_mask); NULL:
- * none) or the insert would grow the table (the reference path's cases); *tomb set when the slot
- * is a tombstone */
+ * occupied: -1 when h has an entry already (in that table, or in a table probed for presence at
+ * old (old_mask) or at old2 (old2_mask); NULL: none) or the insert would grow the table (the
+ * reference path's cases); *tomb set when the slot is a tombstone */
 long long kds_idx_intake_slot(const uint8_t *base, uint64_t mask, long long live, long long tombs, uint64_t h,
                               int *tomb, const uint8_t *old, uint64_t old_mask, const uint8_t *old2,
                               uint64_t old2_mask);
 void kds_idx_write(uint8_t *base, uint64_t at, uint64_t h, uint64_t ref); /* (h, ref) into slot at */
-/* the migration's step: the live slots lo <= k < hi of the old table at old into the table at base
- * (mask; hs: its header size) unless there already; out: live slots seen, inserted, tombstones
- * reused, inserted below scan_off, reused below it (idindex.py's _py_copy). -1: the table is full */
+/* a copy into a larger table (idx_copy: a stage's growth, the format-2 upgrade): the live slots
+ * lo <= k < hi of the old table at old into the table at base (mask; hs: its header size) unless
+ * there already; out: live slots seen, inserted, tombstones reused, inserted below scan_off,
+ * reused below it (idindex.py's _py_copy). -1: the table is full */
 int kds_idx_copy_range(const uint8_t *old, uint8_t *base, uint64_t mask, long long hs, long long lo, long long hi,
                        long long scan_off, long long out[5]);
 extern PyMethodDef kds_idindex_methods[]; /* id_hash, idx_* */

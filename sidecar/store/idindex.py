@@ -776,14 +776,9 @@ class IdIndex:
         st[Common.IDX_MASK] = gen.stage.mask
         st[Common.IDX_LIVE] = gen.stage.live
         st[Common.IDX_TOMBS] = gen.stage.tombs
-        st[Common.IDX_SCAN_OFF] = -1
-        st[Common.IDX_SCAN_LIVE] = 0
-        st[Common.IDX_SCAN_TOMBS] = 0
         sealed = self._sealed
         st[Common.IDX_OLD_MASK] = sealed.stage.mask if sealed is not None else self.mask
         st[Common.IDX_OLD2_MASK] = self.mask if sealed is not None else -1
-        st[Common.IDX_CURSOR] = 0
-        st[Common.IDX_STEP] = 0
         st[Common.IDX_JNL_AT] = 0
         if len(self._jbuf) < room * SLOT_SIZE:
             self._jbuf = bytearray(max(room * SLOT_SIZE, 2 * len(self._jbuf)))

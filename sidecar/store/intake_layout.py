@@ -49,16 +49,11 @@ class _Common:
     IDX_MASK: Annotated[int, "id index: capacity - 1"] = 7
     IDX_LIVE: Annotated[int, "id index: live slots (moved by the loop)"] = 8
     IDX_TOMBS: Annotated[int, "id index: tombstone slots (moved by the loop)"] = 9
-    IDX_SCAN_OFF: Annotated[int, "id index: background recount's position (-1: counts exact)"] = 10
-    IDX_SCAN_LIVE: Annotated[int, "id index: live slots below IDX_SCAN_OFF (moved by the loop)"] = 11
-    IDX_SCAN_TOMBS: Annotated[int, "id index: tombstones below IDX_SCAN_OFF (moved by the loop)"] = 12
-    IDX_OLD_MASK: Annotated[int, "id index: the old table's capacity - 1 while it migrates (-1: none)"] = 13
-    IDX_CURSOR: Annotated[int, "id index: the migration's next old slot (moved by the loop)"] = 14
-    IDX_STEP: Annotated[int, "id index: old slots migrated per insert (MIGRATE_PER_PUT)"] = 15
-    RESTORED_BYTES: Annotated[int, "restore_run: bytes of the changelog values it stored (moved by the loop)"] = 16
-    MAX_SRC_OFFSET: Annotated[int, "restore_run: highest source offset of the records it stored (-1: none)"] = 17
-    IDX_OLD2_MASK: Annotated[int, "id index: a second table probed for presence only, capacity - 1 (-1: none)"] = 18
-    IDX_JNL_AT: Annotated[int, "id index: bytes of the journal buffer used (moved by the loop; -1: no journal)"] = 19
+    IDX_OLD_MASK: Annotated[int, "id index: a table probed for presence only, capacity - 1 (-1: none)"] = 10
+    RESTORED_BYTES: Annotated[int, "restore_run: bytes of the changelog values it stored (moved by the loop)"] = 11
+    MAX_SRC_OFFSET: Annotated[int, "restore_run: highest source offset of the records it stored (-1: none)"] = 12
+    IDX_OLD2_MASK: Annotated[int, "id index: a second table probed for presence only, capacity - 1 (-1: none)"] = 13
+    IDX_JNL_AT: Annotated[int, "id index: bytes of the journal buffer used (moved by the loop; -1: no journal)"] = 14
 
 
 Common = _Common()
@@ -75,52 +70,52 @@ class _Kind:
 Kind = _Kind()
 
 
-SCHED_AT: Annotated[int, "first index of the scheduler's part"] = 20
+SCHED_AT: Annotated[int, "first index of the scheduler's part"] = 15
 
 
 @dataclass(frozen=True)
 class _Wheel:
     """The wheel's part (sidecar/wheel/scheduler.py, ``intake_begin`` / ``intake_end``)."""
 
-    P: Annotated[int, "precision: ms per slot"] = 20
-    N: Annotated[int, "slots in the ring"] = 21
-    LATE_BELOW: Annotated[int, "slot numbers below this are already due: the late chain"] = 22
-    S_K: Annotated[int, "reader's slot number"] = 23
-    S_O: Annotated[int, "reader's offset within its slot (-1: none)"] = 24
-    GUARD: Annotated[int, "ring guard: slot numbers from GUARD + N go to a bucket"] = 25
-    HEAD: Annotated[int, "next timer-log entry index (moved by the loop)"] = 26
-    PER_FILE: Annotated[int, "timer-log entries per file"] = 27
-    F0: Annotated[int, "first entry of the head's timer-log file (-1: not mapped)"] = 28
-    APP_LO: Annotated[int, "timer log: appended range start (-1: none; moved by the loop)"] = 29
-    APP_HI: Annotated[int, "timer log: appended range end (moved by the loop)"] = 30
-    SLOT_DIRTY_LO: Annotated[int, "slot file: dirty byte range start (-1: none; moved by the loop)"] = 31
-    SLOT_DIRTY_HI: Annotated[int, "slot file: dirty byte range end (moved by the loop)"] = 32
-    MARK_LO: Annotated[int, "timer log: patched old tails, byte range start (-1: none; set by the loop)"] = 33
-    MARK_HI: Annotated[int, "timer log: patched old tails, byte range end (set by the loop)"] = 34
-    WIDTH: Annotated[int, "bucket width, ms"] = 35
-    LATE_HEAD: Annotated[int, "late chain's first entry (-1: empty; moved by the loop)"] = 36
-    LATE_TAIL: Annotated[int, "late chain's last entry (-1: empty; moved by the loop)"] = 37
-    NEW_CHAINS: Annotated[int, "slot chains the loop started (occ_send flags set): the search memo is stale"] = 38
+    P: Annotated[int, "precision: ms per slot"] = 15
+    N: Annotated[int, "slots in the ring"] = 16
+    LATE_BELOW: Annotated[int, "slot numbers below this are already due: the late chain"] = 17
+    S_K: Annotated[int, "reader's slot number"] = 18
+    S_O: Annotated[int, "reader's offset within its slot (-1: none)"] = 19
+    GUARD: Annotated[int, "ring guard: slot numbers from GUARD + N go to a bucket"] = 20
+    HEAD: Annotated[int, "next timer-log entry index (moved by the loop)"] = 21
+    PER_FILE: Annotated[int, "timer-log entries per file"] = 22
+    F0: Annotated[int, "first entry of the head's timer-log file (-1: not mapped)"] = 23
+    APP_LO: Annotated[int, "timer log: appended range start (-1: none; moved by the loop)"] = 24
+    APP_HI: Annotated[int, "timer log: appended range end (moved by the loop)"] = 25
+    SLOT_DIRTY_LO: Annotated[int, "slot file: dirty byte range start (-1: none; moved by the loop)"] = 26
+    SLOT_DIRTY_HI: Annotated[int, "slot file: dirty byte range end (moved by the loop)"] = 27
+    MARK_LO: Annotated[int, "timer log: patched old tails, byte range start (-1: none; set by the loop)"] = 28
+    MARK_HI: Annotated[int, "timer log: patched old tails, byte range end (set by the loop)"] = 29
+    WIDTH: Annotated[int, "bucket width, ms"] = 30
+    LATE_HEAD: Annotated[int, "late chain's first entry (-1: empty; moved by the loop)"] = 31
+    LATE_TAIL: Annotated[int, "late chain's last entry (-1: empty; moved by the loop)"] = 32
+    NEW_CHAINS: Annotated[int, "slot chains the loop started (occ_send flags set): the search memo is stale"] = 33
 
 
 Wheel = _Wheel()
 
 
-WHEEL_SIZE: Annotated[int, "length of the array with the wheel's part"] = 39
+WHEEL_SIZE: Annotated[int, "length of the array with the wheel's part"] = 34
 
 
 @dataclass(frozen=True)
 class _Levels:
     """The levels' header (sidecar/levels/scheduler.py, ``intake_begin`` / ``intake_end``)."""
 
-    COUNT: Annotated[int, "levels, level 0 (no delay) included"] = 20
-    PER_FILE: Annotated[int, "queue entries per file"] = 21
+    COUNT: Annotated[int, "levels, level 0 (no delay) included"] = 15
+    PER_FILE: Annotated[int, "queue entries per file"] = 16
 
 
 Levels = _Levels()
 
 
-LEVELS_BASE: Annotated[int, "first index of level 0's block"] = 28
+LEVELS_BASE: Annotated[int, "first index of level 0's block"] = 23
 
 
 @dataclass(frozen=True)

@@ -2,12 +2,12 @@
 in-memory table) against a reference built from the index's Python probes, the same bytes and
 the same count deltas; ``_native.idx_delivered_records`` (a settled batch's journal records)
 against the id hash computed in Python; and the C intake's additions (``ingest_run`` /
-``restore_run``): a second table probed for presence only, no migration step at a step of 0,
-and the journal, driven with a store's own state as ``PartitionStore.ingest_many`` /
-``restore_many`` build it. The journal tests check that every record the C loop stores is
-journaled in order, and that a journal too small stops the run before the record that does not
-fit with nothing lost: calling again with room ends with the same files and state as one call
-with room for all."""
+``restore_run``): the tables probed for presence only (an id there stops the run; nothing of
+them is copied or written) and the journal, driven with a store's own state as
+``PartitionStore.ingest_many`` / ``restore_many`` build it. The journal tests check that every
+record the C loop stores is journaled in order, and that a journal too small stops the run
+before the record that does not fit with nothing lost: calling again with room ends with the
+same files and state as one call with room for all."""
 
 from __future__ import annotations
 
@@ -226,7 +226,7 @@ class Run:
     """One C call as ``ingest_many`` / ``restore_many`` make it, from the store's own state, with
     the id index's optional buffers this test chooses: ``old`` / ``old2`` (a table and its mask,
     replacing what the store hands over), ``room`` (the journal's bytes: a prefix of the store's
-    own journal buffer where it has one, so it takes what the loop wrote), ``set`` (state values
+    own journal buffer, so it takes what the loop wrote), ``set`` (state values
     written before the call). After the call the store takes the state back as those do."""
 
     def __init__(self, store: PartitionStore, msgs: list[Any], start: int, *, restore: bool = False,
@@ -246,16 +246,8 @@ class Run:
         seg = store.log.intake_state(st)
         ids: Any = store.ids
         n = len(msgs) - start
-        if hasattr(ids, "intake_bufs"):  # the staged index: its own tables and journal
-            idx = ids.intake_state(st, n)
-            o1, o2, jnl = ids.intake_bufs()
-        else:
-            idx = ids.intake_state(st)
-            o1, o2, jnl = ids.intake_old(), None, None
-            st[Common.IDX_OLD2_MASK] = -1
-        if jnl is None:
-            jnl = bytearray(SLOT_SIZE * n)
-            st[Common.IDX_JNL_AT] = 0
+        idx = ids.intake_state(st, n)  # the staged index: its own tables and journal
+        o1, o2, jnl = ids.intake_bufs()
         self.jnl_at = st[Common.IDX_JNL_AT]
         jview = memoryview(jnl)[: self.jnl_at + (SLOT_SIZE * n if room is None else room)]
         if old is not None:
@@ -461,16 +453,13 @@ def plain_msgs(n: int, restore: bool) -> list[Any]:
 @pytest.mark.parametrize("which", ["old", "old2"])
 def test_a_probed_table_stops_the_run_at_its_id(tmp_path: Path, restore: bool, which: str) -> None:
     """Two otherwise identical stores: the run given a table that holds message 5's id stops at 5,
-    the other takes it; the old table the same with a step of 0 (probed only). A table given with
-    a bad mask is refused."""
+    the other takes it. A table given with a bad mask is refused."""
     msgs = plain_msgs(12, restore)
     stores = [_store(tmp_path / name, "levels") for name in ("with", "without")]
     for store in stores:
         _reference(store, msgs[0], restore)  # the queue's file
     target = py_id_hash(_rid(stores[0], msgs[5], restore))
     kw: dict[str, Any] = {which: _probed([target, target + 16])}
-    if which == "old":
-        kw["set_"] = {Common.IDX_STEP: 0, Common.IDX_CURSOR: 0}
     with_ = Run(stores[0], msgs, 1, restore=restore, **kw)
     without = Run(stores[1], msgs, 1, restore=restore)
     assert (with_.end, without.end) == (5, len(msgs))
@@ -483,21 +472,21 @@ def test_a_probed_table_stops_the_run_at_its_id(tmp_path: Path, restore: bool, w
         store.close()
 
 
-def test_a_step_of_zero_makes_no_migration_step(tmp_path: Path) -> None:
-    """An old table given with st[IDX_STEP] 0: only probed. No slot of it is copied and the run
-    does not stop after its first insert even with the cursor at its end (with a step, the insert
-    that moves the cursor past the end stops the run: the migration is over)."""
-    msgs = plain_msgs(20, False)
+@pytest.mark.parametrize("restore", [False, True], ids=["ingest_run", "restore_run"])
+@pytest.mark.parametrize("which", ["old", "old2"])
+def test_a_probed_table_is_only_probed(tmp_path: Path, restore: bool, which: str) -> None:
+    """A table given that holds none of the messages' ids: the run takes every message, and the
+    table is left as it was (no slot of it copied into the index, none written)."""
+    msgs = plain_msgs(20, restore)
     cap = 16
-    old_hashes = [1000 + 16 * k for k in range(5)]  # none of the messages' ids; slot cap - 1 empty
-    for step, cursor, expect_stop in ((1, cap - 1, True), (0, cap, False), (0, 0, False)):
-        store = _store(tmp_path / f"s{step}-{cursor}", "levels")
-        _reference(store, msgs[0], False)
-        run = Run(store, msgs, 1, old=_probed(old_hashes, cap), set_={Common.IDX_STEP: step, Common.IDX_CURSOR: cursor})
-        if expect_stop:
-            assert run.end == 2 and run.st[Common.IDX_CURSOR] == cap
-        else:
-            assert run.end == len(msgs) and run.st[Common.IDX_CURSOR] == cursor
-        for h in old_hashes:
-            assert store.ids.find(h) == []  # nothing copied
-        store.close()
+    hashes = [1000 + 16 * k for k in range(5)]  # none of the messages' ids; slot cap - 1 empty
+    store = _store(tmp_path, "levels")
+    _reference(store, msgs[0], restore)  # the queue's file
+    table = _probed(hashes, cap)
+    before = bytes(table[0])
+    run = Run(store, msgs, 1, restore=restore, **{which: table})
+    assert run.end == len(msgs)
+    assert bytes(table[0]) == before
+    for h in hashes:
+        assert store.ids.find(h) == []  # nothing copied
+    store.close()

@@ -64,9 +64,9 @@ def test_overlapping_fields_are_refused(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_fields_outside_their_part_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(layout, "Common", dataclasses.replace(layout.Common, IDX_SCAN_TOMBS=layout.SCHED_AT))
+    monkeypatch.setattr(layout, "Common", dataclasses.replace(layout.Common, IDX_TOMBS=layout.SCHED_AT))
     at = layout.SCHED_AT
-    with pytest.raises(ValueError, match=rf"Common\.IDX_SCAN_TOMBS = {at} is outside \[0, {at}\)"):
+    with pytest.raises(ValueError, match=rf"Common\.IDX_TOMBS = {at} is outside \[0, {at}\)"):
         layout.check()
     monkeypatch.undo()
     monkeypatch.setattr(layout, "Level", dataclasses.replace(layout.Level, DELAY_MS=layout.LEVEL_STRIDE))
