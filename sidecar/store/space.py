@@ -20,8 +20,10 @@ the checkpoint) stays allocated when nothing is pending: the store's floor.
 **The minimum budget** (:func:`needs`) is what a partition cannot make progress without: one full
 commit-log segment plus the first record of the next (a segment is only deleted once sealed, and
 the first append past it seals it), the id index at its initial size (ids hash to random slots,
-so a few thousand touch every page), the scheduler's first pages and the checkpoint (and its
-temporary copy). A budget below ``partitions x minimum`` deadlocks as soon as every partition has
+so a few thousand touch every page) and two generations of its journal (the one written and the
+sealed one its merge pass reads: each is deleted only after its pass and a checkpoint, so both
+can be on disk at once), the scheduler's first pages and the checkpoint (and its temporary
+copy). A budget below ``partitions x minimum`` deadlocks as soon as every partition has
 filled its segment; it is refused at start (one partition) and at each assignment.
 
 **The ceiling** of the files delivering cannot free is higher: the wheel's slot file
@@ -53,6 +55,8 @@ HEADER = 64  # mapped.HEADER_SIZE: every store file starts with it
 RECORD_FRAMING = 4096  # what a record adds to its key, value and headers, at most (config: segment-bytes check)
 IDS_INITIAL_SLOTS = 1 << 16  # IdIndex's initial capacity
 IDS_SLOT = 16
+IDS_CUT_MIN = 1 << 14  # IdIndex's CUT_MIN: operations after which a journal generation is cut
+IDS_OP_JOURNAL = 32  # journal bytes per operation at most (a remove: a marker record and the pair)
 TL_ENTRIES = 1 << 20  # WheelScheduler's timer-log entries per file
 TL_ENTRY = 32  # plus one state byte per entry
 WHEEL_SLOT = 32
@@ -149,7 +153,7 @@ class Needs:
         return self.log + self.ids + self.scheduler + self.checkpoint
 
     def describe(self) -> str:
-        return (f"commit log {self.log}, id index {self.ids}, scheduler files {self.scheduler}, "
+        return (f"commit log {self.log}, id index and journals {self.ids}, scheduler files {self.scheduler}, "
                 f"checkpoint {self.checkpoint}")
 
 
@@ -169,12 +173,20 @@ def ids_file_bytes() -> int:
     return HEADER + IDS_INITIAL_SLOTS * IDS_SLOT
 
 
+def ids_journal_bytes() -> int:
+    """A journal generation of the index at its initial size: ``IDS_CUT_MIN`` operations of
+    ``IDS_OP_JOURNAL`` bytes, and two pages for the operations made before the loop's next index
+    step cuts it (up to 256 removes), the block headers (8 bytes per flush, one flush per
+    checkpoint) and the file's."""
+    return pages(HEADER + IDS_CUT_MIN * IDS_OP_JOURNAL) + 2 * PAGE
+
+
 def needs(segment_bytes: int, max_record_bytes: int, scheduler: str) -> Needs:
     """The least one partition makes progress with: the minimum budget per partition."""
     sched = 4 * PAGE if scheduler == "wheel" else 2 * PAGE  # slot file + first timer-log pages; a queue file's
     return Needs(
         log=pages(segment_bytes) + pages(HEADER + max_record_bytes + RECORD_FRAMING),
-        ids=pages(ids_file_bytes()),
+        ids=pages(ids_file_bytes()) + 2 * ids_journal_bytes(),
         scheduler=sched,
         checkpoint=2 * PAGE,
     )

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from sidecar import contract as c
 from sidecar.config import ConfigError, Settings
 from sidecar.engine.loop import make_scheduler_factory
-from sidecar.store import space
-from sidecar.store.idindex import id_hash
+from sidecar.store import idindex, idjournal, idslot, space
+from sidecar.store.idindex import IdIndex, id_hash
 from sidecar.store.partition import Counters, IngressRecord, PartitionStore, compile_rules
 
 T0 = 1_700_000_000_000
@@ -110,6 +110,28 @@ def test_predicted_file_sizes_are_the_real_ones(tmp_path: Path) -> None:
     send(st_, 0, 1000, 10)
     assert next((st_.dir / "levels").rglob("*.q")).stat().st_size == space.level_file_bytes()
     st_.close()
+
+
+def test_a_journal_generation_fits_its_share_of_the_minimum(tmp_path: Path) -> None:
+    """The minimum counts two journal generations at the initial size: the costliest operations
+    (removes: a marker and the pair), flushed as a checkpoint would, up to the step that cuts the
+    generation, stay within ``ids_journal_bytes``; and the constants are the index's."""
+    assert space.IDS_CUT_MIN == idindex.CUT_MIN and space.IDS_OP_JOURNAL == 2 * idslot.SLOT_SIZE
+    assert IdIndex.__init__.__defaults__[0] == space.IDS_INITIAL_SLOTS  # type: ignore[index]
+    ix = IdIndex(tmp_path, native=False)
+    ix.restore(None)
+    biggest, now, g0 = 0, 1, ix.state()["gen"]
+    for batch in range(40):
+        for i in range(500):
+            ix.remove(id_hash(b"%d" % (batch * 500 + i)), 7)
+        ix.flush()
+        sizes = [space.allocated(idjournal.path_of(tmp_path, g)) for g in idjournal.generations(tmp_path)]
+        biggest = max(biggest, *sizes)
+        now += 50
+        ix.step(now, 1 << 40)
+    assert ix.state()["gen"] > g0, "a generation was cut"
+    assert 0 < biggest <= space.ids_journal_bytes()
+    ix.close()
 
 
 def test_the_minimum_holds_a_full_segment_and_a_largest_record(tmp_path: Path) -> None:
