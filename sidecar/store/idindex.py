@@ -332,18 +332,24 @@ class _Pass(threading.Thread):
         self.seconds = 0.0
 
     def run(self) -> None:
-        # Background work that keeps a core busy for seconds: it must neither preempt the loop
-        # (SCHED_BATCH, as the flusher: sidecar/engine/threads.py) nor share a saturated machine's
-        # CPU with it as an equal (nice 19). In the 40M scale run without either, the stream's
-        # lateness rose to seconds whenever a pass or a rebuild ran beside the broker and the
-        # clients on the 2-core VM. A pass that waits only delays when the table has its entries:
-        # the stages answer meanwhile.
-        from sidecar.engine.threads import demote_self
+        # Background work that keeps a core busy for seconds: it must neither preempt the loop nor
+        # share a saturated machine's CPU with it, and it must leave a core the moment the loop
+        # wakes: SCHED_IDLE (sidecar/engine/threads.py, "Idle threads"; where refused, SCHED_BATCH
+        # at nice 19). In the 40M scale run as an equal, the stream's lateness rose to seconds
+        # whenever a pass or a rebuild ran beside the broker and the clients on the 2-core VM. A
+        # pass that waits only delays when the table has its entries: the stages answer meanwhile.
+        from sidecar.engine.heap import release_heap
+        from sidecar.engine.threads import demote_self, idle_self
 
-        demote_self()
-        with contextlib.suppress(OSError, AttributeError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        if not idle_self():
+            demote_self()
+            with contextlib.suppress(OSError, AttributeError):
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
         self.merge()
+        # The pass's buffers (the generation's records, the merge's sorted operations: ~50 MB at
+        # 40M pending) were freed into this thread's malloc arena, which glibc keeps resident
+        # (sidecar/engine/heap.py): give the whole free pages back, here, off the loop.
+        release_heap()
 
     def merge(self) -> None:
         """The pass itself (on whichever thread calls it)."""

@@ -135,3 +135,29 @@ def test_the_sidecar_flusher_is_batch_unless_none(tmp_path: Path) -> None:
             assert sc.durability.flusher.submit(os.sched_getscheduler, 0).result() == policy, mode
         finally:
             sc.durability.flusher.shutdown(wait=True)
+
+
+@needs_batch
+def test_the_id_index_pass_runs_sched_idle(tmp_path: Path) -> None:
+    """The merge pass leaves a core the moment the loop wakes (threads.py, "Idle threads"): it
+    runs SCHED_IDLE, and the loop's thread keeps its policy."""
+    from sidecar.store import idindex
+
+    seen: list[int] = []
+
+    class Probe(idindex._Pass):
+        def merge(self) -> None:
+            seen.append(os.sched_getscheduler(0))
+            super().merge()
+
+    ix = idindex.IdIndex(tmp_path, native=False)
+    ix.pass_class = Probe
+    ix.restore(None)
+    ix.step(1, 1 << 40)
+    ix.put(12345, 7)
+    ix.step(1 + int(idindex.CUT_S * 1000), 1 << 40)  # the generation is due: cut, its pass started
+    ix.wait()
+    assert seen == [os.SCHED_IDLE]
+    assert ix.passes == 1 and ix.find(12345) == [7]
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER
+    ix.close()
