@@ -95,7 +95,7 @@ class Paced(threading.Thread):
     def __init__(self, bootstrap: str, topic: str, partitions: list[int], rate: float, n: int | None,
                  headers_of: Any, key_prefix: bytes) -> None:
         super().__init__(daemon=True)
-        self.p = producer(bootstrap, **{"delivery.report.only.error": True, "on_delivery": self._failed,
+        self.p: Any = producer(bootstrap, **{"delivery.report.only.error": True, "on_delivery": self._failed,
                                         "linger.ms": 1})
         self.topic, self.partitions, self.rate, self.n = topic, partitions, rate, n
         self.headers_of, self.prefix = headers_of, key_prefix
@@ -127,6 +127,9 @@ class Paced(threading.Thread):
             self.p.poll(0)
             time.sleep(0.005)
         self.p.flush(120)
+        # the client goes with its last reference: kept by this object, it would go on reconnecting
+        # (and logging) after the bench has stopped the broker
+        self.p = None
 
     def stop(self) -> None:
         self._stop_evt.set()

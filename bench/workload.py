@@ -254,7 +254,7 @@ class PacedProducer(threading.Thread):
         super().__init__(daemon=True)
         # The load generator shares the 2 cores with the broker and the process under test: no
         # delivery report (and no Python call) per record, only for a failure.
-        self.p = producer(bootstrap, **{"delivery.report.only.error": True, "on_delivery": self._on_delivery})
+        self.p: Any = producer(bootstrap, **{"delivery.report.only.error": True, "on_delivery": self._on_delivery})
         self.topic, self.target, self.rate = topic, target.encode(), rate
         self.value = value_of(value_size)
         self.delays = delays
@@ -304,6 +304,9 @@ class PacedProducer(threading.Thread):
             time.sleep(0.005)
         self.stopped_ms = wall_ms()
         self.p.flush(60)
+        # the client goes with its last reference: kept by this object, it would go on reconnecting
+        # (and logging) after the bench has stopped the broker
+        self.p = None
 
     def stop(self) -> None:
         self._stop_evt.set()
