@@ -107,75 +107,67 @@ static PyObject *native_idx_put(PyObject *self, PyObject *const *args, Py_ssize_
     return PyLong_FromLongLong(free_slot >= 0 ? -off : off);
 }
 
-/* Remove (h, ref) from the table: 1 if found (its byte offset and the tombstone deltas set); 0 if
+/* Remove (h, ref) from the table: 1 if found (its byte offset and the tombstone delta set); 0 if
  * not, -1 if not and the probe went round the table without meeting an empty slot. */
-static int table_remove(Table *t, uint64_t h, uint64_t ref, long long scan_off, long long *off_out,
-                        long long *tombs_out, long long *scan_tombs_out) {
+static int table_remove(Table *t, uint64_t h, uint64_t ref, long long *off_out, long long *tombs_out) {
     long long hs = (long long)(t->base - (uint8_t *)t->view.buf);
     for (uint64_t i = h & t->mask, n = 0; n <= t->mask; i = (i + 1) & t->mask, n++) {
         uint64_t sh = slot_hash(t, i);
         if (sh == EMPTY) return 0;
         if (sh != h || slot_ref(t, i) != ref) continue;
-        long long off = hs + (long long)i * 16, tombs = 0, scan_tombs = 0;
+        long long tombs = 0;
         uint64_t v;
         if (slot_hash(t, (i + 1) & t->mask) != EMPTY) {
             v = TOMB;
             memcpy(t->base + i * 16, &v, 8);
             tombs = 1;
-            scan_tombs = off < scan_off;
         } else {
             v = EMPTY;
             memcpy(t->base + i * 16, &v, 8);
             for (uint64_t j = (i - 1) & t->mask; slot_hash(t, j) == TOMB; j = (j - 1) & t->mask) {
                 memcpy(t->base + j * 16, &v, 8);
                 tombs -= 1;
-                if (hs + (long long)j * 16 < scan_off) scan_tombs -= 1;
             }
         }
-        *off_out = off;
+        *off_out = hs + (long long)i * 16;
         *tombs_out = tombs;
-        *scan_tombs_out = scan_tombs;
         return 1;
     }
     return -1; /* round the table: no empty slot ends the chain */
 }
 
-/* idx_remove(buf, header_size, mask, h, ref, scan_off) -> None | (off, tombs, scan_tombs):
- * remove (h, ref). The slot becomes a tombstone, or empty when the probe chain ends right after
- * it, and then the tombstones just before it are emptied too (idindex.py explains why). Returns
- * the removed slot's byte offset and the change in the tombstone count, overall and among the
- * slots below scan_off (the background recount's counted part). */
+/* idx_remove(buf, header_size, mask, h, ref) -> None | (off, tombs): remove (h, ref). The slot
+ * becomes a tombstone, or empty when the probe chain ends right after it, and then the tombstones
+ * just before it are emptied too (idindex.py explains why). Returns the removed slot's byte offset
+ * and the change in the tombstone count. */
 static PyObject *native_idx_remove(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "idx_remove(buf, header_size, mask, h, ref, scan_off)");
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "idx_remove(buf, header_size, mask, h, ref)");
         return NULL;
     }
     uint64_t ref = PyLong_AsUnsignedLongLong(args[4]);
-    long long scan_off = PyLong_AsLongLong(args[5]);
     if (PyErr_Occurred()) return NULL;
     Table t;
     if (table_get(args, &t, 1) < 0) return NULL;
-    long long off, tombs, scan_tombs;
-    int found = table_remove(&t, t.h, ref, scan_off, &off, &tombs, &scan_tombs);
+    long long off, tombs;
+    int found = table_remove(&t, t.h, ref, &off, &tombs);
     PyBuffer_Release(&t.view);
     if (found <= 0) Py_RETURN_NONE;
-    return Py_BuildValue("(LLL)", off, tombs, scan_tombs);
+    return Py_BuildValue("(LL)", off, tombs);
 }
 
-/* idx_remove_delivered(buf, header_size, mask, pairs, scan_off) -> (removed, tombs, scan_live,
- * scan_tombs): remove (id_hash(rec.id), ref) for every (ref, rec) of a settled batch, in order;
- * return how many were found and the count deltas (scan_live: removed slots below scan_off). */
+/* idx_remove_delivered(buf, header_size, mask, pairs) -> (removed, tombs): remove
+ * (id_hash(rec.id), ref) for every (ref, rec) of a settled batch, in order; return how many were
+ * found and the change in the tombstone count. */
 static PyObject *native_idx_remove_delivered(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5 || !PyList_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError, "idx_remove_delivered(buf, header_size, mask, pairs: list, scan_off)");
+    if (nargs != 4 || !PyList_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "idx_remove_delivered(buf, header_size, mask, pairs: list)");
         return NULL;
     }
-    long long scan_off = PyLong_AsLongLong(args[4]);
-    if (PyErr_Occurred()) return NULL;
     PyObject *targs[4] = {args[0], args[1], args[2], args[1]}; /* h is per pair: any int here */
     Table t;
     if (table_get(targs, &t, 1) < 0) return NULL;
-    long long removed = 0, tombs = 0, scan_live = 0, scan_tombs = 0;
+    long long removed = 0, tombs = 0;
     PyObject *pairs = args[3];
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(pairs); k++) {
         PyObject *pair = PyList_GET_ITEM(pairs, k);
@@ -188,16 +180,14 @@ static PyObject *native_idx_remove_delivered(PyObject *self, PyObject *const *ar
         if (PyErr_Occurred()) goto fail;
         PyObject *rid = ((RecordObject *)PyTuple_GET_ITEM(pair, 1))->id;
         uint64_t h = kds_id_hash((const uint8_t *)PyBytes_AS_STRING(rid), PyBytes_GET_SIZE(rid));
-        long long off, dt, dst;
-        if (table_remove(&t, h, ref, scan_off, &off, &dt, &dst) > 0) {
+        long long off, dt;
+        if (table_remove(&t, h, ref, &off, &dt) > 0) {
             removed++;
             tombs += dt;
-            scan_tombs += dst;
-            scan_live -= off < scan_off;
         }
     }
     PyBuffer_Release(&t.view);
-    return Py_BuildValue("(LLLL)", removed, tombs, scan_live, scan_tombs);
+    return Py_BuildValue("(LL)", removed, tombs);
 fail:
     PyBuffer_Release(&t.view);
     return NULL;
@@ -232,9 +222,12 @@ static long long raw_put(uint8_t *base, uint64_t mask, long long hs, uint64_t h,
     return free_slot >= 0 ? -off : off;
 }
 
-int kds_idx_copy_range(const uint8_t *old, uint8_t *base, uint64_t mask, long long hs, long long lo, long long hi,
-                       long long scan_off, long long out[5]) {
-    long long seen = 0, inserted = 0, reused = 0, scan_live = 0, scan_tombs = 0;
+/* a copy into a larger table (idx_copy): the live slots lo <= k < hi of the old table at old into
+ * the table at base (mask; hs: its header size) unless there already; out: live slots seen,
+ * inserted, tombstones reused (idindex.py's _py_copy). -1: the table is full */
+static int copy_range(const uint8_t *old, uint8_t *base, uint64_t mask, long long hs, long long lo, long long hi,
+                      long long out[3]) {
+    long long seen = 0, inserted = 0, reused = 0;
     for (long long k = lo; k < hi; k++) {
         uint64_t h, r;
         memcpy(&h, old + k * 16, 8);
@@ -246,34 +239,25 @@ int kds_idx_copy_range(const uint8_t *old, uint8_t *base, uint64_t mask, long lo
         if (full) return -1;
         if (off == 0) continue;
         inserted++;
-        if (off < 0) {
-            off = -off;
-            reused++;
-            scan_tombs += off < scan_off;
-        }
-        scan_live += off < scan_off;
+        reused += off < 0;
     }
     out[0] = seen;
     out[1] = inserted;
     out[2] = reused;
-    out[3] = scan_live;
-    out[4] = scan_tombs;
     return 0;
 }
 
-/* idx_copy(old_buf, new_buf, header_size, lo, hi, new_mask, scan_off) -> (seen, inserted, reused,
- * scan_live, scan_tombs): a copy into a larger table (idindex.py: a stage's growth, the format-2
- * upgrade's migration): insert the live slots lo <= k < hi of the old table into the new one
- * unless there already; return the live slots seen, how many were inserted, how many of those
- * reused a tombstone, and of each how many landed below scan_off. */
+/* idx_copy(old_buf, new_buf, header_size, lo, hi, new_mask) -> (seen, inserted, reused): a copy
+ * into a larger table (idindex.py: a stage's growth, the format-2 upgrade's migration): insert the
+ * live slots lo <= k < hi of the old table into the new one unless there already; return the live
+ * slots seen, how many were inserted, and how many of those reused a tombstone. */
 static PyObject *native_idx_copy(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "idx_copy(old_buf, new_buf, header_size, lo, hi, new_mask, scan_off)");
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "idx_copy(old_buf, new_buf, header_size, lo, hi, new_mask)");
         return NULL;
     }
     Py_ssize_t hs = PyLong_AsSsize_t(args[2]);
     long long lo = PyLong_AsLongLong(args[3]), hi = PyLong_AsLongLong(args[4]);
-    long long scan_off = PyLong_AsLongLong(args[6]);
     if (PyErr_Occurred()) return NULL;
     PyObject *targs[4] = {args[1], args[2], args[5], args[2]}; /* the new table; h unused */
     Table t;
@@ -284,13 +268,13 @@ static PyObject *native_idx_copy(PyObject *self, PyObject *const *args, Py_ssize
         return NULL;
     }
     PyObject *out = NULL;
-    long long d[5];
+    long long d[3];
     if (hs < 0 || lo < 0 || hi < lo || (long long)(ov.len - hs) < hi * 16) {
         PyErr_SetString(PyExc_ValueError, "id index: the old buffer does not hold the slots");
-    } else if (kds_idx_copy_range((const uint8_t *)ov.buf + hs, t.base, t.mask, hs, lo, hi, scan_off, d) < 0) {
+    } else if (copy_range((const uint8_t *)ov.buf + hs, t.base, t.mask, hs, lo, hi, d) < 0) {
         PyErr_SetString(PyExc_RuntimeError, "id index: the new table is full");
     } else {
-        out = Py_BuildValue("(LLLLL)", d[0], d[1], d[2], d[3], d[4]);
+        out = Py_BuildValue("(LLL)", d[0], d[1], d[2]);
     }
     PyBuffer_Release(&ov);
     PyBuffer_Release(&t.view);
@@ -372,8 +356,8 @@ static PyObject *native_idx_apply(PyObject *self, PyObject *const *args, Py_ssiz
         uint64_t at = k;
         k += (uint64_t)kds_jnl_read(rec, n, k, &h, &ref, &remove);
         if (remove) {
-            long long off, dt, dst;
-            int found = table_remove(&t, h, ref, -1, &off, &dt, &dst);
+            long long off, dt;
+            int found = table_remove(&t, h, ref, &off, &dt);
             if (found < 0) goto no_empty;
             if (found) {
                 live--;

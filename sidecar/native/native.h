@@ -110,12 +110,6 @@ long long kds_idx_intake_slot(const uint8_t *base, uint64_t mask, long long live
                               int *tomb, const uint8_t *old, uint64_t old_mask, const uint8_t *old2,
                               uint64_t old2_mask);
 void kds_idx_write(uint8_t *base, uint64_t at, uint64_t h, uint64_t ref); /* (h, ref) into slot at */
-/* a copy into a larger table (idx_copy: a stage's growth, the format-2 upgrade): the live slots
- * lo <= k < hi of the old table at old into the table at base (mask; hs: its header size) unless
- * there already; out: live slots seen, inserted, tombstones reused, inserted below scan_off,
- * reused below it (idindex.py's _py_copy). -1: the table is full */
-int kds_idx_copy_range(const uint8_t *old, uint8_t *base, uint64_t mask, long long hs, long long lo, long long hi,
-                       long long scan_off, long long out[5]);
 extern PyMethodDef kds_idindex_methods[]; /* id_hash, idx_* */
 extern PyMethodDef kds_merge_methods[];   /* idx_merge_pass, idx_rebuild */
 

@@ -166,9 +166,8 @@ def _py_put(buf: Any, mask: int, h: int, ref: int) -> int:
     return off
 
 
-def _py_remove(buf: Any, mask: int, h: int, ref: int, scan_off: int) -> tuple[int, int, int] | None:
-    """Remove (h, ref): None if absent, else (its byte offset, the change in tombstones, the
-    change in tombstones below ``scan_off``)."""
+def _py_remove(buf: Any, mask: int, h: int, ref: int) -> tuple[int, int] | None:
+    """Remove (h, ref): None if absent, else (its byte offset, the change in tombstones)."""
     i = h & mask
     while True:
         off = HEADER_SIZE + i * SLOT_SIZE
@@ -179,27 +178,27 @@ def _py_remove(buf: Any, mask: int, h: int, ref: int, scan_off: int) -> tuple[in
             nxt = HEADER_SIZE + ((i + 1) & mask) * SLOT_SIZE
             if _U64.unpack_from(buf, nxt)[0] != EMPTY:
                 _U64.pack_into(buf, off, TOMB)
-                return off, 1, int(off < scan_off)
+                return off, 1
             # The chain ends right after this slot: no probe needs it, nor the tombstones just
-            # before it. Emptying them keeps deliveries from filling the table with tombstones
-            # (which would make growth, a same-size migration, run all the time).
+            # before it. Emptying them keeps deliveries from filling the stage with tombstones,
+            # which count toward its half-full limit (a cut, or the stage's growth, early). The
+            # merge pass empties the table's the same way (merge.c): there a table full of
+            # tombstones is rebuilt by the next growth pass (a same-size one sheds them).
             _U64.pack_into(buf, off, EMPTY)
-            tombs = scan_tombs = 0
+            tombs = 0
             j = (i - 1) & mask
             while _U64.unpack_from(buf, HEADER_SIZE + j * SLOT_SIZE)[0] == TOMB:
                 _U64.pack_into(buf, HEADER_SIZE + j * SLOT_SIZE, EMPTY)
                 tombs -= 1
-                if HEADER_SIZE + j * SLOT_SIZE < scan_off:
-                    scan_tombs -= 1
                 j = (j - 1) & mask
-            return off, tombs, scan_tombs
+            return off, tombs
         i = (i + 1) & mask
 
 
-def _py_copy(old: Any, new: Any, lo: int, hi: int, mask: int, scan_off: int) -> tuple[int, int, int, int, int]:
+def _py_copy(old: Any, new: Any, lo: int, hi: int, mask: int) -> tuple[int, int, int]:
     """Insert the live slots ``lo <= k < hi`` of ``old`` into ``new`` (``mask``): (live slots
-    seen, inserted, tombstones reused, inserted below ``scan_off``, reused tombstones below it)."""
-    seen = inserted = reused = scan_live = scan_tombs = 0
+    seen, inserted, tombstones reused)."""
+    seen = inserted = reused = 0
     for k in range(lo, hi):
         h, ref = SLOT.unpack_from(old, HEADER_SIZE + k * SLOT_SIZE)
         if h <= TOMB:
@@ -209,12 +208,8 @@ def _py_copy(old: Any, new: Any, lo: int, hi: int, mask: int, scan_off: int) -> 
         if r == 0:
             continue
         inserted += 1
-        if r < 0:
-            r = -r
-            reused += 1
-            scan_tombs += r < scan_off
-        scan_live += r < scan_off
-    return seen, inserted, reused, scan_live, scan_tombs
+        reused += r < 0
+    return seen, inserted, reused
 
 
 def _py_expired(buf: Any, lo: int, hi: int, cutoff: int) -> list[tuple[int, int]]:
@@ -261,7 +256,7 @@ def _py_apply(buf: Any, mask: int, records: Any) -> tuple[int, int]:
     live = tombs = 0
     for h, ref, gone in list(journal_ops(records)):  # every record checked before the first write
         if gone:
-            was = _py_remove(buf, mask, h, ref, -1)
+            was = _py_remove(buf, mask, h, ref)
             if was is not None:
                 live -= 1
                 tombs += was[1]
@@ -484,9 +479,9 @@ class IdIndex:
             new = self._map(nxt, cap, create=False, base=self.cap)
             lo = int(state.get("cursor", 0))
             if self.native is not None:
-                self.native.idx_copy(self.f.buf, new.buf, HEADER_SIZE, lo, self.cap, cap - 1, -1)
+                self.native.idx_copy(self.f.buf, new.buf, HEADER_SIZE, lo, self.cap, cap - 1)
             else:
-                _py_copy(self.f.buf, new.buf, lo, self.cap, cap - 1, -1)
+                _py_copy(self.f.buf, new.buf, lo, self.cap, cap - 1)
             new.mm.flush()
             os.replace(nxt, self.path)
             fsync_dir(self.dir)
@@ -606,9 +601,9 @@ class IdIndex:
             return gen
         big = Stage(st.cap * 2)
         if self.native is not None:
-            self.native.idx_copy(st.buf, big.buf, HEADER_SIZE, 0, st.cap, big.mask, -1)
+            self.native.idx_copy(st.buf, big.buf, HEADER_SIZE, 0, st.cap, big.mask)
         else:
-            _py_copy(st.buf, big.buf, 0, st.cap, big.mask, -1)
+            _py_copy(st.buf, big.buf, 0, st.cap, big.mask)
         big.live = st.live
         st.close()
         gen.stage = big
@@ -622,8 +617,8 @@ class IdIndex:
         gen = self._open
         assert gen is not None
         st = gen.stage
-        was = (self.native.idx_remove(st.buf, HEADER_SIZE, st.mask, h, ref, -1) if self.native is not None
-               else _py_remove(st.buf, st.mask, h, ref, -1))
+        was = (self.native.idx_remove(st.buf, HEADER_SIZE, st.mask, h, ref) if self.native is not None
+               else _py_remove(st.buf, st.mask, h, ref))
         if was is not None:
             st.live -= 1
             st.tombs += was[1]
@@ -642,14 +637,14 @@ class IdIndex:
             removed = 0
             for ref, rec in pairs:
                 h = id_hash(rec.id)
-                was = _py_remove(st.buf, st.mask, h, ref, -1)
+                was = _py_remove(st.buf, st.mask, h, ref)
                 if was is not None:
                     removed += 1
                     st.live -= 1
                     st.tombs += was[1]
                 gen.pending += REMOVE_MARK + SLOT.pack(h, ref)
         else:
-            removed, tombs, _l, _t = self.native.idx_remove_delivered(st.buf, HEADER_SIZE, st.mask, pairs, -1)
+            removed, tombs = self.native.idx_remove_delivered(st.buf, HEADER_SIZE, st.mask, pairs)
             st.live -= removed
             st.tombs += tombs
             gen.pending += self.native.idx_delivered_records(pairs)

@@ -38,7 +38,7 @@ def _table(cap: int, entries: list[tuple[int, int]], removed_first: list[tuple[i
     for h, ref in entries:
         _py_put(work, cap - 1, h, ref)
     for h, ref in removed_first:
-        _py_remove(work, cap - 1, h, ref, 0)
+        _py_remove(work, cap - 1, h, ref)
     return bytearray(HEADER) + work[HEADER_SIZE:]
 
 

@@ -110,7 +110,7 @@ def test_apply_writes_what_idx_put_and_idx_remove_write() -> None:
             d = (int(off != 0), -int(off < 0))
             rec = SLOT.pack(h, ref)
         else:
-            out = native.idx_remove(b, HEADER_SIZE, cap - 1, h, ref, -1)
+            out = native.idx_remove(b, HEADER_SIZE, cap - 1, h, ref)
             d = (0, 0) if out is None else (-1, out[1])
             rec = REMOVE_MARK + SLOT.pack(h, ref)
         assert native.idx_apply(a, HEADER_SIZE, cap - 1, rec) == d
@@ -129,7 +129,7 @@ def test_apply_of_delivered_records_is_idx_remove_delivered() -> None:
     for ref, rec in pairs[:15]:  # five of them not in the table: no-ops
         _py_put(a, cap - 1, py_id_hash(rec.id), ref)
     b = bytearray(a)
-    removed, tombs, _scan_live, _scan_tombs = native.idx_remove_delivered(b, HEADER_SIZE, cap - 1, pairs, -1)
+    removed, tombs = native.idx_remove_delivered(b, HEADER_SIZE, cap - 1, pairs)
     assert native.idx_apply(a, HEADER_SIZE, cap - 1, native.idx_delivered_records(pairs)) == (-removed, tombs)
     assert removed == 15 and a == b
 
