@@ -65,23 +65,18 @@ def supported() -> bool:
 
 def demote_self() -> bool:
     """Make the calling thread ``SCHED_BATCH`` (a thread pool's initializer); False if refused."""
-    if not supported():
-        return False
-    try:
-        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
-    except OSError as e:
-        log.warning("threads.demote_failed", tid=threading.get_native_id(), error=str(e))
-        return False
-    return True
+    return supported() and _set_own_policy(os.SCHED_BATCH)
 
 
 def idle_self() -> bool:
     """Make the calling thread ``SCHED_IDLE`` (module docstring, "Idle threads"); False if refused
     or not supported (then it keeps its policy)."""
-    if not (hasattr(os, "SCHED_IDLE") and hasattr(os, "sched_setscheduler")):
-        return False
+    return hasattr(os, "SCHED_IDLE") and hasattr(os, "sched_setscheduler") and _set_own_policy(os.SCHED_IDLE)
+
+
+def _set_own_policy(policy: int) -> bool:
     try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        os.sched_setscheduler(0, policy, os.sched_param(0))
     except OSError as e:
         log.warning("threads.demote_failed", tid=threading.get_native_id(), error=str(e))
         return False
