@@ -43,7 +43,9 @@ so=$(ls sidecar/_native.*.so 2>/dev/null | head -1 || true)
 if [ -z "$so" ] || [ -n "$(find sidecar/native setup.py sidecar/store/intake_layout.py -newer "$so" -print -quit)" ]; then
   echo "setup: building sidecar._native" >&2
   .venv/bin/python setup.py build_ext --inplace >"$KDS_CACHE/native-build.log" 2>&1 || true
-  if ! ls sidecar/_native.*.so >/dev/null 2>&1; then
+  # (a failed compile only warns, the extension being optional, and an older library would stay)
+  so=$(ls sidecar/_native.*.so 2>/dev/null | head -1 || true)
+  if [ -z "$so" ] || [ -n "$(find sidecar/native setup.py sidecar/store/intake_layout.py -newer "$so" -print -quit)" ]; then
     cat "$KDS_CACHE/native-build.log" >&2
     echo "setup: sidecar._native did not build (gcc and the Python headers are needed)" >&2
     exit 1
