@@ -168,11 +168,16 @@ class LevelQueue:
         # the journal commit of all pending writes: up to 301 ms measured under load): ``flush``
         # covers it with the file's first entries, before a checkpoint can name them, and a file
         # whose header never reached the disk is deleted at open (``headerless``).
-        return MappedFile(
+        f = MappedFile(
             self.dir / f"{first:020d}.q", magic=MAGIC, version=VERSION,
             size=HEADER_SIZE + self.per_file * ENTRY_SIZE, geom_a=ENTRY_SIZE, geom_b=self.per_file,
-            base=first, create=create, sync_header=False,
+            base=first, create=create, sync_header=False, random=create,
         )
+        if create:  # appended to from now on: no read-around on its faults (MappedFile.random_access)
+            prev = self.files.get(first - self.per_file)
+            if prev is not None:
+                prev.random_access(False)
+        return f
 
     def _locate(self, idx: int, create: bool = False) -> tuple[MappedFile, int]:
         first = idx - idx % self.per_file

@@ -90,7 +90,17 @@ from typing import Any
 from sidecar import logs
 from sidecar.store import idjournal, idmerge
 from sidecar.store.codec import native as _native
-from sidecar.store.idslot import EMPTY, PRECANCEL, REMOVE_MARK, SLOT, SLOT_SIZE, TOMB, journal_ops
+from sidecar.store.idslot import (
+    CUT_MIN,
+    EMPTY,
+    INITIAL_SLOTS,
+    PRECANCEL,
+    REMOVE_MARK,
+    SLOT,
+    SLOT_SIZE,
+    TOMB,
+    journal_ops,
+)
 from sidecar.store.intake_layout import Common
 from sidecar.store.mapped import (
     HEADER,
@@ -109,7 +119,6 @@ MAGIC = b"KDSIDX\x00\x01"
 VERSION = 2  # 2: a table's header base is the capacity it was migrated from (read, no longer written)
 READS = (1, 2)  # a version-1 table is a version-2 one no migration ever wrote
 NEXT = "ids.idx.next."
-CUT_MIN = 1 << 14  # operations that cut a generation at least (small tables)
 CUT_SHARE = 1 / 128  # else this share of the table's slots: a pass every ~1/128 of the table written
 CUT_S = 30.0  # a generation with operations in it is cut after this long (s)
 IDLE_PASS_S = 120.0  # and one without, after this long: the pass sweeps expired pre-cancels
@@ -389,7 +398,7 @@ class _Pass(threading.Thread):
 class IdIndex:
     pass_class = _Pass  # what runs a pass (tests substitute one they run by hand)
 
-    def __init__(self, directory: Path, initial_capacity: int = 1 << 16, native: bool = True) -> None:
+    def __init__(self, directory: Path, initial_capacity: int = INITIAL_SLOTS, native: bool = True) -> None:
         self.dir = directory
         self.path = directory / "ids.idx"
         self.native = _native if native else None
@@ -442,7 +451,8 @@ class IdIndex:
             else:  # renamed after the checkpoint: counted by the pass below
                 self.table_live, self.table_tombs = int(state["live"]), 0
         elif state is None and not self._created:
-            self.table_live, self.table_tombs = _count_range(self.f.buf, 0, self.cap)
+            with self.f.scanning():
+                self.table_live, self.table_tombs = _count_range(self.f.buf, 0, self.cap)
         keep = {g for g, _n in named}
         self._named, self._ever_named = set(keep), set(keep)  # the checkpoint on disk names them
         for g in idjournal.generations(self.dir):
@@ -478,17 +488,19 @@ class IdIndex:
                 )
             new = self._map(nxt, cap, create=False, base=self.cap)
             lo = int(state.get("cursor", 0))
-            if self.native is not None:
-                self.native.idx_copy(self.f.buf, new.buf, HEADER_SIZE, lo, self.cap, cap - 1)
-            else:
-                _py_copy(self.f.buf, new.buf, lo, self.cap, cap - 1)
+            with self.f.scanning():
+                if self.native is not None:
+                    self.native.idx_copy(self.f.buf, new.buf, HEADER_SIZE, lo, self.cap, cap - 1)
+                else:
+                    _py_copy(self.f.buf, new.buf, lo, self.cap, cap - 1)
             new.mm.flush()
             os.replace(nxt, self.path)
             fsync_dir(self.dir)
             self.f.close()
             new.path = self.path
             self.f, self.cap, self.mask = new, cap, cap - 1
-        self.table_live, self.table_tombs = _count_range(self.f.buf, 0, self.cap)
+        with self.f.scanning():
+            self.table_live, self.table_tombs = _count_range(self.f.buf, 0, self.cap)
         log.info("ids.upgraded", capacity=self.cap, live=self.table_live)
 
     def _load(self, stage: Stage, records: bytes) -> None:
@@ -510,6 +522,9 @@ class IdIndex:
         return MappedFile(
             path, magic=MAGIC, version=version, size=HEADER_SIZE + cap * SLOT_SIZE,
             geom_a=SLOT_SIZE, geom_b=cap, base=base, create=create, sync_header=True,
+            # probed at random: a fault on a page the cache lost must not read the device's
+            # read-ahead window (MiBs) on the loop (MappedFile.random_access)
+            random=True,
         )
 
     # -- counts -----------------------------------------------------------------------------------
@@ -655,9 +670,10 @@ class IdIndex:
         """Pre-cancels made before ``before_ms`` in the index and not removed, copies counted once
         (a pass over every slot: for the bench and tests only)."""
         found: set[tuple[int, int]] = set()
-        for buf, mask in self._tables():
-            found.update(self.native.idx_expired(buf, HEADER_SIZE, 0, mask + 1, before_ms)
-                         if self.native is not None else _py_expired(buf, 0, mask + 1, before_ms))
+        with self.f.scanning():
+            for buf, mask in self._tables():
+                found.update(self.native.idx_expired(buf, HEADER_SIZE, 0, mask + 1, before_ms)
+                             if self.native is not None else _py_expired(buf, 0, mask + 1, before_ms))
         return len(found - self._shadow.keys())
 
     # -- the cycle --------------------------------------------------------------------------------

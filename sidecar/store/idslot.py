@@ -21,6 +21,12 @@ SLOT_SIZE = SLOT.size
 EMPTY, TOMB = 0, 1
 PRECANCEL = 1 << 63
 REMOVE_MARK = SLOT.pack(TOMB, 0)
+OP_JOURNAL_BYTES = 2 * SLOT_SIZE  # journal bytes of one operation at most (a remove: the marker, the pair)
+# Sizes the index starts from, here so that the store's space budget (space.py) reads the same
+# values without importing the index: the table's initial slots, and the operations that cut a
+# generation at least (a journal at the initial size holds at most that many).
+INITIAL_SLOTS = 1 << 16
+CUT_MIN = 1 << 14
 
 
 def journal_ops(records: Any) -> Iterator[tuple[int, int, bool]]:

@@ -138,11 +138,22 @@ class CommitLog:
         # ``flush`` covers it (a segment created since the last flush is synced from its first
         # byte) before a checkpoint can name anything in it; one whose header a power loss kept
         # from the disk holds only records after the last checkpoint, which are consumed again.
-        return MappedFile(
+        seg = MappedFile(
             self._path(index), magic=MAGIC, version=VERSION, size=self.segment_bytes,
             geom_a=self.segment_bytes, geom_b=0, base=index * self.segment_bytes, create=create,
-            sync_header=False,
+            sync_header=False, random=create,
         )
+        if create:
+            self._appending(seg, index)
+        return seg
+
+    def _appending(self, seg: MappedFile, index: int) -> None:
+        """``seg`` (segment ``index``) is the one appended to now: no read-around on its faults;
+        the segment before it is sealed and gets it back (``MappedFile.random_access``)."""
+        seg.random_access()
+        prev = self.segments.get(index - 1)
+        if prev is not None:
+            prev.random_access(False)
 
     def _segment(self, pos: int) -> tuple[MappedFile, int]:
         index, off = divmod(pos, self.segment_bytes)
@@ -227,6 +238,8 @@ class CommitLog:
         if pos // self.segment_bytes not in self.segments:
             self.segments[pos // self.segment_bytes] = self._map(pos // self.segment_bytes, create=True)
             self.live[pos // self.segment_bytes] = 0
+        else:
+            self._appending(self.segments[pos // self.segment_bytes], pos // self.segment_bytes)
         # Segments before the checkpointed head that no live record needs anymore.
         for i in list(self.segments):
             if i < pos // self.segment_bytes and self.live.get(i, 0) <= 0:

@@ -49,14 +49,15 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.config import ConfigError, Settings
+from sidecar.store import idslot
 
 PAGE = mmap.PAGESIZE
 HEADER = 64  # mapped.HEADER_SIZE: every store file starts with it
 RECORD_FRAMING = 4096  # what a record adds to its key, value and headers, at most (config: segment-bytes check)
-IDS_INITIAL_SLOTS = 1 << 16  # IdIndex's initial capacity
-IDS_SLOT = 16
-IDS_CUT_MIN = 1 << 14  # IdIndex's CUT_MIN: operations after which a journal generation is cut
-IDS_OP_JOURNAL = 32  # journal bytes per operation at most (a remove: a marker record and the pair)
+IDS_INITIAL_SLOTS = idslot.INITIAL_SLOTS  # IdIndex's initial capacity
+IDS_SLOT = idslot.SLOT_SIZE
+IDS_CUT_MIN = idslot.CUT_MIN  # operations after which a journal generation is cut, at least
+IDS_OP_JOURNAL = idslot.OP_JOURNAL_BYTES  # journal bytes per operation at most
 TL_ENTRIES = 1 << 20  # WheelScheduler's timer-log entries per file
 TL_ENTRY = 32  # plus one state byte per entry
 WHEEL_SLOT = 32

@@ -453,6 +453,7 @@ class TimerLog:
         return MappedFile(
             self.dir / f"{first:020d}.tl", magic=TL_MAGIC, version=TL_VERSION, size=self.file_size,
             geom_a=ENTRY_SIZE, geom_b=self.per_file, base=first, create=create, sync_header=False,
+            random=create,
         )
 
     def mark(self, first: int, off: int) -> None:
@@ -482,6 +483,11 @@ class TimerLog:
             path.unlink()
         f = self.files[first] = self._map(first, create=True)
         self.dir_dirty = True
+        # appended to from now on (opened without read-around on its faults); the file before it
+        # is sealed (MappedFile.random_access)
+        prev = self.files.get(first - self.per_file)
+        if prev is not None:
+            prev.random_access(False)
         return f
 
     def append(self, idx: int, due_ms: int, loc: int, flags: int, level: int) -> bool:
