@@ -65,6 +65,7 @@ class Durability:
         # freed but pinned in their arena): given back once the burst is over, off the loop thread.
         self.heap = HeapReleaser(executor=self.flusher)
         self._last_fsync = -1e18
+        self._sealed = space.SealedSizes()  # space_check stats only the files that can still change
 
     # -- checkpoints ----------------------------------------------------------------------------
     def checkpoint_all(self) -> None:
@@ -172,7 +173,7 @@ class Durability:
     def space_check(self, stores: list[PartitionStore]) -> tuple[space.Usage, space.Decision]:
         """What ``stores`` (the open and the restoring ones) hold on disk, and whether ingress
         must pause for it (``space.decide``)."""
-        use = space.usage(store.dir for store in stores)
+        use = space.usage((store.dir for store in stores), self._sealed)
         try:
             free = psutil.disk_usage(str(self.s.data_path)).free
         except OSError:

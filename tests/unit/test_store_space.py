@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -255,3 +256,99 @@ def test_usage_is_cheap_enough_for_the_loop(tmp_path: Path) -> None:
     assert calls <= 6 * 25  # the partition, log/, levels/ and its 19 level directories
     for st_ in stores:
         st_.close()
+
+
+def _files(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file()]
+
+
+def _sealed(root: Path) -> int:
+    """Rolling files that are not the newest of their directory's series."""
+    n = 0
+    for d in {p.parent for p in _files(root)}:
+        rolling = [p for p in d.iterdir() if p.suffix in (".log", ".tl", ".q") and p.stem.isdigit()]
+        n += max(len(rolling) - 1, 0)
+    return n
+
+
+@pytest.mark.parametrize("scheduler", ["wheel", "levels"])
+def test_usage_with_sealed_sizes_kept_agrees_and_stats_only_what_can_change(tmp_path: Path, scheduler: str) -> None:
+    s = Settings(scheduler=scheduler, segment_bytes=64 * 1024, max_record_bytes=8 * 1024)
+    st_ = open_store(tmp_path, s)
+    cache = space.SealedSizes()
+    steps = [lambda i=i: send(st_, i, 1000 + (i % 3) * 1000, 900) for i in range(600)]
+    for k in range(0, len(steps), 100):  # fill: segments roll, sealed ones are cached
+        for step in steps[k : k + 100]:
+            step()
+        st_.checkpoint(fsync=False)
+        assert space.usage([st_.dir], cache) == space.usage([st_.dir])
+    assert _sealed(st_.dir) >= 8
+    cache.stats = 0
+    again = space.usage([st_.dir], cache)
+    assert again == space.usage([st_.dir])
+    dirs = 1 + sum(1 for p in st_.dir.rglob("*") if p.is_dir())
+    assert cache.stats == dirs + len(_files(st_.dir)) - _sealed(st_.dir), "sealed files are not stat'ed again"
+    assert deliver_due(st_, T0 + 10_000) == 600  # delivered: the sealed segments go at the checkpoints
+    st_.ids._cut(force=True)
+    st_.ids.wait()
+    st_.checkpoint(fsync=False)
+    st_.dirty = True
+    st_.checkpoint(fsync=False)
+    assert space.usage([st_.dir], cache) == space.usage([st_.dir])
+    assert space.usage([st_.dir], cache).freeable == 0
+    st_.close()
+
+
+def test_a_sealed_file_created_again_under_its_name_is_stat_ed_again(tmp_path: Path) -> None:
+    log = tmp_path / "p-0" / "log"
+    log.mkdir(parents=True)
+    for n in (0, 1, 2):
+        (log / f"{n * 4096:020d}.log").write_bytes(b"x" * 4096)
+    cache = space.SealedSizes()
+    assert space.usage([tmp_path / "p-0"], cache).allocated == 3 * 4096
+    first = log / f"{0:020d}.log"
+    old_ino = first.stat().st_ino
+    first.unlink()
+    (log / "keep").write_bytes(b"")  # takes the freed inode number, if the file system reuses it
+    first.write_bytes(b"x" * 3 * 4096)
+    if first.stat().st_ino == old_ino:
+        pytest.skip("the file system gave the file its old inode number: (path, inode) cannot tell them apart")
+    u = space.usage([tmp_path / "p-0"], cache)
+    assert u == space.usage([tmp_path / "p-0"])
+    assert u.allocated == 5 * 4096 and u.freeable == 4 * 4096
+
+
+def test_a_directory_unchanged_since_long_before_its_listing_is_not_listed_again(tmp_path: Path) -> None:
+    root = tmp_path / "p-0"
+    q = root / "levels" / "18"
+    q.mkdir(parents=True)
+    for n in range(50):
+        (q / f"{n:020d}.q").write_bytes(b"x" * 4096)
+    (root / "checkpoint.json").write_bytes(b"{}")
+    old = time.time() - 10
+    for d in (root, root / "levels", q):
+        os.utime(d, (old, old))
+    cache = space.SealedSizes()
+    first = space.usage([root], cache)
+    calls = 0
+    real = os.scandir
+
+    def counting(path: str) -> object:
+        nonlocal calls
+        calls += 1
+        return real(path)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(space.os, "scandir", counting)
+    try:
+        cache.stats = 0
+        assert space.usage([root], cache) == first
+        assert calls == 0 and cache.stats == 3 + 2  # the directories; the checkpoint and the newest queue file
+        (q / f"{50:020d}.q").write_bytes(b"x" * 8192)  # the directory changes: listed again
+        (q / f"{0:020d}.q").unlink()
+        grown = space.usage([root], cache)
+        assert calls == 1
+    finally:
+        mp.undo()
+    assert grown == space.usage([root])
+    assert grown.allocated == first.allocated + 4096 and grown.freeable == first.freeable
