@@ -173,10 +173,8 @@ class LevelQueue:
             size=HEADER_SIZE + self.per_file * ENTRY_SIZE, geom_a=ENTRY_SIZE, geom_b=self.per_file,
             base=first, create=create, sync_header=False, random=create,
         )
-        if create:  # appended to from now on: no read-around on its faults (MappedFile.random_access)
-            prev = self.files.get(first - self.per_file)
-            if prev is not None:
-                prev.random_access(False)
+        if create:
+            f.appended_after(self.files.get(first - self.per_file))
         return f
 
     def _locate(self, idx: int, create: bool = False) -> tuple[MappedFile, int]:

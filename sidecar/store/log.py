@@ -148,12 +148,8 @@ class CommitLog:
         return seg
 
     def _appending(self, seg: MappedFile, index: int) -> None:
-        """``seg`` (segment ``index``) is the one appended to now: no read-around on its faults;
-        the segment before it is sealed and gets it back (``MappedFile.random_access``)."""
-        seg.random_access()
-        prev = self.segments.get(index - 1)
-        if prev is not None:
-            prev.random_access(False)
+        """``seg`` (segment ``index``) is the one appended to now, the one before it sealed."""
+        seg.appended_after(self.segments.get(index - 1))
 
     def _segment(self, pos: int) -> tuple[MappedFile, int]:
         index, off = divmod(pos, self.segment_bytes)

@@ -206,6 +206,14 @@ class MappedFile:
         with contextlib.suppress(OSError):
             self.mm.madvise(advice)
 
+    def appended_after(self, sealed: MappedFile | None) -> None:
+        """This file is the one appended to from now on and ``sealed`` (if any) the one before it:
+        no read-around on this file's faults, read-ahead back on the sealed one, which is only
+        read in order from now on (see the module docstring)."""
+        self.random_access()
+        if sealed is not None:
+            sealed.random_access(False)
+
     @contextmanager
     def scanning(self) -> Iterator[None]:
         """Read-ahead on for a sequential scan of a file kept ``random_access`` otherwise."""

@@ -483,11 +483,7 @@ class TimerLog:
             path.unlink()
         f = self.files[first] = self._map(first, create=True)
         self.dir_dirty = True
-        # appended to from now on (opened without read-around on its faults); the file before it
-        # is sealed (MappedFile.random_access)
-        prev = self.files.get(first - self.per_file)
-        if prev is not None:
-            prev.random_access(False)
+        f.appended_after(self.files.get(first - self.per_file))
         return f
 
     def append(self, idx: int, due_ms: int, loc: int, flags: int, level: int) -> bool:

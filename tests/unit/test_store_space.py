@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -233,27 +235,30 @@ def test_decide_examples() -> None:
     assert d.paused and not d.stalled and "below 10" in d.reason
 
 
+@contextmanager
+def listings() -> Iterator[list[str]]:
+    """The directories ``space`` lists (``os.scandir``) while the block runs."""
+    listed: list[str] = []
+    real = os.scandir
+
+    def counting(path: str) -> object:
+        listed.append(str(path))
+        return real(path)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(space.os, "scandir", counting)
+        yield listed
+
+
 def test_usage_is_cheap_enough_for_the_loop(tmp_path: Path) -> None:
     """The loop measures every second, on its own thread: a few dozen stats per partition."""
     s = Settings(scheduler="levels", segment_bytes=64 * 1024)
     stores = [open_store(tmp_path, s, p) for p in range(6)]
     for st_ in stores:
         st_.checkpoint(fsync=False)
-    calls = 0
-    real = os.scandir
-
-    def counting(path: str) -> object:
-        nonlocal calls
-        calls += 1
-        return real(path)
-
-    mp = pytest.MonkeyPatch()
-    mp.setattr(space.os, "scandir", counting)
-    try:
+    with listings() as listed:
         space.usage(st_.dir for st_ in stores)
-    finally:
-        mp.undo()
-    assert calls <= 6 * 25  # the partition, log/, levels/ and its 19 level directories
+    assert len(listed) <= 6 * 25  # the partition, log/, levels/ and its 19 level directories
     for st_ in stores:
         st_.close()
 
@@ -330,25 +335,13 @@ def test_a_directory_unchanged_since_long_before_its_listing_is_not_listed_again
         os.utime(d, (old, old))
     cache = space.SealedSizes()
     first = space.usage([root], cache)
-    calls = 0
-    real = os.scandir
-
-    def counting(path: str) -> object:
-        nonlocal calls
-        calls += 1
-        return real(path)
-
-    mp = pytest.MonkeyPatch()
-    mp.setattr(space.os, "scandir", counting)
-    try:
+    with listings() as listed:
         cache.stats = 0
         assert space.usage([root], cache) == first
-        assert calls == 0 and cache.stats == 3 + 2  # the directories; the checkpoint and the newest queue file
+        assert listed == [] and cache.stats == 3 + 2  # the directories; the checkpoint and the newest queue file
         (q / f"{50:020d}.q").write_bytes(b"x" * 8192)  # the directory changes: listed again
         (q / f"{0:020d}.q").unlink()
         grown = space.usage([root], cache)
-        assert calls == 1
-    finally:
-        mp.undo()
+        assert listed == [str(q)]
     assert grown == space.usage([root])
     assert grown.allocated == first.allocated + 4096 and grown.freeable == first.freeable
