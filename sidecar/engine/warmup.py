@@ -10,21 +10,13 @@ and under memory pressure each allocation can enter direct reclaim in the faulti
 faults and far less CPU time than wall time. RocketMQ warms each new mapped file from a helper
 service (``AllocateMappedFileService``) for the same reason.
 
-**What.** ``AppendWarmer``, a daemon thread, asks the kernel to keep the next ``AHEAD`` bytes
-after each tracked log's head in the page cache: ``posix_fadvise(WILLNEED)`` on its own read-only
-descriptor of the head segment (a hole is filled with zeros by the file system, without I/O).
-The loop's write then finds the page cached: a minor fault, no allocation. If the thread falls
-behind, the loop takes the faults itself, as it did before.
-
-**Few wake-ups, normal priority.** The thread needs the GIL for a few microseconds each time it
-wakes (the ``fadvise`` itself runs without it). A thread that asks for the GIL makes the loop
-hand it over and wait until that thread has run: were it ``SCHED_BATCH`` (as the flusher is), the
-loop would wait for a low-priority thread to get a core (a priority inversion through the GIL;
-slow turns in the checkpoint phase, with voluntary waits and no CPU, appeared in the first
-minutes of a scale run with a 20 ms period). So it keeps the default policy and wakes only as
-often as the appends need: when the fastest log would have used half its warm window at the rate
-it appended since the last round (``next_wait``: between ``MIN_WAIT_S`` and ``MAX_WAIT_S``;
-~1 s at 40,000 records/s on six partitions).
+**What.** ``AppendWarmer``, a daemon thread, wakes every ``PERIOD_S`` and for each tracked log
+asks the kernel to bring the next ``AHEAD`` bytes after the log's head into the page cache:
+``posix_fadvise(WILLNEED)`` on its own read-only descriptor of the head segment (a hole is
+filled with zeros by the file system, without I/O). The loop's write then finds the page cached:
+a minor fault, no allocation. The call runs without the GIL; the thread is ``SCHED_BATCH``
+(``sidecar/engine/threads.py``): its wake-ups do not preempt the loop, and if it falls behind the
+loop takes the faults itself, as it did before.
 
 **Safe by construction.** The thread never writes and never maps: a hint about clean pages cannot
 change data, a page warmed and never written stays a hole on disk (never dirtied, never written
@@ -41,19 +33,18 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from sidecar import logs
+from sidecar.engine.threads import demote_self
 
 log = logs.get("sidecar")
 
-AHEAD = 8 << 20  # bytes kept warm after the head: 0.2 s of appends at 40 MB/s
-MIN_WAIT_S = 0.01
-MAX_WAIT_S = 1.0
+AHEAD = 8 << 20  # bytes kept warm after the head: ~1 s of appends at 40 MB/s
+PERIOD_S = 0.02
 PAGE = 4096
 _WILLNEED = getattr(os, "POSIX_FADV_WILLNEED", None)
 
@@ -89,29 +80,19 @@ def window(head: int, segment_bytes: int, warmed: int, ahead: int) -> tuple[int,
     return start, end
 
 
-def next_wait(ahead_s: list[float]) -> float:
-    """The wait before the next round, given for each log the seconds its warm bytes last at its
-    rate (``inf`` for a log that did not move): half the shortest, within the bounds."""
-    shortest = min(ahead_s, default=float("inf"))
-    return min(max(shortest / 2, MIN_WAIT_S), MAX_WAIT_S)
-
-
 @dataclass
 class _Cursor:
     index: int
     fd: int
     warmed: int
-    head: int  # the log's head at the last round
 
 
 class AppendWarmer:
     """Keeps ``ahead`` bytes after each tracked log's head in the page cache (module docstring).
     ``track`` is called by the loop; ``tick`` by the thread (or by a test, synchronously)."""
 
-    def __init__(self, ahead: int = AHEAD, clock: Callable[[], float] = time.monotonic) -> None:
-        self.ahead, self.clock = ahead, clock
-        self._last = clock()
-        self.wait_s = MAX_WAIT_S  # until the next round (set by each round)
+    def __init__(self, ahead: int = AHEAD, period_s: float = PERIOD_S) -> None:
+        self.ahead, self.period_s = ahead, period_s
         self._logs: tuple[Appended, ...] = ()
         self._cursors: dict[int, tuple[Appended, _Cursor]] = {}  # id(log) -> (log, cursor)
         self._stop = threading.Event()
@@ -137,7 +118,8 @@ class AppendWarmer:
         self._close_all()
 
     def _run(self) -> None:
-        while not self._stop.wait(self.wait_s):
+        demote_self()
+        while not self._stop.wait(self.period_s):
             try:
                 self.tick()
             except Exception as e:  # a hint that failed costs the loop faults, never data
@@ -147,49 +129,39 @@ class AppendWarmer:
                                 action="none needed: appends take their own page faults meanwhile")
 
     def tick(self) -> int:
-        """One round over the tracked logs; return the bytes asked for. Sets ``wait_s``."""
+        """One round over the tracked logs; return the bytes asked for."""
         logs = self._logs
-        now = self.clock()
-        elapsed, self._last = max(now - self._last, 1e-3), now
         keep = {id(lg) for lg in logs}
         for key in [k for k in self._cursors if k not in keep]:
             os.close(self._cursors.pop(key)[1].fd)
         asked = 0
-        lasts: list[float] = []
         for lg in logs:
-            asked += self._warm(lg, elapsed, lasts)
+            asked += self._warm(lg)
         self.warmed_bytes += asked
-        self.wait_s = next_wait(lasts)
         return asked
 
-    def _warm(self, lg: Appended, elapsed: float, lasts: list[float]) -> int:
+    def _warm(self, lg: Appended) -> int:
         head, sb = lg.head, lg.segment_bytes
         index = head // sb
         entry = self._cursors.get(id(lg))
         cur = entry[1] if entry is not None else None
-        moved = head - cur.head if cur is not None else 0
         if cur is None or cur.index != index:
             try:
                 fd = os.open(lg.path_of(index), os.O_RDONLY | os.O_CLOEXEC)
             except FileNotFoundError:  # the loop creates it with its first append
-                lasts.append(MIN_WAIT_S)
                 return 0
             if cur is not None:
                 os.close(cur.fd)
-            cur = _Cursor(index, fd, 0, head)
+            cur = _Cursor(index, fd, 0)
             self._cursors[id(lg)] = (lg, cur)
-        cur.head = head
         span = window(head, sb, cur.warmed, self.ahead)
-        asked = 0
-        if span is not None:
-            start, end = span
-            assert _WILLNEED is not None
-            os.posix_fadvise(cur.fd, start, end - start, _WILLNEED)
-            cur.warmed = end
-            asked = end - start
-        if moved > 0:  # the seconds the warm bytes last at this log's rate (to the segment's end)
-            lasts.append(max(cur.warmed - head % sb, 0) / (moved / elapsed))
-        return asked
+        if span is None:
+            return 0
+        start, end = span
+        assert _WILLNEED is not None
+        os.posix_fadvise(cur.fd, start, end - start, _WILLNEED)
+        cur.warmed = end
+        return end - start
 
     def _close_all(self) -> None:
         for _lg, cur in self._cursors.values():
