@@ -62,7 +62,6 @@ from sidecar.engine.publishing import Publishing
 from sidecar.engine.threads import HelperThreads
 from sidecar.engine.transactions import TransactionFailed, Transactions, is_dirty, mark_clean, mark_dirty, wipe
 from sidecar.engine.turns import SLOW_TURN_S, TurnWatch
-from sidecar.engine.warmup import AppendWarmer
 from sidecar.levels.scheduler import LevelsScheduler
 from sidecar.scheduling import Scheduler
 from sidecar.store import space
@@ -156,7 +155,6 @@ class Sidecar:
         self._last = Counters()
         self._tiers_seen: set[str] = set()
         self._helpers: HelperThreads | None = None
-        self.warmer = AppendWarmer()  # fills the head segments' next pages off the loop
         self._last_commit = self._last_space = self._last_trim = self._last_stats = 0.0
         self._last_index_step = 0.0
         self._turn_end = 0.0
@@ -217,7 +215,6 @@ class Sidecar:
         if self.restorer is not None:
             self.restorer.begin_many(restore)
         self.assigned = bool(self.stores) or bool(self.held())
-        self._warm()
         log.info("partitions.assigned", partitions=partitions)
         self._readiness()
         # disk-max-bytes against what the partitions now assigned need: refused (paused, not ready,
@@ -254,10 +251,6 @@ class Sidecar:
         if self.txn is not None:
             mark_dirty(store.dir)
         return store.open()
-
-    def _warm(self) -> None:
-        """The warm-up thread follows the owned stores' logs (sidecar/engine/warmup.py)."""
-        self.warmer.track(s.log for s in self.stores.values() if getattr(s, "log", None) is not None)
 
     def held(self) -> set[int]:
         """Assigned partitions whose ingress waits: their stores are still restoring."""
@@ -383,7 +376,6 @@ class Sidecar:
         # This thread is the loop: the clients' and the flusher's threads must not preempt it.
         self._helpers = HelperThreads(enabled=self.s.helper_threads == "all")
         self._helpers.demote()
-        self.warmer.start()
         log.info("sidecar.started", config=self.s.masked(), pid=os.getpid())
         self._last_commit = self._last_space = self._last_trim = self._last_stats = self.clock.monotonic()
 
@@ -482,7 +474,6 @@ class Sidecar:
         if mono - self._last_space >= 1.0:
             if self._helpers is not None:
                 self._helpers.demote()  # librdkafka starts a thread per broker it connects to
-            self._warm()
             self._check_space()
             if self.metrics is not None:
                 self._sync_metrics(self._pending())
@@ -932,7 +923,6 @@ class Sidecar:
 
     def _shutdown(self) -> None:
         self.turns.uninstall()
-        self.warmer.stop()
         log.info("sidecar.stopping", in_flight=self.pub.in_flight)
         self.kafka.stop_logs()  # broker disconnects from here on are expected: debug, not errors
         deadline = self.clock.monotonic() + self.s.shutdown_timeout_ms / 1000
