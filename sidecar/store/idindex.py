@@ -51,7 +51,8 @@ that ``find`` subtracts, until the pass that takes them out of the table.
 **Checkpoint and recovery.** The checkpoint's ``ids``: the table's capacity and counts (exact as of
 the last pass) and the journals still needed, ``journals: [[g, length], ...]`` (the sealed one, if
 its pass has not finished, and the open one, at the length the flush made durable). A journal
-whose pass has finished is deleted after the next checkpoint, which no longer names it. At open:
+whose pass has finished is deleted after the next checkpoint, which no longer names it (by the
+checkpoint's disposal, off the loop: ``mapped.remove_file``). At open:
 every ``ids.idx.next.*`` is deleted (a rebuilt table is named before any checkpoint relies on it),
 the journals named are read up to their checkpointed length (verified; what follows was written
 after the checkpoint and is replayed from Kafka and journaled again) and the others deleted; the

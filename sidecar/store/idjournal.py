@@ -58,6 +58,7 @@ from sidecar.store.mapped import (
     current_batch,
     fsync_dir,
     header_bytes,
+    remove_file,
 )
 
 MAGIC = b"KDSJNL\x00\x01"
@@ -282,9 +283,9 @@ def scan(directory: Path, g: int) -> tuple[bytes, int]:
 
 
 def remove(directory: Path, g: int) -> None:
-    """Delete generation ``g``'s journal (gone already is fine)."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path_of(directory, g))
+    """Delete generation ``g``'s journal (gone already is fine; inside ``deferred_disposal``, on
+    the disposal's thread: ``mapped.remove_file``)."""
+    remove_file(path_of(directory, g))
 
 
 def _pread_all(fd: int, path: Path, length: int) -> bytes:

@@ -16,7 +16,14 @@ from hypothesis import strategies as st
 from sidecar.store import idjournal
 from sidecar.store.idjournal import BLOCK, MAGIC, VERSION, JournalWriter, generations, path_of, read, scan
 from sidecar.store.idslot import SLOT
-from sidecar.store.mapped import HEADER_SIZE, GeometryMismatch, StoreError, deferred_sync, header_bytes
+from sidecar.store.mapped import (
+    HEADER_SIZE,
+    GeometryMismatch,
+    StoreError,
+    deferred_disposal,
+    deferred_sync,
+    header_bytes,
+)
 
 
 def _records(*pairs: tuple[int, int]) -> bytes:
@@ -319,3 +326,21 @@ def test_block_layout_is_length_crc_payload(tmp_path: Path) -> None:
     assert n == len(PAYLOADS[0])
     assert crc == crc32c(PAYLOADS[0])
     assert raw[HEADER_SIZE + 8:] == PAYLOADS[0]
+
+
+def test_a_merged_journal_is_deleted_by_the_disposal_not_by_the_loop(tmp_path: Path) -> None:
+    """Inside ``deferred_disposal`` (a checkpoint's finish on the loop) ``remove`` only notes the
+    journal: the disposal deletes it, on the flusher (an ``unlink`` may wait for the device's
+    discards). Outside one, and for a journal gone already, it deletes at once."""
+    w, _ = _write(tmp_path, 7, [_records((5, 6))])
+    w.close()
+    with deferred_disposal() as gone:
+        idjournal.remove(tmp_path, 7)
+        idjournal.remove(tmp_path, 8)  # never written
+    assert path_of(tmp_path, 7).exists() and gone
+    gone.run()
+    assert not path_of(tmp_path, 7).exists() and not gone
+    w, _ = _write(tmp_path, 9, [_records((5, 6))])
+    w.close()
+    idjournal.remove(tmp_path, 9)
+    assert generations(tmp_path) == []
