@@ -243,8 +243,7 @@ class MappedFile:
     def _drop(self, unlink: bool) -> None:
         self.close()
         if unlink:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.path)
+            _unlink(self.path)
 
 
 def unborn(path: Path) -> bool:
@@ -369,8 +368,7 @@ class Disposal:
         self.files.clear()
         for path in self.paths:
             try:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
+                _unlink(path)
             except OSError as e:
                 log.warning("store.delete_failed", path=str(path), error=str(e))
         self.paths.clear()
@@ -383,6 +381,12 @@ def remove_file(path: Path) -> None:
     if sink is not None:
         sink.paths.append(path)
         return
+    _unlink(path)
+
+
+def _unlink(path: Path) -> None:
+    """Delete a file that nothing names any more: one already gone (deleted by an earlier run
+    whose checkpoint did not get written, or by recovery) is what was wanted."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
 
