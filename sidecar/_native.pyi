@@ -81,6 +81,7 @@ def idx_rebuild(
     old_fd: int, new_fd: int, header_size: int, old_mask: int, new_mask: int, cutoff_ms: int, chunk_slots: int,
     sync: bool, /,
 ) -> tuple[int, int, int, int, int]: ...
+def idle_policy() -> int: ...
 def wl_link(
     tl_buf: memoryview, hs: int, tl_first: int, nent: int, idx: int, due: int, loc: int, flags: int, level: int,
     slot_buf: memoryview, slot_off: int, slot_time: int, /,
