@@ -17,6 +17,7 @@
  *   codec.c    Record, encode/append/decode, headers (sidecar/store/codec.py)
  *   idindex.c  the id index's probes and rehash      (sidecar/store/idindex.py)
  *   merge.c    the id index's merge pass in slot order (the staged index)
+ *   pages.c    a mapping's pages faulted in ahead of the loop (sidecar/store/log.py)
  *   parse.c    the common ingress request            (sidecar/headers.py)
  *   wheel.c    the timer wheel's file walks          (sidecar/wheel/layout.py)
  *   levels.c   the delay levels' queue walks         (sidecar/levels/queue.py)
@@ -41,7 +42,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (PyType_Ready(&kds_RecordType) < 0) return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (!m) return NULL;
-    PyMethodDef *tables[] = {kds_codec_methods, kds_hash_methods, kds_idindex_methods, kds_merge_methods,
+    PyMethodDef *tables[] = {kds_codec_methods, kds_hash_methods, kds_idindex_methods, kds_merge_methods, kds_pages_methods,
                              kds_parse_methods,
                              kds_wheel_methods, kds_levels_methods, kds_intake_methods, kds_publish_methods};
     for (size_t k = 0; k < sizeof tables / sizeof tables[0]; k++)

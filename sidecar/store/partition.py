@@ -67,7 +67,15 @@ from sidecar.store.idindex import IdIndex, id_hash
 from sidecar.store.idslot import PRECANCEL
 from sidecar.store.intake_layout import Common
 from sidecar.store.log import CommitLog
-from sidecar.store.mapped import HEADER_SIZE, Disposal, StoreError, SyncBatch, deferred_disposal, deferred_sync
+from sidecar.store.mapped import (
+    HEADER_SIZE,
+    Disposal,
+    Prefaulter,
+    StoreError,
+    SyncBatch,
+    deferred_disposal,
+    deferred_sync,
+)
 from sidecar.store.recent import CANCELLED, DEAD_LETTERED, RecentOutcomes
 
 HeaderList = list[tuple[str, bytes | None]]
@@ -207,6 +215,7 @@ class PartitionStore:
         counters: Counters,
         durable: bool = True,
         status_memory: int = 100_000,
+        prefault: Prefaulter | None = None,
     ) -> None:
         self.topic = topic
         self.topic_bytes = topic.encode()
@@ -223,6 +232,7 @@ class PartitionStore:
         self.cancel_horizon_ms = cancel_horizon_ms
         self.counters = counters
         self.durable = durable
+        self.prefault = prefault  # the commit log's pages faulted in ahead of its appends (mapped.Prefaulter)
         self.next_offset: int | None = None  # next ingress offset to consume
         self.dirty = False
         self.log: CommitLog
@@ -272,7 +282,7 @@ class PartitionStore:
                     f"{self.dir}: the store was written by the {ck.get('scheduler')!r} scheduler, "
                     f"not {self.scheduler_name!r}; run with --scheduler {ck.get('scheduler')} until it drains"
                 )
-        self.log = CommitLog(self.dir, self.segment_bytes)
+        self.log = CommitLog(self.dir, self.segment_bytes, self.prefault)
         self.sched = self.make_scheduler(self.dir, self.log)
         self.sched.restore(ck.get("sched") if ck else None)
         self.ids = IdIndex(self.dir)

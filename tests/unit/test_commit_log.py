@@ -438,3 +438,91 @@ def test_reclaim_inside_a_deferred_disposal_leaves_closing_and_deleting_to_it(tm
     assert log.reclaim() == 1
     assert seg1.mm.closed and not (tmp_path / "log" / f"{1:020d}.log").exists()
     log.close()
+
+
+def _resident(path: Path) -> int:
+    """Bytes of ``path``'s mappings resident in this process (``Rss`` in /proc/self/smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if head and "-" in head[0] and len(head) >= 5 and ":" in head[3]:
+                inside = len(head) >= 6 and head[5] == str(path)
+            elif inside and line.startswith("Rss:"):
+                total += int(head[1]) * 1024
+    return total
+
+
+needs_populate = pytest.mark.skipif(
+    codec.native is None or not Path("/proc/self/smaps").exists(),
+    reason="needs the C extension (CI requires it: test_native.py) and /proc/self/smaps",
+)
+
+
+@needs_populate
+def test_the_pages_ahead_of_the_head_are_faulted_in_off_the_loop_and_stay_mapped(tmp_path: Path) -> None:
+    """mapped.Prefaulter: the log asks for AHEAD_BYTES past its head; the thread maps them in
+    (the loop's appends then take no fault) without changing a byte; trim keeps them mapped."""
+    from sidecar.store.log import AHEAD_BYTES, AHEAD_LOW
+    from sidecar.store.mapped import prefaulter
+
+    pf = prefaulter()
+    seg_bytes = 64 << 20
+    log = CommitLog(tmp_path, seg_bytes, pf)
+    path = tmp_path / "log" / f"{0:020d}.log"
+    positions = [append(log, i) for i in range(10)]
+    first_ask = positions[0] + size_of(100)  # the first append asked: everything from there on
+    assert log.ahead == first_ask + AHEAD_BYTES
+    pf.close()  # the requests so far are done
+    assert pf.enabled and pf.pages >= AHEAD_BYTES // 4096
+    assert _resident(path) >= AHEAD_BYTES, "the pages ahead are mapped in"
+    assert bytes(log.segments[0].buf[log.head : log.ahead]) == bytes(log.ahead - log.head), "not a byte written"
+    assert [log.read(p, verify=True).src_offset for p in positions] == list(range(10))
+    log.trim()
+    assert _resident(path) >= AHEAD_BYTES - 4096, "trim leaves the pages faulted in ahead mapped"
+    # appends that come within AHEAD_LOW of what was asked ask for the next pages
+    asked = log.ahead
+    n = 10
+    while log.head + AHEAD_LOW <= asked:
+        append(log, n, value_len=4000)
+        n += 1
+    assert log.ahead == min(log.head + AHEAD_BYTES, seg_bytes) > asked
+    pf.close()
+    log.close()
+
+
+def test_a_prefaulter_without_the_extension_or_the_advice_stays_off(tmp_path: Path) -> None:
+    """No ``populate`` (the C extension not built): no thread, nothing asked. A kernel that refuses
+    the advice (EINVAL before Linux 5.14): the thread says so once and stops asking."""
+    import errno
+    import mmap as mmap_mod
+
+    from structlog.testing import capture_logs
+
+    from sidecar.store.mapped import Prefaulter
+
+    off = Prefaulter(None)
+    log = CommitLog(tmp_path / "a", SEG, off)
+    append(log, 0)
+    assert not off.enabled and off._thread is None
+    log.close()
+
+    calls: list[tuple[int, int]] = []
+
+    def refuse(mm: mmap_mod.mmap, start: int, length: int) -> int:
+        calls.append((start, length))
+        return errno.EINVAL
+
+    pf = Prefaulter(refuse)
+    log = CommitLog(tmp_path / "b", 1 << 20, pf)
+    with capture_logs() as logs:
+        append(log, 0)
+        pf.close()
+    assert len(calls) == 1 and not pf.enabled
+    assert [e["event"] for e in logs] == ["store.prefault_off"] and logs[0]["errno"] == errno.EINVAL
+    for i in range(1, 200):
+        append(log, i, value_len=3000)  # past AHEAD_LOW: nothing asked any more
+    pf.close()
+    assert len(calls) == 1
+    assert [log.read(p).src_offset for p in [HEADER_SIZE]] == [0]
+    log.close()
