@@ -30,17 +30,13 @@ when the loop is busy, so a drain's throughput can suffer. Hence the setting
 * ``none``: leave every thread alone.
 
 **Idle threads.** Work that nothing waits for soon and that keeps a core busy for seconds (the id
-index's merge pass, ``sidecar/store/idindex.py``) goes further down: ``SCHED_IDLE``. Besides its
-lower weight (3, against 15 at nice 19), the scheduler treats a core that runs only ``SCHED_IDLE``
-threads as idle when another thread wakes up: the loop is placed there and preempts it at once. A
-batch thread at nice 19 is preempted only when its slice ends or when load balancing moves the
-loop: in a 40M scale run (perf sched_switch on every core), the pass threads at ``SCHED_BATCH`` and
-nice 19 still ran 3.6 s of the loop's runnable-but-waiting spells longer than 20 ms, second only to
-the bench's own producer thread. Only work that holds no GIL may run that low: an idle thread
-preempted while it holds the GIL keeps the loop from it for as long as the machine is busy (a
-consume that took 712 ms to return, in a 100M scale run). So the pass's Python thread is
-``SCHED_BATCH`` and its C work runs on a pthread of its own at ``SCHED_IDLE``
-(``sidecar/native/merge.c``, ``run_idle``).
+index's merge pass, ``sidecar/store/idindex.py``) goes further down: ``SCHED_IDLE``
+(:func:`idle_self`). Besides its lower weight (3, against 15 at nice 19), the scheduler treats a
+core that runs only ``SCHED_IDLE`` threads as idle when another thread wakes up: the loop is placed
+there and preempts it at once. A batch thread at nice 19 is preempted only when its slice ends or
+when load balancing moves the loop: in a 40M scale run (perf sched_switch on every core), the pass
+threads at ``SCHED_BATCH`` and nice 19 still ran 3.6 s of the loop's runnable-but-waiting spells
+longer than 20 ms, second only to the bench's own producer thread.
 
 How: the threads are listed from ``/proc/self/task`` (librdkafka starts broker threads whenever
 it connects to another broker, so the loop calls :meth:`HelperThreads.demote` once a second and
@@ -70,6 +66,12 @@ def supported() -> bool:
 def demote_self() -> bool:
     """Make the calling thread ``SCHED_BATCH`` (a thread pool's initializer); False if refused."""
     return supported() and _set_own_policy(os.SCHED_BATCH)
+
+
+def idle_self() -> bool:
+    """Make the calling thread ``SCHED_IDLE`` (module docstring, "Idle threads"); False if refused
+    or not supported (then it keeps its policy)."""
+    return hasattr(os, "SCHED_IDLE") and hasattr(os, "sched_setscheduler") and _set_own_policy(os.SCHED_IDLE)
 
 
 def _set_own_policy(policy: int) -> bool:

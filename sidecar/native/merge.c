@@ -37,8 +37,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -360,61 +358,6 @@ static int pass_args(Pass *p, PyObject *fd, PyObject *hs, PyObject *mask, PyObje
     return PyErr_Occurred() ? -1 : 0;
 }
 
-/* -- the pass's work on a SCHED_IDLE thread that never holds the GIL ---------------------------
- * A pass keeps a core busy for seconds and must leave it the moment the loop wakes: SCHED_IDLE
- * (sidecar/engine/threads.py, "Idle threads"). A thread at SCHED_IDLE must not hold the GIL,
- * though: every thread that wakes preempts it, and while it is off the core with the GIL the loop
- * cannot take the GIL back (a consume that returned, a produce, an msync: each reacquires it), for
- * as long as the machine has other work. Measured with the whole pass thread at SCHED_IDLE (100M
- * pending, six partitions, the growths to 2^24 and 2^25 slots): loop turns of 200-300 ms made of
- * three voluntary waits, one consume return that took 712 ms. So the Python thread that calls the
- * pass keeps its policy (SCHED_BATCH) for everything done with the GIL, releases it, and the GIL-free
- * body runs on a pthread of its own at SCHED_IDLE, which the caller joins. Where the thread or the
- * policy is refused the body runs all the same (on the caller, or on the thread at its policy). */
-typedef struct {
-    int (*body)(void *);
-    void *arg;
-    int rc, policy;
-} IdleJob;
-
-static void *idle_main(void *arg) {
-    IdleJob *j = arg;
-    struct sched_param sp = {0};
-    sched_setscheduler(0, SCHED_IDLE, &sp); /* Linux: the calling thread only */
-    j->policy = sched_getscheduler(0);
-    j->rc = j->body(j->arg);
-    return NULL;
-}
-
-/* body(arg) on an idle thread, waited for; call with the GIL released. Returns body's result;
- * *policy (if not NULL) the scheduling policy it ran at. */
-static int run_idle(int (*body)(void *), void *arg, int *policy) {
-    IdleJob j = {body, arg, -1, -1};
-    pthread_t t;
-    if (pthread_create(&t, NULL, idle_main, &j) != 0) {
-        j.policy = sched_getscheduler(0);
-        j.rc = body(arg);
-    } else {
-        pthread_join(t, NULL);
-    }
-    if (policy) *policy = j.policy;
-    return j.rc;
-}
-
-static int policy_body(void *arg) {
-    return 0;
-}
-
-/* idle_policy() -> int: the scheduling policy a pass's GIL-free body runs at (os.SCHED_IDLE where
- * granted); what the tests check. */
-static PyObject *native_idle_policy(PyObject *self, PyObject *unused) {
-    int policy = -1;
-    Py_BEGIN_ALLOW_THREADS;
-    run_idle(policy_body, NULL, &policy);
-    Py_END_ALLOW_THREADS;
-    return PyLong_FromLong(policy);
-}
-
 /* the pass's buffer, freed by pass_done */
 static int pass_alloc(Pass *p) {
     p->size = 2 * p->chunk;
@@ -434,45 +377,6 @@ static int pass_done(Pass *p, int rc) {
         PyErr_SetFromErrno(PyExc_OSError);
     }
     return rc;
-}
-
-/* the GIL-free bodies of the three entry points below, as run_idle runs them */
-typedef struct {
-    Pass *p;
-    Slot *rm;
-    uint64_t nrm;
-    Slot *put;
-    uint64_t nput, cutoff;
-    Result *out;
-    int sorted_ops;      /* 1: rm and put hold the operations, in any order (idx_merge_pass) */
-    const uint8_t *rec;  /* else: the journal records to net into rm and put (idx_merge_journal) */
-    uint64_t nrec;
-} MergeJob;
-
-static int net_ops(const uint8_t *rec, uint64_t n, uint64_t mask, Slot *rm, uint64_t *nrm, Slot *put, uint64_t *nput);
-
-static int merge_body(void *arg) {
-    MergeJob *j = arg;
-    if (j->sorted_ops) {
-        qsort_r(j->rm, j->nrm, sizeof(Slot), by_home, &j->p->mask);
-        qsort_r(j->put, j->nput, sizeof(Slot), by_home, &j->p->mask);
-    } else if (net_ops(j->rec, j->nrec, j->p->mask, j->rm, &j->nrm, j->put, &j->nput) < 0) {
-        j->p->err = ENOMEM;
-        return -1;
-    }
-    return pass_alloc(j->p) < 0 ? -1 : run(j->p, j->rm, j->nrm, j->put, j->nput, j->cutoff, j->out);
-}
-
-typedef struct {
-    Pass *p;
-    int old;
-    uint64_t ocap, cutoff;
-    Result *out;
-} RebuildJob;
-
-static int rebuild_body(void *arg) {
-    RebuildJob *j = arg;
-    return pass_alloc(j->p) < 0 ? -1 : rebuild(j->p, j->old, j->ocap, j->cutoff, j->out);
 }
 
 /* idx_merge_pass(fd, header_size, mask, removes, inserts, cutoff_ms, chunk_slots, sync)
@@ -499,9 +403,10 @@ static PyObject *native_idx_merge_pass(PyObject *self, PyObject *const *args, Py
     }
     Result out = {0};
     int rc;
-    MergeJob job = {&p, rm, nrm, put, nput, cutoff, &out, 1, NULL};
     Py_BEGIN_ALLOW_THREADS;
-    rc = run_idle(merge_body, &job, NULL);
+    qsort_r(rm, nrm, sizeof(Slot), by_home, &p.mask);
+    qsort_r(put, nput, sizeof(Slot), by_home, &p.mask);
+    rc = pass_alloc(&p) < 0 ? -1 : run(&p, rm, nrm, put, nput, cutoff, &out);
     Py_END_ALLOW_THREADS;
     free(rm);
     free(put);
@@ -530,9 +435,8 @@ static PyObject *native_idx_rebuild(PyObject *self, PyObject *const *args, Py_ss
     if (p.chunk > ocap) p.chunk = ocap;
     Result out = {0};
     int rc;
-    RebuildJob job = {&p, old, ocap, cutoff, &out};
     Py_BEGIN_ALLOW_THREADS;
-    rc = run_idle(rebuild_body, &job, NULL);
+    rc = pass_alloc(&p) < 0 ? -1 : rebuild(&p, old, ocap, cutoff, &out);
     Py_END_ALLOW_THREADS;
     if (pass_done(&p, rc) < 0) return NULL;
     return Py_BuildValue("(LLLLL)", out.live, out.tombs, out.inserted, out.expired, out.written);
@@ -591,7 +495,7 @@ static PyObject *native_idx_merge_journal(PyObject *self, PyObject *const *args,
         return NULL;
     }
     Pass p = {0};
-    uint64_t cutoff, n;
+    uint64_t cutoff, n, nrm = 0, nput = 0;
     if (pass_args(&p, args[0], args[1], args[2], args[4], args[5], args[6], &cutoff) < 0) return NULL;
     if (p.hs < 0 || (p.mask & p.cap) || !p.chunk) {
         PyErr_SetString(PyExc_ValueError, "idx_merge_journal: a power-of-two table and a chunk of slots");
@@ -610,10 +514,9 @@ static PyObject *native_idx_merge_journal(PyObject *self, PyObject *const *args,
     Slot *rm = malloc(n * 16 + 16), *put = malloc(n * 16 + 16);
     Result out = {0};
     int rc = -1;
-    MergeJob job = {&p, rm, 0, put, 0, cutoff, &out, 0, (const uint8_t *)rec, n};
     Py_BEGIN_ALLOW_THREADS;
-    if (!rm || !put) p.err = ENOMEM;
-    else rc = run_idle(merge_body, &job, NULL);
+    if (!rm || !put || net_ops((const uint8_t *)rec, n, p.mask, rm, &nrm, put, &nput) < 0) p.err = ENOMEM;
+    else rc = pass_alloc(&p) < 0 ? -1 : run(&p, rm, nrm, put, nput, cutoff, &out);
     Py_END_ALLOW_THREADS;
     free(rec);
     free(rm);
@@ -625,6 +528,5 @@ static PyObject *native_idx_merge_journal(PyObject *self, PyObject *const *args,
 PyMethodDef kds_merge_methods[] = {
     {"idx_merge_journal", (PyCFunction)(void (*)(void))native_idx_merge_journal, METH_FASTCALL, NULL},
     {"idx_merge_pass", (PyCFunction)(void (*)(void))native_idx_merge_pass, METH_FASTCALL, NULL},
-    {"idle_policy", native_idle_policy, METH_NOARGS, NULL},
     {"idx_rebuild", (PyCFunction)(void (*)(void))native_idx_rebuild, METH_FASTCALL, NULL},
     {NULL, NULL, 0, NULL}};

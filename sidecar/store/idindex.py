@@ -76,6 +76,7 @@ bits hold the cancel's time (epoch ms) so it can expire after the cancel horizon
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import mmap
 import os
@@ -338,17 +339,17 @@ class _Pass(threading.Thread):
     def run(self) -> None:
         # Background work that keeps a core busy for seconds: it must neither preempt the loop nor
         # share a saturated machine's CPU with it, and it must leave a core the moment the loop
-        # wakes: SCHED_IDLE (sidecar/engine/threads.py, "Idle threads"). In the 40M scale run as
-        # an equal, the stream's lateness rose to seconds whenever a pass or a rebuild ran beside
-        # the broker and the clients on the 2-core VM. A pass that waits only delays when the
-        # table has its entries: the stages answer meanwhile. But only the C work, which holds no
-        # GIL, runs at SCHED_IDLE, on a thread of its own (merge.c, run_idle): this thread holds
-        # the GIL between the calls, and an idle thread preempted with it would keep the loop
-        # from the GIL for as long as the machine is busy. So this thread is SCHED_BATCH.
+        # wakes: SCHED_IDLE (sidecar/engine/threads.py, "Idle threads"; where refused, SCHED_BATCH
+        # at nice 19). In the 40M scale run as an equal, the stream's lateness rose to seconds
+        # whenever a pass or a rebuild ran beside the broker and the clients on the 2-core VM. A
+        # pass that waits only delays when the table has its entries: the stages answer meanwhile.
         from sidecar.engine.heap import release_heap
-        from sidecar.engine.threads import demote_self
+        from sidecar.engine.threads import demote_self, idle_self
 
-        demote_self()
+        if not idle_self():
+            demote_self()
+            with contextlib.suppress(OSError, AttributeError):
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
         self.merge()
         # The pass's buffers (the generation's records, the merge's sorted operations: ~50 MB at
         # 40M pending) were freed into this thread's malloc arena, which glibc keeps resident
