@@ -18,6 +18,10 @@
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
+/* The advice holds the process's mmap_lock (read) while it faults its range; a thread that maps or
+ * unmaps anything (the loop opening a file, malloc's large blocks) waits for it, and every fault
+ * waits behind that writer. So the range goes in steps of 64 pages, each its own call. */
+#define POPULATE_STEP ((uintptr_t)256 << 10)
 
 /* populate(buffer, start, length) -> 0, or the errno the kernel refused it with (EINVAL: a kernel
  * without MADV_POPULATE_WRITE). The range is clipped to the buffer and aligned outward to pages;
@@ -40,7 +44,10 @@ static PyObject *native_populate(PyObject *self, PyObject *const *args, Py_ssize
         uintptr_t lo = (uintptr_t)view.buf + (uintptr_t)start, hi = lo + (uintptr_t)length;
         lo -= lo % (uintptr_t)page;
         Py_BEGIN_ALLOW_THREADS;
-        if (madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE) != 0) err = errno;
+        for (uintptr_t at = lo; at < hi && !err; at += POPULATE_STEP) {
+            uintptr_t n = hi - at < POPULATE_STEP ? hi - at : POPULATE_STEP;
+            if (madvise((void *)at, n, MADV_POPULATE_WRITE) != 0) err = errno;
+        }
         Py_END_ALLOW_THREADS;
     }
     PyBuffer_Release(&view);
