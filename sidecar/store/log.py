@@ -345,7 +345,7 @@ class CommitLog:
         self.head += size
         self.live[index] += 1
         self.appended += 1
-        if self.head + AHEAD_LOW > self.ahead and self._prefault is not None:
+        if self.head + AHEAD_LOW > self.ahead:
             self.prefault()
         return pos
 
@@ -413,7 +413,7 @@ class CommitLog:
         self.live[self.head // self.segment_bytes] += count
         self.head = st[Common.HEAD]
         self.appended += count
-        if self.head + AHEAD_LOW > self.ahead and self._prefault is not None:
+        if self.head + AHEAD_LOW > self.ahead:
             self.prefault()
 
     def prefault(self) -> None:
