@@ -143,7 +143,7 @@ class Sidecar:
                                      self._flush_changelog)
         self.restorer = Restorer(self.kafka, self.clock) if settings.changelog_topic_name else None
         # the commit logs' pages faulted in ahead of their appends, off the loop (mapped.Prefaulter)
-        self.prefault = prefaulter()
+        self.prefault = prefaulter(demote=settings.helper_threads != "none")
         self.history = (HistoryWriter(self.kafka, settings.history_topic, settings.history_payload, self.clock)
                         if settings.history_topic else None)
         self._history_synced = (0, 0)  # (written, failed) already counted in the metrics

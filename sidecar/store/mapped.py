@@ -410,8 +410,9 @@ class Prefaulter:
     kernel lacks the advice (before Linux 5.14: EINVAL, then the thread stops asking). One per
     process (the loop's: ``Sidecar.prefault``), handed to each store's commit log."""
 
-    def __init__(self, populate: Callable[[mmap.mmap, int, int], int] | None) -> None:
+    def __init__(self, populate: Callable[[mmap.mmap, int, int], int] | None, demote: bool = True) -> None:
         self._populate = populate
+        self._demote = demote  # the ``helper-threads`` setting: "none" keeps every thread as it starts
         self._queue: queue.SimpleQueue[tuple[mmap.mmap, int, int] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -432,7 +433,8 @@ class Prefaulter:
     def _run(self) -> None:
         from sidecar.engine.threads import demote_self
 
-        demote_self()  # SCHED_BATCH: a finished request must not preempt the loop (engine/threads.py)
+        if self._demote:
+            demote_self()  # SCHED_BATCH: a finished request must not preempt the loop (engine/threads.py)
         while True:
             item = self._queue.get()
             if item is None:
@@ -460,11 +462,12 @@ class Prefaulter:
             self._thread = None
 
 
-def prefaulter() -> Prefaulter:
-    """A Prefaulter with the C extension's ``populate`` (disabled where it is not built)."""
+def prefaulter(demote: bool = True) -> Prefaulter:
+    """A Prefaulter with the C extension's ``populate`` (disabled where it is not built); ``demote``
+    False leaves its thread at the process's policy (``helper-threads = none``)."""
     from sidecar.store.codec import native
 
-    return Prefaulter(getattr(native, "populate", None) if native is not None else None)
+    return Prefaulter(getattr(native, "populate", None) if native is not None else None, demote)
 
 
 class _Deferred(threading.local):

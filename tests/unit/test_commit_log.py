@@ -539,3 +539,27 @@ def test_a_prefaulter_without_the_extension_or_the_advice_stays_off(tmp_path: Pa
     assert len(calls) == 1
     assert [log.read(p).src_offset for p in [HEADER_SIZE]] == [0]
     log.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling policies")
+@pytest.mark.parametrize("demote", [True, False])
+def test_the_prefault_thread_is_demoted_unless_helper_threads_is_none(tmp_path: Path, demote: bool) -> None:
+    """``helper-threads = none`` keeps every helper at the process's policy; otherwise the prefault
+    thread runs SCHED_BATCH like the flusher (engine/threads.py)."""
+    from sidecar.engine.threads import supported
+    from sidecar.store.mapped import Prefaulter
+
+    if demote and not supported():
+        pytest.skip("this platform cannot demote a single thread")
+    seen: list[int] = []
+
+    def record_policy(mm: object, start: int, length: int) -> int:
+        seen.append(os.sched_getscheduler(0))  # 0: the calling thread on Linux
+        return 0
+
+    pf = Prefaulter(record_policy, demote)
+    log = CommitLog(tmp_path, SEG, pf)
+    append(log, 0)
+    pf.close()
+    log.close()
+    assert seen == [os.SCHED_BATCH if demote else os.sched_getscheduler(0)]
