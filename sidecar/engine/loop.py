@@ -453,25 +453,32 @@ class Sidecar:
             if why:
                 self._reset(why, aborted=True)
         t3 = clock()
-        dur = self.durability
+        dur, parts = self.durability, turns.parts  # the checkpoint phase's steps, for a slow turn
         if dur.jobs:
             dur.reap()
+            parts[0] = clock() - t3
         mono = self.clock.monotonic()
         if mono - self._last_commit >= self.s.commit_interval_ms / 1000:
+            t = clock()
             dur.checkpoint_all()
             self._last_commit = mono
+            parts[1] = clock() - t
         if mono - self._last_index_step >= INDEX_STEP_S:
             # the id indexes' merge passes: noticed when done, started when due (IdIndex.step)
+            t = clock()
             now = self.clock.wall_ms()
             for store in self.stores.values():
                 store.index_step(now)
             self._last_index_step = mono
+            parts[2] = clock() - t
         if mono - self._last_trim >= TRIM_INTERVAL_S:
+            t = clock()
             dur.trim(mono)
             if self.restorer is not None:
                 for r in (*self.restorer.restoring.values(), *self.restorer.standby.values()):
                     r.store.trim()
             self._last_trim = mono
+            parts[3] = clock() - t
         t4 = clock()
         if mono - self._last_space >= 1.0:
             if self._helpers is not None:

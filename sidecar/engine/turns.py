@@ -7,8 +7,10 @@ whatever the batch size) and hands them here only when the turn's work took long
 ``SLOW_TURN_S``; the wait inside ``consume`` is not work and is reported apart.
 
 A slow turn is logged as ``loop.slow_turn`` with the time of each phase (consume, ingest,
-publish + delivery reports, checkpoint, housekeeping) and the garbage collection that ran inside
-it, and the loop thread's own resource use over the turn (``getrusage(RUSAGE_THREAD)``, read at
+publish + delivery reports, checkpoint, housekeeping), the checkpoint phase's steps (``reap_ms``:
+finishing the flusher's jobs; ``begin_ms``: snapshotting new ones; ``index_ms``: the id indexes'
+steps; ``trim_ms``: dropping mapped pages; each 0 when it did not run), the garbage collection that
+ran inside it, and the loop thread's own resource use over the turn (``getrusage(RUSAGE_THREAD)``, read at
 the start of every turn's work, one system call): user and system CPU time, page faults, and
 context switches. They tell the three kinds of stall apart: a turn mostly of CPU time is work
 (user) or kernel work such as page faults (system); a turn with little CPU and voluntary switches
@@ -36,7 +38,7 @@ LOG_EVERY_S = 1.0
 
 class TurnWatch:
     __slots__ = ("_gc_gen", "_gc_ms", "_gc_start", "_gc_stop", "_last_log", "_ru", "_suppressed", "max_ms",
-                 "slow_turns", "turns")
+                 "parts", "slow_turns", "turns")
 
     def __init__(self) -> None:
         self.turns = 0
@@ -49,12 +51,17 @@ class TurnWatch:
         self._gc_ms = 0.0
         self._gc_gen = -1
         self._ru = resource.getrusage(resource.RUSAGE_THREAD)
+        # seconds of the checkpoint phase's steps this turn (reap, begin, index, trim): the loop
+        # writes the ones that ran
+        self.parts = [0.0, 0.0, 0.0, 0.0]
 
     def mark(self) -> None:
         """The start of a turn's work: counts the turn, and notes the thread's resource use so far
         for a slow turn's deltas."""
         self.turns += 1
         self._ru = resource.getrusage(resource.RUSAGE_THREAD)
+        parts = self.parts
+        parts[0] = parts[1] = parts[2] = parts[3] = 0.0
 
     def install(self) -> None:
         if self._on_gc not in gc.callbacks:
@@ -89,6 +96,8 @@ class TurnWatch:
             "loop.slow_turn", turn_ms=round(ms, 1), consume_wait_ms=round((t1 - t0) * 1000, 1),
             ingest_ms=round((t2 - t1) * 1000, 1), publish_ms=round((t3 - t2) * 1000, 1),
             checkpoint_ms=round((t4 - t3) * 1000, 1), housekeeping_ms=round((t5 - t4) * 1000, 1),
+            reap_ms=round(self.parts[0] * 1000, 1), begin_ms=round(self.parts[1] * 1000, 1),
+            index_ms=round(self.parts[2] * 1000, 1), trim_ms=round(self.parts[3] * 1000, 1),
             gc_ms=round(self._gc_ms, 1) if in_turn else 0.0, gc_generation=self._gc_gen if in_turn else None,
             consumed=consumed, in_flight=in_flight, suppressed=self._suppressed,
             user_ms=round((b.ru_utime - a.ru_utime) * 1000, 1), system_ms=round((b.ru_stime - a.ru_stime) * 1000, 1),

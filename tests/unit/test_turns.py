@@ -20,6 +20,7 @@ def _turn(start: float, phases_ms: tuple[float, float, float, float, float]) -> 
 def test_slow_turn_is_logged_with_its_phases() -> None:
     w = TurnWatch()
     t = _turn(100.0, (30.0, 5.0, 80.0, 1.0, 2.0))  # publish took 80 ms
+    w.parts[1], w.parts[3] = 0.0004, 0.0005  # the loop's begin and trim steps ran
     with capture_logs() as logs:
         w.slow(*t, consumed=250, in_flight=17)
     (ev,) = logs
@@ -28,8 +29,11 @@ def test_slow_turn_is_logged_with_its_phases() -> None:
     assert ev["turn_ms"] == 88.0  # the consume wait is not part of the turn's work
     assert ev["consume_wait_ms"] == 30.0
     assert (ev["ingest_ms"], ev["publish_ms"], ev["checkpoint_ms"], ev["housekeeping_ms"]) == (5.0, 80.0, 1.0, 2.0)
+    assert (ev["reap_ms"], ev["begin_ms"], ev["index_ms"], ev["trim_ms"]) == (0.0, 0.4, 0.0, 0.5)
     assert (ev["consumed"], ev["in_flight"], ev["suppressed"]) == (250, 17, 0)
-    assert w.take() == (0, 1, 88.0)  # slow() does not count turns: mark() does
+    w.mark()
+    assert w.parts == [0.0, 0.0, 0.0, 0.0], "each turn's steps start from nothing"
+    assert w.take() == (1, 1, 88.0)  # slow() does not count turns: mark() does
     assert w.take() == (0, 0, 0.0)  # reset by take()
 
 
