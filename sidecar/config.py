@@ -247,7 +247,7 @@ OPTIONS: tuple[Option, ...] = (
            "period of the stats log line", _D),
     Option("helper-threads", "helper_threads", "flusher", _choice("flusher", "all", "none"),
            "which helper threads run SCHED_BATCH, so they never preempt the event loop: the flusher "
-           "(and the prefault thread), "
+           "(and the page thread), "
            "all (also librdkafka's), none (README, Operations)", "{flusher,all,none}"),
     Option("log-level", "log_level", "info", _choice("debug", "info", "warning", "error"), "log level",
            "{debug,info,warning,error}"),

@@ -66,7 +66,7 @@ from sidecar.levels.scheduler import LevelsScheduler
 from sidecar.scheduling import Scheduler
 from sidecar.store import space
 from sidecar.store.log import CommitLog
-from sidecar.store.mapped import StoreError, prefaulter
+from sidecar.store.mapped import StoreError, page_worker
 from sidecar.store.partition import FAST_INTAKE, TRIM_INTERVAL_S, Counters, PartitionStore, compile_rules
 from sidecar.store.recent import iso_ms
 
@@ -142,8 +142,9 @@ class Sidecar:
                                      self.kafka.commit if self.txn is None else _in_transaction,
                                      self._flush_changelog)
         self.restorer = Restorer(self.kafka, self.clock) if settings.changelog_topic_name else None
-        # the commit logs' pages faulted in ahead of their appends, off the loop (mapped.Prefaulter)
-        self.prefault = prefaulter(demote=settings.helper_threads != "none")
+        # the stores' mapped pages faulted in ahead of their appends and dropped after, off the loop
+        # (mapped.PageWorker)
+        self.pages = page_worker(demote=settings.helper_threads != "none")
         self.history = (HistoryWriter(self.kafka, settings.history_topic, settings.history_payload, self.clock)
                         if settings.history_topic else None)
         self._history_synced = (0, 0)  # (written, failed) already counted in the metrics
@@ -232,7 +233,7 @@ class Sidecar:
             self.s.data_path, self.s.ingress_topic, partition, rules=self.rules, scheduler_name=self.s.scheduler,
             make_scheduler=self.make_scheduler, segment_bytes=self.s.segment_bytes,
             cancel_horizon_ms=self.s.cancel_horizon_ms, counters=self.counters, durable=self.s.fsync != "none",
-            status_memory=self.s.status_memory, prefault=self.prefault,
+            status_memory=self.s.status_memory, pages=self.pages,
         )
         if not standby:
             store.history = self.history  # a standby applies the changelog: no state change of its own
@@ -960,7 +961,7 @@ class Sidecar:
             store.close()
         self.stores.clear()
         self.durability.close()
-        self.prefault.close()
+        self.pages.close()
         self.lock.release()
         self._stats()
         log.info("sidecar.stopped", in_flight=self.pub.in_flight)

@@ -42,12 +42,12 @@ from pathlib import Path
 
 from sidecar.store import codec
 from sidecar.store.intake_layout import Common
-from sidecar.store.mapped import HEADER_SIZE, MappedFile, Prefaulter, StoreError, fsync_dir, headerless, unborn
+from sidecar.store.mapped import HEADER_SIZE, MappedFile, PageWorker, StoreError, fsync_dir, headerless, unborn
 
 MAGIC = b"KDSLOG\x00\x01"
 VERSION = 1
 _ZERO_CHUNK = bytes(1 << 20)
-# The pages ahead of the head that the prefault thread faults in (mapped.Prefaulter): asked for up
+# The pages ahead of the head that the page thread faults in (mapped.PageWorker): asked for up
 # to AHEAD_BYTES past the head whenever fewer than AHEAD_LOW bytes past it were asked for. At the
 # bench's 40,000 records/s on six partitions a partition appends ~1.7 MB/s: the thread has a
 # second to answer, and a partition keeps 2-4 MiB of unwritten pages mapped (its RSS).
@@ -100,15 +100,15 @@ class Truncation:
 
 
 class CommitLog:
-    def __init__(self, directory: Path, segment_bytes: int, prefault: Prefaulter | None = None) -> None:
+    def __init__(self, directory: Path, segment_bytes: int, pages: PageWorker | None = None) -> None:
         self.dir = directory / "log"
-        self._prefault = prefault  # None: the loop faults its own pages in
+        self._pages = pages  # None: the loop faults its own pages in
         self.dir.mkdir(parents=True, exist_ok=True)
         self.segment_bytes = segment_bytes
         self.segments: dict[int, MappedFile] = {}
         self.live: dict[int, int] = {}
         self.head = HEADER_SIZE  # next append position
-        self.ahead = HEADER_SIZE  # pages before this position were asked of the prefault thread
+        self.ahead = HEADER_SIZE  # pages before this position were asked of the page thread
         self.flushed = HEADER_SIZE  # everything before this is msynced
         self.truncations: list[Truncation] = []
         self.appended = 0
@@ -417,7 +417,7 @@ class CommitLog:
             self.prefault()
 
     def prefault(self) -> None:
-        """Ask the prefault thread (``mapped.Prefaulter``) for the pages of the head's segment up to
+        """Ask the page thread (``mapped.PageWorker``) for the pages of the head's segment up to
         ``AHEAD_BYTES`` past the head, those not asked for yet: the next appends then find them
         mapped instead of faulting on the loop. A new segment is asked for from its first append."""
         sb = self.segment_bytes
@@ -425,9 +425,9 @@ class CommitLog:
         seg = self.segments.get(index)
         start = max(self.ahead, self.head)
         end = min(self.head + AHEAD_BYTES, (index + 1) * sb)
-        if seg is None or start >= end or self._prefault is None:
+        if seg is None or start >= end or self._pages is None:
             return
-        self._prefault.request(seg, start - index * sb, end - index * sb)
+        self._pages.populate(seg, start - index * sb, end - index * sb)
         self.ahead = end
 
     # -- durability -----------------------------------------------------------------------------

@@ -474,12 +474,12 @@ needs_populate = pytest.mark.skipif(
 
 @needs_populate
 def test_the_pages_ahead_of_the_head_are_faulted_in_off_the_loop_and_stay_mapped(tmp_path: Path) -> None:
-    """mapped.Prefaulter: the log asks for AHEAD_BYTES past its head; the thread maps them in
+    """mapped.PageWorker: the log asks for AHEAD_BYTES past its head; the thread maps them in
     (the loop's appends then take no fault) without changing a byte; trim keeps them mapped."""
     from sidecar.store.log import AHEAD_BYTES, AHEAD_LOW
-    from sidecar.store.mapped import prefaulter
+    from sidecar.store.mapped import page_worker
 
-    pf = prefaulter()
+    pf = page_worker()
     seg_bytes = 64 << 20
     log = CommitLog(tmp_path, seg_bytes, pf)
     path = tmp_path / "log" / f"{0:020d}.log"
@@ -504,7 +504,7 @@ def test_the_pages_ahead_of_the_head_are_faulted_in_off_the_loop_and_stay_mapped
     log.close()
 
 
-def test_a_prefaulter_without_the_extension_or_the_advice_stays_off(tmp_path: Path) -> None:
+def test_a_page_worker_without_the_extension_or_the_advice_does_not_populate(tmp_path: Path) -> None:
     """No ``populate`` (the C extension not built): no thread, nothing asked. A kernel that refuses
     the advice (EINVAL before Linux 5.14): the thread says so once and stops asking."""
     import errno
@@ -512,9 +512,9 @@ def test_a_prefaulter_without_the_extension_or_the_advice_stays_off(tmp_path: Pa
 
     from structlog.testing import capture_logs
 
-    from sidecar.store.mapped import Prefaulter
+    from sidecar.store.mapped import PageWorker
 
-    off = Prefaulter(None)
+    off = PageWorker(None)
     log = CommitLog(tmp_path / "a", SEG, off)
     append(log, 0)
     assert not off.enabled and off._thread is None
@@ -526,7 +526,7 @@ def test_a_prefaulter_without_the_extension_or_the_advice_stays_off(tmp_path: Pa
         calls.append((start, length))
         return errno.EINVAL
 
-    pf = Prefaulter(refuse)
+    pf = PageWorker(refuse)
     log = CommitLog(tmp_path / "b", 1 << 20, pf)
     with capture_logs() as logs:
         append(log, 0)
@@ -543,11 +543,11 @@ def test_a_prefaulter_without_the_extension_or_the_advice_stays_off(tmp_path: Pa
 
 @pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling policies")
 @pytest.mark.parametrize("demote", [True, False])
-def test_the_prefault_thread_is_demoted_unless_helper_threads_is_none(tmp_path: Path, demote: bool) -> None:
-    """``helper-threads = none`` keeps every helper at the process's policy; otherwise the prefault
+def test_the_page_thread_is_demoted_unless_helper_threads_is_none(tmp_path: Path, demote: bool) -> None:
+    """``helper-threads = none`` keeps every helper at the process's policy; otherwise the page
     thread runs SCHED_BATCH like the flusher (engine/threads.py)."""
     from sidecar.engine.threads import supported
-    from sidecar.store.mapped import Prefaulter
+    from sidecar.store.mapped import PageWorker
 
     if demote and not supported():
         pytest.skip("this platform cannot demote a single thread")
@@ -557,7 +557,7 @@ def test_the_prefault_thread_is_demoted_unless_helper_threads_is_none(tmp_path: 
         seen.append(os.sched_getscheduler(0))  # 0: the calling thread on Linux
         return 0
 
-    pf = Prefaulter(record_policy, demote)
+    pf = PageWorker(record_policy, demote=demote)
     log = CommitLog(tmp_path, SEG, pf)
     append(log, 0)
     pf.close()

@@ -16,7 +16,7 @@ from sidecar.levels.scheduler import LevelsScheduler
 from sidecar.scheduling import Scheduler
 from sidecar.store import codec
 from sidecar.store.log import CommitLog
-from sidecar.store.mapped import HEADER_SIZE, MappedFile
+from sidecar.store.mapped import HEADER_SIZE, MappedFile, PageWorker, page_worker
 from sidecar.store.partition import (
     TRIM_ALL_EVERY,
     TRIM_DRAIN_RECORDS,
@@ -143,7 +143,8 @@ LEVELS = (1000, 5000, 10_000)
 T0 = 1_700_000_000_000
 
 
-def make_store(root: Path, scheduler: str, counters: Counters) -> PartitionStore:
+def make_store(root: Path, scheduler: str, counters: Counters, partition: int = 0,
+               pages: PageWorker | None = None) -> PartitionStore:
     rules = compile_rules(
         "in", "dlq", LEVELS, max_delay_ms=10**9, retry_ladder_ms=(1000,), max_retries=3, max_record_bytes=8000,
         allowlist=(),
@@ -155,8 +156,8 @@ def make_store(root: Path, scheduler: str, counters: Counters) -> PartitionStore
         return WheelScheduler(d, lg, precision_ms=10, window_ms=60_000, bucket_width_ms=30_000,
                               levels_ms=LEVELS, entries_per_file=4096)
 
-    store = PartitionStore(root, "in", 0, rules=rules, scheduler_name=scheduler, make_scheduler=make,
-                           segment_bytes=4 * MiB, cancel_horizon_ms=60_000, counters=counters)
+    store = PartitionStore(root, "in", partition, rules=rules, scheduler_name=scheduler, make_scheduler=make,
+                           segment_bytes=4 * MiB, cancel_horizon_ms=60_000, counters=counters, pages=pages)
     store.open()
     return store
 
@@ -278,3 +279,100 @@ def test_a_merge_pass_leaves_no_index_pages_resident(tmp_path: Path) -> None:
     assert ix.table_live == 2000 and ix.find(2 + 5 * 7919) == [6]
     assert grew < 2 * (1 << 20), f"the pass left {grew / (1 << 20):.1f} MiB of the index resident"
     ix.close()
+
+
+needs_native = pytest.mark.skipif(codec.native is None, reason="the C extension (CI requires it: test_native.py)")
+
+
+def _resident(path: Path) -> int:
+    """Bytes of ``path``'s mappings resident in this process (``Rss`` in /proc/self/smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if head and "-" in head[0] and len(head) >= 5 and ":" in head[3]:
+                inside = len(head) >= 6 and head[5] == str(path)
+            elif inside and line.startswith("Rss:"):
+                total += int(head[1]) * 1024
+    return total
+
+
+@needs_native
+def test_native_drop_unmaps_the_range_and_keeps_every_byte(tmp_path: Path) -> None:
+    """``drop`` (pages.c): MADV_DONTNEED in steps with the GIL released, clipped to the mapping;
+    writes never msynced survive it (the same claim as ``drop_pages``)."""
+    assert codec.native is not None
+    f = mapped(tmp_path / "f", HEADER_SIZE + 12 * MiB)
+    data = fill(f, 7)
+    path = tmp_path / "f"
+    assert _resident(path) >= 12 * MiB
+    assert codec.native.drop(f.mm, 4096 + 100, 5 * MiB) == 0  # aligned outward: from page 1
+    left = _resident(path)
+    assert 12 * MiB - 5 * MiB - 8192 <= left <= 12 * MiB - 5 * MiB + 8192, left
+    assert codec.native.drop(f.mm, f.size + 4096, 1 << 40) == 0  # past the end: nothing, no error
+    assert codec.native.drop(f.mm, -5, 1 << 40) == 0  # clipped to the whole mapping
+    assert _resident(path) <= 8192
+    assert bytes(f.buf[HEADER_SIZE:]) == data
+    f.close()
+    g = MappedFile(path, magic=MAGIC, version=1, size=HEADER_SIZE + 12 * MiB, geom_a=0, geom_b=0, base=0,
+                   create=False)
+    assert bytes(g.buf[HEADER_SIZE:]) == data, "the page cache kept the dirty pages"
+    g.close()
+
+
+@needs_native
+def test_trim_hands_the_unmapping_to_the_page_thread(tmp_path: Path) -> None:
+    """With a page thread the loop only collects the ranges (its RSS is what it was after trim()
+    returns, with a drop that does nothing); the thread unmaps them (RSS falls as with the inline
+    trim, once the thread is done)."""
+    assert codec.native is not None
+    asked: list[tuple[object, int, int]] = []
+
+    def record(mm: object, start: int, length: int) -> int:
+        asked.append((mm, start, length))
+        return 0
+
+    headers: list[tuple[str, bytes | None]] = [(c.TARGET_TOPIC, b"target"), (c.DELAY_MS, b"5000")]
+    for real in (False, True):
+        pages = page_worker() if real else PageWorker(None, record)
+        store = make_store(tmp_path / str(real), "levels", Counters(), pages=pages)
+        for i in range(20_000):
+            store.ingest(IngressRecord("in", 0, i, T0, b"k", b"v" * 200, headers), T0)
+        store.checkpoint(fsync=False)
+        store.trim()
+        before = rss_file()
+        store.trim()  # idle after a busy call: everything goes
+        if not real:
+            assert rss_file() >= before - 64 * 1024, "nothing unmapped on the calling thread"
+            pages.close()
+            mms = {id(mm) for mm, _s, _n in asked}
+            assert id(store.ids.f.mm) in mms and id(store.log.segments[0].mm) in mms
+            assert rss_file() >= before - 64 * 1024
+        else:
+            pages.close()
+            assert pages.dropped > 0
+            assert before - rss_file() >= 4 * MiB, "the page thread unmapped the store's pages"
+        store.close()
+
+
+def test_the_stores_full_trims_fall_on_different_calls(tmp_path: Path) -> None:
+    """Each store's full trim (the id index and the scheduler's files) comes every
+    ``TRIM_ALL_EVERY``-th call at its own phase (its partition): a process's stores do not all
+    unmap their tables in one loop turn."""
+    headers: list[tuple[str, bytes | None]] = [(c.TARGET_TOPIC, b"target"), (c.DELAY_MS, b"5000")]
+    seen: dict[int, list[int]] = {}
+    for p in (0, 1, 5):
+        store = make_store(tmp_path / str(p), "levels", Counters(), partition=p)
+        calls: list[int] = []
+        for n in range(1, 2 * TRIM_ALL_EVERY + 1):
+            store.ingest(IngressRecord("in", p, n, T0, b"k", b"v", headers), T0)  # busy between calls
+            ids_before = store.ids.f.buf[HEADER_SIZE]  # a probe: the table's first page is mapped
+            mapped_before = _resident(store.ids.path)
+            store.trim()
+            if _resident(store.ids.path) < mapped_before:
+                calls.append(n)
+            assert store.ids.f.buf[HEADER_SIZE] == ids_before
+        seen[p] = calls
+        store.close()
+    assert seen == {p: [n for n in range(1, 2 * TRIM_ALL_EVERY + 1) if (n + p) % TRIM_ALL_EVERY == 0]
+                    for p in (0, 1, 5)}
