@@ -29,18 +29,23 @@
  * waits behind that writer. So the range goes in steps of 64 pages, each its own call. */
 #define POPULATE_STEP ((uintptr_t)256 << 10)
 
-/* populate(buffer, start, length) -> 0, or the errno the kernel refused it with (EINVAL: a kernel
- * without MADV_POPULATE_WRITE). The range is clipped to the buffer and aligned outward to pages;
- * the buffer (a writable mmap) stays exported while the pages are faulted. */
-static PyObject *native_populate(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+/* The same reason as POPULATE_STEP: a step's zapping holds the mmap_lock (read). 2 MiB (one page
+ * table) of resident pages takes ~0.2 ms; a step of nothing resident, a few us. */
+#define DROP_STEP ((uintptr_t)2 << 20)
+
+/* madvise(advice) on [start, start + length) of the buffer args[0], clipped to it and aligned
+ * outward to pages, in steps of `step` bytes, the GIL released; returns 0 or the errno of the first
+ * step the kernel refused (the rest is not tried). */
+static PyObject *advise_range(PyObject *const *args, Py_ssize_t nargs, const char *usage, int flags, int advice,
+                              uintptr_t step) {
     if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "populate(buffer, start, length)");
+        PyErr_SetString(PyExc_TypeError, usage);
         return NULL;
     }
     long long start = PyLong_AsLongLong(args[1]), length = PyLong_AsLongLong(args[2]);
     if (PyErr_Occurred()) return NULL;
     Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0) return NULL;
+    if (PyObject_GetBuffer(args[0], &view, flags) < 0) return NULL;
     if (start < 0) start = 0;
     if (start > view.len) start = view.len;
     if (length > view.len - start) length = view.len - start;
@@ -50,9 +55,9 @@ static PyObject *native_populate(PyObject *self, PyObject *const *args, Py_ssize
         uintptr_t lo = (uintptr_t)view.buf + (uintptr_t)start, hi = lo + (uintptr_t)length;
         lo -= lo % (uintptr_t)page;
         Py_BEGIN_ALLOW_THREADS;
-        for (uintptr_t at = lo; at < hi && !err; at += POPULATE_STEP) {
-            uintptr_t n = hi - at < POPULATE_STEP ? hi - at : POPULATE_STEP;
-            if (madvise((void *)at, n, MADV_POPULATE_WRITE) != 0) err = errno;
+        for (uintptr_t at = lo; at < hi && !err; at += step) {
+            uintptr_t n = hi - at < step ? hi - at : step;
+            if (madvise((void *)at, n, advice) != 0) err = errno;
         }
         Py_END_ALLOW_THREADS;
     }
@@ -60,39 +65,19 @@ static PyObject *native_populate(PyObject *self, PyObject *const *args, Py_ssize
     return PyLong_FromLong(err);
 }
 
-/* The same reason as POPULATE_STEP: a step's zapping holds the mmap_lock (read). 2 MiB (one page
- * table) of resident pages takes ~0.2 ms; a step of nothing resident, a few us. */
-#define DROP_STEP ((uintptr_t)2 << 20)
+/* populate(buffer, start, length) -> 0, or the errno the kernel refused it with (EINVAL: a kernel
+ * without MADV_POPULATE_WRITE). The buffer (a writable mmap) stays exported while the pages are
+ * faulted. */
+static PyObject *native_populate(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    return advise_range(args, nargs, "populate(buffer, start, length)", PyBUF_WRITABLE, MADV_POPULATE_WRITE,
+                        POPULATE_STEP);
+}
 
-/* drop(buffer, start, length) -> 0, or the errno of the first step the kernel refused (EINVAL for
- * locked pages): MADV_DONTNEED on the range, clipped to the buffer, aligned outward to pages. The
- * data stays in the page cache (a shared file mapping), dirty pages included. */
+/* drop(buffer, start, length) -> 0, or the errno the kernel refused it with (EINVAL for locked
+ * pages): MADV_DONTNEED. The data stays in the page cache (a shared file mapping), dirty pages
+ * included. */
 static PyObject *native_drop(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "drop(buffer, start, length)");
-        return NULL;
-    }
-    long long start = PyLong_AsLongLong(args[1]), length = PyLong_AsLongLong(args[2]);
-    if (PyErr_Occurred()) return NULL;
-    Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
-    if (start < 0) start = 0;
-    if (start > view.len) start = view.len;
-    if (length > view.len - start) length = view.len - start;
-    int err = 0;
-    if (length > 0) {
-        long page = sysconf(_SC_PAGESIZE);
-        uintptr_t lo = (uintptr_t)view.buf + (uintptr_t)start, hi = lo + (uintptr_t)length;
-        lo -= lo % (uintptr_t)page;
-        Py_BEGIN_ALLOW_THREADS;
-        for (uintptr_t at = lo; at < hi; at += DROP_STEP) {
-            uintptr_t n = hi - at < DROP_STEP ? hi - at : DROP_STEP;
-            if (madvise((void *)at, n, MADV_DONTNEED) != 0 && !err) err = errno;
-        }
-        Py_END_ALLOW_THREADS;
-    }
-    PyBuffer_Release(&view);
-    return PyLong_FromLong(err);
+    return advise_range(args, nargs, "drop(buffer, start, length)", PyBUF_SIMPLE, MADV_DONTNEED, DROP_STEP);
 }
 
 PyMethodDef kds_pages_methods[] = {

@@ -26,6 +26,7 @@ from sidecar.store.partition import (
     compile_rules,
 )
 from sidecar.wheel import WheelScheduler
+from tests.unit.test_commit_log import _resident
 
 pytestmark = pytest.mark.skipif(
     not os.path.exists("/proc/self/status") or not hasattr(mmap, "MADV_DONTNEED"),
@@ -282,19 +283,6 @@ def test_a_merge_pass_leaves_no_index_pages_resident(tmp_path: Path) -> None:
 
 
 needs_native = pytest.mark.skipif(codec.native is None, reason="the C extension (CI requires it: test_native.py)")
-
-
-def _resident(path: Path) -> int:
-    """Bytes of ``path``'s mappings resident in this process (``Rss`` in /proc/self/smaps)."""
-    total, inside = 0, False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split()
-            if head and "-" in head[0] and len(head) >= 5 and ":" in head[3]:
-                inside = len(head) >= 6 and head[5] == str(path)
-            elif inside and line.startswith("Rss:"):
-                total += int(head[1]) * 1024
-    return total
 
 
 @needs_native
