@@ -11,7 +11,8 @@
  * ``MADV_POPULATE_WRITE`` (Linux 5.14) write-faults every page of the range as a store would,
  * without changing a byte, so a concurrent append to the same pages is safe.
  *
- * ``drop`` is ``mmap.madvise(MADV_DONTNEED)`` with the GIL released and in steps: the trim that
+ * ``drop`` is ``mmap.madvise(MADV_DONTNEED)`` on a whole trim's ranges, the GIL released once, in
+ * steps: the trim that
  * unmaps the stores' pages took the loop 55-78 ms of system time every 3.2 s at 100M pending (the
  * id tables' random pages), and the helper thread that does it instead must not hold the GIL, nor
  * the mmap_lock for that long. */
@@ -73,11 +74,75 @@ static PyObject *native_populate(PyObject *self, PyObject *const *args, Py_ssize
                         POPULATE_STEP);
 }
 
-/* drop(buffer, start, length) -> 0, or the errno the kernel refused it with (EINVAL for locked
- * pages): MADV_DONTNEED. The data stays in the page cache (a shared file mapping), dirty pages
- * included. */
+/* drop([(buffer, start, length), ...]) -> 0, or the errno of the first step the kernel refused
+ * (EINVAL for locked pages; that range's rest is not tried, the other ranges are): MADV_DONTNEED on
+ * each range, clipped to its buffer, aligned outward to pages. A buffer that cannot be exported (an
+ * mmap closed meanwhile) is skipped. All the ranges in one call, the GIL released once: a trim hands
+ * over a range per file, and the helper thread must not take the GIL back between them (each time
+ * it does, a busy loop may have to hand it over). The data stays in the page cache (shared file
+ * mappings), dirty pages included. */
 static PyObject *native_drop(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    return advise_range(args, nargs, "drop(buffer, start, length)", PyBUF_SIMPLE, MADV_DONTNEED, DROP_STEP);
+    if (nargs != 1 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "drop([(buffer, start, length), ...])");
+        return NULL;
+    }
+    PyObject *list = args[0];
+    Py_ssize_t n = PyList_GET_SIZE(list), got = 0;
+    Py_buffer *views = PyMem_Calloc((size_t)(n > 0 ? n : 1), sizeof(Py_buffer));
+    uintptr_t *lo = PyMem_Calloc((size_t)(n > 0 ? n : 1), 2 * sizeof(uintptr_t));
+    if (views == NULL || lo == NULL) {
+        PyMem_Free(views);
+        PyMem_Free(lo);
+        return PyErr_NoMemory();
+    }
+    long page = sysconf(_SC_PAGESIZE);
+    PyObject *failed = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *t = PyList_GET_ITEM(list, i);
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3) {
+            PyErr_SetString(PyExc_TypeError, "drop: each range is (buffer, start, length)");
+            failed = t;
+            break;
+        }
+        long long start = PyLong_AsLongLong(PyTuple_GET_ITEM(t, 1));
+        long long length = PyLong_AsLongLong(PyTuple_GET_ITEM(t, 2));
+        if (PyErr_Occurred()) {
+            failed = t;
+            break;
+        }
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(t, 0), &views[got], PyBUF_SIMPLE) < 0) {
+            PyErr_Clear(); /* closed meanwhile: nothing of it is mapped any more */
+            continue;
+        }
+        Py_buffer *v = &views[got];
+        if (start < 0) start = 0;
+        if (start > v->len) start = v->len;
+        if (length > v->len - start) length = v->len - start;
+        if (length < 0) length = 0;
+        uintptr_t from = (uintptr_t)v->buf + (uintptr_t)start;
+        lo[2 * got] = from - from % (uintptr_t)page;
+        lo[2 * got + 1] = from + (uintptr_t)length;
+        got++;
+    }
+    int err = 0;
+    if (failed == NULL) {
+        Py_BEGIN_ALLOW_THREADS;
+        for (Py_ssize_t i = 0; i < got; i++) {
+            uintptr_t hi = lo[2 * i + 1];
+            for (uintptr_t at = lo[2 * i]; at < hi; at += DROP_STEP) {
+                uintptr_t len = hi - at < DROP_STEP ? hi - at : DROP_STEP;
+                if (madvise((void *)at, len, MADV_DONTNEED) != 0) {
+                    if (!err) err = errno;
+                    break;
+                }
+            }
+        }
+        Py_END_ALLOW_THREADS;
+    }
+    for (Py_ssize_t i = 0; i < got; i++) PyBuffer_Release(&views[i]);
+    PyMem_Free(views);
+    PyMem_Free(lo);
+    return failed != NULL ? NULL : PyLong_FromLong(err);
 }
 
 PyMethodDef kds_pages_methods[] = {

@@ -426,37 +426,39 @@ class PageWorker:
     One per process (the loop's: ``Sidecar.pages``), handed to each store."""
 
     def __init__(self, populate: Callable[[mmap.mmap, int, int], int] | None,
-                 drop: Callable[[mmap.mmap, int, int], int] | None = None, demote: bool = True) -> None:
+                 drop: Callable[[list[tuple[mmap.mmap, int, int]]], int] | None = None, demote: bool = True) -> None:
         self._populate = populate
         self._drop = drop
         self._demote = demote  # the ``helper-threads`` setting: "none" keeps every thread as it starts
-        self._queue: queue.SimpleQueue[tuple[Callable[[mmap.mmap, int, int], int], mmap.mmap, int, int] | None] = (
+        # (mapping, start, length): a populate; a list of them: a trim's drops, done in one C call
+        self._queue: queue.SimpleQueue[tuple[mmap.mmap, int, int] | list[tuple[mmap.mmap, int, int]] | None] = (
             queue.SimpleQueue())
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.enabled = populate is not None  # populate requests are taken
         self.drops = drop is not None  # drop requests are taken
         self.pages = 0  # faulted in so far (counted in bytes / PAGESIZE of the ranges asked)
-        self.dropped = 0  # drop requests done
+        self.dropped = 0  # ranges handed to drop so far
 
     def populate(self, mf: MappedFile, start: int, end: int) -> None:
         """Fault in ``[start, end)`` of ``mf`` (bytes; aligned outward to pages) soon, off this thread."""
         if self.enabled and end > start and not mf.mm.closed:
-            self._put(self._populate, mf.mm, start, end - start)  # type: ignore[arg-type]
+            self._put((mf.mm, start, end - start))
 
     def drop(self, ranges: list[tuple[mmap.mmap, int, int]]) -> None:
-        """Unmap each ``(mapping, start, length)`` from this process soon, off this thread
-        (``MappedFile.drop_pages`` inside ``deferred_drops``)."""
-        for mm, start, length in ranges:
-            self._put(self._drop, mm, start, length)  # type: ignore[arg-type]
+        """Unmap each ``(mapping, start, length)`` from this process soon, off this thread, all in
+        one C call (``MappedFile.drop_pages`` inside ``deferred_drops``): the thread takes the GIL
+        once for a whole trim, not once per file (a store has a range for each of its segments)."""
+        if self.drops and ranges:
+            self._put(ranges)
 
-    def _put(self, op: Callable[[mmap.mmap, int, int], int], mm: mmap.mmap, start: int, length: int) -> None:
+    def _put(self, item: tuple[mmap.mmap, int, int] | list[tuple[mmap.mmap, int, int]]) -> None:
         if self._thread is None:
             with self._lock:
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._run, name="kds-pages", daemon=True)
                     self._thread.start()
-        self._queue.put((op, mm, start, length))
+        self._queue.put(item)
 
     def _run(self) -> None:
         from sidecar.engine.threads import demote_self
@@ -467,16 +469,21 @@ class PageWorker:
             item = self._queue.get()
             if item is None:
                 return
-            op, mm, start, length = item
+            if isinstance(item, list):
+                assert self._drop is not None
+                self._drop(item)  # a refused drop (locked memory) only leaves pages mapped
+                self.dropped += len(item)
+                del item  # the last reference to a disposed file's mapping unmaps it here, not later
+                continue
+            mm, start, length = item
             del item
             try:
-                err = op(mm, start, length)
-            except (ValueError, BufferError):  # closed meanwhile: nothing left to do
+                assert self._populate is not None
+                err = self._populate(mm, start, length)
+            except (ValueError, BufferError):  # closed meanwhile: nothing left to fault
                 err = 0
-            del mm  # the last reference to a disposed file's mapping unmaps it here, not later
-            if op is self._drop:
-                self.dropped += 1  # a refused drop (locked memory) only leaves pages mapped
-            elif err:
+            del mm
+            if err:
                 self.enabled = False
                 log.info("store.prefault_off", errno=err, error=os.strerror(err))
             else:
