@@ -12,10 +12,9 @@
  * without changing a byte, so a concurrent append to the same pages is safe.
  *
  * ``drop`` is ``mmap.madvise(MADV_DONTNEED)`` on a whole trim's ranges, the GIL released once, in
- * steps: the trim that
- * unmaps the stores' pages took the loop 55-78 ms of system time every 3.2 s at 100M pending (the
- * id tables' random pages), and the helper thread that does it instead must not hold the GIL, nor
- * the mmap_lock for that long. */
+ * steps: the trim that unmaps the stores' pages took the loop 55-78 ms of system time every 3.2 s at
+ * 100M pending (the id tables' random pages), and the helper thread that does it instead must not
+ * hold the GIL, nor the mmap_lock for that long. */
 #define _GNU_SOURCE
 #include "native.h"
 
@@ -34,44 +33,48 @@
  * table) of resident pages takes ~0.2 ms; a step of nothing resident, a few us. */
 #define DROP_STEP ((uintptr_t)2 << 20)
 
-/* madvise(advice) on [start, start + length) of the buffer args[0], clipped to it and aligned
- * outward to pages, in steps of `step` bytes, the GIL released; returns 0 or the errno of the first
- * step the kernel refused (the rest is not tried). */
-static PyObject *advise_range(PyObject *const *args, Py_ssize_t nargs, const char *usage, int flags, int advice,
-                              uintptr_t step) {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, usage);
-        return NULL;
-    }
-    long long start = PyLong_AsLongLong(args[1]), length = PyLong_AsLongLong(args[2]);
-    if (PyErr_Occurred()) return NULL;
-    Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, flags) < 0) return NULL;
+/* [*lo, *hi): bytes [start, start + length) of the buffer, clipped to it, the start aligned down
+ * to its page (empty when nothing of the buffer is in the range). */
+static void page_range(const Py_buffer *v, long long start, long long length, uintptr_t *lo, uintptr_t *hi) {
     if (start < 0) start = 0;
-    if (start > view.len) start = view.len;
-    if (length > view.len - start) length = view.len - start;
-    int err = 0;
-    if (length > 0) {
-        long page = sysconf(_SC_PAGESIZE);
-        uintptr_t lo = (uintptr_t)view.buf + (uintptr_t)start, hi = lo + (uintptr_t)length;
-        lo -= lo % (uintptr_t)page;
-        Py_BEGIN_ALLOW_THREADS;
-        for (uintptr_t at = lo; at < hi && !err; at += step) {
-            uintptr_t n = hi - at < step ? hi - at : step;
-            if (madvise((void *)at, n, advice) != 0) err = errno;
-        }
-        Py_END_ALLOW_THREADS;
+    if (start > v->len) start = v->len;
+    if (length > v->len - start) length = v->len - start;
+    if (length < 0) length = 0;
+    uintptr_t from = (uintptr_t)v->buf + (uintptr_t)start;
+    *lo = length > 0 ? from - from % (uintptr_t)sysconf(_SC_PAGESIZE) : from;
+    *hi = from + (uintptr_t)length;
+}
+
+/* madvise(advice) on [lo, hi) in steps of `step` bytes (without the GIL): 0, or the errno of the
+ * first step the kernel refused (the rest is not tried). */
+static int advise_steps(uintptr_t lo, uintptr_t hi, int advice, uintptr_t step) {
+    for (uintptr_t at = lo; at < hi; at += step) {
+        uintptr_t n = hi - at < step ? hi - at : step;
+        if (madvise((void *)at, n, advice) != 0) return errno;
     }
-    PyBuffer_Release(&view);
-    return PyLong_FromLong(err);
+    return 0;
 }
 
 /* populate(buffer, start, length) -> 0, or the errno the kernel refused it with (EINVAL: a kernel
  * without MADV_POPULATE_WRITE). The buffer (a writable mmap) stays exported while the pages are
  * faulted. */
 static PyObject *native_populate(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    return advise_range(args, nargs, "populate(buffer, start, length)", PyBUF_WRITABLE, MADV_POPULATE_WRITE,
-                        POPULATE_STEP);
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "populate(buffer, start, length)");
+        return NULL;
+    }
+    long long start = PyLong_AsLongLong(args[1]), length = PyLong_AsLongLong(args[2]);
+    if (PyErr_Occurred()) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0) return NULL;
+    uintptr_t lo, hi;
+    page_range(&view, start, length, &lo, &hi);
+    int err;
+    Py_BEGIN_ALLOW_THREADS;
+    err = advise_steps(lo, hi, MADV_POPULATE_WRITE, POPULATE_STEP);
+    Py_END_ALLOW_THREADS;
+    PyBuffer_Release(&view);
+    return PyLong_FromLong(err);
 }
 
 /* drop([(buffer, start, length), ...]) -> 0, or the errno of the first step the kernel refused
@@ -95,7 +98,6 @@ static PyObject *native_drop(PyObject *self, PyObject *const *args, Py_ssize_t n
         PyMem_Free(lo);
         return PyErr_NoMemory();
     }
-    long page = sysconf(_SC_PAGESIZE);
     PyObject *failed = NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *t = PyList_GET_ITEM(list, i);
@@ -114,28 +116,15 @@ static PyObject *native_drop(PyObject *self, PyObject *const *args, Py_ssize_t n
             PyErr_Clear(); /* closed meanwhile: nothing of it is mapped any more */
             continue;
         }
-        Py_buffer *v = &views[got];
-        if (start < 0) start = 0;
-        if (start > v->len) start = v->len;
-        if (length > v->len - start) length = v->len - start;
-        if (length < 0) length = 0;
-        uintptr_t from = (uintptr_t)v->buf + (uintptr_t)start;
-        lo[2 * got] = from - from % (uintptr_t)page;
-        lo[2 * got + 1] = from + (uintptr_t)length;
+        page_range(&views[got], start, length, &lo[2 * got], &lo[2 * got + 1]);
         got++;
     }
     int err = 0;
     if (failed == NULL) {
         Py_BEGIN_ALLOW_THREADS;
         for (Py_ssize_t i = 0; i < got; i++) {
-            uintptr_t hi = lo[2 * i + 1];
-            for (uintptr_t at = lo[2 * i]; at < hi; at += DROP_STEP) {
-                uintptr_t len = hi - at < DROP_STEP ? hi - at : DROP_STEP;
-                if (madvise((void *)at, len, MADV_DONTNEED) != 0) {
-                    if (!err) err = errno;
-                    break;
-                }
-            }
+            int e = advise_steps(lo[2 * i], lo[2 * i + 1], MADV_DONTNEED, DROP_STEP);
+            if (e && !err) err = e;
         }
         Py_END_ALLOW_THREADS;
     }
