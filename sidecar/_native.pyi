@@ -56,7 +56,7 @@ def parse_request(
     max_delay_ms: int, checked_targets: set[str], /,
 ) -> tuple[str, int, bytes | None, int, str, tuple[tuple[str, bytes | None], ...]] | None: ...
 def id_hash(rid: bytes | memoryview, /) -> int: ...
-def idx_find(buf: memoryview, header_size: int, mask: int, h: int, /) -> list[int]: ...
+def idx_find(buf: memoryview, header_size: int, mask: int, h: int, tags: Any = None, /) -> list[int]: ...
 def idx_put(buf: memoryview, header_size: int, mask: int, h: int, ref: int, /) -> int: ...
 def idx_remove(buf: memoryview, header_size: int, mask: int, h: int, ref: int, /) -> tuple[int, int] | None: ...
 def idx_remove_delivered(
@@ -75,7 +75,8 @@ def idx_merge_pass(
     sync: bool, /,
 ) -> tuple[int, int, int, int, int, int]: ...
 def idx_merge_journal(
-    fd: int, header_size: int, mask: int, records: bytes, cutoff_ms: int, chunk_slots: int, sync: bool, /,
+    fd: int, header_size: int, mask: int, records: bytes, cutoff_ms: int, chunk_slots: int, sync: bool,
+    tags: Any = None, /,
 ) -> tuple[int, int, int, int, int, int]: ...
 def idx_rebuild(
     old_fd: int, new_fd: int, header_size: int, old_mask: int, new_mask: int, cutoff_ms: int, chunk_slots: int,
@@ -109,12 +110,13 @@ def ingest_run(
     msgs: list[Any], start: int, now: int, partition: int, id_prefix: bytes, checked_targets: set[str],
     no_headers: bytes, seg_buf: memoryview | None, idx_buf: memoryview, st: list[int], sched_bufs: tuple[Any, ...],
     idx_old_buf: memoryview | None = None, idx_old2_buf: memoryview | None = None,
-    idx_jnl_buf: memoryview | bytearray | None = None, /,
+    idx_jnl_buf: memoryview | bytearray | None = None, idx_tags_buf: Any = None, /,
 ) -> int: ...
 def restore_run(
     msgs: list[Any], start: int, partition: int, end: int, seg_buf: memoryview | None, idx_buf: memoryview,
     st: list[int], sched_bufs: tuple[Any, ...], idx_old_buf: memoryview | None = None,
-    idx_old2_buf: memoryview | None = None, idx_jnl_buf: memoryview | bytearray | None = None, /,
+    idx_old2_buf: memoryview | None = None, idx_jnl_buf: memoryview | bytearray | None = None,
+    idx_tags_buf: Any = None, /,
 ) -> int: ...
 def lv_due(
     buf: memoryview, hs: int, f0: int, idx: int, stop: int, now: int, restored: int, done: int, room: int,

@@ -49,24 +49,46 @@ static inline uint64_t slot_ref(Table *t, uint64_t i) {
     return v;
 }
 
-/* idx_find(buf, header_size, mask, h) -> list[int]: every ref stored under h */
+/* idx_find(buf, header_size, mask, h[, tags]) -> list[int]: every ref stored under h. tags: the
+ * table's tag bytes (one per slot, kds_idx_tag), or None: a slot is read only where its tag is h's. */
 static PyObject *native_idx_find(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "idx_find(buf, header_size, mask, h)");
+    if (nargs != 4 && nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "idx_find(buf, header_size, mask, h[, tags])");
         return NULL;
     }
     Table t;
     if (table_get(args, &t, 0) < 0) return NULL;
+    Py_buffer tv = {0};
+    const uint8_t *tags = NULL;
+    if (nargs == 5 && args[4] != Py_None) {
+        if (PyObject_GetBuffer(args[4], &tv, PyBUF_SIMPLE) < 0) {
+            PyBuffer_Release(&t.view);
+            return NULL;
+        }
+        if ((uint64_t)tv.len < t.mask + 1) {
+            PyBuffer_Release(&tv);
+            PyBuffer_Release(&t.view);
+            PyErr_SetString(PyExc_ValueError, "idx_find: the tags hold fewer bytes than the table slots");
+            return NULL;
+        }
+        tags = tv.buf;
+    }
+    const uint8_t want = kds_idx_tag(t.h);
     PyObject *out = PyList_New(0);
     for (uint64_t i = t.h & t.mask, n = 0; out && n <= t.mask; i = (i + 1) & t.mask, n++) {
+        if (tags) {
+            if (tags[i] == EMPTY) break;
+            if (tags[i] != want) continue;
+        }
         uint64_t sh = slot_hash(&t, i);
-        if (sh == EMPTY) break;
+        if (sh == EMPTY && !tags) break;
         if (sh == t.h) {
             PyObject *ref = PyLong_FromUnsignedLongLong(slot_ref(&t, i));
             if (!ref || PyList_Append(out, ref) < 0) Py_CLEAR(out);
             Py_XDECREF(ref);
         }
     }
+    if (tags) PyBuffer_Release(&tv);
     PyBuffer_Release(&t.view);
     return out;
 }
@@ -424,26 +446,37 @@ static PyObject *native_idx_delivered_records(PyObject *self, PyObject *const *a
     return out;
 }
 
-/* 1 if the table at t (mask) may hold an entry under h: one is there, or the probe went round the
- * table without meeting an empty slot (the caller then leaves the id to the reference path). */
-static int intake_seen(const uint8_t *t, uint64_t mask, uint64_t h) {
-    uint64_t sh, probes = 0;
+/* 1 if the table may hold an entry under h: one is there, or the probe went round the table
+ * without meeting an empty slot (the caller then leaves the id to the reference path). With tags,
+ * a slot is read only where its tag is h's. */
+static int intake_seen(const KdsProbed *t, uint64_t h) {
+    uint64_t sh, probes = 0, mask = t->mask;
+    if (t->tags) {
+        const uint8_t want = kds_idx_tag(h);
+        for (uint64_t at = h & mask;; at = (at + 1) & mask, probes++) {
+            if (probes > mask) return 1;
+            uint8_t tag = t->tags[at];
+            if (tag == EMPTY) return 0;
+            if (tag != want) continue;
+            memcpy(&sh, t->slots + at * 16, 8);
+            if (sh == h) return 1;
+        }
+    }
     for (uint64_t at = h & mask;; at = (at + 1) & mask, probes++) {
         if (probes > mask) return 1;
-        memcpy(&sh, t + at * 16, 8);
+        memcpy(&sh, t->slots + at * 16, 8);
         if (sh == EMPTY) return 0;
         if (sh == h) return 1;
     }
 }
 
 long long kds_idx_intake_slot(const uint8_t *base, uint64_t mask, long long live, long long tombs, uint64_t h,
-                              int *tomb, const uint8_t *old, uint64_t old_mask, const uint8_t *old2,
-                              uint64_t old2_mask) {
+                              int *tomb, const KdsProbed *probed, int nprobed) {
     if ((live + tombs + 1) * 2 > (long long)(mask + 1)) return -1; /* IdIndex.put would grow the table */
     /* an entry under h in a table probed for presence (the staged index's sealed stage or
        table) counts as one in this table */
-    if (old && intake_seen(old, old_mask, h)) return -1;
-    if (old2 && intake_seen(old2, old2_mask, h)) return -1;
+    for (int k = 0; k < nprobed; k++)
+        if (intake_seen(&probed[k], h)) return -1;
     int64_t free_slot = -1;
     uint64_t at = h & mask, probes = 0;
     for (;; at = (at + 1) & mask, probes++) {

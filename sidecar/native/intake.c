@@ -94,20 +94,19 @@ static PyObject *in_call(PyObject *m, int k) {
 typedef struct {
     int64_t st[IN_MAX_STATE], st_in[IN_MAX_STATE];
     Py_ssize_t nst;
-    int kind, have_seg, have_idx, have_old, have_old2, have_jnl, nbuf;
-    Py_buffer segv, idxv, oldv, old2v, jnlv, bufs[IN_MAX_BUFS];
+    int kind, have_seg, have_idx, have_old, have_old2, have_jnl, have_tags, nbuf, nprobed;
+    Py_buffer segv, idxv, oldv, old2v, jnlv, tagsv, bufs[IN_MAX_BUFS];
     uint8_t *bp[IN_MAX_BUFS], *ibase;
-    const uint8_t *obase;  /* a table probed for presence only (NULL: none) */
-    const uint8_t *o2base; /* a second one (NULL: none) */
-    uint8_t *jbase;        /* the journal buffer, each insert appended at st[IN_IDX_JNL_AT] (NULL: none) */
+    KdsProbed probed[2]; /* the tables probed for presence only, the id index's table last */
+    uint8_t *jbase;      /* the journal buffer, each insert appended at st[IN_IDX_JNL_AT] (NULL: none) */
     Py_ssize_t blen[IN_MAX_BUFS], jlen;
     PyObject *sbufs;
     long long hs, sb;
-    uint64_t mask, old_mask, old2_mask;
+    uint64_t mask;
 } InRun;
 
 /* The optional buffers after sched_bufs, in this order (None or absent: none). */
-enum { IN_OPT_OLD, IN_OPT_OLD2, IN_OPT_JNL, IN_OPT_COUNT };
+enum { IN_OPT_OLD, IN_OPT_OLD2, IN_OPT_JNL, IN_OPT_TAGS, IN_OPT_COUNT };
 
 /* The state list's ints into r->st (and a copy into r->st_in); its length, or -1 with an error set. */
 static Py_ssize_t state_in(PyObject *lst, int64_t *st, int64_t *orig) {
@@ -141,24 +140,24 @@ static void in_close(InRun *r) {
     if (r->have_old) PyBuffer_Release(&r->oldv);
     if (r->have_old2) PyBuffer_Release(&r->old2v);
     if (r->have_jnl) PyBuffer_Release(&r->jnlv);
+    if (r->have_tags) PyBuffer_Release(&r->tagsv);
     if (r->have_seg) PyBuffer_Release(&r->segv);
-    r->have_idx = r->have_old = r->have_old2 = r->have_jnl = r->have_seg = 0;
+    r->have_idx = r->have_old = r->have_old2 = r->have_jnl = r->have_tags = r->have_seg = 0;
 }
 
-/* A table probed for presence only (buffer b, capacity - 1 in st[mask_at]) into *base: 0 (b None
- * or absent: *base stays NULL), or -1 with an error set. */
-static int in_probed(InRun *r, PyObject *b, int mask_at, Py_buffer *v, int *have, const uint8_t **base,
-                     uint64_t *mask) {
-    *mask = (uint64_t)r->st[mask_at];
+/* A table probed for presence only (buffer b, capacity - 1 in st[mask_at]) appended to r->probed:
+ * 0 (b None or absent: nothing appended), or -1 with an error set. */
+static int in_probed(InRun *r, PyObject *b, int mask_at, Py_buffer *v, int *have) {
+    uint64_t mask = (uint64_t)r->st[mask_at];
     if (b == NULL || b == Py_None) return 0;
     if (PyObject_GetBuffer(b, v, PyBUF_SIMPLE) < 0) return -1;
     *have = 1;
-    if (r->st[mask_at] < 0 || (*mask & (*mask + 1)) || v->len < r->hs ||
-        (uint64_t)(v->len - r->hs) < (*mask + 1) * 16) {
+    if (r->st[mask_at] < 0 || (mask & (mask + 1)) || v->len < r->hs ||
+        (uint64_t)(v->len - r->hs) < (mask + 1) * 16) {
         PyErr_SetString(PyExc_ValueError, "intake: a probed index buffer does not match the state");
         return -1;
     }
-    *base = (const uint8_t *)v->buf + r->hs;
+    r->probed[r->nprobed++] = (KdsProbed){(const uint8_t *)v->buf + r->hs, NULL, mask};
     return 0;
 }
 
@@ -166,14 +165,14 @@ static int in_probed(InRun *r, PyObject *b, int mask_at, Py_buffer *v, int *have
  * 0, or -1 with an error set (in_close releases what was taken). sbufs: wheel (tl_buf | None,
  * slot_buf, occ_send, occ_done, by_range: the buckets not fully linked yet); levels: a tuple of
  * each level's current queue file buffer (or None). opt: the nopt optional arguments after
- * sched_bufs (IN_OPT_*: idx_old_buf, idx_old2_buf, idx_jnl_buf). */
+ * sched_bufs (IN_OPT_*: idx_old_buf, idx_old2_buf, idx_jnl_buf, idx_tags_buf). */
 static int in_open(InRun *r, PyObject *seg, PyObject *idx, PyObject *stl, PyObject *sbufs, PyObject *const *opt,
                    Py_ssize_t nopt) {
-    r->have_seg = r->have_idx = r->have_old = r->have_old2 = r->have_jnl = r->nbuf = 0;
-    r->obase = r->o2base = NULL;
+    r->have_seg = r->have_idx = r->have_old = r->have_old2 = r->have_jnl = r->have_tags = r->nbuf = 0;
+    r->nprobed = 0;
     r->jbase = NULL;
     r->jlen = 0;
-    PyObject *o[IN_OPT_COUNT] = {NULL, NULL, NULL};
+    PyObject *o[IN_OPT_COUNT] = {NULL, NULL, NULL, NULL};
     for (Py_ssize_t k = 0; k < nopt && k < IN_OPT_COUNT; k++) o[k] = opt[k];
     if (!PyTuple_Check(sbufs)) {
         PyErr_SetString(PyExc_TypeError, "intake: sched_bufs must be a tuple");
@@ -218,9 +217,20 @@ static int in_open(InRun *r, PyObject *seg, PyObject *idx, PyObject *stl, PyObje
         return -1;
     }
     r->ibase = (uint8_t *)r->idxv.buf + r->hs;
-    if (in_probed(r, o[IN_OPT_OLD], IN_IDX_OLD_MASK, &r->oldv, &r->have_old, &r->obase, &r->old_mask) < 0 ||
-        in_probed(r, o[IN_OPT_OLD2], IN_IDX_OLD2_MASK, &r->old2v, &r->have_old2, &r->o2base, &r->old2_mask) < 0)
+    if (in_probed(r, o[IN_OPT_OLD], IN_IDX_OLD_MASK, &r->oldv, &r->have_old) < 0 ||
+        in_probed(r, o[IN_OPT_OLD2], IN_IDX_OLD2_MASK, &r->old2v, &r->have_old2) < 0)
         return -1;
+    PyObject *tags = o[IN_OPT_TAGS];
+    if (tags != NULL && tags != Py_None) {
+        if (PyObject_GetBuffer(tags, &r->tagsv, PyBUF_SIMPLE) < 0) return -1;
+        r->have_tags = 1;
+        KdsProbed *last = r->nprobed ? &r->probed[r->nprobed - 1] : NULL;
+        if (!last || (uint64_t)r->tagsv.len < last->mask + 1) {
+            PyErr_SetString(PyExc_ValueError, "intake: the tags do not match the last probed table");
+            return -1;
+        }
+        last->tags = (const uint8_t *)r->tagsv.buf;
+    }
     PyObject *jnl = o[IN_OPT_JNL];
     if (jnl != NULL && jnl != Py_None && st[IN_IDX_JNL_AT] >= 0) {
         if (PyObject_GetBuffer(jnl, &r->jnlv, PyBUF_WRITABLE) < 0) return -1;
@@ -375,7 +385,8 @@ static void in_stored(InRun *r, uint64_t length, long long at, int tomb, uint64_
 }
 
 /* ingest_run(msgs, start, now, partition, id_prefix, checked_targets, no_headers, seg_buf, idx_buf,
- *            st, sched_bufs[, idx_old_buf[, idx_old2_buf[, idx_jnl_buf]]]) -> int: see above.
+ *            st, sched_bufs[, idx_old_buf[, idx_old2_buf[, idx_jnl_buf[, idx_tags_buf]]]]) -> int: see
+ * above.
  * The optional buffers (None or absent: none):
  *   idx_old_buf   a table probed for presence only (its mask st[IN_IDX_OLD_MASK]; the id index's
  *                 sealed stage, or its table): an id with an entry there is left to the reference
@@ -384,6 +395,8 @@ static void in_stored(InRun *r, uint64_t length, long long at, int tomb, uint64_
  *   idx_jnl_buf   a writable journal (used when st[IN_IDX_JNL_AT] >= 0): each (h, ref) inserted into
  *                 the index is appended at byte st[IN_IDX_JNL_AT] as 16 bytes (u64 h, u64 ref,
  *                 little-endian), which moves by 16.
+ *   idx_tags_buf  the tag bytes of the table probed last (idx_old2_buf if given, else idx_old_buf;
+ *                 kds_idx_tag): a slot of it is read only where its tag is the id's.
  * Returns the index of the first message not stored (len(msgs) if all were): every message before
  * it is stored, indexed and journaled, nothing of it or after it. A record with no room left in
  * the journal (st[IN_IDX_JNL_AT] + 16 > len(idx_jnl_buf)) is not stored, like any record the loop
@@ -393,7 +406,7 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
     if (nargs < 11 || nargs > 11 + IN_OPT_COUNT) {
         PyErr_SetString(PyExc_TypeError, "ingest_run(msgs, start, now, partition, id_prefix, checked_targets, "
                                          "no_headers, seg_buf, idx_buf, st, sched_bufs[, idx_old_buf[, "
-                                         "idx_old2_buf[, idx_jnl_buf]]])");
+                                         "idx_old2_buf[, idx_jnl_buf[, idx_tags_buf]]]])");
         return NULL;
     }
     if (in_names() < 0) return NULL;
@@ -464,8 +477,8 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
         uint64_t h = kds_id_hash((const uint8_t *)rid, rlen);
         /* id index: no entry under h (else the duplicate / pre-cancel checks), no growth due */
         int tomb = 0;
-        long long at = kds_idx_intake_slot(r->ibase, r->mask, st[IN_IDX_LIVE], st[IN_IDX_TOMBS], h, &tomb, r->obase,
-                                           r->old_mask, r->o2base, r->old2_mask);
+        long long at = kds_idx_intake_slot(r->ibase, r->mask, st[IN_IDX_LIVE], st[IN_IDX_TOMBS], h, &tomb, r->probed,
+                                           r->nprobed);
         if (at < 0 || !in_jnl_room(r)) goto next;
         /* plan */
         long long level = 0;
@@ -565,7 +578,7 @@ static int in_changelog_record(const uint8_t *v, Py_ssize_t n, const char *key, 
 }
 
 /* restore_run(msgs, start, partition, end, seg_buf, idx_buf, st, sched_bufs[, idx_old_buf[, idx_old2_buf[,
- *             idx_jnl_buf]]]) -> int: the restore's
+ *             idx_jnl_buf[, idx_tags_buf]]]]) -> int: the restore's
  * fast path (sidecar/store/partition.py, PartitionStore.restore_many; the reference is
  * restore_put, per changelog record). From msgs[start] on, each consumed changelog message is
  * stored while it is a put restore_put would append as it is: no error, this partition, offset
@@ -582,7 +595,7 @@ static int in_changelog_record(const uint8_t *v, Py_ssize_t n, const char *key, 
 static PyObject *native_restore_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs < 8 || nargs > 8 + IN_OPT_COUNT) {
         PyErr_SetString(PyExc_TypeError, "restore_run(msgs, start, partition, end, seg_buf, idx_buf, st, sched_bufs[, "
-                                         "idx_old_buf[, idx_old2_buf[, idx_jnl_buf]]])");
+                                         "idx_old_buf[, idx_old2_buf[, idx_jnl_buf[, idx_tags_buf]]]])");
         return NULL;
     }
     if (in_names() < 0) return NULL;
@@ -617,8 +630,8 @@ static PyObject *native_restore_run(PyObject *self, PyObject *const *args, Py_ss
         if (!in_changelog_record(v, vlen, PyBytes_AS_STRING(key), klen)) goto next;
         uint64_t h = kds_id_hash((const uint8_t *)PyBytes_AS_STRING(key), (size_t)klen);
         int tomb = 0;
-        long long at = kds_idx_intake_slot(r->ibase, r->mask, st[IN_IDX_LIVE], st[IN_IDX_TOMBS], h, &tomb, r->obase,
-                                           r->old_mask, r->o2base, r->old2_mask);
+        long long at = kds_idx_intake_slot(r->ibase, r->mask, st[IN_IDX_LIVE], st[IN_IDX_TOMBS], h, &tomb, r->probed,
+                                           r->nprobed);
         if (at < 0 || !in_jnl_room(r)) goto next;
         long long head = st[IN_HEAD], soff_log = in_room(r, (uint64_t)vlen);
         if (soff_log < 0) goto next;

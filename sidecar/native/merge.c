@@ -23,6 +23,12 @@
  * A remove is of (hash, ref) exactly, an insert of a pair already present writes nothing, so the
  * pass is idempotent: one cut short by a crash can be run again.
  *
+ * A pass given the table's tags (idx_merge_journal's last argument; kds_idx_tag, a byte per slot in
+ * anonymous memory) rewrites each chunk's tags from its slots after the chunk is written, every
+ * chunk, changed or not, so a pass also builds fresh tags whole. A tag goes through the same
+ * transitions as its slot, so a reader walking the tags meanwhile (idx_find, the intake) is as
+ * safe as one walking the slots: each tag is its slot's state before the pass or after it.
+ *
  * The rebuild (idx_rebuild) is the growth: every live entry of a table but the expired
  * pre-cancels, into a new, empty file of the same size (tombstones shed) or twice it, through the
  * same chunked writer, so the new file too is written in ascending order. Its chunk [lo, hi) takes
@@ -58,6 +64,7 @@ typedef struct {
     uint64_t v0, n, size;
     long long wrap_live, wrap_tombs; /* counts of the wrapped slots as they were read */
     int err;            /* errno of a failed read or write */
+    uint8_t *tags;      /* the table's tag bytes, one per slot, rewritten as the pass goes (NULL: none) */
 } Pass;
 
 static int io_slots(Pass *p, Slot *mem, uint64_t slot, uint64_t count, int write) {
@@ -207,8 +214,12 @@ static int chunk_end(Pass *p, uint64_t lo, uint64_t hi, uint64_t cutoff, Result 
         out->live += at(p, v)->h > TOMB;
         out->tombs += at(p, v)->h == TOMB;
     }
-    if (!changed(p, 0, hi - lo)) return 0;
-    if (io_slots(p, p->buf, lo, hi - lo, 1) < 0) return -1;
+    int dirty = changed(p, 0, hi - lo);
+    if (dirty && io_slots(p, p->buf, lo, hi - lo, 1) < 0) return -1;
+    /* every chunk's tags, written or not: a pass given fresh tags builds them whole */
+    if (p->tags)
+        for (uint64_t v = lo; v < hi; v++) p->tags[v] = kds_idx_tag(at(p, v)->h);
+    if (!dirty) return 0;
     out->written++;
     if (!p->sync) return 0;
     /* start this chunk's writeback, wait for the one WRITEBACK_BEHIND chunks back: the
@@ -234,6 +245,8 @@ static int pass_end(Pass *p, Result *out) {
             if (io_slots(p, p->buf + first, 0, e, 1) < 0) return -1;
             out->written++;
         }
+        if (p->tags)
+            for (uint64_t k = 0; k < e; k++) p->tags[k] = kds_idx_tag(p->buf[first + k].h);
     }
     if (p->sync && fdatasync(p->fd) < 0) {
         p->err = errno;
@@ -486,12 +499,14 @@ static int net_ops(const uint8_t *rec, uint64_t n, uint64_t mask, Slot *rm, uint
     return 0;
 }
 
-/* idx_merge_journal(fd, header_size, mask, records, cutoff_ms, chunk_slots, sync)
+/* idx_merge_journal(fd, header_size, mask, records, cutoff_ms, chunk_slots, sync[, tags])
  *   -> (live, tombs, inserted, removed, expired, chunks_written)
- * records: a journal's 16-byte records, in journal order (kds_jnl_read). */
+ * records: a journal's 16-byte records, in journal order (kds_jnl_read). tags: a writable buffer
+ * of a byte per slot, or None: each chunk's tags are rewritten from its slots once it is written
+ * (kds_idx_tag), so after the pass they mirror the table. */
 static PyObject *native_idx_merge_journal(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "idx_merge_journal(fd, header_size, mask, records, cutoff_ms, chunk_slots, sync)");
+    if (nargs != 7 && nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "idx_merge_journal(fd, header_size, mask, records, cutoff_ms, chunk_slots, sync[, tags])");
         return NULL;
     }
     Pass p = {0};
@@ -502,11 +517,26 @@ static PyObject *native_idx_merge_journal(PyObject *self, PyObject *const *args,
         return NULL;
     }
     if (p.chunk > p.cap) p.chunk = p.cap;
+    Py_buffer tv = {0};
+    int have_tags = nargs == 8 && args[7] != Py_None;
+    if (have_tags) {
+        if (PyObject_GetBuffer(args[7], &tv, PyBUF_WRITABLE) < 0) return NULL;
+        if ((uint64_t)tv.len < p.cap) {
+            PyBuffer_Release(&tv);
+            PyErr_SetString(PyExc_ValueError, "idx_merge_journal: the tags hold fewer bytes than the table slots");
+            return NULL;
+        }
+        p.tags = tv.buf;
+    }
     Slot *rec = ops_copy(args[3], &n);
-    if (!rec) return NULL;
+    if (!rec) {
+        if (have_tags) PyBuffer_Release(&tv);
+        return NULL;
+    }
     uint64_t bad;
     if (kds_jnl_check((const uint8_t *)rec, n, &bad) < 0) {
         free(rec);
+        if (have_tags) PyBuffer_Release(&tv);
         PyErr_Format(PyExc_ValueError, "idx_merge_journal: record %llu is malformed (a hash below 2 outside a "
                      "remove's marker, or a marker with a ref or without its pair)", (unsigned long long)bad);
         return NULL;
@@ -521,6 +551,7 @@ static PyObject *native_idx_merge_journal(PyObject *self, PyObject *const *args,
     free(rec);
     free(rm);
     free(put);
+    if (have_tags) PyBuffer_Release(&tv);
     if (pass_done(&p, rc) < 0) return NULL;
     return Py_BuildValue("(LLLLLL)", out.live, out.tombs, out.inserted, out.removed, out.expired, out.written);
 }

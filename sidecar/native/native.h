@@ -102,13 +102,23 @@ extern PyMethodDef kds_codec_methods[]; /* setup, decode, encode, append, *_head
 
 /* -- idindex.c: the id index (idindex.py) ------------------------------------------------------- */
 
+/* A table's tag bytes (sidecar/store/idindex.py, "Tags"): one per slot, 0 empty, 1 tombstone,
+ * else 0x80 | the hash's top 7 bits. A probe walks the tags and reads a slot only where its tag
+ * matches: an absent id costs no read of the table's pages (which may have left the page cache). */
+static inline uint8_t kds_idx_tag(uint64_t h) { return h <= 1 ? (uint8_t)h : (uint8_t)(0x80 | (h >> 57)); }
+
+/* A table the intake only probes for presence: its first slot, its tags (NULL: none), its mask. */
+typedef struct {
+    const uint8_t *slots, *tags;
+    uint64_t mask;
+} KdsProbed;
+
 /* the slot index the intake's insert of h takes in the table at base (mask), with live + tombs
- * occupied: -1 when h has an entry already (in that table, or in a table probed for presence at
- * old (old_mask) or at old2 (old2_mask); NULL: none) or the insert would grow the table (the
- * reference path's cases); *tomb set when the slot is a tombstone */
+ * occupied: -1 when h has an entry already (in that table, or in one of the nprobed tables probed
+ * for presence) or the insert would grow the table (the reference path's cases); *tomb set when
+ * the slot is a tombstone */
 long long kds_idx_intake_slot(const uint8_t *base, uint64_t mask, long long live, long long tombs, uint64_t h,
-                              int *tomb, const uint8_t *old, uint64_t old_mask, const uint8_t *old2,
-                              uint64_t old2_mask);
+                              int *tomb, const KdsProbed *probed, int nprobed);
 void kds_idx_write(uint8_t *base, uint64_t at, uint64_t h, uint64_t ref); /* (h, ref) into slot at */
 extern PyMethodDef kds_idindex_methods[]; /* id_hash, idx_* */
 extern PyMethodDef kds_merge_methods[];   /* idx_merge_pass, idx_rebuild */

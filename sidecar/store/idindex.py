@@ -42,6 +42,18 @@ table is GiBs. So the loop never writes the table:
   durability order (synced, renamed, directory synced, then the checkpoint). No growth pauses the
   loop: it costs the thread a sequential copy.
 
+**Tags.** A probe of the table for an id it does not hold (every new id's duplicate check) reads
+the slots of its chain: random pages of a GiB file, which the kernel may have evicted (proactive
+reclaim evicts idle file pages with GiBs free), and then the loop waits for the disk, 100-250 ms
+behind a pass's writeback. So beside the table the index keeps its *tags*, a byte per slot in
+anonymous memory (idslot.tag: empty, tombstone, or 7 bits of the hash): the C probes walk the tags
+and read a slot only where its tag is the id's, 1 in 128 occupied slots for an absent id. Passes
+keep them: every pass reads every chunk of the table, and rewrites each chunk's tags once the chunk
+is written (merge.c), in place while the loop reads them (a tag is always its slot's state before
+or after the pass, as safe as the slot itself), or into fresh ones for a rebuilt table. The tags
+are not stored: after an open the table is probed without them until the first pass has built
+them. 1 byte per slot: 2-4 bytes of RSS per live entry. Without the accelerator there are none.
+
 **Removes are seen late.** A pair removed while it is in the table or the sealed stage stays
 there until the pass of the remove's generation. For scheduler refs that is harmless: every hit
 is verified by the caller against the stored record, and a ref no longer pending is ignored. A
@@ -325,13 +337,14 @@ class _Gen:
 
 class _Pass(threading.Thread):
     """A sealed generation merged into the table (and, for a growth, the table rebuilt first into
-    a new file): file I/O and C, the GIL released; the loop only polls ``is_alive``."""
+    a new file): file I/O and C, the GIL released; the loop only polls ``is_alive``. ``tags``: the
+    final table's tags, which the merge rewrites (None: none kept)."""
 
     def __init__(self, table: Path, cap: int, journals: list[tuple[int, int]], cutoff: int, grow: int,
-                 new: Path | None, native: bool) -> None:
+                 new: Path | None, native: bool, tags: mmap.mmap | None = None) -> None:
         super().__init__(name="kds-ids-pass", daemon=True)
         self.table, self.cap, self.journals, self.cutoff = table, cap, journals, cutoff
-        self.grow, self.new, self.native = grow, new, native
+        self.grow, self.new, self.native, self.tags = grow, new, native, tags
         self.result: tuple[int, ...] = ()
         self.error: OSError | StoreError | None = None
         self.seconds = 0.0
@@ -387,7 +400,7 @@ class _Pass(threading.Thread):
             # otherwise stay in the heap from its first operation to the end of its pass
             records = b"".join(idjournal.read(self.table.parent, g, n) for g, n in self.journals)
             merge = idmerge.merge_journal if self.native else idmerge.py_merge_journal
-            self.result = merge(fd, HEADER_SIZE, mask, records, self.cutoff, PASS_CHUNK, True)
+            self.result = merge(fd, HEADER_SIZE, mask, records, self.cutoff, PASS_CHUNK, True, self.tags)
         except (OSError, StoreError) as e:
             self.error = e
         finally:
@@ -425,6 +438,7 @@ class IdIndex:
         self._ever_named: set[int] = set()  # every journal a ``state`` named (a checkpoint on disk may name it)
         self._shadow: dict[tuple[int, int], int] = {}  # removed pre-cancels -> the generation of the remove
         self._swap: MappedFile | None = None  # a rebuilt table, named ids.idx at the next flush
+        self.tags: mmap.mmap | None = None  # the table's tags, once a pass built them ("Tags")
         self._retired: list[tuple[MappedFile, bool]] = []  # old tables' mappings (and unlink?), for ``reclaim``
         self._now_ms = 0  # the clock of the last step (epoch ms): steps drive the cuts, nothing else reads time
         self._horizon_ms = -1  # unknown until the first step: a pass sweeps nothing before it
@@ -566,19 +580,20 @@ class IdIndex:
                 "journals": journals}
 
     # -- probes -----------------------------------------------------------------------------------
-    def _tables(self) -> Iterator[tuple[Any, int]]:
+    def _tables(self) -> Iterator[tuple[Any, int, mmap.mmap | None]]:
+        """(buffer, mask, tags) of the open stage, the sealed stage and the table."""
         for gen in (self._open, self._sealed):
             if gen is not None:
-                yield gen.stage.buf, gen.stage.mask
-        yield self.f.buf, self.mask
+                yield gen.stage.buf, gen.stage.mask, None
+        yield self.f.buf, self.mask, self.tags
 
     def find(self, h: int) -> list[int]:
         """Every ref stored under hash ``h`` (usually zero or one) in the stages and the table,
         once each, without the pre-cancels removed since."""
         nat = self.native
         found: list[int] = []
-        for buf, mask in self._tables():
-            for r in (nat.idx_find(buf, HEADER_SIZE, mask, h) if nat is not None else _py_find(buf, mask, h)):
+        for buf, mask, tags in self._tables():
+            for r in (nat.idx_find(buf, HEADER_SIZE, mask, h, tags) if nat is not None else _py_find(buf, mask, h)):
                 if r not in found:
                     found.append(r)
         if self._shadow and found:
@@ -672,7 +687,7 @@ class IdIndex:
         (a pass over every slot: for the bench and tests only)."""
         found: set[tuple[int, int]] = set()
         with self.f.scanning():
-            for buf, mask in self._tables():
+            for buf, mask, _tags in self._tables():
                 found.update(self.native.idx_expired(buf, HEADER_SIZE, 0, mask + 1, before_ms)
                              if self.native is not None else _py_expired(buf, 0, mask + 1, before_ms))
         return len(found - self._shadow.keys())
@@ -704,6 +719,8 @@ class IdIndex:
             self._failed_at = self._now_ms
             if p.new is not None:
                 p.new.unlink(missing_ok=True)
+            if p.tags is not None and p.tags is not self.tags:  # fresh ones, half built
+                p.tags.close()
             log.warning("ids.pass_failed", error=str(p.error), retry_s=RETRY_S)
             return
         if p.new is not None:
@@ -715,6 +732,10 @@ class IdIndex:
             self._swap = new
             self.grown += 1
             log.info("ids.grown", capacity=self.cap, live=p.result[0], s=round(p.seconds, 1))
+        if p.tags is not self.tags:  # built by the pass: the table's (the grown one's) from now on
+            if self.tags is not None:
+                self.tags.close()
+            self.tags = p.tags
         self.table_live, self.table_tombs = int(p.result[0]), int(p.result[1])
         self.swept += int(p.result[4])
         self.passes += 1
@@ -779,8 +800,14 @@ class IdIndex:
         if grow:
             self._seq += 1
             new = self.dir / f"{NEXT}{self._seq}"
+        tags = None
+        if self.native is not None:
+            # the pass rewrites the tags as it goes: the table's own when it stays, fresh ones for
+            # a rebuilt table or a table that has none yet (the first pass after the open)
+            tags = self.tags if not grow and self.tags is not None else mmap.mmap(-1, grow or self.cap)
         # self.f: ids.idx's file, or a grown one the next flush names so
-        self._pass = self.pass_class(self.f.path, self.cap, gen.journals(), cutoff, grow, new, self.native is not None)
+        self._pass = self.pass_class(self.f.path, self.cap, gen.journals(), cutoff, grow, new, self.native is not None,
+                                     tags)
         self._pass.start()
 
     # -- the C intake (PartitionStore.ingest_many; sidecar/store/intake_layout.py) ---------------
@@ -802,13 +829,13 @@ class IdIndex:
             self._jbuf = bytearray(max(room * SLOT_SIZE, 2 * len(self._jbuf)))
         return gen.stage.buf
 
-    def intake_bufs(self) -> tuple[Any, Any, bytearray]:
-        """The intake's last arguments: the probed tables (sealed stage or table; table or None)
-        and the journal buffer."""
+    def intake_bufs(self) -> tuple[Any, Any, bytearray, mmap.mmap | None]:
+        """The intake's last arguments: the probed tables (sealed stage or table; table or None),
+        the journal buffer and the table's tags (of the table probed last)."""
         sealed = self._sealed
         if sealed is None:
-            return self.f.buf, None, self._jbuf
-        return sealed.stage.buf, self.f.buf, self._jbuf
+            return self.f.buf, None, self._jbuf, self.tags
+        return sealed.stage.buf, self.f.buf, self._jbuf, self.tags
 
     def intake_restore(self, st: list[int]) -> None:
         """Take back the open stage's counts and the journal records the intake wrote."""
@@ -895,6 +922,9 @@ class IdIndex:
                 if gen.writer is not None:
                     gen.writer.close()
         self._open = self._sealed = None
+        if self.tags is not None:
+            self.tags.close()
+            self.tags = None
         self.f.close()
         for f, _unlink in self._retired:  # a grown table never named is deleted by the next open
             f.close()

@@ -24,7 +24,7 @@ import struct
 from typing import Any
 
 from sidecar.store.codec import native as _native
-from sidecar.store.idslot import EMPTY, PRECANCEL, TOMB, journal_ops
+from sidecar.store.idslot import EMPTY, PRECANCEL, TOMB, journal_ops, tags_of
 from sidecar.store.idslot import SLOT as _SLOT
 
 
@@ -182,10 +182,17 @@ def net_ops(records: Any, mask: int) -> tuple[bytes, bytes]:
 
 
 def py_merge_journal(fd: int, header_size: int, mask: int, records: Any, cutoff_ms: int, chunk_slots: int,
-                     sync: bool) -> tuple[int, int, int, int, int, int]:
-    """The twin of ``_native.idx_merge_journal``: the pass of a journal's records."""
+                     sync: bool, tags: Any = None) -> tuple[int, int, int, int, int, int]:
+    """The twin of ``_native.idx_merge_journal``: the pass of a journal's records (and, with
+    ``tags``, the table's tags rewritten: here at the end, all at once; merge.c chunk by chunk)."""
+    cap = mask + 1
+    if tags is not None and len(tags) < cap:
+        raise ValueError("idx_merge_journal: the tags hold fewer bytes than the table slots")
     rm, put = net_ops(records, mask)
-    return py_merge_pass(fd, header_size, mask, rm, put, cutoff_ms, chunk_slots, sync)
+    out = py_merge_pass(fd, header_size, mask, rm, put, cutoff_ms, chunk_slots, sync)
+    if tags is not None:
+        tags[:cap] = tags_of(_Table(fd, header_size, cap).h)
+    return out
 
 
 def py_rebuild(old_fd: int, new_fd: int, header_size: int, old_mask: int, new_mask: int, cutoff_ms: int,
@@ -248,11 +255,11 @@ def rebuild(old_fd: int, new_fd: int, header_size: int, old_mask: int, new_mask:
 
 
 def merge_journal(fd: int, header_size: int, mask: int, records: bytes, cutoff_ms: int, chunk_slots: int,
-                  sync: bool) -> tuple[int, int, int, int, int, int]:
+                  sync: bool, tags: Any = None) -> tuple[int, int, int, int, int, int]:
     """``_native.idx_merge_journal`` (the GIL released), or its twin without the accelerator."""
     if _native is not None:
         out: tuple[int, int, int, int, int, int] = _native.idx_merge_journal(
-            fd, header_size, mask, records, cutoff_ms, chunk_slots, sync
+            fd, header_size, mask, records, cutoff_ms, chunk_slots, sync, tags
         )
         return out
-    return py_merge_journal(fd, header_size, mask, records, cutoff_ms, chunk_slots, sync)
+    return py_merge_journal(fd, header_size, mask, records, cutoff_ms, chunk_slots, sync, tags)

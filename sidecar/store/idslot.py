@@ -6,6 +6,10 @@ A slot is 16 bytes, little-endian: ``u64 hash`` (``EMPTY`` 0, ``TOMB`` 1, else a
 digest forced >= 2), ``u64 ref``. A ref with ``PRECANCEL`` (the top bit) set is a pre-cancel whose
 low bits are its time (epoch ms).
 
+A table's *tag* of a slot (``tag``; C ``kds_idx_tag``, native.h) is one byte: ``EMPTY`` 0,
+``TOMB`` 1, else ``0x80`` with the hash's top 7 bits. The tags live in anonymous memory beside a
+table on disk (idindex.py, "Tags"), so that a probe reads a slot only where its tag matches.
+
 A journal record has the slot's layout: ``(hash, ref)`` is an insert. A remove is two records,
 ``REMOVE_MARK`` (the hash ``TOMB``, ref 0) then ``(hash, ref)``: every bit of a ref belongs to some
 scheduler (pre-cancels use bit 63, the wheel's bucket refs bit 62 and the 62 below it), so the
@@ -27,6 +31,16 @@ OP_JOURNAL_BYTES = 2 * SLOT_SIZE  # journal bytes of one operation at most (a re
 # generation at least (a journal at the initial size holds at most that many).
 INITIAL_SLOTS = 1 << 16
 CUT_MIN = 1 << 14
+
+
+def tag(h: int) -> int:
+    """The tag byte of a slot whose hash is ``h``."""
+    return h if h <= TOMB else 0x80 | (h >> 57)
+
+
+def tags_of(hashes: Any) -> bytes:
+    """The tag bytes of slots with these hashes, in order."""
+    return bytes(tag(h) for h in hashes)
 
 
 def journal_ops(records: Any) -> Iterator[tuple[int, int, bool]]:

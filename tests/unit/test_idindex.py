@@ -19,11 +19,12 @@ from hypothesis import strategies as st
 from sidecar.store import idindex as idindex_mod
 from sidecar.store import idjournal
 from sidecar.store.idindex import HEADER_SIZE, PRECANCEL, IdIndex, _count_range, _Pass
-from sidecar.store.idslot import EMPTY, SLOT, TOMB
+from sidecar.store.idslot import EMPTY, SLOT, TOMB, tags_of
 from sidecar.store.mapped import deferred_sync, header_bytes
 
-# Few distinct hashes with shared low bits: long probe chains and collisions on purpose.
-hashes = st.integers(0, 40).map(lambda k: 2 + (k % 5) + (k // 5) * 64)
+# Few distinct hashes with shared low bits: long probe chains and collisions on purpose; their top
+# bits (the tags') shared by some, not all.
+hashes = st.integers(0, 40).map(lambda k: 2 + (k % 5) + (k // 5) * 64 + ((k % 3) << 57))
 refs = st.one_of(st.integers(1, 6), st.integers(1, 3).map(lambda r: PRECANCEL | r))
 ops = st.lists(st.tuples(st.sampled_from(["put", "put", "remove", "find", "cut", "pass", "flush"]), hashes, refs),
                max_size=300)
@@ -99,7 +100,10 @@ def _open(d: Path, state: dict[str, Any] | None = None, native: bool = True, cap
 
 
 def _check(ix: IdIndex, model: dict[int, set[int]], late: dict[int, set[int]]) -> None:
-    """find answers the model, plus only scheduler refs removed since their pass (``late``)."""
+    """find answers the model, plus only scheduler refs removed since their pass (``late``); the
+    table's tags, once built, mirror its slots (no pass runs here between the hand-run ones)."""
+    if ix.tags is not None:
+        assert ix.tags[: ix.cap] == tags_of(h for h, _r in _slots(ix)) and len(ix.tags) == ix.cap
     for h in set(model) | set(late):
         got = set(ix.find(h))
         want = model.get(h, set())
@@ -144,6 +148,8 @@ def test_matches_reference(native: bool, program: list[tuple[str, int, int]]) ->
                 ix.reclaim()
             _check(ix, model, late)
         _settle(ix, 2)
+        assert (ix.tags is not None) == native  # built by the passes, with the accelerator only
+        _check(ix, model, late)
         for h in set(model) | set(late):
             assert sorted(ix.find(h)) == sorted(model.get(h, set()))
         assert (ix.table_live, ix.table_tombs) == _exact(ix)
@@ -234,6 +240,59 @@ def test_growth_rebuilds_off_the_loop_and_names_the_table_at_the_flush(tmp_path:
     again = _open(tmp_path, ck)
     for i in range(30):
         assert again.find(1000 + i * 17) == [i + 1]
+    again.close()
+
+
+def test_the_tags_are_built_by_the_first_pass_and_follow_the_growths(tmp_path: Path) -> None:
+    """No tags at the open (the table is probed without them); the first pass builds them whole,
+    chunks it changed or not; a growth's pass builds the grown table's; a failed pass leaves the
+    tags it did not build; the reopened index again has none until its first pass."""
+    if idindex_mod._native is None:
+        pytest.skip("sidecar._native not built")
+    ix = _open(tmp_path)
+    assert ix.tags is None
+    ix.put(1000, 1)
+    ix._cut(force=True)
+    tags = ix._pass.tags if ix._pass is not None else None
+    assert tags is not None and len(tags) == 16 and tags[:] == bytes(16)  # fresh: not the loop's yet
+    assert ix.tags is None and ix.find(1000) == [1]
+    _run_pass(ix)
+    assert ix.tags is tags and tags[:] == tags_of(h for h, _r in _slots(ix))
+    ix.put(2000 | 5 << 57, 2)
+    ix._cut(force=True)
+    assert ix._pass is not None and ix._pass.tags is tags  # in place: the loop probes them meanwhile
+    _run_pass(ix)
+    assert tags[:] == tags_of(h for h, _r in _slots(ix)) and ix.find(2000 | 5 << 57) == [2]
+    for i in range(30):
+        ix.put(3000 + i * 17 + (i << 57), i + 1)
+    ix._cut(force=True)
+    assert ix._pass is not None and ix._pass.grow == 128 and ix._pass.tags is not tags
+    _run_pass(ix)
+    assert ix.cap == 128 and ix.tags is not None and len(ix.tags) == 128 and tags.closed
+    assert ix.tags[:] == tags_of(h for h, _r in _slots(ix))
+    for i in range(30):
+        assert ix.find(3000 + i * 17 + (i << 57)) == [i + 1]
+    # a pass that fails: fresh tags it was building are dropped, the table's stay as they were
+    built = ix.tags
+    ix.put(9000, 9)
+    ix._cut(force=True)
+    p = ix._pass
+    assert isinstance(p, HandPass) and p.tags is built
+    p.error, p.done = OSError(5, "EIO"), True
+    ix._poll()
+    assert ix.tags is built and not built.closed and ix.find(9000) == [9]
+    with deferred_sync() as batch:
+        ix.flush()
+    batch.run()
+    ck = ix.state()
+    ix.close()
+    assert built.closed
+    again = _open(tmp_path, ck)
+    assert again.tags is None and again.merging  # the checkpoint's journals: merged again, tags built
+    assert again.find(9000) == [9] and again.find(3001 + 16 + (1 << 57)) == [2]
+    _run_pass(again)
+    assert again.tags is not None and again.tags[:] == tags_of(h for h, _r in _slots(again))
+    assert again.find(9000) == [9]
     again.close()
 
 

@@ -23,7 +23,7 @@ from sidecar.store.idmerge import (
     py_rebuild,
     rebuild,
 )
-from sidecar.store.idslot import REMOVE_MARK
+from sidecar.store.idslot import REMOVE_MARK, tags_of
 
 pytestmark = pytest.mark.skipif(native is None and os.environ.get("CI") != "true", reason="sidecar._native not built")
 
@@ -72,9 +72,10 @@ def cases(draw: st.DrawFn) -> tuple[int, int, list[tuple[int, int]], list[tuple[
     # homes: anywhere, or crowded into the last few slots (chains that wrap)
     home = st.one_of(st.integers(0, cap - 1), st.integers(max(0, cap - 3), cap - 1))
     refs = st.one_of(st.integers(0, 50), st.integers(0, 50).map(lambda t: PRECANCEL | t))
-    # a hash: its home slot, a few high bits, never 0 or 1 (those mark slots)
-    pair = st.tuples(home, st.integers(0, 3), refs).map(
-        lambda x: ((x[1] << bits | x[0]) + (0 if x[0] > 1 or x[1] else 2 << bits), x[2])
+    # a hash: its home slot, a few bits above it, a few top bits (the tag's), never 0 or 1 (those
+    # mark slots)
+    pair = st.tuples(home, st.integers(0, 3), refs, st.integers(0, 2)).map(
+        lambda x: ((x[1] << bits | x[0]) + (0 if x[0] > 1 or x[1] else 2 << bits) + (x[3] << 57), x[2])
     )
     room = cap // 2
     base = draw(st.lists(pair, max_size=room, unique=True))
@@ -216,6 +217,14 @@ def test_synced_as_it_goes_the_pass_writes_the_same_bytes() -> None:
     assert out[:4] == (1400, out[1], 400, 200)
 
 
+def _reader_case(rnd: random.Random) -> tuple[int, list[tuple[int, int]], list[tuple[int, int]],
+                                               list[tuple[int, int]], bytearray]:
+    """A 2^16-slot table holding ``kept`` and ``doomed`` (random 64-bit hashes), and ``puts``."""
+    cap = 1 << 16
+    kept, doomed, puts = ([(rnd.getrandbits(64) | 2, k) for k in range(n)] for n in (12_000, 8_000, 12_000))
+    return cap, kept, doomed, puts, _table(cap, kept + doomed, [])
+
+
 def test_a_reader_probing_during_the_pass_finds_every_entry_it_keeps() -> None:
     """The pass runs with the GIL released while this thread probes the same file through a
     mapping, as the loop will: every entry the pass neither removes nor expires is found by
@@ -224,12 +233,7 @@ def test_a_reader_probing_during_the_pass_finds_every_entry_it_keeps() -> None:
     import threading
 
     assert native is not None
-    cap = 1 << 16
-    rnd = random.Random(11)
-    kept = [(rnd.getrandbits(62) | 2, k) for k in range(12_000)]
-    doomed = [(rnd.getrandbits(62) | 2, k) for k in range(8_000)]
-    puts = [(rnd.getrandbits(62) | 2, k) for k in range(12_000)]
-    buf = _table(cap, kept + doomed, [])
+    cap, kept, doomed, puts, buf = _reader_case(random.Random(11))
     fd, path = tempfile.mkstemp()
     try:
         os.write(fd, buf)
@@ -257,6 +261,70 @@ def test_a_reader_probing_during_the_pass_finds_every_entry_it_keeps() -> None:
         os.unlink(path)
     assert misses == 0 and probes >= len(kept)
     assert result[0][2:4] == (12_000, 8_000) and result[1][2:4] == (0, 0)  # the second pass: nothing to do
+
+
+def test_a_reader_probing_through_the_tags_during_the_pass_finds_every_entry_it_keeps() -> None:
+    """As the test above, with the loop's probe walking the table's tags, which the pass rewrites
+    in place chunk by chunk as it rewrites the slots: no kept entry is ever missed, and the tags
+    mirror the slots after each pass. The table's tags are built by a first pass."""
+    import mmap
+    import threading
+
+    assert native is not None
+    rnd = random.Random(12)
+    cap, kept, doomed, puts, buf = _reader_case(rnd)
+    records = b"".join(REMOVE_MARK + SLOT.pack(h, r) for h, r in doomed) + b"".join(SLOT.pack(h, r) for h, r in puts)
+    fd, path = tempfile.mkstemp()
+    try:
+        os.write(fd, buf)
+        tags = mmap.mmap(-1, cap)
+        assert native.idx_merge_journal(fd, HS, cap - 1, b"", 0, 64, False, tags)[:4] == (20_000, 0, 0, 0)
+        mm = mmap.mmap(fd, len(buf), prot=mmap.PROT_READ)
+        view = memoryview(mm)
+        result: list[tuple[int, ...]] = []
+        passes = threading.Thread(
+            target=lambda: result.extend(
+                native.idx_merge_journal(fd, HS, cap - 1, records, 0, 64, False, tags) for _ in range(3)
+            )
+        )
+        probes = misses = 0
+        passes.start()
+        while passes.is_alive() or probes < len(kept):
+            h, ref = kept[probes % len(kept)]
+            misses += ref not in native.idx_find(view, HS, cap - 1, h, tags)
+            probes += 1
+        passes.join()
+        hashes = [SLOT.unpack_from(view, HS + k * SLOT_SIZE)[0] for k in range(cap)]
+        assert tags[:] == tags_of(hashes)
+        absent = [rnd.getrandbits(64) | 2 for _ in range(2000)]
+        assert [native.idx_find(view, HS, cap - 1, h, tags) for h, _r in puts[:2000] + kept[:2000]] == [
+            [r] for _h, r in puts[:2000] + kept[:2000]]
+        assert all(native.idx_find(view, HS, cap - 1, h, tags) == [] for h in absent)
+        view.release()
+        mm.close()
+        tags.close()
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    assert misses == 0 and probes >= len(kept)
+    assert result[0][2:4] == (12_000, 8_000) and result[1][2:4] == (0, 0)
+
+
+def test_tags_shorter_than_the_table_are_refused() -> None:
+    assert native is not None
+    cap = 16
+    buf = _table(cap, [(2, 1)], [])
+    with pytest.raises(ValueError, match="tags hold fewer"):
+        native.idx_find(buf, HS, cap - 1, 2, bytes(cap - 1))
+    fd, path = tempfile.mkstemp()
+    try:
+        os.write(fd, buf)
+        for run in (merge_journal, py_merge_journal):
+            with pytest.raises(ValueError, match="tags hold fewer"):
+                run(fd, HS, cap - 1, b"", 0, 4, False, bytearray(cap - 1))
+    finally:
+        os.close(fd)
+        os.unlink(path)
 
 
 def test_the_entry_points_run_a_pass_and_a_rebuild() -> None:
@@ -308,18 +376,24 @@ def test_a_journal_merges_as_its_last_operation_on_each_pair(case: tuple, data: 
     try:
         for f in (fd, fd2):
             os.write(f, buf)
-        out = merge_journal(fd, HS, cap - 1, records, cutoff, chunk, False)
-        assert py_merge_journal(fd2, HS, cap - 1, records, cutoff, chunk, False) == out
+        # fresh tags (zeros) given to the pass: built whole, chunks it changed or not
+        tags, tags2 = bytearray(cap + 3), bytearray(cap)
+        out = merge_journal(fd, HS, cap - 1, records, cutoff, chunk, False, tags)
+        assert py_merge_journal(fd2, HS, cap - 1, records, cutoff, chunk, False, tags2) == out
         after = bytearray(os.pread(fd, len(buf) + 1, 0))
         assert bytearray(os.pread(fd2, len(buf) + 1, 0)) == after
+        hashes = [SLOT.unpack_from(after, HS + k * SLOT_SIZE)[0] for k in range(cap)]
+        assert tags == tags_of(hashes) + bytes(3) and tags2 == tags[:cap]
     finally:
         for f, p in ((fd, path), (fd2, path2)):
             os.close(f)
             os.unlink(p)
     model = {p for p in model if not _expired(p[1], cutoff)}
     assert out[0] == len(model)
+    assert native is not None
     for h in {h for h, _ in base} | {h for (h, _), _ in journal}:
         assert sorted(_find(after, cap, h)) == sorted(r for (mh, r) in model if mh == h), h
+        assert native.idx_find(after, HS, cap - 1, h, tags) == native.idx_find(after, HS, cap - 1, h), h
 
 
 @pytest.mark.parametrize("twin", [False, True], ids=["c", "python"])

@@ -24,7 +24,7 @@ from sidecar import contract as c
 from sidecar.store import codec
 from sidecar.store.codec import native
 from sidecar.store.idindex import HEADER_SIZE, _py_apply, _py_put, py_id_hash
-from sidecar.store.idslot import EMPTY, PRECANCEL, REMOVE_MARK, SLOT, SLOT_SIZE, TOMB
+from sidecar.store.idslot import EMPTY, PRECANCEL, REMOVE_MARK, SLOT, SLOT_SIZE, TOMB, tags_of
 from sidecar.store.intake_layout import Common
 from sidecar.store.partition import PartitionStore
 from tests.unit.test_ingest_fast import Msg, files, state
@@ -231,7 +231,8 @@ class Run:
 
     def __init__(self, store: PartitionStore, msgs: list[Any], start: int, *, restore: bool = False,
                  room: int | None = None, old: tuple[bytearray, int] | None = None,
-                 old2: tuple[bytearray, int] | None = None, set_: dict[int, int] | None = None) -> None:
+                 old2: tuple[bytearray, int] | None = None, set_: dict[int, int] | None = None,
+                 tags: Any = "own") -> None:
         assert native is not None
         self.end, self.journal, self.full = start, b"", False
         sched = store.sched.intake_begin()
@@ -247,7 +248,9 @@ class Run:
         ids: Any = store.ids
         n = len(msgs) - start
         idx = ids.intake_state(st, n)  # the staged index: its own tables and journal
-        o1, o2, jnl = ids.intake_bufs()
+        o1, o2, jnl, own_tags = ids.intake_bufs()
+        if tags == "own":  # the store's, unless the test hands over a table of its own
+            tags = own_tags if old is None and old2 is None else None
         self.jnl_at = st[Common.IDX_JNL_AT]
         jview = memoryview(jnl)[: self.jnl_at + (SLOT_SIZE * n if room is None else room)]
         if old is not None:
@@ -260,10 +263,10 @@ class Run:
             st[k] = v
         first = store.log.head
         if restore:
-            end = native.restore_run(msgs, start, store.partition, -1, seg, idx, st, bufs, o1, o2, jview)
+            end = native.restore_run(msgs, start, store.partition, -1, seg, idx, st, bufs, o1, o2, jview, tags)
         else:
             end = native.ingest_run(msgs, start, T0, store.partition, store.id_prefix, store.rules.checked_targets,
-                                    b"\x00\x00", seg, idx, st, bufs, o1, o2, jview)
+                                    b"\x00\x00", seg, idx, st, bufs, o1, o2, jview, tags)
         self.end, self.st = end, st
         self.journal = bytes(jview[self.jnl_at: st[Common.IDX_JNL_AT]])
         self.full = st[Common.IDX_JNL_AT] + SLOT_SIZE > len(jview)
@@ -460,7 +463,7 @@ def test_a_probed_table_stops_the_run_at_its_id(tmp_path: Path, restore: bool, w
         _reference(store, msgs[0], restore)  # the queue's file
     target = py_id_hash(_rid(stores[0], msgs[5], restore))
     kw: dict[str, Any] = {which: _probed([target, target + 16])}
-    with_ = Run(stores[0], msgs, 1, restore=restore, **kw)
+    with_ = Run(stores[0], msgs, 1, restore=restore, **kw)  # (no tags: the table's slots are probed)
     without = Run(stores[1], msgs, 1, restore=restore)
     assert (with_.end, without.end) == (5, len(msgs))
     assert with_.journal == without.journal[: 4 * SLOT_SIZE]
@@ -490,3 +493,29 @@ def test_a_probed_table_is_only_probed(tmp_path: Path, restore: bool, which: str
     for h in hashes:
         assert store.ids.find(h) == []  # nothing copied
     store.close()
+
+
+@pytest.mark.parametrize("restore", [False, True], ids=["ingest_run", "restore_run"])
+@pytest.mark.parametrize("which", ["old", "old2"])
+def test_the_last_probed_tables_tags_decide_which_slots_are_read(tmp_path: Path, restore: bool, which: str) -> None:
+    """The tags given are the last probed table's: with tags that mirror the table, message 5's id
+    stops the run as without tags; with tags that say its chain is empty (as no pass leaves
+    them: here to show who decides) the table's slots are not read and the run takes it. Tags
+    shorter than that table are refused."""
+    msgs = plain_msgs(12, restore)
+    stores = [_store(tmp_path / name, "levels") for name in ("mirror", "empty")]
+    for store in stores:
+        _reference(store, msgs[0], restore)  # the queue's file
+    target = py_id_hash(_rid(stores[0], msgs[5], restore))
+    table, mask = _probed([target, target + 16])
+    kw: dict[str, Any] = {which: (table, mask)}
+    if which == "old2":  # the table probed last, behind a first probed table that holds nothing
+        kw["old"] = _probed([])
+    mirror = tags_of(SLOT.unpack_from(table, HEADER_SIZE + k * SLOT_SIZE)[0] for k in range(mask + 1))
+    assert mirror.count(0) < mask + 1  # (the tags hold the target's)
+    assert Run(stores[0], msgs, 1, restore=restore, tags=mirror, **kw).end == 5
+    assert Run(stores[1], msgs, 1, restore=restore, tags=bytes(mask + 1), **kw).end == len(msgs)
+    with pytest.raises(ValueError, match="tags do not match"):
+        Run(stores[0], msgs, 5, restore=restore, tags=mirror[:-1], **kw)
+    for store in stores:
+        store.close()
