@@ -22,7 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.store import codec
-from sidecar.store.mapped import HEADER_SIZE, MappedFile, fsync_dir, headerless
+from sidecar.store.mapped import (
+    ENTRIES_AHEAD,
+    ENTRIES_AHEAD_LOW,
+    HEADER_SIZE,
+    Ahead,
+    MappedFile,
+    PageWorker,
+    fsync_dir,
+    headerless,
+)
 
 MAGIC = b"KDSLVQ\x00\x01"
 VERSION = 1
@@ -147,11 +156,12 @@ def lv_ack(
 
 
 class LevelQueue:
-    def __init__(self, directory: Path, entries_per_file: int) -> None:
+    def __init__(self, directory: Path, entries_per_file: int, pages: PageWorker | None = None) -> None:
         self.dir = directory
         self.dir.mkdir(parents=True, exist_ok=True)
         self.per_file = entries_per_file
         self.files: dict[int, MappedFile] = {}
+        self.ahead = Ahead(pages, ENTRIES_AHEAD, ENTRIES_AHEAD_LOW)
         self.dirty_from: int | None = None
         self.dirty_to = 0
         self.created = False  # a file was created since the last flush (fsync the directory)
@@ -190,6 +200,15 @@ class LevelQueue:
         f, off = self._locate(idx, create=True)
         ENTRY.pack_into(f.buf, off, log_pos, due_ms, PENDING)
         self._dirty(idx)
+        if self.ahead.near(idx + 1):
+            self.prefault(idx + 1)
+
+    def prefault(self, idx: int) -> None:
+        """Ask the page thread for the pages of the entries from ``idx`` (the next write) on, up to
+        ``ENTRIES_AHEAD`` past it within its file (``mapped.Ahead``); the C intake's appends are
+        asked for after each run (``LevelsScheduler.intake_end``)."""
+        first = idx - idx % self.per_file
+        self.ahead.ask(self.files.get(first), idx, first, first + self.per_file, HEADER_SIZE, ENTRY_SIZE)
 
     def drop(self, idx: int) -> None:
         """Mark a dangling entry DROPPED and set its log position to ``NO_POS``, so finishing it

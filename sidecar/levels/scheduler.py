@@ -95,7 +95,9 @@ class LevelsScheduler:
         self.levels_ms = levels_ms
         self.dir = directory / "levels"
         self.per_file = entries_per_file
-        self.levels = [_Level(LevelQueue(self.dir / f"{i:02d}", entries_per_file)) for i in range(len(levels_ms) + 1)]
+        self.levels = [
+            _Level(LevelQueue(self.dir / f"{i:02d}", entries_per_file, log.pages)) for i in range(len(levels_ms) + 1)
+        ]
         self._files = [lv.queue.files for lv in self.levels]
         # the per-entry walks in C (sidecar._native), or their Python twins in queue.py
         nat = _native if native else None
@@ -151,7 +153,10 @@ class LevelsScheduler:
         at = level_at(0)
         for lv in self.levels:
             q = lv.queue
-            lv.write = st[at + write]
+            w = st[at + write]
+            if w != lv.write and q.ahead.near(w):
+                q.prefault(w)
+            lv.write = w
             d = st[at + dirty_from]
             q.dirty_from = None if d < 0 else d
             q.dirty_to = st[at + dirty_to]

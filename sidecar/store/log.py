@@ -42,7 +42,7 @@ from pathlib import Path
 
 from sidecar.store import codec
 from sidecar.store.intake_layout import Common
-from sidecar.store.mapped import HEADER_SIZE, MappedFile, PageWorker, StoreError, fsync_dir, headerless, unborn
+from sidecar.store.mapped import HEADER_SIZE, Ahead, MappedFile, PageWorker, StoreError, fsync_dir, headerless, unborn
 
 MAGIC = b"KDSLOG\x00\x01"
 VERSION = 1
@@ -102,13 +102,13 @@ class Truncation:
 class CommitLog:
     def __init__(self, directory: Path, segment_bytes: int, pages: PageWorker | None = None) -> None:
         self.dir = directory / "log"
-        self._pages = pages  # None: the loop faults its own pages in
+        self.pages = pages  # None: the loop faults its own pages in (so do the scheduler's files)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.segment_bytes = segment_bytes
         self.segments: dict[int, MappedFile] = {}
         self.live: dict[int, int] = {}
         self.head = HEADER_SIZE  # next append position
-        self.ahead = HEADER_SIZE  # pages before this position were asked of the page thread
+        self._ahead = Ahead(pages, AHEAD_BYTES, AHEAD_LOW, HEADER_SIZE)
         self.flushed = HEADER_SIZE  # everything before this is msynced
         self.truncations: list[Truncation] = []
         self.appended = 0
@@ -345,7 +345,7 @@ class CommitLog:
         self.head += size
         self.live[index] += 1
         self.appended += 1
-        if self.head + AHEAD_LOW > self.ahead:
+        if self._ahead.near(self.head):
             self.prefault()
         return pos
 
@@ -413,8 +413,13 @@ class CommitLog:
         self.live[self.head // self.segment_bytes] += count
         self.head = st[Common.HEAD]
         self.appended += count
-        if self.head + AHEAD_LOW > self.ahead:
+        if self._ahead.near(self.head):
             self.prefault()
+
+    @property
+    def ahead(self) -> int:
+        """Pages before this position were asked of the page thread."""
+        return self._ahead.asked
 
     def prefault(self) -> None:
         """Ask the page thread (``mapped.PageWorker``) for the pages of the head's segment up to
@@ -422,13 +427,7 @@ class CommitLog:
         mapped instead of faulting on the loop. A new segment is asked for from its first append."""
         sb = self.segment_bytes
         index = self.head // sb
-        seg = self.segments.get(index)
-        start = max(self.ahead, self.head)
-        end = min(self.head + AHEAD_BYTES, (index + 1) * sb)
-        if seg is None or start >= end or self._pages is None:
-            return
-        self._pages.populate(seg, start - index * sb, end - index * sb)
-        self.ahead = end
+        self._ahead.ask(self.segments.get(index), self.head, index * sb, (index + 1) * sb, 0, 1)
 
     # -- durability -----------------------------------------------------------------------------
     def flush(self) -> None:

@@ -497,6 +497,46 @@ class PageWorker:
             self._thread = None
 
 
+# The pages of a file of fixed-size entries (a level queue, the timer log) asked ahead of its
+# appends (``Ahead``): the first store into each page of the sparse file is a major fault (the
+# page allocated in the page cache), one per 170 level-queue entries; on the loop, in the C
+# intake, those were 96 % of the loop's major faults at 20M pending on six partitions
+# (docs/benchmarks.md). 8,192 entries are 48-64 pages: over a second of appends at the bench's
+# 40,000 records/s on six partitions.
+ENTRIES_AHEAD = 8192
+ENTRIES_AHEAD_LOW = 4096
+
+
+class Ahead:
+    """The pages an append-only run of files writes next, asked of the page thread
+    (``PageWorker.populate``) before the appends get there: the commit log's segments (positions
+    in bytes), a level queue's and the timer log's files (positions in entries). Whenever the
+    next append's position ``pos`` comes within ``low`` of what was asked so far, ``ask`` asks for
+    the rest up to ``span`` past it, never past the end of the file holding ``pos`` (the next file
+    is asked for from its first append). Without a page thread (``pages`` None) it does nothing."""
+
+    __slots__ = ("asked", "low", "pages", "span")
+
+    def __init__(self, pages: PageWorker | None, span: int, low: int, asked: int = 0) -> None:
+        self.pages = pages
+        self.span = span
+        self.low = low
+        self.asked = asked  # positions before this were asked for
+
+    def near(self, pos: int) -> bool:
+        """Whether an append at ``pos`` should ``ask`` (the caller's cheap test, once per append)."""
+        return pos + self.low > self.asked
+
+    def ask(self, mf: MappedFile | None, pos: int, first: int, end: int, base: int, unit: int) -> None:
+        """Ask for ``[max(asked, pos), min(pos + span, end))`` of ``mf``, the file holding the
+        positions ``[first, end)`` from its byte ``base`` on, ``unit`` bytes each."""
+        start, stop = max(self.asked, pos), min(pos + self.span, end)
+        if mf is None or self.pages is None or start >= stop:
+            return
+        self.pages.populate(mf, base + (start - first) * unit, base + (stop - first) * unit)
+        self.asked = stop
+
+
 def page_worker(demote: bool = True) -> PageWorker:
     """A PageWorker with the C extension's ``populate`` and ``drop`` (disabled where it is not
     built); ``demote`` False leaves its thread at the process's policy (``helper-threads = none``)."""

@@ -62,10 +62,14 @@ from sidecar.store import codec
 from sidecar.store.buckets import BUCKET_BIT
 from sidecar.store.codec import Record
 from sidecar.store.mapped import (
+    ENTRIES_AHEAD,
+    ENTRIES_AHEAD_LOW,
     HEADER,
     HEADER_SIZE,
+    Ahead,
     GeometryMismatch,
     MappedFile,
+    PageWorker,
     StoreError,
     fsync_dir,
     headerless,
@@ -426,11 +430,14 @@ class TimerLog:
     """Rolling files of fixed-size entries. A file is deleted (by the scheduler, after a
     checkpoint) once every entry in it has been passed by the done cursor."""
 
-    def __init__(self, directory: Path, entries_per_file: int) -> None:
+    def __init__(self, directory: Path, entries_per_file: int, pages: PageWorker | None = None) -> None:
         self.dir = directory
         self.dir.mkdir(parents=True, exist_ok=True)
         self.per_file = entries_per_file
         self.hs = HEADER_SIZE + entries_per_file  # the first entry's byte offset, after the states
+        # the entries' pages ahead of the head faulted in by the page thread (a first store into a
+        # page of the sparse file is a major fault); as a level queue does (sidecar/levels/queue.py)
+        self.ahead = Ahead(pages, ENTRIES_AHEAD, ENTRIES_AHEAD_LOW)
         self.file_size = self.hs + entries_per_file * ENTRY_SIZE
         self.files: dict[int, MappedFile] = {}
         self.dirty: dict[int, list[int]] = {}  # entries patched in place (links, states)
@@ -485,6 +492,13 @@ class TimerLog:
         self.dir_dirty = True
         f.appended_after(self.files.get(first - self.per_file))
         return f
+
+    def prefault(self, idx: int) -> None:
+        """Ask the page thread for the entries' pages from ``idx`` (the next append) on, up to
+        ``ENTRIES_AHEAD`` past it within its file (``mapped.Ahead``). The state bytes before the
+        entries take a page per 4,096 entries and are left to fault."""
+        first = idx - idx % self.per_file
+        self.ahead.ask(self.files.get(first), idx, first, first + self.per_file, self.hs, ENTRY_SIZE)
 
     def append(self, idx: int, due_ms: int, loc: int, flags: int, level: int) -> bool:
         """Write entry ``idx`` (the log head); return True if this opened a new file."""

@@ -152,7 +152,7 @@ class Ring:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.partition_dir = directory
         self.slots = SlotFile(self.dir / "slots.whl", self.P, self.N)
-        self.tl = TimerLog(self.dir / "tl", entries_per_file)
+        self.tl = TimerLog(self.dir / "tl", entries_per_file, log.pages)
         self.pf = entries_per_file
         self.buckets = BucketStore(directory / "buckets")
         self.scan_factor = scan_factor
@@ -328,9 +328,15 @@ class Ring:
         if self.tl.append(idx, due, loc, flags, level):
             self.file_live[first] = 0
         self.file_live[first] = self.file_live.get(first, 0) + 1
+        self._appended(idx)
+        return idx
+
+    def _appended(self, idx: int) -> None:
+        """Entry ``idx`` was appended at the head: move past it, and ask for the pages ahead."""
         self.head = idx + 1
         self.n_wheel += 1
-        return idx
+        if self.tl.ahead.near(idx + 1):
+            self.tl.prefault(idx + 1)
 
     def _append_slot(self, due: int, loc: int, level: int) -> int:
         """Append a timer-log entry for ``due`` and link it at the tail of its slot's chain: the
@@ -367,8 +373,7 @@ class Ring:
         if soff + SLOT_SIZE > sf.dirty_hi:
             sf.dirty_hi = soff + SLOT_SIZE
         self.file_live[f0] += 1
-        self.head = idx + 1
-        self.n_wheel += 1
+        self._appended(idx)
         return idx
 
     def _link_late(self, idx: int) -> None:

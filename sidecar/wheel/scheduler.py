@@ -175,6 +175,8 @@ class WheelScheduler(Ring):
 
         f0 = self.head - self.head % self.pf
         self.head = st[Wheel.HEAD]
+        if self.tl.ahead.near(self.head):
+            self.tl.prefault(self.head)
         self.file_live[f0] += count
         self.n_wheel += count
         tl, sf = self.tl, self.slots

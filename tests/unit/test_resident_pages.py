@@ -26,7 +26,7 @@ from sidecar.store.partition import (
     compile_rules,
 )
 from sidecar.wheel import WheelScheduler
-from tests.unit.test_commit_log import _resident
+from tests.unit.test_commit_log import _kernel_populates, _resident
 
 pytestmark = pytest.mark.skipif(
     not os.path.exists("/proc/self/status") or not hasattr(mmap, "MADV_DONTNEED"),
@@ -145,7 +145,7 @@ T0 = 1_700_000_000_000
 
 
 def make_store(root: Path, scheduler: str, counters: Counters, partition: int = 0,
-               pages: PageWorker | None = None) -> PartitionStore:
+               pages: PageWorker | None = None, entries_per_file: int = 4096) -> PartitionStore:
     rules = compile_rules(
         "in", "dlq", LEVELS, max_delay_ms=10**9, retry_ladder_ms=(1000,), max_retries=3, max_record_bytes=8000,
         allowlist=(),
@@ -153,9 +153,9 @@ def make_store(root: Path, scheduler: str, counters: Counters, partition: int = 
 
     def make(d: Path, lg: CommitLog) -> Scheduler:
         if scheduler == "levels":
-            return LevelsScheduler(d, lg, LEVELS, entries_per_file=4096)
+            return LevelsScheduler(d, lg, LEVELS, entries_per_file=entries_per_file)
         return WheelScheduler(d, lg, precision_ms=10, window_ms=60_000, bucket_width_ms=30_000,
-                              levels_ms=LEVELS, entries_per_file=4096)
+                              levels_ms=LEVELS, entries_per_file=entries_per_file)
 
     store = PartitionStore(root, "in", partition, rules=rules, scheduler_name=scheduler, make_scheduler=make,
                            segment_bytes=4 * MiB, cancel_horizon_ms=60_000, counters=counters, pages=pages)
@@ -375,3 +375,55 @@ def test_the_stores_full_trims_fall_on_different_calls(tmp_path: Path) -> None:
         store.close()
     assert seen == {p: [n for n in range(1, 2 * TRIM_ALL_EVERY + 1) if (n + p) % TRIM_ALL_EVERY == 0]
                     for p in (0, 1, 5)}
+
+
+@pytest.mark.parametrize("scheduler", ["levels", "wheel"])
+def test_the_schedulers_entry_files_are_faulted_in_ahead_of_the_intake(tmp_path: Path, scheduler: str) -> None:
+    """mapped.Ahead: the C intake's and the Python path's appends to a level queue or the timer
+    log are followed by a request for the next ENTRIES_AHEAD entries' pages, which the page thread
+    maps in without changing a byte; every record is still delivered with its own bytes."""
+    from confluent_kafka import Message
+
+    from sidecar.store.mapped import ENTRIES_AHEAD, ENTRIES_AHEAD_LOW
+
+    if not _kernel_populates():
+        pytest.skip("needs MADV_POPULATE_WRITE (Linux 5.14+) through the C extension")
+    pages = page_worker()
+    store = make_store(tmp_path, scheduler, Counters(), pages=pages, entries_per_file=65536)
+    headers: list[tuple[str, bytes | None]] = [(c.TARGET_TOPIC, b"target"), (c.DELAY_MS, b"5000")]
+    n = 5000
+    msgs = [Message(topic="in", partition=0, offset=i, key=b"k", value=b"v%d" % i, headers=headers,
+                    timestamp=(1, T0)) for i in range(n)]
+    i = by_python = 0
+    while i < n:  # as the loop does: the C intake, and the reference path for what it leaves
+        i = store.ingest_many(msgs, i, T0, "in")
+        if i < n:
+            store.ingest(IngressRecord("in", 0, i, T0, b"k", b"v%d" % i, headers), T0)
+            i, by_python = i + 1, by_python + 1
+    assert by_python <= 2, "the C intake took all but the first records (files created)"
+    if scheduler == "levels":
+        lv = store.sched.levels[2]  # type: ignore[attr-defined]  # 5000 ms: level 2
+        ahead, write, files, hs, size = lv.queue.ahead, lv.write, lv.queue.files, HEADER_SIZE, 24
+    else:
+        tl = store.sched.tl  # type: ignore[attr-defined]
+        ahead, write, files, hs, size = tl.ahead, store.sched.head, tl.files, tl.hs, 32  # type: ignore[attr-defined]
+    assert write == n
+    assert n + ENTRIES_AHEAD_LOW < ahead.asked <= n + ENTRIES_AHEAD, "asked after the C runs"
+    pages.close()
+    f = files[0]
+    assert _resident(f.path) >= (ahead.asked - n) * size, "the pages ahead are mapped in"
+    assert bytes(f.buf[hs + n * size: hs + ahead.asked * size]) == bytes((ahead.asked - n) * size), "none written"
+    # the Python path (one record at a time) asks again once within ENTRIES_AHEAD_LOW
+    asked = ahead.asked
+    while write + ENTRIES_AHEAD_LOW <= asked:
+        store.ingest(IngressRecord("in", 0, i, T0, b"k", b"v%d" % i, headers), T0)
+        i += 1
+        write = lv.write if scheduler == "levels" else store.sched.head  # type: ignore[attr-defined]
+    assert ahead.asked == write + ENTRIES_AHEAD > asked
+    pages.close()
+    got: dict[int, bytes] = {}
+    for ref, rec in store.sched.due(T0 + 5000, 100_000):
+        got[rec.src_offset] = bytes(rec.value or b"")
+        store.sched.ack(ref)
+    assert got == {n: b"v%d" % n for n in range(i)}
+    store.close()
