@@ -232,7 +232,8 @@ def bench_main(argv: list[str]) -> int:
         if bootstrap is None and needs_broker:
             from devkafka.local import LocalKafka
 
-            broker = LocalKafka(port=0, data_dir=workdir / "kafka", prefer_docker=False)
+            # its GC pauses logged: the scale scenario reports them beside the lateness
+            broker = LocalKafka(port=0, data_dir=workdir / "kafka", prefer_docker=False, gc_log=True)
             log("starting a local Kafka broker ...")
             bootstrap = broker.start(timeout=240)
             kafka_version = broker.kafka_version

@@ -14,7 +14,9 @@ again: the restart time is process spawn to the first stream record delivered on
 the id index are counted in the files (``IdIndex.precancels``).
 
 Reported per layout: the stream's lateness (delivery CreateTime - ``delay.deliver-at``) p50, p99,
-p99.9 and max over the fill, and per ``WINDOW_S`` window over time; the slowest loop turn (the
+p99.9 and max over the fill, and per ``WINDOW_S`` window over time, each window with the longest GC
+pause of the bench's broker that ended in it (its GC log: while the JVM is stopped nothing is
+fetched or acknowledged, and its GC threads take the cores); the slowest loop turn (the
 ``stats`` lines' ``slowest_turn_ms``) and the ``loop.slow_turn`` events; RSS and disk per pending
 record (after - before the fill, / N); the restart time; the expired pre-cancels left.
 Goals (issue 25, stated for 100M pending; the size run is in ``settings``): lateness p99.9 <= 50 ms
@@ -47,6 +49,7 @@ from bench.report import fig
 from bench.workload import (
     Bench,
     KHeaders,
+    broker_gc_pauses,
     disk_usage,
     log,
     memory_of,
@@ -246,12 +249,18 @@ def one_layout(bench: Bench, sched: str, fill_parts: int, n: int, rate: float) -
     after_spawn = [t for t, d in pairs if d >= spawned and 0 <= t - d <= ON_TIME_MS]
     restart_s = (min(after_spawn) - spawned) / 1000 if after_spawn else None
     lat = _lateness([t for t, _ in during], [d for _, d in during])
+    pauses = broker_gc_pauses(bench, fill_t0, fill_t1)
+    windows = _over_time([t for t, _ in during], [d for _, d in during], fill_t0)
+    for w in windows:  # the broker's longest GC pause ending in each window (0: none logged)
+        lo = fill_t0 + w["from_s"] * 1000
+        w["broker_gc_max_ms"] = max((ms for end, ms in pauses if lo <= end < lo + WINDOW_S * 1000), default=0.0)
     return {
         "fill_partitions": fill_parts, "pending": want, "fill_rate": rate, "fill_s": (fill_t1 - fill_t0) / 1000,
         "fill_sent": fill.sent, "fill_failed": fill.failed, "precancels_sent": precancels,
         "stream_sent": stream_sent, "stream_delivered": len(pairs), "stream_lost": max(0, stream_sent - len(pairs)),
-        "lateness_during_fill_ms": lat, "lateness_over_time": _over_time(
-            [t for t, _ in during], [d for _, d in during], fill_t0),
+        "lateness_during_fill_ms": lat, "lateness_over_time": windows,
+        "broker_gc_pause_max_ms": max((ms for _, ms in pauses), default=None),
+        "broker_gc_pauses_over_50ms": sum(1 for _, ms in pauses if ms > 50),
         "slowest_turn_ms": slowest, "slow_turns": slow_turns, "slow_turn_max_cpu_ms": slow_cpu,
         "slow_turn_events": slow[-20:], "index_growths": [
             {k: e.get(k) for k in ("event", "capacity", "live", "s")} for e in migrations],
@@ -287,6 +296,9 @@ def run(bench: Bench) -> dict[str, Any]:
                                        note="any cause: see details.slow_turn_events for the phase"),
                 "slow_turn_max_cpu_ms": fig(m["slow_turn_max_cpu_ms"], "ms",
                                             note="user + system CPU of the loop thread in the logged slow turns"),
+                "broker_gc_pause_max_ms": fig(m["broker_gc_pause_max_ms"], "ms",
+                                              note="the bench's broker stopped for its GC: no fetch, no produce "
+                                                   "answered (details: lateness_over_time.broker_gc_max_ms)"),
                 "rss_bytes_per_pending": fig(rss, "B", "<= 8"),
                 "disk_bytes_per_pending": fig(m["disk_allocated"] / k, "B", "<= 320"),
                 "restart_to_first_on_time_s": fig(m["restart_s"], "s", "<= 5"),

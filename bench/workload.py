@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -23,6 +24,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -583,6 +585,30 @@ class RssSampler(threading.Thread):
     def stop(self) -> None:
         self._stop_evt.set()
         self.join(5)
+
+
+_GC_PAUSE = re.compile(r"^\[([^\]]+)\]\[[^\]]*\] GC\(\d+\) Pause .* ([\d.]+)ms$")
+
+
+def broker_gc_pauses(bench: Bench, since_ms: int, until_ms: int) -> list[tuple[int, float]]:
+    """``(end, ms)`` of each GC pause of the broker the bench started that ended in
+    ``[since_ms, until_ms]`` (wall clock), from its GC log (``LocalKafka(gc_log=True)``): while the
+    JVM is stopped no fetch and no produce is answered, so every client waits. Empty for an external
+    broker."""
+    path = getattr(bench.broker, "gc_log_path", None)
+    if path is None or not path.is_file():
+        return []
+    out = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            m = _GC_PAUSE.match(line.rstrip())
+            if m is None:
+                continue
+            with contextlib.suppress(ValueError):
+                end = int(datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp() * 1000)
+                if since_ms <= end <= until_ms:
+                    out.append((end, float(m.group(2))))
+    return out
 
 
 def disk_usage(path: Path) -> tuple[int, int]:

@@ -120,6 +120,7 @@ class LocalKafka:
         prefer_docker: bool = True,
         *,
         extra_config: Mapping[str, str] | None = None,
+        gc_log: bool = False,
     ) -> None:
         if not 0 <= port <= 65535:
             raise ValueError(f"port out of range: {port}")
@@ -130,6 +131,7 @@ class LocalKafka:
         self._data_dir = Path(data_dir).resolve() if data_dir is not None else None
         self._prefer_docker = prefer_docker
         self._extra_config = dict(extra_config or {})
+        self._gc_log = gc_log  # the broker's GC pauses logged to ``gc_log_path`` (jars mode)
         self._lock = threading.RLock()
         self._mode: str | None = None  # "jars" | "docker", fixed at the first start
         self._proc: subprocess.Popen[bytes] | None = None
@@ -173,6 +175,14 @@ class LocalKafka:
     def log_path(self) -> Path | None:
         """``<data_dir>/broker.log`` — the first place to look when the broker misbehaves."""
         return self._data_dir / "broker.log" if self._data_dir is not None else None
+
+    @property
+    def gc_log_path(self) -> Path | None:
+        """``<data_dir>/gc.log``, the broker JVM's GC log (one line per pause, wall-clock stamped)
+        when started with ``gc_log=True`` in jars mode; None otherwise."""
+        if not self._gc_log or self._data_dir is None or self._mode == "docker":
+            return None
+        return self._data_dir / "gc.log"
 
     @property
     def mode(self) -> str | None:
@@ -408,7 +418,8 @@ class LocalKafka:
         self._out.write(f"\n=== start {time.strftime('%Y-%m-%d %H:%M:%S')} ===\n".encode())
         self._out.flush()
         started = time.monotonic()
-        cmd = self._java_cmd("kafka.Kafka", str(self._data_dir / "server.properties"), dump_cds=True)
+        gc = [f"-Xlog:gc:file={self._data_dir / 'gc.log'}:time,uptime"] if self._gc_log else []
+        cmd = self._java_cmd(*gc, "kafka.Kafka", str(self._data_dir / "server.properties"), dump_cds=True)
         self._proc = subprocess.Popen(
             _die_with_parent_prefix() + cmd,
             stdin=subprocess.DEVNULL,

@@ -153,10 +153,13 @@ def test_bench_exactly_once(tmp_path: Path) -> None:
     == 0 here), some deliveries really were caught in aborted transactions, and the Spark job,
     reading read_committed, agrees. Its own broker: the scenario restarts it."""
     out = tmp_path / "bench.json"
-    report = _bench(["exactly-once"], out, timeout_s=900)
+    work = tmp_path / "work"
+    report = _bench(["exactly-once", "--workdir", str(work)], out, timeout_s=900)
     _check_shape(report, ["exactly-once"])
     sc = report["scenarios"]["exactly-once"]
     assert sc["settings"]["broker_restart"] is True
+    # the bench's own broker logs its GC pauses (the scale scenario reports them)
+    assert any("Pause" in p.read_text() for p in (work / "kafka").glob("gc.log*")), "the broker's GC log"
     for sched in report["settings"]["schedulers"]:
         res, d = sc["results"][sched], sc["details"][sched]
         assert res["sent"]["value"] > 0 and d["delivered"] == res["sent"]["value"]
