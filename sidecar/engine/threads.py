@@ -30,13 +30,18 @@ when the loop is busy, so a drain's throughput can suffer. Hence the setting
 * ``none``: leave every thread alone.
 
 **Idle threads.** Work that nothing waits for soon and that keeps a core busy for seconds (the id
-index's merge pass, ``sidecar/store/idindex.py``) goes further down: ``SCHED_IDLE``
-(:func:`idle_self`). Besides its lower weight (3, against 15 at nice 19), the scheduler treats a
-core that runs only ``SCHED_IDLE`` threads as idle when another thread wakes up: the loop is placed
-there and preempts it at once. A batch thread at nice 19 is preempted only when its slice ends or
-when load balancing moves the loop: in a 40M scale run (perf sched_switch on every core), the pass
-threads at ``SCHED_BATCH`` and nice 19 still ran 3.6 s of the loop's runnable-but-waiting spells
-longer than 20 ms, second only to the bench's own producer thread.
+index's merge pass, ``sidecar/store/idindex.py``) goes further down: ``SCHED_IDLE``. Besides its
+lower weight (3, against 15 at nice 19), the scheduler treats a core that runs only ``SCHED_IDLE``
+threads as idle when another thread wakes up: the loop is placed there and preempts it at once. A
+batch thread at nice 19 is preempted only when its slice ends or when load balancing moves the
+loop: in a 40M scale run (perf sched_switch on every core), the pass threads at ``SCHED_BATCH`` and
+nice 19 still ran 3.6 s of the loop's runnable-but-waiting spells longer than 20 ms, second only to
+the bench's own producer thread. But a thread that takes the GIL must never be ``SCHED_IDLE``:
+CPython hands the GIL to a thread that asks for it and makes the holder (the loop) wait until the
+taker runs, which for an idle thread on a busy machine is whenever nothing else wants the core
+(50-100 ms index steps with 1-4 ms of CPU in a 100M scale run). So only native code that never
+touches the GIL runs idle: the pass's Python thread is ``SCHED_BATCH`` and its native calls run
+their work on an idle native thread of their own (``sidecar/native/merge.c``, ``idx_pass_idle``).
 
 How: the threads are listed from ``/proc/self/task`` (librdkafka starts broker threads whenever
 it connects to another broker, so the loop calls :meth:`HelperThreads.demote` once a second and
@@ -66,12 +71,6 @@ def supported() -> bool:
 def demote_self() -> bool:
     """Make the calling thread ``SCHED_BATCH`` (a thread pool's initializer); False if refused."""
     return supported() and _set_own_policy(os.SCHED_BATCH)
-
-
-def idle_self() -> bool:
-    """Make the calling thread ``SCHED_IDLE`` (module docstring, "Idle threads"); False if refused
-    or not supported (then it keeps its policy)."""
-    return hasattr(os, "SCHED_IDLE") and hasattr(os, "sched_setscheduler") and _set_own_policy(os.SCHED_IDLE)
 
 
 def _set_own_policy(policy: int) -> bool:

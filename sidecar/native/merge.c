@@ -37,12 +37,26 @@
  * empty slot after the range, which is all the rebuild reads for that chunk.
  *
  * Measured (2^27 slots, 2 GiB, on the reference VM): 400,000 inserts merged in 1.3 s (1.1 s CPU,
- * synced); a rebuild into 2^27 slots 2.1 s, into 2^28 4.1 s. */
+ * synced); a rebuild into 2^27 slots 2.1 s, into 2^28 4.1 s.
+ *
+ * At SCHED_IDLE, without the GIL (idx_pass_idle): a pass keeps a core busy for seconds and must
+ * leave it the moment the loop wakes, so it runs at SCHED_IDLE; but a thread at SCHED_IDLE must
+ * never take the GIL. CPython hands the GIL to a thread that asks for it at the holder's next
+ * switch interval and makes the holder wait until the taker has it (forced switching), and an idle
+ * thread on a busy machine runs only when nothing else wants its core: every time the pass's
+ * thread came back from a call like these and asked for the GIL, the loop waited for it, 50-100 ms
+ * in index steps with 1-4 ms of CPU in the 100M scale run with the broker's concurrent collector
+ * beside it (docs/benchmarks.md, run h6z). So the pass's Python thread stays SCHED_BATCH and
+ * calls idx_pass_idle(True): from then on the GIL-free part of each call below on that thread
+ * runs on a native thread of its own that makes itself SCHED_IDLE and never touches the GIL, while
+ * the calling thread waits for it with the GIL released. */
 #define _GNU_SOURCE
 #include "native.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -341,6 +355,47 @@ done:
     return rc;
 }
 
+/* -- the GIL-free part at SCHED_IDLE (the module comment's last part) ------------------------ */
+
+static _Thread_local int pass_idle; /* this thread's calls run their GIL-free part at SCHED_IDLE */
+
+typedef struct {
+    void (*fn)(void *);
+    void *arg;
+} IdleJob;
+
+static void *idle_main(void *a) {
+    IdleJob *j = a;
+    struct sched_param none = {0};
+    (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &none); /* refused: the caller's policy */
+    j->fn(j->arg);
+    return NULL;
+}
+
+/* fn(arg), called with the GIL released: on an idle thread of its own if this thread asked for it
+ * (idx_pass_idle), or here if it did not or no thread could be started */
+static void gil_free(void (*fn)(void *), void *arg) {
+    if (pass_idle) {
+        IdleJob j = {fn, arg};
+        pthread_t t;
+        if (pthread_create(&t, NULL, idle_main, &j) == 0) {
+            (void)pthread_setname_np(t, "kds-ids-idle");
+            pthread_join(t, NULL);
+            return;
+        }
+    }
+    fn(arg);
+}
+
+/* idx_pass_idle(on) -> None: whether this thread's merge calls run their GIL-free part at
+ * SCHED_IDLE on a native thread (the module comment's last part) */
+static PyObject *native_idx_pass_idle(PyObject *self, PyObject *on) {
+    int v = PyObject_IsTrue(on);
+    if (v < 0) return NULL;
+    pass_idle = v;
+    Py_RETURN_NONE;
+}
+
 static Slot *ops_copy(PyObject *obj, uint64_t *n) {
     Py_buffer v;
     if (PyObject_GetBuffer(obj, &v, PyBUF_SIMPLE) < 0) return NULL;
@@ -392,6 +447,33 @@ static int pass_done(Pass *p, int rc) {
     return rc;
 }
 
+/* the GIL-free part of idx_merge_pass and idx_merge_journal: (from records, the journal's) the
+ * operations sorted, then the pass */
+typedef struct {
+    Pass *p;
+    Slot *rm, *put;
+    const uint8_t *records; /* a journal's records (idx_merge_journal), or NULL: rm and put given */
+    uint64_t nrm, nput, nrec, cutoff;
+    Result out;
+    int rc;
+} MergeJob;
+
+static int net_ops(const uint8_t *rec, uint64_t n, uint64_t mask, Slot *rm, uint64_t *nrm, Slot *put, uint64_t *nput);
+
+static void merge_job(void *a) {
+    MergeJob *j = a;
+    if (j->records) {
+        if (!j->rm || !j->put || net_ops(j->records, j->nrec, j->p->mask, j->rm, &j->nrm, j->put, &j->nput) < 0) {
+            j->p->err = ENOMEM;
+            return;
+        }
+    } else {
+        qsort_r(j->rm, j->nrm, sizeof(Slot), by_home, &j->p->mask);
+        qsort_r(j->put, j->nput, sizeof(Slot), by_home, &j->p->mask);
+    }
+    j->rc = pass_alloc(j->p) < 0 ? -1 : run(j->p, j->rm, j->nrm, j->put, j->nput, j->cutoff, &j->out);
+}
+
 /* idx_merge_pass(fd, header_size, mask, removes, inserts, cutoff_ms, chunk_slots, sync)
  *   -> (live, tombs, inserted, removed, expired, chunks_written)
  * removes and inserts: bytes of 16-byte (hash, ref) pairs, in any order. */
@@ -414,17 +496,26 @@ static PyObject *native_idx_merge_pass(PyObject *self, PyObject *const *args, Py
         free(rm);
         return NULL;
     }
-    Result out = {0};
-    int rc;
+    MergeJob j = {.p = &p, .rm = rm, .put = put, .nrm = nrm, .nput = nput, .cutoff = cutoff, .rc = -1};
     Py_BEGIN_ALLOW_THREADS;
-    qsort_r(rm, nrm, sizeof(Slot), by_home, &p.mask);
-    qsort_r(put, nput, sizeof(Slot), by_home, &p.mask);
-    rc = pass_alloc(&p) < 0 ? -1 : run(&p, rm, nrm, put, nput, cutoff, &out);
+    gil_free(merge_job, &j);
     Py_END_ALLOW_THREADS;
     free(rm);
     free(put);
-    if (pass_done(&p, rc) < 0) return NULL;
-    return Py_BuildValue("(LLLLLL)", out.live, out.tombs, out.inserted, out.removed, out.expired, out.written);
+    if (pass_done(&p, j.rc) < 0) return NULL;
+    return Py_BuildValue("(LLLLLL)", j.out.live, j.out.tombs, j.out.inserted, j.out.removed, j.out.expired, j.out.written);
+}
+
+typedef struct { /* idx_rebuild's GIL-free part */
+    Pass *p;
+    int old, rc;
+    uint64_t ocap, cutoff;
+    Result out;
+} RebuildJob;
+
+static void rebuild_job(void *a) {
+    RebuildJob *j = a;
+    j->rc = pass_alloc(j->p) < 0 ? -1 : rebuild(j->p, j->old, j->ocap, j->cutoff, &j->out);
 }
 
 /* idx_rebuild(old_fd, new_fd, header_size, old_mask, new_mask, cutoff_ms, chunk_slots, sync)
@@ -446,13 +537,12 @@ static PyObject *native_idx_rebuild(PyObject *self, PyObject *const *args, Py_ss
         return NULL;
     }
     if (p.chunk > ocap) p.chunk = ocap;
-    Result out = {0};
-    int rc;
+    RebuildJob j = {.p = &p, .old = old, .ocap = ocap, .cutoff = cutoff, .rc = -1};
     Py_BEGIN_ALLOW_THREADS;
-    rc = pass_alloc(&p) < 0 ? -1 : rebuild(&p, old, ocap, cutoff, &out);
+    gil_free(rebuild_job, &j);
     Py_END_ALLOW_THREADS;
-    if (pass_done(&p, rc) < 0) return NULL;
-    return Py_BuildValue("(LLLLL)", out.live, out.tombs, out.inserted, out.expired, out.written);
+    if (pass_done(&p, j.rc) < 0) return NULL;
+    return Py_BuildValue("(LLLLL)", j.out.live, j.out.tombs, j.out.inserted, j.out.expired, j.out.written);
 }
 
 /* -- a journal's records as the pass's operations ----------------------------------------------
@@ -510,7 +600,7 @@ static PyObject *native_idx_merge_journal(PyObject *self, PyObject *const *args,
         return NULL;
     }
     Pass p = {0};
-    uint64_t cutoff, n, nrm = 0, nput = 0;
+    uint64_t cutoff, n;
     if (pass_args(&p, args[0], args[1], args[2], args[4], args[5], args[6], &cutoff) < 0) return NULL;
     if (p.hs < 0 || (p.mask & p.cap) || !p.chunk) {
         PyErr_SetString(PyExc_ValueError, "idx_merge_journal: a power-of-two table and a chunk of slots");
@@ -541,23 +631,22 @@ static PyObject *native_idx_merge_journal(PyObject *self, PyObject *const *args,
                      "remove's marker, or a marker with a ref or without its pair)", (unsigned long long)bad);
         return NULL;
     }
-    Slot *rm = malloc(n * 16 + 16), *put = malloc(n * 16 + 16);
-    Result out = {0};
-    int rc = -1;
+    MergeJob j = {.p = &p, .rm = malloc(n * 16 + 16), .put = malloc(n * 16 + 16), .records = (const uint8_t *)rec,
+                  .nrec = n, .cutoff = cutoff, .rc = -1};
     Py_BEGIN_ALLOW_THREADS;
-    if (!rm || !put || net_ops((const uint8_t *)rec, n, p.mask, rm, &nrm, put, &nput) < 0) p.err = ENOMEM;
-    else rc = pass_alloc(&p) < 0 ? -1 : run(&p, rm, nrm, put, nput, cutoff, &out);
+    gil_free(merge_job, &j);
     Py_END_ALLOW_THREADS;
     free(rec);
-    free(rm);
-    free(put);
+    free(j.rm);
+    free(j.put);
     if (have_tags) PyBuffer_Release(&tv);
-    if (pass_done(&p, rc) < 0) return NULL;
-    return Py_BuildValue("(LLLLLL)", out.live, out.tombs, out.inserted, out.removed, out.expired, out.written);
+    if (pass_done(&p, j.rc) < 0) return NULL;
+    return Py_BuildValue("(LLLLLL)", j.out.live, j.out.tombs, j.out.inserted, j.out.removed, j.out.expired, j.out.written);
 }
 
 PyMethodDef kds_merge_methods[] = {
     {"idx_merge_journal", (PyCFunction)(void (*)(void))native_idx_merge_journal, METH_FASTCALL, NULL},
     {"idx_merge_pass", (PyCFunction)(void (*)(void))native_idx_merge_pass, METH_FASTCALL, NULL},
     {"idx_rebuild", (PyCFunction)(void (*)(void))native_idx_rebuild, METH_FASTCALL, NULL},
+    {"idx_pass_idle", native_idx_pass_idle, METH_O, NULL},
     {NULL, NULL, 0, NULL}};

@@ -121,7 +121,7 @@ long long kds_idx_intake_slot(const uint8_t *base, uint64_t mask, long long live
                               int *tomb, const KdsProbed *probed, int nprobed);
 void kds_idx_write(uint8_t *base, uint64_t at, uint64_t h, uint64_t ref); /* (h, ref) into slot at */
 extern PyMethodDef kds_idindex_methods[]; /* id_hash, idx_* */
-extern PyMethodDef kds_merge_methods[];   /* idx_merge_pass, idx_rebuild */
+extern PyMethodDef kds_merge_methods[];   /* idx_merge_pass, idx_merge_journal, idx_rebuild, idx_pass_idle */
 extern PyMethodDef kds_pages_methods[];   /* populate */
 
 /* -- parse.c: the common ingress request (headers.py) ------------------------------------------ */

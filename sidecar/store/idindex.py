@@ -25,13 +25,13 @@ table is GiBs. So the loop never writes the table:
 - **cut**: when the open stage holds ``cut_ops`` operations (``CUT_SHARE`` of the table's slots,
   at least ``CUT_MIN``), or ``CUT_S`` passed with operations in it, or ``IDLE_PASS_S`` passed at
   all (the sweep below), and no pass runs: the open generation is sealed and a new one opens. A
-  thread (``_Pass``; ``SCHED_BATCH`` and nice 19: it must not take the loop's CPU) reads the
-  sealed journal back from its file and merges its records into the table in one ascending pass
-  (``idmerge.merge_journal``, in C without the GIL): the last operation on each pair wins, the
-  chunks are rewritten in slot order with their writeback started as it goes, then synced. The
-  pass counts the table's live and tombstone slots exactly, and removes the pre-cancels older
-  than the cancel horizon: expired pre-cancels leave within ``IDLE_PASS_S`` + a pass of their
-  expiry, probed or not.
+  worker thread (``_Pass`` on ``_Workers``: kept between passes, ``SCHED_BATCH``, its native
+  work ``SCHED_IDLE``: it must not take the loop's CPU) reads the sealed journal back from its
+  file and merges its records into the table in one ascending pass (``idmerge.merge_journal``,
+  in C without the GIL): the last operation on each pair wins, the chunks are rewritten in slot
+  order with their writeback started as it goes, then synced. The pass counts the table's live
+  and tombstone slots exactly, and removes the pre-cancels older than the cancel horizon: expired
+  pre-cancels leave within ``IDLE_PASS_S`` + a pass of their expiry, probed or not.
 - **while the pass runs**, the loop probes three tables: open stage, sealed stage, table. The pass
   leaves the table valid for a concurrent reader at every write (merge.c). When it is done (noticed
   at an index step), the sealed stage is dropped: its entries are in the table.
@@ -92,6 +92,7 @@ import contextlib
 import hashlib
 import mmap
 import os
+import queue
 import struct
 import threading
 import time
@@ -119,6 +120,7 @@ from sidecar.store.mapped import (
     HEADER,
     HEADER_SIZE,
     MappedFile,
+    PageWorker,
     StoreError,
     current_batch,
     fsync_dir,
@@ -297,7 +299,8 @@ def cut_ops(cap: int) -> int:
 
 class Stage:
     """A table in anonymous memory with the on-disk slot layout (a zero header first, so every
-    probe takes the same arguments as on a file). Pages are allocated as they are written."""
+    probe takes the same arguments as on a file). Pages are allocated as they are written, or
+    ahead of that by the page thread (``IdIndex._new_gen``)."""
 
     def __init__(self, cap: int) -> None:
         self.cap, self.mask = cap, cap - 1
@@ -307,7 +310,8 @@ class Stage:
 
     def close(self) -> None:
         self.buf.release()
-        self.mm.close()
+        with contextlib.suppress(BufferError):  # the page thread faulting it in: unmapped when done
+            self.mm.close()
 
 
 @dataclass
@@ -335,34 +339,110 @@ class _Gen:
         return [g for g, _n in self.journals()]
 
 
-class _Pass(threading.Thread):
+class _Workers:
+    """The threads that run the passes, kept from one pass to the next. ``Thread.start`` waits
+    until the new thread first runs, and a new thread on a busy machine waits for a core: in the
+    100M scale run that had the loop wait 25-51 ms in an index step (docs/benchmarks.md, run h6z).
+    So an index, when opened (a store's open, never a loop turn), makes sure that there is a
+    thread for each open index (at most ``CAP``); a pass finds one waiting and the loop only hands
+    it over. A pass that finds none (more indexes than ``CAP``, or a test's) starts one.
+
+    Each thread is ``SCHED_BATCH``: a waking worker never preempts the loop. The merge's native
+    calls run their GIL-free work at ``SCHED_IDLE`` on a thread of their own
+    (``idx_pass_idle``): a thread that takes the GIL must never be idle, or the loop, handing it
+    the GIL at a switch interval, waits until nothing else wants the core (sidecar/engine/threads.py,
+    "Idle threads")."""
+
+    CAP = 16
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: queue.SimpleQueue[_Pass] = queue.SimpleQueue()
+        self._threads = self._idle = self._queued = self._open = 0
+
+    def opened(self) -> None:
+        """An index opened: a thread for it, started here if none is spare."""
+        with self._lock:
+            self._open += 1
+            start = self._threads < min(self._open, self.CAP)
+            if start:
+                self._threads += 1
+                self._idle += 1
+        if start:
+            threading.Thread(target=self._run, name="kds-ids-pass", daemon=True).start()
+
+    def closed(self) -> None:
+        with self._lock:
+            self._open -= 1
+
+    def submit(self, job: _Pass) -> None:
+        with self._lock:
+            self._queued += 1
+            start = self._queued > self._idle  # a pass never waits for another one
+            if start:
+                self._threads += 1
+                self._idle += 1
+        self._jobs.put(job)
+        if start:
+            threading.Thread(target=self._run, name="kds-ids-pass", daemon=True).start()
+
+    def _run(self) -> None:
+        from sidecar.engine.threads import demote_self
+
+        demote_self()
+        if _native is not None:
+            _native.idx_pass_idle(True)
+        while True:
+            job = self._jobs.get()
+            with self._lock:
+                self._idle -= 1
+                self._queued -= 1
+            try:
+                job.run()
+            finally:
+                with self._lock:
+                    self._idle += 1
+                job.finished.set()
+
+
+_WORKERS = _Workers()
+
+
+class _Pass:
     """A sealed generation merged into the table (and, for a growth, the table rebuilt first into
-    a new file): file I/O and C, the GIL released; the loop only polls ``is_alive``. ``tags``: the
-    final table's tags, which the merge rewrites (None: none kept)."""
+    a new file): file I/O and C, the GIL released, on a worker thread (``_Workers``); the loop only
+    polls ``is_alive``. ``tags``: the final table's tags, which the merge rewrites (None: none
+    kept)."""
 
     def __init__(self, table: Path, cap: int, journals: list[tuple[int, int]], cutoff: int, grow: int,
                  new: Path | None, native: bool, tags: mmap.mmap | None = None) -> None:
-        super().__init__(name="kds-ids-pass", daemon=True)
         self.table, self.cap, self.journals, self.cutoff = table, cap, journals, cutoff
         self.grow, self.new, self.native, self.tags = grow, new, native, tags
         self.result: tuple[int, ...] = ()
         self.error: OSError | StoreError | None = None
         self.seconds = 0.0
+        self.started = False
+        self.finished = threading.Event()
+
+    def start(self) -> None:
+        self.started = True
+        _WORKERS.submit(self)
+
+    def is_alive(self) -> bool:
+        return self.started and not self.finished.is_set()
+
+    def join(self) -> None:
+        self.finished.wait()
 
     def run(self) -> None:
         # Background work that keeps a core busy for seconds: it must neither preempt the loop nor
         # share a saturated machine's CPU with it, and it must leave a core the moment the loop
-        # wakes: SCHED_IDLE (sidecar/engine/threads.py, "Idle threads"; where refused, SCHED_BATCH
-        # at nice 19). In the 40M scale run as an equal, the stream's lateness rose to seconds
-        # whenever a pass or a rebuild ran beside the broker and the clients on the 2-core VM. A
-        # pass that waits only delays when the table has its entries: the stages answer meanwhile.
+        # wakes: its native work runs SCHED_IDLE, the rest SCHED_BATCH (``_Workers``). In the 40M
+        # scale run as an equal, the stream's lateness rose to seconds whenever a pass or a rebuild
+        # ran beside the broker and the clients on the 2-core VM. A pass that waits only delays
+        # when the table has its entries: the stages answer meanwhile.
         from sidecar.engine.heap import release_heap
-        from sidecar.engine.threads import demote_self, idle_self
 
-        if not idle_self():
-            demote_self()
-            with contextlib.suppress(OSError, AttributeError):
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
         self.merge()
         # The pass's buffers (the generation's records, the merge's sorted operations: ~50 MB at
         # 40M pending) were freed into this thread's malloc arena, which glibc keeps resident
@@ -412,8 +492,10 @@ class _Pass(threading.Thread):
 class IdIndex:
     pass_class = _Pass  # what runs a pass (tests substitute one they run by hand)
 
-    def __init__(self, directory: Path, initial_capacity: int = INITIAL_SLOTS, native: bool = True) -> None:
+    def __init__(self, directory: Path, initial_capacity: int = INITIAL_SLOTS, native: bool = True,
+                 pages: PageWorker | None = None) -> None:
         self.dir = directory
+        self.pages = pages  # faults in each new stage's pages off the loop (_new_gen)
         self.path = directory / "ids.idx"
         self.native = _native if native else None
         if self.path.exists() and unborn(self.path):  # killed while creating it: nothing in it
@@ -446,6 +528,8 @@ class IdIndex:
         self.swept = 0  # expired pre-cancels the passes removed
         self.passes = 0
         self.grown = 0
+        self._worker = True  # a pass thread waits for this index (_Workers), until close
+        _WORKERS.opened()
 
     # -- open -------------------------------------------------------------------------------------
     def restore(self, state: dict[str, Any] | None) -> None:
@@ -524,11 +608,20 @@ class IdIndex:
         stage.live += live
         stage.tombs += tombs
 
-    def _new_gen(self, g: int, ops: int, writer: bool = True) -> _Gen:
-        """A generation with a stage for ``ops`` operations (a quarter full at most)."""
+    def _new_gen(self, g: int, ops: int, writer: bool = True, busy: bool = False) -> _Gen:
+        """A generation with a stage for ``ops`` operations (a quarter full at most); ``busy``: the
+        one before it filled (its stage's pages are faulted in ahead)."""
         cap = 1 << max(12, (4 * ops - 1).bit_length())
         jw = idjournal.JournalWriter(self.dir, g) if writer else None
-        return _Gen(g, Stage(cap), jw, self._now_ms)
+        stage = Stage(cap)
+        if busy and self.pages is not None:
+            # Its first stores would each fault a zeroed page on the loop (the C intake's inserts
+            # land at random: the first ~4,000 of a 16 MiB stage each take a new page): 1.2 % of
+            # the loop's CPU samples in the 100M scale run (run h6z), in the turns after each cut.
+            # A generation that fills touches every page (a quarter full: 64 entries a page); one
+            # cut by age may touch few, so only a busy index's stages are faulted in (RSS).
+            self.pages.populate(stage.mm, 0, len(stage.mm))
+        return _Gen(g, stage, jw, self._now_ms)
 
     @staticmethod
     def _map(path: Path, cap: int, create: bool, base: int = 0, version: int = VERSION) -> MappedFile:
@@ -704,7 +797,7 @@ class IdIndex:
 
     def wait(self) -> None:
         """Wait for the running pass and take its result (tests, the bench)."""
-        if self._pass is not None and self._pass.ident is not None:
+        if self._pass is not None and self._pass.started:
             self._pass.join()
         self._poll()
 
@@ -777,7 +870,7 @@ class IdIndex:
         # the open one does not fill before it ends (a stage that fills is doubled on the loop:
         # ~100 ms at a million entries)
         ops = cut_ops(self.cap) * (4 if grow else 1)
-        self._open = self._new_gen(gen.g + 1, ops) if gen.g >= 0 else None
+        self._open = self._new_gen(gen.g + 1, ops, busy=gen.ops >= cut_ops(self.cap)) if gen.g >= 0 else None
         self._start(gen, grow)
         return gen.ops
 
@@ -913,9 +1006,12 @@ class IdIndex:
 
     def close(self) -> None:
         """Wait for a running pass (it writes the table), then close everything."""
-        if self._pass is not None and self._pass.ident is not None:  # (a test's pass may never start)
+        if self._pass is not None and self._pass.started:  # (a test's pass may never start)
             self._pass.join()
             self._poll()
+        if self._worker:
+            self._worker = False
+            _WORKERS.closed()
         for gen in (self._open, self._sealed):
             if gen is not None:
                 gen.stage.close()

@@ -440,10 +440,12 @@ class PageWorker:
         self.pages = 0  # faulted in so far (counted in bytes / PAGESIZE of the ranges asked)
         self.dropped = 0  # ranges handed to drop so far
 
-    def populate(self, mf: MappedFile, start: int, end: int) -> None:
-        """Fault in ``[start, end)`` of ``mf`` (bytes; aligned outward to pages) soon, off this thread."""
-        if self.enabled and end > start and not mf.mm.closed:
-            self._put((mf.mm, start, end - start))
+    def populate(self, mf: MappedFile | mmap.mmap, start: int, end: int) -> None:
+        """Fault in ``[start, end)`` of ``mf`` (a mapped file, or anonymous memory; bytes, aligned
+        outward to pages) soon, off this thread."""
+        mm = mf if isinstance(mf, mmap.mmap) else mf.mm
+        if self.enabled and end > start and not mm.closed:
+            self._put((mm, start, end - start))
 
     def drop(self, ranges: list[tuple[mmap.mmap, int, int]]) -> None:
         """Unmap each ``(mapping, start, length)`` from this process soon, off this thread, all in

@@ -290,7 +290,7 @@ class PartitionStore:
         self.log = CommitLog(self.dir, self.segment_bytes, self.pages)
         self.sched = self.make_scheduler(self.dir, self.log)
         self.sched.restore(ck.get("sched") if ck else None)
-        self.ids = IdIndex(self.dir)
+        self.ids = IdIndex(self.dir, pages=self.pages)
         self.ids.restore(ck.get("ids") if ck else None)
         log_state = ck.get("log") if ck else None
         head = int(log_state["head"]) if log_state else None

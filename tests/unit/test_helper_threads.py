@@ -138,26 +138,35 @@ def test_the_sidecar_flusher_is_batch_unless_none(tmp_path: Path) -> None:
 
 
 @needs_batch
-def test_the_id_index_pass_runs_sched_idle(tmp_path: Path) -> None:
-    """The merge pass leaves a core the moment the loop wakes (threads.py, "Idle threads"): it
-    runs SCHED_IDLE, and the loop's thread keeps its policy."""
+@pytest.mark.parametrize("native", [True, False], ids=["c", "python"])
+def test_the_id_index_pass_runs_on_a_batch_worker(tmp_path: Path, native: bool) -> None:
+    """The merge pass never preempts the loop and never holds the GIL at idle priority (threads.py,
+    "Idle threads"): it runs on a kept worker thread at SCHED_BATCH (its native work at SCHED_IDLE
+    on a thread of its own: test_idx_merge.py), kept from one pass to the next, and the loop's
+    thread keeps its policy."""
     from sidecar.store import idindex
 
-    seen: list[int] = []
+    if native and idindex._native is None:
+        pytest.skip("sidecar._native not built")
+    seen: list[tuple[int, int]] = []
 
     class Probe(idindex._Pass):
         def merge(self) -> None:
-            seen.append(os.sched_getscheduler(0))
+            seen.append((os.sched_getscheduler(0), threading.get_native_id()))
             super().merge()
 
-    ix = idindex.IdIndex(tmp_path, native=False)
+    ix = idindex.IdIndex(tmp_path, native=native)
     ix.pass_class = Probe
     ix.restore(None)
     ix.step(1, 1 << 40)
-    ix.put(12345, 7)
-    ix.step(1 + int(idindex.CUT_S * 1000), 1 << 40)  # the generation is due: cut, its pass started
-    ix.wait()
-    assert seen == [os.SCHED_IDLE]
-    assert ix.passes == 1 and ix.find(12345) == [7]
+    threads_before = threading.active_count()  # the index's worker waits already
+    for k in range(2):
+        ix.put(12345 + k, 7)
+        ix.step(2 + (k + 1) * int(idindex.CUT_S * 1000), 1 << 40)  # the generation is due: cut, pass started
+        ix.wait()
+    assert [policy for policy, _tid in seen] == [os.SCHED_BATCH] * 2
+    assert threading.get_native_id() not in {tid for _policy, tid in seen}
+    assert threading.active_count() == threads_before  # no thread started for a pass
+    assert ix.passes == 2 and ix.find(12345) == [7] and ix.find(12346) == [7]
     assert os.sched_getscheduler(0) == os.SCHED_OTHER
     ix.close()

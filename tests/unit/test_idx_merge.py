@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import random
 import tempfile
+import threading
 
 import pytest
 from hypothesis import given, settings
@@ -414,3 +415,54 @@ def test_a_malformed_journal_is_refused_before_any_write(twin: bool) -> None:
         finally:
             os.close(fd)
             os.unlink(path)
+
+
+def _threads() -> dict[int, tuple[str, int]]:
+    """This process's threads: native id -> (name, scheduling policy), from /proc (stat field 41)."""
+    out = {}
+    for name in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue  # exited meanwhile
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        out[int(name)] = (comm, int(stat[stat.rindex(")") + 2 :].split()[38]))
+    return out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task") or not hasattr(os, "SCHED_IDLE"), reason="Linux only")
+def test_a_thread_that_asked_for_it_runs_the_pass_on_an_idle_native_thread() -> None:
+    """idx_pass_idle(True): the pass's GIL-free part runs on a native thread named kds-ids-idle at
+    SCHED_IDLE while the calling thread waits (it takes the GIL back at its own policy); the table
+    ends the same as a pass run on the calling thread. A thread that did not ask runs it itself."""
+    assert native is not None
+    cap, n = 1 << 21, 600_000  # ~0.2 s of sorting and writing: long enough to be seen from here
+    rnd = random.Random(9)
+    puts = b"".join(SLOT.pack(rnd.getrandbits(64) | 2, k) for k in range(n))
+    results: dict[bool, tuple[bytes, tuple[int, ...]]] = {}
+    seen: dict[bool, set[tuple[str, int]]] = {}
+
+    def merge(idle: bool, fd: int) -> None:
+        native.idx_pass_idle(idle)
+        out = native.idx_merge_pass(fd, HS, cap - 1, b"", puts, 0, 1 << 14, False)
+        results[idle] = (os.pread(fd, HS + cap * SLOT_SIZE + 1, 0), out)
+
+    for idle in (True, False):
+        fd, path = tempfile.mkstemp()
+        try:
+            os.write(fd, HEADER)
+            os.ftruncate(fd, HS + cap * SLOT_SIZE)
+            before = set(_threads())
+            t = threading.Thread(target=merge, args=(idle, fd))
+            t.start()
+            seen[idle] = set()
+            while t.is_alive():
+                seen[idle].update(v for k, v in _threads().items() if k not in before)
+            t.join()
+        finally:
+            os.close(fd)
+            os.unlink(path)
+    assert ("kds-ids-idle", os.SCHED_IDLE) in seen[True]
+    assert not any(name == "kds-ids-idle" for name, _policy in seen[False])
+    assert results[True] == results[False] and results[True][1][2] == n

@@ -427,3 +427,56 @@ def test_the_schedulers_entry_files_are_faulted_in_ahead_of_the_intake(tmp_path:
         store.sched.ack(ref)
     assert got == {n: b"v%d" % n for n in range(i)}
     store.close()
+
+
+def _resident_at(mm: mmap.mmap) -> int:
+    """Bytes of the anonymous mapping ``mm`` resident in this process (its smaps entry's Rss)."""
+    import ctypes
+
+    view = ctypes.c_char.from_buffer(mm)
+    start = ctypes.addressof(view)
+    del view  # the export ends: the stage can be closed
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if head and "-" in head[0] and len(head) >= 5 and ":" in head[3]:
+                inside = int(head[0].split("-")[0], 16) == start
+            elif inside and line.startswith("Rss:"):
+                return int(head[1]) * 1024
+    raise AssertionError("no mapping at the stage's address")
+
+
+def test_a_busy_id_index_has_its_next_stage_faulted_in_ahead(tmp_path: Path) -> None:
+    """IdIndex._new_gen: when a generation is cut because it filled, the next stage's pages are
+    asked of the page thread, which maps them in without writing a byte; after a generation cut by
+    its age (a quiet index) they are left to the inserts (RSS)."""
+    from sidecar.store import idindex
+
+    if not _kernel_populates() or not Path("/proc/self/smaps").exists():
+        pytest.skip("needs MADV_POPULATE_WRITE (Linux 5.14+) through the C extension")
+    pages = page_worker()
+    ix = idindex.IdIndex(tmp_path, pages=pages)
+    ix.restore(None)
+    now = 1
+    ix.step(now, 1 << 40)
+    n = idindex.cut_ops(ix.cap)
+    for k in range(n):
+        ix.put(1_000_003 * k + 2, k)
+    ix.step(now, 1 << 40)  # full: cut
+    assert ix.passes == 0 and ix._sealed is not None
+    stage = ix._open.stage  # type: ignore[union-attr]
+    pages.close()  # its requests done
+    size = len(stage.mm)
+    assert size >= 1 << 20 and _resident_at(stage.mm) >= size - mmap.PAGESIZE
+    assert stage.mm[:] == bytes(size), "nothing written"
+    ix.wait()
+    ix.put(7, 7)
+    now += int(idindex.CUT_S * 1000) + 1
+    ix.step(now, 1 << 40)  # cut by age, one operation in it
+    stage = ix._open.stage  # type: ignore[union-attr]
+    pages.close()
+    assert _resident_at(stage.mm) < len(stage.mm) // 4
+    ix.wait()
+    assert ix.find(7) == [7] and ix.find(2) == [0]
+    ix.close()
