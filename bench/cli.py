@@ -119,6 +119,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="the exactly-once sidecars' --transaction-interval (default: the sidecar's, "
                          f"{format_duration_ms(TRANSACTION_INTERVAL_MS)}), e.g. 50ms, 500ms, 1s")
     ap.add_argument("--workdir", default=None, help="data directories and logs (default: a temp dir, removed)")
+    ap.add_argument("--broker-gc", choices=("g1", "zgc"), default="g1",
+                    help="the collector of the broker the bench starts: g1 (Kafka's own scripts') or zgc "
+                         "(pauses under 1 ms; the scale scenario's, docs/benchmarks.md)")
     ap.add_argument("--keep-workdir", action="store_true", help="keep the work directory (logs, stores)")
     ap.add_argument("--profile", metavar="DIR", default=None,
                     help="run every sidecar under cProfile and write .prof files to DIR (slows it down)")
@@ -233,7 +236,8 @@ def bench_main(argv: list[str]) -> int:
             from devkafka.local import LocalKafka
 
             # its GC pauses logged: the scale scenario reports them beside the lateness
-            broker = LocalKafka(port=0, data_dir=workdir / "kafka", prefer_docker=False, gc_log=True)
+            broker = LocalKafka(port=0, data_dir=workdir / "kafka", prefer_docker=False, gc_log=True,
+                                gc=ns.broker_gc)
             log("starting a local Kafka broker ...")
             bootstrap = broker.start(timeout=240)
             kafka_version = broker.kafka_version
@@ -245,6 +249,8 @@ def bench_main(argv: list[str]) -> int:
         report["settings"] = {"bootstrap": "local (started by the bench)" if broker else
                               "external" if bootstrap and needs_broker else "none (no scenario needs a broker)",
                               "workdir": str(workdir)}
+        if broker:
+            report["settings"]["broker_gc"] = ns.broker_gc
         schedulers = ns.schedulers
         if schedulers is None and not needs_broker:
             schedulers = list(SCHEDULERS)  # in-process: nothing to detect

@@ -587,7 +587,9 @@ class RssSampler(threading.Thread):
         self.join(5)
 
 
-_GC_PAUSE = re.compile(r"^\[([^\]]+)\]\[[^\]]*\] GC\(\d+\) Pause .* ([\d.]+)ms$")
+# G1's pauses (-Xlog:gc), ZGC's (-Xlog:gc+phases) and its allocation stalls (a thread that
+# allocates waits for a collection: that request is answered late)
+_GC_PAUSE = re.compile(r"^\[([^\]]+)\]\[[^\]]*\] (?:GC\(\d+\) )?(?:Pause|Allocation Stall) .* ([\d.]+)ms$")
 
 
 def broker_gc_pauses(bench: Bench, since_ms: int, until_ms: int) -> list[tuple[int, float]]:

@@ -45,6 +45,26 @@ def test_pauses_in_the_window_by_their_end(tmp_path: Path) -> None:
     assert [ms for _, ms in window] == [3.1, 1.25]
 
 
+ZGC_LOG = """\
+[2026-11-29T23:42:57.276+0000][0.263s] Using The Z Garbage Collector
+[2026-11-29T23:43:01.091+0000][4.078s] GC(2) Pause Mark Start 0.006ms
+[2026-11-29T23:43:01.162+0000][4.149s] GC(2) Concurrent Mark 70.762ms
+[2026-11-29T23:43:01.162+0000][4.149s] GC(2) Pause Mark End 0.014ms
+[2026-11-29T23:43:01.184+0000][4.171s] GC(2) Pause Relocate Start 0.008ms
+[2026-11-29T23:43:01.205+0000][4.192s] GC(2) Garbage Collection (Warmup) 206M(20%)->114M(11%)
+[2026-11-29T23:43:02.000+0000][5.000s] Allocation Stall (data-plane-kafka-request-handler-0) 12.500ms
+[2026-11-29T23:43:02.100+0000][5.100s] GC(3) Allocation Stall (main) 3.250ms
+"""
+
+
+def test_zgc_pauses_and_allocation_stalls(tmp_path: Path) -> None:
+    """LocalKafka(gc="zgc") logs gc+phases: its three pauses per cycle, and a thread's allocation
+    stall (that request waits); its concurrent phases are not pauses."""
+    log = tmp_path / "gc.log"
+    log.write_text(ZGC_LOG)
+    assert [ms for _, ms in broker_gc_pauses(_bench(_Broker(log)), 0, 2**62)] == [0.006, 0.014, 0.008, 12.5, 3.25]
+
+
 def test_no_log_no_pauses(tmp_path: Path) -> None:
     assert broker_gc_pauses(_bench(None), 0, 2**62) == [], "an external broker"
     assert broker_gc_pauses(_bench(_Broker(None)), 0, 2**62) == [], "started without gc_log"
