@@ -39,9 +39,11 @@ nice 19 still ran 3.6 s of the loop's runnable-but-waiting spells longer than 20
 the bench's own producer thread. But a thread that takes the GIL must never be ``SCHED_IDLE``:
 CPython hands the GIL to a thread that asks for it and makes the holder (the loop) wait until the
 taker runs, which for an idle thread on a busy machine is whenever nothing else wants the core
-(50-100 ms index steps with 1-4 ms of CPU in a 100M scale run). So only native code that never
-touches the GIL runs idle: the pass's Python thread is ``SCHED_BATCH`` and its native calls run
-their work on an idle native thread of their own (``sidecar/native/merge.c``, ``idx_pass_idle``).
+(h6d's 712 ms consume wait, h6t's turns during the growths' passes: docs/benchmarks.md). So only
+native code that never touches the GIL runs idle: the pass's Python thread is ``SCHED_BATCH`` and
+its native calls run their work on an idle native thread of their own
+(``sidecar/native/merge.c``, ``idx_pass_idle``). The pass threads are kept between passes: a
+thread started per pass made the loop wait for it to start (``idindex._Workers``).
 
 How: the threads are listed from ``/proc/self/task`` (librdkafka starts broker threads whenever
 it connects to another broker, so the loop calls :meth:`HelperThreads.demote` once a second and

@@ -43,13 +43,14 @@
  * leave it the moment the loop wakes, so it runs at SCHED_IDLE; but a thread at SCHED_IDLE must
  * never take the GIL. CPython hands the GIL to a thread that asks for it at the holder's next
  * switch interval and makes the holder wait until the taker has it (forced switching), and an idle
- * thread on a busy machine runs only when nothing else wants its core: every time the pass's
- * thread came back from a call like these and asked for the GIL, the loop waited for it, 50-100 ms
- * in index steps with 1-4 ms of CPU in the 100M scale run with the broker's concurrent collector
- * beside it (docs/benchmarks.md, run h6z). So the pass's Python thread stays SCHED_BATCH and
- * calls idx_pass_idle(True): from then on the GIL-free part of each call below on that thread
- * runs on a native thread of its own that makes itself SCHED_IDLE and never touches the GIL, while
- * the calling thread waits for it with the GIL released. */
+ * thread on a busy machine runs only when nothing else wants its core: whenever the pass's thread
+ * came back from a call like these, the loop could wait for it as long as the machine stayed busy
+ * (docs/benchmarks.md: h6d's 712 ms consume wait, h6t's turns of 50-529 ms during the growths'
+ * passes). So the pass's Python thread is SCHED_BATCH and calls idx_pass_idle(True): from then on
+ * the GIL-free part of each call below on that thread runs on a native thread of its own that
+ * makes itself SCHED_IDLE and never touches the GIL, while the calling thread waits for it with the
+ * GIL released. (Tried first with a thread started per pass, run s20p: the loop then waited for
+ * each new thread to start; the pass threads are kept now, sidecar/store/idindex.py _Workers.) */
 #define _GNU_SOURCE
 #include "native.h"
 

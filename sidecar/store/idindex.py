@@ -353,7 +353,7 @@ class _Gen:
 class _Workers:
     """The threads that run the passes, kept from one pass to the next. ``Thread.start`` waits
     until the new thread first runs, and a new thread on a busy machine waits for a core: in the
-    100M scale run that had the loop wait 25-51 ms in an index step (docs/benchmarks.md, run h6z).
+    100M scale run that had the loop wait 11-108 ms in an index step (docs/benchmarks.md, run h6z).
     So an index, when opened (a store's open, never a loop turn), makes sure that there is a
     thread for each open index (at most ``CAP``); a pass finds one waiting and the loop only hands
     it over. A pass that finds none (more indexes than ``CAP``, or a test's) starts one.
