@@ -311,6 +311,7 @@ class Stage:
     def close(self, pages: PageWorker | None = None) -> None:
         self.buf.release()
         unmap(self.mm, pages)
+        del self.mm  # the page thread's request holds the last reference: unmapped there
 
 
 def unmap(mm: mmap.mmap, pages: PageWorker | None) -> None:
@@ -410,6 +411,8 @@ class _Workers:
                 self._queued -= 1
             try:
                 job.run()
+            except Exception as e:  # a bug, not the disk: the pass failed (retried), the worker lives on
+                job.error = StoreError(f"id index pass: {e!r}")
             finally:
                 with self._lock:
                     self._idle += 1

@@ -170,3 +170,37 @@ def test_the_id_index_pass_runs_on_a_batch_worker(tmp_path: Path, native: bool) 
     assert ix.passes == 2 and ix.find(12345) == [7] and ix.find(12346) == [7]
     assert os.sched_getscheduler(0) == os.SCHED_OTHER
     ix.close()
+
+
+def test_a_pass_that_raises_fails_and_the_workers_run_the_next(tmp_path: Path) -> None:
+    """A pass raising something other than a disk error (a bug) counts as a failed pass, retried
+    after RETRY_S like one; the worker thread that ran it lives on (no thread lost from the pool)."""
+    from sidecar.store import idindex
+
+    calls: list[int] = []
+
+    class Buggy(idindex._Pass):
+        def merge(self) -> None:
+            calls.append(threading.get_native_id())
+            if len(calls) == 1:
+                raise ValueError("a bug")
+            super().merge()
+
+    ix = idindex.IdIndex(tmp_path, native=False)
+    ix.pass_class = Buggy
+    ix.restore(None)
+    ix.step(1, 1 << 40)
+    threads_before = threading.active_count()
+    ix.put(12345, 7)
+    now = 1 + int(idindex.CUT_S * 1000)
+    with capture_logs() as logs:
+        ix.step(now, 1 << 40)  # cut: the pass raises
+        ix.wait()
+    assert [e["error"] for e in logs if e["event"] == "ids.pass_failed"] == ["id index pass: ValueError('a bug')"]
+    assert ix.passes == 0
+    now += int(idindex.RETRY_S * 1000) + 1
+    ix.step(now, 1 << 40)  # the sealed generation's pass again
+    ix.wait()
+    assert ix.passes == 1 and ix.find(12345) == [7] and len(calls) == 2
+    assert threading.active_count() == threads_before
+    ix.close()
