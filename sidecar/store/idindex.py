@@ -378,10 +378,9 @@ class _Workers:
             self._open += 1
             start = self._threads < min(self._open, self.CAP)
             if start:
-                self._threads += 1
-                self._idle += 1
+                self._counted()
         if start:
-            threading.Thread(target=self._run, name="kds-ids-pass", daemon=True).start()
+            self._spawn()
 
     def closed(self) -> None:
         with self._lock:
@@ -392,11 +391,18 @@ class _Workers:
             self._queued += 1
             start = self._queued > self._idle  # a pass never waits for another one
             if start:
-                self._threads += 1
-                self._idle += 1
+                self._counted()
         self._jobs.put(job)
         if start:
-            threading.Thread(target=self._run, name="kds-ids-pass", daemon=True).start()
+            self._spawn()
+
+    def _counted(self) -> None:
+        """A new thread, counted (and idle) before it starts: under the lock."""
+        self._threads += 1
+        self._idle += 1
+
+    def _spawn(self) -> None:
+        threading.Thread(target=self._run, name="kds-ids-pass", daemon=True).start()
 
     def _run(self) -> None:
         from sidecar.engine.threads import demote_self
