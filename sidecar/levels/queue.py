@@ -29,6 +29,7 @@ from sidecar.store.mapped import (
     Ahead,
     MappedFile,
     PageWorker,
+    Spare,
     fsync_dir,
     headerless,
 )
@@ -162,6 +163,7 @@ class LevelQueue:
         self.per_file = entries_per_file
         self.files: dict[int, MappedFile] = {}
         self.ahead = Ahead(pages, ENTRIES_AHEAD, ENTRIES_AHEAD_LOW)
+        self.spare = Spare(pages, self._create)  # the next file, created on the page thread
         self.dirty_from: int | None = None
         self.dirty_to = 0
         self.created = False  # a file was created since the last flush (fsync the directory)
@@ -173,19 +175,27 @@ class LevelQueue:
             self.files[first] = self._map(first, create=False)
 
     def _map(self, first: int, create: bool) -> MappedFile:
-        self.created |= create
+        if not create:
+            return self._file(first, False)
+        self.created = True
+        f = self.spare.take(first) or self._create(first)
+        f.appended_after(self.files.get(first - self.per_file))
+        return f
+
+    def _create(self, first: int) -> MappedFile:
+        """A new file, mapped (on the loop, or ahead on the page thread: ``Spare``)."""
+        return self._file(first, True)
+
+    def _file(self, first: int, create: bool) -> MappedFile:
         # A new file's header is not msynced on creation (on the loop thread that msync waited for
         # the journal commit of all pending writes: up to 301 ms measured under load): ``flush``
         # covers it with the file's first entries, before a checkpoint can name them, and a file
         # whose header never reached the disk is deleted at open (``headerless``).
-        f = MappedFile(
+        return MappedFile(
             self.dir / f"{first:020d}.q", magic=MAGIC, version=VERSION,
             size=HEADER_SIZE + self.per_file * ENTRY_SIZE, geom_a=ENTRY_SIZE, geom_b=self.per_file,
             base=first, create=create, sync_header=False, random=create,
         )
-        if create:
-            f.appended_after(self.files.get(first - self.per_file))
-        return f
 
     def _locate(self, idx: int, create: bool = False) -> tuple[MappedFile, int]:
         first = idx - idx % self.per_file
@@ -209,6 +219,8 @@ class LevelQueue:
         asked for after each run (``LevelsScheduler.intake_end``)."""
         first = idx - idx % self.per_file
         self.ahead.ask(self.files.get(first), idx, first, first + self.per_file, HEADER_SIZE, ENTRY_SIZE)
+        if 2 * (idx - first) >= self.per_file and first + self.per_file not in self.files:
+            self.spare.ask(first + self.per_file)  # half-way: the next file, ahead (mapped.Spare)
 
     def drop(self, idx: int) -> None:
         """Mark a dangling entry DROPPED and set its log position to ``NO_POS``, so finishing it
@@ -283,6 +295,7 @@ class LevelQueue:
         return len(self.files) * (HEADER_SIZE + self.per_file * ENTRY_SIZE)
 
     def close(self) -> None:
+        self.spare.close()
         for f in self.files.values():
             f.close()
         self.files.clear()

@@ -397,6 +397,9 @@ def _unlink(path: Path) -> None:
         os.unlink(path)
 
 
+_Item = tuple[mmap.mmap, int, int] | list[tuple[mmap.mmap, int, int]] | Callable[[], None]
+
+
 class PageWorker:
     """One thread that works on mapped pages for the loop: faults pages in before the loop writes
     them (``populate``), and unmaps pages the loop no longer needs (``drop``).
@@ -418,9 +421,15 @@ class PageWorker:
     mmap_lock is never held long. Dropping a page the loop touches meanwhile only costs it a fault
     from the page cache; nothing is lost (the kernel keeps the dirty bit on the page).
 
+    **Create.** The next file of a level queue or of the timer log is created here ahead of the
+    appends that need it (``Spare``, ``call``): a creation on the loop took 43-66 ms twice in a
+    100M scale run (``open(O_CREAT)`` and ``ftruncate`` wait for the file system's journal under
+    load; docs/benchmarks.md, run h6z).
+
     Requests run in order and are never waited for: a populate the thread has not reached when the
     loop gets there only costs the loop its own faults, a drop not done yet only leaves RSS higher
-    for a moment. Off where the C extension is not built (nothing else works on pages without the
+    for a moment, a file not created yet is created by the loop (``Spare.take``). Populates and
+    drops are off where the C extension is not built (nothing else works on pages without the
     GIL): the loop then drops its own pages and faults its own. A kernel without
     ``MADV_POPULATE_WRITE`` (before Linux 5.14: EINVAL) stops the populating, once, not the drops.
     One per process (the loop's: ``Sidecar.pages``), handed to each store."""
@@ -430,9 +439,9 @@ class PageWorker:
         self._populate = populate
         self._drop = drop
         self._demote = demote  # the ``helper-threads`` setting: "none" keeps every thread as it starts
-        # (mapping, start, length): a populate; a list of them: a trim's drops, done in one C call
-        self._queue: queue.SimpleQueue[tuple[mmap.mmap, int, int] | list[tuple[mmap.mmap, int, int]] | None] = (
-            queue.SimpleQueue())
+        # (mapping, start, length): a populate; a list of them: a trim's drops, done in one C call;
+        # a callable: ``call``
+        self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.enabled = populate is not None  # populate requests are taken
@@ -454,7 +463,12 @@ class PageWorker:
         if self.drops and ranges:
             self._put(ranges)
 
-    def _put(self, item: tuple[mmap.mmap, int, int] | list[tuple[mmap.mmap, int, int]]) -> None:
+    def call(self, fn: Callable[[], None]) -> None:
+        """Run ``fn()`` on this thread soon, in order with the other requests (``Spare``): it must
+        catch its own errors (one that escapes is logged and the thread goes on)."""
+        self._put(fn)
+
+    def _put(self, item: _Item) -> None:
         if self._thread is None:
             with self._lock:
                 if self._thread is None:
@@ -471,6 +485,13 @@ class PageWorker:
             item = self._queue.get()
             if item is None:
                 return
+            if callable(item):
+                try:
+                    item()
+                except Exception as e:  # a bug: the requests behind it must still run
+                    log.error("store.page_thread_error", error=repr(e))
+                del item
+                continue
             if isinstance(item, list):
                 assert self._drop is not None
                 self._drop(item)  # a refused drop (locked memory) only leaves pages mapped
@@ -537,6 +558,84 @@ class Ahead:
             return
         self.pages.populate(mf, base + (start - first) * unit, base + (stop - first) * unit)
         self.asked = stop
+
+
+class Spare:
+    """The next file of a run of fixed-size files (a level queue, the timer log), created on the
+    page thread before the appends reach it, so the loop only takes it (``PageWorker``, "Create").
+
+    The owner ``ask``s for the file starting at entry ``first`` once its appends are half-way
+    through the file before it, and ``take``s it when an append needs it: the file the page thread
+    made, or None when it is not there (never asked, asked for another ``first``, or the creation
+    failed), and the owner creates it itself as before. A request the page thread has not started
+    is cancelled by a ``take`` (the thread then skips it, so the two never create the same file);
+    one it is working on is waited for (a creation: milliseconds). ``make(first)`` creates and maps
+    the file and nothing else: the owner's bookkeeping for a new file (its directory to be synced,
+    read-ahead off the sealed file) happens when it takes it, on the loop. A file made and never
+    taken is deleted at ``close``; a crash leaves it as an empty file of the run, which the owners
+    open as any other (its header is not synced: a power loss may leave it headerless, and then it
+    is deleted at open). Without a page thread (``pages`` None) nothing is asked."""
+
+    __slots__ = ("_cond", "_file", "_first", "_state", "made", "make", "pages")
+    ASKED, MAKING, READY = 1, 2, 3
+
+    def __init__(self, pages: PageWorker | None, make: Callable[[int], MappedFile]) -> None:
+        self.pages = pages
+        self.make = make
+        self._cond = threading.Condition()
+        self._first = -1
+        self._state = 0  # 0: nothing asked (or taken); else ASKED, MAKING, READY
+        self._file: MappedFile | None = None
+        self.made = 0  # files the page thread created
+
+    def ask(self, first: int) -> None:
+        """Have the file for entries from ``first`` on created ahead (idempotent). A file made for
+        another ``first`` and not taken (the owner moved on: a restore) is deleted."""
+        if self.pages is None or (self._state and self._first == first):
+            return
+        self.close()
+        with self._cond:
+            self._first, self._state = first, self.ASKED
+        self.pages.call(self._run)
+
+    def _run(self) -> None:
+        with self._cond:
+            if self._state != self.ASKED:  # taken (cancelled) before this thread got to it
+                return
+            self._state = self.MAKING
+            first = self._first
+        f: MappedFile | None = None
+        try:
+            f = self.make(first)
+        except (OSError, StoreError) as e:  # the loop creates it itself, and meets the error there
+            log.debug("store.spare_failed", first=first, error=str(e))
+        with self._cond:
+            self._file = f
+            self._state = self.READY
+            if f is not None:
+                self.made += 1
+            self._cond.notify_all()
+
+    def _reset(self) -> MappedFile | None:
+        """Cancel or finish what was asked; the file made for it, if any."""
+        with self._cond:
+            while self._state == self.MAKING:
+                self._cond.wait()
+            f, self._file, self._state, self._first = self._file, None, 0, -1
+        return f
+
+    def take(self, first: int) -> MappedFile | None:
+        """The file for entries from ``first`` on, if the page thread made it (else None)."""
+        if not self._state or self._first != first:
+            return None
+        return self._reset()
+
+    def close(self) -> None:
+        """Delete a file made and never taken."""
+        f = self._reset()
+        if f is not None:
+            f.close()
+            _unlink(f.path)
 
 
 def page_worker(demote: bool = True) -> PageWorker:

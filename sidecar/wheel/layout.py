@@ -70,6 +70,7 @@ from sidecar.store.mapped import (
     GeometryMismatch,
     MappedFile,
     PageWorker,
+    Spare,
     StoreError,
     fsync_dir,
     headerless,
@@ -438,6 +439,7 @@ class TimerLog:
         # the entries' pages ahead of the head faulted in by the page thread (a first store into a
         # page of the sparse file is a major fault); as a level queue does (sidecar/levels/queue.py)
         self.ahead = Ahead(pages, ENTRIES_AHEAD, ENTRIES_AHEAD_LOW)
+        self.spare = Spare(pages, self._create)  # the next file, created on the page thread
         self.file_size = self.hs + entries_per_file * ENTRY_SIZE
         self.files: dict[int, MappedFile] = {}
         self.dirty: dict[int, list[int]] = {}  # entries patched in place (links, states)
@@ -463,6 +465,10 @@ class TimerLog:
             random=create,
         )
 
+    def _create(self, first: int) -> MappedFile:
+        """A new file, mapped (on the loop, or ahead on the page thread: ``Spare``)."""
+        return self._map(first, create=True)
+
     def mark(self, first: int, off: int) -> None:
         d = self.dirty.get(first)
         if d is None:
@@ -485,10 +491,13 @@ class TimerLog:
 
     def create(self, first: int) -> MappedFile:
         """Open a new file for entries from ``first`` on (the log head has reached it)."""
-        path = self.dir / f"{first:020d}.tl"
-        if path.exists():  # a file left from before a restore's head: reuse its space
-            path.unlink()
-        f = self.files[first] = self._map(first, create=True)
+        f = self.spare.take(first)
+        if f is None:
+            path = self.dir / f"{first:020d}.tl"
+            if path.exists():  # a file left from before a restore's head: reuse its space
+                path.unlink()
+            f = self._create(first)
+        self.files[first] = f
         self.dir_dirty = True
         f.appended_after(self.files.get(first - self.per_file))
         return f
@@ -499,6 +508,9 @@ class TimerLog:
         entries take a page per 4,096 entries and are left to fault."""
         first = idx - idx % self.per_file
         self.ahead.ask(self.files.get(first), idx, first, first + self.per_file, self.hs, ENTRY_SIZE)
+        nxt = first + self.per_file
+        if 2 * (idx - first) >= self.per_file and nxt not in self.files:
+            self.spare.ask(nxt)  # half-way: the next file, ahead (mapped.Spare)
 
     def append(self, idx: int, due_ms: int, loc: int, flags: int, level: int) -> bool:
         """Write entry ``idx`` (the log head); return True if this opened a new file."""
@@ -573,6 +585,7 @@ class TimerLog:
         return len(self.files) * self.file_size
 
     def close(self) -> None:
+        self.spare.close()
         for f in self.files.values():
             f.close()
         self.files.clear()
