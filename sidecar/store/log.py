@@ -18,7 +18,9 @@ checkpointed head, validating each CRC; the caller re-schedules them. The first 
 not validate in the *last* segment is a torn tail: it and everything after it are zeroed (so a
 stale record left behind can never be read as valid later) and reported. A bad record inside a
 *sealed* segment is corruption the log cannot explain: recovery refuses to start
-(``CorruptSegment``) rather than silently lose the rest of that segment.
+(``CorruptSegment``) rather than silently lose the rest of that segment. Segments after the
+checkpointed head's whose first record was never written (the next segment, created ahead by the
+page thread: ``mapped.Spare``) are deleted first, so the last segment is the one appended to.
 
 Looking for non-zero bytes behind the last record costs what was written there, not the segment
 size: segments are sparse files, and ``SEEK_DATA``/``SEEK_HOLE`` name the ranges that were ever
@@ -42,7 +44,17 @@ from pathlib import Path
 
 from sidecar.store import codec
 from sidecar.store.intake_layout import Common
-from sidecar.store.mapped import HEADER_SIZE, Ahead, MappedFile, PageWorker, StoreError, fsync_dir, headerless, unborn
+from sidecar.store.mapped import (
+    HEADER_SIZE,
+    Ahead,
+    MappedFile,
+    PageWorker,
+    Spare,
+    StoreError,
+    fsync_dir,
+    headerless,
+    unborn,
+)
 
 MAGIC = b"KDSLOG\x00\x01"
 VERSION = 1
@@ -109,6 +121,7 @@ class CommitLog:
         self.live: dict[int, int] = {}
         self.head = HEADER_SIZE  # next append position
         self._ahead = Ahead(pages, AHEAD_BYTES, AHEAD_LOW, HEADER_SIZE)
+        self.spare = Spare(pages, self._create)  # the next segment, created on the page thread
         self.flushed = HEADER_SIZE  # everything before this is msynced
         self.truncations: list[Truncation] = []
         self.appended = 0
@@ -140,20 +153,28 @@ class CommitLog:
         return self._path(index)
 
     def _map(self, index: int, create: bool) -> MappedFile:
-        self._created |= create
+        if not create:
+            return self._file(index, False)
+        self._created = True
+        seg = self.spare.take(index) or self._create(index)
+        self._appending(seg, index)
+        return seg
+
+    def _create(self, index: int) -> MappedFile:
+        """A new segment, mapped (on the loop, or ahead on the page thread: ``Spare``)."""
+        return self._file(index, True)
+
+    def _file(self, index: int, create: bool) -> MappedFile:
         # A new segment's header is not msynced on creation: on the loop thread that msync waited
         # for the journal commit of all the machine's pending writes (141 ms measured under load).
         # ``flush`` covers it (a segment created since the last flush is synced from its first
         # byte) before a checkpoint can name anything in it; one whose header a power loss kept
         # from the disk holds only records after the last checkpoint, which are consumed again.
-        seg = MappedFile(
+        return MappedFile(
             self._path(index), magic=MAGIC, version=VERSION, size=self.segment_bytes,
             geom_a=self.segment_bytes, geom_b=0, base=index * self.segment_bytes, create=create,
             sync_header=False, random=create,
         )
-        if create:
-            self._appending(seg, index)
-        return seg
 
     def _appending(self, seg: MappedFile, index: int) -> None:
         """``seg`` (segment ``index``) is the one appended to now, the one before it sealed."""
@@ -193,6 +214,17 @@ class CommitLog:
             self.head = self.flushed = start
             self.live = {index: 0}
             return
+        # Segments past the head's segment whose first record was never written: one the page
+        # thread made ahead and nothing was appended to (``Spare``), or one a crash cut before its
+        # first record. They hold nothing the checkpoint covers (what follows its head is consumed
+        # again), and left in place the newest of them would pass for the last segment, so that a
+        # torn tail before it would look like damage inside a sealed one.
+        start_index = (head if head is not None else min(self.segments) * self.segment_bytes) // self.segment_bytes
+        while len(self.segments) > 1:
+            top = max(self.segments)
+            if top <= start_index or codec.peek_length(self.segments[top].buf, HEADER_SIZE) != 0:
+                break
+            self._delete(top)
         indexes = sorted(self.segments)
         self.live = {i: 0 for i in indexes}
         if head is None:
@@ -428,6 +460,8 @@ class CommitLog:
         sb = self.segment_bytes
         index = self.head // sb
         self._ahead.ask(self.segments.get(index), self.head, index * sb, (index + 1) * sb, 0, 1)
+        if 2 * (self.head - index * sb) >= sb and index + 1 not in self.segments:
+            self.spare.ask(index + 1)  # half-way: the next segment, ahead (mapped.Spare)
 
     # -- durability -----------------------------------------------------------------------------
     def flush(self) -> None:
@@ -507,6 +541,7 @@ class CommitLog:
         return sum(max(n, 0) for n in self.live.values())
 
     def close(self) -> None:
+        self.spare.close()
         for seg in self.segments.values():
             seg.close()
         self.segments.clear()

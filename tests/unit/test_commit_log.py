@@ -208,14 +208,17 @@ def test_roll_right_before_a_crash(tmp_path: Path) -> None:
     log.close()
     seg1 = tmp_path / "log" / f"{SEG:020d}.log"
     pristine = seg1.read_bytes()
-    # a) killed after creating segment 1 and before writing the record into it
+    # a) killed after creating segment 1 and before writing the record into it (or segment 1 was
+    # created ahead and never appended to): it holds nothing and goes; the next append rolls again
+    end0 = positions[-2] + size_of(300)
     seg1.write_bytes(pristine[:HEADER_SIZE] + bytes(SEG - HEADER_SIZE))
     log, replayed = reopen(tmp_path, state0)
-    assert replayed == positions[:-1] and log.head == last and log.truncations == []
+    assert replayed == positions[:-1] and log.head == end0 and log.truncations == []
+    assert sorted(log.segments) == [0] and not seg1.exists()
+    assert append(log, 99, 300) == last
     log.close()
     # b) killed between ftruncate and the header write: an all-zero file
     # (the file is discarded; the head stays in segment 0 and the next append rolls again)
-    end0 = positions[-2] + size_of(300)
     seg1.write_bytes(bytes(SEG))
     log, replayed = reopen(tmp_path, state0)
     assert replayed == positions[:-1] and log.head == end0 and sorted(log.segments) == [0]

@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from sidecar.levels.queue import LevelQueue
-from sidecar.store.mapped import MappedFile, PageWorker, Spare, page_worker
+from sidecar.store import codec
+from sidecar.store.log import CommitLog
+from sidecar.store.mapped import HEADER_SIZE, MappedFile, PageWorker, Spare, page_worker
 from sidecar.wheel.layout import TimerLog
 
 PER = 64  # entries per file: the next file is asked for from entry 32 on
@@ -185,3 +187,66 @@ def test_without_a_page_thread_nothing_is_asked(tmp_path: Path) -> None:
         q.write(i, 64 + i, 1000 + i)
     assert sorted(q.files) == [0, PER] and q.spare.made == 0
     q.close()
+
+
+SEG = 1 << 14
+
+
+def _append(log: CommitLog, n: int) -> int:
+    return log.append(
+        rtype=codec.MESSAGE, due_ms=1000 + n, enqueue_ms=n, src_offset=n, src_partition=0, target_partition=-1,
+        retry_count=0, level=1, rid=b"r", topic=b"t", key=None, value=bytes([n % 251 + 1]) * 300, headers_blob=b"",
+    )
+
+
+def test_the_commit_log_takes_the_next_segment_the_page_thread_made(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    made = _who_creates(monkeypatch, CommitLog)
+    pages = page_worker()
+    log = CommitLog(tmp_path, SEG, pages)
+    list(log.recover(None, None))
+    positions = []
+    while log.head < SEG // 2:
+        positions.append(_append(log, len(positions)))
+    positions.append(_append(log, len(positions)))  # past half-way: the next segment is asked for
+    _settle(pages)
+    assert made == [(0, threading.current_thread().name), (1, "kds-pages")] and 1 not in log.segments
+    while log.head < SEG:
+        positions.append(_append(log, len(positions)))  # the roll takes it
+    assert len(made) == 2 and log.spare.made == 1 and positions[-1] // SEG == 1
+    state = log.state()
+    log.flush()
+    log.close()
+    again = CommitLog(tmp_path, SEG)
+    assert [p for p, _r in again.recover(HEADER_SIZE, None)] == positions
+    assert again.head == int(str(state["head"]))
+    again.close()
+    pages.close()
+
+
+def test_a_torn_tail_before_a_spare_segment_is_cut_not_refused(tmp_path: Path) -> None:
+    """Killed with the next segment made ahead and a record half-written at the head: the spare
+    holds nothing and goes, and the torn record is the last segment's torn tail, as without it."""
+    pages = page_worker()
+    log = CommitLog(tmp_path, SEG, pages)
+    list(log.recover(None, None))
+    positions = []
+    while log.head < SEG * 3 // 4:
+        positions.append(_append(log, len(positions)))
+    _settle(pages)
+    spare = tmp_path / "log" / f"{SEG:020d}.log"
+    assert spare.exists()
+    log.flush()
+    # killed in the middle of the last record: its second half never got in
+    seg0 = tmp_path / "log" / f"{0:020d}.log"
+    data = bytearray(seg0.read_bytes())
+    last = positions[-1]
+    data[last + 100 : log.head] = bytes(log.head - last - 100)
+    seg0.write_bytes(data)
+    again = CommitLog(tmp_path, SEG)
+    assert [p for p, _r in again.recover(HEADER_SIZE, None)] == positions[:-1]
+    assert again.head == last and [t.position for t in again.truncations] == [last]
+    assert sorted(again.segments) == [0] and not spare.exists()
+    assert _append(again, 7) == last
+    again.close()
+    pages.close()
