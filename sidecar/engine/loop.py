@@ -203,7 +203,7 @@ class Sidecar:
             log.info(
                 "partition.recovered", partition=partition, resume_offset=offset, pending=store.pending(),
                 truncated_bytes=store.truncated_bytes, dangling=len(getattr(store, "dangling", ())),
-                seconds=round(time.monotonic() - t0, 3),
+                seconds=round(time.monotonic() - t0, 3), steps=store.open_steps,
             )
             if self.restorer is None:
                 self.stores[partition] = store

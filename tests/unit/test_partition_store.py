@@ -229,6 +229,26 @@ def test_crash_replays_records_appended_after_the_checkpoint(sim: Sim) -> None:
                                                  [f"b{i}".encode() for i in range(15)])
 
 
+def test_the_open_reports_how_long_each_step_took(sim: Sim, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    for i in range(20):
+        sim.send(f"a{i}", delay_ms=5000)
+    sim.consume()
+    sim.st.checkpoint()
+    real = LevelsScheduler.arm
+
+    def slow_arm(self: LevelsScheduler, *a: object, **k: object) -> None:
+        time.sleep(0.05)
+        real(self, *a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LevelsScheduler, "arm", slow_arm)
+    sim.crash()
+    steps = sim.st.open_steps
+    assert list(steps) == ["log", "scheduler", "ids", "replay", "arm"]
+    assert steps["arm"] >= 0.05 and all(0 <= v < 0.05 for k, v in steps.items() if k != "arm")
+
+
 def test_in_flight_at_a_crash_is_delivered_again_acked_is_not(sim: Sim) -> None:
     for i in range(10):
         sim.send(f"r{i}", delay_ms=0)
