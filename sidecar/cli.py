@@ -93,7 +93,8 @@ def cmd_run(ns: argparse.Namespace) -> int:
     from sidecar import logs
 
     settings = _settings_from_args(ns)
-    logs.setup(settings.log_level)
+    # a blocked write to stdout must not stall the loop: the lines go through a writer thread
+    logs.setup(settings.log_level, threaded=True, demote=settings.helper_threads != "none")
     log = logs.get("sidecar")
     broker = None
     if not settings.bootstrap_servers:
