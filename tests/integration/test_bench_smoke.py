@@ -306,6 +306,11 @@ def test_bench_scale(tmp_path: Path) -> None:
         assert res["rss_bytes_per_pending"]["goal"] == "<= 8" and res["disk_bytes_per_pending"]["value"] > 0
         assert res["expired_precancels_left"]["value"] >= 0
         assert res["restart_to_first_on_time_s"]["value"] is not None
+        # every partition's open, with its steps (one more partition than the fill: the stream's)
+        by = d["recovery_by_partition"]
+        assert sorted(by) == [str(p) for p in range(int(layout[:-1]) + 1)]
+        assert all(set(r["steps"]) == {"log", "scheduler", "ids", "replay", "arm"} for r in by.values())
+        assert res["restart_recovery_s"]["value"] == round(sum(r["seconds"] for r in by.values()), 3)
 
 
 def test_bench_rejects_bad_scale_pending(tmp_path: Path) -> None:
