@@ -17,7 +17,8 @@ Reported per layout: the stream's lateness (delivery CreateTime - ``delay.delive
 p99.9 and max over the fill, and per ``WINDOW_S`` window over time, each window with the longest GC
 pause of the bench's broker that ended in it (its GC log: while the JVM is stopped nothing is
 fetched or acknowledged, and its GC threads take the cores); the slowest loop turn (the
-``stats`` lines' ``slowest_turn_ms``) and the ``loop.slow_turn`` events; RSS and disk per pending
+``stats`` lines' ``slowest_turn_ms``) and the ``loop.slow_turn`` events, and the latest wake
+(``latest_wake_ms``: a wait for records that outlasted its timeout, ``loop.late_wake``); RSS and disk per pending
 record (after - before the fill, / N); the restart time, and the stores' recovery in it (the
 partitions open one after the other: their ``partition.recovered`` seconds summed, and each
 with the seconds of its open's steps); the expired pre-cancels left.
@@ -226,6 +227,10 @@ def one_layout(bench: Bench, sched: str, fill_parts: int, n: int, rate: float) -
     slow = [e for e in sc.poll_events() if e.get("event") == "loop.slow_turn"]
     slowest = max((float(e.get("slowest_turn_ms") or 0) for e in stats), default=0.0)
     slow_turns = sum(int(e.get("slow_turns") or 0) for e in stats)
+    # the waits for records that outlasted their timeout (no turn was slow, the loop woke late)
+    latest_wake = max((float(e.get("latest_wake_ms") or 0) for e in stats), default=0.0)
+    late_wakes = sum(int(e.get("late_wakes") or 0) for e in stats)
+    wake_events = [e for e in sc.poll_events() if e.get("event") == "loop.late_wake"]
     # the loop thread's own CPU in the logged slow turns (at most one a second is logged): a turn
     # long in wall time but short in CPU waited for a core (the machine's load), not for its work
     slow_cpu = max((float(e.get("user_ms") or 0) + float(e.get("system_ms") or 0) for e in slow), default=0.0)
@@ -265,7 +270,8 @@ def one_layout(bench: Bench, sched: str, fill_parts: int, n: int, rate: float) -
         "broker_gc_pause_max_ms": max((ms for _, ms in pauses), default=None),
         "broker_gc_pauses_over_50ms": sum(1 for _, ms in pauses if ms > 50),
         "slowest_turn_ms": slowest, "slow_turns": slow_turns, "slow_turn_max_cpu_ms": slow_cpu,
-        "slow_turn_events": slow[-20:], "index_growths": [
+        "slow_turn_events": slow[-20:], "latest_wake_ms": latest_wake, "late_wakes": late_wakes,
+        "late_wake_events": wake_events[-20:], "index_growths": [
             {k: e.get(k) for k in ("event", "capacity", "live", "s")} for e in migrations],
         "rss_baseline": base, "rss_after": after, "rss_peak": rss_peak,
         "disk_allocated": alloc, "disk_apparent": apparent,
@@ -300,6 +306,9 @@ def run(bench: Bench) -> dict[str, Any]:
                 "stream_lost": fig(m["stream_lost"], "records", "== 0"),
                 "slowest_turn_ms": fig(m["slowest_turn_ms"], "ms", "<= 50",
                                        note="any cause: see details.slow_turn_events for the phase"),
+                "latest_wake_ms": fig(m["latest_wake_ms"], "ms",
+                                      note="the longest wait for records past its timeout (the loop woke late: "
+                                           "no core, or the GIL elsewhere); details.late_wake_events"),
                 "slow_turn_max_cpu_ms": fig(m["slow_turn_max_cpu_ms"], "ms",
                                             note="user + system CPU of the loop thread in the logged slow turns"),
                 "broker_gc_pause_max_ms": fig(m["broker_gc_pause_max_ms"], "ms",

@@ -402,6 +402,7 @@ class Sidecar:
             timeout = 0.0 if self.restorer is not None and self.restorer.restoring else self.pub.wait_s(now)
             if self.txn is not None:
                 timeout = min(timeout, self.txn.wait_s(self.clock.monotonic()))
+        tw = clock()
         if not self.paused:
             msgs = self.kafka.consume(self.s.batch_size, timeout)
         else:
@@ -410,6 +411,8 @@ class Sidecar:
             msgs = self.kafka.consume(self.s.batch_size, 0)
             if not msgs:
                 self.clock.sleep(timeout)
+        t = clock()
+        self.turns.woke(t - tw, timeout, t)
         if self._lookup_waiting:
             # a busy loop would take the lock back before the woken look-up thread gets to it
             self._lookup_waiting = False
@@ -816,13 +819,15 @@ class Sidecar:
         pending = {t: n for t, n in self._pending().items() if n}
         k = self.counters
         turn_count, slow_turns, slowest_turn_ms = self.turns.take()
+        late_wakes, latest_wake_ms = self.turns.take_wakes()
         log.info(
             "stats", ingested=k.ingested, scheduled=k.scheduled, delivered=k.delivered, cancelled=k.cancelled,
             duplicates=k.duplicates, replaced=k.replaced, dlq=sum(k.dlq.values()),
             dlq_by_reason={r: n for r, n in k.dlq.items() if n},
             pending=sum(pending.values()), pending_by_tier=pending, in_flight=self.pub.in_flight,
             retry_queue=len(self.pub.retries), early=k.early, paused=self.paused, turns=turn_count,
-            slow_turns=slow_turns, slowest_turn_ms=slowest_turn_ms,
+            slow_turns=slow_turns, slowest_turn_ms=slowest_turn_ms, late_wakes=late_wakes,
+            latest_wake_ms=latest_wake_ms,
             **({"transactions_committed": self.txn.committed, "transactions_aborted": self.txn.aborted}
                if self.txn is not None else {}),
             **({"standby_lag": {str(p): n for p, n in self._standby_lag().items()}}

@@ -19,6 +19,13 @@ little CPU mean the thread was runnable but another process had the core. A slow
 at most once per ``LOG_EVERY_S`` (the ones in between are counted in ``suppressed``), so an
 overloaded sidecar cannot flood its log. ``stats`` carries the count and the longest turn since
 the previous ``stats`` line.
+
+A late wake is the other way the loop holds records up: ``consume`` is asked to wait at most until
+the next record falls due, and returns more than ``SLOW_TURN_S`` after that (the thread woke late:
+no free core, or another thread held the GIL when it wanted it back). No turn's work is slow
+then, but the record due at the timeout waits as long. Logged as ``loop.late_wake`` (``late_ms``
+past the timeout, at most once per ``LOG_EVERY_S``); ``stats`` carries ``late_wakes`` and
+``latest_wake_ms``.
 """
 
 from __future__ import annotations
@@ -37,14 +44,17 @@ LOG_EVERY_S = 1.0
 
 
 class TurnWatch:
-    __slots__ = ("_gc_gen", "_gc_ms", "_gc_start", "_gc_stop", "_last_log", "_ru", "_suppressed", "max_ms",
-                 "parts", "slow_turns", "turns")
+    __slots__ = ("_gc_gen", "_gc_ms", "_gc_start", "_gc_stop", "_last_log", "_last_wake_log", "_ru", "_suppressed",
+                 "late_wakes", "max_ms", "max_wake_ms", "parts", "slow_turns", "turns")
 
     def __init__(self) -> None:
         self.turns = 0
         self.slow_turns = 0
         self.max_ms = 0.0
         self._last_log = -LOG_EVERY_S
+        self._last_wake_log = -LOG_EVERY_S
+        self.late_wakes = 0
+        self.max_wake_ms = 0.0
         self._suppressed = 0
         self._gc_start = 0.0  # perf_counter at the start of the last collection
         self._gc_stop = 0.0
@@ -105,6 +115,26 @@ class TurnWatch:
             waits=b.ru_nvcsw - a.ru_nvcsw, preemptions=b.ru_nivcsw - a.ru_nivcsw,
         )
         self._suppressed = 0
+
+    def woke(self, waited_s: float, timeout_s: float, now: float) -> None:
+        """``consume``, asked to wait at most ``timeout_s``, returned after ``waited_s`` (at
+        ``now``, perf_counter seconds): note a late wake."""
+        late = waited_s - timeout_s
+        if late <= SLOW_TURN_S:
+            return
+        self.late_wakes += 1
+        if late * 1000 > self.max_wake_ms:
+            self.max_wake_ms = late * 1000
+        if now - self._last_wake_log >= LOG_EVERY_S:
+            self._last_wake_log = now
+            log.warning("loop.late_wake", late_ms=round(late * 1000, 1), timeout_ms=round(timeout_s * 1000, 1))
+
+    def take_wakes(self) -> tuple[int, float]:
+        """(late wakes, the latest one's ms past its timeout) since the previous call."""
+        out = (self.late_wakes, round(self.max_wake_ms, 1))
+        self.late_wakes = 0
+        self.max_wake_ms = 0.0
+        return out
 
     def take(self) -> tuple[int, int, float]:
         """(turns, slow turns, longest turn in ms) since the previous call: for the ``stats`` line."""

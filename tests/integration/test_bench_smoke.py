@@ -306,6 +306,7 @@ def test_bench_scale(tmp_path: Path) -> None:
         assert res["rss_bytes_per_pending"]["goal"] == "<= 8" and res["disk_bytes_per_pending"]["value"] > 0
         assert res["expired_precancels_left"]["value"] >= 0
         assert res["restart_to_first_on_time_s"]["value"] is not None
+        assert res["latest_wake_ms"]["value"] >= 0 and d["late_wakes"] >= len(d["late_wake_events"])
         # every partition's open, with its steps (one more partition than the fill: the stream's)
         by = d["recovery_by_partition"]
         assert sorted(by) == [str(p) for p in range(int(layout[:-1]) + 1)]

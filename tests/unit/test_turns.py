@@ -100,3 +100,18 @@ def test_thread_resource_use_over_the_turn_is_reported() -> None:
     assert ev["minor_faults"] >= 256
     for key in ("major_faults", "waits", "preemptions"):
         assert ev[key] >= 0
+
+
+def test_a_wait_that_outlasts_its_timeout_is_a_late_wake() -> None:
+    w = TurnWatch()
+    with capture_logs() as logs:
+        w.woke(0.030, 0.020, 10.0)  # 10 ms late: within SLOW_TURN_S
+        w.woke(0.0, 0.005, 10.1)  # records were there: returned at once
+        w.woke(0.020 + SLOW_TURN_S + 0.030, 0.020, 10.2)  # 80 ms past the timeout
+        w.woke(0.200, 0.0, 10.3)  # rate limited, counted
+        w.woke(0.100, 0.0, 10.3 + LOG_EVERY_S)
+    assert [(ev["event"], ev["late_ms"], ev["timeout_ms"]) for ev in logs] == [
+        ("loop.late_wake", 80.0, 20.0), ("loop.late_wake", 100.0, 0.0)]
+    assert w.take_wakes() == (3, 200.0)
+    assert w.take_wakes() == (0, 0.0)
+    assert w.take() == (0, 0, 0.0)  # not slow turns
