@@ -114,14 +114,20 @@ class MappedFile:
         started = time.perf_counter()
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         fd = os.open(path, flags, 0o644)
+        head = b""
         try:
             if create:
                 os.ftruncate(fd, size)
             else:
+                # The header is read with pread, not through the mapping: a fault on a page the
+                # cache no longer holds reads the device's read-around window with it (8 MiB on
+                # the reference VM), and a restart opens every segment: 0.55-0.85 s per partition
+                # at 100M pending on six, 7.6 s for one (docs/benchmarks.md, runs h7b and h7c).
+                # pread reads the page and the few after it.
+                head = os.pread(fd, HEADER_SIZE, 0)
                 actual = os.fstat(fd).st_size
                 if actual != size:
                     # a file of another format version is sized differently: say which version
-                    head = os.pread(fd, HEADER_SIZE, 0)
                     if len(head) == HEADER_SIZE and head[:8] == magic:
                         ver = HEADER.unpack_from(head, 0)[1]
                         if ver != version:
@@ -149,11 +155,14 @@ class MappedFile:
                 log.debug("store.slow_file_create", path=str(path), size=size, ms=round(took * 1000, 1),
                           synced_header=sync_header)
         else:
-            self._check(version)
+            self._check(version, head)
 
-    def _check(self, version: int) -> None:
-        magic, ver, hsize, ga, gb, base, _r, crc = HEADER.unpack_from(self.buf, 0)
-        if crc32c(self.buf[:60]) != crc:
+    def _check(self, version: int, head: bytes) -> None:
+        if len(head) < HEADER_SIZE:
+            self.close()
+            raise StoreError(f"{self.path}: file header is corrupt (only {len(head)} bytes)")
+        magic, ver, hsize, ga, gb, base, _r, crc = HEADER.unpack_from(head, 0)
+        if crc32c(head[:60]) != crc:
             self.close()
             raise StoreError(f"{self.path}: file header is corrupt (CRC mismatch)")
         if magic != self.magic:

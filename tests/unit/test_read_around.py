@@ -20,7 +20,7 @@ from sidecar.levels.queue import LevelQueue
 from sidecar.store import codec
 from sidecar.store.idindex import IdIndex
 from sidecar.store.log import CommitLog
-from sidecar.store.mapped import MappedFile
+from sidecar.store.mapped import HEADER_SIZE, MappedFile
 from sidecar.wheel.layout import TimerLog
 
 pytestmark = pytest.mark.skipif(
@@ -138,3 +138,28 @@ def test_a_write_fault_in_random_mode_brings_in_its_own_page_only(tmp_path: Path
     if around[False] == [False, False]:
         pytest.skip("this file system or kernel reads no window around a fault: nothing to compare")
     assert around == {False: [True, True], True: [False, False]}
+
+
+def test_opening_a_file_reads_its_header_and_no_window_around_it(tmp_path: Path) -> None:
+    """A restart opens every segment; its header is read with ``pread``, not through a fault on the
+    mapping, which would read the device's read-around window with it (8 MiB a segment here)."""
+    size, probe = 64 << 20, 12 * mmap.PAGESIZE  # inside even the default 128 KiB window
+    path = tmp_path / "sealed"
+    f = MappedFile(path, magic=b"KDSTST\x00\x01", version=1, size=size, geom_a=7, geom_b=0, base=0,
+                   create=True, sync_header=True)
+    f.buf[HEADER_SIZE:] = b"\x01" * (size - HEADER_SIZE)  # written all through, as a sealed segment
+    f.flush()
+    f.close()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # a restart long after: the cache let it go
+    finally:
+        os.close(fd)
+    if any(resident(path, [0, probe])):
+        pytest.skip("this file system keeps the pages cached (tmpfs?): nothing to measure")
+    g = MappedFile(path, magic=b"KDSTST\x00\x01", version=1, size=size, geom_a=7, geom_b=0, base=0, create=False)
+    try:
+        assert resident(path, [0, probe]) == [True, False]
+        assert bytes(g.buf[HEADER_SIZE : HEADER_SIZE + 4]) == b"\x01" * 4  # the mapping reads as before
+    finally:
+        g.close()
