@@ -30,6 +30,7 @@ from sidecar.store.mapped import (
     MappedFile,
     PageWorker,
     Spare,
+    discard_mapped,
     fsync_dir,
     headerless,
 )
@@ -163,7 +164,7 @@ class LevelQueue:
         self.per_file = entries_per_file
         self.files: dict[int, MappedFile] = {}
         self.ahead = Ahead(pages, ENTRIES_AHEAD, ENTRIES_AHEAD_LOW)
-        self.spare = Spare(pages, self._create)  # the next file, created on the page thread
+        self.spare = Spare(pages, self._create, discard_mapped)  # the next file, created on the page thread
         self.dirty_from: int | None = None
         self.dirty_to = 0
         self.created = False  # a file was created since the last flush (fsync the directory)

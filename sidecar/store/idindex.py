@@ -121,6 +121,7 @@ from sidecar.store.mapped import (
     HEADER_SIZE,
     MappedFile,
     PageWorker,
+    Spare,
     StoreError,
     current_batch,
     fsync_dir,
@@ -549,6 +550,10 @@ class IdIndex:
         self.passes = 0
         self.grown = 0
         self._worker = True  # a pass thread waits for this index (_Workers), until close
+        # the next generation's journal, made ahead; one a crash leaves is named by no checkpoint
+        # and deleted by the next restore
+        self._spare_journal: Spare[idjournal.JournalWriter] = Spare(
+            pages, lambda g: idjournal.JournalWriter(self.dir, g), idjournal.JournalWriter.unlink)
         _WORKERS.opened()
 
     # -- open -------------------------------------------------------------------------------------
@@ -632,7 +637,13 @@ class IdIndex:
         """A generation with a stage for ``ops`` operations (a quarter full at most); ``busy``: the
         one before it filled (its stage's pages are faulted in ahead)."""
         cap = 1 << max(12, (4 * ops - 1).bit_length())
-        jw = idjournal.JournalWriter(self.dir, g) if writer else None
+        jw = None
+        if writer:
+            # The journal's file is created on the page thread one generation ahead (mapped.Spare):
+            # created here, at a cut, an index step waited 200 ms once for the file system's
+            # journal (open(O_CREAT) and the header's write; run h7c, docs/benchmarks.md).
+            jw = self._spare_journal.take(g) or idjournal.JournalWriter(self.dir, g)
+            self._spare_journal.ask(g + 1)
         stage = Stage(cap)
         if busy and self.pages is not None:
             # Its first stores would each fault a zeroed page on the loop (the C intake's inserts
@@ -1032,6 +1043,7 @@ class IdIndex:
         if self._worker:
             self._worker = False
             _WORKERS.closed()
+        self._spare_journal.close()
         for gen in (self._open, self._sealed):
             if gen is not None:
                 gen.stage.close()

@@ -51,6 +51,7 @@ from sidecar.store.mapped import (
     PageWorker,
     Spare,
     StoreError,
+    discard_mapped,
     fsync_dir,
     headerless,
     unborn,
@@ -121,7 +122,7 @@ class CommitLog:
         self.live: dict[int, int] = {}
         self.head = HEADER_SIZE  # next append position
         self._ahead = Ahead(pages, AHEAD_BYTES, AHEAD_LOW, HEADER_SIZE)
-        self.spare = Spare(pages, self._create)  # the next segment, created on the page thread
+        self.spare = Spare(pages, self._create, discard_mapped)  # the next segment, created on the page thread
         self.flushed = HEADER_SIZE  # everything before this is msynced
         self.truncations: list[Truncation] = []
         self.appended = 0

@@ -51,6 +51,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from crc32c import crc32c
 
@@ -569,32 +570,45 @@ class Ahead:
         self.asked = stop
 
 
-class Spare:
-    """The next file of a run of fixed-size files (a level queue, the timer log), created on the
-    page thread before the appends reach it, so the loop only takes it (``PageWorker``, "Create").
+T = TypeVar("T")
+
+
+def discard_mapped(f: MappedFile) -> None:
+    """A ``Spare``'s ``discard`` for a mapped file: close it and delete it."""
+    f.close()
+    _unlink(f.path)
+
+
+class Spare(Generic[T]):
+    """The next file of a run of files (a commit log's segments, a level queue's or the timer
+    log's files, the id index's journals), created on the page thread before the appends reach it,
+    so the loop only takes it (``PageWorker``, "Create").
 
     The owner ``ask``s for the file starting at entry ``first`` once its appends are half-way
     through the file before it, and ``take``s it when an append needs it: the file the page thread
     made, or None when it is not there (never asked, asked for another ``first``, or the creation
     failed), and the owner creates it itself as before. A request the page thread has not started
     is cancelled by a ``take`` (the thread then skips it, so the two never create the same file);
-    one it is working on is waited for (a creation: milliseconds). ``make(first)`` creates and maps
-    the file and nothing else: the owner's bookkeeping for a new file (its directory to be synced,
-    read-ahead off the sealed file) happens when it takes it, on the loop. A file made and never
-    taken is deleted at ``close``; a crash leaves it as an empty file of the run, which the owners
-    open as any other (its header is not synced: a power loss may leave it headerless, and then it
-    is deleted at open). Without a page thread (``pages`` None) nothing is asked."""
+    one it is working on is waited for (a creation: milliseconds). ``make(first)`` creates (and
+    maps) the file and nothing else: the owner's bookkeeping for a new file (its directory to be
+    synced, read-ahead off the sealed file) happens when it takes it, on the loop. A file made and
+    never taken is deleted at ``close`` (``discard``: ``discard_mapped`` for a mapped file);
+    a crash leaves it as an empty file of the run, which the owners open as any other or delete as
+    one no checkpoint names (a mapped file's header is not synced: a power loss may leave it
+    headerless, and then it is deleted at open). Without a page thread (``pages`` None) nothing is
+    asked."""
 
-    __slots__ = ("_cond", "_file", "_first", "_state", "made", "make", "pages")
+    __slots__ = ("_cond", "_discard", "_file", "_first", "_state", "made", "make", "pages")
     ASKED, MAKING, READY = 1, 2, 3
 
-    def __init__(self, pages: PageWorker | None, make: Callable[[int], MappedFile]) -> None:
+    def __init__(self, pages: PageWorker | None, make: Callable[[int], T], discard: Callable[[T], None]) -> None:
         self.pages = pages
         self.make = make
+        self._discard = discard
         self._cond = threading.Condition()
         self._first = -1
         self._state = 0  # 0: nothing asked (or taken); else ASKED, MAKING, READY
-        self._file: MappedFile | None = None
+        self._file: T | None = None
         self.made = 0  # files the page thread created
 
     def ask(self, first: int) -> None:
@@ -613,7 +627,7 @@ class Spare:
                 return
             self._state = self.MAKING
             first = self._first
-        f: MappedFile | None = None
+        f: T | None = None
         try:
             f = self.make(first)
         except (OSError, StoreError) as e:  # the loop creates it itself, and meets the error there
@@ -625,7 +639,7 @@ class Spare:
                 self.made += 1
             self._cond.notify_all()
 
-    def _reset(self) -> MappedFile | None:
+    def _reset(self) -> T | None:
         """Cancel or finish what was asked; the file made for it, if any."""
         with self._cond:
             while self._state == self.MAKING:
@@ -633,7 +647,7 @@ class Spare:
             f, self._file, self._state, self._first = self._file, None, 0, -1
         return f
 
-    def take(self, first: int) -> MappedFile | None:
+    def take(self, first: int) -> T | None:
         """The file for entries from ``first`` on, if the page thread made it (else None)."""
         if not self._state or self._first != first:
             return None
@@ -643,8 +657,7 @@ class Spare:
         """Delete a file made and never taken."""
         f = self._reset()
         if f is not None:
-            f.close()
-            _unlink(f.path)
+            self._discard(f)
 
 
 def page_worker(demote: bool = True) -> PageWorker:

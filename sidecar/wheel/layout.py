@@ -72,6 +72,7 @@ from sidecar.store.mapped import (
     PageWorker,
     Spare,
     StoreError,
+    discard_mapped,
     fsync_dir,
     headerless,
     unborn,
@@ -439,7 +440,7 @@ class TimerLog:
         # the entries' pages ahead of the head faulted in by the page thread (a first store into a
         # page of the sparse file is a major fault); as a level queue does (sidecar/levels/queue.py)
         self.ahead = Ahead(pages, ENTRIES_AHEAD, ENTRIES_AHEAD_LOW)
-        self.spare = Spare(pages, self._create)  # the next file, created on the page thread
+        self.spare = Spare(pages, self._create, discard_mapped)  # the next file, created on the page thread
         self.file_size = self.hs + entries_per_file * ENTRY_SIZE
         self.files: dict[int, MappedFile] = {}
         self.dirty: dict[int, list[int]] = {}  # entries patched in place (links, states)

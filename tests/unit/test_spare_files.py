@@ -14,7 +14,7 @@ import pytest
 from sidecar.levels.queue import LevelQueue
 from sidecar.store import codec
 from sidecar.store.log import CommitLog
-from sidecar.store.mapped import HEADER_SIZE, MappedFile, PageWorker, Spare, page_worker
+from sidecar.store.mapped import HEADER_SIZE, MappedFile, PageWorker, Spare, discard_mapped, page_worker
 from sidecar.wheel.layout import TimerLog
 
 PER = 64  # entries per file: the next file is asked for from entry 32 on
@@ -164,7 +164,7 @@ def test_a_spare_asked_for_another_file_is_deleted(tmp_path: Path) -> None:
         return LevelQueue._file(q, first, True)
 
     q = LevelQueue(tmp_path / "q", PER)
-    spare = Spare(pages, make)
+    spare = Spare(pages, make, discard_mapped)
     spare.ask(PER)
     _settle(pages)
     assert (tmp_path / "q" / f"{PER:020d}.q").exists()
@@ -250,3 +250,41 @@ def test_a_torn_tail_before_a_spare_segment_is_cut_not_refused(tmp_path: Path) -
     assert _append(again, 7) == last
     again.close()
     pages.close()
+
+
+def test_the_id_index_takes_the_next_journal_the_page_thread_made(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sidecar.store import idjournal
+    from sidecar.store.idindex import IdIndex
+
+    made: list[tuple[int, str]] = []
+    real = idjournal.JournalWriter.__init__
+
+    def init(self: idjournal.JournalWriter, directory: Path, g: int) -> None:
+        made.append((g, threading.current_thread().name))
+        real(self, directory, g)
+
+    monkeypatch.setattr(idjournal.JournalWriter, "__init__", init)
+    pages = page_worker()
+    ix = IdIndex(tmp_path, pages=pages)
+    ix.restore(None)
+    _settle(pages)
+    loop = threading.current_thread().name
+    assert made == [(1, loop), (2, "kds-pages")]  # the open generation's, and the next one's ahead
+    assert idjournal.path_of(tmp_path, 2).exists()
+    ix.put(12345, 7)
+    ix.step(1_000, 5_000)
+    assert ix._cut(force=True) == 1  # generation 2 opens: its journal is taken, 3 is asked for
+    _settle(pages)
+    assert made == [(1, loop), (2, "kds-pages"), (3, "kds-pages")]
+    ix.wait()
+    assert ix.find(12345) == [7]
+    ix.close()
+    assert not idjournal.path_of(tmp_path, 3).exists()  # made and never taken: deleted at close
+    pages.close()
+    # a journal made ahead that a crash left is named by no checkpoint: the next open deletes it
+    idjournal.JournalWriter(tmp_path, 9).close()
+    again = IdIndex(tmp_path)
+    again.restore(None)
+    assert not idjournal.path_of(tmp_path, 9).exists()
+    again.close()
