@@ -23,9 +23,9 @@ the previous ``stats`` line.
 A late wake is the other way the loop holds records up: ``consume`` is asked to wait at most until
 the next record falls due, and returns more than ``SLOW_TURN_S`` after that (the thread woke late:
 no free core, or another thread held the GIL when it wanted it back). No turn's work is slow
-then, but the record due at the timeout waits as long. Logged as ``loop.late_wake`` (``late_ms``
-past the timeout, at most once per ``LOG_EVERY_S``); ``stats`` carries ``late_wakes`` and
-``latest_wake_ms``.
+then, but the record due at the timeout waits as long. Logged as ``loop.late_wake`` at info
+(``late_ms`` past the timeout, at most once per ``LOG_EVERY_S``); ``stats`` carries
+``late_wakes`` and ``latest_wake_ms``.
 """
 
 from __future__ import annotations
@@ -127,7 +127,9 @@ class TurnWatch:
             self.max_wake_ms = late * 1000
         if now - self._last_wake_log >= LOG_EVERY_S:
             self._last_wake_log = now
-            log.warning("loop.late_wake", late_ms=round(late * 1000, 1), timeout_ms=round(timeout_s * 1000, 1))
+            # info, not a warning: the loop did no work late, the machine (or another thread
+            # holding the GIL) kept it from running; the operator's signal is ``stats``' count
+            log.info("loop.late_wake", late_ms=round(late * 1000, 1), timeout_ms=round(timeout_s * 1000, 1))
 
     def take_wakes(self) -> tuple[int, float]:
         """(late wakes, the latest one's ms past its timeout) since the previous call."""
