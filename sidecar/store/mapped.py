@@ -431,10 +431,11 @@ class PageWorker:
     mmap_lock is never held long. Dropping a page the loop touches meanwhile only costs it a fault
     from the page cache; nothing is lost (the kernel keeps the dirty bit on the page).
 
-    **Create.** The next file of a level queue or of the timer log is created here ahead of the
-    appends that need it (``Spare``, ``call``): a creation on the loop took 43-66 ms twice in a
-    100M scale run (``open(O_CREAT)`` and ``ftruncate`` wait for the file system's journal under
-    load; docs/benchmarks.md, run h6z).
+    **Create.** The next commit-log segment, level-queue or timer-log file and id-index journal is
+    created here ahead of the loop that needs it (``Spare``, ``call``): a creation on the loop took
+    43-66 ms twice in a 100M scale run (run h6z) and 200 ms once (a journal, run h7c):
+    ``open(O_CREAT)`` and the first write wait for the file system's journal under load
+    (docs/benchmarks.md).
 
     Requests run in order and are never waited for: a populate the thread has not reached when the
     loop gets there only costs the loop its own faults, a drop not done yet only leaves RSS higher
