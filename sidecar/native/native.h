@@ -103,9 +103,14 @@ extern PyMethodDef kds_codec_methods[]; /* setup, decode, encode, append, *_head
 /* -- idindex.c: the id index (idindex.py) ------------------------------------------------------- */
 
 /* A table's tag bytes (sidecar/store/idindex.py, "Tags"): one per slot, 0 empty, 1 tombstone,
- * else 0x80 | the hash's top 7 bits. A probe walks the tags and reads a slot only where its tag
- * matches: an absent id costs no read of the table's pages (which may have left the page cache). */
-static inline uint8_t kds_idx_tag(uint64_t h) { return h <= 1 ? (uint8_t)h : (uint8_t)(0x80 | (h >> 57)); }
+ * else the hash's top byte, 0 and 1 folded onto 2 and 3 (254 values: an absent id's tag matches
+ * 1 in 252 occupied slots; 0x80 | 7 bits matched 1 in 128). A probe walks the tags and reads a
+ * slot only where its tag matches: an absent id rarely reads the table's pages (which may have
+ * left the page cache). */
+static inline uint8_t kds_idx_tag(uint64_t h) {
+    uint8_t top = (uint8_t)(h >> 56);
+    return h <= 1 ? (uint8_t)h : (uint8_t)(top < 2 ? top + 2 : top);
+}
 
 /* A table the intake only probes for presence: its first slot, its tags (NULL: none), its mask. */
 typedef struct {

@@ -46,8 +46,8 @@ table is GiBs. So the loop never writes the table:
 the slots of its chain: random pages of a GiB file, which the kernel may have evicted (proactive
 reclaim evicts idle file pages with GiBs free), and then the loop waits for the disk, 100-250 ms
 behind a pass's writeback. So beside the table the index keeps its *tags*, a byte per slot in
-anonymous memory (idslot.tag: empty, tombstone, or 7 bits of the hash): the C probes walk the tags
-and read a slot only where its tag is the id's, 1 in 128 occupied slots for an absent id. Passes
+anonymous memory (idslot.tag: empty, tombstone, or the hash's top byte): the C probes walk the
+tags and read a slot only where its tag is the id's, 1 in 252 occupied slots for an absent id. Passes
 keep them: every pass reads every chunk of the table, and rewrites each chunk's tags once the chunk
 is written (merge.c), in place while the loop reads them (a tag is always its slot's state before
 or after the pass, as safe as the slot itself), or into fresh ones for a rebuilt table. The tags

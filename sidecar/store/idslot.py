@@ -7,7 +7,8 @@ digest forced >= 2), ``u64 ref``. A ref with ``PRECANCEL`` (the top bit) set is 
 low bits are its time (epoch ms).
 
 A table's *tag* of a slot (``tag``; C ``kds_idx_tag``, native.h) is one byte: ``EMPTY`` 0,
-``TOMB`` 1, else ``0x80`` with the hash's top 7 bits. The tags live in anonymous memory beside a
+``TOMB`` 1, else the hash's top byte with 0 and 1 folded onto 2 and 3 (254 values, so an absent
+id's tag matches 1 in 252 occupied slots; with ``0x80`` and 7 bits it was 1 in 128). The tags live in anonymous memory beside a
 table on disk (idindex.py, "Tags"), so that a probe reads a slot only where its tag matches.
 
 A journal record has the slot's layout: ``(hash, ref)`` is an insert. A remove is two records,
@@ -35,7 +36,10 @@ CUT_MIN = 1 << 14
 
 def tag(h: int) -> int:
     """The tag byte of a slot whose hash is ``h``."""
-    return h if h <= TOMB else 0x80 | (h >> 57)
+    if h <= TOMB:
+        return h
+    top = h >> 56
+    return top + 2 if top <= TOMB else top
 
 
 def tags_of(hashes: Any) -> bytes:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from sidecar.store import idindex as idindex_mod
 from sidecar.store import idjournal
 from sidecar.store.idindex import HEADER_SIZE, PRECANCEL, IdIndex, _count_range, _Pass
-from sidecar.store.idslot import EMPTY, SLOT, TOMB, tags_of
+from sidecar.store.idslot import EMPTY, SLOT, TOMB, tag, tags_of
 from sidecar.store.mapped import deferred_sync, header_bytes
 
 # Few distinct hashes with shared low bits: long probe chains and collisions on purpose; their top
@@ -241,6 +241,19 @@ def test_growth_rebuilds_off_the_loop_and_names_the_table_at_the_flush(tmp_path:
     for i in range(30):
         assert again.find(1000 + i * 17) == [i + 1]
     again.close()
+
+
+def test_a_tag_takes_254_values_so_an_absent_id_matches_1_in_252_slots() -> None:
+    """The tag of an occupied slot is the hash's top byte, 0 and 1 folded onto 2 and 3: every byte
+    but EMPTY and TOMB is used. Two random ids' tags match 260/65536 = 1/252 of the time (with
+    0x80 and the top 7 bits: 1/128); a new id's duplicate check reads the table only on a match."""
+    assert {tag(v << 56 | 2) for v in range(256)} == set(range(2, 256))
+    assert tag(EMPTY) == EMPTY and tag(TOMB) == TOMB and tag(2) == 2 and tag(1 << 56) == 3
+    rng = random.Random(25)
+    n = 400_000
+    matches = sum(tag(rng.getrandbits(64) | 2) == tag(rng.getrandbits(64) | 2) for _ in range(n))
+    # expected n/252 = 1587 (sd ~40); 7 bits would give n/128 = 3125
+    assert 1400 < matches < 1780, matches
 
 
 def test_the_tags_are_built_by_the_first_pass_and_follow_the_growths(tmp_path: Path) -> None:
