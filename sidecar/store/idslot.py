@@ -8,8 +8,9 @@ low bits are its time (epoch ms).
 
 A table's *tag* of a slot (``tag``; C ``kds_idx_tag``, native.h) is one byte: ``EMPTY`` 0,
 ``TOMB`` 1, else the hash's top byte with 0 and 1 folded onto 2 and 3 (254 values, so an absent
-id's tag matches 1 in 252 occupied slots; with ``0x80`` and 7 bits it was 1 in 128). The tags live in anonymous memory beside a
-table on disk (idindex.py, "Tags"), so that a probe reads a slot only where its tag matches.
+id's tag matches 1 in 252 occupied slots; with ``0x80`` and 7 bits it was 1 in 128). The tags
+live in anonymous memory beside a table on disk (idindex.py, "Tags"), so that a probe reads a slot
+only where its tag matches.
 
 A journal record has the slot's layout: ``(hash, ref)`` is an insert. A remove is two records,
 ``REMOVE_MARK`` (the hash ``TOMB``, ref 0) then ``(hash, ref)``: every bit of a ref belongs to some
