@@ -24,14 +24,15 @@ table is GiBs. So the loop never writes the table:
   names it.
 - **cut**: when the open stage holds ``cut_ops`` operations (``CUT_SHARE`` of the table's slots,
   at least ``CUT_MIN``), or ``CUT_S`` passed with operations in it, or ``IDLE_PASS_S`` passed at
-  all (the sweep below), and no pass runs: the open generation is sealed and a new one opens. A
+  all (the sweep below; a cut by age may wait for other indexes' passes, "Turns"), and no pass
+  runs: the open generation is sealed and a new one opens. A
   worker thread (``_Pass`` on ``_Workers``: kept between passes, ``SCHED_BATCH``, its native
   work ``SCHED_IDLE``: it must not take the loop's CPU) reads the sealed journal back from its
   file and merges its records into the table in one ascending pass (``idmerge.merge_journal``,
   in C without the GIL): the last operation on each pair wins, the chunks are rewritten in slot
   order with their writeback started as it goes, then synced. The pass counts the table's live
   and tombstone slots exactly, and removes the pre-cancels older than the cancel horizon: expired
-  pre-cancels leave within ``IDLE_PASS_S`` + a pass of their expiry, probed or not.
+  pre-cancels leave within twice ``IDLE_PASS_S`` + a pass of their expiry, probed or not.
 - **while the pass runs**, the loop probes three tables: open stage, sealed stage, table. The pass
   leaves the table valid for a concurrent reader at every write (merge.c). When it is done (noticed
   at an index step), the sealed stage is dropped: its entries are in the table.
@@ -53,6 +54,14 @@ is written (merge.c), in place while the loop reads them (a tag is always its sl
 or after the pass, as safe as the slot itself), or into fresh ones for a rebuilt table. The tags
 are not stored: after an open the table is probed without them until the first pass has built
 them. 1 byte per slot: 2-4 bytes of RSS per live entry. Without the accelerator there are none.
+
+**Turns.** A process's indexes (one per partition) take turns for the passes that a cut by age
+starts: while a pass of any index runs (``_Workers.busy``), a generation due only by its age
+(``CUT_S`` with operations, ``IDLE_PASS_S`` without) waits, up to twice that age; a full stage
+(``cut_ops``) is cut at once. Why: partitions filled at the same rate since the same second cut
+by age in the same second, and their passes, each reading its whole table, ran together every
+30 s; at 100M pending on six partitions the loop's stalls kept that beat (docs/benchmarks.md,
+"Runs h8a and h8b"). Taking turns spreads the same reads and writes over the 30 s.
 
 **Removes are seen late.** A pair removed while it is in the table or the sealed stage stays
 there until the pass of the remove's generation. For scheduler refs that is harmless: every hit
@@ -372,6 +381,7 @@ class _Workers:
         self._lock = threading.Lock()
         self._jobs: queue.SimpleQueue[_Pass] = queue.SimpleQueue()
         self._threads = self._idle = self._queued = self._open = 0
+        self.busy = 0  # passes submitted and not finished, of every index in the process ("Turns")
 
     def opened(self) -> None:
         """An index opened: a thread for it, started here if none is spare."""
@@ -390,6 +400,7 @@ class _Workers:
     def submit(self, job: _Pass) -> None:
         with self._lock:
             self._queued += 1
+            self.busy += 1
             start = self._queued > self._idle  # a pass never waits for another one
             if start:
                 self._counted()
@@ -423,6 +434,7 @@ class _Workers:
             finally:
                 with self._lock:
                     self._idle += 1
+                    self.busy -= 1
                 job.finished.set()
 
 
@@ -889,8 +901,12 @@ class IdIndex:
             self._start(self._sealed, self._growth(self._sealed))
             return 0
         age = (self._now_ms - gen.opened) / 1000 if gen.opened > 0 else 0.0
-        if not (force or gen.ops >= cut_ops(self.cap) or (gen.ops and age >= CUT_S) or age >= IDLE_PASS_S):
+        full = force or gen.ops >= cut_ops(self.cap)
+        limit = CUT_S if gen.ops else IDLE_PASS_S
+        if not (full or age >= limit):
             return 0
+        if not full and _WORKERS.busy and age < 2 * limit:
+            return 0  # another index's pass runs: a cut by age waits its turn ("Turns")
         if gen.writer is not None and gen.pending:
             gen.writer.append(gen.pending)
             gen.pending.clear()

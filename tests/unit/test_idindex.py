@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import random
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -392,6 +393,66 @@ def test_expired_pre_cancels_leave_with_a_pass_unprobed(tmp_path: Path) -> None:
     _run_pass(ix)
     assert ix.precancels() == 0 and ix.swept == 5 and ix.find(400) == [7]
     ix.close()
+
+
+class _Blocker:
+    """A job on the real pass workers that runs until released: another index's pass in flight."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.finished = threading.Event()
+        self.error: Exception | None = None
+
+    def run(self) -> None:
+        self.release.wait(30)
+
+
+def test_cuts_by_age_take_turns_with_the_other_indexes_passes(tmp_path: Path) -> None:
+    """While another index's pass runs in the process, a generation due only by its age waits
+    (up to twice CUT_S); one whose stage is full is cut at once; once that pass ends, the age cut
+    is taken at the next step. _Workers.busy counts the passes submitted and not finished."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = IdIndex(tmp_path / "a", initial_capacity=16)
+    b = IdIndex(tmp_path / "b", initial_capacity=16)
+    t0 = 1_000_000
+    for ix in (a, b):
+        ix.restore(None)
+        ix.step(t0, 60_000)
+    a.put(1000, 1)
+    cut_s = int(idindex_mod.CUT_S * 1000)
+    busy0 = idindex_mod._WORKERS.busy
+    other = _Blocker()
+    idindex_mod._WORKERS.submit(other)  # type: ignore[arg-type]
+    try:
+        assert idindex_mod._WORKERS.busy == busy0 + 1
+        assert a.step(t0 + cut_s, 60_000) == 0 and a._pass is None  # due by age: waits its turn
+        assert a.step(t0 + 2 * cut_s - 1, 60_000) == 0
+        for i in range(idindex_mod.cut_ops(b.cap)):
+            b.put(2000 + i, i + 1)
+        assert b.step(t0 + 1, 60_000) == idindex_mod.cut_ops(b.cap)  # full: cut at once
+        _run_pass(b)
+    finally:
+        other.release.set()
+    assert other.finished.wait(10)
+    assert idindex_mod._WORKERS.busy == busy0
+    assert a.step(t0 + 2 * cut_s - 1, 60_000) == 1 and a._pass is not None  # its turn now
+    _run_pass(a)
+    assert a.find(1000) == [1]
+    a.put(1001, 2)
+    a.step(t0 + 2 * cut_s, 60_000)
+    other = _Blocker()
+    idindex_mod._WORKERS.submit(other)  # type: ignore[arg-type]
+    try:
+        assert a.step(t0 + 3 * cut_s, 60_000) == 0  # another turn to wait for
+        assert a.step(t0 + 4 * cut_s, 60_000) == 1  # twice CUT_S: cut, busy or not
+    finally:
+        other.release.set()
+    assert other.finished.wait(10)
+    _run_pass(a)
+    assert a.find(1001) == [2]
+    a.close()
+    b.close()
 
 
 def test_a_removed_pre_cancel_is_hidden_until_its_pass(tmp_path: Path) -> None:
