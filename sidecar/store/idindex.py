@@ -25,9 +25,9 @@ table is GiBs. So the loop never writes the table:
 - **cut**: when the open stage holds ``cut_ops`` operations (``CUT_SHARE`` of the table's slots,
   at least ``CUT_MIN``), or ``CUT_S`` passed with operations in it, or ``IDLE_PASS_S`` passed at
   all (the sweep below; a cut by age may wait for other indexes' passes, "Turns"), and no pass
-  runs: the open generation is sealed and a new one opens. A
-  worker thread (``_Pass`` on ``_Workers``: kept between passes, ``SCHED_BATCH``, its native
-  work ``SCHED_IDLE``: it must not take the loop's CPU) reads the sealed journal back from its
+  runs: the open generation is sealed and a new one opens. A worker thread (``_Pass`` on
+  ``_Workers``: kept between passes, ``SCHED_BATCH``, its native work ``SCHED_IDLE``: it must not
+  take the loop's CPU) reads the sealed journal back from its
   file and merges its records into the table in one ascending pass (``idmerge.merge_journal``,
   in C without the GIL): the last operation on each pair wins, the chunks are rewritten in slot
   order with their writeback started as it goes, then synced. The pass counts the table's live
@@ -381,7 +381,6 @@ class _Workers:
         self._lock = threading.Lock()
         self._jobs: queue.SimpleQueue[_Pass] = queue.SimpleQueue()
         self._threads = self._idle = self._queued = self._open = 0
-        self.busy = 0  # passes submitted and not finished, of every index in the process ("Turns")
 
     def opened(self) -> None:
         """An index opened: a thread for it, started here if none is spare."""
@@ -400,13 +399,19 @@ class _Workers:
     def submit(self, job: _Pass) -> None:
         with self._lock:
             self._queued += 1
-            self.busy += 1
             start = self._queued > self._idle  # a pass never waits for another one
             if start:
                 self._counted()
         self._jobs.put(job)
         if start:
             self._spawn()
+
+    @property
+    def busy(self) -> int:
+        """Passes submitted and not finished, of every index in the process ("Turns"): queued, or
+        on a thread that is not idle."""
+        with self._lock:
+            return self._queued + self._threads - self._idle
 
     def _counted(self) -> None:
         """A new thread, counted (and idle) before it starts: under the lock."""
@@ -434,7 +439,6 @@ class _Workers:
             finally:
                 with self._lock:
                     self._idle += 1
-                    self.busy -= 1
                 job.finished.set()
 
 
