@@ -106,7 +106,7 @@ class Events(Protocol):
     def partitions_assigned(self, partitions: list[int]) -> dict[int, int | None]: ...
     def partitions_revoked(self, partitions: list[int]) -> None: ...
     def partitions_lost(self, partitions: list[int]) -> None: ...
-    def held(self) -> set[int]: ...  # assigned partitions that must stay paused (restoring)
+    def kept_paused(self) -> set[int]: ...  # assigned partitions that stay paused (restoring, page waits)
     def broker_status(self, up: bool, source: str) -> None: ...
     def statistics(self, stats_json: str) -> None: ...
 
@@ -464,7 +464,7 @@ class KafkaIO:
         self.paused = True
 
     def resume(self) -> None:
-        held = self.events.held()
+        held = self.events.kept_paused()
         self.consumer.resume([tp for tp in self.consumer.assignment() if tp.partition not in held])
         self.paused = False
 
@@ -518,7 +518,7 @@ class KafkaIO:
             self.consumer.seek(tp)
             if tp.offset >= 0:
                 self.committed[tp.partition] = tp.offset
-        held = self.events.held()
+        held = self.events.kept_paused()
         if self.paused:
             self.consumer.pause(tps)
         elif held:

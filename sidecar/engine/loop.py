@@ -65,6 +65,7 @@ from sidecar.engine.turns import SLOW_TURN_S, TurnWatch
 from sidecar.levels.scheduler import LevelsScheduler
 from sidecar.scheduling import Scheduler
 from sidecar.store import space
+from sidecar.store.idindex import PageRead
 from sidecar.store.log import CommitLog
 from sidecar.store.mapped import StoreError, page_worker
 from sidecar.store.partition import FAST_INTAKE, TRIM_INTERVAL_S, Counters, PartitionStore, compile_rules
@@ -80,6 +81,11 @@ GAP_S = 2.0
 STANDBY_REFRESH_S = 10.0  # how often the group is described to place the standbys
 UNPROVEN_HOLD_S = 6.0  # with nothing committed yet to prove it: two heartbeat intervals
 FAST_RETRY = 32  # records left to the reference path after the C intake took none (PartitionStore.ingest_many)
+# A partition whose C intake stopped for an id-table page not in memory (``ingest``, "Page waits")
+# is held until the page thread has read the page, this long at most; the loop looks every
+# PAGE_WAIT_POLL_S meanwhile.
+PAGE_WAIT_S = 1.0
+PAGE_WAIT_POLL_S = 0.002
 GC_THRESHOLD = (20_000, 20, 20)
 LOOKUP_WAIT_S = 1.0  # how long a look-up from an HTTP thread waits for the stores (then 503)
 LOOKUP_YIELD_S = 0.0002  # a busy loop pauses this long before taking the stores back from a waiting look-up
@@ -167,6 +173,9 @@ class Sidecar:
         # partition (restoring) -> the first ingress offset consumed while it had no store: read
         # again from there once it is restored (see ``ingest``)
         self._refetch: dict[int, int] = {}
+        # partition -> (first ingress offset not stored, the page read asked for, since): "Page waits"
+        self._page_waits: dict[int, tuple[int, PageRead, float]] = {}
+        self.page_waits = 0  # partitions held for an id-table page so far
         self._restored_synced = 0  # restored records already counted in the metrics
         self._group: Any = None  # a pending describe of the group (standby placement)
         self._last_group = -STANDBY_REFRESH_S
@@ -259,11 +268,17 @@ class Sidecar:
         """Assigned partitions whose ingress waits: their stores are still restoring."""
         return set() if self.restorer is None else set(self.restorer.restoring)
 
+    def kept_paused(self) -> set[int]:
+        """Assigned partitions that stay paused when ingress resumes: the restoring ones, and those
+        waiting for an id-table page."""
+        return self.held() | set(self._page_waits)
+
     def _drop_restoring(self, partitions: list[int]) -> None:
         """A restoring partition that goes away: its store keeps what it restored (uncommitted)."""
         for partition in partitions:
             self._skip.pop(partition, None)
             self._refetch.pop(partition, None)
+            self._page_waits.pop(partition, None)
         if self.restorer is None:
             return
         for partition in partitions:
@@ -402,6 +417,8 @@ class Sidecar:
             timeout = 0.0 if self.restorer is not None and self.restorer.restoring else self.pub.wait_s(now)
             if self.txn is not None:
                 timeout = min(timeout, self.txn.wait_s(self.clock.monotonic()))
+            if self._page_waits:
+                timeout = min(timeout, PAGE_WAIT_POLL_S)
         tw = clock()
         if not self.paused:
             msgs = self.kafka.consume(self.s.batch_size, timeout)
@@ -427,6 +444,8 @@ class Sidecar:
         turns.mark()  # also counts the turn
         if self.txn is not None and self._must_reset():
             msgs = []  # consumed again from the committed offsets
+        if self._page_waits:
+            self._page_waits_step()
         if msgs:
             # In slices, publishing in between whatever fell due meanwhile: a full batch
             # takes tens of ms to store, and due records must not wait behind it.
@@ -578,6 +597,7 @@ class Sidecar:
         log.error("transaction.aborted", reason=why, partitions=partitions,
                   action="restoring the partitions' committed state from the changelog")
         self._drop_restoring(list(self.held()))
+        self._page_waits.clear()  # consumed again from the committed offsets (rewind, below)
         for partition in list(self.stores):
             self._skip.pop(partition, None)
             self._discard(self.stores.pop(partition))
@@ -613,6 +633,9 @@ class Sidecar:
                 i = j
                 if i >= n:
                     break
+                if store.page_read is not None:  # stopped for an id-table page: "Page waits"
+                    self._page_wait(store, msgs[i].offset())
+                    store = None
             m = msgs[i]
             i += 1
             err = m.error()
@@ -621,7 +644,8 @@ class Sidecar:
                 continue
             partition: int = m.partition()
             if partition != last_partition:
-                last_partition, store = partition, stores.get(partition)
+                last_partition = partition
+                store = None if partition in self._page_waits else stores.get(partition)
             if store is None:
                 # Revoked in between: the new owner consumes it. Or assigned and still restoring
                 # (the assign callback does not pause it: kafka_io._assign): paused now, and
@@ -634,6 +658,41 @@ class Sidecar:
                 continue
             ts_type, ts = m.timestamp()
             store.ingest_fields(topic, m.offset(), ts if ts_type else now, m.key(), m.value(), m.headers(), now)
+
+    def _page_wait(self, store: PartitionStore, offset: int) -> None:
+        """Page waits. The C intake stopped before the record at ``offset``: its id's duplicate
+        check has to read a slot of the id table whose page the kernel evicted, and the loop would
+        wait for the disk (50-135 ms behind the merge passes' writeback, run h9a), every other
+        partition's deliveries with it. So the page is read on the page thread
+        (``IdIndex.read_page``) and the partition is paused from that record on: its records still
+        in this batch are skipped and consumed again from ``offset`` once the page is in memory
+        (``_page_waits_step``), in order, so nothing is stored twice or out of order. The
+        checkpoint covers only what was stored, so a crash meanwhile consumes them again too."""
+        read = store.page_read
+        assert read is not None
+        store.page_read = None
+        self._page_waits[store.partition] = (offset, read, self.clock.monotonic())
+        self.page_waits += 1
+        self.kafka.hold(store.partition)
+
+    def _page_waits_step(self) -> None:
+        """Consume again each partition whose page was read, or that waited ``PAGE_WAIT_S``
+        (then its next intake reads the slot wherever it is: the loop waits, but moves on)."""
+        mono = self.clock.monotonic()
+        for partition, (offset, read, since) in list(self._page_waits.items()):
+            if not read.done and mono - since < PAGE_WAIT_S:
+                continue
+            del self._page_waits[partition]
+            store = self.stores.get(partition)
+            if store is None:
+                continue
+            if not read.done:
+                store.page_read_skip = True
+            try:
+                self.kafka.seek(partition, offset)
+            except KafkaException as e:  # not expected: it is assigned and being fetched
+                log.error("ingress.seek_failed", partition=partition, offset=offset, error=str(e))
+            self.kafka.release(partition)
 
     def _restore_step(self) -> None:
         """A slice of changelog restore; a restored store joins the loop and its ingress resumes."""
@@ -827,7 +886,7 @@ class Sidecar:
             pending=sum(pending.values()), pending_by_tier=pending, in_flight=self.pub.in_flight,
             retry_queue=len(self.pub.retries), early=k.early, paused=self.paused, turns=turn_count,
             slow_turns=slow_turns, slowest_turn_ms=slowest_turn_ms, late_wakes=late_wakes,
-            latest_wake_ms=latest_wake_ms,
+            latest_wake_ms=latest_wake_ms, page_waits=self.page_waits,
             **({"transactions_committed": self.txn.committed, "transactions_aborted": self.txn.aborted}
                if self.txn is not None else {}),
             **({"standby_lag": {str(p): n for p, n in self._standby_lag().items()}}

@@ -5,6 +5,9 @@
  * fast path (kds_idx_intake_slot, kds_idx_write). */
 #include "native.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #define EMPTY 0
 #define TOMB 1
 
@@ -446,10 +449,24 @@ static PyObject *native_idx_delivered_records(PyObject *self, PyObject *const *a
     return out;
 }
 
+/* Is the page holding p in memory? (mincore: the page cache's answer for a file mapping, one
+ * system call, ~1 us.) A page the kernel evicted would make the reader wait for the disk: 50-135 ms
+ * on the loop at 100M pending on six partitions behind the passes' writeback (run h9a). An error
+ * counts as resident: the read then happens as before. */
+static int page_resident(const uint8_t *p) {
+    static long page = 0;
+    if (!page) page = sysconf(_SC_PAGESIZE);
+    unsigned char vec = 1;
+    void *at = (void *)((uintptr_t)p & ~(uintptr_t)(page - 1));
+    if (mincore(at, (size_t)page, &vec) < 0) return 1;
+    return vec & 1;
+}
+
 /* 1 if the table may hold an entry under h: one is there, or the probe went round the table
  * without meeting an empty slot (the caller then leaves the id to the reference path). With tags,
- * a slot is read only where its tag is h's. */
-static int intake_seen(const KdsProbed *t, uint64_t h) {
+ * a slot is read only where its tag is h's; 2 (the slot in *wait) when that slot's page is not
+ * in memory and the table is probed `resident`. */
+static int intake_seen(const KdsProbed *t, uint64_t h, long long *wait) {
     uint64_t sh, probes = 0, mask = t->mask;
     if (t->tags) {
         const uint8_t want = kds_idx_tag(h);
@@ -458,6 +475,10 @@ static int intake_seen(const KdsProbed *t, uint64_t h) {
             uint8_t tag = t->tags[at];
             if (tag == EMPTY) return 0;
             if (tag != want) continue;
+            if (t->resident && !page_resident(t->slots + at * 16)) {
+                *wait = (long long)at;
+                return 2;
+            }
             memcpy(&sh, t->slots + at * 16, 8);
             if (sh == h) return 1;
         }
@@ -471,12 +492,14 @@ static int intake_seen(const KdsProbed *t, uint64_t h) {
 }
 
 long long kds_idx_intake_slot(const uint8_t *base, uint64_t mask, long long live, long long tombs, uint64_t h,
-                              int *tomb, const KdsProbed *probed, int nprobed) {
+                              int *tomb, const KdsProbed *probed, int nprobed, long long *wait) {
     if ((live + tombs + 1) * 2 > (long long)(mask + 1)) return -1; /* IdIndex.put would grow the table */
     /* an entry under h in a table probed for presence (the staged index's sealed stage or
        table) counts as one in this table */
-    for (int k = 0; k < nprobed; k++)
-        if (intake_seen(&probed[k], h)) return -1;
+    for (int k = 0; k < nprobed; k++) {
+        int seen = intake_seen(&probed[k], h, wait);
+        if (seen) return seen == 2 ? -2 : -1;
+    }
     int64_t free_slot = -1;
     uint64_t at = h & mask, probes = 0;
     for (;; at = (at + 1) & mask, probes++) {

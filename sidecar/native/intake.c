@@ -157,7 +157,7 @@ static int in_probed(InRun *r, PyObject *b, int mask_at, Py_buffer *v, int *have
         PyErr_SetString(PyExc_ValueError, "intake: a probed index buffer does not match the state");
         return -1;
     }
-    r->probed[r->nprobed++] = (KdsProbed){(const uint8_t *)v->buf + r->hs, NULL, mask};
+    r->probed[r->nprobed++] = (KdsProbed){(const uint8_t *)v->buf + r->hs, NULL, mask, 0};
     return 0;
 }
 
@@ -230,6 +230,7 @@ static int in_open(InRun *r, PyObject *seg, PyObject *idx, PyObject *stl, PyObje
             return -1;
         }
         last->tags = (const uint8_t *)r->tagsv.buf;
+        last->resident = st[IN_IDX_RESIDENT] == 1; /* the table is file-backed: its pages may be out */
     }
     PyObject *jnl = o[IN_OPT_JNL];
     if (jnl != NULL && jnl != Py_None && st[IN_IDX_JNL_AT] >= 0) {
@@ -396,7 +397,10 @@ static void in_stored(InRun *r, uint64_t length, long long at, int tomb, uint64_
  *                 the index is appended at byte st[IN_IDX_JNL_AT] as 16 bytes (u64 h, u64 ref,
  *                 little-endian), which moves by 16.
  *   idx_tags_buf  the tag bytes of the table probed last (idx_old2_buf if given, else idx_old_buf;
- *                 kds_idx_tag): a slot of it is read only where its tag is the id's.
+ *                 kds_idx_tag): a slot of it is read only where its tag is the id's. With
+ *                 st[IN_IDX_RESIDENT] 1, only where its page is in memory too: else the run stops
+ *                 before the message, with the slot in st[IN_IDX_WAIT] (the caller has the page
+ *                 read off the loop and calls again later).
  * Returns the index of the first message not stored (len(msgs) if all were): every message before
  * it is stored, indexed and journaled, nothing of it or after it. A record with no room left in
  * the journal (st[IN_IDX_JNL_AT] + 16 > len(idx_jnl_buf)) is not stored, like any record the loop
@@ -477,8 +481,10 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
         uint64_t h = kds_id_hash((const uint8_t *)rid, rlen);
         /* id index: no entry under h (else the duplicate / pre-cancel checks), no growth due */
         int tomb = 0;
+        long long wait = -1;
         long long at = kds_idx_intake_slot(r->ibase, r->mask, st[IN_IDX_LIVE], st[IN_IDX_TOMBS], h, &tomb, r->probed,
-                                           r->nprobed);
+                                           r->nprobed, &wait);
+        if (at == -2) st[IN_IDX_WAIT] = wait; /* its page is not in memory: the caller has it read */
         if (at < 0 || !in_jnl_room(r)) goto next;
         /* plan */
         long long level = 0;
@@ -630,8 +636,10 @@ static PyObject *native_restore_run(PyObject *self, PyObject *const *args, Py_ss
         if (!in_changelog_record(v, vlen, PyBytes_AS_STRING(key), klen)) goto next;
         uint64_t h = kds_id_hash((const uint8_t *)PyBytes_AS_STRING(key), (size_t)klen);
         int tomb = 0;
+        long long wait = -1;
         long long at = kds_idx_intake_slot(r->ibase, r->mask, st[IN_IDX_LIVE], st[IN_IDX_TOMBS], h, &tomb, r->probed,
-                                           r->nprobed);
+                                           r->nprobed, &wait);
+        if (at == -2) st[IN_IDX_WAIT] = wait;
         if (at < 0 || !in_jnl_room(r)) goto next;
         long long head = st[IN_HEAD], soff_log = in_room(r, (uint64_t)vlen);
         if (soff_log < 0) goto next;

@@ -19,38 +19,40 @@
 #define IN_MAX_SRC_OFFSET 12 /* restore_run: highest source offset of the records it stored (-1: none) */
 #define IN_IDX_OLD2_MASK 13 /* id index: a second table probed for presence only, capacity - 1 (-1: none) */
 #define IN_IDX_JNL_AT 14 /* id index: bytes of the journal buffer used (moved by the loop; -1: no journal) */
-#define IN_SCHED_AT 15 /* first index of the scheduler's part */
+#define IN_IDX_RESIDENT 15 /* id index: 1: stop at a slot to read whose table page is not in memory */
+#define IN_IDX_WAIT 16 /* id index: the table slot it stopped for, its page not in memory (-1: none) */
+#define IN_SCHED_AT 17 /* first index of the scheduler's part */
 
 /* Kind. Values of ``Common.KIND``. */
 #define IN_KIND_WHEEL 0 /* the wheel's part follows */
 #define IN_KIND_LEVELS 1 /* the levels' part follows */
 
 /* Wheel. The wheel's part (sidecar/wheel/scheduler.py, ``intake_begin`` / ``intake_end``). */
-#define IN_W_P 15 /* precision: ms per slot */
-#define IN_W_N 16 /* slots in the ring */
-#define IN_W_LATE_BELOW 17 /* slot numbers below this are already due: the late chain */
-#define IN_W_S_K 18 /* reader's slot number */
-#define IN_W_S_O 19 /* reader's offset within its slot (-1: none) */
-#define IN_W_GUARD 20 /* ring guard: slot numbers from GUARD + N go to a bucket */
-#define IN_W_HEAD 21 /* next timer-log entry index (moved by the loop) */
-#define IN_W_PER_FILE 22 /* timer-log entries per file */
-#define IN_W_F0 23 /* first entry of the head's timer-log file (-1: not mapped) */
-#define IN_W_APP_LO 24 /* timer log: appended range start (-1: none; moved by the loop) */
-#define IN_W_APP_HI 25 /* timer log: appended range end (moved by the loop) */
-#define IN_W_SLOT_DIRTY_LO 26 /* slot file: dirty byte range start (-1: none; moved by the loop) */
-#define IN_W_SLOT_DIRTY_HI 27 /* slot file: dirty byte range end (moved by the loop) */
-#define IN_W_MARK_LO 28 /* timer log: patched old tails, byte range start (-1: none; set by the loop) */
-#define IN_W_MARK_HI 29 /* timer log: patched old tails, byte range end (set by the loop) */
-#define IN_W_WIDTH 30 /* bucket width, ms */
-#define IN_W_LATE_HEAD 31 /* late chain's first entry (-1: empty; moved by the loop) */
-#define IN_W_LATE_TAIL 32 /* late chain's last entry (-1: empty; moved by the loop) */
-#define IN_W_NEW_CHAINS 33 /* slot chains the loop started (occ_send flags set): the search memo is stale */
-#define IN_W_SIZE 34 /* length of the array with the wheel's part */
+#define IN_W_P 17 /* precision: ms per slot */
+#define IN_W_N 18 /* slots in the ring */
+#define IN_W_LATE_BELOW 19 /* slot numbers below this are already due: the late chain */
+#define IN_W_S_K 20 /* reader's slot number */
+#define IN_W_S_O 21 /* reader's offset within its slot (-1: none) */
+#define IN_W_GUARD 22 /* ring guard: slot numbers from GUARD + N go to a bucket */
+#define IN_W_HEAD 23 /* next timer-log entry index (moved by the loop) */
+#define IN_W_PER_FILE 24 /* timer-log entries per file */
+#define IN_W_F0 25 /* first entry of the head's timer-log file (-1: not mapped) */
+#define IN_W_APP_LO 26 /* timer log: appended range start (-1: none; moved by the loop) */
+#define IN_W_APP_HI 27 /* timer log: appended range end (moved by the loop) */
+#define IN_W_SLOT_DIRTY_LO 28 /* slot file: dirty byte range start (-1: none; moved by the loop) */
+#define IN_W_SLOT_DIRTY_HI 29 /* slot file: dirty byte range end (moved by the loop) */
+#define IN_W_MARK_LO 30 /* timer log: patched old tails, byte range start (-1: none; set by the loop) */
+#define IN_W_MARK_HI 31 /* timer log: patched old tails, byte range end (set by the loop) */
+#define IN_W_WIDTH 32 /* bucket width, ms */
+#define IN_W_LATE_HEAD 33 /* late chain's first entry (-1: empty; moved by the loop) */
+#define IN_W_LATE_TAIL 34 /* late chain's last entry (-1: empty; moved by the loop) */
+#define IN_W_NEW_CHAINS 35 /* slot chains the loop started (occ_send flags set): the search memo is stale */
+#define IN_W_SIZE 36 /* length of the array with the wheel's part */
 
 /* Levels. The levels' header (sidecar/levels/scheduler.py, ``intake_begin`` / ``intake_end``). */
-#define IN_L_COUNT 15 /* levels, level 0 (no delay) included */
-#define IN_L_PER_FILE 16 /* queue entries per file */
-#define IN_L_BASE 23 /* first index of level 0's block */
+#define IN_L_COUNT 17 /* levels, level 0 (no delay) included */
+#define IN_L_PER_FILE 18 /* queue entries per file */
+#define IN_L_BASE 25 /* first index of level 0's block */
 #define IN_L_STRIDE 5 /* values per level */
 
 /* Level. One level's block: offsets from ``level_at(n)``. */
@@ -77,6 +79,8 @@
     X(IN_MAX_SRC_OFFSET) \
     X(IN_IDX_OLD2_MASK) \
     X(IN_IDX_JNL_AT) \
+    X(IN_IDX_RESIDENT) \
+    X(IN_IDX_WAIT) \
     X(IN_KIND_WHEEL) \
     X(IN_KIND_LEVELS) \
     X(IN_W_P) \

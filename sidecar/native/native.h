@@ -112,18 +112,22 @@ static inline uint8_t kds_idx_tag(uint64_t h) {
     return h <= 1 ? (uint8_t)h : (uint8_t)(top < 2 ? top + 2 : top);
 }
 
-/* A table the intake only probes for presence: its first slot, its tags (NULL: none), its mask. */
+/* A table the intake only probes for presence: its first slot, its tags (NULL: none), its mask;
+ * resident: a slot is read only where its page is in memory (mincore), else the probe stops
+ * (the id index's file-backed table, when the caller can wait for the page off the loop). */
 typedef struct {
     const uint8_t *slots, *tags;
     uint64_t mask;
+    int resident;
 } KdsProbed;
 
 /* the slot index the intake's insert of h takes in the table at base (mask), with live + tombs
  * occupied: -1 when h has an entry already (in that table, or in one of the nprobed tables probed
- * for presence) or the insert would grow the table (the reference path's cases); *tomb set when
- * the slot is a tombstone */
+ * for presence) or the insert would grow the table (the reference path's cases); -2 when a probed
+ * table's slot to read (a tag match) is on a page not in memory, its index in *wait (a probed
+ * table with `resident` set); *tomb set when the slot is a tombstone */
 long long kds_idx_intake_slot(const uint8_t *base, uint64_t mask, long long live, long long tombs, uint64_t h,
-                              int *tomb, const KdsProbed *probed, int nprobed);
+                              int *tomb, const KdsProbed *probed, int nprobed, long long *wait);
 void kds_idx_write(uint8_t *base, uint64_t at, uint64_t h, uint64_t ref); /* (h, ref) into slot at */
 extern PyMethodDef kds_idindex_methods[]; /* id_hash, idx_* */
 extern PyMethodDef kds_merge_methods[];   /* idx_merge_pass, idx_merge_journal, idx_rebuild, idx_pass_idle */

@@ -54,6 +54,11 @@ is written (merge.c), in place while the loop reads them (a tag is always its sl
 or after the pass, as safe as the slot itself), or into fresh ones for a rebuilt table. The tags
 are not stored: after an open the table is probed without them until the first pass has built
 them. 1 byte per slot: 2-4 bytes of RSS per live entry. Without the accelerator there are none.
+Where a tag matches, the C intake reads the slot only if its page is in memory (``mincore``;
+``intake_state(resident=True)``): else it stops before the record, ``read_page`` reads the page
+on the page thread, and the loop holds the partition until it is in (sidecar/engine/loop.py,
+``_page_wait``): the loop never waits for the disk for a duplicate check, only that partition
+does, for a moment.
 
 **Turns.** A process's indexes (one per partition) take turns for the passes that a cut by age
 starts: while a pass of any index runs (``_Workers.busy``), a generation due only by its age
@@ -526,6 +531,16 @@ class _Pass:
             self.seconds = time.perf_counter() - t0
 
 
+class PageRead:
+    """A read of one table page on the page thread (``IdIndex.read_page``): ``done`` once the page
+    is in the page cache (or the read failed: the intake then reads the slot itself)."""
+
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = False
+
+
 class IdIndex:
     pass_class = _Pass  # what runs a pass (tests substitute one they run by hand)
 
@@ -955,11 +970,15 @@ class IdIndex:
         self._pass.start()
 
     # -- the C intake (PartitionStore.ingest_many; sidecar/store/intake_layout.py) ---------------
-    def intake_state(self, st: list[int], room: int) -> memoryview:
+    def intake_state(self, st: list[int], room: int, resident: bool = False) -> memoryview:
         """Hand the C intake the open stage (it probes and inserts there in place; it leaves to
         ``put`` a record whose insert would fill it past half), the tables it only probes (an
         entry under the id there: the record goes to ``put``), and a journal buffer with room for
-        ``room`` records."""
+        ``room`` records. ``resident``: the intake reads a table slot only where its page is in
+        memory, and else stops before the record with the slot in ``Common.IDX_WAIT``
+        (``read_page``; the loop's "Page waits")."""
+        st[Common.IDX_RESIDENT] = int(resident and self.pages is not None and self.pages.enabled)
+        st[Common.IDX_WAIT] = -1
         gen = self._open
         assert gen is not None
         st[Common.IDX_MASK] = gen.stage.mask
@@ -980,6 +999,27 @@ class IdIndex:
         if sealed is None:
             return self.f.buf, None, self._jbuf, self.tags
         return sealed.stage.buf, self.f.buf, self._jbuf, self.tags
+
+    def read_page(self, slot: int) -> PageRead:
+        """Read the table's page holding ``slot`` into the page cache on the page thread (with
+        ``os.pread``, the GIL released), so the loop does not wait for the disk there."""
+        read = PageRead()
+        path, off = self.f.path, HEADER_SIZE + slot * SLOT_SIZE
+
+        def run() -> None:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.pread(fd, SLOT_SIZE, off)
+                finally:
+                    os.close(fd)
+            except OSError:
+                pass  # the intake reads the slot itself (the table was replaced meanwhile: a growth)
+            read.done = True
+
+        assert self.pages is not None
+        self.pages.call(run)
+        return read
 
     def intake_restore(self, st: list[int]) -> None:
         """Take back the open stage's counts and the journal records the intake wrote."""

@@ -54,6 +54,8 @@ class _Common:
     MAX_SRC_OFFSET: Annotated[int, "restore_run: highest source offset of the records it stored (-1: none)"] = 12
     IDX_OLD2_MASK: Annotated[int, "id index: a second table probed for presence only, capacity - 1 (-1: none)"] = 13
     IDX_JNL_AT: Annotated[int, "id index: bytes of the journal buffer used (moved by the loop; -1: no journal)"] = 14
+    IDX_RESIDENT: Annotated[int, "id index: 1: stop at a slot to read whose table page is not in memory"] = 15
+    IDX_WAIT: Annotated[int, "id index: the table slot it stopped for, its page not in memory (-1: none)"] = 16
 
 
 Common = _Common()
@@ -70,52 +72,52 @@ class _Kind:
 Kind = _Kind()
 
 
-SCHED_AT: Annotated[int, "first index of the scheduler's part"] = 15
+SCHED_AT: Annotated[int, "first index of the scheduler's part"] = 17
 
 
 @dataclass(frozen=True)
 class _Wheel:
     """The wheel's part (sidecar/wheel/scheduler.py, ``intake_begin`` / ``intake_end``)."""
 
-    P: Annotated[int, "precision: ms per slot"] = 15
-    N: Annotated[int, "slots in the ring"] = 16
-    LATE_BELOW: Annotated[int, "slot numbers below this are already due: the late chain"] = 17
-    S_K: Annotated[int, "reader's slot number"] = 18
-    S_O: Annotated[int, "reader's offset within its slot (-1: none)"] = 19
-    GUARD: Annotated[int, "ring guard: slot numbers from GUARD + N go to a bucket"] = 20
-    HEAD: Annotated[int, "next timer-log entry index (moved by the loop)"] = 21
-    PER_FILE: Annotated[int, "timer-log entries per file"] = 22
-    F0: Annotated[int, "first entry of the head's timer-log file (-1: not mapped)"] = 23
-    APP_LO: Annotated[int, "timer log: appended range start (-1: none; moved by the loop)"] = 24
-    APP_HI: Annotated[int, "timer log: appended range end (moved by the loop)"] = 25
-    SLOT_DIRTY_LO: Annotated[int, "slot file: dirty byte range start (-1: none; moved by the loop)"] = 26
-    SLOT_DIRTY_HI: Annotated[int, "slot file: dirty byte range end (moved by the loop)"] = 27
-    MARK_LO: Annotated[int, "timer log: patched old tails, byte range start (-1: none; set by the loop)"] = 28
-    MARK_HI: Annotated[int, "timer log: patched old tails, byte range end (set by the loop)"] = 29
-    WIDTH: Annotated[int, "bucket width, ms"] = 30
-    LATE_HEAD: Annotated[int, "late chain's first entry (-1: empty; moved by the loop)"] = 31
-    LATE_TAIL: Annotated[int, "late chain's last entry (-1: empty; moved by the loop)"] = 32
-    NEW_CHAINS: Annotated[int, "slot chains the loop started (occ_send flags set): the search memo is stale"] = 33
+    P: Annotated[int, "precision: ms per slot"] = 17
+    N: Annotated[int, "slots in the ring"] = 18
+    LATE_BELOW: Annotated[int, "slot numbers below this are already due: the late chain"] = 19
+    S_K: Annotated[int, "reader's slot number"] = 20
+    S_O: Annotated[int, "reader's offset within its slot (-1: none)"] = 21
+    GUARD: Annotated[int, "ring guard: slot numbers from GUARD + N go to a bucket"] = 22
+    HEAD: Annotated[int, "next timer-log entry index (moved by the loop)"] = 23
+    PER_FILE: Annotated[int, "timer-log entries per file"] = 24
+    F0: Annotated[int, "first entry of the head's timer-log file (-1: not mapped)"] = 25
+    APP_LO: Annotated[int, "timer log: appended range start (-1: none; moved by the loop)"] = 26
+    APP_HI: Annotated[int, "timer log: appended range end (moved by the loop)"] = 27
+    SLOT_DIRTY_LO: Annotated[int, "slot file: dirty byte range start (-1: none; moved by the loop)"] = 28
+    SLOT_DIRTY_HI: Annotated[int, "slot file: dirty byte range end (moved by the loop)"] = 29
+    MARK_LO: Annotated[int, "timer log: patched old tails, byte range start (-1: none; set by the loop)"] = 30
+    MARK_HI: Annotated[int, "timer log: patched old tails, byte range end (set by the loop)"] = 31
+    WIDTH: Annotated[int, "bucket width, ms"] = 32
+    LATE_HEAD: Annotated[int, "late chain's first entry (-1: empty; moved by the loop)"] = 33
+    LATE_TAIL: Annotated[int, "late chain's last entry (-1: empty; moved by the loop)"] = 34
+    NEW_CHAINS: Annotated[int, "slot chains the loop started (occ_send flags set): the search memo is stale"] = 35
 
 
 Wheel = _Wheel()
 
 
-WHEEL_SIZE: Annotated[int, "length of the array with the wheel's part"] = 34
+WHEEL_SIZE: Annotated[int, "length of the array with the wheel's part"] = 36
 
 
 @dataclass(frozen=True)
 class _Levels:
     """The levels' header (sidecar/levels/scheduler.py, ``intake_begin`` / ``intake_end``)."""
 
-    COUNT: Annotated[int, "levels, level 0 (no delay) included"] = 15
-    PER_FILE: Annotated[int, "queue entries per file"] = 16
+    COUNT: Annotated[int, "levels, level 0 (no delay) included"] = 17
+    PER_FILE: Annotated[int, "queue entries per file"] = 18
 
 
 Levels = _Levels()
 
 
-LEVELS_BASE: Annotated[int, "first index of level 0's block"] = 23
+LEVELS_BASE: Annotated[int, "first index of level 0's block"] = 25
 
 
 @dataclass(frozen=True)

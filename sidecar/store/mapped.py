@@ -511,17 +511,28 @@ class PageWorker:
                 continue
             mm, start, length = item
             del item
-            try:
-                assert self._populate is not None
-                err = self._populate(mm, start, length)
-            except (ValueError, BufferError):  # closed meanwhile: nothing left to fault
-                err = 0
+            self._populate_here(mm, start, length)
             del mm
-            if err:
-                self.enabled = False
-                log.info("store.prefault_off", errno=err, error=os.strerror(err))
-            else:
-                self.pages += -(-length // mmap.PAGESIZE)
+
+    def _populate_here(self, mm: mmap.mmap, start: int, length: int) -> None:
+        """A populate, on this (the page) thread."""
+        try:
+            assert self._populate is not None
+            err = self._populate(mm, start, length)
+        except (ValueError, BufferError):  # closed meanwhile: nothing left to fault
+            err = 0
+        if err:
+            self.enabled = False
+            log.info("store.prefault_off", errno=err, error=os.strerror(err))
+        else:
+            self.pages += -(-length // mmap.PAGESIZE)
+
+    def populate_now(self, mf: MappedFile, start: int, end: int) -> None:
+        """``populate``, done before returning: only on the page thread itself (inside a ``call``,
+        as ``Spare`` makes a file), where a request queued instead would wait behind the others."""
+        assert threading.current_thread() is self._thread
+        if self.enabled and end > start and not mf.mm.closed:
+            self._populate_here(mf.mm, start, end - start)
 
     def close(self) -> None:
         """Stop the thread once the requests before this call are done (they never wait long)."""

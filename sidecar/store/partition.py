@@ -64,7 +64,7 @@ from sidecar.retry.ladder import RetryLadder
 from sidecar.scheduling import Scheduler
 from sidecar.store import checkpoint, codec
 from sidecar.store.codec import Record, decode_headers, encode_headers, native
-from sidecar.store.idindex import IdIndex, id_hash
+from sidecar.store.idindex import IdIndex, PageRead, id_hash
 from sidecar.store.idslot import PRECANCEL
 from sidecar.store.intake_layout import Common
 from sidecar.store.log import CommitLog
@@ -239,6 +239,11 @@ class PartitionStore:
         self.pages = pages
         self.next_offset: int | None = None  # next ingress offset to consume
         self.dirty = False
+        # the C intake stopped for an id-table page, being read (the loop's "Page waits");
+        # page_read_skip: the next intake does not stop so (the read took too long)
+        self.page_read: PageRead | None = None
+        self.page_read_skip = False
+        self.page_waits = True  # the caller holds the partition for such a page (False: the intake reads it)
         self.log: CommitLog
         self.sched: Scheduler
         self.ids: IdIndex
@@ -494,7 +499,8 @@ class PartitionStore:
         st[Common.MAX_RECORD_BYTES] = rules.max_record_bytes
         st[Common.MAX_DELAY_MS] = rules.max_delay_ms
         seg = self.log.intake_state(st)
-        idx = self.ids.intake_state(st, len(msgs) - start)
+        idx = self.ids.intake_state(st, len(msgs) - start, self.page_waits and not self.page_read_skip)
+        self.page_read_skip = False
         first = self.log.head
         end: int = _run(
             msgs, start, now_ms, self.partition, self.id_prefix, rules.checked_targets, _NO_HEADERS, seg, idx, st,
@@ -514,6 +520,8 @@ class PartitionStore:
                 self._mirror_run(first, count, now_ms)
             if self.history is not None:
                 self._history_run(first, count, now_ms)
+        if st[Common.IDX_WAIT] >= 0:
+            self.page_read = self.ids.read_page(st[Common.IDX_WAIT])
         return end
 
     def _mirror_run(self, pos: int, count: int, now_ms: int) -> None:

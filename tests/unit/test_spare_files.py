@@ -13,9 +13,10 @@ import pytest
 
 from sidecar.levels.queue import LevelQueue
 from sidecar.store import codec
-from sidecar.store.log import CommitLog
+from sidecar.store.log import AHEAD_BYTES, CommitLog
 from sidecar.store.mapped import HEADER_SIZE, MappedFile, PageWorker, Spare, discard_mapped, page_worker
 from sidecar.wheel.layout import TimerLog
+from tests.unit.test_commit_log import _resident, needs_populate
 
 PER = 64  # entries per file: the next file is asked for from entry 32 on
 
@@ -221,6 +222,30 @@ def test_the_commit_log_takes_the_next_segment_the_page_thread_made(
     assert [p for p, _r in again.recover(HEADER_SIZE, None)] == positions
     assert again.head == int(str(state["head"]))
     again.close()
+    pages.close()
+
+
+@needs_populate
+def test_the_next_segments_first_pages_are_faulted_in_when_it_is_made(tmp_path: Path) -> None:
+    """The page thread that makes the next segment ahead also faults in its first AHEAD_BYTES (not
+    only from its first append on): the first appends into it then find their pages mapped."""
+    seg = 1 << 22  # AHEAD_BYTES (4 MiB) is the whole segment: the header's page and the rest
+    pages = page_worker()
+    log = CommitLog(tmp_path, seg, pages)
+    list(log.recover(None, None))
+    n = 0
+    while log.head < seg // 2 + 4096:
+        _append(log, n)
+        n += 1
+    _settle(pages)
+    spare = tmp_path / "log" / f"{seg:020d}.log"
+    assert spare.exists() and 1 not in log.segments
+    assert _resident(spare) >= min(AHEAD_BYTES, seg) - HEADER_SIZE, "its first pages are mapped before any append"
+    while log.head < seg + 3 * 4096:  # the roll takes it; its records read back as written
+        _append(log, n)
+        n += 1
+    assert log.spare.made == 1 and 1 in log.segments
+    log.close()
     pages.close()
 
 

@@ -1,0 +1,207 @@
+"""Page waits: the loop never waits for the disk for an id-table page.
+
+A new id's duplicate check reads a slot of the id table where the slot's tag matches (1 in 252
+occupied slots); at 100M pending the kernel has evicted many of the table's pages, and such a
+read waited 50-135 ms for the disk on the loop (run h9a). With ``Common.IDX_RESIDENT`` the C
+intake reads a table slot only where its page is in memory (``mincore``), and else stops before
+the record with the slot in ``Common.IDX_WAIT``; the store has the page read on the page thread
+(``IdIndex.read_page``), and the loop pauses the partition from that record on and consumes it
+again once the page is in (``Sidecar._page_wait``).
+
+The first test evicts a real table's pages from the page cache and checks that the C intake
+stops, that the page thread reads the page in, and that the record is then stored. The others
+run the real loop on the Kafka twin with the stop simulated at a chosen record: nothing is stored
+twice or out of order, nothing is lost, and the partition is held only while it waits.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Message
+
+from sidecar import contract as c
+from sidecar.engine import loop as loop_mod
+from sidecar.store.codec import native
+from sidecar.store.idindex import PageRead
+from sidecar.store.mapped import page_worker
+from sidecar.store.partition import Counters, IngressRecord, PartitionStore
+from tests.unit.test_loop_twin import PARTITIONS, World
+from tests.unit.test_resident_pages import T0, make_store
+
+pytestmark = pytest.mark.skipif(native is None, reason="the C extension is not built (or KDS_PURE_PYTHON=1)")
+
+HEADERS: list[tuple[str, bytes | None]] = [(c.TARGET_TOPIC, b"target"), (c.DELAY_MS, b"5000")]
+TMPFS_MAGIC = 0x01021994
+
+
+def _msg(offset: int) -> Message:
+    return Message(topic="in", partition=0, offset=offset, key=b"k", value=b"v%d" % offset, headers=HEADERS,
+                   timestamp=(1, T0))
+
+
+def _on_tmpfs(path: Path) -> bool:
+    """tmpfs pages cannot leave memory: there is nothing to evict (and so nothing to wait for)."""
+    import ctypes
+
+    buf = (ctypes.c_long * 16)()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.statfs(str(path).encode(), buf) != 0:
+        return False
+    return bool(buf[0] == TMPFS_MAGIC)
+
+
+def _evict(store: PartitionStore) -> None:
+    """Unmap the table from this process and drop its (clean: synced by the pass) pages from the
+    page cache."""
+    f = store.ids.f
+    f.drop_pages()
+    fd = os.open(f.path, os.O_RDONLY)
+    try:
+        os.fdatasync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def test_the_intake_stops_for_a_table_page_out_of_memory_and_stores_the_record_once_it_is_read(
+        tmp_path: Path) -> None:
+    if _on_tmpfs(tmp_path):
+        pytest.skip("the test directory is on tmpfs: its pages cannot be evicted")
+    pages = page_worker()
+    counters = Counters()
+    store = make_store(tmp_path, "levels", counters, pages=pages)
+    n = 30_000
+    msgs = [_msg(i) for i in range(n)]
+    i = 0
+    while i < n:
+        i = store.ingest_many(msgs, i, T0, "in")
+        assert store.page_read is None, "nothing is in the table yet"
+        if i < n:  # the reference path (the files' first records)
+            store.ingest(IngressRecord("in", 0, i, T0, b"k", b"v%d" % i, HEADERS), T0)
+            i += 1
+    ids = store.ids
+    ids._cut(force=True)  # every id into the table, by a pass that builds its tags
+    ids.wait()
+    assert ids.tags is not None and ids.table_live >= n
+    _evict(store)
+    stored = counters.ingested
+    stops = 0
+    offset = n
+    while offset < n + 20_000:
+        m = [_msg(offset)]
+        end = store.ingest_many(m, 0, T0, "in")
+        if end == 1:  # no tag matched, or its page was in memory: stored
+            assert store.page_read is None
+            offset += 1
+            continue
+        # stopped: this id's tag matched a slot whose page is not in memory
+        read = store.page_read
+        assert read is not None, "the C intake left the record for another reason"
+        assert counters.ingested == stored + offset - n, "nothing of the stopped record was stored"
+        deadline = time.monotonic() + 10
+        while not read.done and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert read.done, "the page thread read the page"
+        store.page_read = None
+        assert store.ingest_many(m, 0, T0, "in") == 1, "the page is in memory now: the record is stored"
+        assert store.page_read is None
+        stops += 1
+        offset += 1
+        if stops == 3:
+            break
+        _evict(store)
+    assert stops == 3, f"the intake never stopped for an evicted page in {offset - n} new ids"
+    assert counters.ingested == stored + offset - n and counters.duplicates == 0
+    # and with the caller not holding partitions for pages, the intake reads the slot itself
+    _evict(store)
+    store.page_waits = False
+    tail = [_msg(o) for o in range(offset, offset + 3000)]
+    j = 0
+    while j < len(tail):
+        j = store.ingest_many(tail, j, T0, "in")
+        assert store.page_read is None, "no stop for a page without page waits"
+        if j < len(tail):  # another reason (a segment's end, a new queue file): the reference path
+            store.ingest(IngressRecord("in", 0, offset + j, T0, b"k", b"v%d" % (offset + j), HEADERS), T0)
+            j += 1
+    assert counters.ingested == stored + offset - n + len(tail)
+    store.close()
+    pages.close()
+
+
+def _stop_once(monkeypatch: pytest.MonkeyPatch, partition: int, at_offset: int) -> PageRead:
+    """The C intake of ``partition`` stops once before the record at ``at_offset``, as it does for
+    a table page out of memory (the page read handed back, not done until the test says so)."""
+    real = PartitionStore.ingest_many
+    read = PageRead()
+    state = {"stopped": False}
+
+    def ingest_many(self: PartitionStore, msgs: list[Any], start: int, now_ms: int, topic: str) -> int:
+        if state["stopped"] or self.partition != partition:
+            return real(self, msgs, start, now_ms, topic)
+        k = start
+        while k < len(msgs) and msgs[k].partition() == partition and msgs[k].offset() < at_offset:
+            k += 1
+        if k == len(msgs) or msgs[k].partition() != partition or msgs[k].offset() != at_offset:
+            return real(self, msgs, start, now_ms, topic)
+        j = real(self, msgs[:k], start, now_ms, topic)
+        if j < k:
+            return j  # the reference path first, as the C intake would stop there
+        state["stopped"] = True
+        self.page_read = read
+        return k
+
+    monkeypatch.setattr(PartitionStore, "ingest_many", ingest_many)
+    return read
+
+
+def _paused(w: World) -> set[int]:
+    return {p for cons in w.clients.consumers for p in cons.paused}
+
+
+def test_a_partition_waits_for_its_page_and_then_is_consumed_again_from_the_record(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    read = _stop_once(monkeypatch, partition=1, at_offset=10)
+    w = World(tmp_path)
+    sc = w.sidecar("a", scheduler="levels")
+    w.send(200, lambda i: 1000)
+    w.run([sc], lambda: 1 in sc._page_waits)
+    assert sc.page_waits == 1
+    # held: its records from offset 10 are not stored while the page is read; the others go on
+    w.run([sc], lambda: all(sc.stores[p].next_offset == 50 for p in (0, 2, 3)))
+    for _ in range(20):
+        sc.turn()
+    assert sc.stores[1].next_offset == 10 and 1 in _paused(w) and 0 not in _paused(w)
+    read.done = True
+    end = w.clock.now_ms + 3000
+    w.run([sc], lambda: w.clock.now_ms >= end and len(w.delivered()) == 200)
+    assert not sc._page_waits and 1 not in _paused(w)
+    w.check(set(w.sent))  # each once, none early
+    assert sc.stores[1].next_offset == 50
+    counters = sc.stores[0].counters  # the loop's, shared by its stores
+    assert all(st.counters is counters for st in sc.stores.values())
+    assert counters.ingested == 200 and counters.duplicates == 0
+    sc.shutdown()
+
+
+def test_a_page_read_that_takes_too_long_lets_the_partition_go_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page thread never answers (stuck behind a slow request): after PAGE_WAIT_S the
+    partition is consumed again anyway and its next intake reads the slot wherever it is."""
+    _stop_once(monkeypatch, partition=2, at_offset=5)
+    w = World(tmp_path)
+    sc = w.sidecar("a", scheduler="levels")
+    w.send(100, lambda i: 1000)
+    w.run([sc], lambda: 2 in sc._page_waits)
+    since = w.clock.monotonic()
+    w.run([sc], lambda: 2 not in sc._page_waits)
+    assert w.clock.monotonic() - since >= loop_mod.PAGE_WAIT_S
+    end = w.clock.now_ms + 3000
+    w.run([sc], lambda: w.clock.now_ms >= end and len(w.delivered()) == 100)
+    w.check(set(w.sent))
+    assert sc.stores[2].next_offset == 100 // PARTITIONS
+    sc.shutdown()
