@@ -232,6 +232,8 @@ def one_layout(bench: Bench, sched: str, fill_parts: int, n: int, rate: float) -
     latest_wake = max((float(e.get("latest_wake_ms") or 0) for e in stats), default=0.0)
     late_wakes = sum(int(e.get("late_wakes") or 0) for e in stats)
     wake_events = [e for e in sc.poll_events() if e.get("event") == "loop.late_wake"]
+    # partitions held for an evicted id-table page (``stats``' count since the start, so the last)
+    page_waits = max((int(e.get("page_waits") or 0) for e in stats), default=0)
     # the loop thread's own CPU in the logged slow turns (at most one a second is logged): a turn
     # long in wall time but short in CPU waited for a core (the machine's load), not for its work
     slow_cpu = max((float(e.get("user_ms") or 0) + float(e.get("system_ms") or 0) for e in slow), default=0.0)
@@ -272,7 +274,7 @@ def one_layout(bench: Bench, sched: str, fill_parts: int, n: int, rate: float) -
         "broker_gc_pauses_over_50ms": sum(1 for _, ms in pauses if ms > 50),
         "slowest_turn_ms": slowest, "slow_turns": slow_turns, "slow_turn_max_cpu_ms": slow_cpu,
         "slow_turn_events": slow[-20:], "latest_wake_ms": latest_wake, "late_wakes": late_wakes,
-        "late_wake_events": wake_events[-20:], "index_growths": [
+        "late_wake_events": wake_events[-20:], "page_waits": page_waits, "index_growths": [
             {k: e.get(k) for k in ("event", "capacity", "live", "s")} for e in migrations],
         "rss_baseline": base, "rss_after": after, "rss_peak": rss_peak,
         "disk_allocated": alloc, "disk_apparent": apparent,
