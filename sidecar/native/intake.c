@@ -638,8 +638,7 @@ static PyObject *native_restore_run(PyObject *self, PyObject *const *args, Py_ss
         int tomb = 0;
         long long wait = -1;
         long long at = kds_idx_intake_slot(r->ibase, r->mask, st[IN_IDX_LIVE], st[IN_IDX_TOMBS], h, &tomb, r->probed,
-                                           r->nprobed, &wait);
-        if (at == -2) st[IN_IDX_WAIT] = wait;
+                                           r->nprobed, &wait); /* never -2: restore_many probes without resident */
         if (at < 0 || !in_jnl_room(r)) goto next;
         long long head = st[IN_HEAD], soff_log = in_room(r, (uint64_t)vlen);
         if (soff_log < 0) goto next;
