@@ -658,10 +658,14 @@ class Sidecar:
                 continue
             ts_type, ts = m.timestamp()
             store.ingest_fields(topic, m.offset(), ts if ts_type else now, m.key(), m.value(), m.headers(), now)
+            if store.page_read is not None:  # a cancel's look-up stopped for an id-table page
+                self._page_wait(store, m.offset())
+                store = None
 
     def _page_wait(self, store: PartitionStore, offset: int) -> None:
-        """Page waits. The C intake stopped before the record at ``offset``: its id's duplicate
-        check has to read a slot of the id table whose page the kernel evicted, and the loop would
+        """Page waits. The C intake (or a cancel's look-up, ``PartitionStore.ingest_fields``)
+        stopped before the record at ``offset``: its id's duplicate check (or look-up) has to read
+        a slot of the id table whose page the kernel evicted, and the loop would
         wait for the disk (50-135 ms behind the merge passes' writeback, run h9a), every other
         partition's deliveries with it. So the page is read on the page thread
         (``IdIndex.read_page``) and the partition is paused from that record on: its records still

@@ -462,6 +462,42 @@ static int page_resident(const uint8_t *p) {
     return vec & 1;
 }
 
+/* idx_wait(buf, header_size, mask, h, tags) -> int: the first slot idx_find(..., h, tags) would
+ * read whose page is not in memory, or -1. The loop's reference path asks before a cancel's look-up
+ * (PartitionStore.ingest_fields), which the C intake never takes: read on the loop, such a page is
+ * a wait for the disk (the slowest turns of run h9b). Only the tags are read here. */
+static PyObject *native_idx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "idx_wait(buf, header_size, mask, h, tags)");
+        return NULL;
+    }
+    Table t;
+    if (table_get(args, &t, 0) < 0) return NULL;
+    Py_buffer tv;
+    if (PyObject_GetBuffer(args[4], &tv, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&t.view);
+        return NULL;
+    }
+    if ((uint64_t)tv.len < t.mask + 1) {
+        PyBuffer_Release(&tv);
+        PyBuffer_Release(&t.view);
+        PyErr_SetString(PyExc_ValueError, "idx_wait: the tags hold fewer bytes than the table slots");
+        return NULL;
+    }
+    const uint8_t *tags = tv.buf, want = kds_idx_tag(t.h);
+    long long wait = -1;
+    for (uint64_t i = t.h & t.mask, n = 0; n <= t.mask; i = (i + 1) & t.mask, n++) {
+        if (tags[i] == EMPTY) break;
+        if (tags[i] == want && !page_resident(t.base + i * 16)) {
+            wait = (long long)i;
+            break;
+        }
+    }
+    PyBuffer_Release(&tv);
+    PyBuffer_Release(&t.view);
+    return PyLong_FromLongLong(wait);
+}
+
 /* 1 if the table may hold an entry under h: one is there, or the probe went round the table
  * without meeting an empty slot (the caller then leaves the id to the reference path). With tags,
  * a slot is read only where its tag is h's; 2 (the slot in *wait) when that slot's page is not
@@ -522,6 +558,7 @@ void kds_idx_write(uint8_t *base, uint64_t at, uint64_t h, uint64_t ref) {
 PyMethodDef kds_idindex_methods[] = {
     {"id_hash", native_id_hash, METH_O, NULL},
     {"idx_find", (PyCFunction)(void (*)(void))native_idx_find, METH_FASTCALL, NULL},
+    {"idx_wait", (PyCFunction)(void (*)(void))native_idx_wait, METH_FASTCALL, NULL},
     {"idx_put", (PyCFunction)(void (*)(void))native_idx_put, METH_FASTCALL, NULL},
     {"idx_remove", (PyCFunction)(void (*)(void))native_idx_remove, METH_FASTCALL, NULL},
     {"idx_remove_delivered", (PyCFunction)(void (*)(void))native_idx_remove_delivered, METH_FASTCALL, NULL},

@@ -1000,6 +1000,15 @@ class IdIndex:
             return self.f.buf, None, self._jbuf, self.tags
         return sealed.stage.buf, self.f.buf, self._jbuf, self.tags
 
+    def evicted(self, h: int) -> int:
+        """The first table slot ``find(h)`` would read whose page the kernel evicted, or -1 (also
+        without tags or a page thread: then nothing is read off the loop). The stages are in memory."""
+        nat, tags = self.native, self.tags
+        if nat is None or tags is None or self.pages is None or not self.pages.enabled:
+            return -1
+        slot: int = nat.idx_wait(self.f.buf, HEADER_SIZE, self.mask, h, tags)
+        return slot
+
     def read_page(self, slot: int) -> PageRead:
         """Read the table's page holding ``slot`` into the page cache on the page thread (with
         ``os.pread``, the GIL released), so the loop does not wait for the disk there."""

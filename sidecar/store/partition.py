@@ -381,15 +381,17 @@ class PartitionStore:
         self, topic: str, offset: int, ts: int, key: bytes | None, value: bytes | None,
         headers: HeaderList | None, now_ms: int,
     ) -> None:
-        """``ingest`` without the ``IngressRecord``: the loop's per-record call."""
-        self.counters.ingested += 1
-        self.dirty = True
-        self.next_offset = offset + 1
+        """``ingest`` without the ``IngressRecord``: the loop's per-record call. A cancel whose
+        look-up would read an evicted id-table page is not taken: ``page_read`` is set and nothing
+        else changes (the loop's "Page waits" consume it again once the page is read)."""
         size = (0 if key is None else len(key)) + (0 if value is None else len(value))
         rules = self.rules
         if _fast is not None:
             req = _fast(headers, ts, now_ms, size, rules.max_record_bytes, rules.max_delay_ms, rules.checked_targets)
             if req is not None:
+                self.counters.ingested += 1
+                self.dirty = True
+                self.next_offset = offset + 1
                 target, target_partition, rid, due, mode, user = req
                 self._schedule(
                     topic, offset, ts, key, value, headers, target, target_partition, rid, due, mode, 0, 0, None,
@@ -398,16 +400,26 @@ class PartitionStore:
                 return
         if value is None:
             delete = kms_delete(key, value, headers)
-            if isinstance(delete, Cancel):
-                self._kms_delete(offset, delete.id, now_ms)
-                return
             if delete is not None:
-                self._reject(
-                    topic, offset, ts, key, value, headers, self._default_id(topic, offset), delete.reason,
-                    delete.error, now_ms,
-                )
+                if isinstance(delete, Cancel) and self._page_waited(delete.id):
+                    return
+                self.counters.ingested += 1
+                self.dirty = True
+                self.next_offset = offset + 1
+                if isinstance(delete, Cancel):
+                    self._kms_delete(offset, delete.id, now_ms)
+                else:
+                    self._reject(
+                        topic, offset, ts, key, value, headers, self._default_id(topic, offset), delete.reason,
+                        delete.error, now_ms,
+                    )
                 return
         parsed = parse_ingress(headers, ts, now_ms, size, rules, headers_in_size=False)
+        if isinstance(parsed, Cancel) and self._page_waited(parsed.id):
+            return
+        self.counters.ingested += 1
+        self.dirty = True
+        self.next_offset = offset + 1
         if type(parsed) is Request:
             rid = parsed.id
             if parsed.kms:
@@ -438,6 +450,21 @@ class PartitionStore:
                 topic, offset, ts, key, value, headers, self._default_id(topic, offset), parsed.reason, parsed.error,
                 now_ms,
             )
+
+    def _page_waited(self, rid: bytes) -> bool:
+        """True, with ``page_read`` set, if the look-up under ``rid`` would read an evicted page of
+        the id table (``IdIndex.evicted``): the loop then holds the partition instead of waiting
+        for the disk. ``page_read_skip``: the last wait timed out, so this one reads it in place."""
+        if not self.page_waits:
+            return False
+        if self.page_read_skip:
+            self.page_read_skip = False
+            return False
+        slot = self.ids.evicted(id_hash(rid))
+        if slot < 0:
+            return False
+        self.page_read = self.ids.read_page(slot)
+        return True
 
     def _kms_id(
         self, topic: str, offset: int, ts: int, key: bytes | None, value: bytes | None, headers: HeaderList | None,
@@ -499,8 +526,8 @@ class PartitionStore:
         st[Common.MAX_RECORD_BYTES] = rules.max_record_bytes
         st[Common.MAX_DELAY_MS] = rules.max_delay_ms
         seg = self.log.intake_state(st)
-        idx = self.ids.intake_state(st, len(msgs) - start, self.page_waits and not self.page_read_skip)
-        self.page_read_skip = False
+        skip = self.page_read_skip
+        idx = self.ids.intake_state(st, len(msgs) - start, self.page_waits and not skip)
         first = self.log.head
         end: int = _run(
             msgs, start, now_ms, self.partition, self.id_prefix, rules.checked_targets, _NO_HEADERS, seg, idx, st,
@@ -508,6 +535,8 @@ class PartitionStore:
         )
         count = end - start
         if count:
+            if skip:  # taken; none taken: it is left to the record the reference path takes (a cancel's)
+                self.page_read_skip = False
             counters = self.counters
             counters.ingested += count
             counters.scheduled += count

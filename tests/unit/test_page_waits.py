@@ -27,10 +27,10 @@ from confluent_kafka import Message
 from sidecar import contract as c
 from sidecar.engine import loop as loop_mod
 from sidecar.store.codec import native
-from sidecar.store.idindex import PageRead
+from sidecar.store.idindex import IdIndex, PageRead, id_hash
 from sidecar.store.mapped import page_worker
 from sidecar.store.partition import Counters, IngressRecord, PartitionStore
-from tests.unit.test_loop_twin import PARTITIONS, World
+from tests.unit.test_loop_twin import INGRESS, PARTITIONS, World
 from tests.unit.test_resident_pages import T0, make_store
 
 pytestmark = pytest.mark.skipif(native is None, reason="the C extension is not built (or KDS_PURE_PYTHON=1)")
@@ -204,4 +204,132 @@ def test_a_page_read_that_takes_too_long_lets_the_partition_go_on(
     w.run([sc], lambda: w.clock.now_ms >= end and len(w.delivered()) == 100)
     w.check(set(w.sent))
     assert sc.stores[2].next_offset == 100 // PARTITIONS
+    sc.shutdown()
+
+
+def _cancel(offset: int, rid: bytes) -> IngressRecord:
+    return IngressRecord("in", 0, offset, T0, b"k", None, [(c.CANCEL, rid)])
+
+
+def test_a_cancel_whose_look_up_needs_a_page_out_of_memory_is_left_until_the_page_is_read(
+        tmp_path: Path) -> None:
+    """A cancel never takes the C intake: its look-up (``IdIndex.find``) reads every slot whose tag
+    matches, in place. With the table's pages evicted, the store leaves the cancel untouched (no
+    counter, no offset, nothing in the log) with the page's read under way, and takes it once the
+    page is in memory: the record is cancelled."""
+    if _on_tmpfs(tmp_path):
+        pytest.skip("the test directory is on tmpfs: its pages cannot be evicted")
+    pages = page_worker()
+    counters = Counters()
+    store = make_store(tmp_path, "levels", counters, pages=pages)
+    n = 20_000
+    for i in range(n):
+        store.ingest(IngressRecord("in", 0, i, T0, b"k", b"v%d" % i, [*HEADERS, (c.ID, b"r%d" % i)]), T0)
+    ids = store.ids
+    ids._cut(force=True)
+    ids.wait()
+    assert ids.tags is not None and ids.table_live >= n
+    offset, waited = n, 0
+    for k in range(0, 5000, 1000):
+        rid = b"r%d" % k
+        _evict(store)
+        assert ids.evicted(id_hash(rid)) >= 0, "evicted: the page of the id's slot is out"
+        head, before = store.log.head, (counters.ingested, counters.cancelled, store.next_offset)
+        store.ingest(_cancel(offset, rid), T0)
+        assert store.page_read is not None, "the id's own slot is in the table: its tag matched, its page is out"
+        for _ in range(3):  # another matched slot of the probe, on the next page: waited for too
+            read = store.page_read
+            if read is None:
+                break
+            assert (counters.ingested, counters.cancelled, store.next_offset) == before and store.log.head == head
+            deadline = time.monotonic() + 10
+            while not read.done and time.monotonic() < deadline:
+                time.sleep(0.005)
+            assert read.done
+            store.page_read = None
+            store.ingest(_cancel(offset, rid), T0)
+        assert store.page_read is None and counters.cancelled == before[1] + 1
+        assert store.next_offset == offset + 1
+        offset += 1
+        waited += 1
+    assert waited == 5
+    # without page waits the look-up reads the page itself
+    _evict(store)
+    store.page_waits = False
+    store.ingest(_cancel(offset, b"r7000"), T0)
+    assert store.page_read is None and counters.cancelled == waited + 1
+    store.close()
+    pages.close()
+
+
+def _cancel_waits(monkeypatch: pytest.MonkeyPatch, rid: bytes, once: bool) -> PageRead:
+    """The look-up under ``rid`` finds its page out of memory (once, or every time it is asked);
+    the page read handed back is done when the test says so."""
+    read = PageRead()
+    real_evicted = IdIndex.evicted
+    state = {"asked": 0}
+
+    def evicted(self: IdIndex, h: int) -> int:
+        if h == id_hash(rid) and not (once and state["asked"]):
+            state["asked"] += 1
+            return 0
+        return real_evicted(self, h)
+
+    monkeypatch.setattr(IdIndex, "evicted", evicted)
+    monkeypatch.setattr(IdIndex, "read_page", lambda self, slot: read)
+    return read
+
+
+def _send_cancels(w: World) -> None:
+    """200 records r0..r199 due in 5 s, then cancels of r1 and r5 (partition 1, offsets 50 and 51),
+    then 40 more records s0..s39."""
+    w.send(200, lambda i: 5000)
+    for rid in (b"r1", b"r5"):
+        w.cluster.append(INGRESS, 1, b"k", None, [(c.CANCEL, rid)])
+    w.send(40, lambda i: 5000, prefix="s")
+    for rid in (b"r1", b"r5"):
+        del w.sent[rid]
+
+
+def test_a_cancel_waits_for_its_page_with_its_partition_held_and_then_cancels(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    read = _cancel_waits(monkeypatch, b"r1", once=True)
+    w = World(tmp_path)
+    sc = w.sidecar("a", scheduler="levels")
+    _send_cancels(w)
+    w.run([sc], lambda: 1 in sc._page_waits)
+    w.run([sc], lambda: all(sc.stores[p].next_offset == 60 for p in (0, 2, 3)))
+    for _ in range(20):
+        sc.turn()
+    # held at the cancel: neither it nor what follows it on partition 1 is stored meanwhile
+    assert sc.stores[1].next_offset == 50 and 1 in _paused(w) and 0 not in _paused(w)
+    counters = sc.stores[0].counters
+    assert counters.cancelled == 0
+    read.done = True
+    end = w.clock.now_ms + 8000
+    w.run([sc], lambda: w.clock.now_ms >= end and len(w.delivered()) == 238)
+    assert not sc._page_waits and 1 not in _paused(w) and sc.page_waits == 1
+    assert counters.cancelled == 2 and counters.ingested == 242 and counters.duplicates == 0
+    assert sc.stores[1].next_offset == 62
+    w.check(set(w.sent))  # the 238 not cancelled, each once, none early; r1 and r5 never
+    sc.shutdown()
+
+
+def test_a_cancel_whose_page_read_takes_too_long_is_taken_in_place(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page never comes in (asked each time, the read never done): after PAGE_WAIT_S the
+    partition is consumed again and the cancel does its look-up in place; one wait, not a loop."""
+    _cancel_waits(monkeypatch, b"r1", once=False)
+    w = World(tmp_path)
+    sc = w.sidecar("a", scheduler="levels")
+    _send_cancels(w)
+    w.run([sc], lambda: 1 in sc._page_waits)
+    since = w.clock.monotonic()
+    w.run([sc], lambda: 1 not in sc._page_waits)
+    assert w.clock.monotonic() - since >= loop_mod.PAGE_WAIT_S
+    end = w.clock.now_ms + 8000
+    w.run([sc], lambda: w.clock.now_ms >= end and len(w.delivered()) == 238)
+    counters = sc.stores[0].counters
+    assert counters.cancelled == 2 and sc.page_waits == 1
+    w.check(set(w.sent))
     sc.shutdown()
