@@ -52,6 +52,22 @@ static inline uint64_t slot_ref(Table *t, uint64_t i) {
     return v;
 }
 
+/* The table's tags (one byte a slot, kds_idx_tag) from obj into *tv; NULL (the table released,
+ * an exception set) if obj has no buffer or too few bytes for the table's slots. */
+static const uint8_t *tags_get(PyObject *obj, Table *t, Py_buffer *tv, const char *fn) {
+    if (PyObject_GetBuffer(obj, tv, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&t->view);
+        return NULL;
+    }
+    if ((uint64_t)tv->len < t->mask + 1) {
+        PyBuffer_Release(tv);
+        PyBuffer_Release(&t->view);
+        PyErr_Format(PyExc_ValueError, "%s: the tags hold fewer bytes than the table slots", fn);
+        return NULL;
+    }
+    return tv->buf;
+}
+
 /* idx_find(buf, header_size, mask, h[, tags]) -> list[int]: every ref stored under h. tags: the
  * table's tag bytes (one per slot, kds_idx_tag), or None: a slot is read only where its tag is h's. */
 static PyObject *native_idx_find(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -63,19 +79,7 @@ static PyObject *native_idx_find(PyObject *self, PyObject *const *args, Py_ssize
     if (table_get(args, &t, 0) < 0) return NULL;
     Py_buffer tv = {0};
     const uint8_t *tags = NULL;
-    if (nargs == 5 && args[4] != Py_None) {
-        if (PyObject_GetBuffer(args[4], &tv, PyBUF_SIMPLE) < 0) {
-            PyBuffer_Release(&t.view);
-            return NULL;
-        }
-        if ((uint64_t)tv.len < t.mask + 1) {
-            PyBuffer_Release(&tv);
-            PyBuffer_Release(&t.view);
-            PyErr_SetString(PyExc_ValueError, "idx_find: the tags hold fewer bytes than the table slots");
-            return NULL;
-        }
-        tags = tv.buf;
-    }
+    if (nargs == 5 && args[4] != Py_None && !(tags = tags_get(args[4], &t, &tv, "idx_find"))) return NULL;
     const uint8_t want = kds_idx_tag(t.h);
     PyObject *out = PyList_New(0);
     for (uint64_t i = t.h & t.mask, n = 0; out && n <= t.mask; i = (i + 1) & t.mask, n++) {
@@ -474,17 +478,8 @@ static PyObject *native_idx_wait(PyObject *self, PyObject *const *args, Py_ssize
     Table t;
     if (table_get(args, &t, 0) < 0) return NULL;
     Py_buffer tv;
-    if (PyObject_GetBuffer(args[4], &tv, PyBUF_SIMPLE) < 0) {
-        PyBuffer_Release(&t.view);
-        return NULL;
-    }
-    if ((uint64_t)tv.len < t.mask + 1) {
-        PyBuffer_Release(&tv);
-        PyBuffer_Release(&t.view);
-        PyErr_SetString(PyExc_ValueError, "idx_wait: the tags hold fewer bytes than the table slots");
-        return NULL;
-    }
-    const uint8_t *tags = tv.buf, want = kds_idx_tag(t.h);
+    const uint8_t *tags = tags_get(args[4], &t, &tv, "idx_wait"), want = kds_idx_tag(t.h);
+    if (!tags) return NULL;
     long long wait = -1;
     for (uint64_t i = t.h & t.mask, n = 0; n <= t.mask; i = (i + 1) & t.mask, n++) {
         if (tags[i] == EMPTY) break;

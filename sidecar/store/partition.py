@@ -398,28 +398,17 @@ class PartitionStore:
                     user, now_ms,
                 )
                 return
-        if value is None:
-            delete = kms_delete(key, value, headers)
-            if delete is not None:
-                if isinstance(delete, Cancel) and self._page_waited(delete.id):
-                    return
-                self.counters.ingested += 1
-                self.dirty = True
-                self.next_offset = offset + 1
-                if isinstance(delete, Cancel):
-                    self._kms_delete(offset, delete.id, now_ms)
-                else:
-                    self._reject(
-                        topic, offset, ts, key, value, headers, self._default_id(topic, offset), delete.reason,
-                        delete.error, now_ms,
-                    )
-                return
-        parsed = parse_ingress(headers, ts, now_ms, size, rules, headers_in_size=False)
+        delete = kms_delete(key, value, headers) if value is None else None  # an etf1 delete, or None
+        parsed = delete if delete is not None else parse_ingress(headers, ts, now_ms, size, rules,
+                                                                 headers_in_size=False)
         if isinstance(parsed, Cancel) and self._page_waited(parsed.id):
             return
         self.counters.ingested += 1
         self.dirty = True
         self.next_offset = offset + 1
+        if delete is not None and isinstance(parsed, Cancel):
+            self._kms_delete(offset, parsed.id, now_ms)
+            return
         if type(parsed) is Request:
             rid = parsed.id
             if parsed.kms:

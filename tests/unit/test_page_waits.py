@@ -28,7 +28,7 @@ from sidecar import contract as c
 from sidecar.engine import loop as loop_mod
 from sidecar.store.codec import native
 from sidecar.store.idindex import IdIndex, PageRead, id_hash
-from sidecar.store.mapped import page_worker
+from sidecar.store.mapped import PageWorker, page_worker
 from sidecar.store.partition import Counters, IngressRecord, PartitionStore
 from tests.unit.test_loop_twin import INGRESS, PARTITIONS, World
 from tests.unit.test_resident_pages import T0, make_store
@@ -68,13 +68,26 @@ def _evict(store: PartitionStore) -> None:
         os.close(fd)
 
 
-def test_the_intake_stops_for_a_table_page_out_of_memory_and_stores_the_record_once_it_is_read(
-        tmp_path: Path) -> None:
+def _evictable_store(tmp_path: Path) -> tuple[PartitionStore, Counters, PageWorker]:
+    """A levels store with a page thread, on a file system whose pages can be evicted."""
     if _on_tmpfs(tmp_path):
         pytest.skip("the test directory is on tmpfs: its pages cannot be evicted")
     pages = page_worker()
     counters = Counters()
-    store = make_store(tmp_path, "levels", counters, pages=pages)
+    return make_store(tmp_path, "levels", counters, pages=pages), counters, pages
+
+
+def _read_done(read: PageRead, timeout_s: float = 10) -> bool:
+    """Wait for the page thread's read (True), at most ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not read.done and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return read.done
+
+
+def test_the_intake_stops_for_a_table_page_out_of_memory_and_stores_the_record_once_it_is_read(
+        tmp_path: Path) -> None:
+    store, counters, pages = _evictable_store(tmp_path)
     n = 30_000
     msgs = [_msg(i) for i in range(n)]
     i = 0
@@ -103,10 +116,7 @@ def test_the_intake_stops_for_a_table_page_out_of_memory_and_stores_the_record_o
         read = store.page_read
         assert read is not None, "the C intake left the record for another reason"
         assert counters.ingested == stored + offset - n, "nothing of the stopped record was stored"
-        deadline = time.monotonic() + 10
-        while not read.done and time.monotonic() < deadline:
-            time.sleep(0.005)
-        assert read.done, "the page thread read the page"
+        assert _read_done(read), "the page thread read the page"
         store.page_read = None
         assert store.ingest_many(m, 0, T0, "in") == 1, "the page is in memory now: the record is stored"
         assert store.page_read is None
@@ -217,11 +227,7 @@ def test_a_cancel_whose_look_up_needs_a_page_out_of_memory_is_left_until_the_pag
     matches, in place. With the table's pages evicted, the store leaves the cancel untouched (no
     counter, no offset, nothing in the log) with the page's read under way, and takes it once the
     page is in memory: the record is cancelled."""
-    if _on_tmpfs(tmp_path):
-        pytest.skip("the test directory is on tmpfs: its pages cannot be evicted")
-    pages = page_worker()
-    counters = Counters()
-    store = make_store(tmp_path, "levels", counters, pages=pages)
+    store, counters, pages = _evictable_store(tmp_path)
     n = 20_000
     for i in range(n):
         store.ingest(IngressRecord("in", 0, i, T0, b"k", b"v%d" % i, [*HEADERS, (c.ID, b"r%d" % i)]), T0)
@@ -242,10 +248,7 @@ def test_a_cancel_whose_look_up_needs_a_page_out_of_memory_is_left_until_the_pag
             if read is None:
                 break
             assert (counters.ingested, counters.cancelled, store.next_offset) == before and store.log.head == head
-            deadline = time.monotonic() + 10
-            while not read.done and time.monotonic() < deadline:
-                time.sleep(0.005)
-            assert read.done
+            assert _read_done(read)
             store.page_read = None
             store.ingest(_cancel(offset, rid), T0)
         assert store.page_read is None and counters.cancelled == before[1] + 1
