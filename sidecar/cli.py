@@ -91,10 +91,13 @@ def _free_port(preferred: int) -> int:
 
 def cmd_run(ns: argparse.Namespace) -> int:
     from sidecar import logs
+    from sidecar.runtime.threads import demote_self
 
     settings = _settings_from_args(ns)
-    # a blocked write to stdout must not stall the loop: the lines go through a writer thread
-    logs.setup(settings.log_level, threaded=True, demote=settings.helper_threads != "none")
+    # a blocked write to stdout must not stall the loop: the lines go through a writer thread,
+    # SCHED_BATCH so that a finished write does not preempt the loop (runtime/threads.py)
+    logs.setup(settings.log_level, threaded=True,
+               on_start=demote_self if settings.helper_threads != "none" else None)
     log = logs.get("sidecar")
     broker = None
     if not settings.bootstrap_servers:

@@ -24,6 +24,7 @@ import logging
 import queue
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any, BinaryIO
 
 import orjson
@@ -37,10 +38,13 @@ class LineWriter:
     """A file-like sink for ``BytesLoggerFactory``: ``write`` queues, a thread writes and flushes.
     One per process (``setup``)."""
 
-    def __init__(self, out: BinaryIO, cap: int = LINES_QUEUED, demote: bool = True) -> None:
+    def __init__(self, out: BinaryIO, cap: int = LINES_QUEUED, on_start: Callable[[], object] | None = None) -> None:
         self.out = out
         self.cap = cap
-        self._demote = demote  # False: ``helper-threads = none`` keeps every thread as it starts
+        # run first on the writer's thread: ``run`` passes ``runtime.threads.demote_self`` (SCHED_BATCH:
+        # a finished write must not preempt the loop) unless ``helper-threads = none``. Injected, as
+        # the thread policy logs through this module.
+        self._on_start = on_start
         self.dropped = 0
         self._reported = 0  # of ``dropped``, written as logs.dropped lines so far
         # a line; an Event: set once every line before it is written (``drain``); None: stop
@@ -70,10 +74,8 @@ class LineWriter:
             self._thread.join(5.0)
 
     def _run(self) -> None:
-        from sidecar.engine.threads import demote_self
-
-        if self._demote:
-            demote_self()  # SCHED_BATCH: a finished write must not preempt the loop (engine/threads.py)
+        if self._on_start is not None:
+            self._on_start()
         q = self._queue
         stop = False
         while not stop:
@@ -111,16 +113,17 @@ class LineWriter:
 _writer: LineWriter | None = None
 
 
-def setup(level: str = "info", stream: Any = None, threaded: bool = False, demote: bool = True) -> None:
+def setup(level: str = "info", stream: Any = None, threaded: bool = False,
+          on_start: Callable[[], object] | None = None) -> None:
     """Configure structlog. ``threaded``: lines go through one :class:`LineWriter` (``run``), whose
-    thread is ``SCHED_BATCH`` unless ``demote`` is False."""
+    thread first calls ``on_start``."""
     global _writer
     out = stream or sys.stdout.buffer
     if threaded:
         if _writer is None or _writer.out is not out:
             if _writer is not None:
                 _writer.close()
-            _writer = LineWriter(out, demote=demote)
+            _writer = LineWriter(out, on_start=on_start)
             atexit.register(_writer.close)
         out = _writer
     structlog.configure(

@@ -32,8 +32,8 @@ import psutil
 
 from sidecar.config import Settings
 from sidecar.engine.clock import Clock
-from sidecar.engine.heap import HeapReleaser
-from sidecar.engine.threads import demote_self
+from sidecar.runtime.heap import HeapReleaser
+from sidecar.runtime.threads import demote_self
 from sidecar.store import space
 from sidecar.store.partition import CheckpointJob, Counters, PartitionStore
 
@@ -56,7 +56,7 @@ class Durability:
         # changelog writes a job's commit waits for (StoreMirror.produced at its snapshot)
         self.needed: dict[int, int] = {}
         self.fsync = settings.fsync != "none"
-        # SCHED_BATCH: a finished sync must not preempt the loop (engine/threads.py)
+        # SCHED_BATCH: a finished sync must not preempt the loop (runtime/threads.py)
         self.flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kds-flush",
                                           initializer=demote_self if settings.helper_threads != "none" else None)
         # partition -> (store, job, the flusher's future, checkpoint written)

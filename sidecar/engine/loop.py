@@ -59,10 +59,10 @@ from sidecar.engine.history import HistoryWriter
 from sidecar.engine.identity import DataDirLock, instance_id
 from sidecar.engine.kafka_io import Clients, ConfluentClients, KafkaIO
 from sidecar.engine.publishing import Publishing
-from sidecar.engine.threads import HelperThreads
 from sidecar.engine.transactions import TransactionFailed, Transactions, is_dirty, mark_clean, mark_dirty, wipe
 from sidecar.engine.turns import SLOW_TURN_S, TurnWatch
 from sidecar.levels.scheduler import LevelsScheduler
+from sidecar.runtime.threads import HelperThreads
 from sidecar.scheduling import Scheduler
 from sidecar.store import space
 from sidecar.store.idindex import PageRead

@@ -116,6 +116,8 @@ from pathlib import Path
 from typing import Any
 
 from sidecar import logs
+from sidecar.runtime.heap import release_heap
+from sidecar.runtime.threads import demote_self
 from sidecar.store import idjournal, idmerge
 from sidecar.store.codec import native as _native
 from sidecar.store.idslot import (
@@ -377,7 +379,7 @@ class _Workers:
     Each thread is ``SCHED_BATCH``: a waking worker never preempts the loop. The merge's native
     calls run their GIL-free work at ``SCHED_IDLE`` on a thread of their own
     (``idx_pass_idle``): a thread that takes the GIL must never be idle, or the loop, handing it
-    the GIL at a switch interval, waits until nothing else wants the core (sidecar/engine/threads.py,
+    the GIL at a switch interval, waits until nothing else wants the core (sidecar/runtime/threads.py,
     "Idle threads")."""
 
     CAP = 16
@@ -427,8 +429,6 @@ class _Workers:
         threading.Thread(target=self._run, name="kds-ids-pass", daemon=True).start()
 
     def _run(self) -> None:
-        from sidecar.engine.threads import demote_self
-
         demote_self()
         if _native is not None:
             _native.idx_pass_idle(True)
@@ -483,12 +483,10 @@ class _Pass:
         # scale run as an equal, the stream's lateness rose to seconds whenever a pass or a rebuild
         # ran beside the broker and the clients on the 2-core VM. A pass that waits only delays
         # when the table has its entries: the stages answer meanwhile.
-        from sidecar.engine.heap import release_heap
-
         self.merge()
         # The pass's buffers (the generation's records, the merge's sorted operations: ~50 MB at
         # 40M pending) were freed into this thread's malloc arena, which glibc keeps resident
-        # (sidecar/engine/heap.py): give the whole free pages back, here, off the loop.
+        # (sidecar/runtime/heap.py): give the whole free pages back, here, off the loop.
         release_heap()
 
     def merge(self) -> None:

@@ -56,6 +56,7 @@ from typing import Generic, TypeVar
 from crc32c import crc32c
 
 from sidecar import logs
+from sidecar.runtime.threads import demote_self
 
 HEADER = struct.Struct("<8sIIQQQ20sI")
 HEADER_SIZE = 64
@@ -488,10 +489,8 @@ class PageWorker:
         self._queue.put(item)
 
     def _run(self) -> None:
-        from sidecar.engine.threads import demote_self
-
         if self._demote:
-            demote_self()  # SCHED_BATCH: a finished request must not preempt the loop (engine/threads.py)
+            demote_self()  # SCHED_BATCH: a finished request must not preempt the loop (runtime/threads.py)
         while True:
             item = self._queue.get()
             if item is None:

@@ -548,8 +548,8 @@ def test_a_page_worker_without_the_extension_or_the_advice_does_not_populate(tmp
 @pytest.mark.parametrize("demote", [True, False])
 def test_the_page_thread_is_demoted_unless_helper_threads_is_none(tmp_path: Path, demote: bool) -> None:
     """``helper-threads = none`` keeps every helper at the process's policy; otherwise the page
-    thread runs SCHED_BATCH like the flusher (engine/threads.py)."""
-    from sidecar.engine.threads import supported
+    thread runs SCHED_BATCH like the flusher (runtime/threads.py)."""
+    from sidecar.runtime.threads import supported
     from sidecar.store.mapped import PageWorker
 
     if demote and not supported():

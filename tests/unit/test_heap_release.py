@@ -1,4 +1,4 @@
-"""Giving freed heap back to the OS (``sidecar.engine.heap``): the pages a burst left in a malloc
+"""Giving freed heap back to the OS (``sidecar.runtime.heap``): the pages a burst left in a malloc
 arena really leave RSS, and the releaser fires once per burst, at its end, not on the hot path.
 The RSS test uses real allocations and ``/proc/self/status``, no mocks."""
 
@@ -10,8 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from sidecar.engine import heap
-from sidecar.engine.heap import HeapReleaser
+from sidecar.runtime import heap
+from sidecar.runtime.heap import HeapReleaser
 
 MiB = 1 << 20
 

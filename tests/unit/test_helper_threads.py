@@ -1,4 +1,4 @@
-"""Helper threads demoted to SCHED_BATCH, the loop thread left alone (sidecar/engine/threads.py)."""
+"""Helper threads demoted to SCHED_BATCH, the loop thread left alone (sidecar/runtime/threads.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from sidecar.engine import threads
-from sidecar.engine.threads import HelperThreads
+from sidecar.runtime import threads
+from sidecar.runtime.threads import HelperThreads
 
 
 def _allowed() -> bool:

@@ -98,3 +98,14 @@ def test_without_the_writer_lines_are_written_by_the_caller(restore_logging: Any
     logs.setup("info", stream=sink)
     logs.get("t").info("direct", n=1)
     assert sink.lines() == [{"n": 1, "event": "direct", "level": "info", "timestamp": sink.lines()[0]["timestamp"]}]
+
+
+def test_the_start_hook_runs_first_on_the_writer_thread() -> None:
+    """``run`` passes the thread policy's ``demote_self`` (logs cannot import it: it logs)."""
+    sink = Sink()
+    sink.gate.set()
+    started: list[str] = []
+    w = logs.LineWriter(sink, on_start=lambda: started.append(threading.current_thread().name))  # type: ignore[arg-type]
+    w.write(b'{"event":"n"}\n')
+    w.close()
+    assert started == ["kds-log"] and sink.lines() == [{"event": "n"}]
