@@ -14,6 +14,9 @@ machine, and tests isolate themselves by topic and group names (the ``unique`` f
   the broker is started again if the test left it down (so one failing outage test does not take
   the rest of the session with it).
 * ``unique`` (function, str): 8 hex chars for topic/group names.
+* the ``needs`` marker: any test that needs something of the machine (redis-server, the C
+  extension, a Linux feature) is skipped without it, and fails under ``CI=true`` like the broker
+  tests (``tests/infra.py``).
 
 The broker address and how it was started are printed when it starts and again in the summary.
 Per-area fixtures belong in ``tests/<area>/conftest.py`` or the test files, not here.
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 import pytest
 
 from devkafka.local import LocalKafka
+from tests.infra import check_needs, unavailable
 
 START_TIMEOUT_S = float(os.environ.get("KDS_KAFKA_START_TIMEOUT", "240"))
 
@@ -49,12 +53,19 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "kafka_outage: stops/starts the session's local broker (skipped with an external broker)",
     )
+    config.addinivalue_line(
+        "markers",
+        "needs(available, what): skipped without ``what``, failed under CI=true (tests/infra.py)",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    check_needs(item)
 
 
 def _unavailable(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"Kafka broker unavailable in CI: {reason}", pytrace=False)
-    pytest.skip(f"Kafka broker unavailable: {reason}")
+    unavailable("Kafka broker", reason)
 
 
 def _announce(config: pytest.Config, line: str) -> None:

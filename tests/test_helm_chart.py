@@ -45,6 +45,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar.config import OPTIONS, ConfigError, Settings, load_settings
 from sidecar.metrics import Metrics, level_tier
+from tests.infra import unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "kafka-delay-sidecar"
@@ -76,10 +77,7 @@ def _find_helm() -> str | None:
 def helm() -> str:
     path = _find_helm()
     if path is None:
-        msg = "helm not found on PATH or in $KDS_CACHE/bin (run scripts/setup.d/30-helm.sh)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(msg)
-        pytest.skip(msg)
+        unavailable("helm", "not found on PATH or in $KDS_CACHE/bin (run scripts/setup.d/30-helm.sh)")
     return path
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from bench.report import walk_figures
+from tests.infra import needs
 
 pytestmark = pytest.mark.integration
 
@@ -230,7 +231,7 @@ def test_bench_lookup(kafka_bootstrap: str, tmp_path: Path) -> None:
     assert sc["details"]["levels"]["store"] == "store filled here"
 
 
-@pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server not installed (setup.d/40-redis.sh)")
+@needs(shutil.which("redis-server") is not None, "redis-server (scripts/setup.d/40-redis.sh installs it)")
 def test_bench_redis_zset(kafka_bootstrap: str, tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     report = _bench(["redis-zset", "--bootstrap-servers", kafka_bootstrap, "--schedulers", "levels"], out, 180)

@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
+from tests.infra import unavailable
+
 
 def _unavailable(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"Spark unavailable in CI: {reason}", pytrace=False)
-    pytest.skip(f"Spark unavailable: {reason}")
+    unavailable("Spark", reason)
 
 
 @pytest.fixture(scope="session")

@@ -9,32 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sidecar.store import codec
-
-I64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
-I32 = st.integers(min_value=-(2**31), max_value=2**31 - 1)
-U16 = st.integers(min_value=0, max_value=2**16 - 1)
-HEADERS = st.lists(
-    st.tuples(st.text(max_size=20), st.one_of(st.none(), st.binary(max_size=40))), max_size=6
-)
-
-
-@st.composite
-def records(draw: st.DrawFn) -> dict[str, Any]:
-    return {
-        "rtype": draw(st.sampled_from([codec.MESSAGE, codec.CANCEL, codec.DEAD])),
-        "due_ms": draw(I64),
-        "enqueue_ms": draw(I64),
-        "src_offset": draw(I64),
-        "src_partition": draw(I32),
-        "target_partition": draw(I32),
-        "retry_count": draw(U16),
-        "level": draw(U16),
-        "rid": draw(st.binary(max_size=255)),
-        "topic": draw(st.binary(max_size=249)),
-        "key": draw(st.one_of(st.none(), st.binary(max_size=200))),
-        "value": draw(st.one_of(st.none(), st.binary(max_size=600))),
-        "headers": draw(HEADERS),
-    }
+from tests.unit.helpers.records import HEADERS, records
 
 
 def encode(fields: dict[str, Any], offset: int = 0, fill: int = 0) -> tuple[bytearray, int]:

@@ -13,6 +13,8 @@ import pytest
 from sidecar.store import codec
 from sidecar.store.log import CommitLog, CorruptSegment
 from sidecar.store.mapped import HEADER_SIZE, GeometryMismatch, StoreError, deferred_disposal
+from tests.infra import needs, unavailable
+from tests.unit.helpers.pages import needs_populate, resident
 
 SEG = 4096
 DATA = SEG - HEADER_SIZE  # 4032 = 7 * 576
@@ -443,38 +445,6 @@ def test_reclaim_inside_a_deferred_disposal_leaves_closing_and_deleting_to_it(tm
     log.close()
 
 
-def _resident(path: Path) -> int:
-    """Bytes of ``path``'s mappings resident in this process (``Rss`` in /proc/self/smaps)."""
-    total, inside = 0, False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split()
-            if head and "-" in head[0] and len(head) >= 5 and ":" in head[3]:
-                inside = len(head) >= 6 and head[5] == str(path)
-            elif inside and line.startswith("Rss:"):
-                total += int(head[1]) * 1024
-    return total
-
-
-def _kernel_populates() -> bool:
-    """Whether this kernel takes MADV_POPULATE_WRITE (Linux 5.14+), through the C ``populate``."""
-    import mmap as mmap_mod
-
-    if codec.native is None:
-        return False
-    m = mmap_mod.mmap(-1, 1 << 16)
-    try:
-        return bool(codec.native.populate(m, 0, 1 << 16) == 0)
-    finally:
-        m.close()
-
-
-needs_populate = pytest.mark.skipif(
-    not _kernel_populates() or not Path("/proc/self/smaps").exists(),
-    reason="needs the C extension (CI requires it: test_native.py), Linux 5.14+ and /proc/self/smaps",
-)
-
-
 @needs_populate
 def test_the_pages_ahead_of_the_head_are_faulted_in_off_the_loop_and_stay_mapped(tmp_path: Path) -> None:
     """mapped.PageWorker: the log asks for AHEAD_BYTES past its head; the thread maps them in
@@ -491,11 +461,11 @@ def test_the_pages_ahead_of_the_head_are_faulted_in_off_the_loop_and_stay_mapped
     assert log.ahead == first_ask + AHEAD_BYTES
     pf.close()  # the requests so far are done
     assert pf.enabled and pf.pages >= AHEAD_BYTES // 4096
-    assert _resident(path) >= AHEAD_BYTES, "the pages ahead are mapped in"
+    assert resident(path) >= AHEAD_BYTES, "the pages ahead are mapped in"
     assert bytes(log.segments[0].buf[log.head : log.ahead]) == bytes(log.ahead - log.head), "not a byte written"
     assert [log.read(p, verify=True).src_offset for p in positions] == list(range(10))
     log.trim()
-    assert _resident(path) >= AHEAD_BYTES - 4096, "trim leaves the pages faulted in ahead mapped"
+    assert resident(path) >= AHEAD_BYTES - 4096, "trim leaves the pages faulted in ahead mapped"
     # appends that come within AHEAD_LOW of what was asked ask for the next pages
     asked = log.ahead
     n = 10
@@ -544,7 +514,7 @@ def test_a_page_worker_without_the_extension_or_the_advice_does_not_populate(tmp
     log.close()
 
 
-@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling policies")
+@needs(hasattr(os, "SCHED_BATCH"), "Linux scheduling policies")
 @pytest.mark.parametrize("demote", [True, False])
 def test_the_page_thread_is_demoted_unless_helper_threads_is_none(tmp_path: Path, demote: bool) -> None:
     """``helper-threads = none`` keeps every helper at the process's policy; otherwise the page
@@ -553,7 +523,7 @@ def test_the_page_thread_is_demoted_unless_helper_threads_is_none(tmp_path: Path
     from sidecar.store.mapped import PageWorker
 
     if demote and not supported():
-        pytest.skip("this platform cannot demote a single thread")
+        unavailable("SCHED_BATCH for one thread", "this platform cannot demote a single thread")
     seen: list[int] = []
 
     def record_policy(mm: object, start: int, length: int) -> int:

@@ -20,7 +20,7 @@ from sidecar.engine.kafka_io import KafkaIO
 from sidecar.engine.loop import Sidecar
 from sidecar.engine.transactions import DIRTY
 from tests.kafka_twin import TwinMessage
-from tests.unit.test_loop_twin import INGRESS, PARTITIONS, TARGET, World, committed
+from tests.unit.helpers.world import INGRESS, PARTITIONS, TARGET, World, committed
 
 CHANGELOG = f"{INGRESS}.changelog"
 EOS: dict[str, Any] = {"delivery": "exactly-once"}

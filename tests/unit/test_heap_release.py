@@ -12,6 +12,7 @@ import pytest
 
 from sidecar.runtime import heap
 from sidecar.runtime.heap import HeapReleaser
+from tests.infra import needs
 
 MiB = 1 << 20
 
@@ -24,8 +25,7 @@ def rss_anon() -> int:
     raise AssertionError("no RssAnon in /proc/self/status")
 
 
-@pytest.mark.skipif(not heap.available() or not os.path.exists("/proc/self/status"),
-                    reason="needs glibc's malloc_trim and /proc/self/status")
+@needs(heap.available() and os.path.exists("/proc/self/status"), "glibc's malloc_trim and /proc/self/status")
 def test_release_drops_free_pages_pinned_inside_a_thread_arena() -> None:
     """The sidecar's case: a burst of buffers allocated on another thread (librdkafka's broker
     thread, hence a per-thread arena), freed except a few that stay live above the rest, so that

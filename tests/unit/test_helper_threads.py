@@ -11,6 +11,7 @@ from structlog.testing import capture_logs
 
 from sidecar.runtime import threads
 from sidecar.runtime.threads import HelperThreads
+from tests.infra import needs, unavailable
 
 
 def _allowed() -> bool:
@@ -32,7 +33,7 @@ def _allowed() -> bool:
     return result == [True]
 
 
-needs_batch = pytest.mark.skipif(not _allowed(), reason="needs Linux SCHED_BATCH, /proc/self/task and permission")
+needs_batch = needs(_allowed(), "Linux SCHED_BATCH for one thread (/proc/self/task, and permission)")
 
 
 class _Parked(threading.Thread):
@@ -94,7 +95,7 @@ def test_disabled_leaves_every_thread_alone() -> None:
         t.join()
 
 
-@pytest.mark.skipif(not threads.supported(), reason="needs Linux SCHED_BATCH and /proc/self/task")
+@needs(threads.supported(), "Linux SCHED_BATCH and /proc/self/task")
 def test_a_refused_call_is_logged_once_and_not_fatal(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
 
@@ -147,7 +148,7 @@ def test_the_id_index_pass_runs_on_a_batch_worker(tmp_path: Path, native: bool) 
     from sidecar.store import idindex
 
     if native and idindex._native is None:
-        pytest.skip("sidecar._native not built")
+        unavailable("the C extension sidecar._native")
     seen: list[tuple[int, int]] = []
 
     class Probe(idindex._Pass):

@@ -14,7 +14,7 @@ import pytest
 
 from sidecar import contract as c
 from sidecar.config import ConfigError, load_settings
-from tests.unit.test_loop_twin import INGRESS, TARGET, World, _restore_gc  # noqa: F401
+from tests.unit.helpers.world import INGRESS, TARGET, World
 
 HISTORY = "hist"
 

@@ -19,9 +19,11 @@ from hypothesis import strategies as st
 
 from sidecar.store import idindex as idindex_mod
 from sidecar.store import idjournal
-from sidecar.store.idindex import HEADER_SIZE, PRECANCEL, IdIndex, _count_range, _Pass
+from sidecar.store.idindex import HEADER_SIZE, PRECANCEL, IdIndex, _count_range
 from sidecar.store.idslot import EMPTY, SLOT, TOMB, tag, tags_of
 from sidecar.store.mapped import deferred_sync, header_bytes
+from tests.infra import unavailable
+from tests.unit.helpers.id_passes import HandPass, run_pass
 
 # Few distinct hashes with shared low bits: long probe chains and collisions on purpose; their top
 # bits (the tags') shared by some, not all.
@@ -31,56 +33,18 @@ ops = st.lists(st.tuples(st.sampled_from(["put", "put", "remove", "find", "cut",
                max_size=300)
 
 
-class HandPass(_Pass):
-    """A pass the test runs when it chooses (``run_one``): until then it is "running"."""
-
-    def start(self) -> None:
-        self.done = False
-
-    def is_alive(self) -> bool:
-        return not self.done
-
-    def run_now(self) -> None:
-        self.merge()
-        self.done = True
-
-
-class NextPollPass(_Pass):
-    """A pass that runs when the index first looks at it (its next step, or a full stage): at a
-    point fixed by the operations alone, not by a thread's timing, so two runs fed the same
-    operations cut and merge alike; the records between the cut and that look see a sealed stage."""
-
-    def start(self) -> None:
-        self.done = False
-
-    def is_alive(self) -> bool:
-        if not self.done:
-            self.merge()
-            self.done = True
-        return False
-
-
 @pytest.fixture(autouse=True)
 def _hand_passes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(IdIndex, "pass_class", HandPass)
     monkeypatch.setattr(idindex_mod, "CUT_MIN", 8)
 
 
-def _run_pass(ix: IdIndex) -> bool:
-    p = ix._pass
-    if isinstance(p, HandPass) and not p.done:
-        p.run_now()
-        ix._poll()
-        return True
-    return False
-
-
 def _settle(ix: IdIndex, now: int) -> None:
     """Cut and merge until the stages are empty: the table alone answers."""
     for _ in range(3):
-        _run_pass(ix)
+        run_pass(ix)
         ix._cut(force=True)
-        _run_pass(ix)
+        run_pass(ix)
     ix.step(now, 1 << 40)
 
 
@@ -119,7 +83,7 @@ def _check(ix: IdIndex, model: dict[int, set[int]], late: dict[int, set[int]]) -
 @given(program=ops)
 def test_matches_reference(native: bool, program: list[tuple[str, int, int]]) -> None:
     if native and idindex_mod._native is None:
-        pytest.skip("sidecar._native not built")
+        unavailable("the C extension sidecar._native")
     with tempfile.TemporaryDirectory() as d:
         ix = _open(Path(d), native=native)
         model: dict[int, set[int]] = {}
@@ -142,7 +106,7 @@ def test_matches_reference(native: bool, program: list[tuple[str, int, int]]) ->
             elif op == "cut":
                 ix._cut(force=True)
             elif op == "pass":
-                _run_pass(ix)
+                run_pass(ix)
             elif op == "flush":
                 ix.flush()
                 ix.state()
@@ -187,7 +151,7 @@ def test_a_crash_anywhere_in_the_cycle_recovers_the_checkpointed_index(
             elif op == "cut":
                 ix._cut(force=True)
             elif op == "pass":
-                _run_pass(ix)
+                run_pass(ix)
             elif op == "flush":
                 with deferred_sync() as batch:
                     ix.flush()
@@ -226,7 +190,7 @@ def test_growth_rebuilds_off_the_loop_and_names_the_table_at_the_flush(tmp_path:
     ix._cut(force=True)
     assert ix._pass is not None and ix._pass.grow == 128 and ix._pass.new is not None
     new = ix._pass.new
-    _run_pass(ix)
+    run_pass(ix)
     assert ix.cap == 128 and ix.grown == 1 and ix.f.path == new
     assert not ix.merging
     assert (tmp_path / "ids.idx").stat().st_size == HEADER_SIZE + 16 * 16
@@ -262,7 +226,7 @@ def test_the_tags_are_built_by_the_first_pass_and_follow_the_growths(tmp_path: P
     chunks it changed or not; a growth's pass builds the grown table's; a failed pass leaves the
     tags it did not build; the reopened index again has none until its first pass."""
     if idindex_mod._native is None:
-        pytest.skip("sidecar._native not built")
+        unavailable("the C extension sidecar._native")
     ix = _open(tmp_path)
     assert ix.tags is None
     ix.put(1000, 1)
@@ -270,18 +234,18 @@ def test_the_tags_are_built_by_the_first_pass_and_follow_the_growths(tmp_path: P
     tags = ix._pass.tags if ix._pass is not None else None
     assert tags is not None and len(tags) == 16 and tags[:] == bytes(16)  # fresh: not the loop's yet
     assert ix.tags is None and ix.find(1000) == [1]
-    _run_pass(ix)
+    run_pass(ix)
     assert ix.tags is tags and tags[:] == tags_of(h for h, _r in _slots(ix))
     ix.put(2000 | 5 << 57, 2)
     ix._cut(force=True)
     assert ix._pass is not None and ix._pass.tags is tags  # in place: the loop probes them meanwhile
-    _run_pass(ix)
+    run_pass(ix)
     assert tags[:] == tags_of(h for h, _r in _slots(ix)) and ix.find(2000 | 5 << 57) == [2]
     for i in range(30):
         ix.put(3000 + i * 17 + (i << 57), i + 1)
     ix._cut(force=True)
     assert ix._pass is not None and ix._pass.grow == 128 and ix._pass.tags is not tags
-    _run_pass(ix)
+    run_pass(ix)
     assert ix.cap == 128 and ix.tags is not None and len(ix.tags) == 128 and tags.closed
     assert ix.tags[:] == tags_of(h for h, _r in _slots(ix))
     for i in range(30):
@@ -304,7 +268,7 @@ def test_the_tags_are_built_by_the_first_pass_and_follow_the_growths(tmp_path: P
     again = _open(tmp_path, ck)
     assert again.tags is None and again.merging  # the checkpoint's journals: merged again, tags built
     assert again.find(9000) == [9] and again.find(3001 + 16 + (1 << 57)) == [2]
-    _run_pass(again)
+    run_pass(again)
     assert again.tags is not None and again.tags[:] == tags_of(h for h, _r in _slots(again))
     assert again.find(9000) == [9]
     again.close()
@@ -323,7 +287,7 @@ def test_a_growth_the_checkpoint_never_saw_is_dropped_and_merged_again(tmp_path:
     ix._cut(force=True)
     new = ix._pass.new if ix._pass is not None else None
     assert new is not None
-    _run_pass(ix)
+    run_pass(ix)
     assert new.exists()
     ix.close()  # killed before the flush that names it
     again = _open(tmp_path, ck)
@@ -344,7 +308,7 @@ def test_growths_no_flush_named_are_deleted_with_their_journals(tmp_path: Path) 
         for i in range(40 * 4 ** round_):
             ix.put(1_000_000 * (round_ + 1) + i * 17, i + 1)
         ix._cut(force=True)
-        _run_pass(ix)
+        run_pass(ix)
         ix.reclaim()
     assert ix.grown == 3 and ix.cap >= 1024
     assert sorted(p.name for p in tmp_path.glob("ids.idx.next.*")) == [ix.f.path.name]
@@ -385,12 +349,12 @@ def test_expired_pre_cancels_leave_with_a_pass_unprobed(tmp_path: Path) -> None:
     ix.put(400, 7)
     assert ix.precancels() == 5
     ix.step(t0 + 30_000, 60_000)  # a cut (CUT_S) merges them into the table
-    _run_pass(ix)
+    run_pass(ix)
     assert ix.precancels() == 5 and ix.swept == 0
     ix.step(t0 + 60_003, 60_000)  # not a cut yet: the table is idle
     assert ix._pass is None
     ix.step(t0 + int(idindex_mod.IDLE_PASS_S * 1000) + 30_001, 60_000)  # the idle pass sweeps
-    _run_pass(ix)
+    run_pass(ix)
     assert ix.precancels() == 0 and ix.swept == 5 and ix.find(400) == [7]
     ix.close()
 
@@ -431,13 +395,13 @@ def test_cuts_by_age_take_turns_with_the_other_indexes_passes(tmp_path: Path) ->
         for i in range(idindex_mod.cut_ops(b.cap)):
             b.put(2000 + i, i + 1)
         assert b.step(t0 + 1, 60_000) == idindex_mod.cut_ops(b.cap)  # full: cut at once
-        _run_pass(b)
+        run_pass(b)
     finally:
         other.release.set()
     assert other.finished.wait(10)
     assert idindex_mod._WORKERS.busy == busy0
     assert a.step(t0 + 2 * cut_s - 1, 60_000) == 1 and a._pass is not None  # its turn now
-    _run_pass(a)
+    run_pass(a)
     assert a.find(1000) == [1]
     a.put(1001, 2)
     a.step(t0 + 2 * cut_s, 60_000)
@@ -449,7 +413,7 @@ def test_cuts_by_age_take_turns_with_the_other_indexes_passes(tmp_path: Path) ->
     finally:
         other.release.set()
     assert other.finished.wait(10)
-    _run_pass(a)
+    run_pass(a)
     assert a.find(1001) == [2]
     a.close()
     b.close()
@@ -480,7 +444,7 @@ def test_merged_journals_go_once_no_checkpoint_names_them(tmp_path: Path) -> Non
     ck = ix.state()
     batch.run()
     assert next(g for g, _n in ck["journals"]) == g0  # the sealed one, its pass not done
-    _run_pass(ix)
+    run_pass(ix)
     ix.reclaim()  # the checkpoint named it: it stays
     assert g0 in idjournal.generations(tmp_path)
     with deferred_sync() as batch:

@@ -25,8 +25,9 @@ from sidecar.store.idmerge import (
     rebuild,
 )
 from sidecar.store.idslot import REMOVE_MARK, tags_of
+from tests.infra import needs, needs_native
 
-pytestmark = pytest.mark.skipif(native is None and os.environ.get("CI") != "true", reason="sidecar._native not built")
+pytestmark = needs_native
 
 HS = 40  # a header size the pass must skip and leave alone
 HEADER = bytes(range(HS))
@@ -431,7 +432,7 @@ def _threads() -> dict[int, tuple[str, int]]:
     return out
 
 
-@pytest.mark.skipif(not os.path.isdir("/proc/self/task") or not hasattr(os, "SCHED_IDLE"), reason="Linux only")
+@needs(os.path.isdir("/proc/self/task") and hasattr(os, "SCHED_IDLE"), "Linux SCHED_IDLE and /proc/self/task")
 def test_a_thread_that_asked_for_it_runs_the_pass_on_an_idle_native_thread() -> None:
     """idx_pass_idle(True): the pass's GIL-free part runs on a native thread named kds-ids-idle at
     SCHED_IDLE while the calling thread waits (it takes the GIL back at its own policy); the table

@@ -11,7 +11,6 @@ same files and state as one call with room for all."""
 
 from __future__ import annotations
 
-import os
 import random
 from pathlib import Path
 from typing import Any
@@ -27,10 +26,10 @@ from sidecar.store.idindex import HEADER_SIZE, _py_apply, _py_put, py_id_hash
 from sidecar.store.idslot import EMPTY, PRECANCEL, REMOVE_MARK, SLOT, SLOT_SIZE, TOMB, tags_of
 from sidecar.store.intake_layout import Common
 from sidecar.store.partition import PartitionStore
-from tests.unit.test_ingest_fast import Msg, files, state
-from tests.unit.test_ingest_fast import _store as ingest_store
+from tests.infra import needs_native
+from tests.unit.helpers.intake import Msg, files, ingest_store, state
 
-pytestmark = pytest.mark.skipif(native is None and os.environ.get("CI") != "true", reason="sidecar._native not built")
+pytestmark = needs_native
 
 T0 = 1_700_000_000_000
 TOPIC = "in"

@@ -30,63 +30,18 @@ from sidecar.engine import loop
 from sidecar.levels.scheduler import LevelsScheduler
 from sidecar.store import idindex as idindex_mod
 from sidecar.store import partition as partition_mod
-from sidecar.store.codec import native
 from sidecar.store.idindex import IdIndex
 from sidecar.store.partition import PartitionStore
 from sidecar.wheel import WheelScheduler
+from tests.infra import needs_native
 from tests.kafka_twin import VirtualClock
-from tests.unit.test_idindex import NextPollPass
+from tests.unit.helpers.id_passes import NextPollPass
+from tests.unit.helpers.intake import TOPIC, Msg, fields, files, ingest_store, state
 
-pytestmark = pytest.mark.skipif(native is None, reason="the C extension is not built (or KDS_PURE_PYTHON=1)")
+pytestmark = needs_native
 
 T0 = 1_700_000_000_000
-TOPIC = "in"
 LEVELS = (1000, 5000, 10_000, 60_000)
-
-
-class _Err:
-    def code(self) -> int:
-        return KafkaError._PARTITION_EOF
-
-    def str(self) -> str:
-        return "eof"
-
-    def name(self) -> str:
-        return "_PARTITION_EOF"
-
-
-class Msg:
-    """What ``_ingest`` calls of a confluent_kafka Message."""
-
-    def __init__(
-        self, partition: int, offset: int, ts: tuple[int, int], key: bytes | None, value: bytes | None,
-        headers: list[tuple[str, bytes | None]] | None, err: bool = False,
-    ) -> None:
-        self._p, self._o, self._ts, self._k, self._v, self._h, self._e = partition, offset, ts, key, value, headers, err
-
-    def error(self) -> Any:
-        return _Err() if self._e else None
-
-    def topic(self) -> str:
-        return TOPIC
-
-    def partition(self) -> int:
-        return self._p
-
-    def offset(self) -> int:
-        return self._o
-
-    def timestamp(self) -> tuple[int, int]:
-        return self._ts
-
-    def key(self) -> bytes | None:
-        return self._k
-
-    def value(self) -> bytes | None:
-        return self._v
-
-    def headers(self) -> list[tuple[str, bytes | None]] | None:
-        return None if self._h is None else list(self._h)
 
 
 def batches(seed: int, n_batches: int) -> list[tuple[int, list[Msg | Message]]]:
@@ -135,51 +90,6 @@ def batches(seed: int, n_batches: int) -> list[tuple[int, list[Msg | Message]]]:
                 msgs.append(Msg(p, off, ts, key, value, hs, err=err))
         out.append((now, msgs))
     return out
-
-
-def plain(v: Any) -> Any:
-    """A comparable copy of a plain value; None for what is not state (files, paths, callables)."""
-    if v is None or isinstance(v, (bool, int, str, bytes)):
-        return v
-    if isinstance(v, (bytearray, memoryview)):
-        return bytes(v)
-    if isinstance(v, (list, tuple)):
-        items = [plain(x) for x in v]
-        return items if all(x is not None or y is None for x, y in zip(items, v, strict=True)) else None
-    if isinstance(v, set):
-        return sorted(plain(x) for x in v)
-    if isinstance(v, dict):
-        return {k: (x if x is not None else type(y).__name__) for k, y in v.items() for x in [plain(y)]}
-    if hasattr(v, "__array_interface__") or type(v).__name__ == "array":
-        return bytes(v)
-    return None
-
-
-def fields(obj: Any) -> dict[str, Any]:
-    names = list(vars(obj)) if hasattr(obj, "__dict__") else list(type(obj).__slots__)
-    return {k: p for k in names for p in [plain(getattr(obj, k))] if p is not None}
-
-
-def state(st: PartitionStore) -> dict[str, Any]:
-    out = {"store": fields(st), "log": fields(st.log), "ids": fields(st.ids), "sched": fields(st.sched)}
-    out["ids"].pop("_jbuf", None)  # the C intake's scratch journal buffer (what it wrote is in the stage's records)
-    if st.ids._open is not None:
-        out["ids"]["open"] = fields(st.ids._open) | {"stage": bytes(st.ids._open.stage.buf)}
-    sched = st.sched
-    if isinstance(sched, WheelScheduler):
-        out |= {"tl": fields(sched.tl), "slots": fields(sched.slots), "buckets": fields(sched.buckets),
-                "loading": fields(sched.loading), "recovery": fields(sched.recovery), "damage": fields(sched.damage)}
-        out["buckets"]["_fds"] = list(sched.buckets._fds)  # which bucket files are open, not the OS's fd numbers
-    else:
-        assert isinstance(sched, LevelsScheduler)
-        for n, lv in enumerate(sched.levels):
-            out[f"level{n}"] = fields(lv)
-            out[f"queue{n}"] = fields(lv.queue)
-    return out
-
-
-def files(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 class Recorder:
@@ -278,30 +188,19 @@ def test_fast_intake_matches_reference(
         assert fast_files[name] == ref_files[name], name
 
 
-def _store(root: Path, scheduler: str) -> tuple[loop.Sidecar, PartitionStore]:
-    s = Settings(scheduler=scheduler, data_dir=str(root), bootstrap_servers="x:1", ingress_topic=TOPIC)
-    sc = loop.Sidecar(s)
-    st = PartitionStore(s.data_path, TOPIC, 0, rules=sc.rules, scheduler_name=scheduler,
-                        make_scheduler=sc.make_scheduler, segment_bytes=1 << 20, cancel_horizon_ms=1000,
-                        counters=sc.counters)
-    st.open()
-    return sc, st
-
-
 def test_fast_intake_is_off_without_the_extension(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With no extension the loop never calls the fast path, and ``ingest_many`` takes nothing."""
     monkeypatch.setattr(partition_mod, "_run", None)
-    _sc, st = _store(tmp_path, "levels")
+    _sc, st = ingest_store(tmp_path, "levels")
     msgs = [Msg(0, 0, (1, T0), b"k", b"v", [(c.TARGET_TOPIC, b"out"), (c.DELAY_MS, b"5")])]
     assert st.ingest_many(msgs, 0, T0, TOPIC) == 0
     st.close()
 
 
-@pytest.mark.skipif(native is None, reason="sidecar._native is not built (or KDS_PURE_PYTHON=1)")
 def test_a_slot_started_by_the_fast_intake_is_seen_by_the_next_due_time(tmp_path: Path) -> None:
     """The wheel remembers its search for the next occupied slot (``_next_send``); a slot chain the
     C intake starts must show in ``next_due_ms`` at once, not after the memo ages out."""
-    sc, st = _store(tmp_path, "wheel")
+    sc, st = ingest_store(tmp_path, "wheel")
     w = st.sched
     assert isinstance(w, WheelScheduler)
 

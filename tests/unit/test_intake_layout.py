@@ -5,7 +5,6 @@ header. Each test here fails when one side moves without the other."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,8 +13,8 @@ import pytest
 
 from sidecar.store import intake_layout as layout
 from sidecar.store.codec import native
+from tests.infra import needs_native
 
-needs_native = pytest.mark.skipif(native is None and os.environ.get("CI") != "true", reason="sidecar._native not built")
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -12,7 +12,8 @@ from sidecar import contract as c
 from sidecar.store import codec
 from sidecar.store.idindex import id_hash
 from sidecar.store.recent import CANCELLED, DEAD_LETTERED, DELIVERED, RecentOutcomes
-from tests.unit.test_partition_store import T0, Sim
+from tests.unit.helpers.store_sim import T0, Sim
+from tests.unit.helpers.world import World
 
 
 # -- the memory of recent outcomes ----------------------------------------------------------------
@@ -169,8 +170,6 @@ def test_status_memory_zero_forgets_outcomes(tmp_path: Path) -> None:
 def test_sidecar_lookup_from_another_thread_while_the_loop_runs(tmp_path: Path) -> None:
     """An HTTP-thread look-up runs beside the loop (on the in-memory Kafka twin): every answer is
     the truth at some instant (pending before its due time, delivered after), none fails."""
-    from tests.unit.test_loop_twin import World
-
     w = World(tmp_path)
     sc = w.sidecar("a")
     w.send(400, lambda i: 200 + 10 * i)
@@ -216,7 +215,6 @@ def test_sidecar_lookup_from_another_thread_while_the_loop_runs(tmp_path: Path) 
 
 def test_sidecar_lookup_waits_for_the_loop_then_gives_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from sidecar.engine import loop
-    from tests.unit.test_loop_twin import World
 
     monkeypatch.setattr(loop, "LOOKUP_WAIT_S", 0.05)
     w = World(tmp_path)

@@ -8,100 +8,16 @@ nothing twice, and who owned which partition when.
 
 from __future__ import annotations
 
-import gc
 from collections import Counter
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sidecar import contract as c
-from sidecar.config import Settings
 from sidecar.engine.loop import Sidecar
-from sidecar.health import HealthServer
-from sidecar.metrics import Metrics
 from sidecar.store import checkpoint
-from tests.kafka_twin import TwinClients, TwinCluster, TwinMessage, VirtualClock
-
-INGRESS, TARGET, GROUP = "in", "out", "g"
-PARTITIONS = 4
-
-
-@pytest.fixture(autouse=True)
-def _restore_gc() -> Iterator[None]:
-    """``Sidecar.start`` sets the loop's collector settings for the whole process (``quiet_gc``)."""
-    saved = gc.get_threshold()
-    yield
-    gc.unfreeze()
-    gc.set_threshold(*saved)
-
-
-class World:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.clock = VirtualClock()
-        self.cluster = TwinCluster(self.clock)
-        self.clients = TwinClients(self.cluster)
-        self.cluster.create_topic(INGRESS, PARTITIONS)
-        self.cluster.create_topic(TARGET, 1)
-        self.sent: dict[bytes, int] = {}  # id -> requested due time
-
-    def sidecar(self, name: str, **extra: Any) -> Sidecar:
-        s = Settings(
-            bootstrap_servers="twin:9092", data_dir=str(self.root / name), ingress_topic=INGRESS, group_id=GROUP,
-            ingress_partitions=PARTITIONS, **{"commit_interval_ms": 200, "helper_threads": "none", **extra},
-        )
-        metrics = Metrics(ingress_topic=INGRESS, scheduler=s.scheduler)
-        health = HealthServer("127.0.0.1", 0, metrics, clock=self.clock.monotonic)
-        sc = Sidecar(s, metrics=metrics, health=health, clock=self.clock, clients=self.clients)
-        sc.start()
-        return sc
-
-    def send(self, n: int, delay_ms: Callable[[int], int], prefix: str = "r") -> None:
-        for i in range(n):
-            rid = f"{prefix}{i}".encode()
-            d = delay_ms(i)
-            self.sent[rid] = self.clock.now_ms + d
-            self.cluster.append(INGRESS, i % PARTITIONS, b"k%d" % i, b"v%d" % i, [
-                (c.TARGET_TOPIC, TARGET.encode()), (c.DELAY_MS, str(d).encode()), (c.ID, rid),
-            ])
-
-    def delivered(self) -> list[TwinMessage]:
-        return self.cluster.records(TARGET)
-
-    def run(self, sidecars: list[Sidecar], until: Callable[[], bool], max_turns: int = 20_000) -> None:
-        for _ in range(max_turns):
-            if until():
-                return
-            for sc in sidecars:
-                sc.turn()
-                # the disk is instant in virtual time: a checkpoint job started in this turn is
-                # done before the clock moves on (the next turn reaps it and commits)
-                for _store, _job, fut, _written in list(sc.durability.jobs.values()):
-                    fut.result()
-        raise AssertionError(f"condition not reached in {max_turns} turns")
-
-    def check(self, expect_ids: set[bytes] | None = None) -> Counter[bytes]:
-        """Nothing early (checked on the delivered record's own timestamp), each id at most once."""
-        seen: Counter[bytes] = Counter()
-        for m in self.delivered():
-            h = dict(m.headers() or [])
-            rid = h[c.ID]
-            assert rid is not None
-            due = int(h[c.DELIVER_AT] or b"0")
-            assert m.timestamp()[1] >= due, f"{rid!r} delivered {due - m.timestamp()[1]} ms early"
-            assert due == self.sent[rid]
-            seen[rid] += 1
-        dup = {k: n for k, n in seen.items() if n > 1}
-        assert not dup, f"delivered more than once: {dup}"
-        if expect_ids is not None:
-            assert set(seen) == expect_ids, f"missing: {sorted(expect_ids - set(seen))[:5]}"
-        return seen
-
-
-def committed(w: World) -> dict[int, int]:
-    return {p: off for (g, t, p), off in w.cluster.committed.items() if g == GROUP and t == INGRESS}
+from tests.unit.helpers.world import INGRESS, PARTITIONS, World, committed
 
 
 @pytest.mark.parametrize("scheduler", ["wheel", "levels"])

@@ -20,11 +20,10 @@ from sidecar import contract as c
 from sidecar.headers import Rules, py_parse_request
 from sidecar.store import codec
 from sidecar.store.idindex import PRECANCEL, IdIndex, py_id_hash
-from sidecar.store.partition import compile_rules
-from tests.unit.test_codec import HEADERS, records
+from tests.infra import needs_native
+from tests.unit.helpers.records import HEADERS, parse_rules, records
 
 native = codec.native
-needs_native = pytest.mark.skipif(native is None and os.environ.get("CI") != "true", reason="sidecar._native not built")
 
 
 def test_built_in_ci() -> None:
@@ -225,12 +224,6 @@ def _header_lists(draw: st.DrawFn) -> list[tuple[str, bytes | None]]:
 _HEADER_LISTS = _header_lists()
 
 
-def _rules(max_record_bytes: int = 1 << 20) -> Rules:
-    rules = compile_rules("in", "dlq", (1000, 5000), 86_400_000, (1000, 2000), 3, max_record_bytes, ())
-    rules.checked_targets.update({"out", "other"})  # accepted earlier by the full parser
-    return rules
-
-
 def _fast(headers: Any, ts: int, now: int, size: int, rules: Rules) -> Any:
     assert native is not None
     return native.parse_request(headers, ts, now, size, rules.max_record_bytes, rules.max_delay_ms,
@@ -244,7 +237,7 @@ def _fast(headers: Any, ts: int, now: int, size: int, rules: Rules) -> Any:
 def test_parse_request_agrees_with_the_full_parser(
     headers: list[tuple[str, bytes | None]], ts: int, now: int, size: int, max_bytes: int
 ) -> None:
-    rules = _rules(max_bytes)
+    rules = parse_rules(max_bytes)
     got = _fast(headers, ts, now, size, rules)
     want = py_parse_request(headers, ts, now, size, rules)
     if want is None:
@@ -269,7 +262,7 @@ def test_parse_request_takes_the_common_requests(
         headers.insert(0, (c.ID, b"order-42"))
     if with_partition:
         headers.append((c.TARGET_PARTITION, b"3"))
-    rules = _rules()
+    rules = parse_rules()
     got = _fast(headers, ts, now, 100, rules)
     assert got is not None
     assert got == py_parse_request(headers, ts, now, 100, rules)

@@ -9,7 +9,6 @@ import struct
 from array import array
 from typing import Any
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,8 +16,7 @@ from sidecar.levels import queue
 from sidecar.levels.queue import ENTRY, ENTRY_SIZE, IDX_BITS, NO_POS
 from sidecar.store import codec
 from sidecar.store.codec import native
-
-needs_native = pytest.mark.skipif(native is None, reason="sidecar._native is not built (or KDS_PURE_PYTHON=1)")
+from tests.infra import needs_native
 
 HS = 64
 PER_FILE = 8

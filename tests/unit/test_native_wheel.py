@@ -14,8 +14,7 @@ from hypothesis import strategies as st
 
 from sidecar.store.codec import native
 from sidecar.wheel import layout
-
-needs_native = pytest.mark.skipif(native is None, reason="sidecar._native is not built (or KDS_PURE_PYTHON=1)")
+from tests.infra import needs_native, unavailable
 
 HS = 64
 PER_FILE = 8
@@ -223,7 +222,7 @@ def test_wl_read_decodes_runs_and_leaves_the_rest_to_the_caller(mod: str, tmp_pa
     segments (three of them here), and stops at a bucket ref, a segment that is gone and an offset
     that holds no record, returning that position; the C twin gives the same records and stops."""
     if mod == "c" and native is None:
-        pytest.skip("sidecar._native is not built (or KDS_PURE_PYTHON=1)")
+        unavailable("the C extension sidecar._native")
     from sidecar.store.codec import MESSAGE
     from sidecar.store.log import CommitLog
 

@@ -26,14 +26,14 @@ from confluent_kafka import Message
 
 from sidecar import contract as c
 from sidecar.engine import loop as loop_mod
-from sidecar.store.codec import native
 from sidecar.store.idindex import IdIndex, PageRead, id_hash
 from sidecar.store.mapped import PageWorker, page_worker
 from sidecar.store.partition import Counters, IngressRecord, PartitionStore
-from tests.unit.test_loop_twin import INGRESS, PARTITIONS, World
-from tests.unit.test_resident_pages import T0, make_store
+from tests.infra import needs_native, unavailable
+from tests.unit.helpers.store_sim import T0, make_store
+from tests.unit.helpers.world import INGRESS, PARTITIONS, World
 
-pytestmark = pytest.mark.skipif(native is None, reason="the C extension is not built (or KDS_PURE_PYTHON=1)")
+pytestmark = needs_native
 
 HEADERS: list[tuple[str, bytes | None]] = [(c.TARGET_TOPIC, b"target"), (c.DELAY_MS, b"5000")]
 TMPFS_MAGIC = 0x01021994
@@ -71,7 +71,8 @@ def _evict(store: PartitionStore) -> None:
 def _evictable_store(tmp_path: Path) -> tuple[PartitionStore, Counters, PageWorker]:
     """A levels store with a page thread, on a file system whose pages can be evicted."""
     if _on_tmpfs(tmp_path):
-        pytest.skip("the test directory is on tmpfs: its pages cannot be evicted")
+        unavailable("a test directory on disk", "tmp_path is on tmpfs, whose pages cannot be evicted "
+                    "(point TMPDIR or --basetemp at a disk)")
     pages = page_worker()
     counters = Counters()
     return make_store(tmp_path, "levels", counters, pages=pages), counters, pages

@@ -10,7 +10,6 @@ the broker marked down, a revoked partition)."""
 from __future__ import annotations
 
 import functools
-import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,9 +23,9 @@ from sidecar.config import Settings
 from sidecar.engine.loop import Sidecar
 from sidecar.store import codec
 from sidecar.store.partition import PartitionStore
+from tests.infra import needs_native
 
 native = codec.native
-needs_native = pytest.mark.skipif(native is None and os.environ.get("CI") != "true", reason="sidecar._native not built")
 T0 = 1_700_000_000_000
 SCHEDULERS = ["wheel", "levels"]
 

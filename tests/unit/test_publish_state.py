@@ -4,7 +4,6 @@ fields, starting alike, and the C one is what the loop gets when the extension i
 
 from __future__ import annotations
 
-import os
 import types
 from typing import Any
 
@@ -14,8 +13,7 @@ from sidecar.engine import publish_state
 from sidecar.engine.publish_state import PublishState, PyPublishState
 from sidecar.store.codec import native
 from sidecar.store.partition import Counters
-
-needs_native = pytest.mark.skipif(native is None and os.environ.get("CI") != "true", reason="sidecar._native not built")
+from tests.infra import needs_native
 
 
 def members(cls: type) -> set[str]:

@@ -14,19 +14,16 @@ import mmap
 import os
 from pathlib import Path
 
-import pytest
-
 from sidecar.levels.queue import LevelQueue
 from sidecar.store import codec
 from sidecar.store.idindex import IdIndex
 from sidecar.store.log import CommitLog
 from sidecar.store.mapped import HEADER_SIZE, MappedFile
 from sidecar.wheel.layout import TimerLog
+from tests.infra import needs, unavailable
 
-pytestmark = pytest.mark.skipif(
-    not os.path.exists("/proc/self/smaps") or not hasattr(mmap, "MADV_RANDOM"),
-    reason="needs Linux: /proc/self/smaps and MADV_RANDOM",
-)
+pytestmark = needs(os.path.exists("/proc/self/smaps") and hasattr(mmap, "MADV_RANDOM"),
+                   "Linux: /proc/self/smaps and MADV_RANDOM")
 
 SEG = 1 << 16
 
@@ -136,7 +133,7 @@ def test_a_write_fault_in_random_mode_brings_in_its_own_page_only(tmp_path: Path
         assert here
         around[random_mode] = near  # the page after the header's, the page near the write's
     if around[False] == [False, False]:
-        pytest.skip("this file system or kernel reads no window around a fault: nothing to compare")
+        unavailable("read-around", "this file system or kernel reads no window around a fault: nothing to compare")
     assert around == {False: [True, True], True: [False, False]}
 
 
@@ -156,7 +153,7 @@ def test_opening_a_file_reads_its_header_and_no_window_around_it(tmp_path: Path)
     finally:
         os.close(fd)
     if any(resident(path, [0, probe])):
-        pytest.skip("this file system keeps the pages cached (tmpfs?): nothing to measure")
+        unavailable("a test directory on disk", "this file system keeps the pages cached (tmpfs?): nothing to measure")
     g = MappedFile(path, magic=b"KDSTST\x00\x01", version=1, size=size, geom_a=7, geom_b=0, base=0, create=False)
     try:
         assert resident(path, [0, probe]) == [True, False]

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from sidecar import contract as c
 from sidecar.store.partition import IngressRecord
-from tests.unit.test_partition_store import TOPIC, Sim
+from tests.unit.helpers.store_sim import TOPIC, Sim
 
 IDS = ["a", "b", "c"]
 DELAYS = [0, 1000, 5000, 10_000]  # levels of the Sim's table: both schedulers commit the same due time

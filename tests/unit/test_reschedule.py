@@ -18,7 +18,8 @@ from sidecar.store import codec
 from sidecar.store.codec import native
 from sidecar.store.idindex import id_hash
 from sidecar.store.partition import IngressRecord, PartitionStore
-from tests.unit.test_partition_store import T0, TOPIC, Sim
+from tests.unit.helpers.records import parse_rules
+from tests.unit.helpers.store_sim import T0, TOPIC, Sim
 
 SCHEDULERS = ["levels", "wheel"]
 
@@ -173,9 +174,7 @@ def test_a_rejected_replace_leaves_the_pending_record(sim: Sim) -> None:
 
 
 def test_replace_header_values_and_errors() -> None:
-    from tests.unit.test_native import _rules
-
-    rules = _rules()
+    rules = parse_rules()
     base = [(c.TARGET_TOPIC, b"out"), (c.ID, b"a")]
     for raw in (b"yes", b"TRUE", b"1", b"true "):
         r = parse_ingress([*base, (c.REPLACE, raw)], T0, T0, 0, rules)

@@ -1,5 +1,5 @@
 """Reschedule through the real event loop (intake, publishing, retries, the changelog, a handover)
-on the in-memory Kafka twin and virtual time (the ``World`` of test_loop_twin.py)."""
+on the in-memory Kafka twin and virtual time (``tests/unit/helpers/world.py``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from sidecar import contract as c
-from tests.unit.test_loop_twin import INGRESS, PARTITIONS, TARGET, World
+from tests.unit.helpers.world import INGRESS, PARTITIONS, TARGET, World, committed
 
 
 def _send(w: World, rid: bytes, part: int, target: str, delay_ms: int, value: bytes, replace: bool) -> None:
@@ -54,12 +54,12 @@ def test_replaces_follow_a_partition_to_its_new_owner_through_the_changelog(tmp_
     ids = [b"r%d" % i for i in range(40)]
     for i, rid in enumerate(ids):
         _send(w, rid, i % PARTITIONS, TARGET, 20_000, b"v1", replace=False)
-    w.run([a, b], lambda: _committed(w) == {p: 10 for p in range(PARTITIONS)})  # v1 in the changelog
+    w.run([a, b], lambda: committed(w) == {p: 10 for p in range(PARTITIONS)})  # v1 in the changelog
     for i, rid in enumerate(ids):
         if (i // PARTITIONS) % 2 == 0:  # half the ids of every partition
             _send(w, rid, i % PARTITIONS, TARGET, 5000, b"v2", replace=True)
     w.run([a, b], lambda: sum(k.replaced for k in (a.counters, b.counters)) == 20)
-    w.run([a, b], lambda: _committed(w) == {p: 15 for p in range(PARTITIONS)})  # v2 in the changelog
+    w.run([a, b], lambda: committed(w) == {p: 15 for p in range(PARTITIONS)})  # v2 in the changelog
     w.cluster.leave(b.kafka.consumer)  # b is killed, and its volume is gone
     b.durability.close()
     b.lock.release()
@@ -70,9 +70,3 @@ def test_replaces_follow_a_partition_to_its_new_owner_through_the_changelog(tmp_
     got = _values(w, TARGET)
     assert got == sorted((rid, b"v1" if (i // PARTITIONS) % 2 else b"v2") for i, rid in enumerate(ids))
     a.shutdown()
-
-
-def _committed(w: World) -> dict[int, int]:
-    from tests.unit.test_loop_twin import GROUP
-
-    return {p: off for (g, t, p), off in w.cluster.committed.items() if g == GROUP and t == INGRESS}

@@ -12,8 +12,6 @@ from pathlib import Path
 import pytest
 
 from sidecar import contract as c
-from sidecar.levels.scheduler import LevelsScheduler
-from sidecar.scheduling import Scheduler
 from sidecar.store import codec
 from sidecar.store.log import CommitLog
 from sidecar.store.mapped import HEADER_SIZE, MappedFile, PageWorker, page_worker
@@ -22,16 +20,13 @@ from sidecar.store.partition import (
     TRIM_DRAIN_RECORDS,
     Counters,
     IngressRecord,
-    PartitionStore,
-    compile_rules,
 )
-from sidecar.wheel import WheelScheduler
-from tests.unit.test_commit_log import _kernel_populates, _resident
+from tests.infra import needs, needs_native
+from tests.unit.helpers.pages import needs_populate, resident
+from tests.unit.helpers.store_sim import T0, make_store
 
-pytestmark = pytest.mark.skipif(
-    not os.path.exists("/proc/self/status") or not hasattr(mmap, "MADV_DONTNEED"),
-    reason="needs Linux: /proc/self/status and MADV_DONTNEED",
-)
+pytestmark = needs(os.path.exists("/proc/self/status") and hasattr(mmap, "MADV_DONTNEED"),
+                   "Linux: /proc/self/status and MADV_DONTNEED")
 
 MiB = 1 << 20
 MAGIC = b"KDSTST\x00\x01"
@@ -138,29 +133,6 @@ def test_commit_log_trim(tmp_path: Path) -> None:
     log.trim()
     assert rss_file() - before <= 64 * 1024
     log.close()
-
-
-LEVELS = (1000, 5000, 10_000)
-T0 = 1_700_000_000_000
-
-
-def make_store(root: Path, scheduler: str, counters: Counters, partition: int = 0,
-               pages: PageWorker | None = None, entries_per_file: int = 4096) -> PartitionStore:
-    rules = compile_rules(
-        "in", "dlq", LEVELS, max_delay_ms=10**9, retry_ladder_ms=(1000,), max_retries=3, max_record_bytes=8000,
-        allowlist=(),
-    )
-
-    def make(d: Path, lg: CommitLog) -> Scheduler:
-        if scheduler == "levels":
-            return LevelsScheduler(d, lg, LEVELS, entries_per_file=entries_per_file)
-        return WheelScheduler(d, lg, precision_ms=10, window_ms=60_000, bucket_width_ms=30_000,
-                              levels_ms=LEVELS, entries_per_file=entries_per_file)
-
-    store = PartitionStore(root, "in", partition, rules=rules, scheduler_name=scheduler, make_scheduler=make,
-                           segment_bytes=4 * MiB, cancel_horizon_ms=60_000, counters=counters, pages=pages)
-    store.open()
-    return store
 
 
 @pytest.mark.parametrize("scheduler", ["levels", "wheel"])
@@ -282,9 +254,6 @@ def test_a_merge_pass_leaves_no_index_pages_resident(tmp_path: Path) -> None:
     ix.close()
 
 
-needs_native = pytest.mark.skipif(codec.native is None, reason="the C extension (CI requires it: test_native.py)")
-
-
 @needs_native
 def test_native_drop_unmaps_the_ranges_and_keeps_every_byte(tmp_path: Path) -> None:
     """``drop`` (pages.c): MADV_DONTNEED on a list of ranges in one call, the GIL released, each
@@ -295,13 +264,13 @@ def test_native_drop_unmaps_the_ranges_and_keeps_every_byte(tmp_path: Path) -> N
     data, data_g = fill(f, 7), fill(g, 8)
     closed = mapped(tmp_path / "c", HEADER_SIZE + MiB)
     closed.close()
-    assert _resident(tmp_path / "f") >= 12 * MiB and _resident(tmp_path / "g") >= 4 * MiB
+    assert resident(tmp_path / "f") >= 12 * MiB and resident(tmp_path / "g") >= 4 * MiB
     # f: from page 1 (aligned outward), 5 MiB; g: past its end (nothing), then all of it (clipped)
     ranges = [(f.mm, 4096 + 100, 5 * MiB), (closed.mm, 0, MiB), (g.mm, g.size + 4096, 1 << 40), (g.mm, -5, 1 << 40)]
     assert codec.native.drop(ranges) == 0
-    left = _resident(tmp_path / "f")
+    left = resident(tmp_path / "f")
     assert 12 * MiB - 5 * MiB - 8192 <= left <= 12 * MiB - 5 * MiB + 8192, left
-    assert _resident(tmp_path / "g") <= 4096
+    assert resident(tmp_path / "g") <= 4096
     assert codec.native.drop([]) == 0
     with pytest.raises(TypeError, match="each range is"):
         codec.native.drop([(f.mm, 0)])
@@ -366,9 +335,9 @@ def test_the_stores_full_trims_fall_on_different_calls(tmp_path: Path) -> None:
         for n in range(1, 2 * TRIM_ALL_EVERY + 1):
             store.ingest(IngressRecord("in", p, n, T0, b"k", b"v", headers), T0)  # busy between calls
             ids_before = store.ids.f.buf[HEADER_SIZE]  # a probe: the table's first page is mapped
-            mapped_before = _resident(store.ids.path)
+            mapped_before = resident(store.ids.path)
             store.trim()
-            if _resident(store.ids.path) < mapped_before:
+            if resident(store.ids.path) < mapped_before:
                 calls.append(n)
             assert store.ids.f.buf[HEADER_SIZE] == ids_before
         seen[p] = calls
@@ -377,6 +346,7 @@ def test_the_stores_full_trims_fall_on_different_calls(tmp_path: Path) -> None:
                     for p in (0, 1, 5)}
 
 
+@needs_populate
 @pytest.mark.parametrize("scheduler", ["levels", "wheel"])
 def test_the_schedulers_entry_files_are_faulted_in_ahead_of_the_intake(tmp_path: Path, scheduler: str) -> None:
     """mapped.Ahead: the C intake's and the Python path's appends to a level queue or the timer
@@ -386,8 +356,6 @@ def test_the_schedulers_entry_files_are_faulted_in_ahead_of_the_intake(tmp_path:
 
     from sidecar.store.mapped import ENTRIES_AHEAD, ENTRIES_AHEAD_LOW
 
-    if not _kernel_populates():
-        pytest.skip("needs MADV_POPULATE_WRITE (Linux 5.14+) through the C extension")
     pages = page_worker()
     store = make_store(tmp_path, scheduler, Counters(), pages=pages, entries_per_file=65536)
     headers: list[tuple[str, bytes | None]] = [(c.TARGET_TOPIC, b"target"), (c.DELAY_MS, b"5000")]
@@ -411,7 +379,7 @@ def test_the_schedulers_entry_files_are_faulted_in_ahead_of_the_intake(tmp_path:
     assert n + ENTRIES_AHEAD_LOW < ahead.asked <= n + ENTRIES_AHEAD, "asked after the C runs"
     pages.close()
     f = files[0]
-    assert _resident(f.path) >= (ahead.asked - n) * size, "the pages ahead are mapped in"
+    assert resident(f.path) >= (ahead.asked - n) * size, "the pages ahead are mapped in"
     assert bytes(f.buf[hs + n * size: hs + ahead.asked * size]) == bytes((ahead.asked - n) * size), "none written"
     # the Python path (one record at a time) asks again once within ENTRIES_AHEAD_LOW
     asked = ahead.asked
@@ -453,6 +421,7 @@ def _resident_at(start: int) -> int | None:
     return None
 
 
+@needs_populate
 def test_a_busy_id_index_has_its_next_stage_faulted_in_ahead(tmp_path: Path) -> None:
     """IdIndex._new_gen: when a generation is cut because it filled, the next stage's pages are
     asked of the page thread, which maps them in without writing a byte; after a generation cut by
@@ -460,8 +429,6 @@ def test_a_busy_id_index_has_its_next_stage_faulted_in_ahead(tmp_path: Path) -> 
     unmapped by the page thread (idindex.unmap), not by the loop."""
     from sidecar.store import idindex
 
-    if not _kernel_populates() or not Path("/proc/self/smaps").exists():
-        pytest.skip("needs MADV_POPULATE_WRITE (Linux 5.14+) through the C extension")
     pages = page_worker()
     ix = idindex.IdIndex(tmp_path, pages=pages)
     ix.restore(None)

@@ -33,14 +33,14 @@ from sidecar.levels.scheduler import LevelsScheduler
 from sidecar.store import codec
 from sidecar.store import idindex as idindex_mod
 from sidecar.store import partition as partition_mod
-from sidecar.store.codec import native
 from sidecar.store.idindex import IdIndex
 from sidecar.store.partition import PartitionStore
 from sidecar.wheel import WheelScheduler
-from tests.unit.test_idindex import NextPollPass
-from tests.unit.test_ingest_fast import Msg, fields, files, state
+from tests.infra import needs_native
+from tests.unit.helpers.id_passes import NextPollPass
+from tests.unit.helpers.intake import Msg, fields, files, state
 
-pytestmark = pytest.mark.skipif(native is None, reason="the C extension is not built (or KDS_PURE_PYTHON=1)")
+pytestmark = needs_native
 
 T0 = 1_700_000_000_000
 TOPIC = "in"

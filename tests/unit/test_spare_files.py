@@ -16,7 +16,7 @@ from sidecar.store import codec
 from sidecar.store.log import AHEAD_BYTES, CommitLog
 from sidecar.store.mapped import HEADER_SIZE, MappedFile, PageWorker, Spare, discard_mapped, page_worker
 from sidecar.wheel.layout import TimerLog
-from tests.unit.test_commit_log import _resident, needs_populate
+from tests.unit.helpers.pages import needs_populate, resident
 
 PER = 64  # entries per file: the next file is asked for from entry 32 on
 
@@ -240,7 +240,7 @@ def test_the_next_segments_first_pages_are_faulted_in_when_it_is_made(tmp_path: 
     _settle(pages)
     spare = tmp_path / "log" / f"{seg:020d}.log"
     assert spare.exists() and 1 not in log.segments
-    assert _resident(spare) >= min(AHEAD_BYTES, seg) - HEADER_SIZE, "its first pages are mapped before any append"
+    assert resident(spare) >= min(AHEAD_BYTES, seg) - HEADER_SIZE, "its first pages are mapped before any append"
     while log.head < seg + 3 * 4096:  # the roll takes it; its records read back as written
         _append(log, n)
         n += 1

@@ -10,7 +10,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.unit.test_wheel_core import T0, Env
+from tests.unit.helpers.wheel_env import T0, Env
 
 OPS = st.lists(
     st.one_of(
