@@ -199,7 +199,7 @@ def sigkill(m: Member, what: str) -> Handover:
     had in flight then (its last few ms of deliveries, whose tombstones were not acknowledged) is
     exactly what its successor delivers again; reading its events and sending the signal take the
     bench milliseconds, tens of them on a loaded machine, and a window ending before them missed
-    those duplicates (run d: 11 of the wheel's 24)."""
+    those duplicates (11 of the wheel's 24 in one full run of this scenario)."""
     served = frozenset(m.serving())
     m.end(signal.SIGKILL)  # returns once the process has exited
     return Handover(wall_ms(), served, what)

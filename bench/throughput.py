@@ -16,7 +16,7 @@ lateness (see the ``lateness`` scenario, which runs at 50 % of this figure). For
 is also the path of the sustained rate. The wheel hands a record stored already due out from its
 late chain (one arrival-ordered walk), while records due 1-10 s after arrival go through its slots
 (one pass per distinct due ms, at scattered places): a path that costs it more per record (the
-``steady`` scenario; docs/benchmarks.md, "Why one goal or the other misses").
+``steady`` scenario; docs/benchmarks.md).
 
 Rounds: one measurement takes 3-6 s, and on a shared 2-core machine a neighbour's burst inside
 that window moves one process's rate by 20-30 % (the same commit measured a 100 B ratio of 0.63

@@ -79,7 +79,8 @@ JVM_OPTS = (
 # under a millisecond, its marking concurrent. The bench's scale scenario runs the broker beside
 # the sidecar on two vCPUs, where G1's young collections stopped it for up to 316 ms (the
 # threads' CPU shared with everything else): that was the broker's figure, not the sidecar's
-# (docs/benchmarks.md, runs h6x and h6z). A fixed heap: ZGC is not generational on Java 17.
+# (the scale scenario's ``broker_gc_pause_max_ms``, docs/benchmarks.md). A fixed heap: ZGC is not
+# generational on Java 17.
 ZGC_OPTS = ("-Xms1g", "-Xmx1g", "-XX:+UseZGC", "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true")
 GCS = ("g1", "zgc")
 

@@ -11,7 +11,7 @@ There are no per-message lines at info level: the loop logs per batch and per in
 a ``write`` to stdout can block, on a pipe whose reader lags (a container runtime's log driver) or on
 a file whose next block waits for the file system's journal (the bench's sidecar logs to a file on
 the store's disk: a loop turn of 146 ms, 141 of them blocked in its housekeeping phase, where the
-``stats`` line is written, at 100M pending; docs/benchmarks.md, run h7b), and every due record
+``stats`` line is written, at 100M pending in the ``scale`` bench scenario), and every due record
 waits for the loop. The writer keeps the order of the lines; at most ``LINES_QUEUED`` wait for it,
 past that a line is dropped and counted, and the count is written as a ``logs.dropped`` line once
 the writer has caught up. It is drained at interpreter exit (``atexit``) and by ``flush``.

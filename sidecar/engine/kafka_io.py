@@ -225,7 +225,8 @@ class KafkaIO:
             # Nothing is visible before the commit, and commit_transaction flushes what is queued
             # at once, whatever the linger: a longer linger costs a read_committed consumer nothing
             # and packs a transaction's records into fewer, fuller produce requests, which a
-            # broker short of CPU turns round sooner (docs/benchmarks.md, "exactly-once linger")
+            # broker short of CPU turns round sooner (10 ms against 2 ms: a read_committed p99 of
+            # 228-290 ms against 538-1,644 ms in the exactly-once `lateness` bench scenario)
             conf["linger.ms"] = EOS_LINGER_MS
             # librdkafka's rule: a record may not wait longer than its transaction may stay open
             conf["message.timeout.ms"] = min(conf["message.timeout.ms"], self.s.transaction_timeout_ms)

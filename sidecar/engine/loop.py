@@ -666,7 +666,8 @@ class Sidecar:
         """Page waits. The C intake (or a cancel's look-up, ``PartitionStore.ingest_fields``)
         stopped before the record at ``offset``: its id's duplicate check (or look-up) has to read
         a slot of the id table whose page the kernel evicted, and the loop would
-        wait for the disk (50-135 ms behind the merge passes' writeback, run h9a), every other
+        wait for the disk (50-135 ms behind the merge passes' writeback in the 100M ``scale``
+        bench scenario on six partitions), every other
         partition's deliveries with it. So the page is read on the page thread
         (``IdIndex.read_page``) and the partition is paused from that record on: its records still
         in this batch are skipped and consumed again from ``offset`` once the page is in memory

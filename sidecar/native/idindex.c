@@ -455,7 +455,8 @@ static PyObject *native_idx_delivered_records(PyObject *self, PyObject *const *a
 
 /* Is the page holding p in memory? (mincore: the page cache's answer for a file mapping, one
  * system call, ~1 us.) A page the kernel evicted would make the reader wait for the disk: 50-135 ms
- * on the loop at 100M pending on six partitions behind the passes' writeback (run h9a). An error
+ * on the loop at 100M pending on six partitions behind the passes' writeback (the scale bench
+ * scenario). An error
  * counts as resident: the read then happens as before. */
 static int page_resident(const uint8_t *p) {
     static long page = 0;
@@ -469,7 +470,7 @@ static int page_resident(const uint8_t *p) {
 /* idx_wait(buf, header_size, mask, h, tags) -> int: the first slot idx_find(..., h, tags) would
  * read whose page is not in memory, or -1. The loop's reference path asks before a cancel's look-up
  * (PartitionStore.ingest_fields), which the C intake never takes: read on the loop, such a page is
- * a wait for the disk (the slowest turns of run h9b). Only the tags are read here. */
+ * a wait for the disk (the slowest turns of the 100M scale bench scenario). Only the tags are read here. */
 static PyObject *native_idx_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5) {
         PyErr_SetString(PyExc_TypeError, "idx_wait(buf, header_size, mask, h, tags)");

@@ -3,7 +3,7 @@
  *
  * Why: a random write into a GiB table costs tens of microseconds of CPU on this project's
  * reference VM (60-75 us a fault through the mapping, 27 us a pwrite), a sequential rewrite 1.3 us
- * per 4 KiB page (docs/benchmarks.md, "The id index's write path, measured alone"). So the staged
+ * per 4 KiB page (bench/micro/index_io.c; docs/benchmarks.md, "The id index's write path"). So the staged
  * index gathers a stage's operations and merges them in one ascending pass.
  *
  * The table is the id index's (sidecar/store/idindex.py): 16-byte slots (u64 hash, u64 ref) after
@@ -45,12 +45,12 @@
  * switch interval and makes the holder wait until the taker has it (forced switching), and an idle
  * thread on a busy machine runs only when nothing else wants its core: whenever the pass's thread
  * came back from a call like these, the loop could wait for it as long as the machine stayed busy
- * (docs/benchmarks.md: h6d's 712 ms consume wait, h6t's turns of 50-529 ms during the growths'
- * passes). So the pass's Python thread is SCHED_BATCH and calls idx_pass_idle(True): from then on
+ * (in the 100M scale bench scenario: a 712 ms wait for the GIL in a consume, turns of 50-529 ms
+ * during the growths' passes). So the pass's Python thread is SCHED_BATCH and calls idx_pass_idle(True): from then on
  * the GIL-free part of each call below on that thread runs on a native thread of its own that
  * makes itself SCHED_IDLE and never touches the GIL, while the calling thread waits for it with the
- * GIL released. (Tried first with a thread started per pass, run s20p: the loop then waited for
- * each new thread to start; the pass threads are kept now, sidecar/store/idindex.py _Workers.) */
+ * GIL released. (Tried first with a thread started per pass: in the scale scenario the loop then
+ * waited for each new thread to start; the pass threads are kept now, sidecar/store/idindex.py _Workers.) */
 #define _GNU_SOURCE
 #include "native.h"
 

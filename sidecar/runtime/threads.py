@@ -39,7 +39,8 @@ nice 19 still ran 3.6 s of the loop's runnable-but-waiting spells longer than 20
 the bench's own producer thread. But a thread that takes the GIL must never be ``SCHED_IDLE``:
 CPython hands the GIL to a thread that asks for it and makes the holder (the loop) wait until the
 taker runs, which for an idle thread on a busy machine is whenever nothing else wants the core
-(h6d's 712 ms consume wait, h6t's turns during the growths' passes: docs/benchmarks.md). So only
+(with the pass's Python thread idle, the loop once waited 712 ms for the GIL in a consume, and
+turns of 50-529 ms followed the id tables' growths, in the 100M ``scale`` bench scenario). So only
 native code that never touches the GIL runs idle: the pass's Python thread is ``SCHED_BATCH`` and
 its native calls run their work on an idle native thread of their own
 (``sidecar/native/merge.c``, ``idx_pass_idle``). The pass threads are kept between passes: a

@@ -10,8 +10,8 @@ half the slots occupied.
 
 **Why staged.** On the reference VM a random write into a GiB table costs 27-75 us of CPU
 (a page fault through the mapping, or ``pwrite``'s block allocation), a probe under 1 us, and a
-sequential rewrite about 1.3 us per 4 KiB page (docs/benchmarks.md, "The id index's write path,
-measured alone"). A loop that writes its table at random cannot keep 40,000 inserts/s once the
+sequential rewrite about 1.3 us per 4 KiB page (``bench/micro/index_io.c``; docs/benchmarks.md,
+"The id index's write path"). A loop that writes its table at random cannot keep 40,000 inserts/s once the
 table is GiBs. So the loop never writes the table:
 
 - **table** ``ids.idx``: mapped by the loop for probes only; written only by merge passes.
@@ -65,8 +65,8 @@ starts: while a pass of any index runs (``_Workers.busy``), a generation due onl
 (``CUT_S`` with operations, ``IDLE_PASS_S`` without) waits, up to twice that age; a full stage
 (``cut_ops``) is cut at once. Why: partitions filled at the same rate since the same second cut
 by age in the same second, and their passes, each reading its whole table, ran together every
-30 s; at 100M pending on six partitions the loop's stalls kept that beat (docs/benchmarks.md,
-"Runs h8a and h8b"). Taking turns spreads the same reads and writes over the 30 s.
+30 s; at 100M pending on six partitions the loop's stalls kept that beat (the ``scale`` bench
+scenario). Taking turns spreads the same reads and writes over the 30 s.
 
 **Removes are seen late.** A pair removed while it is in the table or the sealed stage stays
 there until the pass of the remove's generation. For scheduler refs that is harmless: every hit
@@ -334,7 +334,7 @@ class Stage:
 def unmap(mm: mmap.mmap, pages: PageWorker | None) -> None:
     """Unmap anonymous memory (a stage, a table's tags): on the page thread where there is one.
     On the loop, the munmap of a stage of tens of MiB waited for the process's mmap_lock and freed
-    the pages there: index steps of 9-45 ms in the 100M scale run (run h6z). The page thread's
+    the pages there: index steps of 9-45 ms in the 100M ``scale`` bench scenario. The page thread's
     request holds the last reference: it unmaps it once done (``PageWorker.drop``)."""
     if pages is not None and pages.drops:
         pages.drop([(mm, 0, len(mm))])
@@ -371,7 +371,7 @@ class _Gen:
 class _Workers:
     """The threads that run the passes, kept from one pass to the next. ``Thread.start`` waits
     until the new thread first runs, and a new thread on a busy machine waits for a core: in the
-    100M scale run that had the loop wait 11-108 ms in an index step (docs/benchmarks.md, run h6z).
+    100M ``scale`` bench scenario that had the loop wait 11-108 ms in an index step.
     So an index, when opened (a store's open, never a loop turn), makes sure that there is a
     thread for each open index (at most ``CAP``); a pass finds one waiting and the loop only hands
     it over. A pass that finds none (more indexes than ``CAP``, or a test's) starts one.
@@ -670,14 +670,14 @@ class IdIndex:
         if writer:
             # The journal's file is created on the page thread one generation ahead (mapped.Spare):
             # created here, at a cut, an index step waited 200 ms once for the file system's
-            # journal (open(O_CREAT) and the header's write; run h7c, docs/benchmarks.md).
+            # journal (open(O_CREAT) and the header's write; the 100M ``scale`` bench scenario).
             jw = self._spare_journal.take(g) or idjournal.JournalWriter(self.dir, g)
             self._spare_journal.ask(g + 1)
         stage = Stage(cap)
         if busy and self.pages is not None:
             # Its first stores would each fault a zeroed page on the loop (the C intake's inserts
             # land at random: the first ~4,000 of a 16 MiB stage each take a new page): 1.2 % of
-            # the loop's CPU samples in the 100M scale run (run h6z), in the turns after each cut.
+            # the loop's CPU samples in the 100M ``scale`` bench scenario, in the turns after each cut.
             # A generation that fills touches every page (a quarter full: 64 entries a page); one
             # cut by age may touch few, so only a busy index's stages are faulted in (RSS).
             self.pages.populate(stage.mm, 0, len(stage.mm))

@@ -1,6 +1,6 @@
 """The id index's merge pass and rebuild in Python: the twins of ``sidecar/native/merge.c``.
 
-The staged index (docs/benchmarks.md, "The id index's write path, measured alone") writes its
+The staged index (``bench/micro/index_io.c``, docs/benchmarks.md "The id index's write path") writes its
 table only in ascending passes: a random write into a GiB table costs tens of microseconds of CPU
 on the reference VM, a sequential rewrite about a microsecond per 4 KiB page. ``merge_pass``
 applies a batch of removes and inserts to a table file; ``rebuild`` copies a table's live entries

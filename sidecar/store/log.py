@@ -170,7 +170,7 @@ class CommitLog:
         there and then: otherwise ``prefault`` asks for them only at the segment's first append,
         and the first appends fault on the loop before the thread gets there (a write into a
         fresh page of the new file: 50-135 ms a major fault under the merge passes' writeback at
-        100M pending on six partitions, run h9a)."""
+        100M pending on six partitions, the ``scale`` bench scenario)."""
         seg = self._create(index)
         if self.spare.pages is not None:
             self.spare.pages.populate_now(seg, HEADER_SIZE, min(AHEAD_BYTES, self.segment_bytes))

@@ -124,7 +124,7 @@ class MappedFile:
                 # The header is read with pread, not through the mapping: a fault on a page the
                 # cache no longer holds reads the device's read-around window with it (8 MiB on
                 # the reference VM), and a restart opens every segment: 0.55-0.85 s per partition
-                # at 100M pending on six, 7.6 s for one (docs/benchmarks.md, runs h7b and h7c).
+                # at 100M pending on six, 7.6 s for one (the ``scale`` bench scenario's restart).
                 # pread reads the page and the few after it.
                 head = os.pread(fd, HEADER_SIZE, 0)
                 actual = os.fstat(fd).st_size
@@ -434,9 +434,8 @@ class PageWorker:
 
     **Create.** The next commit-log segment, level-queue or timer-log file and id-index journal is
     created here ahead of the loop that needs it (``Spare``, ``call``): a creation on the loop took
-    43-66 ms twice in a 100M scale run (run h6z) and 200 ms once (a journal, run h7c):
-    ``open(O_CREAT)`` and the first write wait for the file system's journal under load
-    (docs/benchmarks.md).
+    43-66 ms twice, and 200 ms once for a journal, in the 100M ``scale`` bench scenario:
+    ``open(O_CREAT)`` and the first write wait for the file system's journal under load.
 
     Requests run in order and are never waited for: a populate the thread has not reached when the
     loop gets there only costs the loop its own faults, a drop not done yet only leaves RSS higher
@@ -545,7 +544,7 @@ class PageWorker:
 # appends (``Ahead``): the first store into each page of the sparse file is a major fault (the
 # page allocated in the page cache), one per 170 level-queue entries; on the loop, in the C
 # intake, those were 96 % of the loop's major faults at 20M pending on six partitions
-# (docs/benchmarks.md). 8,192 entries are 48-64 pages: over a second of appends at the bench's
+# (the ``scale`` bench scenario). 8,192 entries are 48-64 pages: over a second of appends at the bench's
 # 40,000 records/s on six partitions.
 ENTRIES_AHEAD = 8192
 ENTRIES_AHEAD_LOW = 4096

@@ -131,8 +131,8 @@ class SealedSizes:
     as it was. So a call stats each directory, the newest file of each series and the files that
     do not roll: ~60 calls per partition, whatever the pending set. Before, the loop stat'ed
     every file of every store once a second: at 100M pending on six partitions (~2,000 files,
-    most of them sealed queue files and segments) 40-120 ms of a turn's wall time (run h6,
-    ``docs/benchmarks.md``)."""
+    most of them sealed queue files and segments) 40-120 ms of a turn's wall time (the ``scale``
+    bench scenario)."""
 
     __slots__ = ("dirs", "stats")
 
