@@ -1,11 +1,18 @@
 """The clock the engine runs on, injected (Kafka's ``Time``, trio's ``MockClock``).
 
-Every engine module reads time through a :class:`Clock` it is given: the wall clock in epoch
-milliseconds (due times, lateness, retry backoff), a monotonic clock in seconds (intervals:
-commits, trims, stats, deadlines) and ``sleep`` (the paused loop's wait). Production passes
-:class:`SystemClock`; unit tests pass a virtual clock (``tests/kafka_twin.py``) that advances only
-when the code under test waits, so the run, rebalance, outage and shutdown paths run in
-milliseconds of real time and deterministically.
+Every decision of the engine reads time through a :class:`Clock` it is given: the wall clock in
+epoch milliseconds (due times, lateness, retry backoff), a monotonic clock in seconds (intervals:
+commits, trims, stats, transactions, deadlines) and ``sleep`` (the paused loop's wait).
+Production passes :class:`SystemClock`; unit tests pass a virtual clock (``tests/kafka_twin.py``)
+that advances only when the code under test waits, so the run, rebalance, outage and shutdown
+paths run in milliseconds of real time and deterministically.
+
+What reads the process's clocks directly measures or bounds real work, which virtual time would
+not: the durations reported in logs and metrics (``turns.py``, the loop's turn phases, a store's
+open, a transaction's commit, the rebalance callbacks' time in ``kafka_io.py``), the real-time
+budget of a restore slice per turn (``changelog.py``), the waits for the broker outside the loop
+(``kafka_io.py``: topics and metadata at start-up) and the look-up thread's hand-over of the
+store lock (``loop.py``).
 """
 
 from __future__ import annotations
