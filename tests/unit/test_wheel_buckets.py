@@ -9,6 +9,7 @@ from typing import Any
 from sidecar.store import codec
 from sidecar.store.log import CommitLog
 from sidecar.wheel import WheelScheduler
+from tests.unit.helpers.wheel_env import Env as WheelEnv
 
 T0 = 1_700_000_000_000
 DAY = 86_400_000
@@ -17,17 +18,13 @@ KW: dict[str, Any] = {"precision_ms": 10, "window_ms": 60_000, "bucket_width_ms"
 SEG = 4096
 
 
-class Env:
+class Env(WheelEnv):
+    """The shared commit log and wheel with buckets of 15 s, small segments and a clock of its own."""
+
     def __init__(self, root: Path) -> None:
-        self.root = root
-        self.log = CommitLog(root, SEG)
-        list(self.log.recover(None, None))
-        self.w = WheelScheduler(root, self.log, **KW)
-        self.w.restore(None)
+        super().__init__(root, seg=SEG, **KW)
         self.now = T0
         self.w.due(T0, 1)
-        self.n = 0
-        self.ckpt: dict[str, Any] = {}
 
     def add(self, due: int, value: bytes = b"payload") -> int:
         pos = self.log.append(
@@ -37,13 +34,6 @@ class Env:
         )
         self.n += 1
         return self.w.add(due, 0, pos)
-
-    def checkpoint(self) -> None:
-        self.log.flush()
-        self.w.flush()
-        self.ckpt = {"log": self.log.state(), "sched": self.w.state()}
-        self.log.reclaim()
-        self.w.reclaim()
 
     def run_until_idle(self, limit: int = 1000) -> list[tuple[int, codec.Record, int]]:
         """Jump the virtual clock from one next_due_ms() to the next, checkpointing like the loop."""
@@ -69,13 +59,10 @@ class Env:
         self.log.close()
         self.log = CommitLog(self.root, SEG)
         self.w = WheelScheduler(self.root, self.log, **KW)
+        assert self.ckpt is not None
         self.w.restore(self.ckpt["sched"])
         live = {int(k): int(v) for k, v in self.ckpt["log"]["live"].items()}
         assert list(self.log.recover(int(self.ckpt["log"]["head"]), live)) == []
-
-    def close(self) -> None:
-        self.w.close()
-        self.log.close()
 
 
 def test_a_one_year_delay_waits_in_a_bucket_and_frees_its_log_segment(tmp_path: Path) -> None:

@@ -19,10 +19,10 @@ P = 10
 class Env:
     """A commit log and a wheel in ``root``; ``crash`` reopens them like PartitionStore.open."""
 
-    def __init__(self, root: Path, **kw: Any) -> None:
+    def __init__(self, root: Path, seg: int = 8192, **kw: Any) -> None:
         self.root = root
         self.kw = {"precision_ms": P, "window_ms": 2_000, "bucket_width_ms": 500, "entries_per_file": 8, **kw}
-        self.seg = 8192
+        self.seg = seg
         self.log = CommitLog(root, self.seg)
         list(self.log.recover(None, None))
         self.w = WheelScheduler(root, self.log, **self.kw)
