@@ -71,3 +71,24 @@ REASONS: Final = (
 )
 
 MAX_ID_BYTES: Final = 255
+
+# -- recurring schedules (sidecar/recurring/; docs/design.md "Recurring schedules") -------------
+# Ingress headers of a recurring record (with delay.id): delay.cron or delay.every, and options.
+CRON: Final = "delay.cron"  # 5 or 6 fields (seconds first), or an @alias
+EVERY: Final = "delay.every"  # interval in ms, an integer >= MIN_EVERY_MS; first firing at the start
+TZ: Final = "delay.tz"  # IANA zone name (cron only; default UTC)
+START: Final = "delay.start"  # epoch ms; default the ingress record's timestamp
+END: Final = "delay.end"  # epoch ms, inclusive: no firing after it
+MAX_COUNT: Final = "delay.max-count"  # at most this many firings
+MISFIRE: Final = "delay.misfire"
+MISFIRE_FIRE_ONCE: Final = "fire-once"  # after missed firings: one firing, the latest missed time
+MISFIRE_SKIP: Final = "skip"  # after missed firings: none until the next time
+MISFIRE_VALUES: Final = (MISFIRE_FIRE_ONCE, MISFIRE_SKIP)
+MIN_EVERY_MS: Final = 1000
+RECURRING_HEADERS: Final = (CRON, EVERY, TZ, START, END, MAX_COUNT, MISFIRE)
+
+# DLQ reason codes for recurring records (joined to REASONS when the store schedules them)
+BAD_CRON: Final = "bad-cron"  # delay.cron does not parse, or never matches
+UNKNOWN_TIME_ZONE: Final = "unknown-time-zone"  # delay.tz is not a zone of the pinned tzdata
+BAD_SCHEDULE: Final = "bad-schedule"  # an inconsistent combination (end before start, ...)
+RECURRING_REASONS: Final = (BAD_CRON, UNKNOWN_TIME_ZONE, BAD_SCHEDULE)

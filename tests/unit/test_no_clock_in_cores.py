@@ -1,6 +1,6 @@
-"""The scheduling and retry cores take time as an argument (Kafka's ``advanceClock(timeMs)``
-habit): no module under sidecar/levels, sidecar/wheel or sidecar/retry may read a clock, sleep, or
-use the global random generator. Checked on the AST, so comments and docstrings don't count."""
+"""The scheduling, retry and recurring cores take time as an argument (Kafka's
+``advanceClock(timeMs)`` habit): no module under sidecar/levels, sidecar/wheel, sidecar/retry or
+sidecar/recurring may read a clock, sleep, or use the global random generator. Checked on the AST, so comments and docstrings don't count."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ FORBIDDEN_IMPORTS = {"time"}
 
 
 def _modules() -> list[Path]:
-    return sorted(p for pkg in ("levels", "wheel", "retry") for p in (ROOT / pkg).rglob("*.py"))
+    return sorted(p for pkg in ("levels", "wheel", "retry", "recurring") for p in (ROOT / pkg).rglob("*.py"))
 
 
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(ROOT)))
