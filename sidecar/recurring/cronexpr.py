@@ -5,7 +5,9 @@ Syntax: 5 fields (minute hour day-of-month month day-of-week) or 6 with a leadin
 ``@daily``/``@midnight``, ``@hourly``. Fields take ``*``, values, ``a-b`` ranges, ``/step``,
 lists, month and day names (``JAN``, ``MON``; any case), day-of-week 0-7 (0 and 7: Sunday), and
 cronsim's extensions ``L`` (last day of the month), ``LW``, ``5L`` (last Friday), ``MON#1``
-(first Monday). When both day fields are restricted, a day matches if either matches; when
+(first Monday). A range of one value with a step (``5-5/2``) is that one value, as in Vixie cron
+(cronsim 2.8 would read it as ``5/2``, 5 to the end of the field: ``_one_value_ranges``). When
+both day fields are restricted, a day matches if either matches; when
 either day field starts with ``*``, both must match (Vixie cron's rule, which cronsim follows:
 ``0 0 1 * MON`` is "the 1st and every Monday"; ``0 0 */2 * MON`` is "odd days that are Mondays").
 
@@ -39,6 +41,8 @@ ALIASES = {
 MAX_TEXT = 200  # bytes: longer than any sensible expression; bounds the parse work
 _ONE_S = timedelta(seconds=1)
 _PROBE_FROM = datetime(2000, 1, 1)  # a valid expression matches within 50 years of it
+_NAMES = {name: str(i) for names in ("JAN FEB MAR APR MAY JUN JUL AUG SEP OCT NOV DEC", "SUN MON TUE WED THU FRI SAT")
+          for i, name in enumerate(names.split(), start=1 if names.startswith("JAN") else 0)}
 
 
 class BadCron(ValueError):
@@ -66,7 +70,7 @@ def parse(raw: str) -> CronExpr:
     if len(fields) not in (5, 6):
         raise BadCron(f"cron expression has {len(fields)} fields; accepted: 5 (minute hour day month weekday) "
                       "or 6 (second first), or an @alias")
-    text = " ".join(fields).upper()
+    text = " ".join(_one_value_ranges(f) for f in fields).upper()
     try:
         probe = CronSim(text, _PROBE_FROM)
     except CronSimError as e:
@@ -79,6 +83,24 @@ def parse(raw: str) -> CronExpr:
         raise BadCron(f"cron expression {text!r} matches no date within 50 years") from None
     timed = fields[:3] if len(fields) == 6 else fields[:2]
     return CronExpr(text, len(fields) == 6, not any(f.startswith("*") for f in timed))
+
+
+def _one_value_ranges(field: str) -> str:
+    """Rewrite each ``a-a/step`` term of a field as ``a``. cronsim expands ``a-b/step`` by taking
+    the range's values, and when there is only one it reads the term as ``a/step`` (from a to the
+    end of the field), so ``0-0/1`` in the seconds field would fire every second."""
+    terms = field.split(",")
+    for i, term in enumerate(terms):
+        rng, slash, _step = term.partition("/")
+        lo, dash, hi = rng.partition("-")
+        if slash and dash and _value(lo) == _value(hi):
+            terms[i] = lo
+    return ",".join(terms)
+
+
+def _value(token: str) -> str:
+    token = token.upper()
+    return str(int(token)) if token.isdigit() else _NAMES.get(token, token)
 
 
 def first_match(expr: CronExpr, wall: datetime) -> datetime | None:

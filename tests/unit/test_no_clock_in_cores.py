@@ -1,6 +1,7 @@
 """The scheduling, retry and recurring cores take time as an argument (Kafka's
 ``advanceClock(timeMs)`` habit): no module under sidecar/levels, sidecar/wheel, sidecar/retry or
-sidecar/recurring may read a clock, sleep, or use the global random generator. Checked on the AST, so comments and docstrings don't count."""
+sidecar/recurring may read a clock, sleep, or use the global random generator. Checked on the AST,
+so comments and docstrings don't count."""
 
 from __future__ import annotations
 
