@@ -29,6 +29,7 @@ segment's start, where the offset changed:
 from __future__ import annotations
 
 import calendar
+import functools
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -64,6 +65,9 @@ def _instant(wall: datetime, offset_s: int) -> int:
     return calendar.timegm(wall.timetuple()) - offset_s
 
 
+# Pure, so cached: schedules sharing an expression and zone (a fleet firing every minute) ask for
+# the same next firing after the same nominal time, and then cost one look-up instead of ~100 µs.
+@functools.lru_cache(maxsize=65536)
 def cron_fire_s(expr: cronexpr.CronExpr, tz: ZoneInfo, from_s: int) -> int | None:
     """The first firing instant (epoch s) >= ``from_s`` of ``expr`` in zone ``tz``."""
     s = from_s
