@@ -3,6 +3,9 @@ the zones it accepts (from the pinned tzdata, never the host)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -134,6 +137,21 @@ def test_zones_come_from_the_tzdata_package_not_the_host() -> None:
     # from_file: the zone was read from the package, whatever TZPATH holds
     assert (Path(tzdata.__file__).parent / "zoneinfo" / "Europe" / "Paris").is_file()
     assert zones.offset_s(paris, int(datetime(2024, 7, 1, tzinfo=UTC).timestamp())) == 7200
+
+
+def test_a_host_zone_file_is_never_read(tmp_path: Path) -> None:
+    """A host TZPATH whose Europe/Paris is really UTC fools ``ZoneInfo(name)``, not ``zones.zone``."""
+    import tzdata
+
+    fake = tmp_path / "Europe" / "Paris"
+    fake.parent.mkdir()
+    fake.write_bytes((Path(tzdata.__file__).parent / "zoneinfo" / "UTC").read_bytes())
+    code = ("from zoneinfo import ZoneInfo; from datetime import datetime; from sidecar.recurring import zones; "
+            "t = 1719792000; print(zones.offset_s(zones.zone('Europe/Paris'), t), "
+            "int(datetime.fromtimestamp(t, ZoneInfo('Europe/Paris')).utcoffset().total_seconds()))")
+    env = {**os.environ, "PYTHONTZPATH": str(tmp_path), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["7200", "0"]  # ours: CEST; the host lookup: the fake file
 
 
 @pytest.mark.parametrize("tz", ["Europe/Paris", "America/New_York", "Australia/Lord_Howe", "America/Santiago",
