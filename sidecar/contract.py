@@ -8,6 +8,10 @@ from __future__ import annotations
 from typing import Final
 
 # -- ingress control headers -------------------------------------------------------------------
+# Every header whose name starts with PREFIX belongs to the sidecar: an ingress record carrying one
+# that is neither a control header nor in PASS_THROUGH goes to the DLQ as bad-header (a typo, or a
+# producer newer than the sidecar, must never turn a schedule into an immediate delivery).
+PREFIX: Final = "delay."
 TARGET_TOPIC: Final = "delay.target-topic"
 DELAY_MS: Final = "delay.ms"
 DELIVER_AT: Final = "delay.deliver-at"
@@ -19,7 +23,8 @@ REPLACE: Final = "delay.replace"  # "true": replace the pending record with this
 REPLACE_VALUES: Final = (b"true", b"false")
 RETRY_COUNT: Final = "delay.retry-count"
 
-# etf1/kafka-message-scheduler compatibility (accepted as an alternative on ingress)
+# etf1/kafka-message-scheduler compatibility (accepted as an alternative on ingress). A repeated
+# one counts by its first occurrence, as etf1's Schedule.getHeaderValue reads it.
 KMS_EPOCH: Final = "scheduler-epoch"
 KMS_TARGET_TOPIC: Final = "scheduler-target-topic"
 KMS_TARGET_KEY: Final = "scheduler-target-key"
@@ -53,6 +58,12 @@ DLQ_PREFIX: Final = "delay.dlq."  # every dead-letter header starts with it; a r
 # On every record `delay-sidecar dlq redrive` re-sends: <dlq-topic>:<partition>:<offset> of the
 # dead letter it came from. An ordinary header on ingress, so a redriven record keeps it on delivery.
 REDRIVE_ID: Final = "delay.redrive-id"
+
+# delay.* headers accepted on ingress that control nothing: they reach the target as they are
+# (a redriven record's id, and the headers of a dead letter sent back by hand)
+PASS_THROUGH: Final = frozenset(
+    {REDRIVE_ID, DLQ_REASON, DLQ_ERROR, DLQ_SOURCE_TOPIC, DLQ_SOURCE_PARTITION, DLQ_SOURCE_OFFSET, DLQ_ATTEMPTS}
+)
 
 # -- DLQ reason codes (stable machine codes) ---------------------------------------------------
 BAD_HEADER: Final = "bad-header"

@@ -8,12 +8,25 @@
   mode, where the record key is the id: see ``PartitionStore._schedule``),
 - ``Rejection(reason, error)`` — bad input, bound for the DLQ with a stable reason code.
 
-``kms_delete`` recognises a kafka-message-scheduler delete (a tombstone keyed by the schedule id).
+``kms_delete`` recognises a kafka-message-scheduler delete (a tombstone keyed by the schedule id)
+and the tombstone such a scheduler writes back after a delivery (``AfterDelivery``: it deletes
+nothing, see its docstring).
+
+Every ``delay.*`` header belongs to the contract: one the sidecar does not know (neither a control
+header nor ``contract.PASS_THROUGH``) is ``bad-header``, named in the error, whatever else the
+record carries (a cancel too). The C fast path never decides such a record: it hands back every
+record with a ``delay.*`` header it does not handle itself, so this parser rejects it.
+
+kafka-message-scheduler mode (``scheduler-target-topic`` and no ``delay.target-topic``) follows
+etf1: a repeated ``scheduler-*`` header counts by its first occurrence (etf1's
+``Schedule.getHeaderValue``), and the delivered record keeps every header of the schedule record,
+the ``scheduler-*`` ones included, in order (etf1's ``produceTargetMessage`` copies
+``msg.Headers`` and appends its own three: ``PartitionStore._kms_id``).
 
 It never raises on user input. The check order is fixed so that a record with several faults
-always gets the same reason: decoding (``bad-header``) -> size (``too-large``) -> target
-(``missing-target``, ``target-is-internal``) -> delay headers (``conflicting-delay``,
-``unknown-level``, ``delay-out-of-range``, ``retries-exhausted``).
+always gets the same reason: an unknown ``delay.*`` header, then decoding (``bad-header``) -> size
+(``too-large``) -> target (``missing-target``, ``target-is-internal``) -> delay headers
+(``conflicting-delay``, ``unknown-level``, ``delay-out-of-range``, ``retries-exhausted``).
 
 Numbers are strict ASCII decimal integers (``int()`` would also take ``"+5"``, ``" 5"``,
 ``"5_000"`` and non-ASCII digits, which the contract does not allow).
@@ -77,6 +90,18 @@ class Cancel:
 class Rejection:
     reason: str
     error: str
+
+
+@dataclass(slots=True)
+class AfterDelivery:
+    """The tombstone an etf1-style scheduler writes back to the schedules topic once it delivered
+    a schedule (null value, the schedule id as key, the delivered record's headers, so with
+    ``scheduler-key``): etf1's handler.go ``produceTombstoneMessageForOriginalSchedule``, and the
+    sidecar's own with ``etf1-tombstones: on`` (sidecar/etf1.py). It only keeps a compacted
+    schedules topic bounded: the schedule it names was delivered, and a newer schedule under the
+    same key that arrived meanwhile must stay, so the intake skips it."""
+
+    id: bytes
 
 
 Parsed = Request | Cancel | Rejection
@@ -161,6 +186,15 @@ def parse_ingress(
 
 
 _CONTROL = frozenset((*c.CONTROL_HEADERS, c.ID))
+_KMS_FIRST = frozenset((c.KMS_EPOCH, c.KMS_TARGET_TOPIC, c.KMS_TARGET_KEY))  # repeated: the first counts (etf1)
+_PREFIX = c.PREFIX
+_DELAY_CONTROL = frozenset(n for n in _CONTROL if n.startswith(_PREFIX))
+
+
+def _unknown(name: str) -> _Bad:
+    shown = name[:80]
+    return _Bad(c.BAD_HEADER, f"unknown header {shown!r}: delay.* headers are the sidecar's, and this one is "
+                "not in its contract (a typo, or a producer newer than the sidecar)")
 
 
 def _parse(headers: HeaderList, ts: int, now: int, size: int, rules: Rules, count_headers: bool) -> Parsed:
@@ -170,10 +204,15 @@ def _parse(headers: HeaderList, ts: int, now: int, size: int, rules: Rules, coun
         if count_headers:
             size += len(name) + (0 if value is None else len(value))
         if name in _CONTROL:
-            if name in control and control[name] != value:
-                raise _Bad(c.BAD_HEADER, f"header {name} appears more than once with different values")
+            if name in control:
+                if name in _KMS_FIRST:
+                    continue
+                if control[name] != value:
+                    raise _Bad(c.BAD_HEADER, f"header {name} appears more than once with different values")
             control[name] = value
         else:
+            if name.startswith(_PREFIX) and name not in c.PASS_THROUGH:
+                raise _unknown(name)
             user.append((name, value))
 
     if c.CANCEL in control:
@@ -261,32 +300,39 @@ def _parse(headers: HeaderList, ts: int, now: int, size: int, rules: Rules, coun
         raise _Bad(c.DELAY_OUT_OF_RANGE, f"due time {due} is beyond the maximum delay of {rules.max_delay_ms} ms")
     if kms:  # the record key is the schedule id, and a newer record under it replaces (etf1 semantics)
         replace = True
-        user = [(n, v) for n, v in user if n not in c.KMS_ADDED]  # added again on delivery
+        # etf1 delivers every header of the schedule record, its own scheduler-* ones included
+        user = [(n, v) for n, v in headers if n not in _DELAY_CONTROL]
     return Request(topic, partition, rid, due, mode, level, retry, key_override, tuple(user), replace, kms)
 
 
-_DELAY_CONTROL = frozenset(n for n in (*c.CONTROL_HEADERS, c.ID) if n.startswith("delay."))
 
-
-def kms_delete(key: bytes | None, value: bytes | None, headers: HeaderList | None) -> Cancel | Rejection | None:
+def kms_delete(
+    key: bytes | None, value: bytes | None, headers: HeaderList | None
+) -> Cancel | Rejection | AfterDelivery | None:
     """An etf1/kafka-message-scheduler delete: a tombstone (null value) whose key is the schedule
-    id, with no ``delay.*`` control header (etf1's ``clientlib.DeleteSchedule`` sends no headers;
-    the tombstones etf1 itself writes carry its ``scheduler-*`` headers). None: not one."""
+    id, with no ``delay.*`` header but the pass-through ones (etf1's ``clientlib.DeleteSchedule``
+    sends no headers). A tombstone carrying ``scheduler-key`` is the one a scheduler writes after
+    a delivery (``AfterDelivery``), not a delete. None: neither (``parse_ingress`` decides)."""
     if value is not None or key is None:
         return None
-    if any(name in _DELAY_CONTROL for name, _v in headers or ()):
-        return None
+    after = False
+    for name, _v in headers or ():
+        if name.startswith(_PREFIX) and name not in c.PASS_THROUGH:
+            return None
+        after = after or name == c.KMS_KEY
     if key == b"" or len(key) > c.MAX_ID_BYTES:
         return Rejection(
             c.BAD_HEADER, f"kafka-message-scheduler delete: the key (the schedule id) is {len(key)} bytes, "
             f"not 1..{c.MAX_ID_BYTES}",
         )
-    return Cancel(key)
+    return AfterDelivery(key) if after else Cancel(key)
 
 
 # -- the C fast path -----------------------------------------------------------------------------
 # ``sidecar._native.parse_request`` answers for the common request only (see its comment in
-# sidecar/native/parse.c) and returns None for everything else, which then goes through ``_parse``.
+# sidecar/native/parse.c) and returns None for everything else, which then goes through ``_parse``:
+# also every record with a ``delay.*`` header it has no code for (``setup_parser`` gets the prefix
+# from here), so an unknown one is rejected by ``_parse`` alone and no list of names lives in C.
 # Its codes: which control headers it handles; 0 sends the record to the full parser.
 _FAST_CODES = {
     **dict.fromkeys(_CONTROL, 0),
@@ -306,6 +352,8 @@ def py_parse_request(
     control = [n for n in names if n in _CONTROL]
     if any(n not in handled for n in control) or len(control) != len(set(control)):
         return None
+    if any(n.startswith(_PREFIX) and n not in handled for n in names):
+        return None  # a delay.* header it does not handle (pass-through, unknown): the full parser's
     if any(not v or not v.isascii() for n, v in headers or () if n in _CONTROL):
         return None
     if rules.checked_targets.isdisjoint(
@@ -319,4 +367,4 @@ def py_parse_request(
 
 
 if _native is not None:
-    _native.setup_parser(_FAST_CODES)
+    _native.setup_parser(_FAST_CODES, _PREFIX)

@@ -5,10 +5,15 @@
  * once, with a non-empty ASCII value, strict decimal numbers and everything in range; then its
  * answer is the one the full parser gives. Anything else (a cancel, a level, a retry, the
  * kafka-message-scheduler headers, any fault at all) returns None, and the caller runs the full
- * parser. The intake fast path (intake.c) runs the same parse per record (kds_parse_core). */
+ * parser. So does any other header whose name starts with the contract's prefix ("delay.", given
+ * by setup_parser): a pass-through one or one the sidecar does not know, which the full parser
+ * rejects as bad-header; no list of names is kept here. The intake fast path (intake.c) runs the
+ * same parse per record (kds_parse_core). */
 #include "native.h"
 
 static PyObject *control_codes = NULL; /* dict: control header name -> code (0: not handled here) */
+static Py_UCS4 prefix[16];            /* the contract's prefix ("delay."): such a name is never a user header here */
+static Py_ssize_t prefix_len = 0;
 PyObject *kds_MODE_NOW = NULL;
 static PyObject *MODE_MS, *MODE_AT;
 #define C_TOPIC 1
@@ -37,6 +42,17 @@ static int ascii_nonempty(PyObject *v) {
     const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(v);
     for (Py_ssize_t i = 0, n = PyBytes_GET_SIZE(v); i < n; i++)
         if (p[i] & 0x80) return 0;
+    return 1;
+}
+
+/* does `name` (a str) start with the prefix? Most names differ at the first character. */
+static int has_prefix(PyObject *name) {
+    Py_ssize_t n = PyUnicode_GET_LENGTH(name);
+    if (n < prefix_len) return 0;
+    int kind = PyUnicode_KIND(name);
+    const void *data = PyUnicode_DATA(name);
+    for (Py_ssize_t i = 0; i < prefix_len; i++)
+        if (PyUnicode_READ(kind, data, i) != prefix[i]) return 0;
     return 1;
 }
 
@@ -78,6 +94,7 @@ int kds_parse_core(PyObject *headers, long long ts, long long now, long long siz
         control[i] = code_o != NULL;
         if (!code_o) {
             if (PyErr_Occurred()) return -1;
+            if (prefix_len && has_prefix(name)) return 0;
             n_user++;
             continue;
         }
@@ -160,13 +177,20 @@ static PyObject *native_parse_request(PyObject *self, PyObject *const *args, Py_
     return Py_BuildValue("(NLOLON)", r.topic, r.partition, r.rid ? r.rid : Py_None, r.due, r.mode, r.user);
 }
 
-/* setup_parser(codes): {control header name: code}, 1 target topic, 2 delay.ms, 3 deliver-at,
- * 4 target partition, 5 id, 0 any other control header (headers.py owns the names). */
-static PyObject *native_setup_parser(PyObject *self, PyObject *codes) {
-    if (!PyDict_Check(codes)) {
-        PyErr_SetString(PyExc_TypeError, "setup_parser(codes: dict[str, int])");
+/* setup_parser(codes, prefix): {control header name: code}, 1 target topic, 2 delay.ms, 3
+ * deliver-at, 4 target partition, 5 id, 0 any other control header; prefix: the contract's
+ * ("delay."), a name starting with it and not in codes is left to the full parser (headers.py owns
+ * the names and the prefix). */
+static PyObject *native_setup_parser(PyObject *self, PyObject *args) {
+    PyObject *codes, *pfx;
+    if (!PyArg_ParseTuple(args, "O!U:setup_parser", &PyDict_Type, &codes, &pfx)) return NULL;
+    Py_ssize_t plen = PyUnicode_GET_LENGTH(pfx);
+    if (plen < 1 || plen > (Py_ssize_t)(sizeof prefix / sizeof prefix[0])) {
+        PyErr_SetString(PyExc_ValueError, "setup_parser: the prefix must be 1..16 characters");
         return NULL;
     }
+    for (Py_ssize_t i = 0; i < plen; i++) prefix[i] = PyUnicode_READ_CHAR(pfx, i);
+    prefix_len = plen;
     Py_INCREF(codes);
     Py_XSETREF(control_codes, codes);
     if (!kds_MODE_NOW) {
@@ -180,5 +204,5 @@ static PyObject *native_setup_parser(PyObject *self, PyObject *codes) {
 
 PyMethodDef kds_parse_methods[] = {
     {"parse_request", (PyCFunction)(void (*)(void))native_parse_request, METH_FASTCALL, NULL},
-    {"setup_parser", native_setup_parser, METH_O, NULL},
+    {"setup_parser", native_setup_parser, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL}};

@@ -19,7 +19,8 @@ resume from. Outcomes:
   from a higher ingress offset: then it is appended and scheduled, and the pending entry is
   cancelled (``_schedule``);
 - a kafka-message-scheduler delete (a tombstone: null value, the id as key, no ``delay.*``
-  header) -> CANCEL record + marker when something is pending under the id, else nothing.
+  header) -> CANCEL record + marker when something is pending under the id, else nothing; the
+  tombstone a scheduler writes after a delivery (it carries ``scheduler-key``) -> nothing.
 
 The common request (a plain ``delay.ms``/``delay.deliver-at`` request with no id-index entry
 under its id's hash, fitting the current segment and the scheduler's plain append) takes a C fast
@@ -406,8 +407,9 @@ class PartitionStore:
         self.counters.ingested += 1
         self.dirty = True
         self.next_offset = offset + 1
-        if delete is not None and isinstance(parsed, Cancel):
-            self._kms_delete(offset, parsed.id, now_ms)
+        if delete is not None and not isinstance(parsed, Rejection):
+            if isinstance(parsed, Cancel):  # (an AfterDelivery tombstone deletes nothing)
+                self._kms_delete(offset, parsed.id, now_ms)
             return
         if type(parsed) is Request:
             rid = parsed.id

@@ -161,3 +161,77 @@ def test_parser_never_raises_on_garbage() -> None:
             assert r.due_ms >= 0 or r.mode == "at"
 
     check()
+
+
+# -- unknown delay.* headers (issue: a typo or a newer producer must never mean "deliver now") ---------
+RECURRING = ("delay.cron", "delay.every", "delay.tz", "delay.start", "delay.end", "delay.max-count", "delay.misfire")
+
+
+@pytest.mark.parametrize("name", [*RECURRING, "delay.deliver_at", "delay.", "delay.DELAY-MS", "delay.é"])
+def test_an_unknown_delay_header_is_bad_header_naming_it(name: str) -> None:
+    for headers in (
+        (T, (name, b"*/5 * * * *")),  # with a valid request: today it would be delivered at once
+        ((name, None), T, (c.DELAY_MS, b"5")),  # first, with a null value
+        ((c.CANCEL, b"order-1"), (name, b"1")),  # a cancel too: the whole record is not understood
+        ((c.KMS_TARGET_TOPIC, b"orders"), (c.KMS_EPOCH, b"1700000100"), (name, b"1")),  # etf1 mode too
+    ):
+        r = parse(*headers)
+        assert isinstance(r, Rejection), (headers, r)
+        assert r.reason == c.BAD_HEADER and repr(name) in r.error, r.error
+
+
+def test_unknown_header_wins_over_every_other_fault() -> None:
+    r = parse((c.DELAY_MS, b"1"), (c.LEVEL, b"\xff"), ("delay.cron", b"@daily"), size=5000)
+    assert isinstance(r, Rejection) and r.reason == c.BAD_HEADER and "delay.cron" in r.error
+
+
+def test_other_prefixes_and_pass_through_headers_are_user_headers() -> None:
+    user = (("delayed", b"1"), ("Delay.ms", b"x"), ("x-delay.cron", b"y"), (c.REDRIVE_ID, b"delay.dlq:0:7"),
+            (c.DLQ_REASON, b"too-large"), (c.DLQ_ERROR, b"e"))
+    r = parse(T, *user, (c.DELAY_MS, b"5"))
+    assert isinstance(r, Request) and r.user_headers == user and r.due_ms == TS + 5
+
+
+def test_every_delay_name_of_the_contract_is_known() -> None:
+    """The contract module is the one list: each ``delay.*`` header it declares is a control header
+    or passes through, so adding one there (and nowhere else) is enough for the parser and C."""
+    from sidecar.headers import _CONTROL
+
+    declared = {v for k, v in vars(c).items() if k.isupper() and isinstance(v, str) and v.startswith(c.PREFIX)}
+    declared -= {c.PREFIX, c.DLQ_PREFIX}
+    assert declared and declared <= _CONTROL | c.PASS_THROUGH
+    for name in sorted(declared):
+        r = parse(T, (name, b"1"))
+        assert not (isinstance(r, Rejection) and "unknown header" in r.error), name
+
+
+# -- kafka-message-scheduler (etf1) mode: repeated headers ---------------------------------------------
+def test_a_repeated_etf1_header_counts_by_its_first_occurrence() -> None:
+    """etf1 reads a header with schedule/kafka/schedule.go::
+
+        func (s Schedule) getHeaderValue(key string) []byte {
+            for i := 0; i < len(s.Headers); i++ {
+                if s.Headers[i].Key == key {
+                    return s.Headers[i].Value
+
+    (used by ``Epoch()``, ``TargetTopic()`` and ``TargetKey()``): the first one wins, whatever
+    follows. A retry library re-sending a delivered record with new scheduler-* headers in front
+    relies on it. Every header stays on the delivered record, in order."""
+    headers = [
+        (c.KMS_EPOCH, b"1700000100"), (c.KMS_TARGET_TOPIC, b"orders"), (c.KMS_TARGET_KEY, b"k2"),
+        ("customer-header", b"dummy"),
+        (c.KMS_EPOCH, b"1700000999"), (c.KMS_TARGET_TOPIC, b"elsewhere"), (c.KMS_TARGET_KEY, b"old"),
+        (c.KMS_TIMESTAMP, b"1600000000"), (c.KMS_KEY, b"old-id"), (c.KMS_TOPIC, b"schedules"),
+    ]
+    r = parse(*headers)
+    assert isinstance(r, Request), r
+    assert (r.target_topic, r.due_ms, r.key_override, r.kms) == ("orders", 1_700_000_100_000, b"k2", True)
+    assert list(r.user_headers) == headers
+    # a repeat of a delay.* control header with another value stays a fault: there is no etf1 rule
+    assert reason(T, (c.DELAY_MS, b"1"), (c.DELAY_MS, b"2")) == c.BAD_HEADER
+
+
+def test_etf1_mode_keeps_pass_through_drops_delay_control_headers() -> None:
+    r = parse((c.KMS_TARGET_TOPIC, b"orders"), (c.ID, b"s1"), (c.REDRIVE_ID, b"d:0:1"), (c.KMS_EPOCH, b"1700000100"))
+    assert isinstance(r, Request) and r.user_headers == (
+        (c.KMS_TARGET_TOPIC, b"orders"), (c.REDRIVE_ID, b"d:0:1"), (c.KMS_EPOCH, b"1700000100"))

@@ -7,11 +7,12 @@ after every batch.
 
 The batches mix what the fast path takes (plain requests) with everything it must hand back to
 the reference path at the right record: errors, records of another (or no) partition, cancels
-before and after their message, duplicates, level requests, bad input bound for the DLQ, records
-already due or beyond the wheel's ring, records that do not fit the rest of a segment (a small
-``segment_bytes``), a full timer-log or queue file (small files), id-index growth (a tiny
-initial table), while the scheduler's cursors move (records handed out and settled) and
-checkpoints flush and reset the dirty ranges.
+before and after their message, duplicates, level requests, bad input bound for the DLQ (an
+unknown ``delay.*`` header too), pass-through ``delay.*`` headers, records already due or beyond
+the wheel's ring, records that do not fit the rest of a segment (a small ``segment_bytes``), a
+full timer-log or queue file (small files), id-index growth (a tiny initial table), while the
+scheduler's cursors move (records handed out and settled) and checkpoints flush and reset the
+dirty ranges.
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ from sidecar import contract as c
 from sidecar.config import Settings
 from sidecar.engine import loop
 from sidecar.levels.scheduler import LevelsScheduler
+from sidecar.store import codec
 from sidecar.store import idindex as idindex_mod
 from sidecar.store import partition as partition_mod
 from sidecar.store.idindex import IdIndex
-from sidecar.store.partition import PartitionStore
+from sidecar.store.partition import IngressRecord, PartitionStore
 from sidecar.wheel import WheelScheduler
 from tests.infra import needs_native
 from tests.kafka_twin import VirtualClock
@@ -81,6 +83,8 @@ def batches(seed: int, n_batches: int) -> list[tuple[int, list[Msg | Message]]]:
                 h.append(("app", None if rng.random() < 0.2 else b"x" * rng.randint(0, 40)))
             if rng.random() < 0.1:
                 h.append((c.TARGET_PARTITION, str(rng.randint(0, 3)).encode()))
+            if rng.random() < 0.04:  # a delay.* header it does not know (DLQ bad-header) or a pass-through one
+                h.insert(rng.randint(0, len(h)), (rng.choice(("delay.cron", "delay.every", c.REDRIVE_ID)), b"1"))
             hs = None if rng.random() < 0.02 else h
             err = rng.random() < 0.03
             if rng.random() < 0.5:  # the client's own type, mixed with the stand-in (the C side caches per type)
@@ -218,4 +222,29 @@ def test_a_slot_started_by_the_fast_intake_is_seen_by_the_next_due_time(tmp_path
         assert w.next_due_ms() == T0 + delay  # each one due sooner than the last
     assert [rec.due_ms for _ref, rec in w.due(T0 + 900, 10)] == [T0 + 40, T0 + 900]
     assert w.next_due_ms() == T0 + 5_000
+    st.close()
+
+
+@pytest.mark.parametrize("scheduler", ["wheel", "levels"])
+def test_the_fast_intake_hands_an_unknown_delay_header_back(tmp_path: Path, scheduler: str) -> None:
+    """A plain request carrying ``delay.cron`` (a recurring schedule this sidecar does not fire
+    yet) in a run of plain requests: ``ingest_run`` stops at it, the reference path dead-letters
+    it as bad-header naming the header, and the run goes on after it. Never scheduled as a plain
+    delay (the header silently ignored)."""
+    sc, st = _store(tmp_path, scheduler)
+    st.rules.checked_targets.add("out")  # (accepted before by the full parser: the fast path's condition)
+    plain_h = [(c.TARGET_TOPIC, b"out"), (c.DELAY_MS, b"60000")]
+    msgs: list[Any] = [Msg(0, i, (1, T0), b"k", b"v", list(plain_h)) for i in range(5)]
+    msgs[2] = Msg(0, 2, (1, T0), b"k", b"v", [*plain_h, ("delay.cron", b"*/5 * * * *")])
+    sc.stores[0] = st
+    sc.ingest(msgs[:1])  # the first one opens the scheduler's files (the reference path does)
+    assert st.ingest_many(msgs, 1, T0, TOPIC) == 2  # taken: msgs[1]; handed back: msgs[2]
+    assert st.ingest_many(msgs, 2, T0, TOPIC) == 2
+    st.ingest(IngressRecord(TOPIC, 0, 2, T0, b"k", b"v", msgs[2].headers()), T0)  # the reference path
+    assert st.ingest_many(msgs, 3, T0, TOPIC) == 5  # the rest, plain, taken
+    assert sc.counters.dlq[c.BAD_HEADER] == 1 and sc.counters.scheduled == 4 and st.next_offset == 5
+    dead = [rec for _ref, rec in st.sched.due(T0, 100)]
+    assert len(dead) == 1 and bytes(dead[0].topic) == b"delay.dlq"
+    error = dict(codec.decode_headers(dead[0].headers))[c.DLQ_ERROR]
+    assert error is not None and b"'delay.cron'" in error
     st.close()

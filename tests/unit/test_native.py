@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sidecar import contract as c
-from sidecar.headers import Rules, py_parse_request
+from sidecar.headers import Rejection, Request, Rules, parse_ingress, py_parse_request
 from sidecar.store import codec
 from sidecar.store.idindex import PRECANCEL, IdIndex, py_id_hash
 from tests.infra import needs_native
@@ -197,7 +197,8 @@ def test_id_index_twins(program: list[tuple[str, int, int]]) -> None:
 
 # -- the ingress fast path: never a different answer from the full parser ---------------------------
 _NAMES = [c.TARGET_TOPIC, c.DELAY_MS, c.DELIVER_AT, c.TARGET_PARTITION, c.ID, c.LEVEL, c.CANCEL, c.RETRY_COUNT,
-          c.REPLACE, c.KMS_EPOCH, c.KMS_TARGET_TOPIC, c.SOURCE, "app", "trace-id", "delay.other"]
+          c.REPLACE, c.KMS_EPOCH, c.KMS_TARGET_TOPIC, c.SOURCE, "app", "trace-id", "delay.other", "delay.cron",
+          "delay.\u00e9", "delay", c.REDRIVE_ID, c.DLQ_REASON]
 _VALUES = st.one_of(
     st.none(), st.sampled_from([b"", b"out", b"other", b"unknown", b"in", b"__x", b"0", b"5", b"-5", b"+5", b"1000001",
                                 b"1700000000000", b"99999999999999999999", b"1 ", "\u00e9".encode(), b"\xff",
@@ -244,6 +245,34 @@ def test_parse_request_agrees_with_the_full_parser(
         assert got is None
     elif got is not None:
         assert got == want
+
+
+@needs_native
+@given(st.sampled_from(["delay.cron", "delay.every", "delay.deliver_at", "delay.", "delay.\u00e9", "delay.\u4e00",
+                        c.REDRIVE_ID, c.DLQ_ERROR]),
+       st.integers(0, 3), st.one_of(st.none(), st.binary(max_size=4)))
+def test_parse_request_hands_back_every_delay_header_it_does_not_handle(
+    name: str, at: int, value: bytes | None
+) -> None:
+    """A delay.* header with no fast-path code, anywhere in an otherwise plain request: C answers
+    None, and the full parser decides (bad-header naming it, or a pass-through). No list of names
+    lives in C: only the prefix, from contract.py through ``setup_parser``."""
+    ts = 1_700_000_000_000
+    headers: list[tuple[str, bytes | None]] = [(c.TARGET_TOPIC, b"out"), (c.DELAY_MS, b"5"), ("app", b"x")]
+    headers.insert(at, (name, value))
+    rules = _rules()
+    assert _fast(headers, ts, ts, 10, rules) is None
+    assert py_parse_request(headers, ts, ts, 10, rules) is None
+    full = parse_ingress(headers, ts, ts, 10, rules, headers_in_size=False)
+    if name in c.PASS_THROUGH:
+        assert isinstance(full, Request) and (name, value) in full.user_headers
+    else:
+        assert isinstance(full, Rejection) and full.reason == c.BAD_HEADER and repr(name) in full.error
+    # names that only look alike are user headers, taken by C
+    for other in ("delay", "delayed.cron", "Delay.cron", "x-delay.cron"):
+        headers[at] = (other, value)
+        got = _fast(headers, ts, ts, 10, rules)
+        assert got is not None and (other, value) in got[5]
 
 
 @needs_native

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sidecar import contract as c
-from sidecar.headers import Rejection, kms_delete, parse_ingress, py_parse_request
+from sidecar.headers import AfterDelivery, Cancel, Rejection, kms_delete, parse_ingress, py_parse_request
 from sidecar.store import codec
 from sidecar.store.codec import native
 from sidecar.store.idindex import id_hash
@@ -328,6 +328,30 @@ def test_etf1_delivered_record_carries_its_output_headers(sim: Sim) -> None:
             customer-header: dummy
         Key: vid1
         Value: "video 1"
+
+    and its code, which keeps every header of the schedule record, its own scheduler-* ones
+    included, before the three it adds (runner/kafka/handler.go, ``produceTargetMessage``)::
+
+        headers := []confluent.Header{}
+        if len(msg.Headers) != 0 {
+            headers = append(headers, msg.Headers...)
+        }
+        headers = append(
+            headers,
+            confluent.Header{
+                Key:   OriginalTimestamp,
+                Value: []byte(strconv.FormatInt(msg.Timestamp(), 10)),
+            },
+            confluent.Header{
+                Key:   OriginalKey,
+                Value: msg.Key,
+            },
+            confluent.Header{
+                Key:   OriginalTopic,
+                Value: []byte(*msg.TopicPartition.Topic),
+
+    A client builds its next schedule from them (a third-party etf1 client failed its own test
+    against the sidecar when scheduler-epoch, -target-topic and -target-key were missing).
     """
     ts = T0 - 1000  # the README's example is from 2020; the levels scheduler holds up to 10 s here
     _etf1_schedule(sim, b"vid1-online", (T0 + 5000) // 1000, b"video 1", ts=ts)
@@ -336,10 +360,28 @@ def test_etf1_delivered_record_carries_its_output_headers(sim: Sim) -> None:
     rec = recs[0]
     assert (bytes(rec.topic), rec.key, rec.value, bytes(rec.id)) == (b"online-videos", b"vid1", b"video 1",
                                                                      b"vid1-online")
-    assert dict(codec.decode_headers(rec.headers)) == {
-        "customer-header": b"dummy", c.KMS_TIMESTAMP: b"%d" % (ts // 1000), c.KMS_KEY: b"vid1-online",
-        c.KMS_TOPIC: TOPIC.encode(),
-    }
+    assert codec.decode_headers(rec.headers) == [
+        (c.KMS_EPOCH, b"%d" % ((T0 + 5000) // 1000)), (c.KMS_TARGET_TOPIC, b"online-videos"),
+        (c.KMS_TARGET_KEY, b"vid1"), ("customer-header", b"dummy"),
+        (c.KMS_TIMESTAMP, b"%d" % (ts // 1000)), (c.KMS_KEY, b"vid1-online"), (c.KMS_TOPIC, TOPIC.encode()),
+    ]
+
+
+def test_etf1_repeated_headers_resolve_to_the_first_and_all_are_delivered(sim: Sim) -> None:
+    """A retry library re-sends a delivered record as a new schedule: its new scheduler-* headers
+    come first, the old ones (and the old scheduler-key/-topic/-timestamp) follow. etf1 reads the
+    first of each (schedule/kafka/schedule.go, ``getHeaderValue``: ``if s.Headers[i].Key == key {
+    return s.Headers[i].Value``) and delivers all of them, then its own three again."""
+    off = _etf1_schedule(sim, b"retry-1", T0 // 1000, b"again", target_key=b"k-new")
+    old = [(c.KMS_EPOCH, b"1"), (c.KMS_TARGET_TOPIC, b"old-topic"), (c.KMS_TARGET_KEY, b"k-old"),
+           (c.KMS_TIMESTAMP, b"1600000000"), (c.KMS_KEY, b"retry-0"), (c.KMS_TOPIC, b"schedules")]
+    sim.ingress[off].headers += old  # type: ignore[operator]
+    recs = _until(sim, 1000)
+    assert sim.counters.dlq[c.BAD_HEADER] == 0
+    assert [(bytes(r.topic), r.key, bytes(r.id)) for r in recs] == [(b"online-videos", b"k-new", b"retry-1")]
+    got = codec.decode_headers(recs[0].headers)
+    assert got[:4] == sim.ingress[off].headers[:4] and got[4:10] == old  # type: ignore[index]
+    assert got[10:] == [(c.KMS_TIMESTAMP, b"%d" % (T0 // 1000)), (c.KMS_KEY, b"retry-1"), (c.KMS_TOPIC, TOPIC.encode())]
 
 
 def test_etf1_without_a_target_key_delivers_no_key(sim: Sim) -> None:
@@ -374,13 +416,50 @@ def test_etf1_a_tombstone_with_the_key_cancels_and_the_key_can_be_used_again(sim
     assert sorted(r.value for r in _until(sim, 3000)) == [b"later", b"video 1 again"]  # type: ignore[type-var]
 
 
+def _after_delivery(sim: Sim, rec: codec.Record) -> None:
+    """The tombstone written back after ``rec`` was delivered, as etf1 writes it
+    (runner/kafka/handler.go, ``produceTombstoneMessageForOriginalSchedule``)::
+
+        tombstoneMsg := confluent.Message{
+            TopicPartition: confluent.TopicPartition{Topic: &originalTopic, Partition: confluent.PartitionAny},
+            Key:            []byte(originalKey),
+            // tombstone is message with nil or empty value
+            Value:   nil,
+            Headers: headers,
+
+    where ``headers`` are the delivered record's (with scheduler-key), as sidecar/etf1.py writes it too."""
+    sim.ingress.append(IngressRecord(TOPIC, 0, len(sim.ingress), sim.now, bytes(rec.id), None,
+                                     codec.decode_headers(rec.headers)))
+
+
+def test_etf1_the_tombstone_after_a_delivery_never_deletes_a_newer_schedule(sim: Sim) -> None:
+    """The schedules topic holds: schedule 1, schedule 2 under the same key (sent after schedule 1
+    was delivered), then the tombstone written back for schedule 1 (it was produced after the
+    delivery, so it can land after schedule 2). It must not delete schedule 2, which a delete
+    (clientlib.DeleteSchedule: no headers) would."""
+    _etf1_schedule(sim, b"vid1-online", T0 // 1000, b"first")
+    first = _until(sim, 1000)
+    assert [r.value for r in first] == [b"first"]
+    _etf1_schedule(sim, b"vid1-online", (sim.now + 2000) // 1000, b"second")
+    _after_delivery(sim, first[0])
+    sim.consume()
+    assert (sim.counters.cancelled, sim.counters.cancel_unmatched) == (0, 0)
+    sim.crash()  # (nothing was written for it: the replay agrees)
+    assert [r.value for r in _until(sim, 6000)] == [b"second"]  # (levels: rounded up to 5 s)
+    _etf1_schedule(sim, b"vid1-online", (sim.now + 2000) // 1000, b"third")
+    _etf1_delete(sim, b"vid1-online")
+    assert _until(sim, 6000) == [] and sim.counters.cancelled == 1
+
+
 def test_etf1_bad_keys_and_tombstone_shapes(sim: Sim) -> None:
     assert kms_delete(b"k", None, None) is not None
     assert kms_delete(b"k", b"", None) is None, "an empty value is not a tombstone"
     assert kms_delete(None, None, None) is None
     assert kms_delete(b"k", None, [(c.CANCEL, b"x")]) is None, "a delay.* record is not an etf1 delete"
     etf1_own = [(c.KMS_EPOCH, b"1"), (c.KMS_TARGET_TOPIC, b"t"), (c.KMS_KEY, b"k")]
-    assert kms_delete(b"k", None, etf1_own) is not None, "etf1's own tombstones carry its headers"
+    assert kms_delete(b"k", None, etf1_own) == AfterDelivery(b"k"), "etf1's own tombstones carry its headers"
+    assert kms_delete(b"k", None, [(c.REDRIVE_ID, b"d:0:1")]) == Cancel(b"k"), "a pass-through header"
+    assert kms_delete(b"k", None, [("delay.cron", b"x")]) is None, "an unknown delay.* header: parse_ingress rejects"
     r = kms_delete(b"x" * 256, None, None)
     assert isinstance(r, Rejection) and r.reason == c.BAD_HEADER
     _etf1_schedule(sim, b"", T0 // 1000, b"no key")
