@@ -116,6 +116,13 @@ def _choice(*allowed: str) -> Callable[[Any], str]:
     return inner
 
 
+def _on_off(v: Any) -> str:
+    """"on" or "off"; YAML's unquoted on/off arrive as booleans and are accepted as such."""
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    return _choice("on", "off")(v)
+
+
 def _bool(v: Any) -> bool:
     if isinstance(v, bool):
         return v
@@ -194,6 +201,10 @@ OPTIONS: tuple[Option, ...] = (
            "cancelled, delivered, dead-lettered), keyed by delay.id, on this topic", "TOPIC"),
     Option("history-payload", "history_payload", "false", _bool,
            "true: history records carry the record's key and value (base64) too", "{true,false}"),
+    Option("etf1-tombstones", "etf1_tombstones", "off", _on_off,
+           "on: after delivering a record scheduled with etf1/kafka-message-scheduler's headers, write a "
+           "tombstone under its key to its ingress partition, as etf1 does, so a compacted schedules topic "
+           "stays bounded (docs/design.md 1.1)", "{on,off}"),
     Option("http-port", "http_port", 0, _port, "port of /metrics, /healthz, /readyz (0 = disabled)", "PORT"),
     Option("http-host", "http_host", "0.0.0.0", _str, "address the HTTP endpoints bind to", "ADDRESS"),
     Option("advertised-address", "advertised_address", None, _opt_str,
@@ -275,6 +286,7 @@ class Settings:
     transaction_timeout_ms: int = 10_000
     history_topic: str | None = None
     history_payload: bool = False
+    etf1_tombstones: str = "off"
     http_port: int = 0
     http_host: str = "0.0.0.0"
     advertised_address: str | None = None

@@ -97,7 +97,7 @@ class AfterDelivery:
     """The tombstone an etf1-style scheduler writes back to the schedules topic once it delivered
     a schedule (null value, the schedule id as key, the delivered record's headers, so with
     ``scheduler-key``): etf1's handler.go ``produceTombstoneMessageForOriginalSchedule``, and the
-    sidecar's own with ``etf1-tombstones: on`` (sidecar/etf1.py). It only keeps a compacted
+    sidecar's own with ``etf1-tombstones: on`` (sidecar/engine/etf1.py). It only keeps a compacted
     schedules topic bounded: the schedule it names was delivered, and a newer schedule under the
     same key that arrived meanwhile must stay, so the intake skips it."""
 

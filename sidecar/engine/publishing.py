@@ -38,6 +38,11 @@ target not known yet takes the reference path, where an unknown target takes the
 path (``delivery-grace``, then the DLQ) without a produce. A
 failed delivery report cannot be retried inside the transaction: it dooms it (``doomed``), and
 the loop aborts and restores the committed state.
+
+**etf1 tombstones** (``etf1-tombstones: on``, sidecar/engine/etf1.py): a record delivered in
+kafka-message-scheduler mode gets a tombstone under its key on its ingress partition, as etf1
+writes one: from the delivery report (before its store settles it, ``poll``), or under
+exactly-once when it is produced, in the same transaction.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from sidecar import contract as c
 from sidecar import logs
 from sidecar.config import Settings
 from sidecar.engine.clock import Clock
+from sidecar.engine.etf1 import Tombstones
 from sidecar.engine.publish_state import PublishState
 from sidecar.retry import (
     Backoff,
@@ -132,6 +138,12 @@ class Publishing:
         self._known_b: set[bytes] = set()  # the same topics, as records name them (the fast path's check)
         self._asked: dict[str, int] = {}
         self.doomed = ""
+        self.etf1 = Tombstones(settings.ingress_topic, self._etf1_rejected, produce_errors) if (
+            settings.etf1_tombstones == "on") else None
+
+    def _etf1_rejected(self, error: str) -> None:
+        if self.exactly_once and not self.doomed:
+            self.doomed = error  # it was in the open transaction, which cannot commit now
 
     @property
     def in_flight(self) -> int:
@@ -196,6 +208,8 @@ class Publishing:
                 i, refused = publish_due(self._fast, self.producer.produce, batch, i, store, now)
                 if self.exactly_once and i > start:
                     self._tombstones(batch, start, i, store)
+                    if self.etf1 is not None:
+                        self.etf1.write(self.producer, batch[start:i], store)
                 if i == n:
                     return True
             ref, rec = batch[i]
@@ -247,6 +261,8 @@ class Publishing:
             if store.acked:
                 if now < 0:
                     now = self.clock.wall_ms()
+                if self.etf1 is not None and not self.exactly_once:
+                    self.etf1.write(self.producer, store.acked, store)
                 store.settle(now)
 
     def flush_backlog(self, now: int) -> bool:
@@ -335,6 +351,8 @@ class Publishing:
         tif[topic] = tif.get(topic, 0) + 1
         if self.exactly_once and store.mirror is not None and ref not in store.superseded:
             store.mirror.remove(rec.id)  # in the delivery's transaction: both commit or neither
+        if self.exactly_once and self.etf1 is not None:
+            self.etf1.write(self.producer, ((ref, rec),), store)
         return True
 
     def _target_known(self, topic: str, now: int) -> bool:

@@ -79,7 +79,7 @@ def test_readme_defaults_are_the_written_defaults() -> None:
     """The README's configuration table shows each default as OPTIONS writes it (``64MiB``, not
     67108864), the form ``run --help`` shows too."""
     readme = (ROOT / "README.md").read_text()
-    rows = re.findall(r"^\| `([a-z-]+)` \| `([A-Z_]+)` \| `([^`]*)` \|", readme, re.M)
+    rows = re.findall(r"^\| `([a-z0-9-]+)` \| `([A-Z0-9_]+)` \| `([^`]*)` \|", readme, re.M)
     shown = {name: (env, default) for name, env, default in rows}
     for opt in OPTIONS:
         env, default = shown[opt.name]

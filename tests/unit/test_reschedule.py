@@ -427,7 +427,7 @@ def _after_delivery(sim: Sim, rec: codec.Record) -> None:
             Value:   nil,
             Headers: headers,
 
-    where ``headers`` are the delivered record's (with scheduler-key), as sidecar/etf1.py writes it too."""
+    where ``headers`` are the delivered record's (with scheduler-key), as sidecar/engine/etf1.py writes it too."""
     sim.ingress.append(IngressRecord(TOPIC, 0, len(sim.ingress), sim.now, bytes(rec.id), None,
                                      codec.decode_headers(rec.headers)))
 
