@@ -41,8 +41,9 @@ class Received:
     offset: int
     key: bytes | None
     value: bytes | None
-    headers: dict[str, bytes | None]
+    headers: dict[str, bytes | None]  # the last one of a repeated name
     timestamp_ms: int
+    header_list: list[tuple[str, bytes | None]] = field(default_factory=list)  # all of them, in order
 
     @property
     def lateness_ms(self) -> int:
@@ -79,12 +80,10 @@ def consume_until(
 
 
 def _received(m: Message) -> Received:
-    headers: dict[str, bytes | None] = {}
-    for k, v in m.headers() or []:
-        headers[k] = v if isinstance(v, bytes) or v is None else str(v).encode()
+    listed = [(k, v if isinstance(v, bytes) or v is None else str(v).encode()) for k, v in m.headers() or []]
     return Received(
-        str(m.topic()), int(m.partition() or 0), int(m.offset() or 0), m.key(), m.value(), headers,  # type: ignore[arg-type]
-        m.timestamp()[1],
+        str(m.topic()), int(m.partition() or 0), int(m.offset() or 0), m.key(), m.value(), dict(listed),  # type: ignore[arg-type]
+        m.timestamp()[1], listed,
     )
 
 

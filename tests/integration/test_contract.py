@@ -97,10 +97,16 @@ def test_every_dlq_reason_code(sidecar: SidecarProcess, kafka_bootstrap: str, un
     for reason, headers in cases.items():
         value = b"z" * 5000 if reason == "too-large" else reason.encode()
         p.produce(sidecar.ingress, key=b"k", value=value, headers=[*headers, ("user", b"kept")])
+    # a delay.* header the sidecar does not know (a recurring schedule, a typo): never ignored
+    p.produce(sidecar.ingress, key=b"cron", value=b"every 5 min", headers=[T, ("delay.cron", b"*/5 * * * *")])
     # a good record after all the bad ones: the partition did not stall
     p.produce(sidecar.ingress, key=b"k", value=b"good", headers=[T, ("delay.ms", b"100")])
     assert p.flush(30) == 0
-    dlq = consume_until(kafka_bootstrap, [sidecar.dlq], want=len(cases), timeout_s=60, settle_s=1)
+    dlq = consume_until(kafka_bootstrap, [sidecar.dlq], want=len(cases) + 1, timeout_s=60, settle_s=1)
+    cron = [r for r in dlq if r.key == b"cron"]
+    assert len(cron) == 1 and cron[0].headers["delay.dlq.reason"] == b"bad-header"
+    assert b"'delay.cron'" in (cron[0].headers["delay.dlq.error"] or b"")
+    dlq = [r for r in dlq if r.key != b"cron"]
     by_reason = {(r.headers["delay.dlq.reason"] or b"").decode(): r for r in dlq}
     assert set(by_reason) == set(cases)
     assert len(dlq) == len(cases)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from sidecar import contract as c
+from sidecar.engine.etf1 import schedule_headers, tail_of
 from sidecar.headers import AfterDelivery, Cancel, Rejection, kms_delete, parse_ingress, py_parse_request
 from sidecar.store import codec
 from sidecar.store.codec import native
@@ -488,3 +489,21 @@ def test_a_record_waiting_in_a_wheel_bucket_is_replaced(tmp_path: Path, crash: b
         sim.crash()
     run(sim, 260_000, step=1000)
     assert fired(sim) == [(b"x", b"near", 2000)]
+
+
+def test_etf1_tombstones_are_for_etf1_deliveries_only(sim: Sim) -> None:
+    """``etf1.schedule_headers`` picks the records ``etf1-tombstones`` writes a tombstone for: a
+    delivered etf1-mode schedule, not a delay.* request forwarding an etf1 delivery's headers
+    under another id, and not a dead letter."""
+    tail = tail_of(TOPIC)
+    _etf1_schedule(sim, b"vid1-online", T0 // 1000, b"video 1")
+    forwarded = [(c.KMS_TIMESTAMP, b"1"), (c.KMS_KEY, b"vid0"), (c.KMS_TOPIC, TOPIC.encode())]
+    send(sim, "other", 0, b"forwarded", replace=None, extra=forwarded)
+    send(sim, None, -1, b"dead", replace=None)  # delay-out-of-range: a DEAD record to the DLQ
+    recs = {r.value: r for r in _until(sim, 1000)}
+    assert set(recs) == {b"video 1", b"forwarded", b"dead"}
+    got = schedule_headers(recs[b"video 1"], tail)
+    assert got is not None and got[-2:] == [(c.KMS_KEY, b"vid1-online"), (c.KMS_TOPIC, TOPIC.encode())]
+    assert schedule_headers(recs[b"forwarded"], tail) is None
+    assert schedule_headers(recs[b"dead"], tail) is None
+    assert schedule_headers(recs[b"video 1"], tail_of("another-ingress")) is None
