@@ -197,6 +197,20 @@ def _unknown(name: str) -> _Bad:
                 "not in its contract (a typo, or a producer newer than the sidecar)")
 
 
+# User header names already found not to be unknown delay.* ones: a workload has few names, and a
+# set lookup costs less than the prefix test (a method call) on every header of every record.
+_USER_NAMES: set[str] = set()
+
+
+def _user_name(name: str) -> None:
+    """Raise ``_Bad`` for an unknown ``delay.*`` name; else remember ``name`` as a user header."""
+    if name.startswith(_PREFIX) and name not in c.PASS_THROUGH:
+        raise _unknown(name)
+    if len(_USER_NAMES) >= 10_000:
+        _USER_NAMES.clear()
+    _USER_NAMES.add(name)
+
+
 def _parse(headers: HeaderList, ts: int, now: int, size: int, rules: Rules, count_headers: bool) -> Parsed:
     control: dict[str, bytes | None] = {}
     user: list[tuple[str, bytes | None]] = []
@@ -211,8 +225,8 @@ def _parse(headers: HeaderList, ts: int, now: int, size: int, rules: Rules, coun
                     raise _Bad(c.BAD_HEADER, f"header {name} appears more than once with different values")
             control[name] = value
         else:
-            if name.startswith(_PREFIX) and name not in c.PASS_THROUGH:
-                raise _unknown(name)
+            if name not in _USER_NAMES:
+                _user_name(name)
             user.append((name, value))
 
     if c.CANCEL in control:
