@@ -198,11 +198,17 @@ def test_every_delay_name_of_the_contract_is_known() -> None:
     from sidecar.headers import _CONTROL
 
     declared = {v for k, v in vars(c).items() if k.isupper() and isinstance(v, str) and v.startswith(c.PREFIX)}
-    declared -= {c.PREFIX, c.DLQ_PREFIX}
+    declared -= {c.PREFIX, c.DLQ_PREFIX, *c.RECURRING_HEADERS}
     assert declared and declared <= _CONTROL | c.PASS_THROUGH
     for name in sorted(declared):
         r = parse(T, (name, b"1"))
         assert not (isinstance(r, Rejection) and "unknown header" in r.error), name
+    # the recurring headers are declared (sidecar/recurring/) but the store does not fire them yet:
+    # until it does they are unknown, never a plain record delivered at once
+    assert set(RECURRING) == set(c.RECURRING_HEADERS)
+    for name in c.RECURRING_HEADERS:
+        r = parse(T, (name, b"1"))
+        assert isinstance(r, Rejection) and "unknown header" in r.error, name
 
 
 # -- kafka-message-scheduler (etf1) mode: repeated headers ---------------------------------------------

@@ -231,7 +231,7 @@ def test_the_fast_intake_hands_an_unknown_delay_header_back(tmp_path: Path, sche
     yet) in a run of plain requests: ``ingest_run`` stops at it, the reference path dead-letters
     it as bad-header naming the header, and the run goes on after it. Never scheduled as a plain
     delay (the header silently ignored)."""
-    sc, st = _store(tmp_path, scheduler)
+    sc, st = ingest_store(tmp_path, scheduler)
     st.rules.checked_targets.add("out")  # (accepted before by the full parser: the fast path's condition)
     plain_h = [(c.TARGET_TOPIC, b"out"), (c.DELAY_MS, b"60000")]
     msgs: list[Any] = [Msg(0, i, (1, T0), b"k", b"v", list(plain_h)) for i in range(5)]

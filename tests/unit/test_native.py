@@ -260,7 +260,7 @@ def test_parse_request_hands_back_every_delay_header_it_does_not_handle(
     ts = 1_700_000_000_000
     headers: list[tuple[str, bytes | None]] = [(c.TARGET_TOPIC, b"out"), (c.DELAY_MS, b"5"), ("app", b"x")]
     headers.insert(at, (name, value))
-    rules = _rules()
+    rules = parse_rules()
     assert _fast(headers, ts, ts, 10, rules) is None
     assert py_parse_request(headers, ts, ts, 10, rules) is None
     full = parse_ingress(headers, ts, ts, 10, rules, headers_in_size=False)
