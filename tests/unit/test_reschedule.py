@@ -418,17 +418,10 @@ def test_etf1_a_tombstone_with_the_key_cancels_and_the_key_can_be_used_again(sim
 
 
 def _after_delivery(sim: Sim, rec: codec.Record) -> None:
-    """The tombstone written back after ``rec`` was delivered, as etf1 writes it
-    (runner/kafka/handler.go, ``produceTombstoneMessageForOriginalSchedule``)::
-
-        tombstoneMsg := confluent.Message{
-            TopicPartition: confluent.TopicPartition{Topic: &originalTopic, Partition: confluent.PartitionAny},
-            Key:            []byte(originalKey),
-            // tombstone is message with nil or empty value
-            Value:   nil,
-            Headers: headers,
-
-    where ``headers`` are the delivered record's (with scheduler-key), as sidecar/engine/etf1.py writes it too."""
+    """The tombstone written back after ``rec`` was delivered, as etf1 writes it (runner/kafka/
+    handler.go, ``produceTombstoneMessageForOriginalSchedule``, quoted in
+    tests/integration/test_etf1.py) and sidecar/engine/etf1.py too: the schedule id as key, a
+    null value, the delivered record's headers (so ``scheduler-key``)."""
     sim.ingress.append(IngressRecord(TOPIC, 0, len(sim.ingress), sim.now, bytes(rec.id), None,
                                      codec.decode_headers(rec.headers)))
 
