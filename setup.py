@@ -3,27 +3,28 @@
 The package works without it (pure-Python twins of every function); ``scripts/setup.sh`` builds
 it in place, and CI fails if it is missing (tests/unit/test_native.py). Its sources are the
 translation units in sidecar/native/, each compiled on its own (sidecar/native/module.c says
-which core each holds). Before the build, sidecar/native/intake_layout.h is generated from its
-declaration, sidecar/store/intake_layout.py (rewritten only when it changed)."""
+which core each holds). Before the build, sidecar/native/intake_layout.h and layouts.h are generated
+from their declarations, sidecar/store/intake_layout.py and native_layouts.py (each rewritten only
+when it changed)."""
 
-import importlib.util
+import sys
 from glob import glob
 from pathlib import Path
 
 from setuptools import Extension, setup
 
 
-def write_intake_layout() -> None:
-    # loaded from its file: the package's imports need its dependencies, which may not be there yet
-    path = Path(__file__).resolve().parent / "sidecar" / "store" / "intake_layout.py"
-    spec = importlib.util.spec_from_file_location("_kds_intake_layout", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.main(["intake_layout"])
+def write_layouts() -> None:
+    # imported from the checkout: the two declarations import only the standard library and each
+    # other (the package __init__ files are empty), so the package's dependencies need not be there yet
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from sidecar.store import intake_layout, native_layouts
+
+    intake_layout.main(["intake_layout"])
+    native_layouts.main(["native_layouts"])
 
 
-write_intake_layout()
+write_layouts()
 setup(
     ext_modules=[
         Extension(

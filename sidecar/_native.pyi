@@ -7,29 +7,14 @@
 from collections.abc import Callable, MutableSequence, Sequence
 from typing import Any
 
+# The C types have the fields and methods of their Python twins (read-only for Record), declared
+# once there.
+from sidecar.engine.publish_state import PublishState as PublishState
+from sidecar.store.codec import Record as Record
+
 HARDWARE_CRC: int
 INTAKE_LAYOUT: dict[str, int]  # intake_layout.h's macros as compiled (sidecar/store/intake_layout.py)
-
-class Record:
-    length: int
-    rtype: int
-    due_ms: int
-    enqueue_ms: int
-    src_offset: int
-    src_partition: int
-    target_partition: int
-    retry_count: int
-    level: int
-    id: bytes
-    topic: bytes
-    key: bytes | None
-    value: bytes | None
-    headers: bytes
-    def __init__(
-        self, length: int, rtype: int, due_ms: int, enqueue_ms: int, src_offset: int, src_partition: int,
-        target_partition: int, retry_count: int, level: int, id: bytes, topic: bytes, key: bytes | None,
-        value: bytes | None, headers: bytes,
-    ) -> None: ...
+LAYOUTS: dict[str, int]  # layouts.h's macros as compiled, signed 64-bit (sidecar/store/native_layouts.py)
 
 def setup(
     corrupt_record: type[Exception], id: str, deliver_at: str, enqueued_at: str, source: str, retry_count: str, /
@@ -128,19 +113,6 @@ def lv_ack(
     refs: list[int], files: list[dict[int, Any]], per_file: int, hs: int, cur: MutableSequence[int],
     seg_bytes: int, segs: dict[int, int], /,
 ) -> None: ...
-class PublishState:
-    """The loop state the publish paths share (sidecar/engine/publish_state.py documents each field;
-    its Python twin has the same ones)."""
-
-    in_flight: int
-    topic_in_flight: dict[str, int]
-    troubled: dict[str, int]
-    broker_up: bool
-    stores: dict[int, Any]
-    lateness_batch: list[int]
-    counters: Any
-    def __init__(self, stores: dict[int, Any], counters: Any) -> None: ...
-
 class Publisher:
     """What ``publish_due`` and its ``Delivery`` reports use: the loop's ``PublishState``, its
     ``_on_delivery`` (the reference path) and the exception types ``produce`` hands back."""

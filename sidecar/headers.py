@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 
 from sidecar import contract as c
 from sidecar.retry.ladder import RetryLadder
+from sidecar.store.codec import NATIVE
 from sidecar.store.codec import native as _native
 
 _INT = re.compile(rb"^-?[0-9]+\Z")
@@ -380,5 +381,5 @@ def py_parse_request(
     return (parsed.target_topic, parsed.target_partition, parsed.id, parsed.due_ms, parsed.mode, parsed.user_headers)
 
 
-if _native is not None:
+if NATIVE:
     _native.setup_parser(_FAST_CODES, _PREFIX)

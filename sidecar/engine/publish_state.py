@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sidecar.store.codec import native
+from sidecar.store.codec import NATIVE, native
 
 if TYPE_CHECKING:
     from sidecar.store.partition import Counters, PartitionStore
@@ -64,5 +64,5 @@ class PublishState:
 
 
 PyPublishState = PublishState
-if native is not None:
+if NATIVE:
     PublishState = native.PublishState  # type: ignore[misc]

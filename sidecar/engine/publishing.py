@@ -75,7 +75,7 @@ from sidecar.retry import (
 )
 from sidecar.retry.codes import MSG_TIMED_OUT, TRANSPORT
 from sidecar.store import codec
-from sidecar.store.codec import Record, delivery_headers, native
+from sidecar.store.codec import NATIVE, Record, delivery_headers, native
 from sidecar.store.partition import Counters, PartitionStore
 
 log = logs.get("sidecar")
@@ -88,7 +88,7 @@ DLQ_RETRY_MS = 10_000  # the DLQ itself refused a dead letter: it is tried again
 TARGET_ASK_MS = 1_000  # exactly-once: an unknown target topic's metadata is asked at most this often
 # The publish fast path in C: ``_produce`` and ``_on_delivery`` stay the reference and take
 # every record it hands back.
-_publish_due = None if native is None else native.publish_due
+_publish_due = native.publish_due if NATIVE else None
 
 
 class Attempts:
@@ -128,7 +128,7 @@ class Publishing:
         self.produce_errors = produce_errors  # what ``produce`` raises for one record
         self._fast: Any = None
         self.exactly_once = settings.exactly_once
-        if native is not None:
+        if NATIVE:
             self._fast = native.Publisher(self.state, self._on_delivery, produce_errors)
         # exactly-once: (topic -> exists?) from the cluster's metadata (KafkaIO.topic_exists), the
         # targets known to exist, when an unknown one was last asked, and why the open

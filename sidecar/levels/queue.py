@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.store import codec
+from sidecar.store import native_layouts as _layouts
 from sidecar.store.mapped import (
     ENTRIES_AHEAD,
     ENTRIES_AHEAD_LOW,
@@ -37,12 +38,13 @@ from sidecar.store.mapped import (
 
 MAGIC = b"KDSLVQ\x00\x01"
 VERSION = 1
-ENTRY = struct.Struct("<QqB7x")
+ENTRY = _layouts.LEVEL_ENTRY
+PENDING, DELIVERED = _layouts.LEVEL_PENDING, _layouts.LEVEL_DELIVERED
+CANCELLED, DROPPED = _layouts.LEVEL_CANCELLED, _layouts.LEVEL_DROPPED
+IDX_BITS = _layouts.LEVEL_IDX_BITS  # a scheduler ref is ``level << IDX_BITS | index``
 ENTRY_SIZE = ENTRY.size
 _STATE = struct.Struct("<B")
-PENDING, DELIVERED, CANCELLED, DROPPED = 0, 1, 2, 3
 NO_POS = 0  # inside the first segment's file header: never a record's position
-IDX_BITS = 48  # a scheduler ref is ``level << IDX_BITS | index``
 IDX_MASK = (1 << IDX_BITS) - 1
 
 

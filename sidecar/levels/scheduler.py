@@ -63,7 +63,7 @@ from sidecar.levels.queue import (
     lv_advance,
     lv_due,
 )
-from sidecar.store.codec import Record
+from sidecar.store.codec import NATIVE, Record
 from sidecar.store.codec import native as _native
 from sidecar.store.intake_layout import LEVEL_STRIDE, Level, Levels, level_at, levels_state
 from sidecar.store.log import CommitLog
@@ -100,9 +100,9 @@ class LevelsScheduler:
         ]
         self._files = [lv.queue.files for lv in self.levels]
         # the per-entry walks in C (sidecar._native), or their Python twins in queue.py
-        nat = _native if native else None
-        self._lv_due = lv_due if nat is None else nat.lv_due
-        self._lv_ack = lv_ack if nat is None else nat.lv_ack
+        nat = native and NATIVE
+        self._lv_due = _native.lv_due if nat else lv_due
+        self._lv_ack = _native.lv_ack if nat else lv_ack
         self._snap_done: list[int] = []  # each level's done at the last state() snapshot
         self.log_head: int | None = None  # the checkpointed log head: restored entries point below it
         self.dropped: list[tuple[int, int, str]] = []  # what the default ``report`` collects

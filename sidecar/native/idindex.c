@@ -8,8 +8,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define EMPTY 0
-#define TOMB 1
 
 static PyObject *native_id_hash(PyObject *self, PyObject *rid) {
     Py_buffer view;
@@ -32,7 +30,7 @@ static int table_get(PyObject *const *args, Table *t, int writable) {
     t->h = PyLong_AsUnsignedLongLong(args[3]);
     if (PyErr_Occurred()) return -1;
     if (PyObject_GetBuffer(args[0], &t->view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0) return -1;
-    if (hs < 0 || (t->mask & (t->mask + 1)) || t->view.len < hs || (uint64_t)(t->view.len - hs) < (t->mask + 1) * 16) {
+    if (hs < 0 || (t->mask & (t->mask + 1)) || t->view.len < hs || (uint64_t)(t->view.len - hs) < (t->mask + 1) * IDX_SLOT_SIZE) {
         PyBuffer_Release(&t->view);
         PyErr_SetString(PyExc_ValueError, "id index: buffer does not hold the table");
         return -1;
@@ -43,12 +41,12 @@ static int table_get(PyObject *const *args, Table *t, int writable) {
 
 static inline uint64_t slot_hash(Table *t, uint64_t i) {
     uint64_t v;
-    memcpy(&v, t->base + i * 16, 8);
+    memcpy(&v, t->base + i * IDX_SLOT_SIZE, 8);
     return v;
 }
 static inline uint64_t slot_ref(Table *t, uint64_t i) {
     uint64_t v;
-    memcpy(&v, t->base + i * 16 + 8, 8);
+    memcpy(&v, t->base + i * IDX_SLOT_SIZE + 8, 8);
     return v;
 }
 
@@ -84,11 +82,11 @@ static PyObject *native_idx_find(PyObject *self, PyObject *const *args, Py_ssize
     PyObject *out = PyList_New(0);
     for (uint64_t i = t.h & t.mask, n = 0; out && n <= t.mask; i = (i + 1) & t.mask, n++) {
         if (tags) {
-            if (tags[i] == EMPTY) break;
+            if (tags[i] == IDX_EMPTY) break;
             if (tags[i] != want) continue;
         }
         uint64_t sh = slot_hash(&t, i);
-        if (sh == EMPTY && !tags) break;
+        if (sh == IDX_EMPTY && !tags) break;
         if (sh == t.h) {
             PyObject *ref = PyLong_FromUnsignedLongLong(slot_ref(&t, i));
             if (!ref || PyList_Append(out, ref) < 0) Py_CLEAR(out);
@@ -116,12 +114,12 @@ static PyObject *native_idx_put(PyObject *self, PyObject *const *args, Py_ssize_
     uint64_t i = t.h & t.mask, n = 0;
     for (; n <= t.mask; i = (i + 1) & t.mask, n++) {
         uint64_t sh = slot_hash(&t, i);
-        if (sh == EMPTY) break;
+        if (sh == IDX_EMPTY) break;
         if (sh == t.h && slot_ref(&t, i) == ref) {
             PyBuffer_Release(&t.view);
             return PyLong_FromLong(0);
         }
-        if (sh == TOMB && free_slot < 0) free_slot = (int64_t)i;
+        if (sh == IDX_TOMB && free_slot < 0) free_slot = (int64_t)i;
     }
     if (n > t.mask && free_slot < 0) {
         PyBuffer_Release(&t.view);
@@ -129,9 +127,9 @@ static PyObject *native_idx_put(PyObject *self, PyObject *const *args, Py_ssize_
         return NULL;
     }
     uint64_t at = free_slot >= 0 ? (uint64_t)free_slot : i;
-    memcpy(t.base + at * 16, &t.h, 8);
-    memcpy(t.base + at * 16 + 8, &ref, 8);
-    long long off = (long long)(t.base - (uint8_t *)t.view.buf) + (long long)at * 16;
+    memcpy(t.base + at * IDX_SLOT_SIZE, &t.h, 8);
+    memcpy(t.base + at * IDX_SLOT_SIZE + 8, &ref, 8);
+    long long off = (long long)(t.base - (uint8_t *)t.view.buf) + (long long)at * IDX_SLOT_SIZE;
     PyBuffer_Release(&t.view);
     return PyLong_FromLongLong(free_slot >= 0 ? -off : off);
 }
@@ -142,23 +140,23 @@ static int table_remove(Table *t, uint64_t h, uint64_t ref, long long *off_out, 
     long long hs = (long long)(t->base - (uint8_t *)t->view.buf);
     for (uint64_t i = h & t->mask, n = 0; n <= t->mask; i = (i + 1) & t->mask, n++) {
         uint64_t sh = slot_hash(t, i);
-        if (sh == EMPTY) return 0;
+        if (sh == IDX_EMPTY) return 0;
         if (sh != h || slot_ref(t, i) != ref) continue;
         long long tombs = 0;
         uint64_t v;
-        if (slot_hash(t, (i + 1) & t->mask) != EMPTY) {
-            v = TOMB;
-            memcpy(t->base + i * 16, &v, 8);
+        if (slot_hash(t, (i + 1) & t->mask) != IDX_EMPTY) {
+            v = IDX_TOMB;
+            memcpy(t->base + i * IDX_SLOT_SIZE, &v, 8);
             tombs = 1;
         } else {
-            v = EMPTY;
-            memcpy(t->base + i * 16, &v, 8);
-            for (uint64_t j = (i - 1) & t->mask; slot_hash(t, j) == TOMB; j = (j - 1) & t->mask) {
-                memcpy(t->base + j * 16, &v, 8);
+            v = IDX_EMPTY;
+            memcpy(t->base + i * IDX_SLOT_SIZE, &v, 8);
+            for (uint64_t j = (i - 1) & t->mask; slot_hash(t, j) == IDX_TOMB; j = (j - 1) & t->mask) {
+                memcpy(t->base + j * IDX_SLOT_SIZE, &v, 8);
                 tombs -= 1;
             }
         }
-        *off_out = hs + (long long)i * 16;
+        *off_out = hs + (long long)i * IDX_SLOT_SIZE;
         *tombs_out = tombs;
         return 1;
     }
@@ -232,22 +230,22 @@ static long long raw_put(uint8_t *base, uint64_t mask, long long hs, uint64_t h,
     uint64_t i = h & mask, n = 0, sh, sr;
     *full = 0;
     for (; n <= mask; i = (i + 1) & mask, n++) {
-        memcpy(&sh, base + i * 16, 8);
-        if (sh == EMPTY) break;
+        memcpy(&sh, base + i * IDX_SLOT_SIZE, 8);
+        if (sh == IDX_EMPTY) break;
         if (sh == h) {
-            memcpy(&sr, base + i * 16 + 8, 8);
+            memcpy(&sr, base + i * IDX_SLOT_SIZE + 8, 8);
             if (sr == ref) return 0;
         }
-        if (sh == TOMB && free_slot < 0) free_slot = (int64_t)i;
+        if (sh == IDX_TOMB && free_slot < 0) free_slot = (int64_t)i;
     }
     if (n > mask && (free_slot < 0 || need_empty)) {
         *full = 1;
         return 0;
     }
     uint64_t at = free_slot >= 0 ? (uint64_t)free_slot : i;
-    memcpy(base + at * 16, &h, 8);
-    memcpy(base + at * 16 + 8, &ref, 8);
-    long long off = hs + (long long)at * 16;
+    memcpy(base + at * IDX_SLOT_SIZE, &h, 8);
+    memcpy(base + at * IDX_SLOT_SIZE + 8, &ref, 8);
+    long long off = hs + (long long)at * IDX_SLOT_SIZE;
     return free_slot >= 0 ? -off : off;
 }
 
@@ -259,9 +257,9 @@ static int copy_range(const uint8_t *old, uint8_t *base, uint64_t mask, long lon
     long long seen = 0, inserted = 0, reused = 0;
     for (long long k = lo; k < hi; k++) {
         uint64_t h, r;
-        memcpy(&h, old + k * 16, 8);
-        if (h <= TOMB) continue;
-        memcpy(&r, old + k * 16 + 8, 8);
+        memcpy(&h, old + k * IDX_SLOT_SIZE, 8);
+        if (h <= IDX_TOMB) continue;
+        memcpy(&r, old + k * IDX_SLOT_SIZE + 8, 8);
         seen++;
         int full;
         long long off = raw_put(base, mask, hs, h, r, 0, &full);
@@ -298,7 +296,7 @@ static PyObject *native_idx_copy(PyObject *self, PyObject *const *args, Py_ssize
     }
     PyObject *out = NULL;
     long long d[3];
-    if (hs < 0 || lo < 0 || hi < lo || (long long)(ov.len - hs) < hi * 16) {
+    if (hs < 0 || lo < 0 || hi < lo || (long long)(ov.len - hs) < hi * IDX_SLOT_SIZE) {
         PyErr_SetString(PyExc_ValueError, "id index: the old buffer does not hold the slots");
     } else if (copy_range((const uint8_t *)ov.buf + hs, t.base, t.mask, hs, lo, hi, d) < 0) {
         PyErr_SetString(PyExc_RuntimeError, "id index: the new table is full");
@@ -323,7 +321,7 @@ static PyObject *native_idx_expired(PyObject *self, PyObject *const *args, Py_ss
     Py_buffer v;
     if (PyObject_GetBuffer(args[0], &v, PyBUF_SIMPLE) < 0) return NULL;
     PyObject *out = NULL;
-    if (hs < 0 || lo < 0 || hi < lo || (long long)(v.len - hs) < hi * 16) {
+    if (hs < 0 || lo < 0 || hi < lo || (long long)(v.len - hs) < hi * IDX_SLOT_SIZE) {
         PyErr_SetString(PyExc_ValueError, "id index: buffer does not hold the slots");
         goto done;
     }
@@ -331,9 +329,9 @@ static PyObject *native_idx_expired(PyObject *self, PyObject *const *args, Py_ss
     out = PyList_New(0);
     for (long long k = lo; out && k < hi; k++) {
         uint64_t h, r;
-        memcpy(&h, base + k * 16, 8);
-        if (h <= TOMB) continue;
-        memcpy(&r, base + k * 16 + 8, 8);
+        memcpy(&h, base + k * IDX_SLOT_SIZE, 8);
+        if (h <= IDX_TOMB) continue;
+        memcpy(&r, base + k * IDX_SLOT_SIZE + 8, 8);
         if (!(r >> 63) || (long long)(r & ~(1ULL << 63)) >= cutoff) continue;
         PyObject *pair = Py_BuildValue("(KK)", (unsigned long long)h, (unsigned long long)r);
         if (!pair || PyList_Append(out, pair) < 0) Py_CLEAR(out);
@@ -367,10 +365,10 @@ static PyObject *native_idx_apply(PyObject *self, PyObject *const *args, Py_ssiz
         return NULL;
     }
     const uint8_t *rec = (const uint8_t *)rv.buf;
-    uint64_t n = (uint64_t)rv.len / 16, k = 0, bad = 0;
+    uint64_t n = (uint64_t)rv.len / IDX_SLOT_SIZE, k = 0, bad = 0;
     PyObject *out = NULL;
     long long live = 0, tombs = 0;
-    if (rv.len % 16) {
+    if (rv.len % IDX_SLOT_SIZE) {
         PyErr_SetString(PyExc_ValueError, "idx_apply: records are 16-byte (hash, ref) pairs");
         goto done;
     }
@@ -418,7 +416,7 @@ done:
 
 /* idx_delivered_records(pairs) -> bytes: for every (ref, rec) of a settled batch (the pairs
  * idx_remove_delivered takes), in order, the journal's remove of (id_hash(rec.id), ref): the
- * marker (TOMB, 0) then the pair, 32 bytes little-endian (kds_jnl_read). */
+ * marker (IDX_TOMB, 0) then the pair, 32 bytes little-endian (kds_jnl_read). */
 static PyObject *native_idx_delivered_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 1 || !PyList_Check(args[0])) {
         PyErr_SetString(PyExc_TypeError, "idx_delivered_records(pairs: list)");
@@ -429,7 +427,7 @@ static PyObject *native_idx_delivered_records(PyObject *self, PyObject *const *a
     PyObject *out = PyBytes_FromStringAndSize(NULL, n * 32);
     if (!out) return NULL;
     uint8_t *p = (uint8_t *)PyBytes_AS_STRING(out);
-    const uint64_t mark = TOMB, zero = 0;
+    const uint64_t mark = IDX_TOMB, zero = 0;
     for (Py_ssize_t k = 0; k < n; k++) {
         PyObject *pair = PyList_GET_ITEM(pairs, k);
         if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 ||
@@ -483,8 +481,8 @@ static PyObject *native_idx_wait(PyObject *self, PyObject *const *args, Py_ssize
     if (!tags) return NULL;
     long long wait = -1;
     for (uint64_t i = t.h & t.mask, n = 0; n <= t.mask; i = (i + 1) & t.mask, n++) {
-        if (tags[i] == EMPTY) break;
-        if (tags[i] == want && !page_resident(t.base + i * 16)) {
+        if (tags[i] == IDX_EMPTY) break;
+        if (tags[i] == want && !page_resident(t.base + i * IDX_SLOT_SIZE)) {
             wait = (long long)i;
             break;
         }
@@ -505,20 +503,20 @@ static int intake_seen(const KdsProbed *t, uint64_t h, long long *wait) {
         for (uint64_t at = h & mask;; at = (at + 1) & mask, probes++) {
             if (probes > mask) return 1;
             uint8_t tag = t->tags[at];
-            if (tag == EMPTY) return 0;
+            if (tag == IDX_EMPTY) return 0;
             if (tag != want) continue;
-            if (t->resident && !page_resident(t->slots + at * 16)) {
+            if (t->resident && !page_resident(t->slots + at * IDX_SLOT_SIZE)) {
                 *wait = (long long)at;
                 return 2;
             }
-            memcpy(&sh, t->slots + at * 16, 8);
+            memcpy(&sh, t->slots + at * IDX_SLOT_SIZE, 8);
             if (sh == h) return 1;
         }
     }
     for (uint64_t at = h & mask;; at = (at + 1) & mask, probes++) {
         if (probes > mask) return 1;
-        memcpy(&sh, t->slots + at * 16, 8);
-        if (sh == EMPTY) return 0;
+        memcpy(&sh, t->slots + at * IDX_SLOT_SIZE, 8);
+        if (sh == IDX_EMPTY) return 0;
         if (sh == h) return 1;
     }
 }
@@ -537,18 +535,18 @@ long long kds_idx_intake_slot(const uint8_t *base, uint64_t mask, long long live
     for (;; at = (at + 1) & mask, probes++) {
         uint64_t sh;
         if (probes > mask) return -1;
-        memcpy(&sh, base + at * 16, 8);
-        if (sh == EMPTY) break;
+        memcpy(&sh, base + at * IDX_SLOT_SIZE, 8);
+        if (sh == IDX_EMPTY) break;
         if (sh == h) return -1; /* an entry under h: the duplicate and pre-cancel checks */
-        if (sh == TOMB && free_slot < 0) free_slot = (int64_t)at;
+        if (sh == IDX_TOMB && free_slot < 0) free_slot = (int64_t)at;
     }
     *tomb = free_slot >= 0;
     return free_slot >= 0 ? free_slot : (long long)at;
 }
 
 void kds_idx_write(uint8_t *base, uint64_t at, uint64_t h, uint64_t ref) {
-    memcpy(base + at * 16, &h, 8);
-    memcpy(base + at * 16 + 8, &ref, 8);
+    memcpy(base + at * IDX_SLOT_SIZE, &h, 8);
+    memcpy(base + at * IDX_SLOT_SIZE + 8, &ref, 8);
 }
 
 PyMethodDef kds_idindex_methods[] = {

@@ -13,8 +13,6 @@
 #include "native.h"
 #include "intake_layout.h"
 
-#define IN_MIN_DUE (-(1LL << 62))    /* the wheel's MIN_DUE_MS (wheel/scheduler.py) */
-#define IN_MAX_DUE ((1LL << 62) - 1) /* the wheel's MAX_DUE_MS */
 
 static PyObject *S_error, *S_partition, *S_timestamp, *S_offset, *S_key, *S_value, *S_headers;
 
@@ -265,7 +263,7 @@ static long long in_sched_add(InRun *r, long long due, long long level, long lon
     Py_ssize_t *blen = r->blen;
     const long long hs = r->hs;
     if (r->kind == IN_KIND_WHEEL) {
-        if (due < IN_MIN_DUE || due > IN_MAX_DUE || level < 0 || level > 0xffff) return -1;
+        if (due < WL_MIN_DUE || due > WL_MAX_DUE || level < 0 || level > 0xffff) return -1;
         long long P = st[IN_W_P], N = st[IN_W_N], kd = floordiv64(due, P), sk = st[IN_W_S_K], so = st[IN_W_S_O];
         if (kd < st[IN_W_LATE_BELOW] || kd < sk || (kd == sk && so >= 0 && so > due - kd * P)) {
             /* already due (its slot is behind the reader): a LATE entry at the tail of the late
@@ -489,7 +487,7 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
         /* plan */
         long long level = 0;
         if (kind == IN_KIND_WHEEL) {
-            if (due < IN_MIN_DUE || due > IN_MAX_DUE) goto next;
+            if (due < WL_MIN_DUE || due > WL_MAX_DUE) goto next;
         } else if (mode != kds_MODE_NOW) {
             long long delay = due - ts, nl = st[IN_L_COUNT] - 1;
             if (delay > 0) {
@@ -669,31 +667,3 @@ PyMethodDef kds_intake_methods[] = {
     {"ingest_run", (PyCFunction)(void (*)(void))native_ingest_run, METH_FASTCALL, NULL},
     {"restore_run", (PyCFunction)(void (*)(void))native_restore_run, METH_FASTCALL, NULL},
     {NULL, NULL, 0, NULL}};
-
-/* INTAKE_LAYOUT: {macro name: value} of intake_layout.h, as this build compiled it (the tests
- * compare it with sidecar/store/intake_layout.py) */
-#define KDS_NAME_VALUE(name) {#name, name},
-static const struct {
-    const char *name;
-    long value;
-} layout_names[] = {KDS_INTAKE_LAYOUT(KDS_NAME_VALUE)};
-#undef KDS_NAME_VALUE
-
-int kds_intake_init(PyObject *m) {
-    PyObject *d = PyDict_New();
-    if (!d) return -1;
-    for (size_t k = 0; k < sizeof layout_names / sizeof layout_names[0]; k++) {
-        PyObject *v = PyLong_FromLong(layout_names[k].value);
-        int rc = v ? PyDict_SetItemString(d, layout_names[k].name, v) : -1;
-        Py_XDECREF(v);
-        if (rc < 0) {
-            Py_DECREF(d);
-            return -1;
-        }
-    }
-    if (PyModule_AddObject(m, "INTAKE_LAYOUT", d) < 0) {
-        Py_DECREF(d);
-        return -1;
-    }
-    return 0;
-}

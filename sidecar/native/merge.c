@@ -61,14 +61,12 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#define EMPTY 0
-#define TOMB 1
-#define PRECANCEL (1ULL << 63)
 #define WRITEBACK_BEHIND 8 /* chunks: a pass leaves at most this many dirty for its final sync */
 
 typedef struct {
     uint64_t h, ref;
 } Slot;
+_Static_assert(sizeof(Slot) == IDX_SLOT_SIZE, "a Slot is one id index slot (native_layouts.py)");
 
 typedef struct {
     int fd, sync;
@@ -84,8 +82,8 @@ typedef struct {
 
 static int io_slots(Pass *p, Slot *mem, uint64_t slot, uint64_t count, int write) {
     uint8_t *b = (uint8_t *)mem;
-    size_t left = count * 16;
-    off_t off = (off_t)(p->hs + slot * 16);
+    size_t left = count * IDX_SLOT_SIZE;
+    off_t off = (off_t)(p->hs + slot * IDX_SLOT_SIZE);
     while (left) {
         ssize_t r = write ? pwrite(p->fd, b, left, off) : pread(p->fd, b, left, off);
         if (r < 0 && errno == EINTR) continue;
@@ -110,7 +108,7 @@ static int need(Pass *p, uint64_t v) {
         if (want > p->v0 + p->cap - at) want = p->v0 + p->cap - at;
         if (p->n + want > p->size) {
             uint64_t size = p->size * 2 > p->n + want ? p->size * 2 : p->n + want;
-            Slot *nb = realloc(p->buf, size * 16);
+            Slot *nb = realloc(p->buf, size * IDX_SLOT_SIZE);
             if (nb) p->buf = nb;
             uint8_t *nm = nb ? realloc(p->mod, size) : NULL;
             if (!nm) {
@@ -125,8 +123,8 @@ static int need(Pass *p, uint64_t v) {
         memset(p->mod + p->n, 0, want);
         if (at >= p->cap)
             for (uint64_t k = 0; k < want; k++) {
-                p->wrap_live += p->buf[p->n + k].h > TOMB;
-                p->wrap_tombs += p->buf[p->n + k].h == TOMB;
+                p->wrap_live += p->buf[p->n + k].h > IDX_TOMB;
+                p->wrap_tombs += p->buf[p->n + k].h == IDX_TOMB;
             }
         p->n += want;
     }
@@ -149,15 +147,15 @@ static int full(Pass *p) { /* a probe as long as the table: no empty slot (the c
 static int remove_at(Pass *p, uint64_t v) {
     if (need(p, v + 1) < 0) return -1;
     touched(p, v);
-    if (at(p, v + 1)->h != EMPTY) {
-        at(p, v)->h = TOMB;
+    if (at(p, v + 1)->h != IDX_EMPTY) {
+        at(p, v)->h = IDX_TOMB;
         return 0;
     }
     /* the chain ends right after it: no probe needs it, nor the tombstones just before it (back
      * to the buffer's first slot: one before it is written already and stays a tombstone) */
-    at(p, v)->h = EMPTY;
-    for (uint64_t j = vmap(p, v); j > p->v0 && at(p, j - 1)->h == TOMB; j--) {
-        at(p, j - 1)->h = EMPTY;
+    at(p, v)->h = IDX_EMPTY;
+    for (uint64_t j = vmap(p, v); j > p->v0 && at(p, j - 1)->h == IDX_TOMB; j--) {
+        at(p, j - 1)->h = IDX_EMPTY;
         touched(p, j - 1);
     }
     return 0;
@@ -169,7 +167,7 @@ static int remove_op(Pass *p, uint64_t h, uint64_t ref) {
         if (v - (h & p->mask) >= p->cap) return full(p);
         if (need(p, v) < 0) return -1;
         Slot *s = at(p, v);
-        if (s->h == EMPTY) return 0;
+        if (s->h == IDX_EMPTY) return 0;
         if (s->h == h && s->ref == ref) return remove_at(p, v) < 0 ? -1 : 1;
     }
 }
@@ -181,9 +179,9 @@ static int put_op(Pass *p, uint64_t h, uint64_t ref) {
         if (v - (h & p->mask) >= p->cap) return full(p);
         if (need(p, v) < 0) return -1;
         Slot *s = at(p, v);
-        if (s->h == EMPTY) break;
+        if (s->h == IDX_EMPTY) break;
         if (s->h == h && s->ref == ref) return 0;
-        if (s->h == TOMB && free_v == UINT64_MAX) free_v = v;
+        if (s->h == IDX_TOMB && free_v == UINT64_MAX) free_v = v;
     }
     if (free_v != UINT64_MAX) v = free_v;
     at(p, v)->h = h, at(p, v)->ref = ref;
@@ -208,7 +206,7 @@ typedef struct {
 static int chunk_begin(Pass *p, uint64_t lo, uint64_t hi) {
     if (p->n) {
         uint64_t drop = lo - p->v0;
-        memmove(p->buf, p->buf + drop, (p->n - drop) * 16);
+        memmove(p->buf, p->buf + drop, (p->n - drop) * IDX_SLOT_SIZE);
         memmove(p->mod, p->mod + drop, p->n - drop);
         p->n -= drop;
     }
@@ -220,14 +218,14 @@ static int chunk_begin(Pass *p, uint64_t lo, uint64_t hi) {
 static int chunk_end(Pass *p, uint64_t lo, uint64_t hi, uint64_t cutoff, Result *out) {
     for (uint64_t v = lo; v < hi; v++) {
         Slot *s = at(p, v);
-        if (s->h > TOMB && (s->ref & PRECANCEL) && (s->ref & ~PRECANCEL) < cutoff) {
+        if (s->h > IDX_TOMB && (s->ref & IDX_PRECANCEL) && (s->ref & ~IDX_PRECANCEL) < cutoff) {
             if (remove_at(p, v) < 0) return -1;
             out->expired++;
         }
     }
     for (uint64_t v = lo; v < hi; v++) {
-        out->live += at(p, v)->h > TOMB;
-        out->tombs += at(p, v)->h == TOMB;
+        out->live += at(p, v)->h > IDX_TOMB;
+        out->tombs += at(p, v)->h == IDX_TOMB;
     }
     int dirty = changed(p, 0, hi - lo);
     if (dirty && io_slots(p, p->buf, lo, hi - lo, 1) < 0) return -1;
@@ -239,7 +237,7 @@ static int chunk_end(Pass *p, uint64_t lo, uint64_t hi, uint64_t cutoff, Result 
     if (!p->sync) return 0;
     /* start this chunk's writeback, wait for the one WRITEBACK_BEHIND chunks back: the
      * writeback comes as the pass goes, not in one final burst that stalls readers */
-    off_t off = (off_t)(p->hs + lo * 16), len = (off_t)((hi - lo) * 16), back = (off_t)(WRITEBACK_BEHIND * p->chunk * 16);
+    off_t off = (off_t)(p->hs + lo * IDX_SLOT_SIZE), len = (off_t)((hi - lo) * IDX_SLOT_SIZE), back = (off_t)(WRITEBACK_BEHIND * p->chunk * IDX_SLOT_SIZE);
     sync_file_range(p->fd, off, len, SYNC_FILE_RANGE_WRITE);
     if (off - p->hs >= back)
         sync_file_range(p->fd, off - back, len,
@@ -252,8 +250,8 @@ static int pass_end(Pass *p, Result *out) {
     if (p->v0 + p->n > p->cap) {
         uint64_t first = p->cap - p->v0, e = p->n - first;
         for (uint64_t k = 0; k < e; k++) {
-            out->live += p->buf[first + k].h > TOMB;
-            out->tombs += p->buf[first + k].h == TOMB;
+            out->live += p->buf[first + k].h > IDX_TOMB;
+            out->tombs += p->buf[first + k].h == IDX_TOMB;
         }
         out->live -= p->wrap_live, out->tombs -= p->wrap_tombs;
         if (changed(p, first, e)) {
@@ -283,7 +281,7 @@ static int run(Pass *p, Slot *rm, uint64_t nrm, Slot *put, uint64_t nput, uint64
         for (; ip < nput && (put[ip].h & p->mask) < hi; ip++) {
             /* an expired pre-cancel is not inserted, and removed if it is there: the sweep
              * may have passed its slot already (a chain that wrapped) */
-            int dead = (put[ip].ref & PRECANCEL) && (put[ip].ref & ~PRECANCEL) < cutoff;
+            int dead = (put[ip].ref & IDX_PRECANCEL) && (put[ip].ref & ~IDX_PRECANCEL) < cutoff;
             int r = dead ? remove_op(p, put[ip].h, put[ip].ref) : put_op(p, put[ip].h, put[ip].ref);
             if (r < 0) return -1;
             if (dead) out->expired += r;
@@ -302,8 +300,8 @@ static int run(Pass *p, Slot *rm, uint64_t nrm, Slot *put, uint64_t nput, uint64
 static int rebuild(Pass *p, int old, uint64_t ocap, uint64_t cutoff, Result *out) {
     Pass o = {.fd = old, .hs = p->hs, .cap = ocap, .mask = ocap - 1, .chunk = p->chunk};
     o.size = 2 * o.chunk;
-    o.buf = malloc(o.size * 16), o.mod = malloc(o.size);
-    Slot *got = malloc(p->chunk * 16 * 2 + 16);
+    o.buf = malloc(o.size * IDX_SLOT_SIZE), o.mod = malloc(o.size);
+    Slot *got = malloc(p->chunk * IDX_SLOT_SIZE * 2 + 16);
     uint64_t gsize = p->chunk * 2 + 1;
     int rc = -1;
     if (!o.buf || !o.mod || !got) {
@@ -321,15 +319,15 @@ static int rebuild(Pass *p, int old, uint64_t ocap, uint64_t cutoff, Result *out
             if (v >= a + ocap) break; /* every slot seen once */
             if (need(&o, v) < 0) goto done;
             Slot *s = at(&o, v);
-            if (s->h == EMPTY && v >= b) break;
+            if (s->h == IDX_EMPTY && v >= b) break;
             uint64_t home = s->h & o.mask;
-            if (s->h <= TOMB || home < a || home >= b || (p->cap > ocap && (s->h & ocap) != bit)) continue;
-            if ((s->ref & PRECANCEL) && (s->ref & ~PRECANCEL) < cutoff) {
+            if (s->h <= IDX_TOMB || home < a || home >= b || (p->cap > ocap && (s->h & ocap) != bit)) continue;
+            if ((s->ref & IDX_PRECANCEL) && (s->ref & ~IDX_PRECANCEL) < cutoff) {
                 out->expired++;
                 continue;
             }
             if (n == gsize) {
-                Slot *ng = realloc(got, (gsize *= 2) * 16);
+                Slot *ng = realloc(got, (gsize *= 2) * IDX_SLOT_SIZE);
                 if (!ng) {
                     p->err = ENOMEM;
                     goto done;
@@ -400,14 +398,14 @@ static PyObject *native_idx_pass_idle(PyObject *self, PyObject *on) {
 static Slot *ops_copy(PyObject *obj, uint64_t *n) {
     Py_buffer v;
     if (PyObject_GetBuffer(obj, &v, PyBUF_SIMPLE) < 0) return NULL;
-    if (v.len % 16) {
+    if (v.len % IDX_SLOT_SIZE) {
         PyBuffer_Release(&v);
         PyErr_SetString(PyExc_ValueError, "idx_merge_pass: operations are 16-byte (hash, ref) pairs");
         return NULL;
     }
     Slot *s = malloc(v.len ? (size_t)v.len : 16);
     if (s) memcpy(s, v.buf, (size_t)v.len);
-    *n = (uint64_t)v.len / 16;
+    *n = (uint64_t)v.len / IDX_SLOT_SIZE;
     PyBuffer_Release(&v);
     if (!s) PyErr_NoMemory();
     return s;
@@ -430,7 +428,7 @@ static int pass_args(Pass *p, PyObject *fd, PyObject *hs, PyObject *mask, PyObje
 /* the pass's buffer, freed by pass_done */
 static int pass_alloc(Pass *p) {
     p->size = 2 * p->chunk;
-    p->buf = malloc(p->size * 16);
+    p->buf = malloc(p->size * IDX_SLOT_SIZE);
     p->mod = malloc(p->size);
     if (p->buf && p->mod) return 0;
     p->err = ENOMEM;
@@ -632,7 +630,7 @@ static PyObject *native_idx_merge_journal(PyObject *self, PyObject *const *args,
                      "remove's marker, or a marker with a ref or without its pair)", (unsigned long long)bad);
         return NULL;
     }
-    MergeJob j = {.p = &p, .rm = malloc(n * 16 + 16), .put = malloc(n * 16 + 16), .records = (const uint8_t *)rec,
+    MergeJob j = {.p = &p, .rm = malloc(n * IDX_SLOT_SIZE + 16), .put = malloc(n * IDX_SLOT_SIZE + 16), .records = (const uint8_t *)rec,
                   .nrec = n, .cutoff = cutoff, .rc = -1};
     Py_BEGIN_ALLOW_THREADS;
     gil_free(merge_job, &j);

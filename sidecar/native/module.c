@@ -27,6 +27,38 @@
  * Byte layouts are documented where the Python twins live; the C code follows them byte for byte.
  */
 #include "native.h"
+#include "intake_layout.h"
+
+/* INTAKE_LAYOUT and LAYOUTS: {macro name: value} of intake_layout.h and layouts.h, as this build
+ * compiled them (the tests compare them with their declarations, sidecar/store/intake_layout.py
+ * and native_layouts.py) */
+typedef struct {
+    const char *name;
+    long long value;
+} NameValue;
+#define KDS_NAME_VALUE(name) {#name, (long long)(name)},
+static const NameValue intake_names[] = {KDS_INTAKE_LAYOUT(KDS_NAME_VALUE)};
+static const NameValue layout_names[] = {KDS_LAYOUTS(KDS_NAME_VALUE)};
+#undef KDS_NAME_VALUE
+
+static int add_names(PyObject *m, const char *attr, const NameValue *names, size_t n) {
+    PyObject *d = PyDict_New();
+    if (!d) return -1;
+    for (size_t k = 0; k < n; k++) {
+        PyObject *v = PyLong_FromLongLong(names[k].value);
+        int rc = v ? PyDict_SetItemString(d, names[k].name, v) : -1;
+        Py_XDECREF(v);
+        if (rc < 0) {
+            Py_DECREF(d);
+            return -1;
+        }
+    }
+    if (PyModule_AddObject(m, attr, d) < 0) {
+        Py_DECREF(d);
+        return -1;
+    }
+    return 0;
+}
 
 static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "sidecar._native",
                                        "The hot path's per-record loops in C (see sidecar/native/module.c).", -1,
@@ -53,7 +85,8 @@ PyMODINIT_FUNC PyInit__native(void) {
         goto fail;
     }
     if (kds_publish_init(m) < 0) goto fail;
-    if (kds_intake_init(m) < 0) goto fail;
+    if (add_names(m, "INTAKE_LAYOUT", intake_names, sizeof intake_names / sizeof intake_names[0]) < 0) goto fail;
+    if (add_names(m, "LAYOUTS", layout_names, sizeof layout_names / sizeof layout_names[0]) < 0) goto fail;
     if (PyModule_AddIntConstant(m, "HARDWARE_CRC", kds_have_sse42) < 0) goto fail;
     return m;
 fail:

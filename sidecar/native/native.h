@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "layouts.h" /* sizes, states and flags shared with Python (sidecar/store/native_layouts.py) */
+
 /* -- little-endian field access (the module refuses a big-endian host at import) -------------- */
 
 static inline uint16_t rd16(const uint8_t *p) { /* u16 at p */
@@ -61,11 +63,6 @@ static inline uint64_t kds_id_hash(const uint8_t *p, size_t n) { /* idindex.py's
 
 /* -- codec.c: records (codec.py) ---------------------------------------------------------------- */
 
-#define HEAD_SIZE 72 /* a record's fixed head; then id | topic | key | value | headers, padded */
-#define ALIGN 8      /* records start and end at multiples of 8 */
-#define VERSION 1    /* the record format's version byte */
-#define FLAG_KEY_NULL 1
-#define FLAG_VALUE_NULL 2
 
 typedef struct { /* codec.Record with bytes fields (a C type: built without running Python code) */
     PyObject_HEAD long long length;
@@ -152,13 +149,6 @@ extern PyMethodDef kds_parse_methods[]; /* parse_request, setup_parser */
 
 /* -- wheel.c: the timer wheel's files (wheel/layout.py) ---------------------------------------- */
 
-#define WL_SIZE 32 /* timer-log entry: due i64 | loc i64 | next i64 | 0 u8 | flags u8 | level u16 | tag u32 */
-#define WL_PENDING 0
-#define WL_CANCELLED 1
-#define WL_DONE 2
-#define WL_DROPPED 3
-#define WL_LATE 1                   /* entry flag: on the late chain */
-#define WL_BUCKET_BIT (1LL << 62)   /* a loc in a bucket file, not the commit log */
 /* A timer-log file keeps its entries' states apart from the entries (layout.py): nent state bytes
  * after the header, then the entries. hs = the byte offset of the file's first ENTRY (header +
  * nent), so entry x is at hs + (x - f0) * WL_SIZE and its state byte at hs - nent + (x - f0). */
@@ -180,10 +170,6 @@ extern PyMethodDef kds_wheel_methods[];                    /* wl_* */
 
 /* -- levels.c: the delay levels' queue files (levels/queue.py) ---------------------------------- */
 
-#define LV_SIZE 24 /* queue entry: log_pos u64 | due i64 | state u8 | 7 zero bytes */
-#define LV_PENDING 0
-#define LV_DELIVERED 1
-#define LV_IDX_BITS 48 /* a ref: level << 48 | index */
 #define LV_IDX_MASK ((1LL << LV_IDX_BITS) - 1)
 extern PyMethodDef kds_levels_methods[]; /* lv_due, lv_ack */
 
@@ -193,7 +179,6 @@ extern PyMethodDef kds_levels_methods[]; /* lv_due, lv_ack */
 enum { M_ERROR, M_PARTITION, M_TIMESTAMP, M_OFFSET, M_KEY, M_VALUE, M_HEADERS, M_COUNT };
 PyObject *kds_msg_call(PyObject *m, int k); /* m.<accessor k>(), raising what it raises */
 extern PyMethodDef kds_intake_methods[];    /* ingest_run */
-int kds_intake_init(PyObject *m);           /* INTAKE_LAYOUT, the state array's layout as compiled */
 
 /* -- publish.c: the publish fast path (engine/loop.py) ----------------------------------------- */
 

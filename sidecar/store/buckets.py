@@ -57,6 +57,7 @@ from typing import Any
 from crc32c import crc32c
 
 from sidecar.store import codec
+from sidecar.store import native_layouts as _layouts
 from sidecar.store.mapped import HEADER, HEADER_SIZE, StoreError, current_batch, fsync_dir
 
 MAGIC = b"KDSBKT\x00\x01"
@@ -72,7 +73,7 @@ _REC_LEN = struct.Struct("<I")
 _REC_DUE = struct.Struct("<q")
 _REC_LEVEL = struct.Struct("<H")
 
-BUCKET_BIT = 1 << 62
+BUCKET_BIT = _layouts.BUCKET_BIT
 _SEQ_SHIFT = 36
 _SEQ_MASK = (1 << 26) - 1
 _OFF_MASK = (1 << _SEQ_SHIFT) - 1

@@ -44,30 +44,30 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
-from types import ModuleType
 
 from crc32c import crc32c as _crc
 
 from sidecar import contract as c
+from sidecar.store import native_layouts as _layouts
 
 MESSAGE = 1
 CANCEL = 2
 DEAD = 3
-VERSION = 1
-
-FLAG_KEY_NULL = 1
-FLAG_VALUE_NULL = 2
-
-HEAD = struct.Struct("<IIBBHIqqqiiHHHHIIII")
+# the head's format and sizes are shared with the C codec: declared in native_layouts.py
+FLAG_KEY_NULL = _layouts.FLAG_KEY_NULL
+FLAG_VALUE_NULL = _layouts.FLAG_VALUE_NULL
+ALIGN = _layouts.RECORD_ALIGN
+HEAD = _layouts.RECORD_HEAD
+VERSION = _layouts.RECORD_VERSION
 HEAD_SIZE = HEAD.size  # 72
 assert HEAD_SIZE == 72
-_HEAD_BODY = struct.Struct("<BBHIqqqiiHHHHIIII")  # HEAD without length and crc
+_HEAD_BODY = struct.Struct("<" + HEAD.format.removeprefix("<II"))  # HEAD without length and crc
 assert _HEAD_BODY.size == HEAD_SIZE - 8
 _LEN_CRC = struct.Struct("<II")
 _U16 = struct.Struct("<H")
 _HDR_VALUE_LEN = struct.Struct("<i")
-ALIGN = 8
 _ZERO_PAD = bytes(ALIGN)
 MAX_RECORD = 1 << 31
 
@@ -80,7 +80,7 @@ def crc32c(data: bytes | bytearray | memoryview) -> int:
     return int(_crc(data))
 
 
-def encode_headers(headers: tuple[tuple[str, bytes | None], ...] | list[tuple[str, bytes | None]]) -> bytes:
+def encode_headers(headers: Sequence[tuple[str, bytes | None]], /) -> bytes:
     parts = [_U16.pack(len(headers))]
     for name, value in headers:
         nb = name.encode()
@@ -94,7 +94,7 @@ def encode_headers(headers: tuple[tuple[str, bytes | None], ...] | list[tuple[st
     return b"".join(parts)
 
 
-def decode_headers(blob: memoryview | bytes) -> list[tuple[str, bytes | None]]:
+def decode_headers(blob: memoryview | bytes, /) -> list[tuple[str, bytes | None]]:
     b = bytes(blob)  # one copy, then cheap bytes slices (memoryview slices of the map cost more)
     if not b:
         return []
@@ -125,7 +125,7 @@ def decode_headers(blob: memoryview | bytes) -> list[tuple[str, bytes | None]]:
     return out
 
 
-def delivery_headers(rec: Record, source_topic: bytes) -> list[tuple[str, bytes | None]]:
+def delivery_headers(rec: Record, source_topic: bytes, /) -> list[tuple[str, bytes | None]]:
     """The headers a delivered record carries (docs/design.md 1, outgoing): the stored ones, then for
     a MESSAGE ``delay.id``, ``delay.deliver-at``, ``delay.enqueued-at``, ``delay.source``
     (``<topic>:<partition>:<offset>``) and ``delay.retry-count`` when above zero."""
@@ -178,7 +178,7 @@ def encode_into(
 def encode(
     rtype: int, due_ms: int, enqueue_ms: int, src_offset: int, src_partition: int, target_partition: int,
     retry_count: int, level: int, rid: bytes, topic: bytes, key: bytes | None, value: bytes | None,
-    headers_blob: bytes,
+    headers_blob: bytes, /,
 ) -> bytes:
     """One record as ``bytes`` (positional arguments, one join and one CRC pass): the intake
     writes it into the segment with a single copy; ``encode_into`` writes it at an offset."""
@@ -303,7 +303,7 @@ def decode(buf: memoryview, offset: int, limit: int | None = None, verify: bool 
 def append(
     buf: memoryview | bytearray, offset: int, limit: int, rtype: int, due_ms: int, enqueue_ms: int, src_offset: int,
     src_partition: int, target_partition: int, retry_count: int, level: int, rid: bytes, topic: bytes,
-    key: bytes | None, value: bytes | None, headers_blob: bytes,
+    key: bytes | None, value: bytes | None, headers_blob: bytes, /,
 ) -> int:
     """Write one record at ``buf[offset:]`` if it ends at or before ``limit`` and return its
     length; else write nothing and return minus its length (the caller rolls to a new segment)."""
@@ -323,19 +323,23 @@ py_encode_headers, py_decode_headers, py_delivery_headers = encode_headers, deco
 PyRecord = Record
 
 
-def _load_native() -> ModuleType | None:
+# ``native`` is the extension, typed by its stub (sidecar/_native.pyi) so that mypy checks every
+# call against it; ``NATIVE`` says whether it is loaded. Callers test ``NATIVE``, not ``native is
+# None``: mypy cannot write "the module or None" (a union of a module with None loses the module's
+# names), and with the module's type a None test would mark the Python branch unreachable and
+# leave it unchecked.
+try:
     if os.environ.get("KDS_PURE_PYTHON"):
-        return None
-    try:
-        from sidecar import _native
-    except ImportError:
-        return None
-    _native.setup(CorruptRecord, c.ID, c.DELIVER_AT, c.ENQUEUED_AT, c.SOURCE, c.RETRY_COUNT)
-    return _native
+        raise ImportError("KDS_PURE_PYTHON is set")
+    from sidecar import _native
 
-
-native = _load_native()
-if native is not None:
+    native = _native
+except ImportError:
+    native = None  # type: ignore[assignment]  # see above: only read behind NATIVE
+NATIVE = native is not None
+if NATIVE:
+    native.setup(CorruptRecord, c.ID, c.DELIVER_AT, c.ENQUEUED_AT, c.SOURCE, c.RETRY_COUNT)
+if NATIVE:
     Record = native.Record  # type: ignore[misc]
     encode, decode, append = native.encode, native.decode, native.append
     encode_headers, decode_headers, delivery_headers = (

@@ -119,6 +119,7 @@ from sidecar import logs
 from sidecar.runtime.heap import release_heap
 from sidecar.runtime.threads import demote_self
 from sidecar.store import idjournal, idmerge
+from sidecar.store.codec import NATIVE
 from sidecar.store.codec import native as _native
 from sidecar.store.idslot import (
     CUT_MIN,
@@ -170,7 +171,7 @@ def py_id_hash(rid: bytes | memoryview, _blake2b: Any = hashlib.blake2b, _from_b
     return h if h >= 2 else h + 2
 
 
-id_hash = py_id_hash if _native is None else _native.id_hash
+id_hash = _native.id_hash if NATIVE else py_id_hash
 
 
 # -- the probes on one table, in Python (the C twins: sidecar/native/idindex.c) ----------------------
@@ -430,7 +431,7 @@ class _Workers:
 
     def _run(self) -> None:
         demote_self()
-        if _native is not None:
+        if NATIVE:
             _native.idx_pass_idle(True)
         while True:
             job = self._jobs.get()
@@ -547,7 +548,7 @@ class IdIndex:
         self.dir = directory
         self.pages = pages  # faults in each new stage's pages off the loop (_new_gen)
         self.path = directory / "ids.idx"
-        self.native = _native if native else None
+        self.native = native and NATIVE  # the C probes (sidecar._native), or their twins here
         if self.path.exists() and unborn(self.path):  # killed while creating it: nothing in it
             self.path.unlink()
         self._created = not self.path.exists()
@@ -642,8 +643,8 @@ class IdIndex:
             new = self._map(nxt, cap, create=False, base=self.cap)
             lo = int(state.get("cursor", 0))
             with self.f.scanning():
-                if self.native is not None:
-                    self.native.idx_copy(self.f.buf, new.buf, HEADER_SIZE, lo, self.cap, cap - 1)
+                if self.native:
+                    _native.idx_copy(self.f.buf, new.buf, HEADER_SIZE, lo, self.cap, cap - 1)
                 else:
                     _py_copy(self.f.buf, new.buf, lo, self.cap, cap - 1)
             new.mm.flush()
@@ -657,7 +658,7 @@ class IdIndex:
         log.info("ids.upgraded", capacity=self.cap, live=self.table_live)
 
     def _load(self, stage: Stage, records: bytes) -> None:
-        live, tombs = (self.native.idx_apply(stage.buf, HEADER_SIZE, stage.mask, records) if self.native is not None
+        live, tombs = (_native.idx_apply(stage.buf, HEADER_SIZE, stage.mask, records) if self.native
                        else _py_apply(stage.buf, stage.mask, records))
         stage.live += live
         stage.tombs += tombs
@@ -746,7 +747,7 @@ class IdIndex:
         nat = self.native
         found: list[int] = []
         for buf, mask, tags in self._tables():
-            for r in (nat.idx_find(buf, HEADER_SIZE, mask, h, tags) if nat is not None else _py_find(buf, mask, h)):
+            for r in (_native.idx_find(buf, HEADER_SIZE, mask, h, tags) if nat else _py_find(buf, mask, h)):
                 if r not in found:
                     found.append(r)
         if self._shadow and found:
@@ -757,7 +758,7 @@ class IdIndex:
         """Insert (h, ref) into the open stage and its journal (a pair already staged: nothing)."""
         gen = self._room()
         st = gen.stage
-        r = (self.native.idx_put(st.buf, HEADER_SIZE, st.mask, h, ref) if self.native is not None
+        r = (_native.idx_put(st.buf, HEADER_SIZE, st.mask, h, ref) if self.native
              else _py_put(st.buf, st.mask, h, ref))
         if r == 0:
             return
@@ -784,8 +785,8 @@ class IdIndex:
             assert gen is not None
             return gen
         big = Stage(st.cap * 2)
-        if self.native is not None:
-            self.native.idx_copy(st.buf, big.buf, HEADER_SIZE, 0, st.cap, big.mask)
+        if self.native:
+            _native.idx_copy(st.buf, big.buf, HEADER_SIZE, 0, st.cap, big.mask)
         else:
             _py_copy(st.buf, big.buf, 0, st.cap, big.mask)
         big.live = st.live
@@ -801,7 +802,7 @@ class IdIndex:
         gen = self._open
         assert gen is not None
         st = gen.stage
-        was = (self.native.idx_remove(st.buf, HEADER_SIZE, st.mask, h, ref) if self.native is not None
+        was = (_native.idx_remove(st.buf, HEADER_SIZE, st.mask, h, ref) if self.native
                else _py_remove(st.buf, st.mask, h, ref))
         if was is not None:
             st.live -= 1
@@ -817,7 +818,7 @@ class IdIndex:
         gen = self._open
         assert gen is not None
         st = gen.stage
-        if self.native is None:
+        if not self.native:
             removed = 0
             for ref, rec in pairs:
                 h = id_hash(rec.id)
@@ -828,10 +829,10 @@ class IdIndex:
                     st.tombs += was[1]
                 gen.pending += REMOVE_MARK + SLOT.pack(h, ref)
         else:
-            removed, tombs = self.native.idx_remove_delivered(st.buf, HEADER_SIZE, st.mask, pairs)
+            removed, tombs = _native.idx_remove_delivered(st.buf, HEADER_SIZE, st.mask, pairs)
             st.live -= removed
             st.tombs += tombs
-            gen.pending += self.native.idx_delivered_records(pairs)
+            gen.pending += _native.idx_delivered_records(pairs)
         gen.ops += len(pairs)
         return int(removed)
 
@@ -841,8 +842,8 @@ class IdIndex:
         found: set[tuple[int, int]] = set()
         with self.f.scanning():
             for buf, mask, _tags in self._tables():
-                found.update(self.native.idx_expired(buf, HEADER_SIZE, 0, mask + 1, before_ms)
-                             if self.native is not None else _py_expired(buf, 0, mask + 1, before_ms))
+                found.update(_native.idx_expired(buf, HEADER_SIZE, 0, mask + 1, before_ms)
+                             if self.native else _py_expired(buf, 0, mask + 1, before_ms))
         return len(found - self._shadow.keys())
 
     # -- the cycle --------------------------------------------------------------------------------
@@ -958,12 +959,12 @@ class IdIndex:
             self._seq += 1
             new = self.dir / f"{NEXT}{self._seq}"
         tags = None
-        if self.native is not None:
+        if self.native:
             # the pass rewrites the tags as it goes: the table's own when it stays, fresh ones for
             # a rebuilt table or a table that has none yet (the first pass after the open)
             tags = self.tags if not grow and self.tags is not None else mmap.mmap(-1, grow or self.cap)
         # self.f: ids.idx's file, or a grown one the next flush names so
-        self._pass = self.pass_class(self.f.path, self.cap, gen.journals(), cutoff, grow, new, self.native is not None,
+        self._pass = self.pass_class(self.f.path, self.cap, gen.journals(), cutoff, grow, new, self.native,
                                      tags)
         self._pass.start()
 
@@ -1001,10 +1002,10 @@ class IdIndex:
     def evicted(self, h: int) -> int:
         """The first table slot ``find(h)`` would read whose page the kernel evicted, or -1 (also
         without tags or a page thread: then nothing is read off the loop). The stages are in memory."""
-        nat, tags = self.native, self.tags
-        if nat is None or tags is None or self.pages is None or not self.pages.enabled:
+        tags = self.tags
+        if not self.native or tags is None or self.pages is None or not self.pages.enabled:
             return -1
-        slot: int = nat.idx_wait(self.f.buf, HEADER_SIZE, self.mask, h, tags)
+        slot: int = _native.idx_wait(self.f.buf, HEADER_SIZE, self.mask, h, tags)
         return slot
 
     def read_page(self, slot: int) -> PageRead:

@@ -23,6 +23,7 @@ import os
 import struct
 from typing import Any
 
+from sidecar.store.codec import NATIVE
 from sidecar.store.codec import native as _native
 from sidecar.store.idslot import EMPTY, PRECANCEL, TOMB, journal_ops, tags_of
 from sidecar.store.idslot import SLOT as _SLOT
@@ -235,7 +236,7 @@ def py_rebuild(old_fd: int, new_fd: int, header_size: int, old_mask: int, new_ma
 def merge_pass(fd: int, header_size: int, mask: int, removes: bytes, inserts: bytes, cutoff_ms: int,
                chunk_slots: int, sync: bool) -> tuple[int, int, int, int, int, int]:
     """``_native.idx_merge_pass`` (the GIL released), or its twin without the accelerator."""
-    if _native is not None:
+    if NATIVE:
         out: tuple[int, int, int, int, int, int] = _native.idx_merge_pass(
             fd, header_size, mask, removes, inserts, cutoff_ms, chunk_slots, sync
         )
@@ -246,7 +247,7 @@ def merge_pass(fd: int, header_size: int, mask: int, removes: bytes, inserts: by
 def rebuild(old_fd: int, new_fd: int, header_size: int, old_mask: int, new_mask: int, cutoff_ms: int,
             chunk_slots: int, sync: bool) -> tuple[int, int, int, int, int]:
     """``_native.idx_rebuild`` (the GIL released), or its twin without the accelerator."""
-    if _native is not None:
+    if NATIVE:
         out: tuple[int, int, int, int, int] = _native.idx_rebuild(
             old_fd, new_fd, header_size, old_mask, new_mask, cutoff_ms, chunk_slots, sync
         )
@@ -257,7 +258,7 @@ def rebuild(old_fd: int, new_fd: int, header_size: int, old_mask: int, new_mask:
 def merge_journal(fd: int, header_size: int, mask: int, records: bytes, cutoff_ms: int, chunk_slots: int,
                   sync: bool, tags: Any = None) -> tuple[int, int, int, int, int, int]:
     """``_native.idx_merge_journal`` (the GIL released), or its twin without the accelerator."""
-    if _native is not None:
+    if NATIVE:
         out: tuple[int, int, int, int, int, int] = _native.idx_merge_journal(
             fd, header_size, mask, records, cutoff_ms, chunk_slots, sync, tags
         )

@@ -18,14 +18,15 @@ scheduler (pre-cancels use bit 63, the wheel's bucket refs bit 62 and the 62 bel
 remove is marked by a hash no id has.
 """
 
-import struct
 from collections.abc import Iterator
 from typing import Any
 
-SLOT = struct.Struct("<QQ")
+from sidecar.store import native_layouts as _layouts
+
+SLOT = _layouts.ID_SLOT
+EMPTY, TOMB = _layouts.ID_EMPTY, _layouts.ID_TOMB
+PRECANCEL = _layouts.ID_PRECANCEL
 SLOT_SIZE = SLOT.size
-EMPTY, TOMB = 0, 1
-PRECANCEL = 1 << 63
 REMOVE_MARK = SLOT.pack(TOMB, 0)
 OP_JOURNAL_BYTES = 2 * SLOT_SIZE  # journal bytes of one operation at most (a remove: the marker, the pair)
 # Sizes the index starts from, here so that the store's space budget (space.py) reads the same

@@ -24,8 +24,8 @@ block; ``level_at(n)`` is the block of level ``n``). ``Kind`` says which part fo
 is an int, its index, annotated with what it holds (the header's comment). The groups are
 instances of frozen dataclasses, not classes: on CPython 3.11 an instance attribute read has a
 fast path and a class attribute read does not (~4x the instructions), and the intake reads some
-fifty of them per call. The module imports nothing from the package, so setup.py can run it
-before anything is built or installed.
+fifty of them per call. The module imports only native_layouts (its ``write_header``, the
+generators' command line), so setup.py can run it before anything is built or installed.
 """
 
 import dataclasses
@@ -33,6 +33,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
+
+from sidecar.store.native_layouts import write_header
 
 
 @dataclass(frozen=True)
@@ -239,18 +241,7 @@ def header() -> str:
 
 def main(argv: list[str]) -> int:
     """Write the header (``--check``: only compare, exit 1 if it differs)."""
-    text = header()
-    if argv[1:] == ["--check"]:
-        if not HEADER.exists() or HEADER.read_text() != text:
-            print(f"{HEADER} differs from sidecar/store/intake_layout.py: run python -m sidecar.store.intake_layout")
-            return 1
-        return 0
-    if argv[1:]:
-        print("usage: python -m sidecar.store.intake_layout [--check]", file=sys.stderr)
-        return 2
-    if not HEADER.exists() or HEADER.read_text() != text:  # unchanged: keep its mtime (no rebuild)
-        HEADER.write_text(text)
-    return 0
+    return write_header(argv, HEADER, header(), "sidecar.store.intake_layout")
 
 
 check()

@@ -673,9 +673,9 @@ class Spare(Generic[T]):
 def page_worker(demote: bool = True) -> PageWorker:
     """A PageWorker with the C extension's ``populate`` and ``drop`` (disabled where it is not
     built); ``demote`` False leaves its thread at the process's policy (``helper-threads = none``)."""
-    from sidecar.store.codec import native
+    from sidecar.store.codec import NATIVE, native
 
-    if native is None:
+    if not NATIVE:
         return PageWorker(None, None, demote)
     return PageWorker(getattr(native, "populate", None), getattr(native, "drop", None), demote)
 

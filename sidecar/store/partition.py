@@ -64,7 +64,7 @@ from sidecar.headers import Cancel, Rejection, Request, Rules, kms_delete, parse
 from sidecar.retry.ladder import RetryLadder
 from sidecar.scheduling import Scheduler
 from sidecar.store import checkpoint, codec
-from sidecar.store.codec import Record, decode_headers, encode_headers, native
+from sidecar.store.codec import NATIVE, Record, decode_headers, encode_headers, native
 from sidecar.store.idindex import IdIndex, PageRead, id_hash
 from sidecar.store.idslot import PRECANCEL
 from sidecar.store.intake_layout import Common
@@ -82,10 +82,10 @@ from sidecar.store.mapped import (
 from sidecar.store.recent import CANCELLED, DEAD_LETTERED, RecentOutcomes
 
 HeaderList = list[tuple[str, bytes | None]]
-_fast = None if native is None else native.parse_request  # the common request, parsed in C (headers.py)
+_fast = native.parse_request if NATIVE else None  # the common request, parsed in C (headers.py)
 _NO_HEADERS = encode_headers(())
-_run = None if native is None else native.ingest_run  # the intake fast path (ingest_many), in C
-_restore_run = None if native is None else native.restore_run  # the restore's (restore_many), in C
+_run = native.ingest_run if NATIVE else None  # the intake fast path (ingest_many), in C
+_restore_run = native.restore_run if NATIVE else None  # the restore's (restore_many), in C
 FAST_INTAKE = _run is not None
 log = logs.get("sidecar.store")
 _LEN = struct.Struct("<I")  # a record's length (codec layout)

@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.store import codec
+from sidecar.store import native_layouts as _layouts
 from sidecar.store.buckets import BUCKET_BIT
 from sidecar.store.codec import Record
 from sidecar.store.mapped import (
@@ -83,11 +84,11 @@ TL_MAGIC = b"KDSWTL\x00\x01"
 VERSION = 1  # the slot file's
 TL_VERSION = 2  # the timer log's: states apart from the entries
 
-SLOT = struct.Struct("<qqqIHH")
+SLOT = _layouts.WHEEL_SLOT
 SLOT_SIZE = SLOT.size
 assert SLOT_SIZE == 32
 
-ENTRY = struct.Struct("<qqqBBHI")
+ENTRY = _layouts.WHEEL_ENTRY
 ENTRY_SIZE = ENTRY.size
 assert ENTRY_SIZE == 32
 _NEXT = struct.Struct("<q")
@@ -95,8 +96,10 @@ _DUE = struct.Struct("<q").unpack_from
 _WALK = struct.Struct("<qqq").unpack_from  # (due, loc, next)
 _ACK = struct.Struct("<qq9xBxxI").unpack_from  # (due, loc, flags, tag)
 
-PENDING, CANCELLED, DONE, DROPPED = 0, 1, 2, 3
-LATE = 1
+PENDING, CANCELLED = _layouts.WHEEL_PENDING, _layouts.WHEEL_CANCELLED
+DONE, DROPPED = _layouts.WHEEL_DONE, _layouts.WHEEL_DROPPED
+LATE = _layouts.WHEEL_LATE
+
 
 
 def wl_link(

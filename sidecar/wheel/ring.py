@@ -54,7 +54,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sidecar.store.buckets import BUCKET_BIT, BucketStore, split_ref
-from sidecar.store.codec import Record
+from sidecar.store.codec import NATIVE, Record
 from sidecar.store.codec import native as _native
 from sidecar.store.log import CommitLog
 from sidecar.store.mapped import HEADER_SIZE, StoreError
@@ -159,14 +159,13 @@ class Ring:
         self.done_batch = done_batch
         self.index_max = index_max
         # the C record writes (sidecar._native), or their Python twins in layout.py
-        self.native = _native if native else None
-        nat = self.native
-        self._wl_link = wl_link if nat is None else nat.wl_link
-        self._wl_send = wl_send if nat is None else nat.wl_send
-        self._wl_done = wl_done if nat is None else nat.wl_done
-        self._wl_read = wl_read if nat is None else nat.wl_read
-        self._wl_group = wl_group if nat is None else nat.wl_group
-        self._wl_ack = wl_ack if nat is None else nat.wl_ack
+        nat = self.native = native and NATIVE
+        self._wl_link = _native.wl_link if nat else wl_link
+        self._wl_send = _native.wl_send if nat else wl_send
+        self._wl_done = _native.wl_done if nat else wl_done
+        self._wl_read = _native.wl_read if nat else wl_read
+        self._wl_group = _native.wl_group if nat else wl_group
+        self._wl_ack = _native.wl_ack if nat else wl_ack
         self.occ_send = bytearray(self.N)  # 1: slot at this position still to be read by send
         self.occ_done = bytearray(self.N)  # 1: slot at this position still to be passed by done
         self._budget = 0

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sidecar.store import native_layouts as _layouts
 from sidecar.store.buckets import BUCKET_BIT
 from sidecar.store.codec import Record
 from sidecar.store.intake_layout import Wheel, wheel_state
@@ -42,8 +43,7 @@ from sidecar.wheel.loading import Loader
 from sidecar.wheel.recovery import Damage, Recovery
 from sidecar.wheel.ring import _LATE, Ring
 
-MAX_DUE_MS = (1 << 62) - 1
-MIN_DUE_MS = -(1 << 62)
+MAX_DUE_MS, MIN_DUE_MS = _layouts.WHEEL_MAX_DUE_MS, _layouts.WHEEL_MIN_DUE_MS
 MAX_PRECISION_MS = 60_000
 
 

@@ -167,7 +167,7 @@ def test_id_index_twins(program: list[tuple[str, int, int]]) -> None:
     with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
         c_ix = IdIndex(Path(d1), initial_capacity=16, native=True)
         p_ix = IdIndex(Path(d2), initial_capacity=16, native=False)
-        assert c_ix.native is not None and p_ix.native is None
+        assert c_ix.native and not p_ix.native
         for ix in (c_ix, p_ix):
             ix.restore(None)
             ix.step(600, 300)  # pre-cancels older than 300 ms at 600 expire
