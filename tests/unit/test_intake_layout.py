@@ -5,8 +5,6 @@ header. Each test here fails when one side moves without the other."""
 from __future__ import annotations
 
 import dataclasses
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -71,17 +69,3 @@ def test_fields_outside_their_part_are_refused(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(layout, "Level", dataclasses.replace(layout.Level, DELAY_MS=layout.LEVEL_STRIDE))
     with pytest.raises(ValueError, match=r"Level\.DELAY_MS = 5 is outside \[0, 5\)"):
         layout.check()
-
-
-def test_the_generator_checks_and_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    ok = subprocess.run([sys.executable, "-m", "sidecar.store.intake_layout", "--check"], cwd=ROOT,
-                        capture_output=True, text=True, check=False)
-    assert ok.returncode == 0, ok.stdout
-    target = tmp_path / "intake_layout.h"
-    monkeypatch.setattr(layout, "HEADER", target)
-    assert layout.main(["intake_layout", "--check"]) == 1  # missing
-    assert layout.main(["intake_layout"]) == 0 and target.read_text() == layout.header()
-    assert layout.main(["intake_layout", "--check"]) == 0
-    target.write_text(target.read_text().replace("#define IN_HEAD 1", "#define IN_HEAD 2"))
-    assert layout.main(["intake_layout", "--check"]) == 1
-    assert layout.main(["intake_layout", "--bogus"]) == 2

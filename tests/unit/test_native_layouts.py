@@ -1,7 +1,8 @@
 """The file layouts C and Python share are declared once (sidecar/store/native_layouts.py): the
 C header is generated from it and committed, the built extension must have been compiled from
 that header, and the Python modules that read the files take their values from it. Each test here
-fails when one side moves without the other."""
+fails when one side moves without the other. Both declarations' generators (this one and
+intake_layout's) share ``write_header``, tested here for each."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from sidecar.levels import queue
-from sidecar.store import buckets, codec, idslot
+from sidecar.store import buckets, codec, idslot, intake_layout
 from sidecar.store import native_layouts as layouts
 from sidecar.store.codec import native
 from sidecar.wheel import layout as wheel
@@ -68,15 +70,22 @@ def test_literals_keep_64_bit_values() -> None:
     assert "#define IDX_PRECANCEL 9223372036854775808ULL" in header
 
 
-def test_the_generator_checks_and_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    ok = subprocess.run([sys.executable, "-m", "sidecar.store.native_layouts", "--check"], cwd=ROOT,
-                        capture_output=True, text=True, check=False)
+@pytest.mark.parametrize(("module", "edit"), [
+    (layouts, ("#define HEAD_SIZE 72", "#define HEAD_SIZE 80")),
+    (intake_layout, ("#define IN_HEAD 1", "#define IN_HEAD 2")),
+], ids=["native_layouts", "intake_layout"])
+def test_the_generators_check_and_write(
+    module: Any, edit: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    name = module.__name__
+    ok = subprocess.run([sys.executable, "-m", name, "--check"], cwd=ROOT, capture_output=True, text=True,
+                        check=False)
     assert ok.returncode == 0, ok.stdout
-    target = tmp_path / "layouts.h"
-    monkeypatch.setattr(layouts, "HEADER", target)
-    assert layouts.main(["native_layouts", "--check"]) == 1  # missing
-    assert layouts.main(["native_layouts"]) == 0 and target.read_text() == layouts.header()
-    assert layouts.main(["native_layouts", "--check"]) == 0
-    target.write_text(target.read_text().replace("#define HEAD_SIZE 72", "#define HEAD_SIZE 80"))
-    assert layouts.main(["native_layouts", "--check"]) == 1
-    assert layouts.main(["native_layouts", "--bogus"]) == 2
+    target = tmp_path / "layout.h"
+    monkeypatch.setattr(module, "HEADER", target)
+    assert module.main([name, "--check"]) == 1  # missing
+    assert module.main([name]) == 0 and target.read_text() == module.header()
+    assert module.main([name, "--check"]) == 0
+    target.write_text(target.read_text().replace(*edit))
+    assert module.main([name, "--check"]) == 1
+    assert module.main([name, "--bogus"]) == 2
