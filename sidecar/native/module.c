@@ -25,6 +25,8 @@
  *   publish.c  PublishState, Publisher, Delivery     (sidecar/engine/publish_state.py, loop.py)
  *   module.c   this file: the module and its init
  * Byte layouts are documented where the Python twins live; the C code follows them byte for byte.
+ * Their sizes, states and flags are declared once, in sidecar/store/native_layouts.py, which
+ * generates layouts.h (and intake_layout.py the intake state's intake_layout.h).
  */
 #include "native.h"
 #include "intake_layout.h"
