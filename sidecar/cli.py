@@ -150,8 +150,16 @@ def _serve(settings: Settings, ready: threading.Event | None = None, stop: threa
 
 def cmd_dev_kafka(ns: argparse.Namespace) -> int:
     main_dev_kafka = devtools.load("devkafka.local", "dev-kafka").main_dev_kafka
-
-    return int(main_dev_kafka(ns.port, Path(ns.data_dir) if ns.data_dir else None))
+    if ns.user and not ns.secure:
+        raise CliError("--user needs --secure (a plain broker has no users)")
+    secure = None
+    if ns.secure:
+        sec = devtools.load("devkafka.secure", "dev-kafka")
+        try:
+            secure = sec.SecureBroker(dict.fromkeys(ns.user))
+        except sec.SecureBrokerError as e:
+            raise CliError(f"bad value for --user: {e}") from None
+    return int(main_dev_kafka(ns.port, Path(ns.data_dir) if ns.data_dir else None, secure))
 
 
 def _producer(bootstrap: str | None) -> Any:
@@ -579,6 +587,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", default=None, metavar="DIR",
                    help="broker data directory, kept across restarts (default: a temporary directory, "
                         "deleted on exit)")
+    p.add_argument("--secure", action="store_true",
+                   help="SASL_SSL (SCRAM-SHA-512) with a CA made at start, ACLs enforced, a super user 'admin'; "
+                        "prints each user's --kafka flags (docs/operations.md, 'Security and ACLs')")
+    p.add_argument("--user", action="append", default=[], metavar="NAME",
+                   help="with --secure: another SCRAM user (random password, printed; repeatable)")
 
     levels_default = os.environ.get(env_name("levels"), DEFAULT_LEVELS)
     common = argparse.ArgumentParser(add_help=False)

@@ -1,0 +1,202 @@
+"""The Kafka ACLs each command needs, from the settings: least privilege, generated.
+
+Pure: :class:`~sidecar.config.Settings` (and the target topics) in, a list of :class:`Acl` out;
+:func:`render` prints them as ``kafka-acls.sh`` commands or a Strimzi ``KafkaUser``.
+``delay-sidecar acls`` and the docs' table (docs/operations.md, "Security and ACLs") come
+from here; the integration tests grant exactly this list on a secured broker (tests/secure/).
+
+What each command does to Kafka, and the ACL that allows it (the broker's rules: Read, Write
+and DescribeConfigs imply Describe, so Describe is listed only where nothing implies it):
+
+``run`` (the sidecar, engine/kafka_io.py):
+  * ingress topic: consumed by the group (Read), its partition count asked (Describe: implied);
+  * group ``group-id``: joined, offsets committed, described for standbys and the status
+    address (Read); in exactly-once the offsets go in the transaction (TxnOffsetCommit: Read);
+  * DLQ topic: dead letters produced (Write);
+  * the targets: deliveries produced (Write); a target the principal may not even Describe looks
+    missing (``delivery-grace``, then the DLQ);
+  * changelog topic (``changelog: on``, standbys too): store changes produced (Write), restored
+    and tailed by a consumer assigned by hand (Read), its ``cleanup.policy`` checked
+    (DescribeConfigs);
+  * history topic: state changes produced (Write);
+  * exactly-once: the transactional id ``<group-id>.<group-instance-id>`` (Write on the
+    transactional ids prefixed ``<group-id>.``, one per instance); the idempotent producer needs
+    no IdempotentWrite on the cluster since Kafka 2.8 (Write on a topic is enough, KIP-679);
+  * topic auto-creation (``--create-topics``): the sidecar creates the ingress, DLQ, changelog and
+    history topics that are missing (Create on each, literal). Without it an admin creates them
+    beforehand (docs/operations.md).
+``status``: describes the group and reads its committed offsets (Describe on the group, Describe
+  on the ingress topic).
+``dlq-list``: reads the DLQ and the redrive marker topic ``<dlq-topic>.redrive`` (Read), from an
+  assigned consumer (no group is joined and nothing is committed).
+``dlq-redrive``: as ``dlq-list``, plus the marker topic written (Write) in transactions with the
+  id ``delay-sidecar-redrive.<dlq-topic>`` (Write), and the re-sent records: Write on the targets
+  (``--to target``) or on the ingress topic (``--to ingress``); Create on the marker topic with
+  ``--create-topics``.
+``producer``: an application that sends delayed records: Write on the ingress topic, nothing else.
+
+Targets: the sidecar's principal needs Write on every topic it delivers to, and on nothing else
+(the trust model: docs/operations.md, "Security and ACLs"). They come from ``--target`` /
+``--target-prefix``, or from ``target-allowlist`` when its entries are literal topic names or
+``PREFIX.*``; any other regular expression cannot be an ACL and must be given as targets.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from sidecar.config import Settings
+from sidecar.dlq import MARKER_SUFFIX, TRANSACTIONAL_PREFIX
+
+COMMANDS = ("run", "status", "dlq-list", "dlq-redrive", "producer")
+FORMATS = ("kafka-acls", "strimzi", "table")
+TOPIC, GROUP, TXN, CLUSTER = "topic", "group", "transactional-id", "cluster"
+LITERAL, PREFIXED = "literal", "prefixed"
+_PLAIN = re.compile(r"(?:[A-Za-z0-9_-]|\\\.)+")  # a topic name as a regex: letters, digits, _, -, \.
+
+
+class AclInputError(ValueError):
+    """The targets cannot be told from the settings (a regex that is no topic name or prefix)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Acl:
+    """One ALLOW binding: ``operation`` on the ``resource`` called ``name`` (``pattern``)."""
+
+    resource: str  # topic, group, transactional-id, cluster
+    name: str
+    pattern: str  # literal or prefixed
+    operation: str  # Kafka's names: Read, Write, Describe, DescribeConfigs, Create
+    why: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    name: str
+    pattern: str = LITERAL
+
+
+def targets_from_allowlist(allowlist: Iterable[str]) -> list[Target]:
+    """``orders\\.paid`` -> literal ``orders.paid``; ``orders\\..*`` -> prefix ``orders.``."""
+    out = []
+    for rx in allowlist:
+        body, prefixed = (rx[:-2], True) if rx.endswith(".*") else (rx, False)
+        if not _PLAIN.fullmatch(body):
+            raise AclInputError(f"target-allowlist entry {rx!r} is neither a topic name nor PREFIX.* (e.g. "
+                                r"'orders\..*'): give the targets as --target TOPIC or --target-prefix PREFIX")
+        out.append(Target(body.replace("\\.", "."), PREFIXED if prefixed else LITERAL))
+    return out
+
+
+def acls_for(command: str, s: Settings, targets: Iterable[Target] = (), *, create_topics: bool = False,
+             redrive_to: str = "target") -> list[Acl]:
+    """The bindings ``command`` needs under ``s`` (see the module docstring), without duplicates."""
+    targets = list(targets)
+    out: list[Acl] = []
+
+    def add(resource: str, name: str, op: str, why: str, pattern: str = LITERAL) -> None:
+        acl = Acl(resource, name, pattern, op, why)
+        if all((a.resource, a.name, a.pattern, a.operation) != (resource, name, pattern, op) for a in out):
+            out.append(acl)
+
+    def write_targets() -> None:
+        for t in targets:
+            add(TOPIC, t.name, "Write", "deliveries", t.pattern)
+
+    if command == "run":
+        add(TOPIC, s.ingress_topic, "Read", "consume the ingress topic")
+        add(GROUP, s.group_id, "Read", "join the group, commit offsets, describe it")
+        add(TOPIC, s.dlq_topic, "Write", "dead letters")
+        write_targets()
+        changelog = s.changelog_topic_name
+        if changelog is not None:
+            add(TOPIC, changelog, "Write", "mirror store changes")
+            add(TOPIC, changelog, "Read", "restore and standbys")
+            add(TOPIC, changelog, "DescribeConfigs", "check cleanup.policy=compact")
+        if s.history_topic is not None:
+            add(TOPIC, s.history_topic, "Write", "history records")
+        if s.exactly_once:
+            add(TXN, f"{s.group_id}.", "Write", "one transactional id per instance", PREFIXED)
+        if create_topics:
+            for topic in (s.ingress_topic, s.dlq_topic, changelog, s.history_topic):
+                if topic is not None:
+                    add(TOPIC, topic, "Create", "create it when missing")
+    elif command == "status":
+        add(GROUP, s.group_id, "Describe", "find the partition's owner")
+        add(TOPIC, s.ingress_topic, "Describe", "partition count, committed offsets")
+    elif command in ("dlq-list", "dlq-redrive"):
+        marker = s.dlq_topic + MARKER_SUFFIX
+        add(TOPIC, s.dlq_topic, "Read", "read the dead letters")
+        add(TOPIC, marker, "Read", "what was redriven")
+        if command == "dlq-redrive":
+            add(TOPIC, marker, "Write", "record what is redriven")
+            add(TXN, TRANSACTIONAL_PREFIX + s.dlq_topic, "Write", "the redrive's transactions")
+            if redrive_to == "ingress":
+                add(TOPIC, s.ingress_topic, "Write", "re-send through the sidecar")
+            else:
+                write_targets()
+            if create_topics:
+                add(TOPIC, marker, "Create", "create it when missing")
+    elif command == "producer":
+        add(TOPIC, s.ingress_topic, "Write", "send delayed records")
+    else:
+        raise AclInputError(f"unknown command {command!r}: one of {', '.join(COMMANDS)}")
+    return out
+
+
+# -- rendering ------------------------------------------------------------------------------------
+
+_FLAG = {TOPIC: "--topic", GROUP: "--group", TXN: "--transactional-id", CLUSTER: "--cluster"}
+_STRIMZI_TYPE = {TOPIC: "topic", GROUP: "group", TXN: "transactionalId", CLUSTER: "cluster"}
+
+
+def render(acls: list[Acl], fmt: str, principal: str, *, bootstrap: str = "BOOTSTRAP",
+           cluster: str = "my-cluster") -> str:
+    """``kafka-acls``: one ``kafka-acls.sh --add`` per binding; ``strimzi``: a ``KafkaUser`` (the
+    principal ``User:NAME`` is the user NAME); ``table``: markdown rows (the docs)."""
+    if fmt == "kafka-acls":
+        lines = [f"# {len(acls)} ACLs for {principal}; add --command-config with an admin's client properties"]
+        for a in acls:
+            res = [_FLAG[a.resource]] if a.resource == CLUSTER else [_FLAG[a.resource], a.name]
+            pat = ["--resource-pattern-type", PREFIXED] if a.pattern == PREFIXED else []
+            cmd = ["kafka-acls.sh", "--bootstrap-server", bootstrap, "--add", "--allow-principal", principal,
+                   "--operation", a.operation, *res, *pat]
+            lines.append(" ".join(shlex.quote(w) for w in cmd) + (f"  # {a.why}" if a.why else ""))
+        return "\n".join(lines) + "\n"
+    if fmt == "strimzi":
+        kind, _, user = principal.partition(":")
+        if kind != "User" or not user:
+            raise AclInputError(f"--principal {principal!r}: a Strimzi KafkaUser is a principal User:NAME")
+        return yaml.safe_dump(kafka_user(acls, user, cluster), sort_keys=False)
+    if fmt == "table":
+        rows = ["| Resource | Name | Pattern | Operation | Why |", "|---|---|---|---|---|"]
+        rows += [f"| {a.resource} | `{a.name}` | {a.pattern} | {a.operation} | {a.why} |" for a in acls]
+        return "\n".join(rows) + "\n"
+    raise AclInputError(f"--format {fmt!r}: one of {', '.join(FORMATS)}")
+
+
+def kafka_user(acls: list[Acl], user: str, cluster: str) -> dict[str, Any]:
+    """A Strimzi ``KafkaUser`` (kafka.strimzi.io/v1beta2) with SCRAM-SHA-512 and these ACLs, the
+    operations of one resource together."""
+    merged: dict[tuple[str, str, str], list[str]] = {}
+    for a in acls:
+        merged.setdefault((a.resource, a.name, a.pattern), []).append(a.operation)
+    entries = []
+    for (resource, name, pattern), ops in merged.items():
+        res: dict[str, str] = {"type": _STRIMZI_TYPE[resource]}
+        if resource != CLUSTER:
+            res.update(name=name, patternType=pattern)
+        entries.append({"resource": res, "operations": ops, "host": "*"})
+    return {
+        "apiVersion": "kafka.strimzi.io/v1beta2",
+        "kind": "KafkaUser",
+        "metadata": {"name": user, "labels": {"strimzi.io/cluster": cluster}},
+        "spec": {"authentication": {"type": "scram-sha-512"},
+                 "authorization": {"type": "simple", "acls": entries}},
+    }
