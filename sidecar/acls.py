@@ -17,7 +17,8 @@ and DescribeConfigs imply Describe, so Describe is listed only where nothing imp
     missing (``delivery-grace``, then the DLQ);
   * changelog topic (``changelog: on``, standbys too): store changes produced (Write), restored
     and tailed by a consumer assigned by hand (Read), its ``cleanup.policy`` checked
-    (DescribeConfigs);
+    (DescribeConfigs); that consumer never joins its group ``<group-id>.restore``, but librdkafka
+    looks the group's coordinator up all the same (Describe on that group);
   * history topic: state changes produced (Write);
   * exactly-once: the transactional id ``<group-id>.<group-instance-id>`` (Write on the
     transactional ids prefixed ``<group-id>.``, one per instance); the idempotent producer needs
@@ -28,7 +29,8 @@ and DescribeConfigs imply Describe, so Describe is listed only where nothing imp
 ``status``: describes the group and reads its committed offsets (Describe on the group, Describe
   on the ingress topic).
 ``dlq-list``: reads the DLQ and the redrive marker topic ``<dlq-topic>.redrive`` (Read), from an
-  assigned consumer (no group is joined and nothing is committed).
+  assigned consumer (no group is joined and nothing is committed; its random group
+  ``delay-sidecar-dlq-*`` is looked up all the same: Describe on that prefix).
 ``dlq-redrive``: as ``dlq-list``, plus the marker topic written (Write) in transactions with the
   id ``delay-sidecar-redrive.<dlq-topic>`` (Write), and the re-sent records: Write on the targets
   (``--to target``) or on the ingress topic (``--to ingress``); Create on the marker topic with
@@ -43,16 +45,18 @@ Targets: the sidecar's principal needs Write on every topic it delivers to, and 
 
 from __future__ import annotations
 
+import argparse
 import re
 import shlex
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
-from sidecar.config import Settings
-from sidecar.dlq import MARKER_SUFFIX, TRANSACTIONAL_PREFIX
+from sidecar.config import Settings, load_settings
+from sidecar.dlq import DLQ_GROUP_PREFIX, MARKER_SUFFIX, TRANSACTIONAL_PREFIX
 
 COMMANDS = ("run", "status", "dlq-list", "dlq-redrive", "producer")
 FORMATS = ("kafka-acls", "strimzi", "table")
@@ -119,6 +123,7 @@ def acls_for(command: str, s: Settings, targets: Iterable[Target] = (), *, creat
             add(TOPIC, changelog, "Write", "mirror store changes")
             add(TOPIC, changelog, "Read", "restore and standbys")
             add(TOPIC, changelog, "DescribeConfigs", "check cleanup.policy=compact")
+            add(GROUP, f"{s.group_id}.restore", "Describe", "the changelog reader's group (never joined)")
         if s.history_topic is not None:
             add(TOPIC, s.history_topic, "Write", "history records")
         if s.exactly_once:
@@ -134,6 +139,7 @@ def acls_for(command: str, s: Settings, targets: Iterable[Target] = (), *, creat
         marker = s.dlq_topic + MARKER_SUFFIX
         add(TOPIC, s.dlq_topic, "Read", "read the dead letters")
         add(TOPIC, marker, "Read", "what was redriven")
+        add(GROUP, DLQ_GROUP_PREFIX, "Describe", "the readers' groups (never joined)", PREFIXED)
         if command == "dlq-redrive":
             add(TOPIC, marker, "Write", "record what is redriven")
             add(TXN, TRANSACTIONAL_PREFIX + s.dlq_topic, "Write", "the redrive's transactions")
@@ -200,3 +206,48 @@ def kafka_user(acls: list[Acl], user: str, cluster: str) -> dict[str, Any]:
         "spec": {"authentication": {"type": "scram-sha-512"},
                  "authorization": {"type": "simple", "acls": entries}},
     }
+
+
+# -- delay-sidecar acls ---------------------------------------------------------------------------
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "acls", help="print the Kafka ACLs a command needs (kafka-acls.sh commands or a Strimzi KafkaUser)",
+        description="Print the least-privilege ACLs of --for (default: the sidecar itself) under the settings "
+                    "`run` would use (--config, DELAY_SIDECAR_* environment). docs/operations.md, 'Security and "
+                    "ACLs', explains each one and the trust model.",
+        epilog="Targets: --target / --target-prefix, else target-allowlist entries that are a topic name or "
+               r"PREFIX.* ('orders\\..*'). Without targets the sidecar may deliver nowhere.")
+    p.add_argument("--config", metavar="FILE", help="the sidecar's YAML config file")
+    p.add_argument("--principal", default="User:delay-sidecar", metavar="User:NAME",
+                   help="the principal the ACLs are for (default: %(default)s)")
+    p.add_argument("--format", default="kafka-acls", choices=FORMATS, help="output form (default: %(default)s)")
+    p.add_argument("--for", dest="acls_for", default="run", choices=COMMANDS,
+                   help="run: the sidecar; status, dlq-list, dlq-redrive: those commands; producer: an "
+                        "application sending delayed records (default: %(default)s)")
+    p.add_argument("--target", action="append", default=[], metavar="TOPIC", help="a target topic (repeatable)")
+    p.add_argument("--target-prefix", action="append", default=[], metavar="PREFIX",
+                   help="target topics starting with PREFIX (repeatable)")
+    p.add_argument("--create-topics", action="store_true",
+                   help="the command may create its missing topics (otherwise an admin creates them first)")
+    p.add_argument("--redrive-to", default="target", choices=("target", "ingress"),
+                   help="for dlq-redrive: where dead letters are re-sent (default: %(default)s)")
+    p.add_argument("--strimzi-cluster", default="my-cluster", metavar="NAME",
+                   help="the KafkaUser's strimzi.io/cluster label (default: %(default)s)")
+
+
+def main(ns: argparse.Namespace) -> int:
+    """``delay-sidecar acls``: the bindings, rendered, on stdout; a note on stderr without targets."""
+    s = load_settings({"config": ns.config})
+    targets = [Target(t) for t in ns.target] + [Target(t, PREFIXED) for t in ns.target_prefix]
+    if not targets:
+        targets = targets_from_allowlist(s.target_allowlist)
+    delivers = ns.acls_for == "run" or (ns.acls_for == "dlq-redrive" and ns.redrive_to == "target")
+    if delivers and not targets:
+        print("delay-sidecar acls: note: no target topics (--target, --target-prefix or target-allowlist): "
+              "no Write on any target is printed", file=sys.stderr)
+    acls = acls_for(ns.acls_for, s, targets, create_topics=ns.create_topics, redrive_to=ns.redrive_to)
+    sys.stdout.write(render(acls, ns.format, ns.principal, bootstrap=s.bootstrap_servers or "BOOTSTRAP",
+                            cluster=ns.strimzi_cluster))
+    return 0

@@ -33,8 +33,8 @@ from typing import Any, cast
 
 import orjson
 
+from sidecar import acls, devtools
 from sidecar import contract as c
-from sidecar import devtools
 from sidecar.client import LATEST_MS
 from sidecar.config import DEFAULT_LEVELS, OPTIONS, ConfigError, Settings, env_name, load_settings, parse_levels
 from sidecar.durations import DURATION_FORMS, SIZE_FORMS, format_duration_ms, parse_duration_ms
@@ -664,6 +664,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "and delay-sidecar send; the default) or murmur2 (the Java client)")
 
     _dlq_parser(sub, common)
+    acls.add_parser(sub)
 
     p = sub.add_parser("inspect", help="describe a data directory (read-only)")
     p.add_argument("data_dir", metavar="DATA_DIR", help="the sidecar's --data-dir")
@@ -842,10 +843,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = parser.parse_args(attach_dash_values(parser, args))
     handlers = {"run": cmd_run, "dev-kafka": cmd_dev_kafka, "send": cmd_send, "reschedule": cmd_send,
                 "cancel": cmd_cancel, "inspect": cmd_inspect, "demo": cmd_demo, "dlq": cmd_dlq,
-                "status": cmd_status}
+                "status": cmd_status, "acls": acls.main}
     try:
         return handlers[ns.command](ns)
-    except (CliError, ConfigError, devtools.DevToolMissing) as e:
+    except (CliError, ConfigError, devtools.DevToolMissing, acls.AclInputError) as e:
         print(f"delay-sidecar {ns.command}: error: {e}", file=sys.stderr)
         return 2
     except Failed as e:

@@ -77,6 +77,7 @@ from sidecar.durations import DURATION_FORMS, parse_duration_ms
 MARKER_SUFFIX = ".redrive"
 MARKER_VERSION = 1
 TRANSACTIONAL_PREFIX = "delay-sidecar-redrive."
+DLQ_GROUP_PREFIX = "delay-sidecar-dlq-"  # the readers' groups (never joined: sidecar/acls.py)
 TIME_FORMS = f"{AT_FORMS}, or a duration before now (e.g. 30m, 2h, 7d: {DURATION_FORMS})"
 DESTINATIONS = ("ingress", "target")
 COMMIT_INTERVAL_S = 1.0  # a transaction commits at least this often (and every --batch records)
@@ -383,7 +384,7 @@ def _consumer(job: Job) -> Any:
     from confluent_kafka import Consumer
 
     return Consumer({
-        "bootstrap.servers": job.bootstrap, "group.id": f"delay-sidecar-dlq-{uuid.uuid4().hex[:8]}",
+        "bootstrap.servers": job.bootstrap, "group.id": f"{DLQ_GROUP_PREFIX}{uuid.uuid4().hex[:8]}",
         "enable.auto.commit": False, "enable.partition.eof": True, "isolation.level": "read_committed",
         "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 16 * 1024 * 1024, **job.kafka,
     })

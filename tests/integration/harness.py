@@ -51,13 +51,15 @@ class Received:
 
 
 def consume_until(
-    bootstrap: str, topics: list[str], want: int, timeout_s: float, settle_s: float = 0.0
+    bootstrap: str, topics: list[str], want: int, timeout_s: float, settle_s: float = 0.0,
+    conf: dict[str, str] | None = None,
 ) -> list[Received]:
     """Read ``topics`` from the beginning until ``want`` records arrived (then ``settle_s`` more
-    seconds, to catch extras such as duplicates) or the timeout."""
+    seconds, to catch extras such as duplicates) or the timeout. ``conf``: more client properties
+    (a secured broker's)."""
     c = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": f"test-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest",
-        "enable.auto.commit": False,
+        **(conf or {}), "bootstrap.servers": bootstrap, "group.id": f"test-{uuid.uuid4().hex[:8]}",
+        "auto.offset.reset": "earliest", "enable.auto.commit": False,
     })
     c.subscribe(topics)
     out: list[Received] = []
