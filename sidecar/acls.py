@@ -156,6 +156,26 @@ def acls_for(command: str, s: Settings, targets: Iterable[Target] = (), *, creat
     return out
 
 
+def open_targets(s: Settings) -> dict[str, str] | None:
+    """The fields of the ``security.open_targets`` start-up warning, or None when it does not apply.
+
+    It applies when the sidecar authenticates (``security.protocol`` SASL_* or SSL: a cluster
+    with principals, hence presumably ACLs) and ``target-allowlist`` is empty: then the ingress
+    topic is the only trust boundary, and whoever may write it has records delivered wherever
+    this principal may write (docs/operations.md, "Security and ACLs").
+    """
+    protocol = s.kafka.get("security.protocol", "plaintext").upper()
+    if s.target_allowlist or protocol not in ("SSL", "SASL_SSL", "SASL_PLAINTEXT"):
+        return None
+    return {
+        "security_protocol": protocol,
+        "risk": f"anyone who can write the ingress topic {s.ingress_topic!r} can have records delivered to any "
+                "topic this sidecar's principal may write",
+        "action": "set target-allowlist to the targets of the producers this deployment serves, and grant this "
+                  "principal Write on those topics only (delay-sidecar acls --target ...)",
+    }
+
+
 # -- rendering ------------------------------------------------------------------------------------
 
 _FLAG = {TOPIC: "--topic", GROUP: "--group", TXN: "--transactional-id", CLUSTER: "--cluster"}

@@ -99,6 +99,8 @@ def cmd_run(ns: argparse.Namespace) -> int:
     logs.setup(settings.log_level, threaded=True,
                on_start=demote_self if settings.helper_threads != "none" else None)
     log = logs.get("sidecar")
+    if (risk := acls.open_targets(settings)) is not None:
+        log.warning("security.open_targets", **risk)
     broker = None
     if not settings.bootstrap_servers:
         LocalKafka = devtools.load("devkafka.local", "an embedded broker (no --bootstrap-servers)").LocalKafka
