@@ -78,6 +78,7 @@ class Acl:
     pattern: str  # literal or prefixed
     operation: str  # Kafka's names: Read, Write, Describe, DescribeConfigs, Create
     why: str = ""
+    when: str = "always"  # the setting that needs it (the docs' table)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,14 +105,14 @@ def acls_for(command: str, s: Settings, targets: Iterable[Target] = (), *, creat
     targets = list(targets)
     out: list[Acl] = []
 
-    def add(resource: str, name: str, op: str, why: str, pattern: str = LITERAL) -> None:
-        acl = Acl(resource, name, pattern, op, why)
+    def add(resource: str, name: str, op: str, why: str, pattern: str = LITERAL, when: str = "always") -> None:
+        acl = Acl(resource, name, pattern, op, why, when)
         if all((a.resource, a.name, a.pattern, a.operation) != (resource, name, pattern, op) for a in out):
             out.append(acl)
 
     def write_targets() -> None:
         for t in targets:
-            add(TOPIC, t.name, "Write", "deliveries", t.pattern)
+            add(TOPIC, t.name, "Write", "deliveries", t.pattern, "each target")
 
     if command == "run":
         add(TOPIC, s.ingress_topic, "Read", "consume the ingress topic")
@@ -120,18 +121,19 @@ def acls_for(command: str, s: Settings, targets: Iterable[Target] = (), *, creat
         write_targets()
         changelog = s.changelog_topic_name
         if changelog is not None:
-            add(TOPIC, changelog, "Write", "mirror store changes")
-            add(TOPIC, changelog, "Read", "restore and standbys")
-            add(TOPIC, changelog, "DescribeConfigs", "check cleanup.policy=compact")
-            add(GROUP, f"{s.group_id}.restore", "Describe", "the changelog reader's group (never joined)")
+            on = "changelog: on"
+            add(TOPIC, changelog, "Write", "mirror store changes", when=on)
+            add(TOPIC, changelog, "Read", "restore and standbys", when=on)
+            add(TOPIC, changelog, "DescribeConfigs", "check cleanup.policy=compact", when=on)
+            add(GROUP, f"{s.group_id}.restore", "Describe", "the changelog reader's group (never joined)", when=on)
         if s.history_topic is not None:
-            add(TOPIC, s.history_topic, "Write", "history records")
+            add(TOPIC, s.history_topic, "Write", "history records", when="history-topic set")
         if s.exactly_once:
-            add(TXN, f"{s.group_id}.", "Write", "one transactional id per instance", PREFIXED)
+            add(TXN, f"{s.group_id}.", "Write", "one transactional id per instance", PREFIXED, "exactly-once")
         if create_topics:
             for topic in (s.ingress_topic, s.dlq_topic, changelog, s.history_topic):
                 if topic is not None:
-                    add(TOPIC, topic, "Create", "create it when missing")
+                    add(TOPIC, topic, "Create", "create it when missing", when="--create-topics")
     elif command == "status":
         add(GROUP, s.group_id, "Describe", "find the partition's owner")
         add(TOPIC, s.ingress_topic, "Describe", "partition count, committed offsets")
@@ -144,11 +146,12 @@ def acls_for(command: str, s: Settings, targets: Iterable[Target] = (), *, creat
             add(TOPIC, marker, "Write", "record what is redriven")
             add(TXN, TRANSACTIONAL_PREFIX + s.dlq_topic, "Write", "the redrive's transactions")
             if redrive_to == "ingress":
-                add(TOPIC, s.ingress_topic, "Write", "re-send through the sidecar")
+                add(TOPIC, s.ingress_topic, "Write", "re-send through the sidecar", when="--to ingress")
             else:
-                write_targets()
+                for t in targets:
+                    add(TOPIC, t.name, "Write", "re-send to the target", t.pattern, "--to target")
             if create_topics:
-                add(TOPIC, marker, "Create", "create it when missing")
+                add(TOPIC, marker, "Create", "create it when missing", when="--create-topics")
     elif command == "producer":
         add(TOPIC, s.ingress_topic, "Write", "send delayed records")
     else:
@@ -201,8 +204,8 @@ def render(acls: list[Acl], fmt: str, principal: str, *, bootstrap: str = "BOOTS
             raise AclInputError(f"--principal {principal!r}: a Strimzi KafkaUser is a principal User:NAME")
         return yaml.safe_dump(kafka_user(acls, user, cluster), sort_keys=False)
     if fmt == "table":
-        rows = ["| Resource | Name | Pattern | Operation | Why |", "|---|---|---|---|---|"]
-        rows += [f"| {a.resource} | `{a.name}` | {a.pattern} | {a.operation} | {a.why} |" for a in acls]
+        rows = ["| resource | name | pattern | operation | when | why |", "| --- | --- | --- | --- | --- | --- |"]
+        rows += [f"| {a.resource} | `{a.name}` | {a.pattern} | {a.operation} | {a.when} | {a.why} |" for a in acls]
         return "\n".join(rows) + "\n"
     raise AclInputError(f"--format {fmt!r}: one of {', '.join(FORMATS)}")
 
