@@ -1361,3 +1361,42 @@ def test_every_alert_has_a_runbook_in_docs_helm_md(rule_docs: list[Doc]) -> None
         for body in section.split("\n### ")[1:]:
             if body.startswith(name):
                 assert "**What it means**" in body and "**What to do**" in body, name
+
+
+# ---- the KafkaUser (kafkaUser.enabled) -----------------------------------------------------------
+
+
+def _acl_rows(entries: list[Doc]) -> set[tuple[str, str, str, str]]:
+    return {(e["resource"]["type"], e["resource"].get("name", ""), e["resource"].get("patternType", ""), op)
+            for e in entries for op in e["operations"]}
+
+
+@pytest.mark.parametrize("values_text", [
+    "kafkaUser: {enabled: true, targets: [orders.paid]}",
+    "config: {delivery: exactly-once, historyTopic: delay.history, changelogTopic: cl, groupId: g}\n"
+    "kafkaUser: {enabled: true, targetPrefixes: [orders.], targets: [payments], createTopics: true, name: sc}",
+    "config: {changelog: 'off', ingressTopic: in, dlqTopic: dead}\nkafkaUser: {enabled: true, targets: [t]}",
+], ids=["defaults", "exactly-once-history-create", "changelog-off"])
+def test_kafka_user_holds_the_acls_delay_sidecar_acls_prints(helm: str, tmp_path: Path, values_text: str) -> None:
+    from sidecar import acls
+
+    values = tmp_path / "values.yaml"
+    values.write_text(values_text)
+    docs = render(helm, values)
+    user = only(docs, "KafkaUser")
+    ku = yaml.safe_load(values_text)["kafkaUser"]
+    targets = [acls.Target(t) for t in ku.get("targets", [])]
+    targets += [acls.Target(t, acls.PREFIXED) for t in ku.get("targetPrefixes", [])]
+    s = settings_in_pod(docs, tmp_path, {})
+    name = ku.get("name", FULLNAME)
+    want = acls.kafka_user(acls.acls_for("run", s, targets, create_topics=ku.get("createTopics", False)), name,
+                           "my-cluster")
+    assert user["apiVersion"] == want["apiVersion"] and user["metadata"]["name"] == name
+    assert user["metadata"]["labels"]["strimzi.io/cluster"] == "my-cluster"
+    assert user["spec"]["authentication"] == want["spec"]["authentication"]
+    assert _acl_rows(user["spec"]["authorization"]["acls"]) == _acl_rows(want["spec"]["authorization"]["acls"])
+
+
+def test_kafka_user_is_off_by_default_and_needs_targets(default_docs: list[Doc], helm: str) -> None:
+    assert not [d for d in default_docs if d["kind"] == "KafkaUser"]
+    assert "kafkaUser.targets or kafkaUser.targetPrefixes" in render_error(helm, "kafkaUser.enabled=true")
