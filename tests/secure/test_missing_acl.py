@@ -101,7 +101,7 @@ def test_a_missing_acl_is_reported_and_loses_nothing(deployment: Deployment, ind
     assert sc.proc is not None
     if "Traceback" in sc.log_text():  # on its way out
         try:
-            sc.proc.wait(10)
+            sc.proc.wait(5)
         except subprocess.TimeoutExpired:
             # A start-up error raised once the clients exist (init_transactions refused) leaves the
             # process hanging after its traceback; exiting cleanly there is the errors work (#51 item 4)
