@@ -68,6 +68,17 @@ def _unavailable(reason: str) -> None:
     unavailable("Kafka broker", reason)
 
 
+def start_or_unavailable(kafka: LocalKafka, what: str) -> tuple[str, float]:
+    """Start ``kafka``: its bootstrap and the seconds it took; else close it and fail (CI) or skip."""
+    t0 = time.monotonic()
+    try:
+        return kafka.start(timeout=START_TIMEOUT_S), time.monotonic() - t0
+    except Exception as exc:
+        kafka.close()
+        _unavailable(f"could not start {what}: {type(exc).__name__}: {exc}")
+        raise  # not reached: _unavailable fails or skips
+
+
 def _announce(config: pytest.Config, line: str) -> None:
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
@@ -96,17 +107,8 @@ def _kafka_broker(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
         return
 
     kafka = LocalKafka(data_dir=tmp_path_factory.mktemp("kafka"))
-    t0 = time.monotonic()
-    try:
-        bootstrap = kafka.start(timeout=START_TIMEOUT_S)
-    except Exception as exc:
-        kafka.close()
-        _unavailable(f"could not start a local broker: {type(exc).__name__}: {exc}")
-    broker = _Broker(
-        bootstrap,
-        kafka,
-        f"local {kafka.describe()}; started in {time.monotonic() - t0:.1f}s",
-    )
+    bootstrap, seconds = start_or_unavailable(kafka, "a local broker")
+    broker = _Broker(bootstrap, kafka, f"local {kafka.describe()}; started in {seconds:.1f}s")
     _session_broker = broker
     _announce(request.config, f"\nkafka: {broker.description}")
     try:

@@ -10,14 +10,13 @@ group names; the ACLs they grant name only their own resources.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
 
 from devkafka.local import LocalKafka
 from devkafka.secure import SecureBroker
-from tests.conftest import START_TIMEOUT_S, _announce, _unavailable
+from tests.conftest import _announce, start_or_unavailable
 from tests.secure.cluster import SecureCluster
 
 
@@ -25,13 +24,8 @@ from tests.secure.cluster import SecureCluster
 def secure_kafka(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureCluster]:
     """The session's secured broker (a super user ``admin``; users made per test)."""
     kafka = LocalKafka(data_dir=tmp_path_factory.mktemp("secure-kafka"), prefer_docker=False, secure=SecureBroker())
-    t0 = time.monotonic()
-    try:
-        bootstrap = kafka.start(timeout=START_TIMEOUT_S)
-    except Exception as exc:
-        kafka.close()
-        _unavailable(f"could not start the secured local broker: {type(exc).__name__}: {exc}")
-    _announce(request.config, f"\nsecure kafka: {kafka.describe()} (SASL_SSL); started in {time.monotonic() - t0:.1f}s")
+    bootstrap, seconds = start_or_unavailable(kafka, "the secured local broker")
+    _announce(request.config, f"\nsecure kafka: {kafka.describe()} (SASL_SSL); started in {seconds:.1f}s")
     cluster = SecureCluster(kafka, bootstrap)
     try:
         yield cluster
