@@ -727,6 +727,10 @@ def test_notes_explain_sending_headers_and_logs(helm: str, tmp_path: Path) -> No
     off = only(render(helm, CI_TLS_SASL, sets=("config.changelog=off",), chart=chart), "ConfigMap", "rendered-notes")
     assert "single-instance mode" in off["data"]["notes"] and "changelog topic" not in off["data"]["notes"]
     assert "placeholder" not in notes
+    assert "TRUST:" not in notes  # SASL and TLS on, but config.targetAllowlist narrows the targets
+    open_targets = only(render(helm, sets=("sasl.enabled=true", "sasl.existingSecret=s"), chart=chart),
+                        "ConfigMap", "rendered-notes")["data"]["notes"]
+    assert 'TRUST: anyone who can write the ingress topic "delay.ingress"' in open_targets
     defaults = only(render(helm, chart=chart), "ConfigMap", "rendered-notes")["data"]["notes"]
     assert "placeholder" in defaults  # warns while bootstrapServers is the default
 
