@@ -840,6 +840,10 @@ class TwinAdmin:
     def list_topics(self, topic: str | None = None, timeout: float = 0) -> _TopicsMeta:
         return _TopicsMeta(dict(self.cluster.topics))
 
+    def describe_topics(self, topics: Any, **_kw: Any) -> dict[str, _Done]:
+        """No ACLs here: the broker does not say which operations are authorized (None)."""
+        return {t: _Done(SimpleNamespace(authorized_operations=None)) for t in topics.topic_names}
+
     def create_topics(self, new_topics: list[Any], operation_timeout: float = 0) -> dict[str, _Done]:
         for t in new_topics:
             self.cluster.create_topic(t.topic, t.num_partitions, dict(t.config or {}))

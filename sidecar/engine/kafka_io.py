@@ -44,9 +44,11 @@ from confluent_kafka import (
     KafkaException,
     Message,
     Producer,
+    TopicCollection,
     TopicPartition,
 )
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AclOperation,
     AdminClient,
     ConfigResource,
     NewTopic,
@@ -526,7 +528,10 @@ class KafkaIO:
             self.consumer.pause([tp for tp in tps if tp.partition in held])
 
     def topic_exists(self, topic: str) -> bool | None:
-        """Does the cluster have ``topic``? (a metadata request; None: no answer)"""
+        """Does the cluster have ``topic``, and may this principal write it? (a metadata request,
+        then a describe with the principal's authorized operations; None: no answer). A topic
+        it may see but not write would fail its produce, and in a transaction that dooms the
+        whole transaction, again after each abort: it counts as missing instead."""
         try:
             found = self._admin().list_topics(topic=topic, timeout=5).topics.get(topic)
         except KafkaException:
@@ -536,7 +541,22 @@ class KafkaIO:
         err = getattr(found, "error", None)
         if err is not None:
             return None if err.retriable() else False
-        return bool(found.partitions)
+        return bool(found.partitions) and self._may_write(topic)
+
+    def _may_write(self, topic: str) -> bool:
+        try:
+            fut = self._admin().describe_topics(TopicCollection([topic]), request_timeout=5,
+                                                include_authorized_operations=True)[topic]
+            ops = fut.result().authorized_operations
+        except KafkaException:
+            return True  # no answer about the ACLs: the produce tells
+        if ops is None or AclOperation.WRITE in ops or AclOperation.ALL in ops:
+            return True  # None: the broker did not say
+        if self.should_warn(f"not_writable:{topic}", 300):
+            log.warning("target.not_writable", topic=topic,
+                        action="its records go to the DLQ (delivery-failed); grant this principal Write on the "
+                               "topic if it is a target of the producers this sidecar serves")
+        return False
 
     def _tp(self, topic: str, partition: int, offset: int) -> TopicPartition:
         """An offset to commit, with this owner's address as its metadata when it has one."""

@@ -32,10 +32,11 @@ everything else comes back to the Python code here, the reference. Both share
 
 **Exactly-once** (``delivery: exactly-once``, engine/transactions.py): a record's changelog
 tombstone is written when it is produced, inside the same transaction (``_produce``; after a C
-run, ``_tombstones``). A target topic is produced to only once the cluster's metadata has it (a
-produce to a missing topic would abort the whole transaction when it times out): a batch with a
-target not known yet takes the reference path, where an unknown target takes the missing-target
-path (``delivery-grace``, then the DLQ) without a produce. A
+run, ``_tombstones``). A target topic is produced to only once the cluster's metadata has it and
+this principal may write it (``KafkaIO.topic_exists``; a produce to a missing topic would abort
+the whole transaction when it times out, one to a topic it may not write at once, after every
+abort again): a batch with a target not known yet takes the reference path, where an unknown
+target takes the missing-target path (``delivery-grace``, then the DLQ) without a produce. A
 failed delivery report cannot be retried inside the transaction: it dooms it (``doomed``), and
 the loop aborts and restores the committed state.
 
@@ -326,8 +327,8 @@ class Publishing:
         st = self.state
         if self.exactly_once and topic not in self._known and not self._target_known(topic, now):
             self._failed(ref, rec, store, att, KafkaError(
-                KafkaError._UNKNOWN_TOPIC, f"target topic {topic!r} is not in the cluster's metadata (not produced: "
-                "exactly-once)"))
+                KafkaError._UNKNOWN_TOPIC, f"target topic {topic!r} is not in the cluster's metadata or this principal "
+                "may not write it (not produced: exactly-once)"))
             return True
         if st.troubled and topic in st.troubled and st.topic_in_flight.get(topic, 0) >= self.topic_cap:
             # A failing (slow, missing) target must not take the whole in-flight budget from the

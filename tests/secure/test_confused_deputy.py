@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from sidecar import contract as c
+from sidecar.acls import Acl
 from tests.integration.harness import consume_until
 from tests.secure.cluster import SecureCluster
 from tests.secure.deploy import Deployment
@@ -59,3 +60,33 @@ def test_ingress_writer_cannot_reach_a_topic_it_may_not_write(deployment: Deploy
     assert dep.read_all(payments) == []
     warnings = sc.log_text().count('"event":"security.open_targets"')
     assert warnings == (1 if narrowed_by == "acls" else 0), sc.log_text()[:3000]
+
+
+def test_exactly_once_dead_letters_a_target_it_may_see_but_not_write(secure_kafka: SecureCluster,
+                                                                     tmp_path: Path) -> None:
+    """A principal that may Describe ``payments`` but not Write it (a Describe granted on every
+    topic, say): in a transaction such a produce would abort it, and again after every abort,
+    stalling the partition. The sidecar asks which operations it may do on a new target first:
+    the record goes to the DLQ, the records after it arrive."""
+    dep = Deployment(secure_kafka, tmp_path, delivery="exactly-once", changelog="on",
+                     extra=["--delivery-attempts", "2"])
+    try:
+        payments = f"payments-{dep.ingress}"
+        dep.create_topics()
+        secure_kafka.create_topics([payments])
+        dep.grant()
+        secure_kafka.grant(SecureCluster.principal(dep.sidecar_user), [Acl("topic", payments, "literal", "Describe")])
+        sc = dep.sidecar("0")
+        sc.start()
+        dep.send(1, delay_ms=200, target=payments, prefix="steal")
+        values = dep.send(3, delay_ms=500, prefix="ok")
+        letters = consume_until(dep.cluster.bootstrap, [dep.dlq], 1, 60, conf=dep.cluster.admin_conf)
+        arrived = consume_until(dep.cluster.bootstrap, [dep.target], 3, 60, conf=dep.cluster.admin_conf)
+        assert [r.value for r in letters] == [b"steal-0"]
+        assert letters[0].headers[c.DLQ_REASON] == c.DELIVERY_FAILED.encode()
+        assert sorted(r.value or b"" for r in arrived) == values
+        assert dep.read_all(payments) == []
+        assert '"event":"target.not_writable"' in sc.log_text()
+        assert '"event":"transaction.aborted"' not in sc.log_text()
+    finally:
+        dep.stop()
