@@ -6,7 +6,7 @@ Kafka out and measures what one record costs the sidecar's loop thread when reco
 steady rate and fall due 1-10 s later, the ``lateness`` workload, so the two schedulers (and builds)
 can be compared on their own work. It needs no broker and starts no sidecar.
 
-Method: the loop's own turn functions (``Sidecar.ingest``, ``Publishing.publish``, ``poll``) and a real
+Method: the loop's own turn functions (``Ingress.ingest``, ``Publishing.publish``, ``poll``) and a real
 ``PartitionStore`` on a fresh data directory run in the bench process, single-threaded. An
 in-process stand-in for the consumer hands the loop ``RATE`` records/s in real time, in 5 ms ticks
 (the load generator's), each tick's records stamped with the wall clock as the broker's CreateTime
@@ -170,7 +170,7 @@ def measure(workdir: Path, scheduler: str, rate: float, seconds: float) -> dict[
                 for m in batch:
                     m._ts = now
                 for j in range(0, len(batch), INGEST_SLICE):
-                    sc.ingest(batch[j : j + INGEST_SLICE])
+                    sc.ingress.ingest(batch[j : j + INGEST_SLICE])
                 i = want
             b = time.thread_time()
             sc.pub.publish()

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -190,6 +191,21 @@ class StoreMirror:
         value = msg.value()
         if value is not None:
             store.covered(_SRC_OFFSET.unpack_from(value, _SRC_AT)[0])
+
+
+def wait_acked(store: PartitionStore, poll: Callable[[float], None], clock: Any, timeout_s: float) -> bool:
+    """Wait (at most ``timeout_s``, polling the producer) until every changelog write of ``store``
+    is acknowledged: before an offset commit outside the checkpoint jobs (a revoke, a shutdown).
+    True when they all are (and without a changelog)."""
+    mirror = store.mirror
+    if mirror is None:
+        return True
+    if isinstance(mirror, StoreMirror) and not mirror.active:
+        return mirror.acked >= mirror.produced  # its writes were purged: no report is coming
+    deadline = clock.monotonic() + timeout_s
+    while mirror.acked < mirror.produced and clock.monotonic() < deadline:
+        poll(0.05)
+    return mirror.acked >= mirror.produced
 
 
 @dataclass

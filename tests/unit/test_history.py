@@ -89,7 +89,7 @@ def test_a_history_that_cannot_be_written_never_stops_delivery(tmp_path: Path, m
     w.check(set(w.sent))
     assert sc.history.failed == 100 and sc.history.written == 0  # 50 accepted + 50 delivered, all dropped
     assert Counter(m.topic() for m in w.cluster.records(HISTORY)) == Counter()
-    sc._sync_metrics({})
+    sc.reporting.sync_metrics()
     assert sc.metrics is not None and b"delay_sidecar_history_failed_total 100.0" in sc.metrics.render()
     sc.shutdown()
 

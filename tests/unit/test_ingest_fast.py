@@ -1,6 +1,6 @@
 """The C intake fast path (``PartitionStore.ingest_many`` -> ``_native.ingest_run``) against the
 reference path (``ingest_fields`` per record): the same random consumer batches are fed to
-``Sidecar.ingest`` with the fast path on and off, and everything must come out identical — the
+``Ingress.ingest`` with the fast path on and off, and everything must come out identical — the
 bytes of every file of both partition stores (commit-log segments, scheduler files, id index,
 checkpoint) and every plain Python-visible field of the store, its log, id index and scheduler,
 after every batch.
@@ -27,7 +27,7 @@ from confluent_kafka import KafkaError, Message
 
 from sidecar import contract as c
 from sidecar.config import Settings
-from sidecar.engine import loop
+from sidecar.engine import ingress, loop
 from sidecar.levels.scheduler import LevelsScheduler
 from sidecar.store import codec
 from sidecar.store import idindex as idindex_mod
@@ -108,8 +108,8 @@ class Recorder:
 
 def run(root: Path, scheduler: str, seed: int, fast: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
     clock = VirtualClock(T0)
-    monkeypatch.setattr(loop, "FAST_INTAKE", fast)
-    monkeypatch.setattr(loop, "FAST_RETRY", seed % 3)  # retry soon after a bail: more boundaries tested
+    monkeypatch.setattr(ingress, "FAST_INTAKE", fast)
+    monkeypatch.setattr(ingress, "FAST_RETRY", seed % 3)  # retry soon after a bail: more boundaries tested
     # a tiny id index cut every 16 operations, so it grows many times and merges all the time: the
     # fast path stores records while a pass runs (three tables probed); passes run at the index's
     # next look, so both runs cut and merge at the same points
@@ -136,7 +136,7 @@ def run(root: Path, scheduler: str, seed: int, fast: bool, monkeypatch: pytest.M
     states = []
     for now, msgs in batches(seed, 40):
         clock.now_ms = now
-        sc.ingest(msgs)
+        sc.ingress.ingest(msgs)
         for st in sc.stores.values():
             st.index_step(now)  # the loop's index step: a pass noticed, the next one cut
         states.append([state(sc.stores[p]) for p in (0, 1)])
@@ -213,9 +213,9 @@ def test_a_slot_started_by_the_fast_intake_is_seen_by_the_next_due_time(tmp_path
 
     far = T0 + 2 * 3_600_000  # beyond the 1 h ring: a bucket record, no slot
     sc.stores[0] = st
-    sc.ingest([msg(0, far - T0)])
+    sc.ingress.ingest([msg(0, far - T0)])
     assert w.due(T0, 10) == [] and w.next_due_ms() == far  # no slot occupied: the memo says so
-    sc.ingest([msg(1, 5_000)])  # the timer log's first entry: the Python path opens its file
+    sc.ingress.ingest([msg(1, 5_000)])  # the timer log's first entry: the Python path opens its file
     assert w.next_due_ms() == T0 + 5_000
     for i, delay in enumerate([900, 40], start=2):
         assert st.ingest_many([msg(i, delay)], 0, T0, TOPIC) == 1  # taken by the C intake

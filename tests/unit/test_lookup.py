@@ -214,9 +214,9 @@ def test_sidecar_lookup_from_another_thread_while_the_loop_runs(tmp_path: Path) 
 
 
 def test_sidecar_lookup_waits_for_the_loop_then_gives_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from sidecar.engine import loop
+    from sidecar.engine import lookup
 
-    monkeypatch.setattr(loop, "LOOKUP_WAIT_S", 0.05)
+    monkeypatch.setattr(lookup, "LOOKUP_WAIT_S", 0.05)
     w = World(tmp_path)
     sc = w.sidecar("a")
     w.run([sc], lambda: bool(sc.stores))

@@ -243,14 +243,14 @@ def test_refused_changelog_writes_pause_ingress_and_commit_nothing(tmp_path: Pat
     w.cluster.refused.add(CHANGELOG)
     w.send(40, lambda i: 500)
     w.clock.advance(1500)
-    w.run([a], lambda: a.paused)
-    assert "changelog" in a.pause_reason
+    w.run([a], lambda: a.backpressure.paused)
+    assert "changelog" in a.backpressure.pause_reason
     w.clock.advance(3000)
     for _ in range(20):
         a.turn()
     assert committed(w) == before, "an offset was committed while its changelog writes were refused"
     w.cluster.refused.clear()
-    w.run([a], lambda: not a.paused and len(w.delivered()) >= 40)
+    w.run([a], lambda: not a.backpressure.paused and len(w.delivered()) >= 40)
     w.clock.advance(1500)
     w.run([a], lambda: committed(w) == {p: 10 for p in range(PARTITIONS)})
     w.check(set(w.sent))

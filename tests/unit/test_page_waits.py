@@ -6,7 +6,7 @@ read waited 50-135 ms for the disk on the loop (run h9a). With ``Common.IDX_RESI
 intake reads a table slot only where its page is in memory (``mincore``), and else stops before
 the record with the slot in ``Common.IDX_WAIT``; the store has the page read on the page thread
 (``IdIndex.read_page``), and the loop pauses the partition from that record on and consumes it
-again once the page is in (``Sidecar._page_wait``).
+again once the page is in (``PageWaits.hold``).
 
 The first test evicts a real table's pages from the page cache and checks that the C intake
 stops, that the page thread reads the page in, and that the record is then stored. The others
@@ -25,7 +25,7 @@ import pytest
 from confluent_kafka import Message
 
 from sidecar import contract as c
-from sidecar.engine import loop as loop_mod
+from sidecar.engine import page_waits as page_waits_mod
 from sidecar.store.idindex import IdIndex, PageRead, id_hash
 from sidecar.store.mapped import PageWorker, page_worker
 from sidecar.store.partition import Counters, IngressRecord, PartitionStore
@@ -180,8 +180,8 @@ def test_a_partition_waits_for_its_page_and_then_is_consumed_again_from_the_reco
     w = World(tmp_path)
     sc = w.sidecar("a", scheduler="levels")
     w.send(200, lambda i: 1000)
-    w.run([sc], lambda: 1 in sc._page_waits)
-    assert sc.page_waits == 1
+    w.run([sc], lambda: 1 in sc.page_waits.held)
+    assert sc.page_waits.count == 1
     # held: its records from offset 10 are not stored while the page is read; the others go on
     w.run([sc], lambda: all(sc.stores[p].next_offset == 50 for p in (0, 2, 3)))
     for _ in range(20):
@@ -190,7 +190,7 @@ def test_a_partition_waits_for_its_page_and_then_is_consumed_again_from_the_reco
     read.done = True
     end = w.clock.now_ms + 3000
     w.run([sc], lambda: w.clock.now_ms >= end and len(w.delivered()) == 200)
-    assert not sc._page_waits and 1 not in _paused(w)
+    assert not sc.page_waits.held and 1 not in _paused(w)
     w.check(set(w.sent))  # each once, none early
     assert sc.stores[1].next_offset == 50
     counters = sc.stores[0].counters  # the loop's, shared by its stores
@@ -207,10 +207,10 @@ def test_a_page_read_that_takes_too_long_lets_the_partition_go_on(
     w = World(tmp_path)
     sc = w.sidecar("a", scheduler="levels")
     w.send(100, lambda i: 1000)
-    w.run([sc], lambda: 2 in sc._page_waits)
+    w.run([sc], lambda: 2 in sc.page_waits.held)
     since = w.clock.monotonic()
-    w.run([sc], lambda: 2 not in sc._page_waits)
-    assert w.clock.monotonic() - since >= loop_mod.PAGE_WAIT_S
+    w.run([sc], lambda: 2 not in sc.page_waits.held)
+    assert w.clock.monotonic() - since >= page_waits_mod.PAGE_WAIT_S
     end = w.clock.now_ms + 3000
     w.run([sc], lambda: w.clock.now_ms >= end and len(w.delivered()) == 100)
     w.check(set(w.sent))
@@ -301,7 +301,7 @@ def test_a_cancel_waits_for_its_page_with_its_partition_held_and_then_cancels(
     w = World(tmp_path)
     sc = w.sidecar("a", scheduler="levels")
     _send_cancels(w)
-    w.run([sc], lambda: 1 in sc._page_waits)
+    w.run([sc], lambda: 1 in sc.page_waits.held)
     w.run([sc], lambda: all(sc.stores[p].next_offset == 60 for p in (0, 2, 3)))
     for _ in range(20):
         sc.turn()
@@ -312,7 +312,7 @@ def test_a_cancel_waits_for_its_page_with_its_partition_held_and_then_cancels(
     read.done = True
     end = w.clock.now_ms + 8000
     w.run([sc], lambda: w.clock.now_ms >= end and len(w.delivered()) == 238)
-    assert not sc._page_waits and 1 not in _paused(w) and sc.page_waits == 1
+    assert not sc.page_waits.held and 1 not in _paused(w) and sc.page_waits.count == 1
     assert counters.cancelled == 2 and counters.ingested == 242 and counters.duplicates == 0
     assert sc.stores[1].next_offset == 62
     w.check(set(w.sent))  # the 238 not cancelled, each once, none early; r1 and r5 never
@@ -327,13 +327,13 @@ def test_a_cancel_whose_page_read_takes_too_long_is_taken_in_place(
     w = World(tmp_path)
     sc = w.sidecar("a", scheduler="levels")
     _send_cancels(w)
-    w.run([sc], lambda: 1 in sc._page_waits)
+    w.run([sc], lambda: 1 in sc.page_waits.held)
     since = w.clock.monotonic()
-    w.run([sc], lambda: 1 not in sc._page_waits)
-    assert w.clock.monotonic() - since >= loop_mod.PAGE_WAIT_S
+    w.run([sc], lambda: 1 not in sc.page_waits.held)
+    assert w.clock.monotonic() - since >= page_waits_mod.PAGE_WAIT_S
     end = w.clock.now_ms + 8000
     w.run([sc], lambda: w.clock.now_ms >= end and len(w.delivered()) == 238)
     counters = sc.stores[0].counters
-    assert counters.cancelled == 2 and sc.page_waits == 1
+    assert counters.cancelled == 2 and sc.page_waits.count == 1
     w.check(set(w.sent))
     sc.shutdown()

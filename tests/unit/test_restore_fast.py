@@ -256,12 +256,12 @@ def test_standby_lag_before_the_first_fetch_is_the_whole_changelog(tmp_path: Pat
     cached yet) it is what the standby started with, not 0 (the bench took that for caught up)."""
     s = Settings(data_dir=str(tmp_path), bootstrap_servers="x:1", ingress_topic=TOPIC)
     sc = loop.Sidecar(s)
-    assert sc.restorer is not None
+    assert sc.restorer is not None and sc.standbys is not None
     st = _store(tmp_path, "wheel")
     sc.restorer.standby[0] = _Restoring(st, 5000, 1200, time.monotonic())  # started at end offset 5000
     ends: dict[int, int | None] = {0: None}
     sc.kafka.changelog_end = ends.get  # type: ignore[method-assign]
-    assert sc._standby_lag() == {0: 3800}
+    assert sc.standbys.lag() == {0: 3800}
     ends[0] = 9000  # fetched: the end moved on
-    assert sc._standby_lag() == {0: 7800}
+    assert sc.standbys.lag() == {0: 7800}
     st.close()

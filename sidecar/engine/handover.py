@@ -1,0 +1,269 @@
+"""Handover: partitions' stores coming into the loop's stores map and leaving it, one owner each.
+
+The group gives partitions and takes them back; Kafka I/O's rebalance callbacks (inside
+``consume``) arrive here through the loop, under its store lock.
+
+- **Assigned** (:meth:`Handover.assigned`): a standby of the partition is promoted; otherwise its
+  store is opened (recovered: ``opening.StoreOpener``) and, without a changelog, joins the stores
+  map at once, resuming ingress at its checkpoint's offset. With the changelog it first catches up
+  with the changelog (another instance may have owned the partition since) and ingress resumes at
+  the group's committed offset: every record before it is in the changelog (the commit waited).
+- **Restoring** (:meth:`Handover.restore_step`, a slice per turn): a restored store joins the
+  stores map and is checkpointed at once (in a crash loop faster than the commit interval every
+  start would otherwise restore the same, growing, changelog tail again); its partition's ingress
+  resumes, skipping the records the store already holds (:meth:`Handover.skip_restored`), from the
+  first record consumed while it restored (:meth:`Handover.consumed_unowned`).
+- **Revoked** (:meth:`Handover.revoked`): what is in flight is finished, then each store is
+  checkpointed, its offset committed and closed before the new owner gets the partition; from
+  then on this instance publishes nothing of it (the delivery reports of a store no longer in the
+  map are dropped).
+- **Lost** (the group moved on without us) and **fenced** (the consumer is dead): the stores close
+  without an offset commit; their checkpoints still save a restart's replay.
+
+Exactly-once (``exactly_once``): a revoke's stores close clean only if the transaction holding
+their last deliveries committed (``revoked``'s ``commit``, from ``exactly_once.py``); otherwise they
+close dirty (``discard``) and their next owner restores the committed state.
+
+Several ingress topics (the tenants issue): the map's key (``stores.StoreKey``) is the only thing
+that changes here; the callbacks then name topic and partition.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import KafkaException
+
+from sidecar import logs
+from sidecar.config import Settings
+from sidecar.engine.changelog import Restorer, StoreMirror
+from sidecar.engine.clock import Clock
+from sidecar.engine.durability import Durability
+from sidecar.engine.kafka_io import KafkaIO
+from sidecar.engine.opening import StoreOpener
+from sidecar.engine.page_waits import PageWaits
+from sidecar.engine.publishing import Publishing
+from sidecar.engine.stores import StoreKey, Stores, record_key, store_key
+from sidecar.engine.transactions import mark_clean
+from sidecar.store.partition import PartitionStore
+
+log = logs.get("sidecar")
+
+
+class Handover:
+    def __init__(
+        self, settings: Settings, stores: Stores, kafka: KafkaIO, pub: Publishing, durability: Durability,
+        restorer: Restorer | None, opener: StoreOpener, page_waits: PageWaits, clock: Clock, *, history: Any,
+        exactly_once: bool, readiness: Callable[[bool], None], space_check: Callable[[list[PartitionStore]], None],
+    ) -> None:
+        self.s = settings
+        self.stores = stores
+        self.kafka = kafka
+        self.pub = pub
+        self.durability = durability
+        self.restorer = restorer
+        self.opener = opener
+        self.page_waits = page_waits
+        self.clock = clock
+        self.history = history
+        self.exactly_once = exactly_once
+        self.readiness = readiness  # (assigned): /readyz
+        self.space_check = space_check  # (the stores now held): disk space for what was assigned
+        self.skip: dict[StoreKey, int] = {}  # ingress offsets below this are already stored
+        # restoring -> the first ingress offset consumed while it had no store: read again from
+        # there once it is restored (``consumed_unowned``)
+        self.refetch: dict[StoreKey, int] = {}
+
+    # -- what is held -----------------------------------------------------------------------------
+    def held(self) -> set[StoreKey]:
+        """Assigned partitions whose ingress waits: their stores are still restoring."""
+        return set() if self.restorer is None else set(self.restorer.restoring)
+
+    def all_stores(self) -> list[PartitionStore]:
+        """The open stores and the ones still restoring from the changelog."""
+        restoring = [] if self.restorer is None else [r.store for r in self.restorer.restoring.values()]
+        return [*self.stores.values(), *restoring]
+
+    def _changed(self) -> None:
+        self.readiness(bool(self.stores) or bool(self.held()))
+
+    # -- the group's callbacks --------------------------------------------------------------------
+    def assigned(self, partitions: list[StoreKey]) -> dict[StoreKey, int | None]:
+        """Open (recover) each partition's store; the ingress offset to resume at (None: the
+        group's committed offset)."""
+        resume: dict[StoreKey, int | None] = {}
+        restore: list[PartitionStore] = []  # restored from the changelog (their offsets asked for at once)
+        for key in partitions:
+            warm = self.restorer.end_standby(key) if self.restorer is not None else None
+            if warm is not None:
+                # a standby of this partition: its store is current up to the last seconds
+                warm.mirror = self._mirror(warm)
+                warm.history = self.history
+                resume[key] = None
+                log.info("standby.promoted", partition=key, changelog_offset=warm.changelog_offset)
+                restore.append(warm)
+                continue
+            store = self.opener.new(key)
+            t0 = time.monotonic()
+            resume[key] = offset = self.opener.open(store)
+            log.info(
+                "partition.recovered", partition=key, resume_offset=offset, pending=store.pending(),
+                truncated_bytes=store.truncated_bytes, dangling=len(getattr(store, "dangling", ())),
+                seconds=round(time.monotonic() - t0, 3), steps=store.open_steps,
+            )
+            if self.restorer is None:
+                self.stores[key] = store
+                continue
+            store.mirror = self._mirror(store)
+            resume[key] = None
+            restore.append(store)
+        if self.restorer is not None:
+            self.restorer.begin_many(restore)
+        log.info("partitions.assigned", partitions=partitions)
+        self._changed()
+        self.space_check(self.all_stores())
+        return resume
+
+    def _mirror(self, store: PartitionStore) -> StoreMirror:
+        assert self.kafka.changelog_topic is not None
+        return StoreMirror(self.kafka, self.kafka.changelog_topic, store, self.exactly_once)
+
+    def revoked(self, partitions: list[StoreKey], commit: Callable[[], str] | None = None) -> str:
+        """Finish what is in flight, then checkpoint, commit and close each revoked store.
+        ``commit`` (exactly-once): commits the open transaction before the stores close; "" when
+        it committed, else why not (then they close dirty). Returns that reason."""
+        self.pub.drain(deadline=self.clock.monotonic() + self.s.shutdown_timeout_ms / 1000)
+        self.drop_restoring(partitions)
+        why = commit() if commit is not None else ""
+        for key in partitions:
+            store = self.stores.pop(key, None)
+            if store is None:
+                continue
+            if why:
+                self.discard(store)
+            else:
+                self.close_clean(store)
+        if commit is None:
+            log.info("partitions.revoked", partitions=partitions)
+        else:
+            log.info("partitions.revoked", partitions=partitions, committed=not why)
+        self._changed()
+        return why
+
+    def lost(self, partitions: list[StoreKey]) -> None:
+        """The group moved on without us: close the stores, commit nothing (not ours any more)."""
+        self.drop_restoring(partitions)
+        for key in partitions:
+            store = self.stores.pop(key, None)
+            if store is not None:
+                self.discard(store)
+        log.warning("partitions.lost", partitions=partitions)
+        self._changed()
+
+    def fenced(self) -> None:
+        """The consumer is dead (fenced): finish what is in flight, then close every store without
+        an offset commit (the new consumer resumes from the checkpoints: nothing is lost)."""
+        self.pub.drain(deadline=self.clock.monotonic() + min(self.s.shutdown_timeout_ms / 1000, 10.0))
+        self.drop_restoring(list(self.held()))
+        stores = list(self.stores.values())
+        self.stores.clear()
+        for store in stores:
+            self.discard(store)
+        self._changed()
+
+    # -- closing ----------------------------------------------------------------------------------
+    def close_clean(self, store: PartitionStore) -> None:
+        """Checkpoint, commit and close ``store`` (exactly-once: after a committed transaction,
+        so it is marked clean)."""
+        self.durability.checkpoint_now(store, sync=True)
+        store.close()
+        if self.exactly_once:
+            mark_clean(store.dir)
+
+    def discard(self, store: PartitionStore) -> None:
+        """Close ``store`` without an offset commit. Exactly-once: its state may run ahead of the
+        committed transactions, so it stays dirty (wiped when opened again) and the reports of its
+        purged changelog writes are ignored."""
+        if self.exactly_once and isinstance(store.mirror, StoreMirror):
+            store.mirror.active = False
+        self.durability.close_uncommitted(store)
+
+    def drop_restoring(self, partitions: list[StoreKey]) -> None:
+        """Partitions that go away: a restoring one's store keeps what it restored (uncommitted)."""
+        for key in partitions:
+            self.skip.pop(key, None)
+            self.refetch.pop(key, None)
+            self.page_waits.drop(key)
+        if self.restorer is None:
+            return
+        for key in partitions:
+            store = self.restorer.cancel(key)
+            if store is not None:
+                self.durability.close_uncommitted(store)
+
+    # -- restoring --------------------------------------------------------------------------------
+    def restore_step(self) -> None:
+        """A slice of changelog restore; a restored store joins the loop and its ingress resumes."""
+        assert self.restorer is not None
+        for store in self.restorer.step():
+            key = store_key(store)
+            store.dirty = True  # its next checkpoint records the changelog offset it now covers
+            self.stores[key] = store
+            store.remirror_replayed()
+            self.durability.checkpoint_soon(store)  # at once: see the module docstring
+            # Ingress resumes at the group's committed offset, which may be older than what this
+            # store holds: the records the changelog has, and those this store recovered locally
+            # (written to the changelog again just now), are skipped when consumed again.
+            held = [o for o in (store.changelog_ingress, store.resume_offset) if o is not None]
+            end = self.kafka.ingress_end(key) if held else None
+            if held and end is not None and max(held) > end:
+                # the store names ingress offsets this topic never had (recreated?): skipping
+                # would drop new records, so nothing is skipped (duplicates by id are recognised)
+                log.warning("changelog.ingress_ahead", partition=key, held_until=max(held),
+                            ingress_end=end, action="consuming from the committed offset without skipping")
+            elif held:
+                self.skip[key] = max(held)
+            again = self.refetch.pop(key, None)
+            if again is not None:
+                # the usual way now: a restoring partition is held at its first record (kafka_io._assign)
+                log.info("ingress.consumed_while_restoring", partition=key, offset=again,
+                         action="consuming it again from that offset")
+                try:
+                    self.kafka.seek(key, again)
+                except KafkaException as e:  # not expected: it was being fetched
+                    log.error("ingress.seek_failed", partition=key, offset=again, error=str(e))
+            self.kafka.release(key)
+        self._changed()
+
+    def trim_restoring(self) -> None:
+        """The restoring and standby stores drop the mapped pages they no longer need."""
+        if self.restorer is not None:
+            for r in (*self.restorer.restoring.values(), *self.restorer.standby.values()):
+                r.store.trim()
+
+    # -- ingress ----------------------------------------------------------------------------------
+    def skip_restored(self, msgs: list[Any]) -> list[Any]:
+        """Drop the records a restore already brought in (see ``restore_step``); a partition's
+        skip ends at its first record past it."""
+        skip, out = self.skip, []
+        for m in msgs:
+            if m.error() is None:
+                key = record_key(m)
+                below = skip.get(key)
+                if below is not None:
+                    if m.offset() < below:
+                        continue
+                    del skip[key]
+            out.append(m)
+        return out
+
+    def consumed_unowned(self, key: StoreKey, offset: int) -> None:
+        """A record of ``key`` was consumed while it has no store. Revoked in between: the new
+        owner consumes it. Or assigned and still restoring (the assign callback does not pause it:
+        kafka_io._assign): paused now, and consumed again from its first such record once
+        restored. Dropped, it would never be stored."""
+        if self.restorer is not None and key in self.restorer.restoring and key not in self.refetch:
+            self.refetch[key] = offset
+            self.kafka.hold(key)

@@ -1,0 +1,88 @@
+"""Ingress: a batch of consumed records, each into its partition's store, in order.
+
+:meth:`Ingress.ingest` walks the batch once. Runs of common records go to the store's C intake in
+one call (``PartitionStore.ingest_many``), which stops at the first record it does not take (a
+cancel, a replace, a late or bad record, another partition); that record takes the reference path
+(``PartitionStore.ingest_fields``), and after a run the C intake took nothing from, the next
+``FAST_RETRY`` records do too, so its setup is not paid for each of a run of such records. Each
+record is scheduled before the next is looked at: after the batch every consumed offset is in its
+store (the checkpoint may name it).
+
+A record whose store is not here is dropped or held: revoked in between (the new owner consumes
+it), restoring (``Handover.consumed_unowned``: consumed again once restored), or held for an
+id-table page (``page_waits.py``: consumed again once the page is in). The records a restore
+already brought in are skipped first (``Handover.skip_restored``).
+
+Several ingress topics (the tenants issue): the store comes from ``stores.record_key`` and the
+topic from the record instead of the one ``ingress-topic``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sidecar.config import Settings
+from sidecar.engine.clock import Clock
+from sidecar.engine.handover import Handover
+from sidecar.engine.kafka_io import KafkaIO
+from sidecar.engine.page_waits import PageWaits
+from sidecar.engine.stores import StoreKey, Stores, record_key
+from sidecar.store.partition import FAST_INTAKE, PartitionStore
+
+FAST_RETRY = 32  # records left to the reference path after the C intake took none
+
+
+class Ingress:
+    def __init__(
+        self, settings: Settings, stores: Stores, kafka: KafkaIO, handover: Handover, page_waits: PageWaits,
+        clock: Clock,
+    ) -> None:
+        self.s = settings
+        self.stores = stores
+        self.kafka = kafka
+        self.handover = handover
+        self.page_waits = page_waits
+        self.clock = clock
+
+    def ingest(self, msgs: list[Any]) -> None:
+        if self.handover.skip:
+            msgs = self.handover.skip_restored(msgs)
+        now = self.clock.wall_ms()
+        stores = self.stores
+        waiting = self.page_waits.held
+        topic = self.s.ingress_topic
+        last: StoreKey | None = None
+        store: PartitionStore | None = None
+        i, n = 0, len(msgs)
+        fast_at = 0 if FAST_INTAKE else n  # where to try the C fast path next
+        while i < n:
+            if store is not None and i >= fast_at:
+                # the common records in one C call; it stops at the first other one (the path below)
+                j = store.ingest_many(msgs, i, now, topic)
+                # none taken: a run of other records (cancels, late ones...), so the fast path's
+                # setup is not paid for each of them
+                fast_at = j + (FAST_RETRY if j == i else 0)
+                i = j
+                if i >= n:
+                    break
+                if store.page_read is not None:  # stopped for an id-table page: "Page waits"
+                    self.page_waits.hold(store, msgs[i].offset())
+                    store = None
+            m = msgs[i]
+            i += 1
+            err = m.error()
+            if err is not None:
+                self.kafka.consume_error(err)
+                continue
+            key = record_key(m)
+            if key != last:
+                last = key
+                store = None if key in waiting else stores.get(key)
+            if store is None:
+                self.handover.consumed_unowned(key, m.offset())
+                continue
+            ts_type, ts = m.timestamp()
+            store.ingest_fields(topic, m.offset(), ts if ts_type else now, m.key(), m.value(), m.headers(), now)
+            if store.page_read is not None:  # a cancel's look-up stopped for an id-table page
+                self.page_waits.hold(store, m.offset())
+                store = None

@@ -1,0 +1,148 @@
+"""Reporting: what the loop has done, told to the operator as metrics, ``stats`` lines and readiness.
+
+The hot path only bumps plain integers (``Counters``) and appends lateness samples; once a second
+:meth:`Reporting.sync_metrics` pushes the deltas since the previous sync to the Prometheus
+metrics (with the pending records per tier, the changelog's and the restores' state, the
+transactions and the history writer), and every ``stats-interval`` :meth:`Reporting.stats` logs
+the totals as one ``stats`` event. Readiness (``/readyz``: partitions assigned, broker reachable)
+is pushed to the health server whenever either changes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sidecar import logs
+from sidecar.engine.backpressure import Backpressure
+from sidecar.engine.changelog import Restorer, StoreMirror
+from sidecar.engine.history import HistoryWriter
+from sidecar.engine.page_waits import PageWaits
+from sidecar.engine.publishing import Publishing
+from sidecar.engine.standbys import Standbys
+from sidecar.engine.stores import Stores
+from sidecar.engine.transactions import Transactions
+from sidecar.engine.turns import TurnWatch
+from sidecar.store.partition import Counters
+
+log = logs.get("sidecar")
+
+
+class Reporting:
+    def __init__(
+        self, stores: Stores, counters: Counters, pub: Publishing, turns: TurnWatch, backpressure: Backpressure,
+        page_waits: PageWaits, *, restorer: Restorer | None, standbys: Standbys | None, txn: Transactions | None,
+        history: HistoryWriter | None, metrics: Any, health: Any,
+    ) -> None:
+        self.stores = stores
+        self.counters = counters
+        self.pub = pub
+        self.turns = turns
+        self.backpressure = backpressure
+        self.page_waits = page_waits
+        self.restorer = restorer
+        self.standbys = standbys
+        self.txn = txn
+        self.history = history
+        self.metrics = metrics
+        self.health = health
+        self.assigned = False
+        self._last = Counters()
+        self._tiers_seen: set[str] = set()
+        self._restored_synced = 0  # restored records already counted in the metrics
+        self._txn_synced = (0, 0)  # (committed, aborted) already counted in the metrics
+        self._history_synced = (0, 0)  # (written, failed) already counted in the metrics
+
+    # -- readiness --------------------------------------------------------------------------------
+    def set_assigned(self, assigned: bool) -> None:
+        """Partitions are held (owned or restoring), or none are."""
+        self.assigned = assigned
+        self.readiness()
+
+    def broker_status(self, up: bool, source: str) -> None:
+        st = self.pub.state
+        if up == st.broker_up:
+            return
+        st.broker_up = up
+        if up:
+            log.info("broker.reachable", source=source)
+        else:
+            log.warning("broker.unreachable", source=source)
+        self.readiness()
+
+    def readiness(self) -> None:
+        if self.health is not None:
+            self.health.set_assigned(self.assigned)
+            self.health.set_broker_reachable(self.pub.state.broker_up)
+
+    # -- metrics and stats ------------------------------------------------------------------------
+    def statistics(self, stats_json: str) -> None:
+        """librdkafka's statistics (``stats_cb``)."""
+        if self.metrics is not None:
+            self.metrics.update_from_stats(stats_json)
+
+    def pending(self) -> dict[str, int]:
+        """Pending records by tier over the owned stores (a tier seen once stays, at 0)."""
+        pending = dict.fromkeys(self._tiers_seen, 0)
+        for store in self.stores.values():
+            for tier, n in store.pending().items():
+                pending[tier] = pending.get(tier, 0) + n
+        self._tiers_seen.update(pending)
+        return pending
+
+    def stats(self) -> None:
+        """The ``stats`` event: totals since start, and the turns since the previous one."""
+        pending = {t: n for t, n in self.pending().items() if n}
+        k = self.counters
+        turn_count, slow_turns, slowest_turn_ms = self.turns.take()
+        late_wakes, latest_wake_ms = self.turns.take_wakes()
+        log.info(
+            "stats", ingested=k.ingested, scheduled=k.scheduled, delivered=k.delivered, cancelled=k.cancelled,
+            duplicates=k.duplicates, replaced=k.replaced, dlq=sum(k.dlq.values()),
+            dlq_by_reason={r: n for r, n in k.dlq.items() if n},
+            pending=sum(pending.values()), pending_by_tier=pending, in_flight=self.pub.in_flight,
+            retry_queue=len(self.pub.retries), early=k.early, paused=self.backpressure.paused, turns=turn_count,
+            slow_turns=slow_turns, slowest_turn_ms=slowest_turn_ms, late_wakes=late_wakes,
+            latest_wake_ms=latest_wake_ms, page_waits=self.page_waits.count,
+            **({"transactions_committed": self.txn.committed, "transactions_aborted": self.txn.aborted}
+               if self.txn is not None else {}),
+            **({"standby_lag": {str(p): n for p, n in self.standbys.lag().items()}}
+               if self.standbys is not None and self.restorer is not None and self.restorer.standby else {}),
+        )
+
+    def sync_metrics(self) -> None:
+        """Push counter deltas since the last sync (the hot path only bumps plain integers)."""
+        m, k, last = self.metrics, self.counters, self._last
+        if m is None:
+            return
+        m.ingested(k.ingested - last.ingested)
+        m.scheduled(k.scheduled - last.scheduled)
+        m.delivered(k.delivered - last.delivered)
+        m.cancelled(k.cancelled - last.cancelled)
+        m.duplicates(k.duplicates - last.duplicates)
+        m.replaced(k.replaced - last.replaced)
+        m.publish_retries(k.publish_retries - last.publish_retries)
+        m.dead_lettered_by_reason({r: n - last.dlq.get(r, 0) for r, n in k.dlq.items()})
+        if self.restorer is not None:
+            mirrors = {p: s.mirror for p, s in self.stores.items() if isinstance(s.mirror, StoreMirror)}
+            m.set_changelog({p: x.produced - x.acked for p, x in mirrors.items()},
+                            {p: x.failed for p, x in mirrors.items()}, self.restorer.remaining())
+            m.restored(self.restorer.applied - self._restored_synced)
+            m.set_standby_lag(self.standbys.lag() if self.standbys is not None else {})
+            self._restored_synced = self.restorer.applied
+        if self.txn is not None:
+            t = self.txn
+            m.transactions(t.committed - self._txn_synced[0], t.aborted - self._txn_synced[1], t.commit_s)
+            t.commit_s = []
+            self._txn_synced = (t.committed, t.aborted)
+        if self.history is not None:
+            hw, hf = self.history.written, self.history.failed
+            m.history(hw - self._history_synced[0], hf - self._history_synced[1])
+            self._history_synced = (hw, hf)
+        st = self.pub.state
+        m.observe_lateness_ms(st.lateness_batch)
+        m.set_pending_many(self.pending())
+        st.lateness_batch = []
+        self._last = Counters(
+            ingested=k.ingested, scheduled=k.scheduled, delivered=k.delivered, cancelled=k.cancelled,
+            duplicates=k.duplicates, replaced=k.replaced, publish_retries=k.publish_retries, dlq=dict(k.dlq),
+        )
