@@ -36,7 +36,7 @@ transaction committed and its checkpoint was written. A store opened with the ma
 restored from the changelog's committed records (Kafka Streams does the same under EOS). An
 aborted transaction (a refused produce, a lost partition, a fenced generation, a broker outage
 at the commit) wipes and restores every owned partition in the running process, and the
-consumer goes back to the group's committed offsets (:meth:`Sidecar._reset`).
+consumer goes back to the group's committed offsets (:meth:`ExactlyOnce.reset`, engine/exactly_once.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 /* sidecar._native, intake core. Intake fast path (sidecar/store/partition.py,
  * PartitionStore.ingest_many): the common consumed record stored and scheduled in one C loop over
- * the consumer's Message list. The Python path (Sidecar._ingest -> PartitionStore.ingest_fields) is
+ * the consumer's Message list. The Python path (Ingress.ingest -> PartitionStore.ingest_fields) is
  * the reference: this loop handles a record only when that path would run its plain branch (no
  * error, this store's partition, a request the fast parser accepts, no id-index entry under its
  * id's hash, a plan, room in the current commit-log segment, the scheduler's plain append, no index

@@ -70,7 +70,7 @@ def test_records_of_a_restoring_partition_that_arrive_anyway_are_consumed_again(
         b.kafka.events.partitions_assigned([tp.partition for tp in partitions])
         for tp in partitions:
             tp.offset = OFFSET_INVALID
-        unpaused.extend(tp.partition for tp in partitions if tp.partition in b.kafka.events.held())
+        unpaused.extend(tp.partition for tp in partitions if tp.partition in b.handover.held())
         consumer.incremental_assign(partitions)
 
     b.kafka._assign = assign_without_pause  # type: ignore[method-assign]
