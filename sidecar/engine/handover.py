@@ -1,4 +1,4 @@
-"""Handover: partitions' stores coming into the loop's stores map and leaving it, one owner each.
+"""Handover: the loop's stores map follows the group's assignment, one owner per partition.
 
 The group gives partitions and takes them back; Kafka I/O's rebalance callbacks (inside
 ``consume``) arrive here through the loop, under its store lock.

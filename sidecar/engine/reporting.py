@@ -1,4 +1,4 @@
-"""Reporting: what the loop has done, told to the operator as metrics, ``stats`` lines and readiness.
+"""Reporting: the loop's state told to the operator (metrics, ``stats`` lines, readiness).
 
 The hot path only bumps plain integers (``Counters``) and appends lateness samples; once a second
 :meth:`Reporting.sync_metrics` pushes the deltas since the previous sync to the Prometheus
