@@ -39,7 +39,7 @@ from sidecar.config import Settings
 SIZES = ("small", "full")
 RECORD_SIZES = {"100B": 100, "1KB": 1024}
 
-# The producer settings the sidecar uses for delivery (sidecar/engine/loop.py); the passthrough
+# The producer settings the sidecar uses for delivery (sidecar/engine/kafka_io.py); the passthrough
 # baseline and the Redis worker publish with exactly these.
 DELIVERY_PRODUCER: dict[str, Any] = {
     "enable.idempotence": True,

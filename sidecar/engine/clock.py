@@ -12,7 +12,7 @@ not: the durations reported in logs and metrics (``turns.py``, the loop's turn p
 open, a transaction's commit, the rebalance callbacks' time in ``kafka_io.py``), the real-time
 budget of a restore slice per turn (``changelog.py``), the waits for the broker outside the loop
 (``kafka_io.py``: topics and metadata at start-up) and the look-up thread's hand-over of the
-store lock (``loop.py``).
+store lock (``lookup.py``).
 """
 
 from __future__ import annotations

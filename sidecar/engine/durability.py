@@ -51,7 +51,7 @@ class Durability:
         self.counters = counters
         self.clock = clock
         self.commit = commit
-        # before a commit outside the jobs: wait for the store's changelog writes (loop.py)
+        # before a commit outside the jobs: wait for the store's changelog writes (changelog.wait_acked)
         self.flush_changelog = flush_changelog
         # changelog writes a job's commit waits for (StoreMirror.produced at its snapshot)
         self.needed: dict[int, int] = {}

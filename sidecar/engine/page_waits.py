@@ -3,12 +3,12 @@
 The C intake (or a cancel's look-up, ``PartitionStore.ingest_fields``) stops before a record
 whose id's duplicate check (or look-up) has to read a slot of the id table whose page the kernel
 evicted: reading it on the loop thread waits for the disk (50-135 ms behind the id index's merge
-passes' writeback, measured with ``delay-sidecar bench scale``), and every other partition's
-deliveries with it. Instead the page is read on the page thread (``IdIndex.read_page``) and the
-partition is paused from that record on (:meth:`PageWaits.hold`): its records still in this
-batch are skipped and consumed again from that offset once the page is in memory
-(:meth:`PageWaits.step`, each turn while any is held), in order, so nothing is stored twice or out
-of order. The checkpoint covers only what was stored, so a crash meanwhile consumes them again too.
+passes' writeback in the 100M ``scale`` bench scenario on six partitions), and every other
+partition's deliveries with it. Instead the page is read on the page thread
+(``IdIndex.read_page``) and the partition is paused from that record on (:meth:`PageWaits.hold`):
+its records still in this batch are skipped and consumed again from that offset once the page is
+in memory (:meth:`PageWaits.step`, each turn while any is held), in order, so nothing is stored
+twice or out of order. The checkpoint covers only what was stored, so a crash meanwhile consumes them again too.
 
 A page not read within ``PAGE_WAIT_S`` is given up on: the partition is consumed again all the
 same and its next intake reads the slot wherever it is (the loop waits, but moves on). While a

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sidecar.engine.ownership import GAP_S
-from tests.unit.test_loop_twin import PARTITIONS, World
+from tests.unit.helpers.world import PARTITIONS, World
 
 
 def test_a_zombie_publishes_nothing_of_the_partitions_it_lost(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The loop's publish path (``Sidecar._publish`` -> ``produce`` -> delivery report -> settle) with a
+"""The loop's publish path (``Publishing.publish`` -> ``produce`` -> delivery report -> settle) with a
 fake producer and a fake clock, once through the C fast path (``native.publish_due`` and its
 ``Delivery`` reports) and once through the Python reference (``_produce`` / ``_on_delivery``):
 the same records go out with the same arguments and headers, the same refs are acked, and the
