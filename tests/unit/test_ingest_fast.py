@@ -237,7 +237,7 @@ def test_the_fast_intake_hands_an_unknown_delay_header_back(tmp_path: Path, sche
     msgs: list[Any] = [Msg(0, i, (1, T0), b"k", b"v", list(plain_h)) for i in range(5)]
     msgs[2] = Msg(0, 2, (1, T0), b"k", b"v", [*plain_h, ("delay.cron", b"*/5 * * * *")])
     sc.stores[0] = st
-    sc.ingest(msgs[:1])  # the first one opens the scheduler's files (the reference path does)
+    sc.ingress.ingest(msgs[:1])  # the first one opens the scheduler's files (the reference path does)
     assert st.ingest_many(msgs, 1, T0, TOPIC) == 2  # taken: msgs[1]; handed back: msgs[2]
     assert st.ingest_many(msgs, 2, T0, TOPIC) == 2
     st.ingest(IngressRecord(TOPIC, 0, 2, T0, b"k", b"v", msgs[2].headers()), T0)  # the reference path
