@@ -33,7 +33,7 @@ from confluent_kafka import Consumer, TopicPartition
 from bench.report import fig
 from bench.workload import Bench, BenchError, log, producer, uid, value_of
 from sidecar import contract as c
-from sidecar.store.partition import dlq_headers
+from sidecar.store.outcomes import dlq_headers
 
 PARTITIONS = 3
 GOAL_RATE = ">= 50000"

@@ -1,7 +1,7 @@
 # Type stub of the C accelerator (its sources: sidecar/native/*.c); the Python twins live in
 # sidecar/store/codec.py, sidecar/store/idindex.py, sidecar/headers.py, sidecar/wheel/layout.py
-# and sidecar/levels/queue.py; the intake fast path's (ingest_run) is PartitionStore.ingest_fields
-# (sidecar/store/partition.py), the restore's (restore_run) PartitionStore.restore_put; the publish
+# and sidecar/levels/queue.py; the intake fast path's (ingest_run) is Intake.ingest_fields
+# (sidecar/store/intake.py), the restore's (restore_run) Restore.put (sidecar/store/restore.py); the publish
 # fast path's (Publisher, Delivery, publish_due) are Sidecar._produce / _on_delivery
 # (sidecar/engine/loop.py).
 from collections.abc import Callable, MutableSequence, Sequence

@@ -5,7 +5,7 @@
 - ``Cancel(id)`` — the record is a command (``delay.cancel``),
 - ``Request(...)`` — a message to schedule, with its *requested* due time (``replace``: it takes
   the place of the pending record with its id, ``delay.replace: true`` or kafka-message-scheduler
-  mode, where the record key is the id: see ``PartitionStore._schedule``),
+  mode, where the record key is the id: see ``Intake.schedule``, store/intake.py),
 - ``Rejection(reason, error)`` — bad input, bound for the DLQ with a stable reason code.
 
 ``kms_delete`` recognises a kafka-message-scheduler delete (a tombstone keyed by the schedule id)
@@ -79,7 +79,7 @@ class Request:
     key_override: bytes | None  # scheduler-target-key (kafka-message-scheduler compatibility)
     user_headers: tuple[tuple[str, bytes | None], ...]  # headers to pass through
     replace: bool = False  # delay.replace: true (or kafka-message-scheduler mode): replaces a pending id
-    kms: bool = False  # kafka-message-scheduler mode: the record key is the id (PartitionStore._schedule)
+    kms: bool = False  # kafka-message-scheduler mode: the record key is the id (Intake.schedule)
 
 
 @dataclass(slots=True)

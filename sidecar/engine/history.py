@@ -1,7 +1,7 @@
 """The history topic (``history-topic``, off by default): one record per state change.
 
 A store reports each state change of a schedule through one call of its ``history`` (the
-``History`` protocol of ``store/partition.py``); this writer turns it into a record of the
+``History`` protocol of ``store/mirroring.py``); this writer turns it into a record of the
 history topic and produces it on the delivery producer:
 
 - **events**: ``accepted`` (stored and scheduled), ``replaced`` (a pending record replaced by a

@@ -1,6 +1,6 @@
-/* sidecar._native, intake core. Intake fast path (sidecar/store/partition.py,
- * PartitionStore.ingest_many): the common consumed record stored and scheduled in one C loop over
- * the consumer's Message list. The Python path (Ingress.ingest -> PartitionStore.ingest_fields) is
+/* sidecar._native, intake core. Intake fast path (sidecar/store/intake.py,
+ * Intake.ingest_many): the common consumed record stored and scheduled in one C loop over
+ * the consumer's Message list. The Python path (Ingress.ingest -> Intake.ingest_fields) is
  * the reference: this loop handles a record only when that path would run its plain branch (no
  * error, this store's partition, a request the fast parser accepts, no id-index entry under its
  * id's hash, a plan, room in the current commit-log segment, the scheduler's plain append, no index
@@ -583,8 +583,8 @@ static int in_changelog_record(const uint8_t *v, Py_ssize_t n, const char *key, 
 
 /* restore_run(msgs, start, partition, end, seg_buf, idx_buf, st, sched_bufs[, idx_old_buf[, idx_old2_buf[,
  *             idx_jnl_buf[, idx_tags_buf]]]]) -> int: the restore's
- * fast path (sidecar/store/partition.py, PartitionStore.restore_many; the reference is
- * restore_put, per changelog record). From msgs[start] on, each consumed changelog message is
+ * fast path (sidecar/store/restore.py, Restore.many; the reference is
+ * Restore.put, per changelog record). From msgs[start] on, each consumed changelog message is
  * stored while it is a put restore_put would append as it is: no error, this partition, offset
  * below `end` (-1: no end, a standby), bytes key and value, the value a record
  * (in_changelog_record) of the key's id, no id-index entry under the id's hash (nothing pending,

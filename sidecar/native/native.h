@@ -173,7 +173,7 @@ extern PyMethodDef kds_wheel_methods[];                    /* wl_* */
 #define LV_IDX_MASK ((1LL << LV_IDX_BITS) - 1)
 extern PyMethodDef kds_levels_methods[]; /* lv_due, lv_ack */
 
-/* -- intake.c: the intake fast path (store/partition.py ingest_many) --------------------------- */
+/* -- intake.c: the intake fast path (store/intake.py ingest_many) ------------------------------ */
 
 /* the Message accessors ingest_run calls, in this order */
 enum { M_ERROR, M_PARTITION, M_TIMESTAMP, M_OFFSET, M_KEY, M_VALUE, M_HEADERS, M_COUNT };

@@ -1,49 +1,35 @@
-"""One ingress partition's state: commit log + id index + scheduler + checkpoint.
+"""One ingress partition's store: its state, from open to close (recovery, checkpoints, trims).
 
 The partition is the unit of ownership and of scale (docs/design.md 3 and 7.3): everything below
 ``<data-dir>/<topic>-<partition>/`` belongs to whichever sidecar owns the partition.
+``PartitionStore`` owns the commit log (``log.py``), the scheduler (``levels/`` or ``wheel/``), the
+id index (``idindex.py``), the checkpoint (``checkpoint.py``) and the counters. What happens to
+the records in them is done by one collaborator per job, each given the store (each module's
+docstring says its job):
 
-Intake (``ingest``) is synchronous: a consumed record is validated, appended to the commit log
-and scheduled before the next one is looked at, so "all consumed records up to offset N are in
-the store" holds after every batch, and the checkpoint can name ``N + 1`` as the ingress offset to
-resume from. Outcomes:
+- ``intake.py`` (``store.intake``): a consumed ingress record -> scheduled, rejected to the DLQ,
+  or a cancel; the C batch path (``ingest_many``) and the etf1 ids and deletes;
+- ``outcomes.py`` (``store.outcomes``): a handed-out record delivered, dead-lettered or dropped as
+  superseded; the settle of a batch;
+- ``restore.py`` (``store.restore``): records stored before, applied again (the log's tail at
+  ``open``, the changelog at a handover);
+- ``mirroring.py``: the changelog and history-topic interfaces (``mirror``, ``history``) and the
+  report of a C run to them;
+- ``lookup.py``: what is pending under an id (``lookup``, the status answer).
 
-- a valid request -> MESSAGE record, scheduled at the scheduler's committed due time;
-- a cancel command -> CANCEL record (the write-ahead record of the cancel) + the O(1) marker;
-  a cancel whose message has not arrived yet is remembered as a *pre-cancel* for the cancel
-  horizon;
-- bad input -> DEAD record addressed to the DLQ (with the DLQ headers), scheduled due now, so a
-  dead letter is as durable and as retried as any delivery;
-- a second pending record with the same ``delay.id`` -> dropped and counted, unless it is a
-  replace (``delay.replace: true``, or any kafka-message-scheduler record, whose key is its id)
-  from a higher ingress offset: then it is appended and scheduled, and the pending entry is
-  cancelled (``_schedule``);
-- a kafka-message-scheduler delete (a tombstone: null value, the id as key, no ``delay.*``
-  header) -> CANCEL record + marker when something is pending under the id, else nothing; the
-  tombstone a scheduler writes after a delivery (it carries ``scheduler-key``) -> nothing.
-
-The common request (a plain ``delay.ms``/``delay.deliver-at`` request with no id-index entry
-under its id's hash, fitting the current segment and the scheduler's plain append) takes a C fast
-path: ``ingest_many`` stores a run of such consumed messages in one ``_native.ingest_run`` call,
-which checks each record is that case before writing anything for it and stops at the first that
-is not; the loop runs that one through ``ingest_fields`` (the reference for everything) and calls
-again. Both leave the same bytes and the same state (docs/storage.md 2.6).
+The engine calls the store's methods below, each handed to the collaborator whose job it is. The
+per-record ones (``ingest_fields``, ``restore_put``, ``restore_remove``) are the collaborators'
+bound methods, set in ``__init__``, so that a record costs no delegating call.
 
 Recovery (``open``) reads the checkpoint, opens the log, the scheduler and the id index at their
 checkpointed state, then replays the log records appended after the checkpoint (validating each
-CRC, truncating a torn tail) through the same scheduling code, arms the scheduler's check of the
-entries restored from the checkpoint, and resumes consuming after the last replayed ingress
-offset. A MESSAGE or DEAD record replayed under an id that is pending takes the pending entry's
-place (``_replay``): the log never holds a duplicate, so it is a replace, or the dead letter of a
-record whose publishing failed for good. Nothing in it is O(pending): the restored entries point
-at records made durable before the checkpoint was written, so the scheduler checks each one
-against the log when it first reads it (before handing it out), and drops and reports a dangling
-one (disk damage) through ``_dangling``: counted, logged as ``recovery.dangling_dropped`` with
-the hint to salvage, never published (docs/storage.md, "Recovery").
-
-A pre-cancel stays in the id index until its horizon expires, even after it cancelled its
-message: the message is not in the log, so if the process dies before the next checkpoint the
-message is consumed again and must be cancelled again.
+CRC, truncating a torn tail) through the same scheduling decisions (``Restore.replay``), arms the
+scheduler's check of the entries restored from the checkpoint, and resumes consuming after the
+last replayed ingress offset. Nothing in it is O(pending): the restored entries point at records
+made durable before the checkpoint was written, so the scheduler checks each one against the log
+when it first reads it (before handing it out), and drops and reports a dangling one (disk
+damage) through ``_dangling``: counted, logged as ``recovery.dangling_dropped`` with the hint to
+salvage, never published (docs/storage.md, "Recovery").
 """
 
 from __future__ import annotations
@@ -51,26 +37,25 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from sidecar import contract as c
 from sidecar import logs
-from sidecar.headers import Cancel, Rejection, Request, Rules, kms_delete, parse_ingress
+from sidecar.headers import Rules
 from sidecar.retry.ladder import RetryLadder
 from sidecar.scheduling import Scheduler
-from sidecar.store import checkpoint, codec
-from sidecar.store.codec import NATIVE, Record, decode_headers, encode_headers, native
-from sidecar.store.idindex import IdIndex, PageRead, id_hash
-from sidecar.store.idslot import PRECANCEL
-from sidecar.store.intake_layout import Common
+from sidecar.store import checkpoint
+from sidecar.store.codec import Record
+from sidecar.store.idindex import IdIndex, PageRead
+from sidecar.store.intake import FAST_INTAKE as FAST_INTAKE  # the loop's: is the C intake there
+from sidecar.store.intake import HeaderList, Intake
 from sidecar.store.log import CommitLog
+from sidecar.store.lookup import status
 from sidecar.store.mapped import (
-    HEADER_SIZE,
     Disposal,
     PageWorker,
     StoreError,
@@ -79,20 +64,12 @@ from sidecar.store.mapped import (
     deferred_drops,
     deferred_sync,
 )
-from sidecar.store.recent import CANCELLED, DEAD_LETTERED, RecentOutcomes
+from sidecar.store.mirroring import History, Mirror
+from sidecar.store.outcomes import Outcomes
+from sidecar.store.recent import RecentOutcomes
+from sidecar.store.restore import Restore
 
-HeaderList = list[tuple[str, bytes | None]]
-_fast = native.parse_request if NATIVE else None  # the common request, parsed in C (headers.py)
-_NO_HEADERS = encode_headers(())
-_run = native.ingest_run if NATIVE else None  # the intake fast path (ingest_many), in C
-_restore_run = native.restore_run if NATIVE else None  # the restore's (restore_many), in C
-FAST_INTAKE = _run is not None
 log = logs.get("sidecar.store")
-_LEN = struct.Struct("<I")  # a record's length (codec layout)
-_ID_LEN = struct.Struct("<H")  # its id length, at _ID_LEN_AT
-_DUE = struct.Struct("<q")  # its due time (epoch ms), at _DUE_AT
-_ID_LEN_AT = 52
-_DUE_AT = 16
 _DANGLING_KEPT = 1000  # dangling entries remembered (for the recovered event, inspect and tests)
 _DANGLING_LOGGED = 10  # logged one by one; after that at every power of two
 TRIM_INTERVAL_S = 0.2  # how often the loop calls trim(), whatever the commit interval
@@ -133,77 +110,11 @@ class IngressRecord:
     headers: HeaderList | None
 
 
-def dlq_headers(
-    original: HeaderList, reason: str, error: str, topic: str, partition: int, offset: int, attempts: int
-) -> HeaderList:
-    return [
-        *original,
-        (c.DLQ_REASON, reason.encode()),
-        (c.DLQ_ERROR, error.encode("utf-8", "replace")),
-        (c.DLQ_SOURCE_TOPIC, topic.encode()),
-        (c.DLQ_SOURCE_PARTITION, str(partition).encode()),
-        (c.DLQ_SOURCE_OFFSET, str(offset).encode()),
-        (c.DLQ_ATTEMPTS, str(attempts).encode()),
-    ]
-
-
-class Mirror(Protocol):
-    """Where a store's changes go besides its own disk: the changelog (``engine/changelog.py``).
-    ``put``: the record now pending (or the pre-cancel now remembered) under ``rid``, as its
-    commit-log bytes; ``remove``: nothing is pending under ``rid`` any more. ``produced`` and
-    ``acked`` count the writes made and acknowledged (durability waits for the latter)."""
-
-    produced: int
-    acked: int
-
-    on_settle: bool  # settle() writes the tombstones (False: the publisher does, exactly-once)
-    holds_due: bool  # put() uses ``due_now`` (exactly-once); False: the intake need not work it out
-
-    def put(self, rid: bytes, raw: bytes, due_now: bool = False) -> None: ...
-    def remove(self, rid: bytes) -> None: ...
-
-
-class History(Protocol):
-    """Where a store reports each state change of a schedule: the history topic
-    (``engine/history.py``; event names there). One call per change, never raising."""
-
-    def event(
-        self, event: str, rid: bytes, *, enqueued_ms: int | None, due_ms: int | None, target: bytes | str | None,
-        target_partition: int = -1, level: int = 0, source: str | None = None, reason: str | None = None,
-        error: str | None = None, key: bytes | None = None, value: bytes | None = None, at_ms: int | None = None,
-    ) -> None: ...
-
-
-# history event names (engine/history.py documents the format)
-HISTORY_ACCEPTED, HISTORY_REPLACED, HISTORY_CANCELLED, HISTORY_DELIVERED, HISTORY_DEAD_LETTERED = (
-    "accepted", "replaced", "cancelled", "delivered", "dead-lettered")
-
-
-def _version(rec: Record) -> tuple[int, int]:
-    """Which of two records under one id is newer: the higher ingress offset (a replace comes
-    after what it replaces in the partition); at the same offset the dead letter of a record."""
-    return rec.src_offset, rec.rtype == codec.DEAD
-
-
-def raw_of(rec: Record) -> bytes:
-    """A decoded record's commit-log bytes again (the codec is deterministic)."""
-    return codec.encode(
-        rec.rtype, rec.due_ms, rec.enqueue_ms, rec.src_offset, rec.src_partition, rec.target_partition,
-        rec.retry_count, rec.level, rec.id, rec.topic, rec.key, rec.value, rec.headers,
-    )
-
-
-# what _apply_cancel did
-CANCEL_MATCHED, CANCEL_REMEMBERED, CANCEL_LATE = 1, 2, 3
-# A CANCEL record's level field: what it did when it was appended, so that the log's replay does
-# the same, whatever the scheduler files say about the entries it met (a pending record: cancel
-# it, never remember a pre-cancel; none: remember one, and cancel what the replay re-added, a
-# record delivered since the checkpoint). 0: written before the field was used (decide by what
-# is pending at replay).
-_CANCEL_MATCHED, _CANCEL_REMEMBERED = 1, 2
-
-
 class PartitionStore:
+    """One partition's store: its state and lifecycle (the module docstring). Its collaborators
+    get the store and change its fields; no state is split between them, so ``open`` restores and
+    a checkpoint names one set of fields."""
+
     def __init__(
         self,
         root: Path,
@@ -281,7 +192,14 @@ class PartitionStore:
         self._offset_at_trim: int | None = None
         # ids no longer pending and what became of them, for ``lookup`` (status); bounded, in RAM
         self.recent = RecentOutcomes(status_memory)
-        self._settle_ms = 0  # the time of the last settle() given one (a checkpoint's settle has none)
+        # the collaborators, one per job (the module docstring)
+        self.intake = Intake(self)
+        self.outcomes = Outcomes(self)
+        self.restore = Restore(self)
+        # the engine's per-record calls, bound to the collaborator's method: no delegating call
+        self.ingest_fields = self.intake.ingest_fields
+        self.restore_put = self.restore.put
+        self.restore_remove = self.restore.remove
 
     # -- recovery -------------------------------------------------------------------------------
     def open(self) -> int | None:
@@ -314,7 +232,7 @@ class PartitionStore:
         self.changelog_offset, self.changelog_ingress = (None if v is None else int(v) for v in cl)
         self.replayed = []
         for pos, rec in self.log.recover(head, live):
-            self._replay(pos, rec)
+            self.restore.replay(pos, rec)
             self.counters.replayed += 1
             self.replayed.append(pos)
             # Records after the checkpoint were consumed before the crash: resume after them.
@@ -347,660 +265,45 @@ class PartitionStore:
                 hint="disk damage: run `delay-sidecar salvage` on a copy of the data directory",
             )
 
-    def _replay(self, pos: int, rec: Record) -> None:
-        if rec.rtype == codec.CANCEL:
-            if rec.level == _CANCEL_MATCHED:  # it cancelled what was pending: never a pre-cancel
-                h, refs = self._pending_refs(rec.id)
-                for ref in refs:
-                    if self.sched.cancel(ref):
-                        self.ids.remove(h, ref)
-            elif rec.level == _CANCEL_REMEMBERED:  # nothing was pending: what replay re-added was done
-                h, refs = self._pending_refs(rec.id)
-                for ref in refs:
-                    if self.sched.cancel(ref):
-                        self.ids.remove(h, ref)
-                if PRECANCEL | rec.enqueue_ms not in self.ids.find(h):
-                    self.ids.put(h, PRECANCEL | rec.enqueue_ms)
-            else:
-                self._apply_cancel(rec.id, rec.enqueue_ms)
-            self.log.release(pos)
-            return
-        # A record for an id that is pending can only be a replace (a duplicate is never appended)
-        # or the dead letter of a record whose publishing failed for good: either way it takes
-        # the pending one's place, as it did when it was appended.
-        h, old = self._pending_refs(rec.id)
-        for ref in old:
-            if self.sched.cancel(ref):
-                self.ids.remove(h, ref)
-        self.ids.put(h, self.sched.add(rec.due_ms, rec.level, pos))
-
-    # -- intake ---------------------------------------------------------------------------------
+    # -- the engine's calls, each answered by the collaborator whose job it is ------------------
     def ingest(self, m: IngressRecord, now_ms: int) -> None:
         self.ingest_fields(m.topic, m.offset, m.timestamp_ms, m.key, m.value, m.headers, now_ms)
 
-    def ingest_fields(
-        self, topic: str, offset: int, ts: int, key: bytes | None, value: bytes | None,
-        headers: HeaderList | None, now_ms: int,
-    ) -> None:
-        """``ingest`` without the ``IngressRecord``: the loop's per-record call. A cancel whose
-        look-up would read an evicted id-table page is not taken: ``page_read`` is set and nothing
-        else changes (the loop's "Page waits" consume it again once the page is read)."""
-        size = (0 if key is None else len(key)) + (0 if value is None else len(value))
-        rules = self.rules
-        if _fast is not None:
-            req = _fast(headers, ts, now_ms, size, rules.max_record_bytes, rules.max_delay_ms, rules.checked_targets)
-            if req is not None:
-                self.counters.ingested += 1
-                self.dirty = True
-                self.next_offset = offset + 1
-                target, target_partition, rid, due, mode, user = req
-                self._schedule(
-                    topic, offset, ts, key, value, headers, target, target_partition, rid, due, mode, 0, 0, None,
-                    user, now_ms,
-                )
-                return
-        delete = kms_delete(key, value, headers) if value is None else None  # an etf1 delete, or None
-        parsed = delete if delete is not None else parse_ingress(headers, ts, now_ms, size, rules,
-                                                                 headers_in_size=False)
-        if isinstance(parsed, Cancel) and self._page_waited(parsed.id):
-            return
-        self.counters.ingested += 1
-        self.dirty = True
-        self.next_offset = offset + 1
-        if delete is not None and not isinstance(parsed, Rejection):
-            if isinstance(parsed, Cancel):  # (an AfterDelivery tombstone deletes nothing)
-                self._kms_delete(offset, parsed.id, now_ms)
-            return
-        if type(parsed) is Request:
-            rid = parsed.id
-            if parsed.kms:
-                rid = self._kms_id(topic, offset, ts, key, value, headers, parsed, now_ms)
-                if rid is None:
-                    return
-                key = parsed.key_override  # etf1 delivers scheduler-target-key, none when absent
-            self._schedule(
-                topic, offset, ts, key, value, headers, parsed.target_topic, parsed.target_partition, rid,
-                parsed.due_ms, parsed.mode, parsed.level, parsed.retry_count, None,
-                parsed.user_headers, now_ms, parsed.replace,
-            )
-        elif isinstance(parsed, Cancel):
-            pos = self._append_cancel(offset, parsed.id, now_ms, bool(self._pending_refs(parsed.id)[1]))
-            cancelled = self._pending_record(parsed.id) if self.history is not None else None
-            outcome = self._apply_cancel(parsed.id, now_ms)
-            if outcome == CANCEL_MATCHED and cancelled is not None:
-                self._history_record(HISTORY_CANCELLED, cancelled, now_ms)
-            if self.mirror is not None:
-                if outcome == CANCEL_MATCHED:
-                    self.mirror.remove(parsed.id)
-                elif outcome == CANCEL_REMEMBERED:
-                    self.mirror.put(parsed.id, self.log.raw(pos))
-            self.log.release(pos)
-        else:
-            assert isinstance(parsed, Rejection)
-            self._reject(
-                topic, offset, ts, key, value, headers, self._default_id(topic, offset), parsed.reason, parsed.error,
-                now_ms,
-            )
-
-    def _page_waited(self, rid: bytes) -> bool:
-        """True, with ``page_read`` set, if the look-up under ``rid`` would read an evicted page of
-        the id table (``IdIndex.evicted``): the loop then holds the partition instead of waiting
-        for the disk. ``page_read_skip``: the last wait timed out, so this one reads it in place."""
-        if not self.page_waits:
-            return False
-        if self.page_read_skip:
-            self.page_read_skip = False
-            return False
-        slot = self.ids.evicted(id_hash(rid))
-        if slot < 0:
-            return False
-        self.page_read = self.ids.read_page(slot)
-        return True
-
-    def _kms_id(
-        self, topic: str, offset: int, ts: int, key: bytes | None, value: bytes | None, headers: HeaderList | None,
-        parsed: Request, now_ms: int,
-    ) -> bytes | None:
-        """The id of a kafka-message-scheduler record: its key (etf1 ``Schedule.ID()``), with
-        etf1's delivered headers added to ``parsed.user_headers``; None: it was dead-lettered."""
-        error = None
-        if not key or len(key) > c.MAX_ID_BYTES:
-            error = (f"kafka-message-scheduler mode: the record key is the schedule id and must be "
-                     f"1..{c.MAX_ID_BYTES} bytes, not {len(key or b'')}")
-        elif parsed.id is not None and parsed.id != key:
-            error = f"kafka-message-scheduler mode: header {c.ID} differs from the record key (the schedule id)"
-        if error is not None:
-            self._reject(topic, offset, ts, key, value, headers, self._default_id(topic, offset), c.BAD_HEADER,
-                         error, now_ms)
-            return None
-        parsed.user_headers = (
-            *parsed.user_headers, (c.KMS_TIMESTAMP, b"%d" % (ts // 1000)), (c.KMS_KEY, key),
-            (c.KMS_TOPIC, topic.encode()),
-        )
-        return key
-
-    def _kms_delete(self, offset: int, rid: bytes, now_ms: int) -> None:
-        """An etf1 delete: cancel what is pending under ``rid``. Unlike ``delay.cancel`` it leaves
-        no pre-cancel (etf1 deletes only what exists, and the key reused later schedules anew); the
-        CANCEL record is written only when something is cancelled, so its replay matches too."""
-        if not self._pending_refs(rid)[1]:
-            self.counters.cancel_unmatched += 1
-            return
-        pos = self._append_cancel(offset, rid, now_ms, True)
-        cancelled = self._pending_record(rid) if self.history is not None else None
-        if self._apply_cancel(rid, now_ms) == CANCEL_MATCHED:
-            if self.mirror is not None:
-                self.mirror.remove(rid)
-            if cancelled is not None:
-                self._history_record(HISTORY_CANCELLED, cancelled, now_ms)
-        self.log.release(pos)
-
     def ingest_many(self, msgs: list[Any], start: int, now_ms: int, topic: str) -> int:
-        """Store ``msgs[start:]`` (consumer Messages) while each is the common case, in one C call
-        (``_native.ingest_run``): a message of this partition without error, a request the fast
-        parser accepts, no id-index entry under its id's hash, a plan, room in the current
-        segment, the scheduler's plain append, room in the open id-index stage. Returns the index of the first
-        message not stored: the caller runs it through the reference path (``ingest_fields``,
-        which handles everything) and calls again. Every Python-visible field ends as
-        ``ingest_fields`` would leave it, so the fast path changes nothing but the cost
-        (docs/storage.md 2.6). Returns ``start`` when the fast path is off (no extension)."""
-        if _run is None or topic != self.topic or type(msgs) is not list:
-            return start
-        sched = self.sched.intake_begin()
-        if sched is None:
-            return start
-        # the intake state (sidecar/store/intake_layout.py), with the scheduler's part filled in
-        st, bufs = sched
-        rules = self.rules
-        st[Common.HEADER_SIZE] = HEADER_SIZE
-        st[Common.NEXT_OFFSET] = -1
-        st[Common.MAX_RECORD_BYTES] = rules.max_record_bytes
-        st[Common.MAX_DELAY_MS] = rules.max_delay_ms
-        seg = self.log.intake_state(st)
-        skip = self.page_read_skip
-        idx = self.ids.intake_state(st, len(msgs) - start, self.page_waits and not skip)
-        first = self.log.head
-        end: int = _run(
-            msgs, start, now_ms, self.partition, self.id_prefix, rules.checked_targets, _NO_HEADERS, seg, idx, st,
-            bufs, *self.ids.intake_bufs(),
-        )
-        count = end - start
-        if count:
-            if skip:  # taken; none taken: it is left to the record the reference path takes (a cancel's)
-                self.page_read_skip = False
-            counters = self.counters
-            counters.ingested += count
-            counters.scheduled += count
-            self.dirty = True
-            self.next_offset = st[Common.NEXT_OFFSET]
-            self.log.intake_restore(st, count)
-            self.ids.intake_restore(st)
-            self.sched.intake_end(st, count)
-            if self.mirror is not None:
-                self._mirror_run(first, count, now_ms)
-            if self.history is not None:
-                self._history_run(first, count, now_ms)
-        if st[Common.IDX_WAIT] >= 0:
-            self.page_read = self.ids.read_page(st[Common.IDX_WAIT])
-        return end
-
-    def _mirror_run(self, pos: int, count: int, now_ms: int) -> None:
-        """Mirror the ``count`` records the C intake appended from ``pos`` on (one segment,
-        back to back: it stops at a segment's end); ``due_now`` for those already due at
-        ``now_ms`` (the mirror may hold their puts back: ``StoreMirror.held``)."""
-        sb = self.log.segment_bytes
-        if pos % sb < HEADER_SIZE:
-            pos = pos - pos % sb + HEADER_SIZE
-        buf = self.log.segments[pos // sb].buf
-        off = pos % sb
-        mirror = self.mirror
-        assert mirror is not None
-        put, holds = mirror.put, mirror.holds_due
-        for _ in range(count):
-            length, id_len = _LEN.unpack_from(buf, off)[0], _ID_LEN.unpack_from(buf, off + _ID_LEN_AT)[0]
-            due_now = holds and _DUE.unpack_from(buf, off + _DUE_AT)[0] <= now_ms
-            put(bytes(buf[off + codec.HEAD_SIZE : off + codec.HEAD_SIZE + id_len]), bytes(buf[off : off + length]),
-                due_now)
-            off += length
-
-    def _history_run(self, pos: int, count: int, now_ms: int) -> None:
-        """``accepted`` for the ``count`` records the C intake appended from ``pos`` on (as
-        ``_mirror_run`` walks them)."""
-        sb = self.log.segment_bytes
-        if pos % sb < HEADER_SIZE:
-            pos = pos - pos % sb + HEADER_SIZE
-        buf = self.log.segments[pos // sb].buf
-        off = pos % sb
-        for _ in range(count):
-            rec = codec.decode(buf, off, verify=False)
-            self._history_record(HISTORY_ACCEPTED, rec, now_ms)
-            off += _LEN.unpack_from(buf, off)[0]
-
-    def _history_record(
-        self, event: str, rec: Record, at_ms: int | None = None, reason: str | None = None, error: str | None = None,
-    ) -> None:
-        """One history event about a stored record (the history topic, engine/history.py)."""
-        assert self.history is not None
-        self.history.event(
-            event, bytes(rec.id), enqueued_ms=rec.enqueue_ms, due_ms=rec.due_ms, target=bytes(rec.topic),
-            target_partition=rec.target_partition, level=rec.level,
-            source=f"{self.topic}:{rec.src_partition}:{rec.src_offset}", reason=reason, error=error,
-            key=None if rec.key is None else bytes(rec.key), value=None if rec.value is None else bytes(rec.value),
-            at_ms=at_ms,
-        )
-
-    def _pending_record(self, rid: bytes) -> Record | None:
-        """The pending record under ``rid`` (for its history event before it changes)."""
-        _h, ref = self._pending_ref(rid)
-        return None if ref is None else self.sched.record(ref)
-
-    def _default_id(self, topic: str, offset: int) -> bytes:
-        if topic == self.topic:
-            return self.id_prefix + b"%d" % offset
-        return b"%s:%d:%d" % (topic.encode(), self.partition, offset)
-
-    def _schedule(
-        self, topic: str, offset: int, ts: int, key: bytes | None, value: bytes | None, headers: HeaderList | None,
-        target: str, target_partition: int, req_id: bytes | None, req_due: int, mode: str, req_level: int,
-        retry_count: int, key_override: bytes | None, user_headers: tuple[tuple[str, bytes | None], ...],
-        now_ms: int, replace: bool = False,
-    ) -> None:
-        """Store and schedule a request (the fields of ``headers.Request``). With ``replace``, the
-        pending record under the id (an older version: a lower ingress offset) is cancelled once
-        the new one is appended; the log's replay does the same (``_replay``)."""
-        rid = req_id or self._default_id(topic, offset)
-        h = id_hash(rid)
-        old: list[int] = []
-        for ref in self.ids.find(h):
-            if ref & PRECANCEL:
-                if now_ms - (ref & ~PRECANCEL) <= self.cancel_horizon_ms:
-                    self.counters.cancelled += 1  # kept until the horizon: see the module docstring
-                    self.recent.note(rid, CANCELLED, now_ms)
-                    if self.history is not None:
-                        self.history.event(
-                            HISTORY_CANCELLED, rid, enqueued_ms=ts, due_ms=req_due, target=target,
-                            target_partition=target_partition, source=f"{topic}:{self.partition}:{offset}",
-                            key=key, value=value, at_ms=now_ms,
-                        )
-                    return
-                self.ids.remove(h, ref)
-                continue
-            rec = self.sched.record(ref)
-            if rec is None:
-                self.ids.remove(h, ref)  # stale: already done
-            elif rec.id == rid and replace and offset > rec.src_offset:
-                old.append(ref)
-            elif rec.id == rid:
-                # without replace, or this very record (or an older one) consumed again after a
-                # crash or a handover while its newer version is pending: nothing changes
-                self.counters.duplicates += 1
-                if self.mirror is not None:
-                    # re-consumed after a crash: its changelog write may have been lost with the
-                    # process (the ingress offset was not committed), so it is written again
-                    self.mirror.put(rid, raw_of(rec))
-                return
-        planned = self.sched.plan(mode, req_level, req_due, ts)
-        if planned is None:
-            self._reject(
-                topic, offset, ts, key, value, headers, self._default_id(topic, offset), c.DELAY_OUT_OF_RANGE,
-                f"requested due time {req_due} is beyond what the {self.sched.name} scheduler holds", now_ms,
-            )
-            return
-        level, due = planned
-        if key_override is not None:
-            key = key_override
-        blob = encode_headers(user_headers) if user_headers else _NO_HEADERS
-        pos = self.log.append_record(
-            codec.MESSAGE, due, ts, offset, self.partition, target_partition, retry_count, level, rid,
-            target.encode(), key, value, blob,
-        )
-        new = self.sched.add(due, level, pos)
-        for ref in old:
-            if self.sched.cancel(ref):
-                self.ids.remove(h, ref)
-            else:  # already handed out (its due time had come): its settle must not tombstone rid
-                self.superseded.add(ref)
-        if old:
-            self.counters.replaced += 1
-        self.ids.put(h, new)
-        self.counters.scheduled += 1
-        if self.mirror is not None:
-            self.mirror.put(rid, self.log.raw(pos), due <= now_ms)
-        if self.history is not None:
-            self._history_record(HISTORY_REPLACED if old else HISTORY_ACCEPTED, self.log.read(pos), now_ms)
-
-    def _reject(
-        self, topic: str, offset: int, ts: int, key: bytes | None, value: bytes | None, headers: HeaderList | None,
-        rid: bytes, reason: str, error: str, now_ms: int,
-    ) -> None:
-        h = id_hash(rid)
-        for ref in self.ids.find(h):  # a re-consumed bad record after a crash
-            rec = self.sched.record(ref)
-            if rec is not None and rec.id == rid:
-                if self.mirror is not None:
-                    self.mirror.put(rid, raw_of(rec))
-                return
-        out = dlq_headers(list(headers or ()), reason, error, topic, self.partition, offset, 0)
-        ref = self._append_dead(rid, key, value, out, ts, offset, now_ms)
-        self.recent.note(rid, DEAD_LETTERED, now_ms)
-        self.ids.put(h, ref)
-        self.counters.dlq[reason] = self.counters.dlq.get(reason, 0) + 1
-        if self.history is not None:
-            self.history.event(
-                HISTORY_DEAD_LETTERED, rid, enqueued_ms=ts, due_ms=None, target=None,
-                source=f"{topic}:{self.partition}:{offset}", reason=reason, error=error, key=key, value=value,
-                at_ms=now_ms,
-            )
-
-    def _append_dead(
-        self, rid: bytes, key: bytes | None, value: bytes | None, headers: HeaderList,
-        enqueue_ms: int, src_offset: int, now_ms: int,
-    ) -> int:
-        level, due = self.sched.plan("now", 0, now_ms, now_ms) or (0, now_ms)
-        pos = self.log.append(
-            rtype=codec.DEAD, due_ms=due, enqueue_ms=enqueue_ms, src_offset=src_offset,
-            src_partition=self.partition, target_partition=-1, retry_count=0, level=level, rid=rid,
-            topic=self.rules.dlq_topic.encode(), key=key, value=value, headers_blob=encode_headers(headers),
-        )
-        ref = self.sched.add(due, level, pos)
-        if self.mirror is not None:
-            # a dead letter of a failed publish replaces the original
-            self.mirror.put(rid, self.log.raw(pos), due <= now_ms)
-        return ref
-
-    def _append_cancel(self, offset: int, cid: bytes, now_ms: int, matches: bool) -> int:
-        """The CANCEL record, with what it did in its level field (``_replay`` does the same)."""
-        outcome = _CANCEL_MATCHED if matches else _CANCEL_REMEMBERED
-        return self.log.append_record(
-            codec.CANCEL, now_ms, now_ms, offset, self.partition, -1, 0, outcome, cid, b"", None, None, b"",
-        )
-
-    def _apply_cancel(self, cid: bytes, now_ms: int) -> int:
-        """Cancel the pending record ``cid`` (CANCEL_MATCHED), or remember the cancel for the
-        horizon (CANCEL_REMEMBERED); CANCEL_LATE: it is already being delivered."""
-        h, refs = self._pending_refs(cid)
-        if refs:
-            matched = False
-            for ref in refs:  # a replaced version being delivered and its successor: both are tried
-                if self.sched.cancel(ref):
-                    self.ids.remove(h, ref)
-                    matched = True
-            if matched:
-                self.counters.cancelled += 1
-                self.recent.note(cid, CANCELLED, now_ms)
-                return CANCEL_MATCHED
-            self.counters.cancel_unmatched += 1  # already being delivered
-            return CANCEL_LATE
-        self.ids.put(h, PRECANCEL | now_ms)
-        self.counters.cancel_unmatched += 1
-        return CANCEL_REMEMBERED
-
-    # -- restore from the changelog ------------------------------------------------------------
-    def _pending_ref(self, rid: bytes) -> tuple[int, int | None]:
-        """(id hash, the pending entry under ``rid`` or None); drops stale index entries."""
-        h, refs = self._pending_refs(rid)
-        return h, refs[0] if refs else None
-
-    def _pending_refs(self, rid: bytes) -> tuple[int, list[int]]:
-        """(id hash, every entry under ``rid`` not done yet); drops stale index entries. More than
-        one only while a replaced version is being delivered (handed out, not acked yet)."""
-        h = id_hash(rid)
-        refs: list[int] = []
-        for ref in self.ids.find(h):
-            if ref & PRECANCEL:
-                continue
-            rec = self.sched.record(ref)
-            if rec is None:
-                self.ids.remove(h, ref)
-            elif rec.id == rid:
-                refs.append(ref)
-        return h, refs
+        """A run of consumed messages in one C call (``Intake.ingest_many``)."""
+        return self.intake.ingest_many(msgs, start, now_ms, topic)
 
     def lookup(self, rid: bytes, now_ms: int | None = None) -> dict[str, Any] | None:
-        """What this partition knows of ``rid`` (``delay-sidecar status``), or None.
+        """What this partition knows of ``rid`` (``delay-sidecar status``), or None (``lookup.status``)."""
+        return status(self, rid, now_ms)
 
-        A pending record is found through the id index (one hash probe) and verified against the
-        stored record's id: a 64-bit hash collision is never an answer. Unlike ``_pending_ref`` it
-        changes nothing (a stale index entry is skipped, not removed), so the answer costs no
-        write. Then a pre-cancel (a cancel that came before its message; matched on the hash, as
-        the intake matches it; with ``now_ms``, only one within the cancel horizon, as the intake
-        honours it), then the memory of recent outcomes (``recent.py``)."""
-        h = id_hash(rid)
-        precancel: int | None = None
-        found: Record | None = None
-        for ref in self.ids.find(h):
-            if ref & PRECANCEL:
-                at = ref & ~PRECANCEL
-                if now_ms is None or now_ms - at <= self.cancel_horizon_ms:
-                    precancel = at
-                continue
-            rec = self.sched.record(ref)
-            # two versions only while a replaced one is being delivered: the newer (later offset) answers
-            if rec is not None and rec.id == rid and (found is None or rec.src_offset > found.src_offset):
-                found = rec
-        if found is not None:
-            rec = found
-            out: dict[str, Any] = {
-                "partition": self.partition, "state": "pending", "due_ms": rec.due_ms,
-                "enqueued_ms": rec.enqueue_ms, "ingress_offset": rec.src_offset,
-                "target_topic": rec.topic.decode("utf-8", "replace"),
-                "target_partition": None if rec.target_partition < 0 else rec.target_partition,
-            }
-            if rec.rtype == codec.DEAD:  # a dead letter on its way to the DLQ
-                out["state"] = "dead-lettered"
-                out["dlq_delivered"] = False
-                for name, value in decode_headers(rec.headers):
-                    if name == c.DLQ_REASON and value is not None:
-                        out["reason"] = value.decode("utf-8", "replace")
-                    elif name == c.TARGET_TOPIC and value is not None:
-                        out["target_topic"] = value.decode("utf-8", "replace")
-                out["dlq_topic"] = rec.topic.decode("utf-8", "replace")
-            return out
-        if precancel is not None:
-            return {"partition": self.partition, "state": "cancelled", "at_ms": precancel, "before_message": True}
-        known = self.recent.get(rid)
-        if known is None:
-            return None
-        return {"partition": self.partition, "state": known[0], "at_ms": known[1]}
+    def restore_many(self, msgs: list[Any], start: int, end: int) -> tuple[int, int]:
+        """A run of changelog messages in one C call (``Restore.many``)."""
+        return self.restore.many(msgs, start, end)
 
     def remirror_replayed(self) -> int:
-        """Write the records recovery replayed to the changelog again, those still pending: their
-        first writes were made after the checkpoint and may have died with the process (a
-        checkpoint names only records whose writes were acknowledged, durability.py). Not those
-        the restore just read from the changelog (``in_changelog``): their writes did not die.
-        Writing them again would grow the changelog's tail by what every restart replays, and a
-        crash loop faster than the checkpoints would restore a longer tail at each start."""
-        replayed, self.replayed = self.replayed, []
-        seen, self.in_changelog = self.in_changelog, set()
-        if self.mirror is None:
-            return 0
-        n = 0
-        for pos in replayed:
-            rec = self.log.read(pos)
-            if rec.id in seen:
-                continue
-            if rec.rtype != codec.CANCEL:  # still the pending version of its id (not replaced since)
-                refs = self._pending_refs(rec.id)[1]
-                held = [self.sched.record(ref) for ref in refs]
-                pending = any(r is not None and _version(r) == _version(rec) for r in held)
-            else:
-                pending = PRECANCEL | rec.enqueue_ms in self.ids.find(id_hash(rec.id))
-            if pending:
-                self.mirror.put(rec.id, raw_of(rec))
-                n += 1
-        return n
+        """The replayed records the changelog may have lost, written to it again (``Restore``)."""
+        return self.restore.remirror_replayed()
 
     def covered(self, src_offset: int) -> None:
         """The changelog holds the record of ingress offset ``src_offset`` (and every one before)."""
         if self.changelog_ingress is None or src_offset >= self.changelog_ingress:
             self.changelog_ingress = src_offset + 1
 
-    def restore_put(self, rid: bytes, raw: bytes, now_ms: int) -> None:
-        """A changelog record: ``raw`` (commit-log bytes) is pending under ``rid``. Idempotent: a
-        record already pending under that id is kept unless ``raw`` is a newer version of it (a
-        replace: a higher ingress offset; or the dead letter of it, same offset), which takes its
-        place as it did on the old owner; an equal or older one is the same record replayed (from
-        before the store's checkpoint). A pending pre-cancel wins, as at intake. A CANCEL is a
-        pre-cancel, remembered until its horizon."""
-        rec = codec.decode(memoryview(raw), 0, verify=True)
-        if rec.id != rid:
-            raise StoreError(f"changelog record under key {rid!r} holds id {rec.id!r}")
-        self.dirty = True
-        if rec.rtype == codec.CANCEL:
-            if now_ms - rec.enqueue_ms <= self.cancel_horizon_ms:
-                h, ref = self._pending_ref(rid)
-                if ref is not None and self.sched.cancel(ref):
-                    self.ids.remove(h, ref)
-                elif ref is None and PRECANCEL | rec.enqueue_ms not in self.ids.find(h):
-                    self.ids.put(h, PRECANCEL | rec.enqueue_ms)
-                elif ref is None and self.replayed:
-                    self.in_changelog.add(rid)
-            return
-        h, refs = self._pending_refs(rid)
-        for pre in self.ids.find(h):  # a record arriving after its cancel: it never fires
-            if pre & PRECANCEL and now_ms - (pre & ~PRECANCEL) <= self.cancel_horizon_ms:
-                return
-        rank = _version(rec)
-        for ref in refs:
-            held = self.sched.record(ref)
-            if held is not None and _version(held) >= rank:
-                if self.replayed and _version(held) == rank:
-                    self.in_changelog.add(rid)
-                return  # the same record, or a newer version of it, is held
-        pos = self.log.append_record(
-            rec.rtype, rec.due_ms, rec.enqueue_ms, rec.src_offset, rec.src_partition, rec.target_partition,
-            rec.retry_count, rec.level, rec.id, rec.topic, rec.key, rec.value, rec.headers,
-        )
-        new = self.sched.add(rec.due_ms, rec.level, pos)
-        for ref in refs:
-            if self.sched.cancel(ref):
-                self.ids.remove(h, ref)
-            else:
-                self.superseded.add(ref)
-        self.ids.put(h, new)
-
-    def restore_many(self, msgs: list[Any], start: int, end: int) -> tuple[int, int]:
-        """Store ``msgs[start:]`` (changelog consumer Messages) in one C call (``_native.restore_run``)
-        while each is a put ``restore_put`` would append as it is: a message of this partition
-        without error, below changelog offset ``end`` (-1: none, a standby), whose value is a
-        MESSAGE or DEAD record of its key's id in the codec's canonical form, CRC-checked, with no
-        id-index entry under the id's hash (nothing pending, no pre-cancel; in no stage and not in
-        the table), room in the current segment, the scheduler's plain append, room in the open
-        stage (each insert journaled as ``put`` journals it). Returns (the index of the first
-        message not stored, the value bytes stored); the caller runs that message through the
-        reference path (``restore_put`` / ``restore_remove``, which handle everything: tombstones,
-        CANCELs, ids already known, a new segment) and calls again. Both leave the same bytes and
-        the same state (docs/storage.md 10); ``covered`` is told the highest source offset stored."""
-        if _restore_run is None or type(msgs) is not list:
-            return start, 0
-        sched = self.sched.intake_begin()
-        if sched is None:
-            return start, 0
-        st, bufs = sched
-        st[Common.HEADER_SIZE] = HEADER_SIZE
-        st[Common.NEXT_OFFSET] = -1
-        st[Common.MAX_SRC_OFFSET] = -1
-        seg = self.log.intake_state(st)
-        idx = self.ids.intake_state(st, len(msgs) - start)
-        stop: int = _restore_run(msgs, start, self.partition, end, seg, idx, st, bufs, *self.ids.intake_bufs())
-        count = stop - start
-        if count:
-            self.dirty = True
-            self.log.intake_restore(st, count)
-            self.ids.intake_restore(st)
-            self.sched.intake_end(st, count)
-            self.covered(st[Common.MAX_SRC_OFFSET])
-            return stop, st[Common.RESTORED_BYTES]
-        return stop, 0
-
-    def restore_remove(self, rid: bytes) -> None:
-        """A changelog tombstone: nothing is pending under ``rid`` (delivered, dead-lettered,
-        cancelled); a record this store still holds under it is dropped without being delivered."""
-        h, refs = self._pending_refs(rid)
-        for ref in refs:
-            if self.sched.cancel(ref):
-                self.ids.remove(h, ref)
-                self.dirty = True
-
-    # -- delivery -------------------------------------------------------------------------------
-    def drop_superseded(self, ref: int, rec: Record) -> bool:
-        """Finish, without publishing, a handed-out record that a replace superseded while its
-        publishing failed and waited for a retry (True); False: ``ref`` was not superseded. The
-        changelog is left alone: the id's newer version is pending under the same key."""
-        if ref not in self.superseded:
-            return False
-        self.superseded.discard(ref)
-        self.sched.ack(ref)
-        self.ids.remove(id_hash(rec.id), ref)
-        self.dirty = True
-        return True
+    def settle(self, now_ms: int = -1) -> None:
+        """Finish the delivered records in ``acked`` (``Outcomes.settle``)."""
+        self.outcomes.settle(now_ms)
 
     def delivered(self, ref: int, rid_hash: int) -> None:
-        self.sched.ack(ref)
-        self.ids.remove(rid_hash, ref)
-        self.dirty = True
-
-    def settle(self, now_ms: int = -1) -> None:
-        """Finish every record in ``acked`` (delivered) at ``now_ms`` (-1: the time of the
-        previous call): one scheduler call for the batch, so the done cursor moves once per batch
-        instead of once per delivery report."""
-        acked, self.acked = self.acked, []
-        if now_ms >= 0:
-            self._settle_ms = now_ms
-        self.recent.note_settled(acked, self._settle_ms, codec.DEAD)
-        mirror = self.mirror
-        if mirror is not None:
-            superseded = self.superseded
-            tombstones = mirror.on_settle  # False: written when produced, in its transaction (exactly-once)
-            for ref, rec in acked:
-                if superseded and ref in superseded:
-                    superseded.discard(ref)  # replaced while being delivered: its id's newest version is pending
-                    continue
-                if tombstones:
-                    mirror.remove(rec.id)
-        if self.history is not None:
-            for _ref, rec in acked:
-                if rec.rtype == codec.MESSAGE:  # a DEAD record reaching the DLQ was reported when it died
-                    self._history_record(HISTORY_DELIVERED, rec)
-        self.ids.remove_delivered(acked)
-        self.sched.ack_many([ref for ref, _rec in acked])
-        self.counters.delivered += len(acked)
-        self.settled += len(acked)
-        self.dirty = True
+        self.outcomes.delivered(ref, rid_hash)
 
     def dead_letter(self, ref: int, rec: Record, reason: str, error: str, attempts: int, now_ms: int) -> None:
-        """Publishing failed for good: append a DLQ copy (durable, retried like any record), then
-        finish the original. The copy carries the control headers of an ingress record meaning
-        the same schedule (target, partition, id, and the committed due time as
-        ``delay.deliver-at`` or the consumer retry's ``delay.retry-count``) plus
-        ``delay.enqueued-at``, so ``dlq redrive`` can restore it (sidecar/dlq.py)."""
-        headers: HeaderList = [
-            *decode_headers(rec.headers),
-            (c.ID, rec.id),
-            (c.TARGET_TOPIC, rec.topic),
-        ]
-        if rec.target_partition >= 0:
-            headers.append((c.TARGET_PARTITION, b"%d" % rec.target_partition))
-        if rec.retry_count:
-            headers.append((c.RETRY_COUNT, b"%d" % rec.retry_count))
-        else:
-            headers.append((c.DELIVER_AT, b"%d" % rec.due_ms))
-        headers.append((c.ENQUEUED_AT, b"%d" % rec.enqueue_ms))
-        headers = dlq_headers(headers, reason, error, self.topic, rec.src_partition, rec.src_offset, attempts)
-        rid = rec.id
-        if ref in self.superseded:
-            # replaced while it was being delivered: its dead letter must not take the place of its
-            # successor (the id's pending version), so it goes under its source's default id
-            self.superseded.discard(ref)
-            dead_id = self._default_id(self.topic, rec.src_offset)
-            self._append_dead(dead_id, rec.key, rec.value, headers, rec.enqueue_ms, rec.src_offset, now_ms)
-        else:
-            self._append_dead(rid, rec.key, rec.value, headers, rec.enqueue_ms, rec.src_offset, now_ms)
-            self.recent.note(rid, DEAD_LETTERED, now_ms)
-        self.counters.dlq[reason] = self.counters.dlq.get(reason, 0) + 1
-        if self.history is not None:
-            self._history_record(HISTORY_DEAD_LETTERED, rec, now_ms, reason, error)
-        self.delivered(ref, id_hash(rid))
+        """Publishing failed for good: a DLQ copy, then the original finished (``Outcomes``)."""
+        self.outcomes.dead_letter(ref, rec, reason, error, attempts, now_ms)
+
+    def drop_superseded(self, ref: int, rec: Record) -> bool:
+        """Finish a superseded handed-out record without publishing it (``Outcomes``)."""
+        return self.outcomes.drop_superseded(ref, rec)
 
     # -- durability -----------------------------------------------------------------------------
     def checkpoint(self, fsync: bool = True) -> None:

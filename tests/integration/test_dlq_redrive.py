@@ -24,7 +24,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from sidecar import contract as c
-from sidecar.store.partition import dlq_headers
+from sidecar.store.outcomes import dlq_headers
 from tests.integration.harness import Received, SidecarProcess, consume_until, create_topics, producer
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,7 @@ import pytest
 
 from sidecar import cli, dlq
 from sidecar import contract as c
-from sidecar.store.partition import dlq_headers
+from sidecar.store.outcomes import dlq_headers
 
 NOW = 1_800_000_000_000
 

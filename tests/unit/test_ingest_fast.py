@@ -31,6 +31,7 @@ from sidecar.engine import ingress, loop
 from sidecar.levels.scheduler import LevelsScheduler
 from sidecar.store import codec
 from sidecar.store import idindex as idindex_mod
+from sidecar.store import intake as intake_mod
 from sidecar.store import partition as partition_mod
 from sidecar.store.idindex import IdIndex
 from sidecar.store.partition import IngressRecord, PartitionStore
@@ -194,7 +195,7 @@ def test_fast_intake_matches_reference(
 
 def test_fast_intake_is_off_without_the_extension(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With no extension the loop never calls the fast path, and ``ingest_many`` takes nothing."""
-    monkeypatch.setattr(partition_mod, "_run", None)
+    monkeypatch.setattr(intake_mod, "_run", None)
     _sc, st = ingest_store(tmp_path, "levels")
     msgs = [Msg(0, 0, (1, T0), b"k", b"v", [(c.TARGET_TOPIC, b"out"), (c.DELAY_MS, b"5")])]
     assert st.ingest_many(msgs, 0, T0, TOPIC) == 0

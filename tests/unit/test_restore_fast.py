@@ -33,6 +33,7 @@ from sidecar.levels.scheduler import LevelsScheduler
 from sidecar.store import codec
 from sidecar.store import idindex as idindex_mod
 from sidecar.store import partition as partition_mod
+from sidecar.store import restore as restore_mod
 from sidecar.store.idindex import IdIndex
 from sidecar.store.partition import PartitionStore
 from sidecar.wheel import WheelScheduler
@@ -119,7 +120,7 @@ def batches(seed: int, n_batches: int, scheduler: str) -> tuple[list[tuple[int, 
 
 def run(root: Path, scheduler: str, seed: int, fast: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
     if not fast:
-        monkeypatch.setattr(partition_mod, "_restore_run", None)
+        monkeypatch.setattr(restore_mod, "_restore_run", None)
     # a tiny id index cut every 16 operations, so it grows many times and merges all the time: the
     # fast path stores records while a pass runs (three tables probed); passes run at the index's
     # next look, so both runs cut and merge at the same points

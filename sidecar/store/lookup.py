@@ -1,0 +1,103 @@
+"""Look-up: what a store holds under a schedule id.
+
+The id index (``idindex.py``) maps a 64-bit hash of the id to scheduler refs, and to pre-cancels
+(``idslot.PRECANCEL`` with the cancel's time). A hash is not an answer: each ref is verified
+against the stored record's id, so two ids that collide are told apart. A ref whose record the
+scheduler no longer holds (delivered, cancelled) is stale.
+
+Two kinds of callers:
+
+- the store's own changes (``pending_refs``, ``pending_ref``, ``pending_record``: the intake's
+  cancels, the restore's puts, the outcomes' history), which also drop the stale entries they
+  meet, since they write the index anyway;
+- ``status`` (``delay-sidecar status``, ``GET /ids/<id>``), which changes nothing: a stale entry
+  is skipped, not removed, so an answer costs no write. After the pending record it answers from
+  a pre-cancel, then from the memory of recent outcomes (``recent.py``).
+
+More than one pending ref under one id happens only while a replaced version is being delivered
+(handed out, not acked yet) beside its successor.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sidecar import contract as c
+from sidecar.store import codec
+from sidecar.store.codec import Record, decode_headers
+from sidecar.store.idindex import id_hash
+from sidecar.store.idslot import PRECANCEL
+
+if TYPE_CHECKING:
+    from sidecar.store.partition import PartitionStore
+
+
+def pending_refs(store: PartitionStore, rid: bytes) -> tuple[int, list[int]]:
+    """(id hash, every entry under ``rid`` not done yet); drops stale index entries."""
+    h = id_hash(rid)
+    refs: list[int] = []
+    ids, sched = store.ids, store.sched
+    for ref in ids.find(h):
+        if ref & PRECANCEL:
+            continue
+        rec = sched.record(ref)
+        if rec is None:
+            ids.remove(h, ref)
+        elif rec.id == rid:
+            refs.append(ref)
+    return h, refs
+
+
+def pending_ref(store: PartitionStore, rid: bytes) -> tuple[int, int | None]:
+    """(id hash, the pending entry under ``rid`` or None); drops stale index entries."""
+    h, refs = pending_refs(store, rid)
+    return h, refs[0] if refs else None
+
+
+def pending_record(store: PartitionStore, rid: bytes) -> Record | None:
+    """The pending record under ``rid`` (for its history event before it changes)."""
+    _h, ref = pending_ref(store, rid)
+    return None if ref is None else store.sched.record(ref)
+
+
+def status(store: PartitionStore, rid: bytes, now_ms: int | None = None) -> dict[str, Any] | None:
+    """What the store knows of ``rid``, or None: the pending record (one hash probe, verified),
+    else a pre-cancel (matched on the hash, as the intake matches it; with ``now_ms``, only one
+    within the cancel horizon, as the intake honours it), else a recent outcome."""
+    h = id_hash(rid)
+    precancel: int | None = None
+    found: Record | None = None
+    for ref in store.ids.find(h):
+        if ref & PRECANCEL:
+            at = ref & ~PRECANCEL
+            if now_ms is None or now_ms - at <= store.cancel_horizon_ms:
+                precancel = at
+            continue
+        rec = store.sched.record(ref)
+        # two versions only while a replaced one is being delivered: the newer (later offset) answers
+        if rec is not None and rec.id == rid and (found is None or rec.src_offset > found.src_offset):
+            found = rec
+    if found is not None:
+        rec = found
+        out: dict[str, Any] = {
+            "partition": store.partition, "state": "pending", "due_ms": rec.due_ms,
+            "enqueued_ms": rec.enqueue_ms, "ingress_offset": rec.src_offset,
+            "target_topic": rec.topic.decode("utf-8", "replace"),
+            "target_partition": None if rec.target_partition < 0 else rec.target_partition,
+        }
+        if rec.rtype == codec.DEAD:  # a dead letter on its way to the DLQ
+            out["state"] = "dead-lettered"
+            out["dlq_delivered"] = False
+            for name, value in decode_headers(rec.headers):
+                if name == c.DLQ_REASON and value is not None:
+                    out["reason"] = value.decode("utf-8", "replace")
+                elif name == c.TARGET_TOPIC and value is not None:
+                    out["target_topic"] = value.decode("utf-8", "replace")
+            out["dlq_topic"] = rec.topic.decode("utf-8", "replace")
+        return out
+    if precancel is not None:
+        return {"partition": store.partition, "state": "cancelled", "at_ms": precancel, "before_message": True}
+    known = store.recent.get(rid)
+    if known is None:
+        return None
+    return {"partition": store.partition, "state": known[0], "at_ms": known[1]}
