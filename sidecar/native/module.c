@@ -7,7 +7,7 @@
  * codec with its CRC32C, the header blob, the id hash and the id index's probes). Every path
  * keeps a Python reference that decides everything the C path does not take: the C code handles
  * only the plain case, checks it before its first write, and hands any other record back (the
- * intake to PartitionStore.ingest_fields, the publish to Sidecar._produce / _on_delivery), so
+ * intake to PartitionStore.ingest_fields, the publish to Publishing._produce / _on_delivery), so
  * both paths leave the same bytes and the same state; where the extension is not built (or
  * KDS_PURE_PYTHON=1) the Python twins run everything. The twins are tested against this code
  * record for record (tests/unit/test_native*.py, test_ingest_fast.py, test_publish_path.py).

@@ -1,5 +1,5 @@
 /* sidecar._native, publish core: the publish fast path (the reference is sidecar/engine/loop.py,
- * Sidecar._produce and Sidecar._on_delivery, which take every case that is not plain).
+ * Publishing._produce and Publishing._on_delivery, which take every case that is not plain).
  *
  * publish_due produces a due batch with the client's bound produce; each record gets a Delivery as
  * its delivery-report callable. The loop state both paths read and write is one PublishState
@@ -8,7 +8,7 @@
  * in_flight is a C integer, exact at every moment. topic_in_flight, a dict, is the exception: C
  * keeps its changes to it in the Publisher and adds them at sync (a dict read, a new int and a
  * write per record cost about 4 % of the loop thread); publish_due syncs before it returns and
- * the loop after every producer poll (Sidecar._poll), so Python reads exact counts everywhere
+ * the loop after every producer poll (Publishing.poll), so Python reads exact counts everywhere
  * outside a poll; inside one, a delivery report of the reference path subtracts its own record
  * from counts that still include the C reports' records, never reaching zero early. The store and
  * the counters are Python objects: their fields (acked, topic_bytes, partition, early) are read
@@ -113,7 +113,7 @@ static PyTypeObject PublishStateType = {
 
 typedef struct {
     PyObject_HEAD PublishStateObject *state; /* the loop's */
-    PyObject *on_delivery;                   /* Sidecar._on_delivery (bound): the reference path */
+    PyObject *on_delivery;                   /* Publishing._on_delivery (bound): the reference path */
     PyObject *refused;                       /* exception types a produce call hands back, not raises */
     PyObject *topic_b, *topic_s;             /* the last target topic, bytes and str (one decode per topic) */
     PyObject *pend_topic;                    /* the topic whose pend_tif is not yet in topic_in_flight */
@@ -243,7 +243,7 @@ static PyTypeObject PublisherType = {
     .tp_methods = Publisher_methods,
 };
 
-/* The delivery report: the common success in C, everything else through Sidecar._on_delivery. */
+/* The delivery report: the common success in C, everything else through Publishing._on_delivery. */
 static PyObject *Delivery_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     DeliveryObject *d = (DeliveryObject *)self;
     if (PyVectorcall_NARGS(nargsf) != 2 || (kwnames && PyTuple_GET_SIZE(kwnames))) {
@@ -347,7 +347,7 @@ static PyObject *topic_str(PublisherObject *p, PyObject *b) {
  *
  * Produces batch[i:] ((ref, Record) pairs from the scheduler's due) while each is plain: due at
  * ``now`` (re-checked here, never early) and no target troubled. Stops at the first record that is
- * not (j: the caller runs Sidecar._produce on it) or whose produce raised one of ``refused``
+ * not (j: the caller runs Publishing._produce on it) or whose produce raised one of ``refused``
  * (returned, j: that record; nothing was counted for it); j == len(batch) when all went. */
 static PyObject *native_publish_due(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 6 || !PyObject_TypeCheck(args[0], &PublisherType) || !PyList_Check(args[2])) {
