@@ -8,7 +8,11 @@ README quickstart), ``accuracy`` (the Spark accuracy job), ``bench`` (benchmarks
 
 Bad input (a flag, a config key, an environment variable) gets one line that names it, the value
 and the accepted forms, and exit status 2; a command that ran and failed (no broker within
-``--timeout``, a record the broker refused) gets one line and exit status 1. ``send``,
+``--timeout``, a record the broker refused) gets one line and exit status 1. The commands that talk
+to Kafka first check that they can (``sidecar.connectivity``): a failure is one line with the
+cause's code and the setting to change (refused credentials, a TLS failure, a missing ACL, no
+broker), a bad librdkafka property exit status 2. They take the sidecar's ``--config`` file (its
+``kafka:`` properties and brokers) and ``DELAY_SIDECAR_KAFKA_<PROP>`` as ``run`` does. ``send``,
 ``reschedule`` and ``cancel`` print one line per record they wrote (``--json``: one JSON object).
 
 argparse reads ``--delay -5s`` as two options (``-5s`` looks like one), so ``main`` first joins a
@@ -36,7 +40,16 @@ import orjson
 from sidecar import acls, devtools
 from sidecar import contract as c
 from sidecar.client import LATEST_MS
-from sidecar.config import DEFAULT_LEVELS, OPTIONS, ConfigError, Settings, env_name, load_settings, parse_levels
+from sidecar.config import (
+    DEFAULT_LEVELS,
+    KAFKA_ENV_PREFIX,
+    OPTIONS,
+    ConfigError,
+    Settings,
+    env_name,
+    load_settings,
+    parse_levels,
+)
 from sidecar.durations import DURATION_FORMS, SIZE_FORMS, format_duration_ms, parse_duration_ms
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -110,8 +123,23 @@ def cmd_run(ns: argparse.Namespace) -> int:
         broker = LocalKafka(port=_free_port(9092), data_dir=data)
         settings.bootstrap_servers = broker.start()
         log.info("embedded_kafka.started", bootstrap=settings.bootstrap_servers, data_dir=str(data))
+    from confluent_kafka import KafkaException
+
+    from sidecar import kafka_errors
+    from sidecar.connectivity import KafkaUnusable
+
     try:
         return _serve(settings)
+    except KafkaUnusable as e:  # what only a configuration change fixes: one error, a documented status
+        log.error("kafka.unusable", **e.cause.as_dict(), message=e.cause.message(),
+                  exit_status=e.cause.exit_status)
+        return e.cause.exit_status
+    except KafkaException as e:  # refused after the start-up check passed (e.g. an ACL revoked meanwhile)
+        err = e.args[0] if e.args else None
+        cause = kafka_errors.classify(err.name(), err.str()) if err is not None else None
+        fields = cause.as_dict() if cause is not None else {"code": "kafka-failed", "detail": str(e)}
+        log.error("kafka.unusable", **fields, message=cause.message() if cause else str(e), exit_status=1)
+        return 1
     finally:
         if broker is not None:
             broker.stop()
@@ -144,10 +172,29 @@ def _serve(settings: Settings, ready: threading.Event | None = None, stop: threa
     if ready is not None:
         ready.set()
     try:
+        if not _kafka_usable(settings, health, lambda: sidecar.stop_requested):
+            return 0  # stopped while waiting for Kafka
         return sidecar.run()
     finally:
         if health is not None:
             health.stop()
+
+
+def _kafka_usable(settings: Settings, health: Any, stopped: Any) -> bool:
+    """Before the sidecar starts: wait until Kafka is usable, or raise ``KafkaUnusable`` for
+    what cannot heal (``sidecar.connectivity``); ``/readyz`` names the cause meanwhile."""
+    from sidecar import connectivity, logs
+
+    log = logs.get("sidecar")
+
+    def report(cause: Any) -> None:
+        if health is not None:
+            health.set_kafka(None if cause is None else cause.as_dict(), hold=False)
+
+    def warn(cause: Any, next_try_s: float) -> None:
+        log.warning("kafka.waiting", **cause.as_dict(), message=cause.message(), next_try_s=next_try_s)
+
+    return connectivity.wait_until_usable(connectivity.run_probe(settings), report, warn, stopped)
 
 
 def cmd_dev_kafka(ns: argparse.Namespace) -> int:
@@ -198,6 +245,7 @@ class _Writer:
         if not bs:
             raise CliError("--bootstrap-servers is required (or set KAFKA_BOOTSTRAP_SERVERS)")
         self.bootstrap = bs
+        self.kafka = kafka
         self.timeout_ms = timeout_ms
         self.errors: list[Any] = []
         conf: dict[str, Any] = {
@@ -209,7 +257,11 @@ class _Writer:
         try:
             self.producer = Producer(conf)
         except KafkaException as e:
-            raise CliError(f"bad value for --kafka: {e.args[0].str() if e.args else e}") from None
+            from sidecar.kafka_errors import classify
+
+            err = e.args[0] if e.args else None
+            cause = classify(err.name(), err.str()) if err is not None else None
+            raise CliError(f"bad value for --kafka: {cause.message() if cause is not None else e}") from None
 
     def _last_error(self) -> str:
         from confluent_kafka import KafkaError
@@ -224,6 +276,7 @@ class _Writer:
     def check(self, topic: str) -> None:
         from confluent_kafka import KafkaError, KafkaException
 
+        _require_kafka(self.bootstrap, self.kafka, self.timeout_ms, (topic,))
         try:
             md = self.producer.list_topics(topic=topic, timeout=self.timeout_ms / 1000)
         except KafkaException as e:
@@ -287,12 +340,33 @@ def _common_inputs(ns: argparse.Namespace) -> tuple[int, dict[str, str]]:
     if not 1000 <= timeout_ms <= 3_600_000:
         raise CliError(f"bad value for --timeout: {ns.timeout!r} is not between 1s and 1h")
     kafka: dict[str, str] = {}
+    if ns.config or any(k.startswith(KAFKA_ENV_PREFIX) for k in os.environ):
+        # the librdkafka properties (and the brokers) of the sidecar's own configuration
+        settings = load_settings({}, config_file=ns.config)
+        kafka.update(settings.kafka)
+        if ns.bootstrap_servers is None:
+            ns.bootstrap_servers = settings.bootstrap_servers
     for item in ns.kafka:
         if "=" not in item:
             raise CliError(f"bad value for --kafka: {item!r} is not PROP=VALUE (e.g. security.protocol=SSL)")
         k, v = item.split("=", 1)
         kafka[k.strip()] = v
     return timeout_ms, kafka
+
+
+def _require_kafka(bootstrap: str, kafka: dict[str, Any], timeout_ms: int, topics: tuple[str, ...] = (),
+                   group: str | None = None) -> None:
+    """One line naming the cause and the setting when Kafka cannot be used (``sidecar.connectivity``):
+    exit status 2 for a bad property, 1 for the rest."""
+    from sidecar import connectivity
+    from sidecar.kafka_errors import BAD_CONFIG
+
+    cause = connectivity.probe({"bootstrap.servers": bootstrap, **kafka}, timeout_ms / 1000, topics, group)
+    if cause is None:
+        return
+    if cause.code == BAD_CONFIG:
+        raise CliError(f"bad value for --kafka: {cause.message()}")
+    raise Failed(f"Kafka at {bootstrap}: {cause.message()}")
 
 
 def cmd_send(ns: argparse.Namespace) -> int:
@@ -417,6 +491,7 @@ def cmd_status(ns: argparse.Namespace) -> int:
     if not bs:
         raise CliError("--bootstrap-servers is required (or set KAFKA_BOOTSTRAP_SERVERS)")
     timeout_s = timeout_ms / 1000
+    _require_kafka(bs, kafka, timeout_ms, (ns.ingress_topic,) if ns.key is not None else (), ns.group)
     admin = AdminClient({"bootstrap.servers": bs, **kafka})
     if ns.key is not None:
         try:
@@ -607,6 +682,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="give up when Kafka has not answered or acknowledged within this (default: %(default)s)")
     common.add_argument("--kafka", action="append", default=[], metavar="PROP=VALUE",
                         help="librdkafka property, e.g. security.protocol=SASL_SSL (repeatable)")
+    common.add_argument("--config", metavar="FILE",
+                        help="the sidecar's YAML config file: its kafka: properties and bootstrap-servers are "
+                             "used (--kafka and --bootstrap-servers win); DELAY_SIDECAR_KAFKA_<PROP> too")
     common.add_argument("--json", action="store_true", help="print the result as one JSON object per record")
 
     epilog = ("Prints one line per record: its delay.id (default <ingress-topic>:<partition>:<offset>), the "
@@ -764,6 +842,7 @@ def _dlq_job(ns: argparse.Namespace) -> Any:
     if not bs:
         raise CliError("--bootstrap-servers is required (or set KAFKA_BOOTSTRAP_SERVERS)")
     job.bootstrap = bs
+    _require_kafka(bs, kafka, timeout_ms, (ns.dlq_topic,))
     job.kafka = {**kafka, "logger": _quiet_logger()}
     return job
 

@@ -24,7 +24,12 @@ Kubernetes semantics:
     ``disk-max-bytes`` below what the assigned partitions need, or a store whose files that
     delivering cannot free fill the budget, or a volume filled by other files): the body then
     carries ``disk`` with the ``code``, the ``reason`` and the ``fix``. A pause that deliveries
-    will lift is backpressure, not unreadiness. The ``ready`` gauge of
+    will lift is backpressure, not unreadiness. ``kafka_ok`` is false while Kafka refuses the
+    sidecar for a named cause (``sidecar.kafka_errors``: ``auth-failed``, ``tls-failed``,
+    ``not-authorized``, ``broker-unreachable``): the body carries ``kafka`` with the ``code``,
+    the ``setting`` to change and librdkafka's ``detail``. A cause seen while running holds for
+    ``kafka_hold_s`` after its last report (librdkafka repeats it at every reconnect or request),
+    or until :meth:`HealthServer.set_kafka` clears it (the broker is reachable again). The ``ready`` gauge of
     :class:`~sidecar.metrics.Metrics` follows the same condition.
 
 ``/metrics``
@@ -147,6 +152,9 @@ class HealthServer:
         self._assigned = False
         self._broker_reachable = False
         self._disk: dict[str, str] | None = None  # why ingress cannot go on (set_disk_stalled)
+        self._kafka: dict[str, str] | None = None  # why Kafka refuses the sidecar (set_kafka)
+        self._kafka_until = 0.0  # on ``clock``: when that cause lapses without a new report
+        self.kafka_hold_s = 30.0
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         # (id, partition or None) -> (HTTP status, JSON document): set by the sidecar (its lookup)
@@ -176,9 +184,24 @@ class HealthServer:
         self._disk = {"code": code, "reason": reason, "fix": fix} if code else None
         self._update_ready()
 
+    def set_kafka(self, cause: dict[str, str] | None, hold: bool = True) -> None:
+        """Kafka refuses the sidecar for ``cause`` (``Cause.as_dict()``), for ``kafka_hold_s``
+        more with ``hold`` or until cleared; ``None`` clears it."""
+        self._kafka = cause
+        self._kafka_until = self.clock() + self.kafka_hold_s if hold else float("inf")
+        self._update_ready()
+
+    def kafka_cause(self) -> dict[str, str] | None:
+        """The cause set by :meth:`set_kafka`, while it holds."""
+        cause = self._kafka
+        if cause is not None and self.clock() >= self._kafka_until:
+            self._kafka = cause = None
+        return cause
+
     @property
     def ready(self) -> bool:
-        return self._recovered and self._assigned and self._broker_reachable and self._disk is None
+        return (self._recovered and self._assigned and self._broker_reachable and self._disk is None
+                and self.kafka_cause() is None)
 
     def _update_ready(self) -> None:
         self.metrics.set_ready(self.ready)
@@ -200,12 +223,16 @@ class HealthServer:
             "assigned": self._assigned,
             "broker_reachable": self._broker_reachable,
             "disk_ok": self._disk is None,
+            "kafka_ok": self.kafka_cause() is None,
         }
         not_ready = [k for k, v in flags.items() if not v]
         doc: dict[str, Any] = {"ready": not not_ready, **flags, "not_ready": not_ready}
         disk = self._disk
         if disk is not None:
             doc["disk"] = disk
+        kafka = self.kafka_cause()
+        if kafka is not None:
+            doc["kafka"] = kafka
         return (503 if not_ready else 200), doc
 
     def lookup_id(self, quoted: str, query: str) -> tuple[int, dict[str, Any]]:

@@ -19,7 +19,12 @@ the handler first (it drains, checkpoints, commits and closes them) and unassign
 partitions (the group moved on without us) are closed without a commit.
 
 Broker health: ``error_cb`` transport errors and the statistics' broker states tell the
-handler when the cluster is unreachable and when it is back (``/readyz``).
+handler when the cluster is unreachable and when it is back (``/readyz``). An error that names a
+cause (``sidecar.kafka_errors``: credentials refused, a TLS failure, a missing ACL on the group or
+the ingress topic) is one ``kafka.refused`` warning per cause and minute, naming the cause and the
+setting to change, and ``/readyz`` answers 503 with its code until the broker is reachable again
+or the cause stops being reported: the clients keep retrying, nothing is committed meanwhile, and
+deliveries resume without a restart once an operator fixes the credentials or the ACL.
 
 Logs: every client's ``logger`` is one :class:`~sidecar.kafka_logs.KafkaLog`, so librdkafka's
 lines are ``kafka.log`` events, never stderr; the disconnects of a client being closed
@@ -56,7 +61,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
-from sidecar import logs
+from sidecar import kafka_errors, logs
 from sidecar.config import ConfigError, Settings
 from sidecar.engine.transactions import transactional_id
 from sidecar.kafka_logs import KafkaLog, expected_error
@@ -177,6 +182,7 @@ class KafkaIO:
         self.callback_s = 0.0
         self._admin_client: Any = None
         self.klog = KafkaLog()  # librdkafka's log, through structlog (every client's "logger")
+        self.health: Any = None  # the HealthServer, for /readyz's kafka cause (set by the loop)
 
     # -- clients --------------------------------------------------------------------------------
     def _common(self) -> dict[str, Any]:
@@ -459,7 +465,9 @@ class KafkaIO:
         """A consumed message carried an error instead of a record."""
         if err.code() == FATAL:
             self.consumer_fatal = err.str()  # the loop replaces the consumer
-        elif err.code() != PARTITION_EOF and self.should_warn(f"consume:{err.code()}"):
+        elif err.code() == PARTITION_EOF:
+            pass
+        elif not self.refused(err) and self.should_warn(f"consume:{err.code()}"):
             log.warning("consume.error", code=err.name(), error=err.str())
 
     def pause(self) -> None:
@@ -629,8 +637,14 @@ class KafkaIO:
         if expected_error(self.klog, err.name()):  # a disconnect while shutting down or closing a client
             log.debug("kafka.error", code=err.name(), error=err.str(), expected=True)
             return
-        if err.code() in (ALL_BROKERS_DOWN, TRANSPORT):
+        cause = kafka_errors.classify(err.name(), err.str())
+        if cause is not None and cause.code in (kafka_errors.AUTH_FAILED, kafka_errors.TLS_FAILED):
+            self.events.broker_status(False, cause.code)
+            self.refused(err)
+        elif err.code() in (ALL_BROKERS_DOWN, TRANSPORT):
             self.events.broker_status(False, err.str())
+        elif self.refused(err):
+            pass
         elif self.should_warn(f"kafka.error:{err.code()}"):
             log.warning("kafka.error", code=err.name(), error=err.str())
 
@@ -645,6 +659,31 @@ class KafkaIO:
             return
         up = any(b.get("state") == "UP" for b in brokers.values() if b.get("nodeid", -1) >= 0)
         self.events.broker_status(up, "statistics")
+        if up and self.health is not None:
+            cause = self.health.kafka_cause()
+            if cause is not None and cause["code"] != kafka_errors.NOT_AUTHORIZED:
+                self.health.set_kafka(None)  # logged in again: the credentials or the certificate were fixed
+
+    def refused(self, err: Any) -> bool:
+        """An error naming why Kafka refuses the sidecar (credentials, TLS, a missing ACL on the
+        group or the ingress topic): ``/readyz`` says so and one warning a minute per cause names
+        the setting to change. False for any other error."""
+        cause = kafka_errors.classify(err.name(), err.str())
+        if cause is None or cause.code in (kafka_errors.UNREACHABLE, kafka_errors.BAD_CONFIG):
+            return False
+        if cause.code == kafka_errors.NOT_AUTHORIZED:
+            resource = {"GROUP_AUTHORIZATION_FAILED": f"group {self.s.group_id}",
+                        "TOPIC_AUTHORIZATION_FAILED": f"topic {self.s.ingress_topic}",
+                        "TRANSACTIONAL_ID_AUTHORIZATION_FAILED": "the sidecar's transactional id"}.get(
+                cause.error, "the cluster")
+            cause = cause.about("Read" if cause.error != "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" else "Write",
+                                resource)
+        if self.health is not None:
+            self.health.set_kafka(cause.as_dict())
+        if self.should_warn(f"refused:{cause.code}:{cause.resource}", every_s=60.0):
+            log.warning("kafka.refused", **cause.as_dict(), message=cause.message(),
+                        action="retrying; deliveries resume once fixed")
+        return True
 
     def should_warn(self, key: str, every_s: float = 30.0) -> bool:
         """Rate-limit repeated warnings (a broker outage raises the same error many times a second)."""

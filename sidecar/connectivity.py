@@ -1,0 +1,209 @@
+"""Checking, before a command relies on Kafka, that it can connect, log in and do what it needs.
+
+A client of librdkafka that cannot connect does not fail: it retries forever, and the caller's
+first request ends after its time-out in ``_TRANSPORT "Broker transport failure"`` whatever the
+reason. :func:`probe` makes one admin client with the command's properties, an ``error_cb`` that
+keeps every error, and asks for the cluster's metadata in slices of half a second; between
+slices it serves ``error_cb`` and stops as soon as an error names a cause that waiting will not
+fix (a bad property, refused credentials, a failed TLS handshake: :mod:`sidecar.kafka_errors`),
+so a wrong password is reported in about a second, not after the time-out. When the metadata
+comes, it checks what the command needs next: Describe on its topics (a topic's metadata error),
+Create for the topics that are missing (a validate-only ``CreateTopics``), Describe on its group.
+
+A TLS failure that librdkafka reports only as ``certificate verify failed`` is made precise by
+:func:`tls_reason`: one handshake with Python's ``ssl`` against the first bootstrap server with
+the same CA file and host name check, whose ``SSLCertVerificationError.verify_message`` names
+the reason (an unknown CA, a host name mismatch, an expired certificate).
+
+:func:`wait_until_usable` is the start of ``delay-sidecar run``: it probes until Kafka is usable,
+raises :class:`KafkaUnusable` for a cause that cannot heal (the caller logs it once and exits with
+its status), and for one that can (an unreachable broker, a missing ACL) answers ``/readyz`` 503
+with the cause's code, logs a warning (the first, then at most one a minute) and tries again
+after a back-off doubling from 1 s to 30 s.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import ssl
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from sidecar import kafka_errors as ke
+from sidecar.kafka_errors import Cause
+
+if TYPE_CHECKING:
+    from sidecar.config import Settings
+
+PROBE_SLICE_S = 0.5
+BACKOFF_FIRST_S = 1.0
+BACKOFF_MAX_S = 30.0
+WARN_EVERY_S = 60.0
+RUN_PROBE_TIMEOUT_S = 5.0  # one probe of ``run``; then a back-off before the next
+
+
+class KafkaUnusable(Exception):
+    """Kafka cannot be used for a reason only a configuration change fixes."""
+
+    def __init__(self, cause: Cause) -> None:
+        super().__init__(cause.message())
+        self.cause = cause
+
+
+def quiet_logger() -> logging.Logger:
+    """Where the probe's librdkafka log lines go: nowhere (their content reaches ``error_cb``)."""
+    log = logging.getLogger("delay-sidecar.probe.librdkafka")
+    log.propagate = False
+    if not log.handlers:
+        log.addHandler(logging.NullHandler())
+    return log
+
+
+def _first_error(exc: BaseException) -> Any:
+    return exc.args[0] if exc.args and hasattr(exc.args[0], "name") else None
+
+
+def probe(conf: dict[str, Any], timeout_s: float, topics: Iterable[str] = (), group: str | None = None,
+          create_missing: bool = False) -> Cause | None:
+    """None when Kafka answers with ``conf`` and allows what is asked, else the cause (see the
+    module docstring). ``topics``: Describe is needed on each (and, with ``create_missing``,
+    Create for those that do not exist); ``group``: Describe on the group."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    errors: list[Any] = []
+    conf = {"socket.connection.setup.timeout.ms": max(1000, int(timeout_s * 1000)), **conf,
+            "error_cb": errors.append, "logger": quiet_logger()}
+    try:
+        admin = AdminClient(conf)
+    except KafkaException as e:
+        err = _first_error(e)
+        return ke.classify(err.name(), err.str()) if err is not None else None
+    deadline = time.monotonic() + timeout_s
+    md = None
+    last: Any = None
+    while md is None:
+        try:
+            md = admin.list_topics(timeout=max(0.05, min(PROBE_SLICE_S, deadline - time.monotonic())))
+        except KafkaException as e:
+            last = _first_error(e)
+            admin.poll(0)  # serves error_cb
+            cause = ke.of(errors)
+            if (cause is not None and not cause.heals) or time.monotonic() >= deadline:
+                cause = cause or ke.of([last] if last is not None else [])
+                if cause is None:
+                    return Cause(ke.UNREACHABLE, "bootstrap.servers", True, f"no answer within {timeout_s:g} s")
+                return _refined(cause, conf)
+    for topic in topics:
+        found = md.topics.get(topic)
+        err = getattr(found, "error", None) if found is not None else None
+        if err is not None and err.name() == "TOPIC_AUTHORIZATION_FAILED":
+            return _denied(err, "Describe", f"topic {topic}")
+    missing = [t for t in topics if t not in md.topics or getattr(md.topics[t].error, "name", lambda: "")()
+               == "UNKNOWN_TOPIC_OR_PART"]
+    if create_missing and missing:
+        cause = _can_create(admin, missing, timeout_s)
+        if cause is not None:
+            return cause
+    if group is not None:
+        try:
+            admin.describe_consumer_groups([group], request_timeout=timeout_s)[group].result(timeout=timeout_s)
+        except KafkaException as e:
+            err = _first_error(e)
+            if err is not None and err.name() == "GROUP_AUTHORIZATION_FAILED":
+                return _denied(err, "Describe", f"group {group}")
+    return None
+
+
+def _denied(err: Any, operation: str, resource: str) -> Cause:
+    cause = ke.classify(err.name(), err.str())
+    assert cause is not None
+    return cause.about(operation, resource)
+
+
+def _can_create(admin: Any, topics: list[str], timeout_s: float) -> Cause | None:
+    """A validate-only CreateTopics: may this principal create ``topics``?"""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
+
+    futures = admin.create_topics([NewTopic(t, 1, 1) for t in topics], validate_only=True,
+                                  request_timeout=timeout_s)
+    for topic, fut in futures.items():
+        try:
+            fut.result(timeout=timeout_s)
+        except KafkaException as e:
+            err = _first_error(e)
+            if err is not None and err.name() in ("TOPIC_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED"):
+                return _denied(err, "Create", f"topic {topic} (or the cluster)")
+    return None
+
+
+def _refined(cause: Cause, conf: dict[str, Any]) -> Cause:
+    if cause.code != ke.TLS_FAILED or cause.reason not in ("", "unknown-ca"):
+        return cause
+    why = tls_reason(conf)
+    return ke.with_verify_reason(cause, why) if why else cause
+
+
+def tls_reason(conf: dict[str, Any], timeout_s: float = 2.0) -> str:
+    """OpenSSL's verify message for the first bootstrap server's certificate with the CA file and
+    host name check of ``conf`` (librdkafka's defaults: the system CAs, host names checked), or
+    "" when the handshake succeeds or fails for another reason."""
+    first = str(conf.get("bootstrap.servers", "")).split(",")[0].strip()
+    host, _, port = first.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit():
+        return ""
+    ctx = ssl.create_default_context(cafile=conf.get("ssl.ca.location") or None)
+    ctx.check_hostname = str(conf.get("ssl.endpoint.identification.algorithm", "https")).lower() == "https"
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s) as sock, \
+                ctx.wrap_socket(sock, server_hostname=host):
+            return ""
+    except ssl.SSLCertVerificationError as e:
+        return str(e.verify_message or e.reason or e)
+    except (OSError, ValueError):
+        return ""
+
+
+def wait_until_usable(
+    probe_once: Callable[[], Cause | None],
+    report: Callable[[Cause | None], None],
+    warn: Callable[[Cause, float], None],
+    stopped: Callable[[], bool],
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> bool:
+    """Probe until Kafka is usable (True) or ``stopped()`` (False); raise :class:`KafkaUnusable`
+    for a cause that cannot heal. ``report`` gets each cause (None once usable: ``/readyz``);
+    ``warn(cause, next_try_s)`` is called for the first cause and at most once a minute after."""
+    backoff = BACKOFF_FIRST_S
+    warned_at = -WARN_EVERY_S
+    last_code = ""
+    while not stopped():
+        cause = probe_once()
+        report(cause)
+        if cause is None:
+            return True
+        if not cause.heals:
+            raise KafkaUnusable(cause)
+        now = clock()
+        if now - warned_at >= WARN_EVERY_S or cause.code != last_code:
+            warn(cause, backoff)
+            warned_at, last_code = now, cause.code
+        end = now + backoff
+        while not stopped() and clock() < end:
+            sleep(min(0.2, end - clock()))
+        backoff = min(BACKOFF_MAX_S, backoff * 2)
+    return False
+
+
+def run_probe(settings: Settings, timeout_s: float = RUN_PROBE_TIMEOUT_S) -> Callable[[], Cause | None]:
+    """The probe of ``delay-sidecar run``: its properties, its topics (Create for the missing
+    ones: it creates them at start) and its group."""
+    conf = {"bootstrap.servers": settings.bootstrap_servers, **settings.kafka}
+    topics = [t for t in (settings.ingress_topic, settings.dlq_topic, settings.changelog_topic_name,
+                          settings.history_topic) if t]
+    return lambda: probe(conf, timeout_s, topics, settings.group_id, create_missing=True)
