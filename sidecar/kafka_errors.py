@@ -188,7 +188,7 @@ def _auth(detail: str) -> Cause:
 def _bad_config(detail: str) -> Cause:
     low = detail.lower()
     found = _PROPERTY.search(detail)
-    if "sasl mechanism" in low:
+    if "sasl mechanism" in low or "hash function" in low:  # "Unsupported hash function: SCRAM-SHA-1024"
         setting = "sasl.mechanism"
     elif "sasl.username and sasl.password" in low:
         setting = "sasl.username and sasl.password"

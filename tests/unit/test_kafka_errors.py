@@ -12,6 +12,8 @@ CASES = [
     # (error name, librdkafka's text, cause code, reason, a word of the setting, heals)
     ("_INVALID_ARG", "Failed to create admin client: Unsupported SASL mechanism: FOO",
      ke.BAD_CONFIG, "", "sasl.mechanism", False),
+    ("_INVALID_ARG", "Failed to create admin client: Unsupported hash function: SCRAM-SHA-1024 (try SCRAM-SHA-512)",
+     ke.BAD_CONFIG, "", "sasl.mechanism", False),
     ("_INVALID_ARG", 'No such configuration property: "bogus.prop"', ke.BAD_CONFIG, "", "bogus.prop", False),
     ("_INVALID_ARG", 'Invalid value "SASL_TLS" for configuration property "security.protocol"',
      ke.BAD_CONFIG, "", "security.protocol", False),
