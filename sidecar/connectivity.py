@@ -96,13 +96,18 @@ def probe(conf: dict[str, Any], timeout_s: float, topics: Iterable[str] = (), gr
                 if cause is None:
                     return Cause(ke.UNREACHABLE, "bootstrap.servers", True, f"no answer within {timeout_s:g} s")
                 return _refined(cause, conf)
+    missing = []
     for topic in topics:
-        found = md.topics.get(topic)
+        # asked by name: a listing of all topics leaves out those the principal may not describe
+        try:
+            found = admin.list_topics(topic=topic, timeout=timeout_s).topics.get(topic)
+        except KafkaException:
+            continue  # no answer now: the command's own request will say
         err = getattr(found, "error", None) if found is not None else None
         if err is not None and err.name() == "TOPIC_AUTHORIZATION_FAILED":
             return _denied(err, "Describe", f"topic {topic}")
-    missing = [t for t in topics if t not in md.topics or getattr(md.topics[t].error, "name", lambda: "")()
-               == "UNKNOWN_TOPIC_OR_PART"]
+        if found is None or (err is not None and err.name() == "UNKNOWN_TOPIC_OR_PART"):
+            missing.append(topic)
     if create_missing and missing:
         cause = _can_create(admin, missing, timeout_s)
         if cause is not None:

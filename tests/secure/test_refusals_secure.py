@@ -1,0 +1,179 @@
+"""docs/operations.md, "When Kafka refuses the sidecar": the rows that need the secured broker.
+
+Wrong password and wrong SASL mechanism (SCRAM-SHA-256 for a SCRAM-SHA-512 user) make ``run``
+exit with status 3, an unknown CA and a host name the certificate does not hold (the broker
+reached through 127.0.0.2, its certificate names localhost and 127.0.0.1) with status 4, each
+after one ``kafka.unusable`` event; an expired broker certificate (a TLS endpoint presenting one,
+signed by the broker's CA) and a missing ACL heal: ``run`` waits with ``/readyz`` 503 naming
+the cause, and with the ACLs granted it becomes ready without a restart. The other commands
+fail with one line naming the same causes."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import ssl
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sidecar.acls import acls_for
+from sidecar.config import load_settings
+from tests.integration.refusals import COMMANDS, Run, cli_fails, exits_with, kafka_flags
+from tests.secure.cluster import SecureCluster
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def user(secure_kafka: SecureCluster) -> dict[str, str]:
+    return secure_kafka.new_user("refused")
+
+
+def _forward(listen: socket.socket, to: tuple[str, int]) -> None:
+    """A TCP forwarder: each connection to ``listen`` is piped to ``to``."""
+
+    def pipe(a: socket.socket, b: socket.socket) -> None:
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    while True:
+        try:
+            client, _ = listen.accept()
+        except OSError:
+            return
+        upstream = socket.create_connection(to)
+        threading.Thread(target=pipe, args=(client, upstream), daemon=True).start()
+        threading.Thread(target=pipe, args=(upstream, client), daemon=True).start()
+
+
+@pytest.fixture
+def other_address(secure_kafka: SecureCluster) -> Iterator[str]:
+    """The secured broker at 127.0.0.2:<port>, an address its certificate does not name."""
+    host, _, port = secure_kafka.bootstrap.rpartition(":")
+    listen = socket.socket()
+    listen.bind(("127.0.0.2", 0))
+    listen.listen()
+    threading.Thread(target=_forward, args=(listen, (host, int(port))), daemon=True).start()
+    yield f"127.0.0.2:{listen.getsockname()[1]}"
+    listen.close()
+
+
+def _openssl(cwd: Path, *args: str) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def other_ca(tmp_path: Path) -> str:
+    """A CA that signed nothing the broker presents."""
+    _openssl(tmp_path, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+             "-keyout", "other.key", "-out", "other.pem", "-days", "1", "-subj", "/CN=another CA")
+    return str(tmp_path / "other.pem")
+
+
+@pytest.fixture
+def expired_endpoint(secure_kafka: SecureCluster, tmp_path: Path) -> Iterator[str]:
+    """127.0.0.1:<port> presenting a certificate for localhost and 127.0.0.1, signed by the
+    broker's CA, that expired a day ago."""
+    tls = secure_kafka.secure.ca_path.parent
+    (tmp_path / "ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    _openssl(tmp_path, "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+             "-keyout", "old.key", "-out", "old.csr", "-subj", "/CN=localhost")
+    _openssl(tmp_path, "x509", "-req", "-in", "old.csr", "-CA", str(tls / "ca.pem"), "-CAkey", str(tls / "ca.key"),
+             "-CAcreateserial", "-CAserial", str(tmp_path / "ca.srl"), "-out", "old.pem", "-days", "-1",
+             "-extfile", "ext")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(tmp_path / "old.pem", tmp_path / "old.key")
+    listen = socket.socket()
+    listen.bind(("127.0.0.1", 0))
+    listen.listen()
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listen.accept()
+            except OSError:
+                return
+            try:
+                with ctx.wrap_socket(conn, server_side=True) as tls_conn:
+                    tls_conn.recv(1)
+            except (OSError, ssl.SSLError):
+                pass
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield f"127.0.0.1:{listen.getsockname()[1]}"
+    listen.close()
+
+
+def test_wrong_password(tmp_path: Path, user: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    conf = {**user, "sasl.password": "not-" + user["sasl.password"]}
+    ev = exits_with(tmp_path, kafka_flags(conf), 3, "auth-failed", "wrong-credentials")
+    assert "sasl.password" in ev["setting"]
+    for argv in COMMANDS:
+        assert "sasl.password" in cli_fails(capsys, [*argv, *kafka_flags(conf)], 1, "auth-failed")
+
+
+def test_wrong_mechanism(tmp_path: Path, user: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    conf = {**user, "sasl.mechanisms": "SCRAM-SHA-256"}
+    ev = exits_with(tmp_path, kafka_flags(conf), 3, "auth-failed")
+    assert "sasl.mechanism" in ev["setting"]
+    assert "sasl.mechanism" in cli_fails(capsys, ["status", "x", *kafka_flags(conf)], 1, "auth-failed")
+
+
+def test_unknown_ca(tmp_path: Path, user: dict[str, str], other_ca: str, capsys: pytest.CaptureFixture[str]) -> None:
+    conf = {**user, "ssl.ca.location": other_ca}
+    ev = exits_with(tmp_path, kafka_flags(conf), 4, "tls-failed", "unknown-ca")
+    assert ev["setting"].startswith("ssl.ca.location")
+    assert "unknown-ca" in cli_fails(capsys, ["status", "x", *kafka_flags(conf)], 1, "tls-failed")
+
+
+def test_host_name_mismatch(tmp_path: Path, user: dict[str, str], other_address: str,
+                            capsys: pytest.CaptureFixture[str]) -> None:
+    conf = {**user, "bootstrap.servers": other_address}
+    ev = exits_with(tmp_path, kafka_flags(conf), 4, "tls-failed", "hostname-mismatch")
+    assert ev["setting"].startswith("bootstrap.servers")
+    assert "hostname-mismatch" in cli_fails(capsys, ["status", "x", *kafka_flags(conf)], 1, "tls-failed")
+
+
+def test_expired_certificate(tmp_path: Path, user: dict[str, str], expired_endpoint: str,
+                             capsys: pytest.CaptureFixture[str]) -> None:
+    conf = {**user, "bootstrap.servers": expired_endpoint}
+    assert "expired" in cli_fails(capsys, ["status", "x", *kafka_flags(conf)], 1, "tls-failed")
+    run = Run(tmp_path, kafka_flags(conf))  # renewing the broker's certificate heals it: run waits
+    try:
+        doc = run.wait_readyz(20, "tls-failed")
+        assert doc["kafka"]["reason"] == "expired"
+    finally:
+        assert run.stop() == 0
+
+
+def test_missing_acl_heals_once_granted(tmp_path: Path, secure_kafka: SecureCluster, user: dict[str, str],
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """No ACL: run waits naming the first refused operation; granted the documented ACLs, it
+    becomes ready without a restart."""
+    name = tmp_path.name
+    secure_kafka.create_topics([f"in-{name}", f"dlq-{name}"])
+    run = Run(tmp_path, kafka_flags(user))
+    try:
+        doc = run.wait_readyz(20, "not-authorized")
+        assert doc["kafka"]["operation"] == "Describe" and doc["kafka"]["resource"] == f"topic in-{name}"
+        assert run.events("kafka.waiting")[0]["code"] == "not-authorized"
+        settings = load_settings({"ingress-topic": f"in-{name}", "dlq-topic": f"dlq-{name}", "changelog": "off",
+                                  "group-id": f"g-{name}"}, environ={})
+        secure_kafka.grant(secure_kafka.principal(user), acls_for("run", settings))
+        run.wait_readyz(60, None)
+    finally:
+        assert run.stop() == 0
+    line = cli_fails(capsys, ["dlq", "list", "--dlq-topic", "nobody-may-read", *kafka_flags(user)], 1,
+                     "not-authorized")
+    assert "Describe on topic nobody-may-read" in line
