@@ -154,7 +154,7 @@ class HealthServer:
         self._disk: dict[str, str] | None = None  # why ingress cannot go on (set_disk_stalled)
         self._kafka: dict[str, str] | None = None  # why Kafka refuses the sidecar (set_kafka)
         self._kafka_until = 0.0  # on ``clock``: when that cause lapses without a new report
-        self.kafka_hold_s = 30.0
+        self.kafka_hold_s = 15.0
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         # (id, partition or None) -> (HTTP status, JSON document): set by the sidecar (its lookup)

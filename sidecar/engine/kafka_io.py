@@ -183,6 +183,7 @@ class KafkaIO:
         self._admin_client: Any = None
         self.klog = KafkaLog()  # librdkafka's log, through structlog (every client's "logger")
         self.health: Any = None  # the HealthServer, for /readyz's kafka cause (set by the loop)
+        self._refused_read = False  # a missing ACL was reported: the next records clear it
 
     # -- clients --------------------------------------------------------------------------------
     def _common(self) -> dict[str, Any]:
@@ -459,6 +460,10 @@ class KafkaIO:
     # -- consuming ------------------------------------------------------------------------------
     def consume(self, n: int, timeout: float) -> list[Message]:
         msgs: list[Message] = self.consumer.consume(num_messages=n, timeout=timeout)
+        if self._refused_read and msgs and any(m.error() is None for m in msgs):
+            self._refused_read = False  # records again: the ACL is back
+            if self.health is not None:
+                self.health.set_kafka(None)
         return msgs
 
     def consume_error(self, err: Any) -> None:
@@ -678,6 +683,7 @@ class KafkaIO:
                 cause.error, "the cluster")
             cause = cause.about("Read" if cause.error != "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" else "Write",
                                 resource)
+            self._refused_read = True
         if self.health is not None:
             self.health.set_kafka(cause.as_dict())
         if self.should_warn(f"refused:{cause.code}:{cause.resource}", every_s=60.0):

@@ -177,3 +177,48 @@ def test_missing_acl_heals_once_granted(tmp_path: Path, secure_kafka: SecureClus
     line = cli_fails(capsys, ["dlq", "list", "--dlq-topic", "nobody-may-read", *kafka_flags(user)], 1,
                      "not-authorized")
     assert "Describe on topic nobody-may-read" in line
+
+
+def test_acl_revoked_while_running(tmp_path: Path, secure_kafka: SecureCluster, user: dict[str, str]) -> None:
+    """Read on the ingress topic revoked while the sidecar runs: /readyz names it and a record
+    sent meanwhile waits in Kafka; once the ACL is back it is delivered, without a restart."""
+    from confluent_kafka import Consumer, Producer
+
+    from sidecar import client
+    from sidecar.acls import TOPIC, Target
+
+    name = tmp_path.name
+    ingress, target = f"in-{name}", f"out-{name}"
+    secure_kafka.create_topics([ingress, f"dlq-{name}", target])
+    settings = load_settings({"ingress-topic": ingress, "dlq-topic": f"dlq-{name}", "changelog": "off",
+                              "group-id": f"g-{name}"}, environ={})
+    principal = secure_kafka.principal(user)
+    acls = acls_for("run", settings, [Target(target)])
+    bindings = secure_kafka.grant(principal, acls)
+    read = [b for a, b in zip(acls, bindings, strict=True)
+            if a.resource == TOPIC and a.name == ingress and a.operation == "Read"]
+    run = Run(tmp_path, kafka_flags(user))
+    try:
+        run.wait_readyz(60, None)
+        secure_kafka.revoke(principal, read)
+        doc = run.wait_readyz(30, "not-authorized")
+        assert doc["kafka"]["resource"] == f"topic {ingress}", doc
+        p = Producer(secure_kafka.admin_conf)
+        client.send_delayed(p, target, b"meanwhile", key=b"k", delay="1s", ingress_topic=ingress)
+        assert p.flush(10) == 0
+        secure_kafka.grant(principal, [a for a in acls if a.resource == TOPIC and a.name == ingress
+                                       and a.operation == "Read"])
+        run.wait_readyz(60, None)
+        assert len(run.events("kafka.refused")) == 1  # one warning, not one per error
+        c = Consumer({**secure_kafka.admin_conf, "group.id": f"check-{name}", "auto.offset.reset": "earliest"})
+        c.subscribe([target])
+        got = None
+        for _ in range(100):
+            m = c.poll(0.3)
+            if m is not None and m.error() is None:
+                got = m.value()
+                break
+        c.close()
+        assert got == b"meanwhile"
+    finally:
+        assert run.stop() == 0

@@ -286,7 +286,7 @@ def test_readiness_flips(server: HealthServer, metrics: Metrics) -> None:
     status, _, body = get(server.port, "/readyz")
     assert status == 200
     assert orjson.loads(body) == {"ready": True, "recovered": True, "assigned": True,
-                                  "broker_reachable": True, "disk_ok": True, "not_ready": []}
+                                  "broker_reachable": True, "disk_ok": True, "kafka_ok": True, "not_ready": []}
     assert value(metrics.render(), P + "ready") == 1
     server.set_assigned(False)  # e.g. a rebalance took every partition away
     assert get(server.port, "/readyz")[0] == 503
@@ -308,6 +308,27 @@ def test_a_disk_stall_makes_the_sidecar_unready_and_says_what_to_do(server: Heal
     status, _, body = get(server.port, "/readyz")
     assert status == 200 and "disk" not in orjson.loads(body)
     assert value(metrics.render(), P + "ready") == 1
+
+
+def test_a_kafka_cause_makes_the_sidecar_unready_while_it_holds(server: HealthServer, clock: FakeClock) -> None:
+    for flag in (server.set_recovered, server.set_assigned, server.set_broker_reachable):
+        flag(True)
+    cause = {"code": "not-authorized", "setting": "allow Read on topic t",
+             "detail": "Broker: Topic authorization failed"}
+    server.set_kafka(cause)
+    status, _, body = get(server.port, "/readyz")
+    doc = orjson.loads(body)
+    assert status == 503 and doc["not_ready"] == ["kafka_ok"] and doc["kafka"] == cause
+    clock.t += server.kafka_hold_s - 1
+    assert get(server.port, "/readyz")[0] == 503  # still reported within the hold
+    clock.t += 1
+    assert get(server.port, "/readyz")[0] == 200  # no report for a whole hold: lapsed
+    server.set_kafka(cause, hold=False)  # at start: until cleared
+    clock.t += 1000
+    assert get(server.port, "/readyz")[0] == 503
+    server.set_kafka(None)
+    status, _, body = get(server.port, "/readyz")
+    assert status == 200 and "kafka" not in orjson.loads(body)
 
 
 def test_liveness_follows_the_heartbeat(server: HealthServer, clock: FakeClock) -> None:
