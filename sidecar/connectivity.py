@@ -52,13 +52,16 @@ class KafkaUnusable(Exception):
         self.cause = cause
 
 
-def quiet_logger() -> logging.Logger:
-    """Where the probe's librdkafka log lines go: nowhere (their content reaches ``error_cb``)."""
-    log = logging.getLogger("delay-sidecar.probe.librdkafka")
-    log.propagate = False
-    if not log.handlers:
-        log.addHandler(logging.NullHandler())
-    return log
+class _Lines(logging.Logger):
+    """The probe's librdkafka log: kept for :func:`sidecar.kafka_errors.from_log`, never printed."""
+
+    def __init__(self) -> None:
+        super().__init__("delay-sidecar.probe.librdkafka", logging.DEBUG)
+        self.lines: list[str] = []
+
+    def log(self, level: int, msg: object, *args: object, **_kwargs: Any) -> None:
+        if len(args) == 3 and args[0] == "FAIL" and len(self.lines) < 1000:
+            self.lines.append(str(args[2]).split("]: ", 1)[-1])
 
 
 def _first_error(exc: BaseException) -> Any:
@@ -74,8 +77,9 @@ def probe(conf: dict[str, Any], timeout_s: float, topics: Iterable[str] = (), gr
     from confluent_kafka.admin import AdminClient
 
     errors: list[Any] = []
+    lines = _Lines()
     conf = {"socket.connection.setup.timeout.ms": max(1000, int(timeout_s * 1000)), **conf,
-            "error_cb": errors.append, "logger": quiet_logger()}
+            "error_cb": errors.append, "logger": lines}
     try:
         admin = AdminClient(conf)
     except KafkaException as e:
@@ -89,8 +93,10 @@ def probe(conf: dict[str, Any], timeout_s: float, topics: Iterable[str] = (), gr
             md = admin.list_topics(timeout=max(0.05, min(PROBE_SLICE_S, deadline - time.monotonic())))
         except KafkaException as e:
             last = _first_error(e)
-            admin.poll(0)  # serves error_cb
+            admin.poll(0)  # serves error_cb and the logger
             cause = ke.of(errors)
+            if cause is None or cause.code == ke.UNREACHABLE:
+                cause = ke.from_log(lines.lines) or cause
             if (cause is not None and not cause.heals) or time.monotonic() >= deadline:
                 cause = cause or ke.of([last] if last is not None else [])
                 if cause is None:

@@ -238,6 +238,20 @@ def most_telling(errors: Iterable[tuple[str, str]]) -> Cause | None:
     return best
 
 
+def from_log(lines: Iterable[str], repeats: int = 3) -> Cause | None:
+    """A cause only librdkafka's log shows: a plaintext client whose every connection the broker
+    closes while it asks for the API versions (``Disconnected ... in state APIVERSION_QUERY``):
+    the listener expects TLS. ``error_cb`` gets only ``_ALL_BROKERS_DOWN`` then. A single such
+    disconnect can be a broker going down; ``repeats`` of them are not."""
+    closed = [line for line in lines if "Disconnected" in line and "in state APIVERSION_QUERY" in line]
+    if len(closed) < repeats:
+        return None
+    detail = (f"{clean(closed[-1])}, {len(closed)} times: every connection closed before the API versions "
+              "(connecting to an SSL or SASL_SSL listener?)")
+    return Cause(TLS_FAILED, "security.protocol (the listener expects TLS: SSL or SASL_SSL)", False, detail,
+                 "tls-expected", error="_TRANSPORT")
+
+
 def of(errors: Iterable[ErrorLike]) -> Cause | None:
     """:func:`most_telling` of ``KafkaError`` objects."""
     return most_telling((e.name(), e.str()) for e in errors)

@@ -130,3 +130,12 @@ def test_wait_until_usable_retries_what_heals_and_raises_what_cannot() -> None:
         wait_until_usable(lambda: bad, lambda c: None, lambda c, s: None, lambda: False, sleep, lambda: now[0])
     assert e.value.cause is bad and e.value.cause.exit_status == 3
     assert not wait_until_usable(lambda: unreachable, lambda c: None, lambda c, s: None, lambda: True)
+
+
+def test_a_listener_expecting_tls_shows_only_in_the_log() -> None:
+    line = ("127.0.0.1:9093/bootstrap: Disconnected: connection closed by peer: receive 0 after POLLIN "
+            "(after 3ms in state APIVERSION_QUERY)")
+    assert ke.from_log([line, line]) is None  # a broker going down closes a connection or two
+    cause = ke.from_log([line] * 3 + ["127.0.0.1:9093/bootstrap: Connect to ipv4#127.0.0.1:9093 failed"])
+    assert cause is not None and (cause.code, cause.reason, cause.exit_status) == (ke.TLS_FAILED, "tls-expected", 4)
+    assert cause.setting.startswith("security.protocol") and "3 times" in cause.detail
