@@ -139,3 +139,66 @@ def test_a_listener_expecting_tls_shows_only_in_the_log() -> None:
     cause = ke.from_log([line] * 3 + ["127.0.0.1:9093/bootstrap: Connect to ipv4#127.0.0.1:9093 failed"])
     assert cause is not None and (cause.code, cause.reason, cause.exit_status) == (ke.TLS_FAILED, "tls-expected", 4)
     assert cause.setting.startswith("security.protocol") and "3 times" in cause.detail
+
+
+class _Events:
+    def __init__(self) -> None:
+        self.status: list[tuple[bool, str]] = []
+
+    def broker_status(self, up: bool, source: str) -> None:
+        self.status.append((up, source))
+
+    def statistics(self, stats_json: str) -> None:
+        pass
+
+
+class _Health:
+    def __init__(self) -> None:
+        self.cause: dict[str, str] | None = None
+
+    def set_kafka(self, cause: dict[str, str] | None, hold: bool = True) -> None:
+        self.cause = cause
+
+    def kafka_cause(self) -> dict[str, str] | None:
+        return self.cause
+
+
+def test_run_time_refusals_reach_readyz_and_one_warning(capsys: pytest.CaptureFixture[str]) -> None:
+    """Credentials refused at a reconnect: the broker counts as down, /readyz names auth-failed,
+    one kafka.refused warning however often librdkafka repeats it; the broker UP again clears it.
+    A missing group ACL names the group; the next records clear it."""
+    from confluent_kafka import KafkaError
+
+    from sidecar import logs
+    from sidecar.config import load_settings
+    from sidecar.engine.kafka_io import KafkaIO
+
+    logs.setup("info", stream=None)
+    events, health = _Events(), _Health()
+    io = KafkaIO(load_settings({"group-id": "g1"}, environ={}), clients=None, events=events)  # type: ignore[arg-type]
+    io.health = health
+    auth = KafkaError(KafkaError._AUTHENTICATION, "sasl_ssl://b:9093/1: SASL authentication error: Authentication "
+                                                  "failed during authentication due to invalid credentials")
+    for _ in range(5):
+        io._on_error(auth)
+    assert events.status[-1] == (False, "auth-failed")
+    assert health.cause is not None and health.cause["code"] == "auth-failed"
+    assert capsys.readouterr().out.count('"kafka.refused"') == 1
+    io._on_stats('{"brokers": {"b:9093/1": {"nodeid": 1, "state": "UP"}}}')
+    assert events.status[-1] == (True, "statistics") and health.cause is None
+
+    io.consume_error(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED, "Broker: Group authorization failed"))
+    assert health.cause is not None and health.cause["resource"] == "group g1"
+    assert "allow Read on group g1" in capsys.readouterr().out
+
+    class Msg:
+        def error(self) -> None:
+            return None
+
+    class Consumer:
+        def consume(self, num_messages: int, timeout: float) -> list[Msg]:
+            return [Msg()]
+
+    io.consumer = Consumer()
+    io.consume(1, 0)
+    assert health.cause is None
