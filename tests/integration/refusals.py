@@ -138,6 +138,18 @@ def cli_fails(capsys: pytest.CaptureFixture[str], argv: list[str], status: int, 
     return lines[0]
 
 
+def refused_everywhere(tmp: Path, capsys: pytest.CaptureFixture[str], conf: dict[str, str], status: int,
+                       code: str, reason: str, setting: str, commands: list[list[str]] | None = None) -> None:
+    """``run`` exits with ``status`` naming ``code`` (``reason``) and a setting that starts with
+    ``setting``; each of ``commands`` (default: ``status``) fails with one line naming both."""
+    flags = kafka_flags(conf)
+    ev = exits_with(tmp, flags, status, code, reason)
+    assert ev["setting"].startswith(setting), ev
+    for argv in commands or [["status", "some-id"]]:
+        line = cli_fails(capsys, [*argv, *flags], 1, code)
+        assert f"({reason})" in line and setting in line, line
+
+
 COMMANDS = [
     ["send", "--topic", "t", "--value", "v", "--delay", "1s"],
     ["cancel", "some-id", "--key", "k"],
