@@ -359,13 +359,16 @@ def _require_kafka(bootstrap: str, kafka: dict[str, Any], timeout_ms: int, topic
     """One line naming the cause and the setting when Kafka cannot be used (``sidecar.connectivity``):
     exit status 2 for a bad property, 1 for the rest."""
     from sidecar import connectivity
-    from sidecar.kafka_errors import BAD_CONFIG
+    from sidecar.kafka_errors import BAD_CONFIG, UNREACHABLE
 
     cause = connectivity.probe({"bootstrap.servers": bootstrap, **kafka}, timeout_ms / 1000, topics, group)
     if cause is None:
         return
     if cause.code == BAD_CONFIG:
         raise CliError(f"bad value for --kafka: {cause.message()}")
+    if cause.code == UNREACHABLE:
+        raise Failed(f"no answer from Kafka at {bootstrap} within {format_duration_ms(timeout_ms)} (--timeout): "
+                     f"{cause.message()}")
     raise Failed(f"Kafka at {bootstrap}: {cause.message()}")
 
 
