@@ -139,6 +139,9 @@ def build_parser(prog: str = "delay-sidecar accuracy") -> argparse.ArgumentParse
     p.add_argument("--ending-offsets", metavar="JSON", help="ingress offset range end (Spark JSON or latest)")
     p.add_argument("--kafka", type=_arg_type(_kv, "KEY=VALUE"), action="append", default=[], metavar="KEY=VALUE",
                    help="extra Kafka client property, e.g. security.protocol=SSL (repeatable)")
+    p.add_argument("--timeout", type=_arg_type(parse_duration_ms, "duration"), default="10s", metavar="DURATION",
+                   help="before the job starts, Kafka is checked with the --kafka properties (spark/kafka_check.py): "
+                        "give up when it has not answered within this (default 10s)")
     p.add_argument("--read-committed", action="store_true",
                    help=read_committed_help("the ingress (or history) and the delivered topics", "the summary"))
     p.add_argument("--master", default=None, help="Spark master (default local[2], or spark-submit's)")
@@ -226,6 +229,14 @@ def accuracy_main(argv: Sequence[str] | None = None, *, prog: str = "delay-sidec
             parser.error(f"--read-committed / --kafka: {exc}")
     except SystemExit as exc:  # argparse: --help (0) or a bad flag (2, message already printed)
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
+
+    from sidecar.connectivity import probe
+    from spark.kafka_check import librdkafka_conf
+
+    cause = probe(librdkafka_conf(args.bootstrap_servers, dict(args.kafka)), args.timeout / 1000)
+    if cause is not None:  # one line now, not a Java stack trace from an executor later
+        print(f"{prog}: error: Kafka at {args.bootstrap_servers}: {cause.message()}", file=sys.stderr)
+        return 2 if cause.code == "bad-config" else 1
 
     import orjson
 
