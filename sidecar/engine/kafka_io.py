@@ -509,7 +509,8 @@ class KafkaIO:
             )
             self.committed[store.partition] = offset
         except KafkaException as e:
-            log.warning("commit.failed", partition=store.partition, error=str(e))
+            if not (e.args and self.refused(e.args[0])):  # a missing group ACL: named once a minute
+                log.warning("commit.failed", partition=store.partition, error=str(e))
 
     def offsets_of(self, stores: list[PartitionStore]) -> list[TopicPartition]:
         """The ingress offsets to commit for ``stores`` (with this owner's address), in a
