@@ -27,9 +27,10 @@ Kubernetes semantics:
     will lift is backpressure, not unreadiness. ``kafka_ok`` is false while Kafka refuses the
     sidecar for a named cause (``sidecar.kafka_errors``: ``auth-failed``, ``tls-failed``,
     ``not-authorized``, ``broker-unreachable``): the body carries ``kafka`` with the ``code``,
-    the ``setting`` to change and librdkafka's ``detail``. A cause seen while running holds for
-    ``kafka_hold_s`` after its last report (librdkafka repeats it at every reconnect or request),
-    or until :meth:`HealthServer.set_kafka` clears it (the broker is reachable again). The ``ready`` gauge of
+    the ``setting`` to change and librdkafka's ``detail``. It holds until :meth:`HealthServer.set_kafka`
+    clears it (the start-up check passed, a broker is reachable again, records come again), or,
+    set with ``hold`` (a missing ACL, reported again at every refused request), for
+    ``kafka_hold_s`` after its last report. The ``ready`` gauge of
     :class:`~sidecar.metrics.Metrics` follows the same condition.
 
 ``/metrics``

@@ -686,7 +686,9 @@ class KafkaIO:
                                 resource)
             self._refused_read = True
         if self.health is not None:
-            self.health.set_kafka(cause.as_dict())
+            # refused credentials or TLS: until a broker is UP again (librdkafka suppresses repeats of
+            # the same error, so a time-out would lapse while it lasts); a missing ACL: while repeated
+            self.health.set_kafka(cause.as_dict(), hold=cause.code == kafka_errors.NOT_AUTHORIZED)
         if self.should_warn(f"refused:{cause.code}:{cause.resource}", every_s=60.0):
             log.warning("kafka.refused", **cause.as_dict(), message=cause.message(),
                         action="retrying; deliveries resume once fixed")

@@ -219,3 +219,47 @@ def test_acl_revoked_while_running(tmp_path: Path, secure_kafka: SecureCluster, 
         assert got == b"meanwhile"
     finally:
         assert run.stop() == 0
+
+
+def test_credentials_changed_while_running(tmp_path: Path, secure_kafka: SecureCluster,
+                                           user: dict[str, str]) -> None:
+    """The sidecar's password changed on the broker and the broker restarted (its connections log
+    in again): /readyz names auth-failed, a record sent meanwhile waits; with the old password
+    back the sidecar logs in again and delivers it, without a restart."""
+    from confluent_kafka import Consumer, Producer
+
+    from devkafka.secure import add_user
+    from sidecar import client
+    from sidecar.acls import Target
+
+    name = tmp_path.name
+    ingress, target = f"in-{name}", f"out-{name}"
+    secure_kafka.create_topics([ingress, f"dlq-{name}", target])
+    settings = load_settings({"ingress-topic": ingress, "dlq-topic": f"dlq-{name}", "changelog": "off",
+                              "group-id": f"g-{name}"}, environ={})
+    secure_kafka.grant(secure_kafka.principal(user), acls_for("run", settings, [Target(target)]))
+    run = Run(tmp_path, kafka_flags(user))
+    try:
+        run.wait_readyz(60, None)
+        add_user(secure_kafka.admin, user["sasl.username"], "changed-" + user["sasl.password"])
+        secure_kafka.kafka.restart(timeout=120)
+        doc = run.wait_readyz(60, "auth-failed")
+        assert doc["kafka"]["reason"] == "wrong-credentials" and doc["broker_reachable"] is False
+        p = Producer(secure_kafka.admin_conf)
+        client.send_delayed(p, target, b"meanwhile", key=b"k", delay="1s", ingress_topic=ingress)
+        assert p.flush(30) == 0
+        add_user(secure_kafka.admin, user["sasl.username"], user["sasl.password"])
+        run.wait_readyz(60, None)
+        assert [e["code"] for e in run.events("kafka.refused")] == ["auth-failed"]
+        c = Consumer({**secure_kafka.admin_conf, "group.id": f"check-{name}", "auto.offset.reset": "earliest"})
+        c.subscribe([target])
+        got = None
+        for _ in range(100):
+            m = c.poll(0.3)
+            if m is not None and m.error() is None:
+                got = m.value()
+                break
+        c.close()
+        assert got == b"meanwhile"
+    finally:
+        assert run.stop() == 0
