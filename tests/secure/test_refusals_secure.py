@@ -176,49 +176,66 @@ def test_missing_acl_heals_once_granted(tmp_path: Path, secure_kafka: SecureClus
     assert "Describe on topic nobody-may-read" in line
 
 
+class _Deliveries:
+    """A running sidecar under exactly the documented ACLs for its topics and one target (made by
+    the admin beforehand), and the admin's producer and consumer around it."""
+
+    def __init__(self, tmp_path: Path, secure_kafka: SecureCluster, user: dict[str, str]) -> None:
+        from sidecar.acls import Target
+
+        name = tmp_path.name
+        self.cluster, self.name = secure_kafka, name
+        self.ingress, self.target = f"in-{name}", f"out-{name}"
+        secure_kafka.create_topics([self.ingress, f"dlq-{name}", self.target])
+        settings = load_settings({"ingress-topic": self.ingress, "dlq-topic": f"dlq-{name}", "changelog": "off",
+                                  "group-id": f"g-{name}"}, environ={})
+        self.principal = secure_kafka.principal(user)
+        self.acls = acls_for("run", settings, [Target(self.target)])
+        self.bindings = secure_kafka.grant(self.principal, self.acls)
+        self.run = Run(tmp_path, kafka_flags(user))
+
+    def send(self, value: bytes) -> None:
+        from confluent_kafka import Producer
+
+        from sidecar import client
+
+        p = Producer(self.cluster.admin_conf)
+        client.send_delayed(p, self.target, value, key=b"k", delay="1s", ingress_topic=self.ingress)
+        assert p.flush(30) == 0
+
+    def first_delivered(self) -> bytes | None:
+        from confluent_kafka import Consumer
+
+        c = Consumer({**self.cluster.admin_conf, "group.id": f"check-{self.name}", "auto.offset.reset": "earliest"})
+        c.subscribe([self.target])
+        try:
+            for _ in range(100):
+                m = c.poll(0.3)
+                if m is not None and m.error() is None:
+                    return m.value()
+            return None
+        finally:
+            c.close()
+
+
 def test_acl_revoked_while_running(tmp_path: Path, secure_kafka: SecureCluster, user: dict[str, str]) -> None:
     """Read on the ingress topic revoked while the sidecar runs: /readyz names it and a record
     sent meanwhile waits in Kafka; once the ACL is back it is delivered, without a restart."""
-    from confluent_kafka import Consumer, Producer
-
-    from sidecar import client
-    from sidecar.acls import TOPIC, Target
-
-    name = tmp_path.name
-    ingress, target = f"in-{name}", f"out-{name}"
-    secure_kafka.create_topics([ingress, f"dlq-{name}", target])
-    settings = load_settings({"ingress-topic": ingress, "dlq-topic": f"dlq-{name}", "changelog": "off",
-                              "group-id": f"g-{name}"}, environ={})
-    principal = secure_kafka.principal(user)
-    acls = acls_for("run", settings, [Target(target)])
-    bindings = secure_kafka.grant(principal, acls)
-    read = [b for a, b in zip(acls, bindings, strict=True)
-            if a.resource == TOPIC and a.name == ingress and a.operation == "Read"]
-    run = Run(tmp_path, kafka_flags(user))
+    d = _Deliveries(tmp_path, secure_kafka, user)
+    read = [(a, b) for a, b in zip(d.acls, d.bindings, strict=True)
+            if a.resource == "topic" and a.name == d.ingress and a.operation == "Read"]
     try:
-        run.wait_readyz(60, None)
-        secure_kafka.revoke(principal, read)
-        doc = run.wait_readyz(30, "not-authorized")
-        assert doc["kafka"]["resource"] == f"topic {ingress}", doc
-        p = Producer(secure_kafka.admin_conf)
-        client.send_delayed(p, target, b"meanwhile", key=b"k", delay="1s", ingress_topic=ingress)
-        assert p.flush(10) == 0
-        secure_kafka.grant(principal, [a for a in acls if a.resource == TOPIC and a.name == ingress
-                                       and a.operation == "Read"])
-        run.wait_readyz(60, None)
-        assert len(run.events("kafka.refused")) == 1  # one warning, not one per error
-        c = Consumer({**secure_kafka.admin_conf, "group.id": f"check-{name}", "auto.offset.reset": "earliest"})
-        c.subscribe([target])
-        got = None
-        for _ in range(100):
-            m = c.poll(0.3)
-            if m is not None and m.error() is None:
-                got = m.value()
-                break
-        c.close()
-        assert got == b"meanwhile"
+        d.run.wait_readyz(60, None)
+        secure_kafka.revoke(d.principal, [b for _, b in read])
+        doc = d.run.wait_readyz(30, "not-authorized")
+        assert doc["kafka"]["resource"] == f"topic {d.ingress}", doc
+        d.send(b"meanwhile")
+        secure_kafka.grant(d.principal, [a for a, _ in read])
+        d.run.wait_readyz(60, None)
+        assert len(d.run.events("kafka.refused")) == 1  # one warning, not one per error
+        assert d.first_delivered() == b"meanwhile"
     finally:
-        assert run.stop() == 0
+        assert d.run.stop() == 0
 
 
 def test_credentials_changed_while_running(tmp_path: Path, secure_kafka: SecureCluster,
@@ -226,40 +243,19 @@ def test_credentials_changed_while_running(tmp_path: Path, secure_kafka: SecureC
     """The sidecar's password changed on the broker and the broker restarted (its connections log
     in again): /readyz names auth-failed, a record sent meanwhile waits; with the old password
     back the sidecar logs in again and delivers it, without a restart."""
-    from confluent_kafka import Consumer, Producer
-
     from devkafka.secure import add_user
-    from sidecar import client
-    from sidecar.acls import Target
 
-    name = tmp_path.name
-    ingress, target = f"in-{name}", f"out-{name}"
-    secure_kafka.create_topics([ingress, f"dlq-{name}", target])
-    settings = load_settings({"ingress-topic": ingress, "dlq-topic": f"dlq-{name}", "changelog": "off",
-                              "group-id": f"g-{name}"}, environ={})
-    secure_kafka.grant(secure_kafka.principal(user), acls_for("run", settings, [Target(target)]))
-    run = Run(tmp_path, kafka_flags(user))
+    d = _Deliveries(tmp_path, secure_kafka, user)
     try:
-        run.wait_readyz(60, None)
+        d.run.wait_readyz(60, None)
         add_user(secure_kafka.admin, user["sasl.username"], "changed-" + user["sasl.password"])
         secure_kafka.kafka.restart(timeout=120)
-        doc = run.wait_readyz(60, "auth-failed")
+        doc = d.run.wait_readyz(60, "auth-failed")
         assert doc["kafka"]["reason"] == "wrong-credentials" and doc["broker_reachable"] is False
-        p = Producer(secure_kafka.admin_conf)
-        client.send_delayed(p, target, b"meanwhile", key=b"k", delay="1s", ingress_topic=ingress)
-        assert p.flush(30) == 0
+        d.send(b"meanwhile")
         add_user(secure_kafka.admin, user["sasl.username"], user["sasl.password"])
-        run.wait_readyz(60, None)
-        assert [e["code"] for e in run.events("kafka.refused")] == ["auth-failed"]
-        c = Consumer({**secure_kafka.admin_conf, "group.id": f"check-{name}", "auto.offset.reset": "earliest"})
-        c.subscribe([target])
-        got = None
-        for _ in range(100):
-            m = c.poll(0.3)
-            if m is not None and m.error() is None:
-                got = m.value()
-                break
-        c.close()
-        assert got == b"meanwhile"
+        d.run.wait_readyz(60, None)
+        assert [e["code"] for e in d.run.events("kafka.refused")] == ["auth-failed"]
+        assert d.first_delivered() == b"meanwhile"
     finally:
-        assert run.stop() == 0
+        assert d.run.stop() == 0
