@@ -99,13 +99,13 @@ def test_a_missing_acl_is_reported_and_loses_nothing(deployment: Deployment, ind
     early = dep.read_all(dep.target)
     dep.cluster.grant(SecureCluster.principal(dep.sidecar_user), [missing])
     assert sc.proc is not None
-    if "Traceback" in sc.log_text():  # on its way out
+    if "kafka.unusable" in sc.log_text():  # it named the cause and is on its way out (init_transactions refused)
         try:
-            sc.proc.wait(5)
+            sc.proc.wait(15)
         except subprocess.TimeoutExpired:
-            # A start-up error raised once the clients exist (init_transactions refused) leaves the
-            # process hanging after its traceback; exiting cleanly there is the errors work (#51 item 4)
             sc.kill()
+            raise AssertionError("the sidecar said kafka.unusable but did not exit") from None
+    assert "Traceback" not in sc.log_text(), sc.log_text()[-4000:]
     if sc.proc.poll() is not None:
         sc.start(wait_assigned=False)
     got = consume_until(dep.cluster.bootstrap, [dep.target], 3, 60, settle_s=0.5, conf=admin)
