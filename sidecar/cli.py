@@ -33,7 +33,7 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
@@ -51,6 +51,9 @@ from sidecar.config import (
     parse_levels,
 )
 from sidecar.durations import DURATION_FORMS, SIZE_FORMS, format_duration_ms, parse_duration_ms
+
+if TYPE_CHECKING:
+    from sidecar.engine.loop import Sidecar
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -146,7 +149,7 @@ def cmd_run(ns: argparse.Namespace) -> int:
 
 
 def _serve(settings: Settings, ready: threading.Event | None = None, stop: threading.Event | None = None,
-           holder: list[Any] | None = None) -> int:
+           holder: list[Sidecar] | None = None) -> int:
     from sidecar.engine.loop import Sidecar
     from sidecar.health import HealthServer
     from sidecar.metrics import Metrics
@@ -580,7 +583,7 @@ def cmd_demo(ns: argparse.Namespace) -> int:
                                  environ={})
         stop = threading.Event()
         ready = threading.Event()
-        holder: list[Any] = []
+        holder: list[Sidecar] = []
         t = threading.Thread(target=_serve, args=(settings, ready, stop, holder), daemon=True)
         from sidecar import logs
 
@@ -588,7 +591,7 @@ def cmd_demo(ns: argparse.Namespace) -> int:
         t.start()
         ready.wait(30)
         deadline = time.time() + 60
-        while not holder[0].assigned and time.time() < deadline:  # joined the group: ready to ingest
+        while not holder[0].reporting.assigned and time.time() < deadline:  # joined the group: ready to ingest
             time.sleep(0.05)
         target = f"demo.target.{uuid.uuid4().hex[:6]}"
         from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
