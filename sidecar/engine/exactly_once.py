@@ -133,8 +133,9 @@ class ExactlyOnce:
 
     def lost(self) -> None:
         """Partitions were lost: the open transaction holds records of partitions no longer ours,
-        so it cannot commit."""
-        if self.stores:
+        so it cannot commit. That holds when every partition was lost too: committing it later, for
+        partitions assigned again, would publish the lost ones' deliveries beside their new owner's."""
+        if self.stores or self.txn.open:
             self.reset_wanted = "partitions lost"
 
     def fenced(self) -> None:

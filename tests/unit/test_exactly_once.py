@@ -273,3 +273,26 @@ def test_the_transactional_producer_lingers_longer_and_the_operator_still_wins()
     assert linger(delivery="exactly-once", changelog="on") == kafka_io.EOS_LINGER_MS
     assert linger(delivery="exactly-once", changelog="on", kafka={"linger.ms": "3"}) == "3"
     assert linger(kafka={"linger.ms": "3"}) == "3"
+
+
+def test_a_transaction_open_when_every_partition_is_lost_never_commits(tmp_path: Path) -> None:
+    """The group moves every partition on while a's transaction holds deliveries (a stopped in the
+    middle of a publish, so no gap between turns was seen): with no store left, that transaction
+    must still abort, never commit later beside the new owner's deliveries."""
+    w = EosWorld(tmp_path)
+    a = w.sidecar("a", **EOS)
+    w.run([a], lambda: len(a.stores) == PARTITIONS)
+    assert a.txn is not None
+    a.txn.interval_s = 1e9  # what it delivers stays in the open transaction
+    w.send(40, lambda i: 100)
+    w.run([a], lambda: len(w.written()) >= 40)
+    a.partitions_lost(sorted(a.stores))  # the callback, as librdkafka runs it after a session timeout
+    assert not a.stores
+    a.txn.interval_s = 0.1
+    w.clock.advance(1000)
+    a.turn()
+    assert a.txn.aborted == 1, "the lost partitions' transaction was aborted"
+    w.clock.advance(1000)
+    a.turn()
+    assert w.delivered() == [], "nothing of it became visible to read_committed readers"
+    a.shutdown()
