@@ -131,21 +131,39 @@ def cmd_run(ns: argparse.Namespace) -> int:
     from sidecar import kafka_errors
     from sidecar.connectivity import KafkaUnusable
 
+    refused: int | None = None
     try:
         return _serve(settings)
     except KafkaUnusable as e:  # what only a configuration change fixes: one error, a documented status
         log.error("kafka.unusable", **e.cause.as_dict(), message=e.cause.message(),
                   exit_status=e.cause.exit_status)
-        return e.cause.exit_status
+        refused = e.cause.exit_status
+        return refused
     except KafkaException as e:  # refused after the start-up check passed (e.g. an ACL revoked meanwhile)
         err = e.args[0] if e.args else None
         cause = kafka_errors.classify(err.name(), err.str()) if err is not None else None
         fields = cause.as_dict() if cause is not None else {"code": "kafka-failed", "detail": str(e)}
         log.error("kafka.unusable", **fields, message=cause.message() if cause else str(e), exit_status=1)
+        refused = 1
         return 1
     finally:
         if broker is not None:
             broker.stop()
+        if refused is not None:
+            _exit_now(refused)
+
+
+def _exit_now(status: int) -> None:
+    """End a refused process now, with its documented status. Its stores are closed already (the
+    loop's own shutdown ran, or it never opened them); what is left is the interpreter's teardown,
+    where destroying Kafka clients the broker refuses (a transactional producer whose id was
+    refused) can block for long: Kubernetes would see a hung pod, not a failed start."""
+    from sidecar import logs
+
+    logs.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def _serve(settings: Settings, ready: threading.Event | None = None, stop: threading.Event | None = None,
