@@ -255,7 +255,9 @@ def test_credentials_changed_while_running(tmp_path: Path, secure_kafka: SecureC
         d.send(b"meanwhile")
         add_user(secure_kafka.admin, user["sasl.username"], user["sasl.password"])
         d.run.wait_readyz(60, None)
-        assert [e["code"] for e in d.run.events("kafka.refused")] == ["auth-failed"]
+        codes = [e["code"] for e in d.run.events("kafka.refused")]
+        # a handshake cut while the broker's listener stops for the restart may be named first
+        assert "auth-failed" in codes and set(codes) <= {"auth-failed", "tls-failed", "broker-unreachable"}, codes
         assert d.first_delivered() == b"meanwhile"
     finally:
         assert d.run.stop() == 0
