@@ -38,11 +38,21 @@ KMS_ADDED: Final = (KMS_TIMESTAMP, KMS_KEY, KMS_TOPIC)
 # -- headers the sidecar adds on delivery ------------------------------------------------------
 ENQUEUED_AT: Final = "delay.enqueued-at"
 SOURCE: Final = "delay.source"
+# Headers a delivered firing carries, beside those of any delivered record (delay.deliver-at is
+# the firing's nominal time). Consumers deduplicate firings on (delay.id, delay.fire-time).
+FIRE_TIME: Final = "delay.fire-time"  # the firing's nominal time, epoch ms UTC
+FIRE_SEQ: Final = "delay.fire-seq"  # 1 for the first firing, then 2, 3, ...
+NEXT_AT: Final = "delay.next-at"  # the next firing's nominal time; absent after the last
+MISSED: Final = "delay.missed"  # after a misfire: how many earlier nominal times this one stands for
+FIRING_HEADERS: Final = (FIRE_TIME, FIRE_SEQ, NEXT_AT, MISSED)
 
 # Removed from delivered records (delay.id stays; deliver-at and retry-count are re-added).
+# A firing's own headers (above) are accepted on ingress and do nothing, like delay.enqueued-at: a
+# delivered firing sent back (a retry library, a redrive) is a one-shot record.
 CONTROL_HEADERS: Final = frozenset(
     {TARGET_TOPIC, DELAY_MS, DELIVER_AT, LEVEL, TARGET_PARTITION, CANCEL, REPLACE, RETRY_COUNT,
-     ENQUEUED_AT, SOURCE, KMS_EPOCH, KMS_TARGET_TOPIC, KMS_TARGET_KEY}
+     ENQUEUED_AT, SOURCE, KMS_EPOCH, KMS_TARGET_TOPIC, KMS_TARGET_KEY,
+     *FIRING_HEADERS}
 )
 
 # -- dead-letter headers -----------------------------------------------------------------------
@@ -76,7 +86,7 @@ TOO_LARGE: Final = "too-large"
 DELIVERY_FAILED: Final = "delivery-failed"
 RETRIES_EXHAUSTED: Final = "retries-exhausted"
 
-REASONS: Final = (
+ONE_SHOT_REASONS: Final = (
     BAD_HEADER, CONFLICTING_DELAY, DELAY_OUT_OF_RANGE, UNKNOWN_LEVEL, MISSING_TARGET,
     TARGET_IS_INTERNAL, TOO_LARGE, DELIVERY_FAILED, RETRIES_EXHAUSTED,
 )
@@ -98,8 +108,14 @@ MISFIRE_VALUES: Final = (MISFIRE_FIRE_ONCE, MISFIRE_SKIP)
 MIN_EVERY_MS: Final = 1000
 RECURRING_HEADERS: Final = (CRON, EVERY, TZ, START, END, MAX_COUNT, MISFIRE)
 
-# DLQ reason codes for recurring records (joined to REASONS when the store schedules them)
+# A recurring record's state, kept in its stored headers only (never accepted on ingress, never
+# delivered): the nominal time of the last firing made and how many were made.
+STATE_LAST: Final = "delay.state.last-fire"
+STATE_FIRED: Final = "delay.state.fired"
+
+# DLQ reason codes for recurring records
 BAD_CRON: Final = "bad-cron"  # delay.cron does not parse, or never matches
 UNKNOWN_TIME_ZONE: Final = "unknown-time-zone"  # delay.tz is not a zone of the pinned tzdata
-BAD_SCHEDULE: Final = "bad-schedule"  # an inconsistent combination (end before start, ...)
+BAD_SCHEDULE: Final = "bad-schedule"  # an inconsistent combination (end before start, no firing at all, ...)
 RECURRING_REASONS: Final = (BAD_CRON, UNKNOWN_TIME_ZONE, BAD_SCHEDULE)
+REASONS: Final = (*ONE_SHOT_REASONS, *RECURRING_REASONS)

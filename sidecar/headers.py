@@ -73,13 +73,15 @@ class Request:
     target_partition: int  # -1: let the producer's partitioner choose (by key)
     id: bytes | None  # None: the sidecar's default <topic>:<partition>:<offset>
     due_ms: int  # requested due time (epoch ms); <= now means due now
-    mode: str  # "now" | "ms" | "at" | "level" | "retry"
+    mode: str  # "now" | "ms" | "at" | "level" | "retry" | "recurring" (due_ms: the record's timestamp)
     level: int  # 1-based level for mode "level" (0 otherwise)
     retry_count: int  # 0 unless a consumer retry
     key_override: bytes | None  # scheduler-target-key (kafka-message-scheduler compatibility)
     user_headers: tuple[tuple[str, bytes | None], ...]  # headers to pass through
     replace: bool = False  # delay.replace: true (or kafka-message-scheduler mode): replaces a pending id
     kms: bool = False  # kafka-message-scheduler mode: the record key is the id (Intake.schedule)
+    # mode "recurring": the record's control headers, for sidecar.recurring.spec (store/firings.py)
+    control: dict[str, bytes | None] | None = None
 
 
 @dataclass(slots=True)
@@ -186,7 +188,7 @@ def parse_ingress(
         return Rejection(bad.reason, bad.error)
 
 
-_CONTROL = frozenset((*c.CONTROL_HEADERS, c.ID))
+_CONTROL = frozenset((*c.CONTROL_HEADERS, *c.RECURRING_HEADERS, c.ID))
 _KMS_FIRST = frozenset((c.KMS_EPOCH, c.KMS_TARGET_TOPIC, c.KMS_TARGET_KEY))  # repeated: the first counts (etf1)
 _PREFIX = c.PREFIX
 _DELAY_CONTROL = frozenset(n for n in _CONTROL if n.startswith(_PREFIX))
@@ -274,6 +276,15 @@ def _parse(headers: HeaderList, ts: int, now: int, size: int, rules: Rules, coun
         if len(rid) > c.MAX_ID_BYTES:
             raise _Bad(c.BAD_HEADER, f"header {c.ID} is over {c.MAX_ID_BYTES} bytes")
 
+    if any(name in control for name in c.RECURRING_HEADERS):
+        if kms:
+            raise _Bad(c.BAD_SCHEDULE, f"{c.KMS_TARGET_TOPIC} beside a recurring header: etf1 schedules are one-shot "
+                       f"(use {c.TARGET_TOPIC})")
+        if c.RETRY_COUNT in control:
+            raise _Bad(c.CONFLICTING_DELAY,
+                       f"{c.RETRY_COUNT} beside a recurring header: a record is one-shot or recurring")
+        # the schedule's own checks (sidecar/recurring/spec.py) run in the store, which arms it
+        return Request(topic, partition, rid, ts, "recurring", 0, 0, None, tuple(user), replace, False, control)
     given: list[str] = [h for h in (c.DELAY_MS, c.DELIVER_AT, c.LEVEL) if h in control]
     if kms and c.KMS_EPOCH in control:
         given.append(c.KMS_EPOCH)

@@ -323,6 +323,12 @@ class Publishing:
             log.error("publish.not_due", due_ms=rec.due_ms, now_ms=now)
             self._park(rec.due_ms, ref, store, att)
             return True
+        if rec.rtype == codec.RECURRING:  # a schedule's firing: what fires now (store/firings.py)
+            headers: Any = store.firings.fire(ref, rec, now)
+            if headers is None:
+                return True  # nothing fires now (misfire: skip); the next firing is armed
+        else:
+            headers = None
         topic = rec.topic.decode()
         st = self.state
         if self.exactly_once and topic not in self._known and not self._target_known(topic, now):
@@ -335,7 +341,8 @@ class Publishing:
             # healthy ones: park its records briefly. Healthy targets are never capped.
             self._park(now + PARK_MS, ref, store, att)
             return True
-        headers: Any = delivery_headers(rec, store.topic_bytes)
+        if headers is None:
+            headers = delivery_headers(rec, store.topic_bytes)
         try:
             # Positional: with keywords, confluent-kafka's argument parsing builds a str for every
             # keyword name it looks up, about 2 us per call (measured). The order is the client's:
@@ -350,7 +357,8 @@ class Publishing:
         st.in_flight += 1
         tif = st.topic_in_flight
         tif[topic] = tif.get(topic, 0) + 1
-        if self.exactly_once and store.mirror is not None and ref not in store.superseded:
+        if (self.exactly_once and store.mirror is not None and ref not in store.superseded
+                and not (rec.rtype == codec.RECURRING and store.firings.continues(ref))):
             store.mirror.remove(rec.id)  # in the delivery's transaction: both commit or neither
         if self.exactly_once and self.etf1 is not None:
             self.etf1.write(self.producer, ((ref, rec),), store)

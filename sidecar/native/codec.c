@@ -184,7 +184,7 @@ static PyObject *native_decode(PyObject *self, PyObject *const *args, Py_ssize_t
         corrupt("bad record length %zd at %zd", (Py_ssize_t)length, offset, 0);
         goto done;
     }
-    if (version != VERSION || rtype < 1 || rtype > 3) {
+    if (version != VERSION || rtype < REC_MESSAGE || rtype > REC_RECURRING) {
         corrupt("bad record type/version %zd/%zd at %zd", rtype, version, offset);
         goto done;
     }
@@ -555,7 +555,7 @@ PyObject *kds_delivery_headers(PyObject *self, PyObject *const *args, Py_ssize_t
     if (!out) return NULL;
     if (decode_headers_into((const uint8_t *)PyBytes_AS_STRING(r->headers), PyBytes_GET_SIZE(r->headers), out) < 0)
         goto fail;
-    if (r->rtype == 1) {
+    if (r->rtype == REC_MESSAGE) {
         char tmp[48];
         if (append_pair(out, H_ID, (Py_INCREF(r->id), r->id)) < 0) goto fail;
         int n = kds_fmt_ll(tmp, r->due_ms);

@@ -569,7 +569,7 @@ static int in_changelog_record(const uint8_t *v, Py_ssize_t n, const char *key, 
     uint32_t length = rd32(v), crc = rd32(v + 4), body = rd32(v + 12);
     int rtype = v[8], version = v[9], flags = rd16(v + 10);
     if ((Py_ssize_t)length != n || length % ALIGN || (uint64_t)body + 8 > length ||
-        (uint64_t)body + 8 + ALIGN <= length || version != VERSION || (rtype != 1 && rtype != 3) || (flags & ~3))
+        (uint64_t)body + 8 + ALIGN <= length || version != VERSION || (rtype != REC_MESSAGE && rtype != REC_DEAD) || (flags & ~3))
         return 0;
     uint64_t id_len = rd16(v + 52), topic_len = rd16(v + 54), key_len = rd32(v + 56), value_len = rd32(v + 60);
     uint64_t headers_len = rd32(v + 64);

@@ -8,6 +8,10 @@
 #define VERSION 1 /* the record format's version byte */
 #define FLAG_KEY_NULL 1 /* record flag: the key is null */
 #define FLAG_VALUE_NULL 2 /* record flag: the value is null */
+#define REC_MESSAGE 1 /* record type: deliver to its target */
+#define REC_CANCEL 2 /* record type: a cancel command */
+#define REC_DEAD 3 /* record type: a dead letter, to the DLQ */
+#define REC_RECURRING 4 /* record type: a recurring schedule's next firing */
 #define WL_SIZE 32 /* timer-log entry: due i64 | loc i64 | next i64 | 0 u8 | flags u8 | level u16 | tag */
 #define WL_SLOT_SIZE 32 /* wheel slot: time i64 | first i64 | last i64 | count u32 | min_off u16 | 0 u16 */
 #define WL_PENDING 0 /* timer-log entry state */
@@ -36,6 +40,10 @@
     X(VERSION) \
     X(FLAG_KEY_NULL) \
     X(FLAG_VALUE_NULL) \
+    X(REC_MESSAGE) \
+    X(REC_CANCEL) \
+    X(REC_DEAD) \
+    X(REC_RECURRING) \
     X(WL_SIZE) \
     X(WL_SLOT_SIZE) \
     X(WL_PENDING) \

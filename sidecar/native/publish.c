@@ -14,7 +14,8 @@
  * the counters are Python objects: their fields (acked, topic_bytes, partition, early) are read
  * by name.
  *
- * Anything not plain goes back to Python: a record not due yet (the never-early check), a troubled
+ * Anything not plain goes back to Python: a record not due yet (the never-early check), a recurring
+ * schedule's firing, a troubled
  * target, a refused produce (BufferError / KafkaException, handed back to the caller), a failed
  * delivery, a revoked partition, the broker marked down. */
 #include "native.h"
@@ -380,7 +381,9 @@ static PyObject *native_publish_due(PyObject *self, PyObject *const *args, Py_ss
         PyObject *ref = PyTuple_GET_ITEM(pair, 0), *recobj = PyTuple_GET_ITEM(pair, 1);
         if (!PyObject_TypeCheck(recobj, &kds_RecordType)) break;
         RecordObject *rec = (RecordObject *)recobj;
-        if (rec->due_ms > now || !PyBytes_Check(rec->topic)) break;
+        /* a recurring schedule's firing decides its headers and its next firing in Python
+         * (sidecar/store/firings.py) */
+        if (rec->due_ms > now || rec->rtype == REC_RECURRING || !PyBytes_Check(rec->topic)) break;
         PyObject *troubled = ps_field(ps->troubled, "troubled");
         if (!troubled) goto fail;
         if (!PyDict_Check(troubled) || PyDict_GET_SIZE(troubled)) break;

@@ -4,7 +4,8 @@ Layout (little-endian; offsets in bytes from the start of the record)::
 
     0   u32  length     total record length including this header and padding (multiple of 8)
     4   u32  crc        CRC32C (Castagnoli) of bytes [8, 8 + body_len): everything after this field
-    8   u8   type       1 MESSAGE (deliver to target), 2 CANCEL (a cancel command), 3 DEAD (to DLQ)
+    8   u8   type       1 MESSAGE (deliver to target), 2 CANCEL (a cancel command), 3 DEAD (to DLQ),
+                        4 RECURRING (a recurring schedule's next firing: store/firings.py)
     9   u8   version    record format version (1)
     10  u16  flags      bit 0: key is null; bit 1: value is null
     12  u32  body_len   bytes covered by the CRC, from offset 8 (the tail beyond it is zero padding)
@@ -52,9 +53,11 @@ from crc32c import crc32c as _crc
 from sidecar import contract as c
 from sidecar.store import native_layouts as _layouts
 
-MESSAGE = 1
-CANCEL = 2
-DEAD = 3
+MESSAGE = _layouts.REC_MESSAGE
+CANCEL = _layouts.REC_CANCEL
+DEAD = _layouts.REC_DEAD
+RECURRING = _layouts.REC_RECURRING  # a MESSAGE that fires again: sidecar/store/firings.py
+TYPES = (MESSAGE, CANCEL, DEAD, RECURRING)
 # the head's format and sizes are shared with the C codec: declared in native_layouts.py
 FLAG_KEY_NULL = _layouts.FLAG_KEY_NULL
 FLAG_VALUE_NULL = _layouts.FLAG_VALUE_NULL
@@ -242,7 +245,7 @@ def check(buf: memoryview, offset: int) -> tuple[int, int, int]:
         or body_len + 8 > length
         or body_len + 8 + ALIGN <= length
         or version != VERSION
-        or rtype not in (MESSAGE, CANCEL, DEAD)
+        or rtype not in TYPES
     ):
         raise CorruptRecord(f"not a record at {offset}")
     if int(_crc(buf[offset + 8 : offset + 8 + body_len])) != crc:
@@ -274,7 +277,7 @@ def decode(buf: memoryview, offset: int, limit: int | None = None, verify: bool 
         or body_len + 8 + ALIGN <= length
     ):
         raise CorruptRecord(f"bad record length {length} at {offset}")
-    if version != VERSION or rtype not in (MESSAGE, CANCEL, DEAD):
+    if version != VERSION or rtype not in TYPES:
         raise CorruptRecord(f"bad record type/version {rtype}/{version} at {offset}")
     if HEAD_SIZE - 8 + id_len + topic_len + key_len + value_len + headers_len != body_len:
         raise CorruptRecord(f"record fields do not add up at {offset}")

@@ -130,6 +130,9 @@ class Intake:
                 self._kms_delete(offset, parsed.id, now_ms)
             return
         if type(parsed) is Request:
+            if parsed.mode == "recurring":
+                store.firings.arm(topic, offset, ts, key, value, headers, parsed, now_ms)
+                return
             rid = parsed.id
             if parsed.kms:
                 rid = self._kms_id(topic, offset, ts, key, value, headers, parsed, now_ms)
@@ -275,11 +278,13 @@ class Intake:
         self, topic: str, offset: int, ts: int, key: bytes | None, value: bytes | None, headers: HeaderList | None,
         target: str, target_partition: int, req_id: bytes | None, req_due: int, mode: str, req_level: int,
         retry_count: int, key_override: bytes | None, user_headers: tuple[tuple[str, bytes | None], ...],
-        now_ms: int, replace: bool = False,
+        now_ms: int, replace: bool = False, recurring_blob: bytes | None = None,
     ) -> None:
         """Store and schedule a request (the fields of ``headers.Request``). With ``replace``, the
         pending record under the id (an older version: a lower ingress offset) is cancelled once
-        the new one is appended; the log's replay does the same (``Restore.replay``)."""
+        the new one is appended; the log's replay does the same (``Restore.replay``). With
+        ``recurring_blob`` (its stored headers: store/firings.py) it is a recurring schedule's
+        first firing, a RECURRING record."""
         store = self.store
         rid = req_id or self.default_id(topic, offset)
         h = id_hash(rid)
@@ -322,9 +327,12 @@ class Intake:
         level, due = planned
         if key_override is not None:
             key = key_override
-        blob = encode_headers(user_headers) if user_headers else _NO_HEADERS
+        if recurring_blob is not None:
+            rtype, blob = codec.RECURRING, recurring_blob
+        else:
+            rtype, blob = codec.MESSAGE, encode_headers(user_headers) if user_headers else _NO_HEADERS
         pos = store.log.append_record(
-            codec.MESSAGE, due, ts, offset, store.partition, target_partition, retry_count, level, rid,
+            rtype, due, ts, offset, store.partition, target_partition, retry_count, level, rid,
             target.encode(), key, value, blob,
         )
         new = store.sched.add(due, level, pos)
@@ -390,6 +398,10 @@ class Intake:
                 store.recent.note(cid, CANCELLED, now_ms)
                 return CANCEL_MATCHED
             store.counters.cancel_unmatched += 1  # already being delivered
+            for ref in refs:  # a recurring schedule's firing in flight: the schedule ends with it
+                rec = store.sched.record(ref)
+                if rec is not None and rec.rtype == codec.RECURRING:
+                    store.firings.ended.add(ref)
             return CANCEL_LATE
         store.ids.put(h, PRECANCEL | now_ms)
         store.counters.cancel_unmatched += 1

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from sidecar import contract as c
 from sidecar.store import codec
 from sidecar.store.codec import Record, decode_headers
+from sidecar.store.firings import describe
 from sidecar.store.idindex import id_hash
 from sidecar.store.idslot import PRECANCEL
 
@@ -60,6 +61,10 @@ def pending_record(store: PartitionStore, rid: bytes) -> Record | None:
     return None if ref is None else store.sched.record(ref)
 
 
+def _version(rec: Record) -> tuple[int, int]:
+    return rec.src_offset, rec.due_ms if rec.rtype == codec.RECURRING else 0
+
+
 def status(store: PartitionStore, rid: bytes, now_ms: int | None = None) -> dict[str, Any] | None:
     """What the store knows of ``rid``, or None: the pending record (one hash probe, verified),
     else a pre-cancel (matched on the hash, as the intake matches it; with ``now_ms``, only one
@@ -74,8 +79,9 @@ def status(store: PartitionStore, rid: bytes, now_ms: int | None = None) -> dict
                 precancel = at
             continue
         rec = store.sched.record(ref)
-        # two versions only while a replaced one is being delivered: the newer (later offset) answers
-        if rec is not None and rec.id == rid and (found is None or rec.src_offset > found.src_offset):
+        # two versions only while a replaced one (or a recurring schedule's firing) is being
+        # delivered: the newer answers (the later offset; of one schedule's, the later firing)
+        if rec is not None and rec.id == rid and (found is None or _version(rec) > _version(found)):
             found = rec
     if found is not None:
         rec = found
@@ -85,6 +91,8 @@ def status(store: PartitionStore, rid: bytes, now_ms: int | None = None) -> dict
             "target_topic": rec.topic.decode("utf-8", "replace"),
             "target_partition": None if rec.target_partition < 0 else rec.target_partition,
         }
+        if rec.rtype == codec.RECURRING:
+            out["recurring"] = describe(rec)
         if rec.rtype == codec.DEAD:  # a dead letter on its way to the DLQ
             out["state"] = "dead-lettered"
             out["dlq_delivered"] = False

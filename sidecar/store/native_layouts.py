@@ -29,6 +29,9 @@ RECORD_ALIGN = 8  # records start and end at multiples of 8
 RECORD_VERSION = 1
 FLAG_KEY_NULL = 1
 FLAG_VALUE_NULL = 2
+# a record's type byte; RECURRING since the recurring schedules (docs/storage.md 2: a reader that
+# predates it refuses the record as corrupt instead of delivering a schedule once)
+REC_MESSAGE, REC_CANCEL, REC_DEAD, REC_RECURRING = 1, 2, 3, 4
 
 # -- the timer wheel (wheel/layout.py) -----------------------------------------------------------
 WHEEL_SLOT = struct.Struct("<qqqIHH")  # a slot: time | first | last | count | min offset | 0
@@ -56,6 +59,10 @@ CONSTANTS: tuple[tuple[str, int, str], ...] = (
     ("VERSION", RECORD_VERSION, "the record format's version byte"),
     ("FLAG_KEY_NULL", FLAG_KEY_NULL, "record flag: the key is null"),
     ("FLAG_VALUE_NULL", FLAG_VALUE_NULL, "record flag: the value is null"),
+    ("REC_MESSAGE", REC_MESSAGE, "record type: deliver to its target"),
+    ("REC_CANCEL", REC_CANCEL, "record type: a cancel command"),
+    ("REC_DEAD", REC_DEAD, "record type: a dead letter, to the DLQ"),
+    ("REC_RECURRING", REC_RECURRING, "record type: a recurring schedule's next firing"),
     ("WL_SIZE", WHEEL_ENTRY.size, "timer-log entry: due i64 | loc i64 | next i64 | 0 u8 | flags u8 | level u16 | tag"),
     ("WL_SLOT_SIZE", WHEEL_SLOT.size, "wheel slot: time i64 | first i64 | last i64 | count u32 | min_off u16 | 0 u16"),
     ("WL_PENDING", WHEEL_PENDING, "timer-log entry state"),

@@ -15,9 +15,10 @@ what became of each:
   being published (``drop_superseded``) or without touching the changelog (``settle``): the id's
   newer version is pending under the same key.
 
-A schedule that fires again after a delivery (a recurring one) is re-armed here, in ``settle``,
-where each delivered MESSAGE record is finished: its next firing appended and scheduled under the
-same id in place of the id's tombstone.
+A recurring schedule's firing (a RECURRING record) is finished here like any delivery, and its
+next firing armed in its place under the same id, written to the changelog instead of the id's
+tombstone (``Firings.settle``, store/firings.py); a firing dead-lettered goes to the DLQ as a
+one-shot record under an id of its own (``<id>#fire-<nominal time>``) and the schedule goes on.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from typing import TYPE_CHECKING
 from sidecar import contract as c
 from sidecar.store import codec
 from sidecar.store.codec import Record, decode_headers, encode_headers
+from sidecar.store.firings import record_history
 from sidecar.store.idindex import id_hash
-from sidecar.store.mirroring import HISTORY_DEAD_LETTERED, HISTORY_DELIVERED, history_record
+from sidecar.store.mirroring import HISTORY_DEAD_LETTERED, history_record
 from sidecar.store.recent import DEAD_LETTERED
 
 if TYPE_CHECKING:
@@ -88,6 +90,7 @@ class Outcomes:
         if ref not in store.superseded:
             return False
         store.superseded.discard(ref)
+        store.firings.forget(ref)
         store.sched.ack(ref)
         store.ids.remove(id_hash(rec.id), ref)
         store.dirty = True
@@ -109,6 +112,8 @@ class Outcomes:
         if now_ms >= 0:
             self._settle_ms = now_ms
         store.recent.note_settled(acked, self._settle_ms, codec.DEAD)
+        # recurring schedules' firings: the next one armed in the delivered one's place (firings.py)
+        rearmed = self._rearm(acked) if store.firings.handed else None
         mirror = store.mirror
         if mirror is not None:
             superseded = store.superseded
@@ -117,17 +122,20 @@ class Outcomes:
                 if superseded and ref in superseded:
                     superseded.discard(ref)  # replaced while being delivered: its id's newest version is pending
                     continue
-                if tombstones:
+                if tombstones and not (rearmed and ref in rearmed):
                     mirror.remove(rec.id)
         if store.history is not None:
-            for _ref, rec in acked:
-                if rec.rtype == codec.MESSAGE:  # a DEAD record reaching the DLQ was reported when it died
-                    history_record(store, HISTORY_DELIVERED, rec)
+            record_history(store, acked)  # a DEAD record reaching the DLQ was reported when it died
         store.ids.remove_delivered(acked)
         store.sched.ack_many([ref for ref, _rec in acked])
         store.counters.delivered += len(acked)
         store.settled += len(acked)
         store.dirty = True
+
+    def _rearm(self, acked: list[tuple[int, Record]]) -> set[int]:
+        """Arm the next firing of each recurring schedule in ``acked``; the refs that armed one."""
+        firings, now = self.store.firings, self._settle_ms
+        return {ref for ref, rec in acked if rec.rtype == codec.RECURRING and firings.settle(ref, rec, now)}
 
     def dead_letter(self, ref: int, rec: Record, reason: str, error: str, attempts: int, now_ms: int) -> None:
         """Publishing failed for good: append a DLQ copy (durable, retried like any record), then
@@ -136,21 +144,26 @@ class Outcomes:
         ``delay.deliver-at`` or the consumer retry's ``delay.retry-count``) plus
         ``delay.enqueued-at``, so ``dlq redrive`` can restore it (sidecar/dlq.py)."""
         store = self.store
-        headers: HeaderList = [
-            *decode_headers(rec.headers),
-            (c.ID, rec.id),
-            (c.TARGET_TOPIC, rec.topic),
-        ]
+        recurring = rec.rtype == codec.RECURRING
+        if recurring:  # one firing: dead-lettered as a one-shot record, and the schedule goes on
+            base, due_ms = store.firings.dead_letter_headers(ref, rec)
+        else:
+            base, due_ms = decode_headers(rec.headers), rec.due_ms
+        headers: HeaderList = [*base, (c.ID, rec.id), (c.TARGET_TOPIC, rec.topic)]
         if rec.target_partition >= 0:
             headers.append((c.TARGET_PARTITION, b"%d" % rec.target_partition))
         if rec.retry_count:
             headers.append((c.RETRY_COUNT, b"%d" % rec.retry_count))
         else:
-            headers.append((c.DELIVER_AT, b"%d" % rec.due_ms))
+            headers.append((c.DELIVER_AT, b"%d" % due_ms))
         headers.append((c.ENQUEUED_AT, b"%d" % rec.enqueue_ms))
         headers = dlq_headers(headers, reason, error, store.topic, rec.src_partition, rec.src_offset, attempts)
         rid = rec.id
-        if ref in store.superseded:
+        if recurring:
+            # under its own id: the schedule's next firing is pending under the schedule's
+            dead_id = b"%s#fire-%d" % (rid, due_ms)
+            self.append_dead(dead_id, rec.key, rec.value, headers, rec.enqueue_ms, rec.src_offset, now_ms)
+        elif ref in store.superseded:
             # replaced while it was being delivered: its dead letter must not take the place of its
             # successor (the id's pending version), so it goes under its source's default id
             store.superseded.discard(ref)
@@ -163,3 +176,8 @@ class Outcomes:
         if store.history is not None:
             history_record(store, HISTORY_DEAD_LETTERED, rec, now_ms, reason, error)
         self.delivered(ref, id_hash(rid))
+        if recurring:
+            superseded = ref in store.superseded
+            if not store.firings.settle(ref, rec, now_ms) and not superseded and store.mirror is not None:
+                store.mirror.remove(rid)  # its last firing: the schedule is over
+            store.superseded.discard(ref)

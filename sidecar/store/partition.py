@@ -50,6 +50,7 @@ from sidecar.retry.ladder import RetryLadder
 from sidecar.scheduling import Scheduler
 from sidecar.store import checkpoint
 from sidecar.store.codec import Record
+from sidecar.store.firings import Firings
 from sidecar.store.idindex import IdIndex, PageRead
 from sidecar.store.intake import FAST_INTAKE as FAST_INTAKE  # the loop's: is the C intake there
 from sidecar.store.intake import HeaderList, Intake
@@ -94,6 +95,8 @@ class Counters:
     early: int = 0
     replayed: int = 0
     dangling: int = 0  # restored scheduler entries dropped because their record fails the check (disk damage)
+    fired: int = 0  # firings of recurring schedules settled: delivered or dead-lettered (store/firings.py)
+    missed: int = 0  # nominal firing times a misfire left out (fire-once: stood for by a later firing; skip)
 
 
 @dataclass(slots=True)
@@ -195,6 +198,7 @@ class PartitionStore:
         # the collaborators, one per job (the module docstring)
         self.intake = Intake(self)
         self.outcomes = Outcomes(self)
+        self.firings = Firings(self)
         self.restore = Restore(self)
         # the engine's per-record calls, bound to the collaborator's method: no delegating call
         self.ingest_fields = self.intake.ingest_fields

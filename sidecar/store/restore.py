@@ -37,10 +37,12 @@ if TYPE_CHECKING:
 _restore_run = native.restore_run if NATIVE else None  # the restore's fast path (many), in C
 
 
-def _version(rec: Record) -> tuple[int, int]:
+def _version(rec: Record) -> tuple[int, int, int]:
     """Which of two records under one id is newer: the higher ingress offset (a replace comes
-    after what it replaces in the partition); at the same offset the dead letter of a record."""
-    return rec.src_offset, rec.rtype == codec.DEAD
+    after what it replaces in the partition); at the same offset the dead letter of a record, and
+    of a recurring schedule's firings the later one (store/firings.py: each is armed after the
+    one before)."""
+    return rec.src_offset, rec.rtype == codec.DEAD, rec.due_ms if rec.rtype == codec.RECURRING else 0
 
 
 class Restore:

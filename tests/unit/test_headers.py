@@ -167,7 +167,8 @@ def test_parser_never_raises_on_garbage() -> None:
 RECURRING = ("delay.cron", "delay.every", "delay.tz", "delay.start", "delay.end", "delay.max-count", "delay.misfire")
 
 
-@pytest.mark.parametrize("name", [*RECURRING, "delay.deliver_at", "delay.", "delay.DELAY-MS", "delay.é"])
+@pytest.mark.parametrize("name", [c.STATE_LAST, c.STATE_FIRED, "delay.deliver_at", "delay.", "delay.DELAY-MS",
+                                  "delay.é"])
 def test_an_unknown_delay_header_is_bad_header_naming_it(name: str) -> None:
     for headers in (
         (T, (name, b"*/5 * * * *")),  # with a valid request: today it would be delivered at once
@@ -181,8 +182,8 @@ def test_an_unknown_delay_header_is_bad_header_naming_it(name: str) -> None:
 
 
 def test_unknown_header_wins_over_every_other_fault() -> None:
-    r = parse((c.DELAY_MS, b"1"), (c.LEVEL, b"\xff"), ("delay.cron", b"@daily"), size=5000)
-    assert isinstance(r, Rejection) and r.reason == c.BAD_HEADER and "delay.cron" in r.error
+    r = parse((c.DELAY_MS, b"1"), (c.LEVEL, b"\xff"), ("delay.crons", b"@daily"), size=5000)
+    assert isinstance(r, Rejection) and r.reason == c.BAD_HEADER and "delay.crons" in r.error
 
 
 def test_other_prefixes_and_pass_through_headers_are_user_headers() -> None:
@@ -198,17 +199,29 @@ def test_every_delay_name_of_the_contract_is_known() -> None:
     from sidecar.headers import _CONTROL
 
     declared = {v for k, v in vars(c).items() if k.isupper() and isinstance(v, str) and v.startswith(c.PREFIX)}
-    declared -= {c.PREFIX, c.DLQ_PREFIX, *c.RECURRING_HEADERS}
+    state = {c.STATE_LAST, c.STATE_FIRED}  # a stored recurring record's own: never accepted on ingress
+    declared -= {c.PREFIX, c.DLQ_PREFIX, *state}
     assert declared and declared <= _CONTROL | c.PASS_THROUGH
     for name in sorted(declared):
         r = parse(T, (name, b"1"))
         assert not (isinstance(r, Rejection) and "unknown header" in r.error), name
-    # the recurring headers are declared (sidecar/recurring/) but the store does not fire them yet:
-    # until it does they are unknown, never a plain record delivered at once
-    assert set(RECURRING) == set(c.RECURRING_HEADERS)
-    for name in c.RECURRING_HEADERS:
+    for name in sorted(state):
         r = parse(T, (name, b"1"))
         assert isinstance(r, Rejection) and "unknown header" in r.error, name
+    assert set(RECURRING) == set(c.RECURRING_HEADERS)
+
+
+def test_a_recurring_header_makes_a_recurring_request_the_store_arms() -> None:
+    """The schedule's own checks are sidecar/recurring/spec.py's, made by the store when it arms
+    it (store/firings.py); the parser only routes the record there, with its control headers."""
+    for name in RECURRING:
+        r = parse(T, (c.ID, b"job"), (name, b"x"), ("trace", b"1"))
+        assert isinstance(r, Request) and r.mode == "recurring", (name, r)
+        assert r.control is not None and r.control[name] == b"x" and r.user_headers == (("trace", b"1"),)
+    r = parse(T, (c.EVERY, b"1000"), (c.RETRY_COUNT, b"1"))
+    assert isinstance(r, Rejection) and r.reason == c.CONFLICTING_DELAY
+    r = parse((c.KMS_TARGET_TOPIC, b"orders"), (c.KMS_EPOCH, b"1700000100"), (c.CRON, b"@daily"))
+    assert isinstance(r, Rejection) and r.reason == c.BAD_SCHEDULE and c.KMS_TARGET_TOPIC in r.error
 
 
 # -- kafka-message-scheduler (etf1) mode: repeated headers ---------------------------------------------

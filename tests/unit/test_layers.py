@@ -1,11 +1,12 @@
 """The packages of ``sidecar/`` form layers that point one way, and no two modules import each other.
 
 Layers, bottom first (``LAYERS``): what every part needs (the wire contract, settings, logging,
-``runtime``: thread policy and heap release), the retry policy, the store (with header parsing and
-the scheduler interface it implements), the schedulers over the store (``wheel``, ``levels``), the
-engine, and everything above (the CLI, ``inspect``, the client, DLQ tools, health), which is every
-module not listed. A module may import its own layer or a lower one only: the store never imports
-the engine. A new package goes into the layer of the lowest module that imports it.
+``runtime``: thread policy and heap release), the retry policy, the store (with header parsing,
+the recurring schedules' policy it fires, and the scheduler interface it implements), the
+schedulers over the store (``wheel``, ``levels``), the engine, and everything above (the CLI,
+``inspect``, the client, DLQ tools, health), which is every module not listed. A module may
+import its own layer or a lower one only: the store never imports the engine. A new package goes
+into the layer of the lowest module that imports it.
 
 Imports are read from the AST, function-level ones included (a lazy import hides a cycle from
 the interpreter, not from a reader); imports under ``if TYPE_CHECKING:`` are annotations only and
@@ -25,7 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("sidecar._native", "sidecar.contract", "sidecar.durations", "sidecar.config", "sidecar.logs",
      "sidecar.kafka_logs", "sidecar.kafka_errors", "sidecar.status", "sidecar.runtime"),
     ("sidecar.retry",),
-    ("sidecar.store", "sidecar.headers", "sidecar.scheduling"),
+    ("sidecar.store", "sidecar.headers", "sidecar.scheduling", "sidecar.recurring"),
     ("sidecar.wheel", "sidecar.levels"),
     ("sidecar.engine",),
 ]

@@ -1,0 +1,299 @@
+"""Firings: a recurring schedule in the store, from its first firing to its last.
+
+A recurring record (``delay.cron`` / ``delay.every``: the rules are sidecar/recurring/'s) is stored
+as a RECURRING record: a MESSAGE whose stored headers carry, after the user's own, the schedule's
+headers as they were given and its state (``contract.STATE_LAST``, ``STATE_FIRED``: the nominal
+time of the last firing made and how many were made; both absent before the first). Its due time
+is the committed due time of its next firing. At any moment one record per schedule is pending,
+under the schedule's id, so look-ups, cancels, replaces, the changelog and the handover treat a
+schedule as they treat any record.
+
+- ``arm`` (intake): the schedule parsed (a ``Rejection`` goes to the DLQ with its reason), its
+  first firing found (none at all between start and end: ``bad-schedule``), and the record stored
+  as any request is (``Intake.schedule``: replace, duplicate and pre-cancel rules alike).
+- ``fire`` (publishing, at hand-out, with the publish call's clock reading ``now``):
+  ``misfire.catch_up`` says what fires: one firing stamped with its nominal time (after a
+  misfire, the latest due one and how many it stands for) and the headers it is delivered with;
+  or, with ``skip`` after a misfire, nothing: the record is re-armed at once without a publish.
+  The decision is kept per handed-out ref until its settle.
+- ``settle`` (the batch's settle, after the delivery reports): each delivered firing is replaced
+  by its next one, appended and scheduled under the same id and written to the changelog in place
+  of the id's tombstone; after the last firing the id is finished like any delivered record.
+
+Never two firings of one nominal time: the next firing is searched strictly after the nominal
+time just fired (``next_fire``), and a firing's record stays pending until its delivery is
+reported, so a crash re-delivers only a firing in flight (the log's replay keeps the newest record
+of an id: a re-armed record takes the place of the one it follows, ``Restore.replay``). A firing
+replaced (``delay.replace``) or cancelled while it is in flight is not re-armed: its successor is
+pending (``store.superseded``) or the schedule has ended (``ended``). A firing whose publishing
+fails for good is dead-lettered as a one-shot record (its firing headers, no schedule headers, so
+a redrive delivers that firing once) and the schedule goes on.
+
+The schedule is parsed again from the stored headers at each firing; ``_schedule`` caches the
+parse per spec, so a million schedules sharing a few expressions parse a few times.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sidecar import contract as c
+from sidecar.headers import Rejection, Request
+from sidecar.recurring.misfire import catch_up
+from sidecar.recurring.spec import Schedule, parse_schedule
+from sidecar.recurring.timeline import next_fire
+from sidecar.store import codec
+from sidecar.store.codec import Record, decode_headers, encode_headers
+from sidecar.store.idindex import id_hash
+from sidecar.store.mirroring import HISTORY_DELIVERED, history_record
+
+if TYPE_CHECKING:
+    from sidecar.store.partition import PartitionStore
+
+HeaderList = list[tuple[str, bytes | None]]
+_SPEC = frozenset(c.RECURRING_HEADERS)
+_STATE = frozenset((c.STATE_LAST, c.STATE_FIRED))
+
+
+@dataclass(frozen=True, slots=True)
+class Armed:
+    """A RECURRING record's schedule and state, read from its stored headers."""
+
+    schedule: Schedule
+    last_ms: int | None  # the nominal time of the last firing made; None before the first
+    fired: int  # firings made
+    user: tuple[tuple[str, bytes | None], ...]  # the user's headers, delivered with each firing
+    spec: tuple[tuple[str, bytes | None], ...]  # the schedule's headers, as given
+
+
+@dataclass(frozen=True, slots=True)
+class Firing:
+    """What a handed-out firing is: its nominal time, sequence number, and the next firing."""
+
+    fire_ms: int
+    seq: int
+    next_ms: int | None
+    missed: int
+
+
+@functools.lru_cache(maxsize=4096)
+def _schedule(spec: tuple[tuple[str, bytes | None], ...], rid: bytes, enqueue_ms: int) -> Schedule | Rejection | None:
+    return parse_schedule({**dict(spec), c.ID: rid}, enqueue_ms)
+
+
+def armed(rec: Record) -> Armed:
+    """The schedule and state of a RECURRING record (stored by ``arm`` or ``_rearm``: valid)."""
+    user: HeaderList = []
+    spec: HeaderList = []
+    last: int | None = None
+    fired = 0
+    for name, value in decode_headers(rec.headers):
+        if name in _SPEC:
+            spec.append((name, value))
+        elif name == c.STATE_LAST:
+            last = int(value or b"0")
+        elif name == c.STATE_FIRED:
+            fired = int(value or b"0")
+        else:
+            user.append((name, value))
+    sched = _schedule(tuple(spec), rec.id, rec.enqueue_ms)
+    if not isinstance(sched, Schedule):  # only a record written by hand or a bug gets here
+        raise codec.CorruptRecord(f"recurring record {rec.id!r} holds no valid schedule: {sched}")
+    return Armed(sched, last, fired, tuple(user), tuple(spec))
+
+
+def firing_headers(rec: Record, a: Armed, f: Firing, source_topic: bytes) -> HeaderList:
+    """The headers a firing is delivered with: the user's, then those of any delivered record
+    (``delay.deliver-at`` is the nominal time), then the firing's own (contract.FIRING_HEADERS)."""
+    out: HeaderList = [
+        *a.user,
+        (c.ID, rec.id),
+        (c.DELIVER_AT, b"%d" % f.fire_ms),
+        (c.ENQUEUED_AT, b"%d" % rec.enqueue_ms),
+        (c.SOURCE, b"%s:%d:%d" % (source_topic, rec.src_partition, rec.src_offset)),
+        (c.FIRE_TIME, b"%d" % f.fire_ms),
+        (c.FIRE_SEQ, b"%d" % f.seq),
+    ]
+    if f.next_ms is not None:
+        out.append((c.NEXT_AT, b"%d" % f.next_ms))
+    if f.missed:
+        out.append((c.MISSED, b"%d" % f.missed))
+    return out
+
+
+class Firings:
+    """A store's recurring schedules (the module docstring): the firings handed out and not yet
+    settled, and those whose schedule ended (cancelled) while in flight."""
+
+    __slots__ = ("_handed", "ended", "store")
+
+    def __init__(self, store: PartitionStore) -> None:
+        self.store = store
+        self._handed: dict[int, tuple[Armed, Firing, bool]] = {}  # bool: armed its next at hand-out
+        self.ended: set[int] = set()  # refs in flight whose schedule a cancel ended: not re-armed
+
+    # -- intake -----------------------------------------------------------------------------------
+    def arm(
+        self, topic: str, offset: int, ts: int, key: bytes | None, value: bytes | None,
+        headers: HeaderList | None, parsed: Request, now_ms: int,
+    ) -> None:
+        """Store a recurring request (``parsed.mode == "recurring"``) at its first firing."""
+        store = self.store
+        intake = store.intake
+        assert parsed.control is not None
+        rid = parsed.id
+        sched = parse_schedule(parsed.control, ts)
+        if sched is None or rid is None:  # unreachable: mode "recurring" has a recurring header
+            sched = Rejection(c.BAD_SCHEDULE, f"a recurring record needs {c.ID}")
+        if isinstance(sched, Schedule):
+            first = next_fire(sched, sched.start_ms - 1, 0)
+            if first is None:
+                sched = Rejection(c.BAD_SCHEDULE, "the schedule has no firing between its start and its end")
+            elif first - max(now_ms, ts) > store.rules.max_delay_ms:
+                sched = Rejection(c.DELAY_OUT_OF_RANGE, f"the first firing {first} is beyond the maximum delay of "
+                                  f"{store.rules.max_delay_ms} ms")
+        if not isinstance(sched, Schedule):
+            intake.reject(topic, offset, ts, key, value, headers, intake.default_id(topic, offset), sched.reason,
+                          sched.error, now_ms)
+            return
+        assert rid is not None and first is not None
+        spec = [(name, parsed.control[name]) for name in c.RECURRING_HEADERS if name in parsed.control]
+        blob = encode_headers([*parsed.user_headers, *spec])
+        intake.schedule(
+            topic, offset, ts, key, value, headers, parsed.target_topic, parsed.target_partition, rid, first, "at",
+            0, 0, None, parsed.user_headers, now_ms, parsed.replace, recurring_blob=blob,
+        )
+
+    # -- publishing -------------------------------------------------------------------------------
+    def fire(self, ref: int, rec: Record, now_ms: int) -> HeaderList | None:
+        """A due RECURRING record handed out at ``now_ms``: the headers to deliver it with, or None
+        when nothing fires now (``skip`` after a misfire: it is re-armed at once, not published).
+        A ref handed out again (a publish retry, a full producer queue) fires as decided the
+        first time. Under exactly-once the next firing is armed here, so that its changelog write
+        is in the firing's transaction (the settle after the commit would be in the next one)."""
+        store = self.store
+        handed = self._handed.get(ref)
+        if handed is not None:
+            return firing_headers(rec, handed[0], handed[1], store.topic_bytes)
+        a = armed(rec)
+        cu = catch_up(a.schedule, a.last_ms, a.fired, now_ms)
+        if cu is None or cu.fire_ms is None:
+            # nothing fires now: the next firing after the latest due one (or, if nothing was due, the
+            # same one again: its committed time came before its nominal one, never expected)
+            if cu is not None:
+                store.counters.missed += cu.missed  # (skipped: none fires)
+            self._finish(ref, rec)
+            self._rearm(rec, a, a.last_ms if cu is None else cu.latest_ms, a.fired, now_ms)
+            return None
+        seq = a.fired + 1
+        f = Firing(cu.fire_ms, seq, next_fire(a.schedule, cu.latest_ms, seq), cu.missed)
+        in_transaction = store.mirror is not None and not store.mirror.on_settle
+        self._handed[ref] = (a, f, in_transaction)
+        if in_transaction and f.next_ms is not None:
+            self._rearm(rec, a, f.fire_ms, f.seq, now_ms)
+        return firing_headers(rec, a, f, store.topic_bytes)
+
+    def dead_letter_headers(self, ref: int, rec: Record) -> tuple[HeaderList, int]:
+        """A firing that failed for good: the headers its dead letter starts from, those of a
+        one-shot record (the user's and the firing's own, no schedule headers), and its nominal
+        time (``delay.deliver-at`` of the dead letter)."""
+        handed = self._handed.get(ref)
+        if handed is None:  # (never expected: a firing fails only once handed out)
+            return list(armed(rec).user), rec.due_ms
+        a, f, _armed = handed
+        skip = (c.ID, c.DELIVER_AT, c.ENQUEUED_AT, c.SOURCE)
+        return [h for h in firing_headers(rec, a, f, self.store.topic_bytes) if h[0] not in skip], f.fire_ms
+
+    # -- settle -----------------------------------------------------------------------------------
+    @property
+    def handed(self) -> bool:
+        """Is any firing handed out and not settled? (False: a settled batch holds none.)"""
+        return bool(self._handed)
+
+    def continues(self, ref: int) -> bool:
+        """Does handed-out ``ref``'s schedule go on (its next firing armed, or to be armed by its
+        settle), so that no tombstone is due for its id?"""
+        handed = self._handed.get(ref)
+        return handed is not None and handed[1].next_ms is not None and ref not in self.ended
+
+    def settle(self, ref: int, rec: Record, now_ms: int) -> bool:
+        """``ref``, a delivered (or dead-lettered) firing the caller finishes: arm the next one;
+        True if it did (the caller then writes no tombstone)."""
+        handed = self._handed.pop(ref, None)
+        if ref in self.ended:
+            self.ended.discard(ref)
+            return False
+        if ref in self.store.superseded or handed is None:
+            return False  # a replace took its place (its newer version is pending), or it never fired
+        a, f, armed_at_fire = handed
+        counters = self.store.counters
+        counters.fired += 1
+        counters.missed += f.missed
+        if f.next_ms is None or armed_at_fire:
+            return False
+        return self._rearm(rec, a, f.fire_ms, f.seq, now_ms)
+
+    def forget(self, ref: int) -> None:
+        """``ref`` left the store without a settle (dropped, superseded while waiting)."""
+        self._handed.pop(ref, None)
+        self.ended.discard(ref)
+
+    def _finish(self, ref: int, rec: Record) -> None:
+        store = self.store
+        store.sched.ack(ref)
+        store.ids.remove(id_hash(rec.id), ref)
+        store.dirty = True
+
+    def _rearm(self, rec: Record, a: Armed, last_ms: int | None, fired: int, now_ms: int) -> bool:
+        """Append and schedule the firing after ``last_ms`` (``fired`` made), under ``rec``'s id;
+        False: there is none (the end), and the id's tombstone is written."""
+        store = self.store
+        after = a.schedule.start_ms - 1 if last_ms is None else last_ms
+        nxt = next_fire(a.schedule, after, fired)
+        rid = rec.id
+        h = id_hash(rid)
+        planned = None if nxt is None else store.sched.plan("at", 0, nxt, now_ms)
+        if planned is None:  # the end (or beyond what the scheduler holds): the schedule is over
+            if store.mirror is not None:
+                store.mirror.remove(rid)
+            return False
+        level, due = planned
+        state: HeaderList = [(c.STATE_FIRED, b"%d" % fired)]
+        if last_ms is not None:
+            state.insert(0, (c.STATE_LAST, b"%d" % last_ms))
+        pos = store.log.append_record(
+            codec.RECURRING, due, rec.enqueue_ms, rec.src_offset, rec.src_partition, rec.target_partition, 0, level,
+            rid, rec.topic, rec.key, rec.value, encode_headers([*a.user, *a.spec, *state]),
+        )
+        store.ids.put(h, store.sched.add(due, level, pos))
+        store.dirty = True
+        if store.mirror is not None:
+            store.mirror.put(rid, store.log.raw(pos), due <= now_ms)
+        return True
+
+
+def describe(rec: Record) -> dict[str, object]:
+    """A pending RECURRING record for ``status``: its schedule, the next firing (nominal), how many
+    fired and the last one's nominal time."""
+    a = armed(rec)
+    s = a.schedule
+    after = s.start_ms - 1 if a.last_ms is None else a.last_ms
+    out: dict[str, object] = {
+        "next_fire_ms": next_fire(s, after, a.fired), "fired": a.fired, "last_fire_ms": a.last_ms,
+        "start_ms": s.start_ms, "end_ms": s.end_ms, "max_count": s.max_count, "misfire": s.misfire,
+    }
+    if s.cron is not None:
+        out["cron"] = (dict(a.spec).get(c.CRON) or b"").decode("utf-8", "replace")
+        out["tz"] = s.tz
+    else:
+        out["every_ms"] = s.every_ms
+    return out
+
+
+def record_history(store: PartitionStore, acked: list[tuple[int, Record]]) -> None:
+    """The history's ``delivered`` event of each delivered record (a firing is one)."""
+    for _ref, rec in acked:
+        if rec.rtype == codec.MESSAGE or rec.rtype == codec.RECURRING:
+            history_record(store, HISTORY_DELIVERED, rec)
