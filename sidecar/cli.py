@@ -546,6 +546,15 @@ def cmd_status(ns: argparse.Namespace) -> int:
         parts.append(f"target={doc['target_topic']}" + ("" if tp is None else f"[{tp}]"))
     if doc.get("reason"):
         parts.append(f"reason={doc['reason']}")
+    rec = doc.get("recurring")
+    if isinstance(rec, dict):  # a recurring schedule: its next firing, the count and the last one
+        from sidecar.store.recent import iso_ms
+
+        parts.append(f"schedule={rec.get('cron') or str(rec.get('every_ms')) + 'ms'}")
+        parts.append(f"next-fire={iso_ms(rec['next_fire_ms']) if rec.get('next_fire_ms') is not None else '-'}")
+        parts.append(f"fired={rec.get('fired')}")
+        if rec.get("last_fire_ms") is not None:
+            parts.append(f"last-fire={iso_ms(rec['last_fire_ms'])}")
     if doc.get("member"):
         parts.append(f"answered-by={doc['member']}")
     _emit(ns, doc, " ".join(parts))

@@ -20,6 +20,8 @@ Series (all prefixed ``delay_sidecar_``; base units: seconds, bytes, records):
 ``cancelled_records_total``        counter  pending records removed by a ``delay.cancel``
 ``duplicate_records_total``        counter  records dropped because their ``delay.id`` was pending
 ``replaced_records_total``         counter  pending records replaced by a newer version (``delay.replace``)
+``recurring_firings_total``        counter  firings of recurring schedules settled (delivered or dead-lettered)
+``recurring_missed_total``         counter  nominal firing times a misfire left out (after downtime or a backlog)
 ``dlq_records_total``              counter  ``{reason}``: every reason code of the contract exists at 0
 ``publish_retries_total``          counter  publishes re-scheduled after a failed delivery report
 ``early_deliveries_total``         counter  deliveries before their due time; must stay 0
@@ -197,6 +199,10 @@ class Metrics:
                                    registry=r)
         self._replaced = Counter(PREFIX + "replaced_records",
                                  "Pending records replaced by a newer version (delay.replace)", registry=r)
+        self._fired = Counter(PREFIX + "recurring_firings",
+                              "Firings of recurring schedules settled (delivered or dead-lettered)", registry=r)
+        self._missed = Counter(PREFIX + "recurring_missed",
+                               "Nominal firing times of recurring schedules a misfire left out", registry=r)
         self._dlq = Counter(PREFIX + "dlq_records", "Records sent to the dead-letter topic, by reason code",
                             ["reason"], registry=r)
         self._retries = Counter(PREFIX + "publish_retries",
@@ -291,6 +297,12 @@ class Metrics:
     def replaced(self, n: int) -> None:
         if n:
             self._replaced.inc(n)
+
+    def recurring(self, fired: int, missed: int) -> None:
+        if fired:
+            self._fired.inc(fired)
+        if missed:
+            self._missed.inc(missed)
 
     def dead_lettered(self, reason: str, n: int = 1) -> None:
         """Count ``n`` DLQ records with ``reason`` (a code from ``sidecar.contract.REASONS``)."""

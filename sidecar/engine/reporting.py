@@ -97,7 +97,7 @@ class Reporting:
         late_wakes, latest_wake_ms = self.turns.take_wakes()
         log.info(
             "stats", ingested=k.ingested, scheduled=k.scheduled, delivered=k.delivered, cancelled=k.cancelled,
-            duplicates=k.duplicates, replaced=k.replaced, dlq=sum(k.dlq.values()),
+            duplicates=k.duplicates, replaced=k.replaced, fired=k.fired, missed=k.missed, dlq=sum(k.dlq.values()),
             dlq_by_reason={r: n for r, n in k.dlq.items() if n},
             pending=sum(pending.values()), pending_by_tier=pending, in_flight=self.pub.in_flight,
             retry_queue=len(self.pub.retries), early=k.early, paused=self.backpressure.paused, turns=turn_count,
@@ -120,6 +120,7 @@ class Reporting:
         m.cancelled(k.cancelled - last.cancelled)
         m.duplicates(k.duplicates - last.duplicates)
         m.replaced(k.replaced - last.replaced)
+        m.recurring(k.fired - last.fired, k.missed - last.missed)
         m.publish_retries(k.publish_retries - last.publish_retries)
         m.dead_lettered_by_reason({r: n - last.dlq.get(r, 0) for r, n in k.dlq.items()})
         if self.restorer is not None:
@@ -145,4 +146,5 @@ class Reporting:
         self._last = Counters(
             ingested=k.ingested, scheduled=k.scheduled, delivered=k.delivered, cancelled=k.cancelled,
             duplicates=k.duplicates, replaced=k.replaced, publish_retries=k.publish_retries, dlq=dict(k.dlq),
+            fired=k.fired, missed=k.missed,
         )
