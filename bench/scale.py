@@ -26,7 +26,7 @@ Goals (issue 25, stated for 100M pending; the size run is in ``settings``): late
 and max <= 100 ms, no loop turn over 50 ms, RSS <= 8 B and disk <= 320 B per pending record,
 restart <= 5 s, no pre-cancel left that expired over ``SWEPT_WITHIN_S`` before the stop (the id
 index's merge passes sweep them: one is cut at least every 30 s while records flow,
-``idindex.CUT_S``, 60 s when other partitions' passes keep it waiting, and every 120 s when
+``idgrowth.CUT_S``, 60 s when other partitions' passes keep it waiting, and every 120 s when
 none flow).
 
 Size: ``--scale-pending N`` (per layout; default 30k small, 100M full: ~31 GB of disk and hours of

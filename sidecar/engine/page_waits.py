@@ -23,7 +23,7 @@ from sidecar import logs
 from sidecar.engine.clock import Clock
 from sidecar.engine.kafka_io import KafkaIO
 from sidecar.engine.stores import StoreKey, Stores, store_key
-from sidecar.store.idindex import PageRead
+from sidecar.store.idpages import PageRead
 from sidecar.store.partition import PartitionStore
 
 log = logs.get("sidecar")

@@ -1,5 +1,5 @@
 /* sidecar._native, hash core: CRC32C (the records' checksum) and BLAKE2b-64 (the id index's hash).
- * Twins: crc32c (the package, the reference of the tests) and hashlib.blake2b (idindex.py). */
+ * Twins: crc32c (the package, the reference of the tests) and hashlib.blake2b (idprobe.py). */
 #include "native.h"
 
 /* ---------------------------------------------------------------------------------------------

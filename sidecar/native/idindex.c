@@ -1,4 +1,4 @@
-/* sidecar._native, id index core (sidecar/store/idindex.py, the reference): 16-byte slots
+/* sidecar._native, id index core (sidecar/store/idprobe.py, the reference): 16-byte slots
  * (u64 hash, u64 ref) after a header, linear probing; the hash is kds_id_hash (BLAKE2b-64). The
  * Python side keeps the counts and decides growth; the functions here probe and write slots, for
  * the IdIndex methods (a table's copy and the pre-cancel sweep included) and for the intake
@@ -251,7 +251,7 @@ static long long raw_put(uint8_t *base, uint64_t mask, long long hs, uint64_t h,
 
 /* a copy into a larger table (idx_copy): the live slots lo <= k < hi of the old table at old into
  * the table at base (mask; hs: its header size) unless there already; out: live slots seen,
- * inserted, tombstones reused (idindex.py's _py_copy). -1: the table is full */
+ * inserted, tombstones reused (idprobe.py's py_copy). -1: the table is full */
 static int copy_range(const uint8_t *old, uint8_t *base, uint64_t mask, long long hs, long long lo, long long hi,
                       long long out[3]) {
     long long seen = 0, inserted = 0, reused = 0;

@@ -50,7 +50,7 @@
  * the GIL-free part of each call below on that thread runs on a native thread of its own that
  * makes itself SCHED_IDLE and never touches the GIL, while the calling thread waits for it with the
  * GIL released. (Tried first with a thread started per pass: in the scale scenario the loop then
- * waited for each new thread to start; the pass threads are kept now, sidecar/store/idindex.py _Workers.) */
+ * waited for each new thread to start; the pass threads are kept now, sidecar/store/idpass.py Workers.) */
 #define _GNU_SOURCE
 #include "native.h"
 

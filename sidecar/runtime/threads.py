@@ -30,7 +30,7 @@ when the loop is busy, so a drain's throughput can suffer. Hence the setting
 * ``none``: leave every thread alone.
 
 **Idle threads.** Work that nothing waits for soon and that keeps a core busy for seconds (the id
-index's merge pass, ``sidecar/store/idindex.py``) goes further down: ``SCHED_IDLE``. Besides its
+index's merge pass, ``sidecar/store/idpass.py``) goes further down: ``SCHED_IDLE``. Besides its
 lower weight (3, against 15 at nice 19), the scheduler treats a core that runs only ``SCHED_IDLE``
 threads as idle when another thread wakes up: the loop is placed there and preempts it at once. A
 batch thread at nice 19 is preempted only when its slice ends or when load balancing moves the
@@ -44,7 +44,7 @@ turns of 50-529 ms followed the id tables' growths, in the 100M ``scale`` bench 
 native code that never touches the GIL runs idle: the pass's Python thread is ``SCHED_BATCH`` and
 its native calls run their work on an idle native thread of their own
 (``sidecar/native/merge.c``, ``idx_pass_idle``). The pass threads are kept between passes: a
-thread started per pass made the loop wait for it to start (``idindex._Workers``).
+thread started per pass made the loop wait for it to start (``idpass.Workers``).
 
 How: the threads are listed from ``/proc/self/task`` (librdkafka starts broker threads whenever
 it connects to another broker, so the loop calls :meth:`HelperThreads.demote` once a second and

@@ -16,6 +16,9 @@ A journal record has the slot's layout: ``(hash, ref)`` is an insert. A remove i
 ``REMOVE_MARK`` (the hash ``TOMB``, ref 0) then ``(hash, ref)``: every bit of a ref belongs to some
 scheduler (pre-cancels use bit 63, the wheel's bucket refs bit 62 and the 62 below it), so the
 remove is marked by a hash no id has.
+
+A table file (``ids.idx``) is a ``MappedFile`` header (sidecar/store/mapped.py) with ``MAGIC`` and
+``VERSION``, then its slots.
 """
 
 from collections.abc import Iterator
@@ -23,6 +26,8 @@ from typing import Any
 
 from sidecar.store import native_layouts as _layouts
 
+MAGIC = b"KDSIDX\x00\x01"  # a table file's
+VERSION = 2  # 2: a table's header base is the capacity it was migrated from (read, no longer written)
 SLOT = _layouts.ID_SLOT
 EMPTY, TOMB = _layouts.ID_EMPTY, _layouts.ID_TOMB
 PRECANCEL = _layouts.ID_PRECANCEL

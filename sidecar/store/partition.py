@@ -51,7 +51,8 @@ from sidecar.scheduling import Scheduler
 from sidecar.store import checkpoint
 from sidecar.store.codec import Record
 from sidecar.store.firings import Firings
-from sidecar.store.idindex import IdIndex, PageRead
+from sidecar.store.idindex import IdIndex
+from sidecar.store.idpages import PageRead
 from sidecar.store.intake import FAST_INTAKE as FAST_INTAKE  # the loop's: is the C intake there
 from sidecar.store.intake import HeaderList, Intake
 from sidecar.store.log import CommitLog

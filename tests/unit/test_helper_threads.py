@@ -145,25 +145,25 @@ def test_the_id_index_pass_runs_on_a_batch_worker(tmp_path: Path, native: bool) 
     "Idle threads"): it runs on a kept worker thread at SCHED_BATCH (its native work at SCHED_IDLE
     on a thread of its own: test_idx_merge.py), kept from one pass to the next, and the loop's
     thread keeps its policy."""
-    from sidecar.store import idindex
+    from sidecar.store import idgrowth, idindex, idpass
 
     if native and idindex._native is None:
         unavailable("the C extension sidecar._native")
     seen: list[tuple[int, int]] = []
 
-    class Probe(idindex._Pass):
+    class Probe(idpass.Pass):
         def merge(self) -> None:
             seen.append((os.sched_getscheduler(0), threading.get_native_id()))
             super().merge()
 
     ix = idindex.IdIndex(tmp_path, native=native)
-    ix.pass_class = Probe
+    ix.growth.pass_class = Probe
     ix.restore(None)
     ix.step(1, 1 << 40)
     threads_before = threading.active_count()  # the index's worker waits already
     for k in range(2):
         ix.put(12345 + k, 7)
-        ix.step(2 + (k + 1) * int(idindex.CUT_S * 1000), 1 << 40)  # the generation is due: cut, pass started
+        ix.step(2 + (k + 1) * int(idgrowth.CUT_S * 1000), 1 << 40)  # the generation is due: cut, pass started
         ix.wait()
     assert [policy for policy, _tid in seen] == [os.SCHED_BATCH] * 2
     assert threading.get_native_id() not in {tid for _policy, tid in seen}
@@ -176,11 +176,11 @@ def test_the_id_index_pass_runs_on_a_batch_worker(tmp_path: Path, native: bool) 
 def test_a_pass_that_raises_fails_and_the_workers_run_the_next(tmp_path: Path) -> None:
     """A pass raising something other than a disk error (a bug) counts as a failed pass, retried
     after RETRY_S like one; the worker thread that ran it lives on (no thread lost from the pool)."""
-    from sidecar.store import idindex
+    from sidecar.store import idgrowth, idindex, idpass
 
     calls: list[int] = []
 
-    class Buggy(idindex._Pass):
+    class Buggy(idpass.Pass):
         def merge(self) -> None:
             calls.append(threading.get_native_id())
             if len(calls) == 1:
@@ -188,18 +188,18 @@ def test_a_pass_that_raises_fails_and_the_workers_run_the_next(tmp_path: Path) -
             super().merge()
 
     ix = idindex.IdIndex(tmp_path, native=False)
-    ix.pass_class = Buggy
+    ix.growth.pass_class = Buggy
     ix.restore(None)
     ix.step(1, 1 << 40)
     threads_before = threading.active_count()
     ix.put(12345, 7)
-    now = 1 + int(idindex.CUT_S * 1000)
+    now = 1 + int(idgrowth.CUT_S * 1000)
     with capture_logs() as logs:
         ix.step(now, 1 << 40)  # cut: the pass raises
         ix.wait()
     assert [e["error"] for e in logs if e["event"] == "ids.pass_failed"] == ["id index pass: ValueError('a bug')"]
     assert ix.passes == 0
-    now += int(idindex.RETRY_S * 1000) + 1
+    now += int(idgrowth.RETRY_S * 1000) + 1
     ix.step(now, 1 << 40)  # the sealed generation's pass again
     ix.wait()
     assert ix.passes == 1 and ix.find(12345) == [7] and len(calls) == 2

@@ -17,9 +17,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sidecar.store import idgrowth, idjournal, idpass
 from sidecar.store import idindex as idindex_mod
-from sidecar.store import idjournal
-from sidecar.store.idindex import HEADER_SIZE, PRECANCEL, IdIndex, _count_range
+from sidecar.store.idgrowth import Growth
+from sidecar.store.idindex import HEADER_SIZE, PRECANCEL, IdIndex
+from sidecar.store.idprobe import count_range
 from sidecar.store.idslot import EMPTY, SLOT, TOMB, tag, tags_of
 from sidecar.store.mapped import deferred_sync, header_bytes
 from tests.infra import unavailable
@@ -35,15 +37,15 @@ ops = st.lists(st.tuples(st.sampled_from(["put", "put", "remove", "find", "cut",
 
 @pytest.fixture(autouse=True)
 def _hand_passes(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(IdIndex, "pass_class", HandPass)
-    monkeypatch.setattr(idindex_mod, "CUT_MIN", 8)
+    monkeypatch.setattr(Growth, "pass_class", HandPass)
+    monkeypatch.setattr(idgrowth, "CUT_MIN", 8)
 
 
 def _settle(ix: IdIndex, now: int) -> None:
     """Cut and merge until the stages are empty: the table alone answers."""
     for _ in range(3):
         run_pass(ix)
-        ix._cut(force=True)
+        ix.growth.cut(force=True)
         run_pass(ix)
     ix.step(now, 1 << 40)
 
@@ -104,7 +106,7 @@ def test_matches_reference(native: bool, program: list[tuple[str, int, int]]) ->
                     if not r & PRECANCEL:
                         late.setdefault(h, set()).add(r)
             elif op == "cut":
-                ix._cut(force=True)
+                ix.growth.cut(force=True)
             elif op == "pass":
                 run_pass(ix)
             elif op == "flush":
@@ -149,7 +151,7 @@ def test_a_crash_anywhere_in_the_cycle_recovers_the_checkpointed_index(
                 model.get(h, set()).discard(r)
                 gone.add((h, r))
             elif op == "cut":
-                ix._cut(force=True)
+                ix.growth.cut(force=True)
             elif op == "pass":
                 run_pass(ix)
             elif op == "flush":
@@ -160,8 +162,8 @@ def test_a_crash_anywhere_in_the_cycle_recovers_the_checkpointed_index(
                 ix.reclaim()
                 at_ck = {k: set(v) for k, v in model.items()}
                 gone = set()
-        if run_last and isinstance(ix._pass, HandPass) and not ix._pass.done:
-            ix._pass.run_now()  # the pass ran; the crash came before the loop noticed it
+        if run_last and isinstance(ix.growth.running, HandPass) and not ix.growth.running.done:
+            ix.growth.running.run_now()  # the pass ran; the crash came before the loop noticed it
         ix.close()  # the kill: nothing flushed since the checkpoint
         again = _open(Path(d), state)
         _settle(again, 3)
@@ -187,9 +189,9 @@ def test_growth_rebuilds_off_the_loop_and_names_the_table_at_the_flush(tmp_path:
     ix = _open(tmp_path)
     for i in range(30):
         ix.put(1000 + i * 17, i + 1)
-    ix._cut(force=True)
-    assert ix._pass is not None and ix._pass.grow == 128 and ix._pass.new is not None
-    new = ix._pass.new
+    ix.growth.cut(force=True)
+    assert ix.growth.running is not None and ix.growth.running.grow == 128 and ix.growth.running.new is not None
+    new = ix.growth.running.new
     run_pass(ix)
     assert ix.cap == 128 and ix.grown == 1 and ix.f.path == new
     assert not ix.merging
@@ -230,21 +232,21 @@ def test_the_tags_are_built_by_the_first_pass_and_follow_the_growths(tmp_path: P
     ix = _open(tmp_path)
     assert ix.tags is None
     ix.put(1000, 1)
-    ix._cut(force=True)
-    tags = ix._pass.tags if ix._pass is not None else None
+    ix.growth.cut(force=True)
+    tags = ix.growth.running.tags if ix.growth.running is not None else None
     assert tags is not None and len(tags) == 16 and tags[:] == bytes(16)  # fresh: not the loop's yet
     assert ix.tags is None and ix.find(1000) == [1]
     run_pass(ix)
     assert ix.tags is tags and tags[:] == tags_of(h for h, _r in _slots(ix))
     ix.put(2000 | 5 << 57, 2)
-    ix._cut(force=True)
-    assert ix._pass is not None and ix._pass.tags is tags  # in place: the loop probes them meanwhile
+    ix.growth.cut(force=True)
+    assert ix.growth.running is not None and ix.growth.running.tags is tags  # in place: the loop probes them meanwhile
     run_pass(ix)
     assert tags[:] == tags_of(h for h, _r in _slots(ix)) and ix.find(2000 | 5 << 57) == [2]
     for i in range(30):
         ix.put(3000 + i * 17 + (i << 57), i + 1)
-    ix._cut(force=True)
-    assert ix._pass is not None and ix._pass.grow == 128 and ix._pass.tags is not tags
+    ix.growth.cut(force=True)
+    assert ix.growth.running is not None and ix.growth.running.grow == 128 and ix.growth.running.tags is not tags
     run_pass(ix)
     assert ix.cap == 128 and ix.tags is not None and len(ix.tags) == 128 and tags.closed
     assert ix.tags[:] == tags_of(h for h, _r in _slots(ix))
@@ -253,11 +255,11 @@ def test_the_tags_are_built_by_the_first_pass_and_follow_the_growths(tmp_path: P
     # a pass that fails: fresh tags it was building are dropped, the table's stay as they were
     built = ix.tags
     ix.put(9000, 9)
-    ix._cut(force=True)
-    p = ix._pass
+    ix.growth.cut(force=True)
+    p = ix.growth.running
     assert isinstance(p, HandPass) and p.tags is built
     p.error, p.done = OSError(5, "EIO"), True
-    ix._poll()
+    ix.growth.poll()
     assert ix.tags is built and not built.closed and ix.find(9000) == [9]
     with deferred_sync() as batch:
         ix.flush()
@@ -284,8 +286,8 @@ def test_a_growth_the_checkpoint_never_saw_is_dropped_and_merged_again(tmp_path:
     batch.run()
     for i in range(40):
         ix.put(1000 + i * 17, i + 1)
-    ix._cut(force=True)
-    new = ix._pass.new if ix._pass is not None else None
+    ix.growth.cut(force=True)
+    new = ix.growth.running.new if ix.growth.running is not None else None
     assert new is not None
     run_pass(ix)
     assert new.exists()
@@ -307,12 +309,12 @@ def test_growths_no_flush_named_are_deleted_with_their_journals(tmp_path: Path) 
     for round_ in range(3):
         for i in range(40 * 4 ** round_):
             ix.put(1_000_000 * (round_ + 1) + i * 17, i + 1)
-        ix._cut(force=True)
+        ix.growth.cut(force=True)
         run_pass(ix)
         ix.reclaim()
     assert ix.grown == 3 and ix.cap >= 1024
     assert sorted(p.name for p in tmp_path.glob("ids.idx.next.*")) == [ix.f.path.name]
-    assert idjournal.generations(tmp_path) == [ix._open.g if ix._open is not None else -1]
+    assert idjournal.generations(tmp_path) == [ix.gen.g if ix.gen is not None else -1]
     with deferred_sync() as batch:
         ix.flush()
     batch.run()
@@ -327,11 +329,11 @@ def test_growths_no_flush_named_are_deleted_with_their_journals(tmp_path: Path) 
 
 def test_a_slow_pass_grows_the_stage_and_loses_nothing(tmp_path: Path) -> None:
     ix = _open(tmp_path, cap=1 << 10)
-    ix._cut(force=True)  # a pass that never finishes
-    stage = ix._open.stage.cap if ix._open is not None else 0
+    ix.growth.cut(force=True)  # a pass that never finishes
+    stage = ix.gen.stage.cap if ix.gen is not None else 0
     for i in range(stage):
         ix.put(10_000 + i * 7919, i + 1)
-    assert ix._open is not None and ix._open.stage.cap > stage
+    assert ix.gen is not None and ix.gen.stage.cap > stage
     for i in range(stage):
         assert ix.find(10_000 + i * 7919) == [i + 1]
     _settle(ix, 2)
@@ -352,8 +354,8 @@ def test_expired_pre_cancels_leave_with_a_pass_unprobed(tmp_path: Path) -> None:
     run_pass(ix)
     assert ix.precancels() == 5 and ix.swept == 0
     ix.step(t0 + 60_003, 60_000)  # not a cut yet: the table is idle
-    assert ix._pass is None
-    ix.step(t0 + int(idindex_mod.IDLE_PASS_S * 1000) + 30_001, 60_000)  # the idle pass sweeps
+    assert ix.growth.running is None
+    ix.step(t0 + int(idgrowth.IDLE_PASS_S * 1000) + 30_001, 60_000)  # the idle pass sweeps
     run_pass(ix)
     assert ix.precancels() == 0 and ix.swept == 5 and ix.find(400) == [7]
     ix.close()
@@ -384,29 +386,29 @@ def test_cuts_by_age_take_turns_with_the_other_indexes_passes(tmp_path: Path) ->
         ix.restore(None)
         ix.step(t0, 60_000)
     a.put(1000, 1)
-    cut_s = int(idindex_mod.CUT_S * 1000)
-    busy0 = idindex_mod._WORKERS.busy
+    cut_s = int(idgrowth.CUT_S * 1000)
+    busy0 = idpass.WORKERS.busy
     other = _Blocker()
-    idindex_mod._WORKERS.submit(other)  # type: ignore[arg-type]
+    idpass.WORKERS.submit(other)  # type: ignore[arg-type]
     try:
-        assert idindex_mod._WORKERS.busy == busy0 + 1
-        assert a.step(t0 + cut_s, 60_000) == 0 and a._pass is None  # due by age: waits its turn
+        assert idpass.WORKERS.busy == busy0 + 1
+        assert a.step(t0 + cut_s, 60_000) == 0 and a.growth.running is None  # due by age: waits its turn
         assert a.step(t0 + 2 * cut_s - 1, 60_000) == 0
-        for i in range(idindex_mod.cut_ops(b.cap)):
+        for i in range(idgrowth.cut_ops(b.cap)):
             b.put(2000 + i, i + 1)
-        assert b.step(t0 + 1, 60_000) == idindex_mod.cut_ops(b.cap)  # full: cut at once
+        assert b.step(t0 + 1, 60_000) == idgrowth.cut_ops(b.cap)  # full: cut at once
         run_pass(b)
     finally:
         other.release.set()
     assert other.finished.wait(10)
-    assert idindex_mod._WORKERS.busy == busy0
-    assert a.step(t0 + 2 * cut_s - 1, 60_000) == 1 and a._pass is not None  # its turn now
+    assert idpass.WORKERS.busy == busy0
+    assert a.step(t0 + 2 * cut_s - 1, 60_000) == 1 and a.growth.running is not None  # its turn now
     run_pass(a)
     assert a.find(1000) == [1]
     a.put(1001, 2)
     a.step(t0 + 2 * cut_s, 60_000)
     other = _Blocker()
-    idindex_mod._WORKERS.submit(other)  # type: ignore[arg-type]
+    idpass.WORKERS.submit(other)  # type: ignore[arg-type]
     try:
         assert a.step(t0 + 3 * cut_s, 60_000) == 0  # another turn to wait for
         assert a.step(t0 + 4 * cut_s, 60_000) == 1  # twice CUT_S: cut, busy or not
@@ -437,8 +439,8 @@ def test_a_removed_pre_cancel_is_hidden_until_its_pass(tmp_path: Path) -> None:
 def test_merged_journals_go_once_no_checkpoint_names_them(tmp_path: Path) -> None:
     ix = _open(tmp_path)
     ix.put(5, 1)
-    g0 = ix._open.g if ix._open is not None else -1
-    ix._cut(force=True)
+    g0 = ix.gen.g if ix.gen is not None else -1
+    ix.growth.cut(force=True)
     with deferred_sync() as batch:
         ix.flush()
     ck = ix.state()
@@ -518,8 +520,8 @@ def test_count_range_finds_exactly_the_empty_and_tombstone_hashes(tmp_path: Path
         SLOT.pack_into(buf, HEADER_SIZE + i * 16, h, 0 if i % 3 else 1 << 56)
     SLOT.pack_into(buf, HEADER_SIZE + 63 * 16, TOMB, 0)  # the last slot, before the first
     live = sum(1 for h in plan if h > TOMB)
-    assert _count_range(buf, 0, 64) == (live, sum(1 for h in plan if h == TOMB) + 1)
-    assert _count_range(buf, 3, 40) == (
+    assert count_range(buf, 0, 64) == (live, sum(1 for h in plan if h == TOMB) + 1)
+    assert count_range(buf, 3, 40) == (
         sum(1 for h in plan[3:40] if h > TOMB), sum(1 for h in plan[3:40] if h == TOMB)
     )
     ix.close()

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sidecar.store.codec import native
-from sidecar.store.idindex import EMPTY, HEADER_SIZE, PRECANCEL, SLOT, SLOT_SIZE, TOMB, _py_find, _py_put, _py_remove
+from sidecar.store.idindex import EMPTY, HEADER_SIZE, PRECANCEL, SLOT, SLOT_SIZE, TOMB
 from sidecar.store.idmerge import (
     merge_journal,
     merge_pass,
@@ -24,6 +24,7 @@ from sidecar.store.idmerge import (
     py_rebuild,
     rebuild,
 )
+from sidecar.store.idprobe import py_find, py_put, py_remove
 from sidecar.store.idslot import REMOVE_MARK, tags_of
 from tests.infra import needs, needs_native
 
@@ -38,9 +39,9 @@ def _table(cap: int, entries: list[tuple[int, int]], removed_first: list[tuple[i
     (tombstones and emptied chain ends where they fall), after a header of ``HS`` bytes."""
     work = bytearray(HEADER_SIZE + cap * SLOT_SIZE)  # the Python probes' own header size
     for h, ref in entries:
-        _py_put(work, cap - 1, h, ref)
+        py_put(work, cap - 1, h, ref)
     for h, ref in removed_first:
-        _py_remove(work, cap - 1, h, ref)
+        py_remove(work, cap - 1, h, ref)
     return bytearray(HEADER) + work[HEADER_SIZE:]
 
 
@@ -62,7 +63,7 @@ def _pass(buf: bytearray, cap: int, removes: list[tuple[int, int]], puts: list[t
 
 
 def _find(buf: bytearray, cap: int, h: int) -> list[int]:
-    return _py_find(bytearray(HEADER_SIZE) + buf[HS:], cap - 1, h)
+    return py_find(bytearray(HEADER_SIZE) + buf[HS:], cap - 1, h)
 
 
 @st.composite

@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from sidecar import contract as c
 from sidecar.store import codec
 from sidecar.store.codec import native
-from sidecar.store.idindex import HEADER_SIZE, _py_apply, _py_put, py_id_hash
+from sidecar.store.idindex import HEADER_SIZE
+from sidecar.store.idprobe import py_apply, py_id_hash, py_put
 from sidecar.store.idslot import EMPTY, PRECANCEL, REMOVE_MARK, SLOT, SLOT_SIZE, TOMB, tags_of
 from sidecar.store.intake_layout import Common
 from sidecar.store.partition import PartitionStore
@@ -73,7 +74,7 @@ def journals(draw: Any) -> tuple[int, list[tuple[int, int, bool]], list[tuple[in
 
 def _table(cap: int, ops: list[tuple[int, int, bool]], hs: int = HEADER_SIZE) -> bytearray:
     buf = bytearray(HEADER_SIZE + cap * SLOT_SIZE)
-    _py_apply(buf, cap - 1, records(ops))
+    py_apply(buf, cap - 1, records(ops))
     return bytearray(bytes(range(hs))) + buf[HEADER_SIZE:]
 
 
@@ -85,7 +86,7 @@ def test_apply_matches_the_python_probes(case: tuple[int, Any, Any], hs: int) ->
     ref_buf = _table(cap, before)  # the reference's own header size
     got = _table(cap, before, hs)
     recs = records(journal)
-    expect = _py_apply(ref_buf, cap - 1, recs)
+    expect = py_apply(ref_buf, cap - 1, recs)
     start = counts(got, cap, hs)
     assert native.idx_apply(got, hs, cap - 1, recs) == expect
     assert got[:hs] == bytes(range(hs))  # the header is left alone
@@ -126,7 +127,7 @@ def test_apply_of_delivered_records_is_idx_remove_delivered() -> None:
     pairs = [(i % 3, rec) for i, rec in enumerate(recs)]
     a = bytearray(HEADER_SIZE + cap * SLOT_SIZE)
     for ref, rec in pairs[:15]:  # five of them not in the table: no-ops
-        _py_put(a, cap - 1, py_id_hash(rec.id), ref)
+        py_put(a, cap - 1, py_id_hash(rec.id), ref)
     b = bytearray(a)
     removed, tombs = native.idx_remove_delivered(b, HEADER_SIZE, cap - 1, pairs)
     assert native.idx_apply(a, HEADER_SIZE, cap - 1, native.idx_delivered_records(pairs)) == (-removed, tombs)
@@ -434,7 +435,7 @@ def test_no_journal_is_kept_at_a_negative_position(tmp_path: Path) -> None:
 def _probed(hashes: list[int], cap: int = 16) -> tuple[bytearray, int]:
     buf = bytearray(HEADER_SIZE + cap * SLOT_SIZE)
     for h in hashes:
-        _py_put(buf, cap - 1, h, 77)
+        py_put(buf, cap - 1, h, 77)
     return buf, cap - 1
 
 

@@ -29,8 +29,7 @@ from sidecar import contract as c
 from sidecar.config import Settings
 from sidecar.engine import ingress, loop
 from sidecar.levels.scheduler import LevelsScheduler
-from sidecar.store import codec
-from sidecar.store import idindex as idindex_mod
+from sidecar.store import codec, idgrowth
 from sidecar.store import intake as intake_mod
 from sidecar.store import partition as partition_mod
 from sidecar.store.idindex import IdIndex
@@ -115,8 +114,8 @@ def run(root: Path, scheduler: str, seed: int, fast: bool, monkeypatch: pytest.M
     # fast path stores records while a pass runs (three tables probed); passes run at the index's
     # next look, so both runs cut and merge at the same points
     monkeypatch.setattr(partition_mod, "IdIndex", functools.partial(IdIndex, initial_capacity=64))
-    monkeypatch.setattr(idindex_mod, "CUT_MIN", 16)
-    monkeypatch.setattr(IdIndex, "pass_class", NextPollPass)
+    monkeypatch.setattr(idgrowth, "CUT_MIN", 16)
+    monkeypatch.setattr(idgrowth.Growth, "pass_class", NextPollPass)
     s = Settings(scheduler=scheduler, data_dir=str(root), bootstrap_servers="x:1", ingress_topic=TOPIC,
                  levels_ms=LEVELS, max_delay_ms=400 * 86_400_000)
     sc = loop.Sidecar(s, clock=clock)

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from sidecar import contract as c
 from sidecar.headers import Rejection, Request, Rules, parse_ingress, py_parse_request
 from sidecar.store import codec
-from sidecar.store.idindex import PRECANCEL, IdIndex, py_id_hash
+from sidecar.store.idindex import PRECANCEL, IdIndex
+from sidecar.store.idprobe import py_id_hash
 from tests.infra import needs_native
 from tests.unit.helpers.records import HEADERS, parse_rules, records
 
@@ -153,7 +154,7 @@ ops = st.lists(st.tuples(st.sampled_from(["put", "put", "remove", "find", "step"
 
 
 def _stages(ix: IdIndex) -> list[bytes]:
-    return [bytes(g.stage.buf) for g in (ix._open, ix._sealed) if g is not None]
+    return [bytes(g.stage.buf) for g in (ix.gen, ix.sealed) if g is not None]
 
 
 @needs_native
@@ -182,14 +183,14 @@ def test_id_index_twins(program: list[tuple[str, int, int]]) -> None:
                 assert c_ix.remove(h, r) == p_ix.remove(h, r)
             elif op == "step":  # a cut and its pass
                 for ix in (c_ix, p_ix):
-                    ix._cut(force=True)
+                    ix.growth.cut(force=True)
                     ix.wait()
             else:
                 assert c_ix.find(h) == p_ix.find(h)
             assert (c_ix.cap, c_ix.live, c_ix.tombs, c_ix.swept) == (p_ix.cap, p_ix.live, p_ix.tombs, p_ix.swept)
             assert _stages(c_ix) == _stages(p_ix)
-            assert c_ix._open is not None and p_ix._open is not None
-            assert c_ix._open.pending == p_ix._open.pending
+            assert c_ix.gen is not None and p_ix.gen is not None
+            assert c_ix.gen.pending == p_ix.gen.pending
         assert bytes(c_ix.f.buf) == bytes(p_ix.f.buf)
         c_ix.close()
         p_ix.close()
@@ -319,7 +320,7 @@ def test_remove_delivered_twins(ids: list[bytes], data: st.DataObject) -> None:
             for ref, rid in enumerate(ids):
                 ix.put(py_id_hash(rid), ref)
                 if ref + 1 == merged:  # the first ones are in the table, the rest staged
-                    ix._cut(force=True)
+                    ix.growth.cut(force=True)
                     ix.wait()
         chosen = data.draw(st.lists(st.integers(0, len(ids) + 3), max_size=len(ids) + 4))
         pairs = [(ref, native.Record(80, 1, 0, 0, 0, 0, -1, 0, 0, ids[ref] if ref < len(ids) else b"gone", b"t",
@@ -327,8 +328,8 @@ def test_remove_delivered_twins(ids: list[bytes], data: st.DataObject) -> None:
         assert c_ix.remove_delivered(pairs) == p_ix.remove_delivered(pairs)
         assert (c_ix.live, c_ix.tombs) == (p_ix.live, p_ix.tombs)
         assert _stages(c_ix) == _stages(p_ix)
-        assert c_ix._open is not None and p_ix._open is not None
-        assert c_ix._open.pending == p_ix._open.pending
+        assert c_ix.gen is not None and p_ix.gen is not None
+        assert c_ix.gen.pending == p_ix.gen.pending
         assert bytes(c_ix.f.buf) == bytes(p_ix.f.buf)
         c_ix.close()
         p_ix.close()

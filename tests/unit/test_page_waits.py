@@ -26,7 +26,8 @@ from confluent_kafka import Message
 
 from sidecar import contract as c
 from sidecar.engine import page_waits as page_waits_mod
-from sidecar.store.idindex import IdIndex, PageRead, id_hash
+from sidecar.store.idindex import IdIndex, id_hash
+from sidecar.store.idpages import PageRead
 from sidecar.store.mapped import PageWorker, page_worker
 from sidecar.store.partition import Counters, IngressRecord, PartitionStore
 from tests.infra import needs_native, unavailable
@@ -99,7 +100,7 @@ def test_the_intake_stops_for_a_table_page_out_of_memory_and_stores_the_record_o
             store.ingest(IngressRecord("in", 0, i, T0, b"k", b"v%d" % i, HEADERS), T0)
             i += 1
     ids = store.ids
-    ids._cut(force=True)  # every id into the table, by a pass that builds its tags
+    ids.growth.cut(force=True)  # every id into the table, by a pass that builds its tags
     ids.wait()
     assert ids.tags is not None and ids.table_live >= n
     _evict(store)
@@ -233,7 +234,7 @@ def test_a_cancel_whose_look_up_needs_a_page_out_of_memory_is_left_until_the_pag
     for i in range(n):
         store.ingest(IngressRecord("in", 0, i, T0, b"k", b"v%d" % i, [*HEADERS, (c.ID, b"r%d" % i)]), T0)
     ids = store.ids
-    ids._cut(force=True)
+    ids.growth.cut(force=True)
     ids.wait()
     assert ids.tags is not None and ids.table_live >= n
     offset, waited = n, 0

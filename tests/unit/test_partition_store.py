@@ -21,8 +21,7 @@ from structlog.testing import capture_logs
 
 from sidecar import contract as c
 from sidecar.levels.scheduler import LevelsScheduler
-from sidecar.store import codec
-from sidecar.store import idindex as idindex_mod
+from sidecar.store import codec, idgrowth
 from sidecar.store import partition as partition_mod
 from sidecar.store.idindex import IdIndex, id_hash
 from sidecar.store.idslot import EMPTY, SLOT, TOMB
@@ -273,7 +272,7 @@ def test_id_index_counts_are_exact_after_a_crash(tmp_path: Path) -> None:
             sim.send(f"c{sim.opens}-{i}", delay_ms=0)
         sim.consume()
         sim.publish()
-        sim.st.ids._cut(force=True)  # a pass after the checkpoint, cut short by the crash or not
+        sim.st.ids.growth.cut(force=True)  # a pass after the checkpoint, cut short by the crash or not
         sim.crash()
         settle()
     assert (sim.st.ids.table_live + sim.st.ids.table_tombs) * 2 <= sim.st.ids.cap
@@ -483,8 +482,8 @@ def test_random_crashes_mid_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     run at random points: it grows (and sheds tombstones) all the time, so crashes and
     checkpoints land with a pass sealed and not run, run and not noticed, a grown table not yet
     named. After every reopen, every pending record is found under its id."""
-    monkeypatch.setattr(idindex_mod, "CUT_MIN", 4)
-    monkeypatch.setattr(IdIndex, "pass_class", HandPass)
+    monkeypatch.setattr(idgrowth, "CUT_MIN", 4)
+    monkeypatch.setattr(idgrowth.Growth, "pass_class", HandPass)
     monkeypatch.setattr(partition_mod, "IdIndex", functools.partial(IdIndex, initial_capacity=16))
     mid = _random_crashes(tmp_path, seed, background=bool(seed % 3), index_steps=True)
     assert mid > 0, "no crash landed mid-pass"

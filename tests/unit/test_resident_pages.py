@@ -246,7 +246,7 @@ def test_a_merge_pass_leaves_no_index_pages_resident(tmp_path: Path) -> None:
     for k in range(2000):
         ix.put(2 + k * 7919, k + 1)
     before = rss_file()
-    ix._cut(force=True)
+    ix.growth.cut(force=True)
     ix.wait()
     grew = rss_file() - before
     assert ix.table_live == 2000 and ix.find(2 + 5 * 7919) == [6]
@@ -427,32 +427,32 @@ def test_a_busy_id_index_has_its_next_stage_faulted_in_ahead(tmp_path: Path) -> 
     asked of the page thread, which maps them in without writing a byte; after a generation cut by
     its age (a quiet index) they are left to the inserts (RSS). A stage whose pass is done is
     unmapped by the page thread (idindex.unmap), not by the loop."""
-    from sidecar.store import idindex
+    from sidecar.store import idgrowth, idindex
 
     pages = page_worker()
     ix = idindex.IdIndex(tmp_path, pages=pages)
     ix.restore(None)
     now = 1
     ix.step(now, 1 << 40)
-    n = idindex.cut_ops(ix.cap)
+    n = idgrowth.cut_ops(ix.cap)
     for k in range(n):
         ix.put(1_000_003 * k + 2, k)
     ix.step(now, 1 << 40)  # full: cut
-    assert ix.passes == 0 and ix._sealed is not None
-    sealed_at = _address(ix._sealed.stage.mm)
-    stage = ix._open.stage  # type: ignore[union-attr]
+    assert ix.passes == 0 and ix.sealed is not None
+    sealed_at = _address(ix.sealed.stage.mm)
+    stage = ix.gen.stage  # type: ignore[union-attr]
     pages.close()  # its requests done
     size = len(stage.mm)
     assert size >= 1 << 20 and (_resident_at(_address(stage.mm)) or 0) >= size - mmap.PAGESIZE
     assert stage.mm[:] == bytes(size), "nothing written"
     ix.wait()  # the pass noticed: the sealed stage handed to the page thread
-    assert ix._sealed is None and ix.passes == 1
+    assert ix.sealed is None and ix.passes == 1
     pages.close()
     assert _resident_at(sealed_at) is None, "unmapped"
     ix.put(7, 7)
-    now += int(idindex.CUT_S * 1000) + 1
+    now += int(idgrowth.CUT_S * 1000) + 1
     ix.step(now, 1 << 40)  # cut by age, one operation in it
-    stage = ix._open.stage  # type: ignore[union-attr]
+    stage = ix.gen.stage  # type: ignore[union-attr]
     pages.close()
     assert (_resident_at(_address(stage.mm)) or 0) < len(stage.mm) // 4
     ix.wait()

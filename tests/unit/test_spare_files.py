@@ -299,7 +299,7 @@ def test_the_id_index_takes_the_next_journal_the_page_thread_made(
     assert idjournal.path_of(tmp_path, 2).exists()
     ix.put(12345, 7)
     ix.step(1_000, 5_000)
-    assert ix._cut(force=True) == 1  # generation 2 opens: its journal is taken, 3 is asked for
+    assert ix.growth.cut(force=True) == 1  # generation 2 opens: its journal is taken, 3 is asked for
     _settle(pages)
     assert made == [(1, loop), (2, "kds-pages"), (3, "kds-pages")]
     ix.wait()

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from sidecar import contract as c
 from sidecar.config import ConfigError, Settings
 from sidecar.engine.loop import make_scheduler_factory
-from sidecar.store import idindex, idjournal, idslot, space
+from sidecar.store import idjournal, idslot, space
 from sidecar.store.idindex import IdIndex, id_hash
 from sidecar.store.partition import Counters, IngressRecord, PartitionStore, compile_rules
 
@@ -74,7 +74,7 @@ def test_usage_counts_allocated_blocks_and_what_delivering_frees(tmp_path: Path,
     sealed = sum(p.stat().st_blocks * 512 for p in segments[:-1])
     assert len(segments) >= 8 and full.freeable >= sealed > 0
     assert deliver_due(st_, T0 + 10_000) == 600
-    st_.ids._cut(force=True)  # the id index's journal merged (and deleted by the checkpoints below)
+    st_.ids.growth.cut(force=True)  # the id index's journal merged (and deleted by the checkpoints below)
     st_.ids.wait()
     st_.checkpoint(fsync=False)  # covers the releases: the sealed segments go
     st_.dirty = True
@@ -119,7 +119,7 @@ def test_a_journal_generation_fits_its_share_of_the_minimum(tmp_path: Path) -> N
     """The minimum counts two journal generations at the initial size: the costliest operations
     (removes: a marker and the pair), flushed as a checkpoint would, up to the step that cuts the
     generation, stay within ``ids_journal_bytes``; and the constants are the index's."""
-    assert space.IDS_CUT_MIN == idindex.CUT_MIN and space.IDS_OP_JOURNAL == 2 * idslot.SLOT_SIZE
+    assert space.IDS_CUT_MIN == idslot.CUT_MIN and space.IDS_OP_JOURNAL == 2 * idslot.SLOT_SIZE
     assert IdIndex.__init__.__defaults__[0] == space.IDS_INITIAL_SLOTS  # type: ignore[index]
     ix = IdIndex(tmp_path, native=False)
     ix.restore(None)
@@ -294,7 +294,7 @@ def test_usage_with_sealed_sizes_kept_agrees_and_stats_only_what_can_change(tmp_
     dirs = 1 + sum(1 for p in st_.dir.rglob("*") if p.is_dir())
     assert cache.stats == dirs + len(_files(st_.dir)) - _sealed(st_.dir), "sealed files are not stat'ed again"
     assert deliver_due(st_, T0 + 10_000) == 600  # delivered: the sealed segments go at the checkpoints
-    st_.ids._cut(force=True)
+    st_.ids.growth.cut(force=True)
     st_.ids.wait()
     st_.checkpoint(fsync=False)
     st_.dirty = True

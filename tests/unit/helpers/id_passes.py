@@ -1,14 +1,16 @@
 """Id index merge passes that run when the test says (``HandPass``, ``run_pass``) or at the index's
 next look (``NextPollPass``), instead of on a worker thread: runs fed the same operations cut and
-merge at the same points. Install one with ``monkeypatch.setattr(IdIndex, "pass_class", ...)``.
+merge at the same points. Install one with ``monkeypatch.setattr(Growth, "pass_class", ...)``
+(sidecar/store/idgrowth.py).
 """
 
 from __future__ import annotations
 
-from sidecar.store.idindex import IdIndex, _Pass
+from sidecar.store.idindex import IdIndex
+from sidecar.store.idpass import Pass
 
 
-class HandPass(_Pass):
+class HandPass(Pass):
     """A pass the test runs when it chooses (``run_pass``): until then it is "running"."""
 
     def start(self) -> None:
@@ -22,7 +24,7 @@ class HandPass(_Pass):
         self.done = True
 
 
-class NextPollPass(_Pass):
+class NextPollPass(Pass):
     """A pass that runs when the index first looks at it (its next step, or a full stage): at a
     point fixed by the operations alone, not by a thread's timing, so two runs fed the same
     operations cut and merge alike; the records between the cut and that look see a sealed stage."""
@@ -38,9 +40,9 @@ class NextPollPass(_Pass):
 
 
 def run_pass(ix: IdIndex) -> bool:
-    p = ix._pass
+    p = ix.growth.running
     if isinstance(p, HandPass) and not p.done:
         p.run_now()
-        ix._poll()
+        ix.growth.poll()
         return True
     return False

@@ -92,8 +92,8 @@ def fields(obj: Any) -> dict[str, Any]:
 def state(st: PartitionStore) -> dict[str, Any]:
     out = {"store": fields(st), "log": fields(st.log), "ids": fields(st.ids), "sched": fields(st.sched)}
     out["ids"].pop("_jbuf", None)  # the C intake's scratch journal buffer (what it wrote is in the stage's records)
-    if st.ids._open is not None:
-        out["ids"]["open"] = fields(st.ids._open) | {"stage": bytes(st.ids._open.stage.buf)}
+    if st.ids.gen is not None:
+        out["ids"]["open"] = fields(st.ids.gen) | {"stage": bytes(st.ids.gen.stage.buf)}
     sched = st.sched
     if isinstance(sched, WheelScheduler):
         out |= {"tl": fields(sched.tl), "slots": fields(sched.slots), "buckets": fields(sched.buckets),
