@@ -19,12 +19,9 @@ the handler first (it drains, checkpoints, commits and closes them) and unassign
 partitions (the group moved on without us) are closed without a commit.
 
 Broker health: ``error_cb`` transport errors and the statistics' broker states tell the
-handler when the cluster is unreachable and when it is back (``/readyz``). An error that names a
-cause (``sidecar.kafka_errors``: credentials refused, a TLS failure, a missing ACL on the group or
-the ingress topic) is one ``kafka.refused`` warning per cause and minute, naming the cause and the
-setting to change, and ``/readyz`` answers 503 with its code until the broker is reachable again
-or the cause stops being reported: the clients keep retrying, nothing is committed meanwhile, and
-deliveries resume without a restart once an operator fixes the credentials or the ACL.
+handler when the cluster is unreachable and when it is back (``/readyz``). An error that names
+why Kafka refuses the sidecar (credentials, TLS, a missing ACL) goes to :class:`Refusals`
+(``refusals.py``), which keeps ``/readyz`` and the ``kafka.refused`` warnings.
 
 Logs: every client's ``logger`` is one :class:`~sidecar.kafka_logs.KafkaLog`, so librdkafka's
 lines are ``kafka.log`` events, never stderr; the disconnects of a client being closed
@@ -63,6 +60,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from sidecar import kafka_errors, logs
 from sidecar.config import ConfigError, Settings
+from sidecar.engine.refusals import Refusals
 from sidecar.engine.transactions import transactional_id
 from sidecar.kafka_logs import KafkaLog, expected_error
 from sidecar.retry.codes import ALL_BROKERS_DOWN, FATAL, PARTITION_EOF, TOPIC_ALREADY_EXISTS, TRANSPORT
@@ -163,6 +161,10 @@ def _described(admin: Any, topic: str, timeout: float) -> Any:
 
 
 class KafkaIO:
+    """The engine's port to Kafka's clients (module docstring). One job although it is long: each
+    method is one client call (consume, commit, assign, describe, create) with the handling of its
+    errors; what the loop decides from them lives in the engine modules that call it."""
+
     def __init__(self, settings: Settings, clients: Clients, events: Events) -> None:
         self.s = settings
         self.clients = clients
@@ -182,8 +184,7 @@ class KafkaIO:
         self.callback_s = 0.0
         self._admin_client: Any = None
         self.klog = KafkaLog()  # librdkafka's log, through structlog (every client's "logger")
-        self.health: Any = None  # the HealthServer, for /readyz's kafka cause (set by the loop)
-        self._refused_read = False  # a missing ACL was reported: the next records clear it
+        self.refusals = Refusals(settings, self.should_warn)  # why Kafka refuses the sidecar, for /readyz
 
     # -- clients --------------------------------------------------------------------------------
     def _common(self) -> dict[str, Any]:
@@ -460,10 +461,8 @@ class KafkaIO:
     # -- consuming ------------------------------------------------------------------------------
     def consume(self, n: int, timeout: float) -> list[Message]:
         msgs: list[Message] = self.consumer.consume(num_messages=n, timeout=timeout)
-        if self._refused_read and msgs and any(m.error() is None for m in msgs):
-            self._refused_read = False  # records again: the ACL is back
-            if self.health is not None:
-                self.health.set_kafka(None)
+        if self.refusals.read_refused and msgs:
+            self.refusals.consumed(msgs)
         return msgs
 
     def consume_error(self, err: Any) -> None:
@@ -472,7 +471,7 @@ class KafkaIO:
             self.consumer_fatal = err.str()  # the loop replaces the consumer
         elif err.code() == PARTITION_EOF:
             pass
-        elif not self.refused(err) and self.should_warn(f"consume:{err.code()}"):
+        elif not self.refusals.refused(err) and self.should_warn(f"consume:{err.code()}"):
             log.warning("consume.error", code=err.name(), error=err.str())
 
     def pause(self) -> None:
@@ -509,7 +508,7 @@ class KafkaIO:
             )
             self.committed[store.partition] = offset
         except KafkaException as e:
-            if not (e.args and self.refused(e.args[0])):  # a missing group ACL: named once a minute
+            if not (e.args and self.refusals.refused(e.args[0])):  # a missing group ACL: named once a minute
                 log.warning("commit.failed", partition=store.partition, error=str(e))
 
     def offsets_of(self, stores: list[PartitionStore]) -> list[TopicPartition]:
@@ -643,14 +642,14 @@ class KafkaIO:
         if expected_error(self.klog, err.name()):  # a disconnect while shutting down or closing a client
             log.debug("kafka.error", code=err.name(), error=err.str(), expected=True)
             return
-        cause = kafka_errors.classify(err.name(), err.str())
-        if cause is not None and cause.code in (kafka_errors.AUTH_FAILED, kafka_errors.TLS_FAILED):
-            self.events.broker_status(False, cause.code)
-            self.refused(err)
+        refusal = self.refusals.cause(err)
+        if refusal is not None and refusal.code in (kafka_errors.AUTH_FAILED, kafka_errors.TLS_FAILED):
+            self.events.broker_status(False, refusal.code)
+            self.refusals.report(refusal)
         elif err.code() in (ALL_BROKERS_DOWN, TRANSPORT):
             self.events.broker_status(False, err.str())
-        elif self.refused(err):
-            pass
+        elif refusal is not None:
+            self.refusals.report(refusal)
         elif self.should_warn(f"kafka.error:{err.code()}"):
             log.warning("kafka.error", code=err.name(), error=err.str())
 
@@ -665,34 +664,8 @@ class KafkaIO:
             return
         up = any(b.get("state") == "UP" for b in brokers.values() if b.get("nodeid", -1) >= 0)
         self.events.broker_status(up, "statistics")
-        if up and self.health is not None:
-            cause = self.health.kafka_cause()
-            if cause is not None and cause["code"] != kafka_errors.NOT_AUTHORIZED:
-                self.health.set_kafka(None)  # logged in again: the credentials or the certificate were fixed
-
-    def refused(self, err: Any) -> bool:
-        """An error naming why Kafka refuses the sidecar (credentials, TLS, a missing ACL on the
-        group or the ingress topic): ``/readyz`` says so and one warning a minute per cause names
-        the setting to change. False for any other error."""
-        cause = kafka_errors.classify(err.name(), err.str())
-        if cause is None or cause.code in (kafka_errors.UNREACHABLE, kafka_errors.BAD_CONFIG):
-            return False
-        if cause.code == kafka_errors.NOT_AUTHORIZED:
-            resource = {"GROUP_AUTHORIZATION_FAILED": f"group {self.s.group_id}",
-                        "TOPIC_AUTHORIZATION_FAILED": f"topic {self.s.ingress_topic}",
-                        "TRANSACTIONAL_ID_AUTHORIZATION_FAILED": "the sidecar's transactional id"}.get(
-                cause.error, "the cluster")
-            cause = cause.about("Read" if cause.error != "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" else "Write",
-                                resource)
-            self._refused_read = True
-        if self.health is not None:
-            # refused credentials or TLS: until a broker is UP again (librdkafka suppresses repeats of
-            # the same error, so a time-out would lapse while it lasts); a missing ACL: while repeated
-            self.health.set_kafka(cause.as_dict(), hold=cause.code == kafka_errors.NOT_AUTHORIZED)
-        if self.should_warn(f"refused:{cause.code}:{cause.resource}", every_s=60.0):
-            log.warning("kafka.refused", **cause.as_dict(), message=cause.message(),
-                        action="retrying; deliveries resume once fixed")
-        return True
+        if up:
+            self.refusals.broker_up()
 
     def should_warn(self, key: str, every_s: float = 30.0) -> bool:
         """Rate-limit repeated warnings (a broker outage raises the same error many times a second)."""

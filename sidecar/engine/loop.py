@@ -135,7 +135,7 @@ class Sidecar:
         self.make_scheduler = make_scheduler_factory(settings)
         clients = clients if clients is not None else ConfluentClients()
         self.kafka = KafkaIO(settings, clients, self)
-        self.kafka.health = health  # /readyz names why Kafka refuses the sidecar (kafka_io.refused)
+        self.kafka.refusals.health = health  # /readyz names why Kafka refuses the sidecar (refusals.py)
         self.pub = Publishing(settings, self.counters, self.stores, self.clock, clients.produce_errors,
                               self.broker_status)
         # exactly-once: the ingress offsets are committed in the transactions, never by the consumer

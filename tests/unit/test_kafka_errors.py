@@ -175,7 +175,7 @@ def test_run_time_refusals_reach_readyz_and_one_warning() -> None:
 
     events, health = _Events(), _Health()
     io = KafkaIO(load_settings({"group-id": "g1"}, environ={}), clients=None, events=events)  # type: ignore[arg-type]
-    io.health = health
+    io.refusals.health = health
     auth = KafkaError(KafkaError._AUTHENTICATION, "sasl_ssl://b:9093/1: SASL authentication error: Authentication "
                                                   "failed during authentication due to invalid credentials")
     with capture_logs() as logged:
