@@ -1,4 +1,4 @@
-"""Kafka I/O: the clients, the topics, the rebalance callbacks and the offset commits.
+"""Kafka I/O, the engine's port to Kafka: its clients, topics, rebalance callbacks, offset commits.
 
 The only engine module that imports confluent-kafka. The clients are made by a
 :class:`Clients` factory, injected: production uses :class:`ConfluentClients`; unit tests pass an

@@ -1,4 +1,4 @@
-"""When the id index's table is merged and grown: the cut of a generation, its pass started, its result taken.
+"""The id index's cut schedule: when a generation is sealed for a merge pass, at what table size.
 
 The index (sidecar/store/idindex.py) stages every insert and remove in its open generation and
 never writes its table on the loop ("Why staged" there). ``Growth`` decides, at each loop step

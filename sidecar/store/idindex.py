@@ -217,7 +217,13 @@ class Gen:
 
 
 class IdIndex:
-    """The id table of one partition's store (module docstring); ``growth`` merges and grows it."""
+    """The id table of one partition's store (module docstring); ``growth`` merges and grows it.
+
+    One job although it is long: the table, its tags and its two stages answer as one table, and
+    every method (a probe, an insert or remove, the C intake's hand-over, a flush, a checkpoint's
+    state, a recovery) reads or changes the same generations, journals and counts together. What
+    runs off the loop, the growth and the passes and the page reads, is apart, and so are the Python
+    twins of the probes."""
 
     def __init__(self, directory: Path, initial_capacity: int = INITIAL_SLOTS, native: bool = True,
                  pages: PageWorker | None = None) -> None:

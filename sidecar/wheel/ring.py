@@ -123,7 +123,11 @@ class Ring:
     bucket store the ring reads and releases bodies from. The scheduler is a ``Ring`` rather than
     holding one: this state is read and written per record (``add``, the C intake's
     ``intake_begin`` and ``intake_end``, ``due``, ``ack``), and a ring one hop away behind
-    delegating methods cost ``add`` ~0.1 µs (~8 %) more per record, measured."""
+    delegating methods cost ``add`` ~0.1 µs (~8 %) more per record, measured. It is one job
+    although it is long: the appends and the send and done cursors are one walk over the same
+    slots and timer-log entries, and every method reads or moves the cursors, the occupancy maps
+    and the guard together (a restore, ``recovery``, resets them as one); the per-entry loops are
+    already apart, in C (``layout``'s ``wl_*``), and so are loading and recovery."""
 
     # The check of a pending entry restored from the checkpoint (index below ``_restored_head``)
     # at its first read, ``(entry, due, loc)`` -> True if its body dangles (the entry is then
