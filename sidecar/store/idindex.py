@@ -55,9 +55,9 @@ are not stored: after an open the table is probed without them until the first p
 them. 1 byte per slot: 2-4 bytes of RSS per live entry. Without the accelerator there are none.
 Where a tag matches, the C intake reads the slot only if its page is in memory (``mincore``;
 ``intake_state(resident=True)``): else it stops before the record, ``read_page`` reads the page
-on the page thread, and the loop holds the partition until it is in
-(sidecar/engine/page_waits.py): the loop never waits for the disk for a duplicate check, only that partition
-does, for a moment.
+on the page thread (sidecar/store/idpages.py), and the loop holds the partition until it is in
+(sidecar/engine/page_waits.py): the loop never waits for the disk for a duplicate check, only
+that partition does, for a moment.
 
 **Turns.** The indexes of a process take turns for the passes a cut by age starts (idgrowth.py).
 
