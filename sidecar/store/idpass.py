@@ -82,7 +82,7 @@ class Workers:
 
     @property
     def busy(self) -> int:
-        """Passes submitted and not finished, of every index in the process ("Turns"): queued, or
+        """Passes submitted and not finished, of every index in the process (idgrowth.py, "Turns"): queued, or
         on a thread that is not idle."""
         with self._lock:
             return self._queued + self._threads - self._idle
