@@ -125,7 +125,7 @@ def acls_for(command: str, s: Settings, targets: Iterable[Target] = (), *, creat
             add(TOPIC, changelog, "Write", "mirror store changes", when=on)
             add(TOPIC, changelog, "Read", "restore and standbys", when=on)
             add(TOPIC, changelog, "DescribeConfigs", "check cleanup.policy=compact", when=on)
-            add(GROUP, f"{s.group_id}.restore", "Describe", "the changelog reader's group (never joined)", when=on)
+            add(GROUP, restore_group(s.group_id), "Describe", "the changelog reader's group (never joined)", when=on)
         if s.history_topic is not None:
             add(TOPIC, s.history_topic, "Write", "history records", when="history-topic set")
         if s.exactly_once:
@@ -157,6 +157,11 @@ def acls_for(command: str, s: Settings, targets: Iterable[Target] = (), *, creat
     else:
         raise AclInputError(f"unknown command {command!r}: one of {', '.join(COMMANDS)}")
     return out
+
+
+def restore_group(group_id: str) -> str:
+    """The group the changelog reader names (never joined; librdkafka looks its coordinator up)."""
+    return f"{group_id}.restore"
 
 
 def open_targets(s: Settings) -> dict[str, str] | None:

@@ -8,7 +8,14 @@ slices it serves ``error_cb`` and stops as soon as an error names a cause that w
 fix (a bad property, refused credentials, a failed TLS handshake: :mod:`sidecar.kafka_errors`),
 so a wrong password is reported in about a second, not after the time-out. When the metadata
 comes, it checks what the command needs next: Describe on its topics (a topic's metadata error),
-Create for the topics that are missing (a validate-only ``CreateTopics``), Describe on its group.
+Create for the topics that are missing (a validate-only ``CreateTopics``), Describe on its
+groups, then what ``run`` needs only later, so that its absence shows now rather than at the
+first failover or as a crash: Read on the topics it will read only when restoring a store (the
+changelog: the operations the broker reports the principal may do on the topic, KIP-430), and
+the transactional id of exactly-once (one ``InitProducerId`` from a throwaway transactional
+producer with the sidecar's own id: exactly what the sidecar's producer does first, and it
+fences the same predecessors that producer would fence a moment later). A refused operation is
+named with the principal (``User:<sasl.username>``) that lacks it.
 
 A TLS failure that librdkafka reports only as ``certificate verify failed`` is made precise by
 :func:`tls_reason`: one handshake with Python's ``ssl`` against the first bootstrap server with
@@ -69,10 +76,12 @@ def _first_error(exc: BaseException) -> Any:
 
 
 def probe(conf: dict[str, Any], timeout_s: float, topics: Iterable[str] = (), group: str | None = None,
-          create_missing: bool = False) -> Cause | None:
+          create_missing: bool = False, *, groups: Iterable[str] = (), read: Iterable[str] = (),
+          transactional_id: str | None = None) -> Cause | None:
     """None when Kafka answers with ``conf`` and allows what is asked, else the cause (see the
     module docstring). ``topics``: Describe is needed on each (and, with ``create_missing``,
-    Create for those that do not exist); ``group``: Describe on the group."""
+    Create for those that do not exist); ``group`` and ``groups``: Describe on each; ``read``:
+    Read on each of these topics that exists; ``transactional_id``: Write on it."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
@@ -118,20 +127,58 @@ def probe(conf: dict[str, Any], timeout_s: float, topics: Iterable[str] = (), gr
         cause = _can_create(admin, missing, timeout_s)
         if cause is not None:
             return cause
-    if group is not None:
+    for name in ([group] if group is not None else []) + list(groups):
         try:
-            admin.describe_consumer_groups([group], request_timeout=timeout_s)[group].result(timeout=timeout_s)
+            admin.describe_consumer_groups([name], request_timeout=timeout_s)[name].result(timeout=timeout_s)
         except KafkaException as e:
             err = _first_error(e)
             if err is not None and err.name() == "GROUP_AUTHORIZATION_FAILED":
-                return _denied(err, "Describe", f"group {group}")
+                return _denied(err, "Describe", f"group {name}", conf)
+    for topic in read:
+        if topic not in missing and (cause := _can_read(admin, topic, timeout_s, conf)) is not None:
+            return cause
+    if transactional_id is not None:
+        return _can_transact(conf, transactional_id, timeout_s)
     return None
 
 
-def _denied(err: Any, operation: str, resource: str) -> Cause:
+def _denied(err: Any, operation: str, resource: str, conf: dict[str, Any] | None = None) -> Cause:
     cause = ke.classify(err.name(), err.str())
     assert cause is not None
-    return cause.about(operation, resource)
+    return cause.about(operation, resource, ke.principal_of(conf or {}))
+
+
+def _can_read(admin: Any, topic: str, timeout_s: float, conf: dict[str, Any]) -> Cause | None:
+    """Read on ``topic``, from the operations the broker says the principal may do on it (a
+    fetch would need a partition with records to tell)."""
+    from confluent_kafka import KafkaException, TopicCollection
+    from confluent_kafka.admin import AclOperation  # type: ignore[attr-defined]
+
+    try:
+        described = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s,
+                                          include_authorized_operations=True)[topic].result(timeout=timeout_s)
+    except KafkaException:
+        return None  # no answer now, or gone meanwhile: the command's own request will say
+    allowed = described.authorized_operations or []
+    if AclOperation.READ in allowed or AclOperation.ALL in allowed:
+        return None
+    return Cause(ke.NOT_AUTHORIZED, "", True, f"the broker lists no Read on topic {topic} for this principal",
+                 error="TOPIC_AUTHORIZATION_FAILED").about("Read", f"topic {topic}", ke.principal_of(conf))
+
+
+def _can_transact(conf: dict[str, Any], transactional_id: str, timeout_s: float) -> Cause | None:
+    """Write on ``transactional_id``: ``init_transactions`` of a producer with that id."""
+    from confluent_kafka import KafkaException, Producer
+
+    producer = Producer({**conf, "transactional.id": transactional_id})
+    try:
+        producer.init_transactions(timeout_s)
+    except KafkaException as e:
+        err = _first_error(e)
+        if err is not None and err.name() == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED":
+            return _denied(err, "Write", f"transactional-id {transactional_id}", conf)
+        # any other failure (a coordinator not ready yet) is the sidecar's own producer's to meet
+    return None
 
 
 def _can_create(admin: Any, topics: list[str], timeout_s: float) -> Cause | None:
@@ -213,8 +260,22 @@ def wait_until_usable(
 
 def run_probe(settings: Settings, timeout_s: float = RUN_PROBE_TIMEOUT_S) -> Callable[[], Cause | None]:
     """The probe of ``delay-sidecar run``: its properties, its topics (Create for the missing
-    ones: it creates them at start) and its group."""
+    ones: it creates them at start) and its group; with the changelog, what a restore needs
+    (Read on the changelog, Describe on the restore reader's group ``<group-id>.restore``);
+    in exactly-once, its transactional id ``<group-id>.<group-instance-id>`` (the instance id
+    is the one kept in the data directory, made here on a first start as the sidecar would)."""
+    from sidecar.acls import restore_group
+
     conf = {"bootstrap.servers": settings.bootstrap_servers, **settings.kafka}
-    topics = [t for t in (settings.ingress_topic, settings.dlq_topic, settings.changelog_topic_name,
-                          settings.history_topic) if t]
-    return lambda: probe(conf, timeout_s, topics, settings.group_id, create_missing=True)
+    changelog = settings.changelog_topic_name
+    topics = [t for t in (settings.ingress_topic, settings.dlq_topic, changelog, settings.history_topic) if t]
+    restoring = [restore_group(settings.group_id)] if changelog else []
+    txn_id = None
+    if settings.exactly_once:
+        from sidecar.engine.identity import instance_id
+        from sidecar.engine.transactions import transactional_id
+
+        settings.data_path.mkdir(parents=True, exist_ok=True)
+        txn_id = transactional_id(settings.group_id, settings.group_instance_id or instance_id(settings.data_path))
+    return lambda: probe(conf, timeout_s, topics, settings.group_id, create_missing=True, groups=restoring,
+                         read=[changelog] if changelog else [], transactional_id=txn_id)

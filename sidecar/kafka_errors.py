@@ -46,7 +46,7 @@ Pure: names and strings in, a value out; no client, no clock. ``docs/operations.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -104,6 +104,7 @@ class Cause:
     operation: str = ""  # not-authorized: the refused operation (Describe, Read, Write, ...)
     resource: str = ""  # not-authorized: what it was refused on ("topic delay.ingress", "cluster")
     error: str = ""  # librdkafka's error name (_AUTHENTICATION, TOPIC_AUTHORIZATION_FAILED, ...)
+    principal: str = ""  # not-authorized: who lacks the ACL (User:NAME), when the caller knows
 
     @property
     def exit_status(self) -> int:
@@ -128,18 +129,19 @@ class Cause:
     def as_dict(self) -> dict[str, str]:
         """The fields of ``/readyz``'s ``kafka`` and of the structured log events."""
         out = {"code": self.code, "setting": self.setting, "detail": self.detail}
-        for key in ("reason", "operation", "resource", "error"):
+        for key in ("reason", "operation", "resource", "principal", "error"):
             value = getattr(self, key)
             if value:
                 out[key] = value
         return out
 
-    def about(self, operation: str, resource: str) -> Cause:
-        """This cause (a not-authorized one) naming what was refused on what, when the caller knows."""
+    def about(self, operation: str, resource: str, principal: str = "") -> Cause:
+        """This cause (a not-authorized one) naming what was refused on what (and to whom), when
+        the caller knows."""
         if self.code != NOT_AUTHORIZED:
             return self
-        return replace(self, operation=operation, resource=resource,
-                       setting=_acl_setting(operation, resource))
+        return replace(self, operation=operation, resource=resource, principal=principal,
+                       setting=_acl_setting(operation, resource, principal))
 
 
 def clean(text: str) -> str:
@@ -147,9 +149,18 @@ def clean(text: str) -> str:
     return _SUFFIX.sub("", _PREFIX.sub("", text.strip()))
 
 
-def _acl_setting(operation: str, resource: str) -> str:
+def principal_of(conf: Mapping[str, object]) -> str:
+    """The Kafka principal of SASL client properties (``User:<sasl.username>``), or "" when the
+    principal is not in them (no SASL, or a TLS client certificate's name)."""
+    protocol = str(conf.get("security.protocol", "")).upper()
+    user = conf.get("sasl.username")
+    return f"User:{user}" if protocol.startswith("SASL_") and user else ""
+
+
+def _acl_setting(operation: str, resource: str, principal: str = "") -> str:
     if operation and resource:
-        return f"the ACLs of the sidecar's principal: allow {operation} on {resource}"
+        who = principal or "the sidecar's principal"
+        return f"the ACLs of {who}: allow {operation} on {resource}"
     return "the ACLs of the sidecar's principal (docs/operations.md lists the ones it needs)"
 
 

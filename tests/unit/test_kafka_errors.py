@@ -90,6 +90,18 @@ def test_not_authorized_names_operation_and_resource() -> None:
     assert other is not None and other.about("Read", "group g") is other
 
 
+def test_a_refusal_names_the_sasl_principal() -> None:
+    conf = {"security.protocol": "SASL_SSL", "sasl.username": "svc", "sasl.password": "p"}
+    assert ke.principal_of(conf) == "User:svc"
+    assert ke.principal_of({**conf, "security.protocol": "SSL"}) == ""  # a certificate's name: not known here
+    assert ke.principal_of({"security.protocol": "sasl_plaintext"}) == ""
+    cause = ke.classify("TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "Transactional Id authorization failed")
+    assert cause is not None
+    named = cause.about("Write", "transactional-id g.i-1", "User:svc")
+    assert named.as_dict()["principal"] == "User:svc"
+    assert "the ACLs of User:svc: allow Write on transactional-id g.i-1" in named.message()
+
+
 @pytest.mark.parametrize(("verify", "reason", "heals"), [
     ("unable to get local issuer certificate", "unknown-ca", False),
     ("self-signed certificate in certificate chain", "unknown-ca", False),
