@@ -36,6 +36,10 @@ and DescribeConfigs imply Describe, so Describe is listed only where nothing imp
   (``--to target``) or on the ingress topic (``--to ingress``); Create on the marker topic with
   ``--create-topics``.
 ``producer``: an application that sends delayed records: Write on the ingress topic, nothing else.
+``accuracy`` (the Spark job, spark/accuracy.py): reads the ingress topic (or, with
+  ``--history-topic``, the history topic instead) and the targets (Read; their offsets are looked
+  up by Spark's admin client: Describe, implied). Its consumers are assigned partitions and commit
+  nothing: no group ACL.
 
 Targets: the sidecar's principal needs Write on every topic it delivers to, and on nothing else
 (the trust model: docs/operations.md, "Security and ACLs"). They come from ``--target`` /
@@ -58,7 +62,7 @@ import yaml
 from sidecar.config import Settings, load_settings
 from sidecar.dlq import DLQ_GROUP_PREFIX, MARKER_SUFFIX, TRANSACTIONAL_PREFIX
 
-COMMANDS = ("run", "status", "dlq-list", "dlq-redrive", "producer")
+COMMANDS = ("run", "status", "dlq-list", "dlq-redrive", "producer", "accuracy")
 FORMATS = ("kafka-acls", "strimzi", "table")
 TOPIC, GROUP, TXN, CLUSTER = "topic", "group", "transactional-id", "cluster"
 LITERAL, PREFIXED = "literal", "prefixed"
@@ -154,6 +158,12 @@ def acls_for(command: str, s: Settings, targets: Iterable[Target] = (), *, creat
                 add(TOPIC, marker, "Create", "create it when missing", when="--create-topics")
     elif command == "producer":
         add(TOPIC, s.ingress_topic, "Write", "send delayed records")
+    elif command == "accuracy":
+        add(TOPIC, s.ingress_topic, "Read", "what was sent")
+        if s.history_topic is not None:
+            add(TOPIC, s.history_topic, "Read", "what was accepted, instead of ingress", when="--history-topic")
+        for t in targets:
+            add(TOPIC, t.name, "Read", "what was delivered", t.pattern, "each target")
     else:
         raise AclInputError(f"unknown command {command!r}: one of {', '.join(COMMANDS)}")
     return out
@@ -252,8 +262,8 @@ def add_parser(sub: Any) -> None:
                    help="the principal the ACLs are for (default: %(default)s)")
     p.add_argument("--format", default="kafka-acls", choices=FORMATS, help="output form (default: %(default)s)")
     p.add_argument("--for", dest="acls_for", default="run", choices=COMMANDS,
-                   help="run: the sidecar; status, dlq-list, dlq-redrive: those commands; producer: an "
-                        "application sending delayed records (default: %(default)s)")
+                   help="run: the sidecar; status, dlq-list, dlq-redrive, accuracy: those commands; producer: "
+                        "an application sending delayed records (default: %(default)s)")
     p.add_argument("--target", action="append", default=[], metavar="TOPIC", help="a target topic (repeatable)")
     p.add_argument("--target-prefix", action="append", default=[], metavar="PREFIX",
                    help="target topics starting with PREFIX (repeatable)")
@@ -271,10 +281,10 @@ def main(ns: argparse.Namespace) -> int:
     targets = [Target(t) for t in ns.target] + [Target(t, PREFIXED) for t in ns.target_prefix]
     if not targets:
         targets = targets_from_allowlist(s.target_allowlist)
-    delivers = ns.acls_for == "run" or (ns.acls_for == "dlq-redrive" and ns.redrive_to == "target")
+    delivers = ns.acls_for in ("run", "accuracy") or (ns.acls_for == "dlq-redrive" and ns.redrive_to == "target")
     if delivers and not targets:
         print("delay-sidecar acls: note: no target topics (--target, --target-prefix or target-allowlist): "
-              "no Write on any target is printed", file=sys.stderr)
+              "no ACL on any target is printed", file=sys.stderr)
     acls = acls_for(ns.acls_for, s, targets, create_topics=ns.create_topics, redrive_to=ns.redrive_to)
     sys.stdout.write(render(acls, ns.format, ns.principal, bootstrap=s.bootstrap_servers or "BOOTSTRAP",
                             cluster=ns.strimzi_cluster))

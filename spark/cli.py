@@ -18,9 +18,11 @@ import itertools
 import os
 import re
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from sidecar.durations import DURATION_FORMS, parse_duration_list, parse_duration_ms
@@ -233,7 +235,8 @@ def accuracy_main(argv: Sequence[str] | None = None, *, prog: str = "delay-sidec
     from sidecar.connectivity import probe
     from spark.kafka_check import librdkafka_conf
 
-    cause = probe(librdkafka_conf(args.bootstrap_servers, dict(args.kafka)), args.timeout / 1000)
+    with tempfile.TemporaryDirectory(prefix="kds-accuracy-") as pem_dir:
+        cause = probe(librdkafka_conf(args.bootstrap_servers, dict(args.kafka), Path(pem_dir)), args.timeout / 1000)
     if cause is not None:  # one line now, not a Java stack trace from an executor later
         print(f"{prog}: error: Kafka at {args.bootstrap_servers}: {cause.message()}", file=sys.stderr)
         return 2 if cause.code == "bad-config" else 1

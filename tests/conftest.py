@@ -14,6 +14,13 @@ machine, and tests isolate themselves by topic and group names (the ``unique`` f
   the broker is started again if the test left it down (so one failing outage test does not take
   the rest of the session with it).
 * ``unique`` (function, str): 8 hex chars for topic/group names.
+* ``secure_kafka`` (session, :class:`tests.secure.cluster.SecureCluster`): one secured broker
+  (SASL_SSL, SCRAM-SHA-512, StandardAuthorizer), started the first time a test asks for it, so a
+  session that runs none of these tests never pays its start; it fails or is skipped like the
+  plain broker. Here rather than in tests/secure/ because tests/spark/ (the accuracy job under
+  its ACLs) uses it too. Tests isolate themselves with a principal of their own
+  (``SecureCluster.new_user``) and unique topic and group names; the ACLs they grant name only
+  their own resources.
 * the ``needs`` marker: any test that needs something of the machine (redis-server, the C
   extension, a Linux feature) is skipped without it, and fails under ``CI=true`` like the broker
   tests (``tests/infra.py``).
@@ -29,11 +36,15 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pytest
 
 from devkafka.local import LocalKafka
 from tests.infra import check_needs, unavailable
+
+if TYPE_CHECKING:
+    from tests.secure.cluster import SecureCluster
 
 START_TIMEOUT_S = float(os.environ.get("KDS_KAFKA_START_TIMEOUT", "240"))
 
@@ -141,6 +152,23 @@ def _kafka_outage_guard(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     if not broker.local.running:
         broker.local.start(timeout=START_TIMEOUT_S)
+
+
+@pytest.fixture(scope="session")
+def secure_kafka(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureCluster]:
+    """The session's secured broker (a super user ``admin``; users made per test)."""
+    from devkafka.secure import SecureBroker
+    from tests.secure.cluster import SecureCluster
+
+    kafka = LocalKafka(data_dir=tmp_path_factory.mktemp("secure-kafka"), prefer_docker=False, secure=SecureBroker())
+    bootstrap, seconds = start_or_unavailable(kafka, "the secured local broker")
+    _announce(request.config, f"\nsecure kafka: {kafka.describe()} (SASL_SSL); started in {seconds:.1f}s")
+    cluster = SecureCluster(kafka, bootstrap)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+        kafka.close()
 
 
 @pytest.fixture

@@ -32,7 +32,7 @@ from __future__ import annotations
 import socket
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,8 +52,10 @@ class Rec:
     key: bytes | None = None
 
 
-def create_topics(bootstrap: str, names: Sequence[str], partitions: int = 1) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+def create_topics(bootstrap: str, names: Sequence[str], partitions: int = 1,
+                  conf: Mapping[str, str] | None = None) -> None:
+    """``conf``: more client properties (a secured broker's)."""
+    admin = AdminClient({**(conf or {}), "bootstrap.servers": bootstrap})
     futures = admin.create_topics([NewTopic(n, num_partitions=partitions, replication_factor=1) for n in names])
     for f in futures.values():
         f.result(timeout=30)
@@ -66,9 +68,9 @@ def create_topics(bootstrap: str, names: Sequence[str], partitions: int = 1) -> 
     raise TimeoutError(f"topics not visible: {names}")
 
 
-def produce(bootstrap: str, topic: str, records: Sequence[Rec]) -> list[int]:
+def produce(bootstrap: str, topic: str, records: Sequence[Rec], conf: Mapping[str, str] | None = None) -> list[int]:
     """Produce in order to partition 0; returns the offsets."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    producer = Producer({**(conf or {}), "bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
     offsets: list[int] = [-1] * len(records)
     errors: list[Any] = []
 
@@ -149,11 +151,12 @@ class BatchScenario:
     default_id: str
 
 
-def produce_batch_scenario(bootstrap: str) -> BatchScenario:
-    """Create fresh topics and produce the scenario of the module docstring into them."""
+def produce_batch_scenario(bootstrap: str, conf: Mapping[str, str] | None = None) -> BatchScenario:
+    """Create fresh topics and produce the scenario of the module docstring into them (``conf``:
+    more client properties, a secured broker's admin)."""
     u = uuid.uuid4().hex[:8]
     ingress, target, other = f"acc.in.{u}", f"acc.out.{u}", f"acc.other.{u}"
-    create_topics(bootstrap, [ingress, target, other])
+    create_topics(bootstrap, [ingress, target, other], conf=conf)
     base = (int(time.time() * 1000) // MIN_MS) * MIN_MS - 10 * MIN_MS
     since, until = base, base + 2 * MIN_MS
 
@@ -182,7 +185,7 @@ def produce_batch_scenario(bootstrap: str) -> BatchScenario:
         Rec(ts=base, headers={"delay.id": "oth", "delay.ms": "1000", "delay.target-topic": other}),
         ing(until + 1000, delay_id="late-sent", delay_ms="0"),  # sent after the range
     ]
-    offsets = produce(bootstrap, ingress, ingress_records)
+    offsets = produce(bootstrap, ingress, ingress_records, conf)
     default_id = f"{ingress}:0:{offsets[7]}"
     produce(bootstrap, target, [
         dl("a5", base + 993, base + 1000),
@@ -195,7 +198,7 @@ def produce_batch_scenario(bootstrap: str) -> BatchScenario:
         dl("a4", base + 5300, base + 5000),
         dl(default_id, base + 62_000, base + 61_000),
         dl("late-sent", until + 1000, until + 1000),
-    ])
-    produce(bootstrap, other, [dl("oth", base + 1000, base + 1000)])
+    ], conf)
+    produce(bootstrap, other, [dl("oth", base + 1000, base + 1000)], conf)
     return BatchScenario(ingress=ingress, target=target, other=other, pattern=rf"acc\.out\.{u}",
                          base=base, since=since, until=until, default_id=default_id)
