@@ -25,6 +25,7 @@ from typing import Any
 
 from sidecar import kafka_errors, logs
 from sidecar.config import Settings
+from sidecar.engine.transactions import transactional_id
 from sidecar.kafka_errors import Cause
 
 log = logs.get("sidecar")
@@ -45,10 +46,11 @@ class Refusals:
         if cause.code == kafka_errors.NOT_AUTHORIZED:
             resource = {"GROUP_AUTHORIZATION_FAILED": f"group {self.s.group_id}",
                         "TOPIC_AUTHORIZATION_FAILED": f"topic {self.s.ingress_topic}",
-                        "TRANSACTIONAL_ID_AUTHORIZATION_FAILED": "the sidecar's transactional id"}.get(
-                cause.error, "the cluster")
+                        "TRANSACTIONAL_ID_AUTHORIZATION_FAILED":
+                            f"transactional id {transactional_id(self.s.group_id, self.s.group_instance_id or '')}",
+                        }.get(cause.error, "the cluster")
             cause = cause.about("Read" if cause.error != "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" else "Write",
-                                resource)
+                                resource, kafka_errors.principal_of(self.s.kafka))
         return cause
 
     def report(self, cause: Cause) -> None:
