@@ -30,6 +30,11 @@ Method (the wire contract of docs/design.md 1 is what is measured here):
 * **delivered**: sent ids with at least one delivered copy; **duplicates**: the extra copies
   (copies - 1 per id); **lost**: sent ids due before ``until - grace`` with no delivered copy;
   **pending**: sent ids with no copy yet that are due later than that.
+* **recurring schedules** (``delay.cron`` / ``delay.every``): not in ``sent`` (reported under
+  ``ignored.recurring``); their firings are measured from the delivered topics in
+  ``totals.firings`` (``firings_stats``: fired, duplicates on (id, fire-time), early, lateness
+  against ``delay.fire-time``, missed as the sidecar reported them, and lost: a firing's
+  ``delay.next-at`` that never came).
 * **unmatched**: delivered records (timestamp >= ``since``) whose id matches no ingress record
   read — typically records sent before ``since``; a hint to widen the range.
 * **minute**: the due minute of the ingress record (UTC), so a record, its copies and its loss
@@ -76,6 +81,11 @@ H_TARGET = "delay.target-topic"
 H_DELAY_MS = "delay.ms"
 H_DELIVER_AT = "delay.deliver-at"
 H_LEVEL = "delay.level"
+H_CRON = "delay.cron"
+H_EVERY = "delay.every"
+H_FIRE_TIME = "delay.fire-time"
+H_NEXT_AT = "delay.next-at"
+H_MISSED = "delay.missed"
 MAX_ID_BYTES = 255
 
 DEFAULT_LEVELS_MS: tuple[int, ...] = tuple(
@@ -192,6 +202,7 @@ def ingress_frame(
         header(H_LEVEL).alias("h_level"),
         header(H_DELAY_MS).alias("h_ms"),
         header(H_DELIVER_AT).alias("h_at"),
+        (header(H_CRON).isNotNull() | header(H_EVERY).isNotNull()).alias("is_recurring"),
     )
     level = try_long(F.col("h_level"))
     delay_ms = try_long(F.col("h_ms"))
@@ -283,6 +294,7 @@ def history_frame(
         F.when(F.col("level") > 0, F.col("level")).alias("level"),
         F.coalesce(F.col("due_ms"), F.col("enqueued_ms")).alias("due_ms"),
         F.lit(False).alias("is_command"),
+        F.lit(False).alias("is_recurring"),  # (the history does not say; its firings are measured apart)
         (F.col("event") != "dead-lettered").alias("is_valid"),
         (F.lit(True) if offset_range else F.col("enqueued_ms").between(since_ms, until_ms - 1)).alias("in_range"),
         F.coalesce(F.col("target").rlike(f"^(?:{target_pattern})$"), F.lit(False)).alias("is_target"),
@@ -306,7 +318,52 @@ def delivered_frame(raw: DataFrame, since_ms: int, exclude_topics: Sequence[str]
         F.expr("unix_millis(timestamp)").alias("delivered_ms"),
         header(H_ID).alias("delivered_id"),
         try_long(header(H_DELIVER_AT)).alias("deliver_at_ms"),
+        try_long(header(H_FIRE_TIME)).alias("fire_ms"),
+        try_long(header(H_NEXT_AT)).alias("next_at_ms"),
+        try_long(header(H_MISSED)).alias("missed"),
     ).where(F.col("delivered_ms") >= since_ms)
+
+
+def firings_stats(fired: DataFrame, cancelled_ids: DataFrame, until_ms: int, grace_ms: int) -> dict[str, Any]:
+    """Recurring schedules' firings (delivered records with ``delay.fire-time``), measured from
+    the delivered topics alone: each firing names its nominal time and the next one's, so
+
+    * **fired**: distinct (``delay.id``, ``delay.fire-time``); **duplicates**: the extra copies;
+    * **lateness** = timestamp - ``delay.fire-time`` (= ``delay.deliver-at``); **early** < 0;
+    * **missed**: the nominal times the sidecar reported as misfires (``delay.missed``: a firing
+      after downtime stands for them);
+    * **lost**: firings whose ``delay.next-at`` is due before ``until - grace`` while no firing of
+      that schedule at or after it arrived (a cancelled schedule excepted: its last firing names a
+      next one that never comes).
+    """
+    from pyspark.sql import functions as F
+
+    lat = F.col("delivered_ms") - F.col("fire_ms")
+    agg = fired.agg(
+        F.count(F.lit(1)).alias("copies"),
+        F.countDistinct("delivered_id", "fire_ms").alias("fired"),
+        F.sum(F.when(lat < 0, 1).otherwise(0)).alias("early"),
+        F.percentile_approx(lat, [p for _, p in PERCENTILES], PERCENTILE_ACCURACY).alias("pct"),
+        F.max(lat).alias("max"), F.min(lat).alias("min"), F.avg(lat).alias("mean"),
+    ).collect()[0]
+    missed = fired.dropDuplicates(["delivered_id", "fire_ms"]).agg(F.sum("missed").alias("m")).collect()[0]["m"]
+    last = fired.groupBy("delivered_id").agg(F.max("fire_ms").alias("last_ms"))
+    expected = (
+        fired.where(F.col("next_at_ms").isNotNull() & (F.col("next_at_ms") < until_ms - grace_ms))
+        .select("delivered_id", "next_at_ms").distinct()
+        .join(last, on="delivered_id")
+        .where(F.col("last_ms") < F.col("next_at_ms"))
+        .join(cancelled_ids, on="delivered_id", how="left_anti")
+    )
+    pct = agg["pct"] or [None] * len(PERCENTILES)
+    lateness: dict[str, Any] = {
+        name: (int(v) if v is not None else None) for (name, _), v in zip(PERCENTILES, pct, strict=True)
+    }
+    lateness |= {"max": agg["max"], "min": agg["min"],
+                 "mean": round(agg["mean"], 3) if agg["mean"] is not None else None}
+    copies, distinct = int(agg["copies"] or 0), int(agg["fired"] or 0)
+    return {"fired": distinct, "duplicates": copies - distinct, "early": int(agg["early"] or 0),
+            "missed": int(missed or 0), "lost": expected.count(), "lateness_ms": lateness}
 
 
 def _stats_columns() -> list[Column]:
@@ -396,9 +453,17 @@ def run_accuracy(
     dl = delivered_frame(raw_delivered, since_ms, [ingress_topic, *exclude_topics, *filter(None, [history_topic])])
     dl = dl.persist(StorageLevel.MEMORY_AND_DISK)  # joined, unmatched and details read it
 
+    # a recurring schedule's firings are measured apart (firings_stats), one-shot records here
+    firings = firings_stats(
+        dl.where(F.col("fire_ms").isNotNull()),
+        ing.where("is_command").select(F.col("cancel_of").alias("delivered_id")).distinct()
+        if history_topic is None else ing.where("is_cancelled").select(F.col("id").alias("delivered_id")).distinct(),
+        until_ms, grace_ms,
+    )
+    dl_all, dl = dl, dl.where(F.col("fire_ms").isNull())
     sent = ing.where(
         F.col("in_range") & ~F.col("is_command") & F.col("is_valid") & ~F.col("is_cancelled")
-        & F.col("is_target") & (F.col("id_rank") == 1)
+        & F.col("is_target") & (F.col("id_rank") == 1) & ~F.col("is_recurring")
     ).select("id", "topic", "level", "ingress_topic", "ingress_partition", "ingress_offset", "sent_ms", "due_ms")
 
     from pyspark.sql import Window
@@ -461,13 +526,16 @@ def run_accuracy(
         F.sum((~F.col("is_command") & F.col("is_valid") & F.col("is_cancelled")).cast("int")).alias("cancelled"),
         F.sum((~F.col("is_command") & F.col("is_valid") & (F.col("id_rank") > 1)).cast("int")).alias("duplicate_ids"),
         F.sum((~F.col("is_command") & F.col("is_valid") & ~F.col("is_target")).cast("int")).alias("other_targets"),
+        F.sum((~F.col("is_command") & F.col("is_recurring")).cast("int")).alias("recurring"),
     ).collect()[0]
-    ignored = {k: int(ign[k] or 0) for k in ("commands", "cancelled", "invalid", "duplicate_ids", "other_targets")}
+    ignored = {k: int(ign[k] or 0)
+               for k in ("commands", "cancelled", "invalid", "duplicate_ids", "other_targets", "recurring")}
     known_ids = ing.where(~F.col("is_command")).select(F.col("id").alias("delivered_id")).distinct()
     unmatched_df = dl.join(known_ids, on="delivered_id", how="left_anti")
     unmatched = unmatched_df.count()
     totals["unmatched"] = unmatched
     totals["ignored"] = ignored
+    totals["firings"] = firings
 
     outputs: dict[str, str] = {}
     if details:
@@ -500,7 +568,7 @@ def run_accuracy(
         outputs["chart"] = str(chart_path)
 
     joined.unpersist()
-    dl.unpersist()
+    dl_all.unpersist()
     ing.unpersist()
 
     summary: dict[str, Any] = {

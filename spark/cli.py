@@ -171,6 +171,13 @@ def format_table(summary: dict[str, Any]) -> str:
         f"  lateness ms: p50 {_fmt(lat['p50'])}  p90 {_fmt(lat['p90'])}  p99 {_fmt(lat['p99'])}  "
         f"p99.9 {_fmt(lat['p999'])}  max {_fmt(lat['max'])}",
     ]
+    fired = t.get("firings") or {}
+    if fired.get("fired") or fired.get("lost"):
+        flat = fired["lateness_ms"]
+        lines.append(
+            f"  recurring firings {fired['fired']}  lost {fired['lost']}  missed {fired['missed']}  "
+            f"duplicates {fired['duplicates']}  early {fired['early']}  lateness ms: p50 {_fmt(flat['p50'])}  "
+            f"p99 {_fmt(flat['p99'])}  max {_fmt(flat['max'])}")
     ignored = t.get("ignored") or {}
     if any(ignored.values()):
         lines.append("  not counted: " + "  ".join(f"{k} {v}" for k, v in ignored.items() if v))
@@ -276,6 +283,7 @@ def accuracy_main(argv: Sequence[str] | None = None, *, prog: str = "delay-sidec
         print(format_table(summary))
         print(f"\noutputs: {', '.join(summary['outputs'].values())}")
     totals = summary["totals"]
-    if args.check and (totals["lost"] or totals["early"]):
+    firings = totals.get("firings") or {}
+    if args.check and (totals["lost"] or totals["early"] or firings.get("lost") or firings.get("early")):
         return 1
     return 0
