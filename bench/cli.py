@@ -49,6 +49,7 @@ from bench import (
     lookup,
     mass_expiry,
     pending_memory,
+    recurring,
     redis_zset,
     redrive,
     restart,
@@ -87,6 +88,7 @@ SCENARIOS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "redrive": redrive.run,
     "scale": scale.run,
     "exactly-once": exactly_once.run,
+    "recurring": recurring.run,
 }
 WARMUP_S = 45.0  # traffic through a broker started by the bench, before the first scenario (full size)
 

@@ -213,8 +213,10 @@ class Preloaded:
 
 
 def preload(bootstrap: str, topic: str, n: int, value_size: int, target: str, delays: DelayFn,
-            timestamp_ms: int | None = None, key_prefix: str = "k") -> Preloaded:
-    """Produce ``n`` ingress records as fast as the client goes and wait for every ack."""
+            timestamp_ms: int | None = None, key_prefix: str = "k",
+            schedule: Callable[[int], KHeaders] | None = None) -> Preloaded:
+    """Produce ``n`` ingress records as fast as the client goes and wait for every ack.
+    ``schedule``: record i's schedule headers in place of its ``delay.ms`` (a recurring one's)."""
     p = producer(bootstrap)
     value = value_of(value_size)
     tgt = target.encode()
@@ -231,7 +233,7 @@ def preload(bootstrap: str, topic: str, n: int, value_size: int, target: str, de
     for i in range(n):
         d = delays(i)
         max_delay = max(max_delay, d)
-        headers: KHeaders = [(c.TARGET_TOPIC, tgt), (c.DELAY_MS, str(d).encode())]
+        headers: KHeaders = [(c.TARGET_TOPIC, tgt), *(schedule(i) if schedule else [(c.DELAY_MS, b"%d" % d)])]
         while True:
             try:
                 p.produce(topic, value=value, key=f"{key_prefix}{i}".encode(), headers=headers,

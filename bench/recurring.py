@@ -1,0 +1,150 @@
+"""Scenario ``recurring``: many recurring schedules firing beside a stream of 1 s delays.
+
+Method: a sidecar runs on a fresh one-partition ingress topic. N schedules are produced, each
+``delay.every`` = P with its ``delay.start`` spread evenly over one period (schedule i starts at
+T0 + i * P / N), so the sidecar fires N / P firings per second, steadily. Beside them a paced
+producer sends records with ``delay.ms`` = 1000 at R records/s to a second target. After
+``periods`` periods every schedule is cancelled, and both targets are read back:
+
+* firing lateness = record timestamp - ``delay.deliver-at`` (the firing's nominal time):
+  p50 / p99 / p99.9 / max over the firings of the measured window (from the second period on:
+  the first firings of a schedule produced late are due while the preload is still running);
+* early: firings before their nominal time (must be 0);
+* missed: nominal times of the window (start_i + k * P, up to one period before the cancels)
+  with no firing, and not covered by a later firing's ``delay.missed``; doubled: nominal times
+  fired twice (same ``delay.id`` and ``delay.deliver-at``); both must be 0;
+* the 1 s stream's lateness p99 (goal: the firings do not make it late);
+* memory per schedule: the sidecar's anonymous RSS after every schedule is stored, minus before
+  the preload, over N (the RSS total beside it counts mapped store pages too).
+
+Sizes: full 1,000,000 schedules every 60 s (16.7k firings/s, the issue's goal), 3 periods, the
+stream at 1,000/s; small 3,000 every 10 s (300 firings/s), 3 periods, the stream at 200/s.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from bench.report import fig
+from bench.workload import (
+    Bench,
+    PacedProducer,
+    log,
+    memory_of,
+    percentile,
+    preload,
+    producer,
+    read_range,
+    sleep_until_wall_ms,
+    uid,
+    wait_until,
+    wall_ms,
+)
+from sidecar import contract as c
+
+GOAL_P99_MS = "<= 50"
+
+
+def rss_of(pid: int) -> tuple[int, int]:
+    """(anonymous RSS, total RSS) of ``pid``, bytes."""
+    m = memory_of(pid) or {}
+    return m.get("RssAnon", 0), m.get("VmRSS", 0)
+
+
+def params(bench: Bench) -> tuple[int, int, int, float]:
+    """(schedules, period ms, periods, 1 s stream rate)."""
+    return (1_000_000, 60_000, 3, 1_000.0) if bench.full else (3_000, 10_000, 3, 200.0)
+
+
+def _lateness(late: list[int]) -> dict[str, float | None]:
+    late = sorted(late)
+    return {"p50": percentile(late, 50), "p99": percentile(late, 99), "p999": percentile(late, 99.9),
+            "max": float(late[-1]) if late else None}
+
+
+def measure(bench: Bench, scheduler: str, n: int, period_ms: int, periods: int, rate: float) -> dict[str, Any]:
+    ingress, target, stream_target = f"bench.rec.in.{uid()}", f"bench.rec.out.{uid()}", f"bench.rec.s.{uid()}"
+    bench.topics(ingress, target, stream_target)
+    sc = bench.sidecar(ingress, scheduler, tag="rec")
+    sc.start()
+    stream: PacedProducer | None = None
+    try:
+        anon0, rss0 = rss_of(sc.pid)
+        t0 = wall_ms() + 5_000 + n // 50  # the first firings after the preload (about 50k records/s)
+        starts = [t0 + i * period_ms // n for i in range(n)]
+        pre = preload(bench.bootstrap, ingress, n, 100, target, lambda _i: 0, key_prefix="s",
+                      schedule=lambda i: [(c.ID, b"sched-%d" % i), (c.EVERY, b"%d" % period_ms),
+                                          (c.START, b"%d" % starts[i])])
+        wait_until(f"{n} schedules stored", lambda: sc.counter("ingested") >= n, 300, 0.2, sc.check_alive)
+        anon1, rss1 = rss_of(sc.pid)
+        log(f"recurring {scheduler}: {n:,} schedules stored in {pre.seconds:.1f} s, "
+            f"{(anon1 - anon0) / n:.1f} B anon each")
+        stream = PacedProducer(bench.bootstrap, ingress, stream_target, rate, 100, lambda _i: 1_000)
+        stream.start()
+        end = t0 + periods * period_ms
+        sleep_until_wall_ms(end)
+        stream.stop()
+        p = producer(bench.bootstrap)
+        for i in range(n):
+            p.produce(ingress, key=b"s%d" % i, value=None, headers=[(c.CANCEL, b"sched-%d" % i)])
+            if i % 10_000 == 0:
+                p.poll(0)
+        p.flush(120)
+        wait_until("the 1 s stream delivered", lambda: bench.wm.total(stream_target) >= stream.accepted,
+                   60, 0.25, sc.check_alive)
+        sleep_until_wall_ms(wall_ms() + 2_000)  # firings in flight at the cancels
+        stats = sc.stats() or {}
+    finally:
+        if stream is not None:
+            stream.stop()
+        sc.poll_events()
+        sc.stop()
+    got = read_range(bench.bootstrap, target, {}, bench.wm.high(target), headers=True)
+    window_from, window_to = t0 + period_ms, end - period_ms
+    late = [ts - da for ts, da in zip(got.ts, got.deliver_at, strict=True) if window_from <= da <= window_to]
+    early = sum(1 for ts, da in zip(got.ts, got.deliver_at, strict=True) if ts < da)
+    fired = Counter(zip(got.ids, got.deliver_at, strict=True))
+    doubled = sum(k - 1 for k in fired.values())
+    missed = 0
+    for i in range(n):
+        rid = b"sched-%d" % i
+        t = starts[i]
+        while t <= window_to:
+            if t >= window_from and (rid, t) not in fired:
+                missed += 1
+            t += period_ms
+    s = read_range(bench.bootstrap, stream_target, {}, bench.wm.high(stream_target), headers=True)
+    stream_late = [ts - da for ts, da in zip(s.ts, s.deliver_at, strict=True)]
+    return {
+        "schedules": n, "period_ms": period_ms, "periods": periods, "firings": len(got.ts),
+        "firings_per_s": n * 1000 / period_ms, "lateness_ms": _lateness(late), "early": early,
+        "missed": missed, "doubled": doubled, "stream_rate": rate, "stream_records": len(s.ts),
+        "stream_lateness_ms": _lateness(stream_late),
+        "stream_early": sum(1 for x in stream_late if x < 0),
+        "anon_bytes_per_schedule": (anon1 - anon0) / n, "rss_bytes_per_schedule": (rss1 - rss0) / n,
+        "sidecar_missed": int(stats.get("missed", 0)), "sidecar_fired": int(stats.get("fired", 0)),
+    }
+
+
+def run(bench: Bench) -> dict[str, Any]:
+    n, period_ms, periods, rate = params(bench)
+    results: dict[str, Any] = {}
+    details: dict[str, Any] = {}
+    for sched in bench.schedulers:
+        m = measure(bench, sched, n, period_ms, periods, rate)
+        lat, slat = m["lateness_ms"], m["stream_lateness_ms"]
+        log(f"recurring {sched}: {m['firings']:,} firings, lateness p99 {lat['p99']} ms, early {m['early']}, "
+            f"missed {m['missed']}, doubled {m['doubled']}; 1 s stream p99 {slat['p99']} ms")
+        results[sched] = {
+            "firing_lateness_p99_ms": fig(lat["p99"], "ms", GOAL_P99_MS),
+            "firing_lateness_p999_ms": fig(lat["p999"], "ms"),
+            "firing_lateness_max_ms": fig(lat["max"], "ms"),
+            "early": fig(m["early"], "records", "== 0"),
+            "missed": fig(m["missed"], "firings", "== 0"),
+            "doubled": fig(m["doubled"], "firings", "== 0"),
+            "stream_lateness_p99_ms": fig(slat["p99"], "ms"),
+            "anon_bytes_per_schedule": fig(m["anon_bytes_per_schedule"], "B", "<= 8"),
+        }
+        details[sched] = m
+    return {"method": __doc__, "results": results, "details": details}
