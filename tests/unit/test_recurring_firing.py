@@ -13,6 +13,7 @@ import itertools
 from collections import Counter
 from pathlib import Path
 
+import orjson
 import pytest
 
 from sidecar import contract as c
@@ -258,4 +259,28 @@ def test_a_bad_schedule_goes_to_the_dlq_with_its_reason(
     dead: list[TwinMessage] = w.cluster.records(sc.s.dlq_topic)
     assert [dict(m.headers() or [])[c.DLQ_REASON] for m in dead] == [reason.encode()]
     assert [h[c.ID] for h in firings(w)] == [b"good"]
+    sc.shutdown()
+
+
+def test_history_records_each_firing_and_a_failed_firing_is_a_one_shot_dead_letter(tmp_path: Path) -> None:
+    """Each firing is a ``delivered`` event of the history topic. A firing the target refuses for
+    good goes to the DLQ as a one-shot record (the firing's headers, none of the schedule's, so a
+    redrive delivers that firing once), and the schedule goes on firing."""
+    w = World(tmp_path)
+    w.cluster.refused.add("missing")
+    sc = w.sidecar("a", history_topic="hist", delivery_attempts=1)
+    t0 = w.clock.now_ms
+    send(w, b"ok", (c.EVERY, b"1000"), (c.MAX_COUNT, b"3"))
+    w.cluster.append(INGRESS, 1, b"k", b"v", [(c.TARGET_TOPIC, b"missing"), (c.ID, b"bad"), (c.EVERY, b"1000"),
+                                               (c.MAX_COUNT, b"2")])
+    run_until(w, [sc], t0 + 60_000)
+    events = [orjson.loads(m.value() or b"{}") for m in w.cluster.records("hist")]
+    assert [e["event"] for e in events if e["id"] == "ok"] == ["accepted", "delivered", "delivered", "delivered"]
+    dead = [dict(m.headers() or []) for m in w.cluster.records(sc.s.dlq_topic)]
+    assert len(dead) == 2, dead
+    for n, h in enumerate(sorted(dead, key=lambda h: int(h[c.FIRE_SEQ] or b"0")), start=1):
+        assert h[c.ID] == b"bad" and h[c.DLQ_REASON] == c.DELIVERY_FAILED.encode()
+        assert h[c.FIRE_SEQ] == b"%d" % n and h[c.DELIVER_AT] == h[c.FIRE_TIME]
+        assert c.EVERY not in h and c.MAX_COUNT not in h and not any(k.startswith("delay.state.") for k in h)
+    assert [num(h, c.FIRE_SEQ) for h in firings(w, b"ok")] == [1, 2, 3]
     sc.shutdown()
