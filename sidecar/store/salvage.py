@@ -15,7 +15,7 @@ segment's size and base come from the file itself.
 Output: one JSON object per record (JSON lines), in log order::
 
     {"partition": "orders.delay-3", "segment": "00000000000067108864.log", "position": 67109000,
-     "type": "message" | "cancel" | "dead", "status": "pending" | "done" | "unknown",
+     "type": "message" | "cancel" | "dead" | "recurring", "status": "pending" | "done" | "unknown",
      "id": "...", "id_b64": "...", "target_topic": "...", "target_partition": -1,
      "due_ms": ..., "enqueue_ms": ..., "src_partition": 3, "src_offset": 1234, "retry_count": 0,
      "level": 2, "key_b64": "..." | null, "value_b64": "..." | null,
@@ -52,7 +52,7 @@ from sidecar.store.log import MAGIC as LOG_MAGIC
 from sidecar.store.log import VERSION as LOG_VERSION
 from sidecar.store.mapped import HEADER, HEADER_SIZE
 
-_TYPES = {codec.MESSAGE: "message", codec.CANCEL: "cancel", codec.DEAD: "dead"}
+_TYPES = {codec.MESSAGE: "message", codec.CANCEL: "cancel", codec.DEAD: "dead", codec.RECURRING: "recurring"}
 # bytes 8 and 9 of a record: type (1-3) and version (1); a cheap filter before a full decode
 _CANDIDATE = re.compile(rb"[\x01\x02\x03]\x01", re.DOTALL)
 _NONZERO = re.compile(rb"[^\x00]")

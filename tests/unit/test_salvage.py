@@ -142,3 +142,19 @@ def test_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert "holds no store" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         salvage_main([str(tmp_path)])  # --out is required
+
+
+def test_a_recurring_schedule_is_salvaged_as_its_own_type(tmp_path: Path) -> None:
+    """A recurring schedule's record (type 4) is read back like any record: type ``recurring``,
+    its stored headers (the schedule's among them), pending."""
+    st = open_store(tmp_path / "data")
+    st.ingest(IngressRecord("in", 0, 0, T0, b"k", b"v", [
+        (c.TARGET_TOPIC, b"t"), (c.ID, b"every-5s"), (c.EVERY, b"5000"), (c.START, b"%d" % (T0 + 5000))]), T0)
+    st.checkpoint()
+    st.close()
+    docs, report = run(tmp_path / "data")
+    assert not report.damage and report.records["recurring"] == 1  # type: ignore[attr-defined]
+    [d] = docs
+    assert d["type"] == "recurring" and d["id"] == "every-5s" and d["status"] == "pending"
+    assert d["due_ms"] == T0 + 5000
+    assert [c.EVERY, base64.b64encode(b"5000").decode()] in d["headers"]  # type: ignore[operator]
