@@ -244,7 +244,8 @@ def plan_of(names: tuple[str, ...]) -> Plan:
         if name not in _TARGET_DROP:
             keep_t.append(i)
     source = (at.get(c.DLQ_SOURCE_TOPIC, -1), at.get(c.DLQ_SOURCE_PARTITION, -1), at.get(c.DLQ_SOURCE_OFFSET, -1))
-    delivery = tuple(at[n] for n in (c.DELIVER_AT, c.ENQUEUED_AT) if n in at)
+    # as delivered: the due and enqueue times, and a recurring schedule's firing headers
+    delivery = tuple(at[n] for n in (c.DELIVER_AT, c.ENQUEUED_AT, *c.FIRING_HEADERS) if n in at)
     return Plan(at, tuple(keep_i), tuple(keep_d), tuple(keep_t), source, delivery)
 
 

@@ -89,6 +89,22 @@ def test_to_target_restores_the_delivery_headers() -> None:
         (c.SOURCE, b"delay.ingress:2:41"), (c.REDRIVE_ID, b"delay.dlq:0:3")]
 
 
+def test_a_recurring_firing_redriven_to_its_target_keeps_its_firing_headers() -> None:
+    """A failed firing's dead letter (store/outcomes.py): redriven to the target it arrives as it
+    would have been delivered, with delay.fire-time / fire-seq / next-at, so consumers deduplicate
+    it on (delay.id, delay.fire-time) like any firing."""
+    letter = dlq_headers([
+        ("app", b"kept"), (c.FIRE_TIME, b"1700000060000"), (c.FIRE_SEQ, b"2"), (c.NEXT_AT, b"1700000120000"),
+        (c.ID, b"every-min"), (c.TARGET_TOPIC, b"orders"), (c.DELIVER_AT, b"1700000060000"),
+        (c.ENQUEUED_AT, b"1699999990000")], c.DELIVERY_FAILED, "gone", "delay.ingress", 0, 7, 1)
+    out = dlq.to_target(letter, b"k", b"delay.dlq:0:9")
+    assert isinstance(out, dlq.Outgoing) and out.topic == "orders"
+    assert out.headers == [
+        ("app", b"kept"), (c.ID, b"every-min"), (c.DELIVER_AT, b"1700000060000"), (c.ENQUEUED_AT, b"1699999990000"),
+        (c.FIRE_TIME, b"1700000060000"), (c.FIRE_SEQ, b"2"), (c.NEXT_AT, b"1700000120000"),
+        (c.SOURCE, b"delay.ingress:0:7"), (c.REDRIVE_ID, b"delay.dlq:0:9")]
+
+
 def test_to_target_of_bad_input_uses_the_default_id_and_skips_what_has_no_target() -> None:
     bad = dlq_headers([(c.TARGET_TOPIC, b"t"), (c.DELAY_MS, b"soon"), (c.REDRIVE_ID, b"old")], c.BAD_HEADER, "x",
                       "in", 0, 9, 0)
