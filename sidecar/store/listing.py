@@ -1,0 +1,195 @@
+"""Listing: the records one store holds pending with a due time in ``[after, before)``, in due
+order, a page at a time (``delay-sidecar list``, ``GET /pending``).
+
+Both schedulers keep their entries by due time, so a range read only visits what covers the
+range: the wheel's slots of the range, its buckets whose time range meets it and, for a range
+reaching back to now, its late chain (``sidecar.wheel.listing``); each level's stretch of its
+queue that holds the range, found by binary search, and for a range reaching back to now the
+"due now" level (``sidecar.levels.listing``). Never a walk of the whole pending set. Each
+scheduler's walk yields ``(due_ms, ref, locator)`` candidates in ``(due_ms, ref)`` order, with no
+record decoded; the store decodes a candidate only when it is next in order, and stops once it
+has ``limit`` entries that pass the filters (``--target``, ``--id-prefix``). So a page costs the
+index entries of its range up to the page's last due time, plus one decode per entry shown or
+filtered out; a filter that rejects most of a wide range costs more decodes, bounded by the
+``Budget``.
+
+Order and pages. Entries are ordered by ``(due_ms, partition, ref)``: the scheduler's ref is a
+stable handle for the record's life (it survives restarts), so equal due times have a fixed
+order, and a page's last key is the cursor the next page starts after. The same key orders
+entries across the partitions of one sidecar and across sidecars (``sidecar.listing_client``).
+A store rebuilt elsewhere from the changelog (a handover) gives its records new refs: a page
+boundary that falls among records of one due ms may then repeat or skip some of them.
+
+What is pending: a record the scheduler has not finished, the ones handed to the producer and not
+yet acknowledged included (``status`` says "pending" for them too). Cancelled, delivered and
+dropped entries are absent. A dead letter on its way to the DLQ is listed with kind
+``dead-letter``, its original target, and its DLQ topic.
+
+The walks are read-only: a restored entry (from before the last restart, checked by the
+scheduler at its first use) is decoded with its CRC verified and must carry its entry's due
+time; one that does not is skipped, not dropped (the scheduler drops it when it reaches it).
+
+Cost bound. Every index entry a walk examines and every record decoded takes one unit of a
+``Budget`` (``MAX_EXAMINED`` per request); a read that runs out raises ``TooWide`` instead of
+holding the stores longer (the caller holds the loop's store lock: ``sidecar.engine.listing``).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from sidecar import contract as c
+from sidecar.store import codec
+from sidecar.store.codec import CorruptRecord, Record, decode_headers
+from sidecar.store.mapped import StoreError
+
+if TYPE_CHECKING:
+    from sidecar.store.partition import PartitionStore
+
+MAX_LIMIT = 10_000  # entries per page
+MAX_EXAMINED = 1_000_000  # index entries examined and records decoded per request (see Budget)
+KINDS = {codec.MESSAGE: "message", codec.DEAD: "dead-letter"}
+
+Key = tuple[int, int, int]  # (due_ms, partition, ref): the order of entries, and a page's cursor
+Candidate = tuple[int, int, int]  # (due_ms, ref, locator) as a scheduler's walk yields it
+
+
+class TooWide(Exception):
+    """The read examined ``MAX_EXAMINED`` entries without filling the page."""
+
+
+@dataclass(slots=True)
+class Budget:
+    """Index entries examined and records decoded, left for this request."""
+
+    left: int = MAX_EXAMINED
+
+    def spend(self, n: int = 1) -> None:
+        self.left -= n
+        if self.left < 0:
+            raise TooWide(f"the range holds more than {MAX_EXAMINED:,} entries to examine before the page is "
+                          "full: narrow --due-after/--due-before, or drop the filter that rejects most of them")
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """What to list: due in ``[after_ms, before_ms)``, optionally only one target topic and ids
+    starting with ``id_prefix``; at most ``limit`` entries after ``cursor`` (a previous page's
+    last key)."""
+
+    after_ms: int
+    before_ms: int
+    target: str | None = None
+    id_prefix: bytes | None = None
+    limit: int = 100
+    cursor: Key | None = None
+
+
+@dataclass(slots=True)
+class Entry:
+    """One pending record as listed. Keep it small and flat: fields are added (recurring
+    schedules' next firing and counts) without changing the existing ones."""
+
+    id: bytes
+    due_ms: int
+    target_topic: str
+    target_partition: int | None
+    source: str  # <ingress topic>:<partition>:<offset> of the record that asked for it
+    kind: str  # message, dead-letter
+    partition: int  # the ingress partition (the store holding it)
+    ref: int  # the scheduler's handle: the order among equal due times
+    extra: dict[str, Any] = field(default_factory=dict)  # kind-specific fields (a dead letter's DLQ topic)
+
+    @property
+    def key(self) -> Key:
+        return self.due_ms, self.partition, self.ref
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id.decode("utf-8", "backslashreplace"), "due_ms": self.due_ms,
+                "target_topic": self.target_topic, "target_partition": self.target_partition,
+                "source": self.source, "kind": self.kind, "partition": self.partition, "ref": self.ref,
+                **self.extra}
+
+
+class Walkable(Protocol):
+    """A scheduler's range walk (``sidecar.wheel.listing``, ``sidecar.levels.listing``)."""
+
+    def walk(self, after_ms: int, before_ms: int, now_ms: int, budget: Budget) -> Iterator[Candidate]: ...
+
+    def read(self, due_ms: int, ref: int, loc: int) -> Record | None: ...
+
+
+def walker(store: PartitionStore) -> Walkable:
+    """The range walk of the store's scheduler."""
+    from sidecar.levels.listing import LevelsWalk
+    from sidecar.levels.scheduler import LevelsScheduler
+    from sidecar.wheel.listing import WheelWalk
+    from sidecar.wheel.scheduler import WheelScheduler
+
+    sched = store.sched
+    if isinstance(sched, WheelScheduler):
+        return WheelWalk(sched)
+    if isinstance(sched, LevelsScheduler):
+        return LevelsWalk(sched)
+    raise TypeError(f"no range walk for the {type(sched).__name__} scheduler")
+
+
+def entry(rec: Record, ref: int, partition: int, topic: str) -> Entry:
+    """The listed form of a stored record."""
+    e = Entry(id=bytes(rec.id), due_ms=rec.due_ms, target_topic=bytes(rec.topic).decode("utf-8", "replace"),
+              target_partition=None if rec.target_partition < 0 else rec.target_partition,
+              source=f"{topic}:{rec.src_partition}:{rec.src_offset}", kind=KINDS.get(rec.rtype, f"type-{rec.rtype}"),
+              partition=partition, ref=ref)
+    if rec.rtype == codec.DEAD:  # rec.topic is the DLQ; the target is in its headers (as status shows it)
+        e.extra["dlq_topic"] = e.target_topic
+        for name, value in decode_headers(rec.headers):
+            if name == c.TARGET_TOPIC and value is not None:
+                e.target_topic = value.decode("utf-8", "replace")
+            elif name == c.DLQ_REASON and value is not None:
+                e.extra["reason"] = value.decode("utf-8", "replace")
+    return e
+
+
+def list_store(store: PartitionStore, q: Query, now_ms: int, budget: Budget | None = None) -> list[Entry]:
+    """Up to ``q.limit`` entries of ``store`` due in ``[q.after_ms, q.before_ms)`` with a key after
+    ``q.cursor``, passing the filters, in key order. Raises ``TooWide`` (see the module docstring)."""
+    budget = Budget() if budget is None else budget
+    part = store.partition
+    if q.cursor is not None:
+        cdue, cpart, cref = q.cursor
+        after = max(q.after_ms, cdue)
+        if cpart < part:  # every entry of this partition at the cursor's due ms comes after it
+            cref = -1
+        elif cpart > part:  # every entry of this partition at that due ms came before it
+            after = max(q.after_ms, cdue + 1)
+    else:
+        after, cdue, cref = q.after_ms, -1, -1
+    if after >= q.before_ms or q.limit <= 0:
+        return []
+    w = walker(store)
+    out: list[Entry] = []
+    for due, ref, loc in w.walk(after, q.before_ms, now_ms, budget):
+        if due == cdue and ref <= cref:
+            continue
+        budget.spend()
+        try:
+            rec = w.read(due, ref, loc)
+        except (StoreError, CorruptRecord, KeyError):
+            rec = None  # its body is gone or damaged: the scheduler drops it when it gets there
+        if rec is None or (q.id_prefix is not None and not bytes(rec.id).startswith(q.id_prefix)):
+            continue
+        e = entry(rec, ref, part, store.topic)
+        if q.target is not None and q.target not in (e.target_topic, e.extra.get("dlq_topic")):
+            continue
+        out.append(e)
+        if len(out) >= q.limit:
+            break
+    return out
+
+
+def merge(pages: list[list[Entry]], limit: int) -> list[Entry]:
+    """The first ``limit`` entries of several pages (each in key order), in key order."""
+    return list(heapq.merge(*pages, key=lambda e: e.key))[:limit]
