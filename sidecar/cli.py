@@ -2,7 +2,7 @@
 
 Subcommands: ``run`` (the sidecar), ``dev-kafka`` (a local single-node KRaft broker), ``send``,
 ``reschedule`` and ``cancel`` (client helpers), ``status`` (look an id up on the sidecar owning
-it), ``dlq list`` / ``dlq redrive`` (dead letters, ``sidecar/dlq.py``), ``inspect`` (a data
+it), ``list`` (the records pending in a due-time range, merged across the sidecars), ``dlq list`` / ``dlq redrive`` (dead letters, ``sidecar/dlq.py``), ``inspect`` (a data
 directory, read-only), ``salvage`` (copy readable records out of a damaged store), ``demo`` (the
 README quickstart), ``accuracy`` (the Spark accuracy job), ``bench`` (benchmarks, JSON report).
 
@@ -39,7 +39,7 @@ import orjson
 
 from sidecar import acls, devtools
 from sidecar import contract as c
-from sidecar.client import LATEST_MS
+from sidecar.client import AT_FORMS, LATEST_MS
 from sidecar.config import (
     DEFAULT_LEVELS,
     KAFKA_ENV_PREFIX,
@@ -180,6 +180,7 @@ def _serve(settings: Settings, ready: threading.Event | None = None, stop: threa
     sidecar = Sidecar(settings, metrics=metrics, health=health)
     if health is not None:
         health.lookup = sidecar.lookup  # GET /ids/<id>
+        health.listing = sidecar.listing  # GET /pending
     if holder is not None:
         holder.append(sidecar)
     if stop is None:
@@ -561,6 +562,83 @@ def cmd_status(ns: argparse.Namespace) -> int:
     return 0 if state != "unknown" else 3
 
 
+def _list_query(ns: argparse.Namespace) -> Any:
+    """The flags of ``list`` as a ``Query``, each bad one named with its accepted forms."""
+    from sidecar import client
+    from sidecar.listing_client import CURSOR_FORM, parse_cursor
+    from sidecar.store.listing import MAX_LIMIT, Query
+
+    times = {}
+    for flag, text in (("--due-after", ns.due_after), ("--due-before", ns.due_before)):
+        try:
+            times[flag] = client.deliver_at_ms(text)
+        except ValueError as e:
+            raise _bad(flag, e) from None
+    after, before = times["--due-after"], times["--due-before"]
+    if before <= after:
+        raise CliError(f"bad value for --due-before: {ns.due_before!r} ({_iso(before)}) is not after --due-after "
+                       f"{ns.due_after!r} ({_iso(after)}); the range is [--due-after, --due-before)")
+    try:
+        limit = _whole(ns.limit)
+        if not 1 <= limit <= MAX_LIMIT:
+            raise ValueError(f"{ns.limit!r} is not between 1 and {MAX_LIMIT}")
+    except ValueError as e:
+        raise _bad("--limit", ValueError(f"{e}; entries per page, 1..{MAX_LIMIT}")) from None
+    prefix = None
+    if ns.id_prefix is not None:
+        prefix = ns.id_prefix.encode()
+        if not 1 <= len(prefix) <= c.MAX_ID_BYTES:
+            raise CliError(f"bad value for --id-prefix: {len(prefix)} bytes; an id prefix is 1..{c.MAX_ID_BYTES} bytes")
+    if ns.target is not None and not ns.target.strip():
+        raise CliError("bad value for --target: an empty topic name; give the target topic's name")
+    cursor = None
+    if ns.cursor is not None:
+        try:
+            cursor = parse_cursor(ns.cursor)
+        except ValueError as e:
+            raise _bad("--cursor", ValueError(f"{e}")) from None
+        if not after <= cursor[0] < before:
+            raise CliError(f"bad value for --cursor: due time {cursor[0]} is outside the range; {CURSOR_FORM} "
+                           "with the same --due-after and --due-before")
+    return Query(after, before, ns.target, prefix, limit, cursor)
+
+
+def cmd_list(ns: argparse.Namespace) -> int:
+    from confluent_kafka.admin import AdminClient
+
+    from sidecar import listing_client, status
+
+    q = _list_query(ns)
+    timeout_ms, kafka = _common_inputs(ns)
+    bs = ns.bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or os.environ.get(
+        "DELAY_SIDECAR_BOOTSTRAP_SERVERS")
+    if not bs:
+        raise CliError("--bootstrap-servers is required (or set KAFKA_BOOTSTRAP_SERVERS)")
+    timeout_s = timeout_ms / 1000
+    _require_kafka(bs, kafka, timeout_ms, (), ns.group)
+    admin = AdminClient({"bootstrap.servers": bs, **kafka})
+    try:
+        members = status.group_members(admin, ns.group, ns.ingress_topic, timeout_s)
+        doc = listing_client.list_across(members, q, timeout_s)
+    except status.StatusError as e:
+        raise Failed(str(e)) from None
+    if ns.json:
+        sys.stdout.buffer.write(orjson.dumps(doc) + b"\n")
+    else:
+        for ent in doc["entries"]:
+            tp = ent.get("target_partition")
+            print(f"{_iso(ent['due_ms'])} id={ent['id']} kind={ent['kind']} target={ent['target_topic']}"
+                  + ("" if tp is None else f"[{tp}]") + f" source={ent['source']}", flush=False)
+    sys.stdout.flush()
+    if doc.get("restoring_partitions"):
+        print(f"note: partitions {doc['restoring_partitions']} are restoring: their records are not listed yet",
+              file=sys.stderr)
+    if not ns.json:
+        more = f"; next page: --cursor {doc['next']}" if doc.get("next") else ""
+        print(f"{len(doc['entries'])} pending{more}", file=sys.stderr)
+    return 0
+
+
 def cmd_inspect(ns: argparse.Namespace) -> int:
     from sidecar.inspect import inspect_data_dir, render_text
 
@@ -776,6 +854,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how the producer chose the partition for --key: crc32 (librdkafka/confluent-kafka "
                         "and delay-sidecar send; the default) or murmur2 (the Java client)")
 
+    p = sub.add_parser(
+        "list", parents=[common], help="list the records pending in a due-time range, across the sidecars",
+        description="Ask every sidecar of the group (found through the consumer group, as status does; the "
+                    "sidecars must run with --http-port) for the records pending with a due time in "
+                    "[--due-after, --due-before), and print them merged in due order, a page at a time.",
+        epilog=f"TIME: {AT_FORMS}. Prints one line per record (due time, id, kind, target, source), and on "
+               "stderr the count and the --cursor of the next page; --json prints the page as one object "
+               "(entries, next). Exit status 0: listed (none is not an error); 1: no answer (no group, a member "
+               "not reachable); 2: bad input.")
+    p.add_argument("--due-after", required=True, metavar="TIME", help="from this due time on (inclusive)")
+    p.add_argument("--due-before", required=True, metavar="TIME", help="up to this due time (exclusive)")
+    p.add_argument("--target", metavar="TOPIC", help="only records for this target topic")
+    p.add_argument("--id-prefix", metavar="P", help="only records whose delay.id starts with P")
+    p.add_argument("--limit", default="100", metavar="N", help="records per page, 1..10000 (default: %(default)s)")
+    p.add_argument("--cursor", metavar="C", help="continue after the page that printed this next-page cursor")
+    p.add_argument("--group", default=os.environ.get(env_name("group-id"), "delay-sidecar"), metavar="GROUP",
+                   help="the sidecars' consumer group (default: %(default)s, from $DELAY_SIDECAR_GROUP_ID if set)")
+
     _dlq_parser(sub, common)
     acls.add_parser(sub)
 
@@ -957,7 +1053,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = parser.parse_args(attach_dash_values(parser, args))
     handlers = {"run": cmd_run, "dev-kafka": cmd_dev_kafka, "send": cmd_send, "reschedule": cmd_send,
                 "cancel": cmd_cancel, "inspect": cmd_inspect, "demo": cmd_demo, "dlq": cmd_dlq,
-                "status": cmd_status, "acls": acls.main}
+                "status": cmd_status, "list": cmd_list, "acls": acls.main}
     try:
         return handlers[ns.command](ns)
     except (CliError, ConfigError, devtools.DevToolMissing, acls.AclInputError) as e:

@@ -1,4 +1,4 @@
-"""``/metrics``, ``/healthz``, ``/readyz`` and ``/ids/<id>`` on a tiny threaded stdlib HTTP server.
+"""``/metrics``, ``/healthz``, ``/readyz``, ``/ids/<id>`` and ``/pending`` on a tiny threaded stdlib HTTP server.
 
 Why stdlib and a thread: the sidecar is a single event loop that must never block on a scrape,
 and these endpoints are three fixed paths. ``http.server.ThreadingHTTPServer`` on a daemon
@@ -45,6 +45,16 @@ Kubernetes semantics:
     wired (tests, a process without stores). The answer comes from :attr:`HealthServer.lookup`,
     ``Sidecar.lookup`` in the running sidecar, which explains how the HTTP thread reads the
     stores safely.
+
+``/pending?after=MS&before=MS[&target=TOPIC][&id_prefix=P][&limit=N][&cursor=C]``
+    This instance's page of the records pending with a due time in ``[after, before)``, in due
+    order (``id_prefix`` percent-encoded bytes; ``limit`` 1..10,000, default 100; ``cursor`` a
+    previous page's ``next``): 200 with ``entries`` and ``next`` when the page is full; 400 for a
+    bad parameter (named); 422 for a range too wide to read within the per-request budget; 503
+    while the loop holds the stores longer than a second; 404 when no listing is wired. The answer
+    comes from :attr:`HealthServer.listing`, ``Sidecar.listing`` in the running sidecar
+    (``sidecar.engine.listing``); ``delay-sidecar list`` merges every owner's page
+    (``sidecar.listing_client``).
 
 The server is quiet: no access log lines on stderr (Prometheus scrapes every few seconds and
 kubelet probes every few seconds; the structured log is for events that matter).
@@ -100,7 +110,10 @@ class _Handler(BaseHTTPRequestHandler):
         health = self.server.health
         url = urlsplit(self.path)
         path = url.path.rstrip("/") or "/"
-        if url.path.startswith("/ids/"):
+        if path == "/pending":
+            status, doc = health.list_pending(url.query)
+            ctype, body = JSON, orjson.dumps(doc)
+        elif url.path.startswith("/ids/"):
             status, doc = health.lookup_id(url.path[len("/ids/"):], url.query)
             ctype, body = JSON, orjson.dumps(doc)
         elif path == "/metrics":
@@ -160,6 +173,8 @@ class HealthServer:
         self._thread: threading.Thread | None = None
         # (id, partition or None) -> (HTTP status, JSON document): set by the sidecar (its lookup)
         self.lookup: Callable[[bytes, int | None], tuple[int, dict[str, Any]]] | None = None
+        # query string of GET /pending -> (HTTP status, JSON document): set by the sidecar (its listing)
+        self.listing: Callable[[str], tuple[int, dict[str, Any]]] | None = None
         metrics.set_ready(False)
 
     # -- called by the event loop ------------------------------------------------------------
@@ -252,6 +267,13 @@ class HealthServer:
         if lookup is None:
             return 404, {"error": "this process has no stores to look ids up in", "state": "unknown"}
         return lookup(rid, partition)
+
+    def list_pending(self, query: str) -> tuple[int, dict[str, Any]]:
+        """``/pending?<query>``: asks :attr:`listing`."""
+        listing = self.listing
+        if listing is None:
+            return 404, {"error": "this process has no stores to list"}
+        return listing(query)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:

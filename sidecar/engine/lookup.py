@@ -52,15 +52,22 @@ class Lookup:
             self._waiting = False
             time.sleep(LOOKUP_YIELD_S)
 
+    def enter(self) -> bool:
+        """Take the stores from the loop (then ``lock.release()``), waiting at most
+        ``LOOKUP_WAIT_S``: False when the loop did not let go. Called on an HTTP thread."""
+        self._waiting = True
+        if not self.lock.acquire(timeout=LOOKUP_WAIT_S):
+            return False
+        self._waiting = False
+        return True
+
     def lookup(self, rid: bytes, partition: StoreKey | None = None) -> tuple[int, dict[str, Any]]:
         """(HTTP status, JSON document) for ``rid`` in this instance's stores (``partition``:
         that one only). Called on an HTTP thread."""
         t0 = time.perf_counter()
-        self._waiting = True
-        if not self.lock.acquire(timeout=LOOKUP_WAIT_S):
+        if not self.enter():
             return 503, {"error": f"the event loop did not free the stores within {LOOKUP_WAIT_S:g} s (a long "
                                   "turn: a rebalance, a shutdown); try again", "id": _text(rid)}
-        self._waiting = False
         t1 = time.perf_counter()
         try:
             owned = sorted(self.stores)

@@ -16,7 +16,8 @@ stores map, the Kafka I/O port, the clock) and calls them in order; it holds no 
 - ``ownership.Ownership``: nothing published after a gap until the group confirms this member;
 - ``exactly_once.ExactlyOnce``: the transactions that replace the offset commits;
 - ``backpressure.Backpressure``: ingress paused for disk space or a refusing changelog;
-- ``reporting.Reporting``: metrics, ``stats`` and readiness; ``lookup.Lookup``: ``GET /ids/<id>``
+- ``reporting.Reporting``: metrics, ``stats`` and readiness; ``lookup.Lookup``: ``GET /ids/<id>``;
+  ``listing.Listing``: ``GET /pending``
   on an HTTP thread, under the store lock the loop holds for each turn's work.
 
 A turn (:meth:`Sidecar.turn`):
@@ -69,6 +70,7 @@ from sidecar.engine.history import HistoryWriter
 from sidecar.engine.identity import DataDirLock, instance_id
 from sidecar.engine.ingress import Ingress
 from sidecar.engine.kafka_io import Clients, ConfluentClients, KafkaIO
+from sidecar.engine.listing import Listing
 from sidecar.engine.lookup import Lookup
 from sidecar.engine.opening import StoreOpener
 from sidecar.engine.ownership import Ownership
@@ -176,6 +178,7 @@ class Sidecar:
                     if self.txn is not None else None)
         self.lookups = Lookup(settings, self.stores, self.clock, self.handover.held)
         self.lookup = self.lookups.lookup  # GET /ids/<id> (cli.py hands it to the health server)
+        self.listing = Listing(settings, self.stores, self.clock, self.lookups).answer  # GET /pending (as lookup)
         # the loop holds it for each turn's work, the look-ups and the rebalance callbacks take it
         self.store_lock = self.lookups.lock
         self._last_commit = self._last_space = self._last_trim = self._last_stats = 0.0

@@ -1,0 +1,157 @@
+"""``delay-sidecar list``: the records pending in a due-time range, merged across the sidecars.
+
+Each sidecar answers for the partitions it owns (``GET /pending``: ``sidecar.engine.listing``);
+the command finds the members of the consumer group and their HTTP addresses as ``status`` does
+(``sidecar.status.group_members``: the address each advertises in its client id or its commits'
+metadata), asks every one of them the same question, and merges their pages.
+
+Order and paging. Every entry has the key ``(due_ms, partition, ref)`` (``sidecar.store.listing``),
+one order across all partitions and sidecars. A page is the first ``limit`` keys of the range after
+the cursor; each member returns its own first ``limit`` after the cursor, so their merge holds the
+global first ``limit``. The cursor (``next``) is the last key shown, written ``DUE.PARTITION.REF``:
+any sidecar can continue from it, so paging goes on across a rebalance (a partition that moved is
+asked of its new owner). ``next`` is absent on the last page.
+
+A member that does not answer makes the listing fail (exit status 1, naming it): a merged page
+without one owner's records would look complete and not be.
+"""
+
+from __future__ import annotations
+
+import http.client
+import re
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+from urllib.parse import parse_qs, quote, unquote_to_bytes, urlencode
+
+import orjson
+
+from sidecar.contract import MAX_ID_BYTES
+from sidecar.status import Member, StatusError
+from sidecar.store.listing import MAX_LIMIT, Key, Query
+
+PATH = "/pending"
+CURSOR_FORM = "DUE.PARTITION.REF, as a previous page's next"
+
+
+def cursor_text(key: Key) -> str:
+    return f"{key[0]}.{key[1]}.{key[2]}"
+
+
+def parse_cursor(text: str) -> Key:
+    m = re.fullmatch(r"([0-9]{1,16})\.([0-9]{1,9})\.([0-9]{1,19})", text.strip())
+    if m is None:
+        raise ValueError(f"{text!r} is not a cursor ({CURSOR_FORM})")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3))
+
+
+def check(q: Query) -> Query:
+    """Raise ValueError, naming the parameter, for a query no sidecar would answer."""
+    if q.after_ms >= q.before_ms:
+        raise ValueError(f"due-before ({q.before_ms}) must be after due-after ({q.after_ms})")
+    if not 1 <= q.limit <= MAX_LIMIT:
+        raise ValueError(f"limit {q.limit} is not between 1 and {MAX_LIMIT}")
+    if q.id_prefix is not None and not 1 <= len(q.id_prefix) <= MAX_ID_BYTES:
+        raise ValueError(f"id-prefix is 1..{MAX_ID_BYTES} bytes, not {len(q.id_prefix)}")
+    if q.target is not None and not q.target:
+        raise ValueError("target is an empty topic name")
+    return q
+
+
+def to_params(q: Query) -> str:
+    """The query string of ``GET /pending`` for ``q``."""
+    params: dict[str, str] = {"after": str(q.after_ms), "before": str(q.before_ms), "limit": str(q.limit)}
+    if q.target is not None:
+        params["target"] = q.target
+    if q.cursor is not None:
+        params["cursor"] = cursor_text(q.cursor)
+    text = urlencode(params)
+    if q.id_prefix is not None:
+        text += "&id_prefix=" + quote(q.id_prefix, safe="")
+    return text
+
+
+def from_params(text: str) -> Query:
+    """The query of ``GET /pending?<text>``; ValueError naming the bad parameter."""
+    got = {k: v[-1] for k, v in parse_qs(text, keep_blank_values=True).items()}
+    for name in ("after", "before"):
+        if not re.fullmatch(r"[0-9]{1,16}", got.get(name, "")):
+            raise ValueError(f"{name}={got.get(name, '')!r}: epoch milliseconds are required")
+    limit = got.get("limit", "100")
+    if not re.fullmatch(r"[0-9]{1,6}", limit):
+        raise ValueError(f"limit={limit!r} is not a whole number")
+    cursor = None
+    if got.get("cursor"):
+        cursor = parse_cursor(got["cursor"])
+    prefix = None
+    m = re.search(r"(?:^|&)id_prefix=([^&]*)", text)
+    if m is not None:
+        prefix = unquote_to_bytes(m.group(1))  # raw bytes: an id need not be UTF-8
+    return check(Query(int(got["after"]), int(got["before"]), got.get("target"), prefix, int(limit), cursor))
+
+
+def ask(address: str, q: Query, timeout_s: float) -> tuple[int, dict[str, Any]]:
+    """``GET http://<address>/pending?...`` -> (status, JSON document)."""
+    host, _, port = address.rpartition(":")
+    conn = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=timeout_s)
+    try:
+        conn.request("GET", PATH + "?" + to_params(q))
+        resp = conn.getresponse()
+        body = resp.read()
+    finally:
+        conn.close()
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        doc = {"error": body[:200].decode("utf-8", "replace")}
+    return resp.status, doc if isinstance(doc, dict) else {"error": str(doc)}
+
+
+def _key(e: dict[str, Any]) -> Key:
+    return int(e["due_ms"]), int(e["partition"]), int(e["ref"])
+
+
+def list_across(members: list[Member], q: Query, timeout_s: float) -> dict[str, Any]:
+    """One page over every member: ``{"entries": [...], "next": cursor or absent, "members": [...]}``.
+    Raises StatusError when a member cannot be asked or does not answer."""
+    silent = [m for m in members if m.address is None]
+    if silent:
+        raise StatusError(f"member(s) {', '.join(m.client_id for m in silent)} advertise no HTTP address: run "
+                          "every sidecar with --http-port (and --advertised-address if the broker sees them at "
+                          "another host)")
+
+    def one(m: Member) -> tuple[Member, int, dict[str, Any]] | tuple[Member, Exception]:
+        assert m.address is not None
+        try:
+            return (m, *ask(m.address, q, timeout_s))
+        except (OSError, http.client.HTTPException) as e:
+            return m, e
+
+    with ThreadPoolExecutor(max_workers=min(16, len(members))) as pool:
+        results = list(pool.map(one, members))
+    failures, entries, more, restoring = [], [], False, []
+    for r in results:
+        if len(r) == 2:
+            failures.append(f"{r[0].address}: {r[1]}")
+            continue
+        m, status, doc = r
+        if status != 200:
+            failures.append(f"{m.address}: HTTP {status} {doc.get('error', '')}".strip())
+            continue
+        got = doc.get("entries", [])
+        for e in got:
+            e["member"] = m.address
+        entries.extend(got)
+        more = more or doc.get("next") is not None
+        restoring += doc.get("restoring_partitions", [])
+    if failures:
+        raise StatusError("no answer from " + "; ".join(failures))
+    entries.sort(key=_key)
+    more = more or len(entries) > q.limit
+    page = entries[: q.limit]
+    out: dict[str, Any] = {"entries": page, "members": sorted(str(m.address) for m in members)}
+    if more and page:
+        out["next"] = cursor_text(_key(page[-1]))
+    if restoring:
+        out["restoring_partitions"] = sorted(restoring)
+    return out
