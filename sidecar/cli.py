@@ -2,9 +2,10 @@
 
 Subcommands: ``run`` (the sidecar), ``dev-kafka`` (a local single-node KRaft broker), ``send``,
 ``reschedule`` and ``cancel`` (client helpers), ``status`` (look an id up on the sidecar owning
-it), ``list`` (the records pending in a due-time range, merged across the sidecars), ``dlq list`` / ``dlq redrive`` (dead letters, ``sidecar/dlq.py``), ``inspect`` (a data
-directory, read-only), ``salvage`` (copy readable records out of a damaged store), ``demo`` (the
-README quickstart), ``accuracy`` (the Spark accuracy job), ``bench`` (benchmarks, JSON report).
+it), ``list`` (the records pending in a due-time range, merged across the sidecars), ``dlq list`` /
+``dlq redrive`` (dead letters, ``sidecar/dlq.py``), ``inspect`` (a data directory, read-only),
+``salvage`` (copy readable records out of a damaged store), ``demo`` (the README quickstart),
+``accuracy`` (the Spark accuracy job), ``bench`` (benchmarks, JSON report).
 
 Bad input (a flag, a config key, an environment variable) gets one line that names it, the value
 and the accepted forms, and exit status 2; a command that ran and failed (no broker within
