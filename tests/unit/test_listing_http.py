@@ -50,7 +50,11 @@ def test_health_server_routes_pending_to_its_listing() -> None:
     with HealthServer("127.0.0.1", 0, Metrics()) as h:
         status, doc = _get(h.port, "/pending?after=1&before=2")
         assert status == 404 and "no stores" in doc["error"]
-        h.listing = lambda qs: (asked.append(qs), (200, {"entries": []}))[1]
+        def listing(qs: str) -> tuple[int, dict[str, Any]]:
+            asked.append(qs)
+            return 200, {"entries": []}
+
+        h.listing = listing
         assert _get(h.port, "/pending/?after=1&before=2") == (200, {"entries": []})
     assert asked == ["after=1&before=2"]
 
