@@ -46,6 +46,7 @@ from bench import (
     exactly_once,
     failover,
     lateness,
+    listing,
     lookup,
     mass_expiry,
     pending_memory,
@@ -78,6 +79,7 @@ SCENARIOS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "lateness": lateness.run,
     "pending-memory": pending_memory.run,
     "lookup": lookup.run,
+    "list": listing.run,
     "restart": restart.run,
     "mass-expiry": mass_expiry.run,
     "redis-zset": redis_zset.run,
@@ -94,7 +96,7 @@ WARMUP_S = 45.0  # traffic through a broker started by the bench, before the fir
 
 # In-process scenarios: they measure the store (append) or the loop (steady) alone and need neither a
 # broker nor a sidecar process.
-NO_BROKER = frozenset({"append", "steady"})
+NO_BROKER = frozenset({"append", "steady", "list"})
 SCHEDULERS = ("levels", "wheel")
 CHANGELOG_MODES = ("on", "off")
 DELIVERY_MODES = ("at-least-once", "exactly-once")
