@@ -1,6 +1,6 @@
 """``delay-sidecar bench SCENARIO [--size small|full] --json OUT [--bootstrap-servers B]``.
 
-SCENARIO is one of ``throughput``, ``lateness``, ``pending-memory``, ``lookup``, ``restart``,
+SCENARIO is one of ``throughput``, ``lateness``, ``pending-memory``, ``lookup``, ``list``, ``restart``,
 ``mass-expiry``, ``redis-zset``, ``append``, ``steady``, ``failover``, ``restore``, ``redrive``,
 ``exactly-once``, ``scale``, ``all``, or a comma-separated list of them (``all`` is every one but ``scale``, which takes
 ``--scale-pending N`` and ``--scale-rate R`` and runs only when named). Without
@@ -94,7 +94,7 @@ SCENARIOS: dict[str, Callable[[Bench], dict[str, Any]]] = {
 }
 WARMUP_S = 45.0  # traffic through a broker started by the bench, before the first scenario (full size)
 
-# In-process scenarios: they measure the store (append) or the loop (steady) alone and need neither a
+# In-process scenarios: they measure the store (append, list) or the loop (steady) alone and need neither a
 # broker nor a sidecar process.
 NO_BROKER = frozenset({"append", "steady", "list"})
 SCHEDULERS = ("levels", "wheel")
