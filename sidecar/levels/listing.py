@@ -19,7 +19,7 @@ Read-only: nothing here moves a cursor or changes a state byte.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from sidecar.levels.queue import IDX_BITS, PENDING, LevelQueue
 from sidecar.levels.scheduler import LevelsScheduler
@@ -33,7 +33,12 @@ class LevelsWalk:
     def __init__(self, sched: LevelsScheduler) -> None:
         self.s = sched
 
-    def walk(self, after_ms: int, before_ms: int, now_ms: int, budget: Budget) -> Iterator[Candidate]:
+    def prepare(self, after_ms: int, before_ms: int) -> Callable[[Budget], list[Candidate]] | None:
+        """Nothing to read without the store lock: a level's stretch is found by binary search."""
+        return None
+
+    def walk(self, after_ms: int, before_ms: int, now_ms: int, budget: Budget, early: list[Candidate]
+             ) -> Iterator[Candidate]:
         sources = []
         for n, lv in enumerate(self.s.levels):
             if lv.done >= lv.write:

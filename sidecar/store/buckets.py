@@ -50,6 +50,7 @@ import os
 import struct
 from bisect import insort
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,34 @@ def split_ref(ref: int) -> tuple[int, int]:
 
 def is_bucket_ref(ref: int) -> bool:
     return bool(ref & BUCKET_BIT)
+
+
+def heads(fd: int, path: Path, pos: int, end: int) -> Iterator[tuple[int, int, int, int, int]]:
+    """The entries of the bucket file open at ``fd`` from offset ``pos`` (an entry's start) to
+    ``end``: (offset, total_len, state, due_ms, level), read in 1 MiB chunks, only the heads
+    decoded. Raises ``StoreError`` (naming ``path``) at a damaged entry."""
+    buf = b""
+    buf_at = pos
+    need = ENTRY_HEAD_SIZE + codec.HEAD_SIZE
+    while pos < end:
+        rel = pos - buf_at
+        if rel + need > len(buf):
+            buf = os.pread(fd, max(_READ_CHUNK, need), pos)
+            buf_at = pos
+            rel = 0
+            if len(buf) < need:
+                raise StoreError(f"{path}: truncated entry at offset {pos}")
+        state, magic, _r1, check, _tl = ENTRY_HEAD.unpack_from(buf, rel)
+        if magic != ENTRY_MAGIC or check != (pos >> 3) & 0xFFFFFFFF:
+            raise StoreError(f"{path}: no bucket entry at offset {pos}")
+        (length,) = _REC_LEN.unpack_from(buf, rel + ENTRY_HEAD_SIZE)
+        (due,) = _REC_DUE.unpack_from(buf, rel + ENTRY_HEAD_SIZE + 16)
+        (level,) = _REC_LEVEL.unpack_from(buf, rel + ENTRY_HEAD_SIZE + 50)
+        total = ENTRY_HEAD_SIZE + length
+        if length < codec.HEAD_SIZE or length % codec.ALIGN or pos + total > end:
+            raise StoreError(f"{path}: bad record length {length} at offset {pos}")
+        yield pos, total, int(state), int(due), int(level)
+        pos += total
 
 
 @dataclass(slots=True)
@@ -287,30 +316,10 @@ class BucketStore:
         """Up to ``max_records`` entries from ``b.loaded``: (offset, total_len, state, due_ms,
         level). Reads the file in 1 MiB chunks; only the heads are decoded."""
         out: list[tuple[int, int, int, int, int]] = []
-        fd = self._fd(b.seq)
-        pos = b.loaded
-        buf = b""
-        buf_at = pos
-        need = ENTRY_HEAD_SIZE + codec.HEAD_SIZE
-        while pos < b.size and len(out) < max_records:
-            rel = pos - buf_at
-            if rel + need > len(buf):
-                buf = os.pread(fd, max(_READ_CHUNK, need), pos)
-                buf_at = pos
-                rel = 0
-                if len(buf) < need:
-                    raise StoreError(f"{self.path(b)}: truncated entry at offset {pos}")
-            state, magic, _r1, check, _tl = ENTRY_HEAD.unpack_from(buf, rel)
-            if magic != ENTRY_MAGIC or check != (pos >> 3) & 0xFFFFFFFF:
-                raise StoreError(f"{self.path(b)}: no bucket entry at offset {pos}")
-            (length,) = _REC_LEN.unpack_from(buf, rel + ENTRY_HEAD_SIZE)
-            (due,) = _REC_DUE.unpack_from(buf, rel + ENTRY_HEAD_SIZE + 16)
-            (level,) = _REC_LEVEL.unpack_from(buf, rel + ENTRY_HEAD_SIZE + 50)
-            total = ENTRY_HEAD_SIZE + length
-            if length < codec.HEAD_SIZE or length % codec.ALIGN or pos + total > b.size:
-                raise StoreError(f"{self.path(b)}: bad record length {length} at offset {pos}")
-            out.append((pos, total, int(state), int(due), int(level)))
-            pos += total
+        for head in heads(self._fd(b.seq), self.path(b), b.loaded, b.size):
+            out.append(head)
+            if len(out) >= max_records:
+                break
         return out
 
     def release(self, seq: int) -> None:

@@ -37,7 +37,7 @@ holding the stores longer (the caller holds the loop's store lock: ``sidecar.eng
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -115,9 +115,14 @@ class Entry:
 
 
 class Walkable(Protocol):
-    """A scheduler's range walk (``sidecar.wheel.listing``, ``sidecar.levels.listing``)."""
+    """A scheduler's range walk (``sidecar.wheel.listing``, ``sidecar.levels.listing``):
+    ``prepare`` (under the store lock) returns the read of what can be read without it, whose
+    candidates ``walk`` merges with its own."""
 
-    def walk(self, after_ms: int, before_ms: int, now_ms: int, budget: Budget) -> Iterator[Candidate]: ...
+    def prepare(self, after_ms: int, before_ms: int) -> Callable[[Budget], list[Candidate]] | None: ...
+
+    def walk(self, after_ms: int, before_ms: int, now_ms: int, budget: Budget, early: list[Candidate]
+             ) -> Iterator[Candidate]: ...
 
     def read(self, due_ms: int, ref: int, loc: int) -> Record | None: ...
 
@@ -153,27 +158,47 @@ def entry(rec: Record, ref: int, partition: int, topic: str) -> Entry:
     return e
 
 
-def list_store(store: PartitionStore, q: Query, now_ms: int, budget: Budget | None = None) -> list[Entry]:
+def _start(q: Query, partition: int) -> tuple[int, int, int]:
+    """(the first due ms to read, the cursor's due ms, the last ref at that due ms already shown
+    from this partition): where a page after ``q.cursor`` starts in ``partition``."""
+    if q.cursor is None:
+        return q.after_ms, -1, -1
+    cdue, cpart, cref = q.cursor
+    if cpart < partition:  # every entry of this partition at the cursor's due ms comes after it
+        return max(q.after_ms, cdue), cdue, -1
+    if cpart > partition:  # every entry of this partition at that due ms came before it
+        return max(q.after_ms, cdue + 1), cdue, -1
+    return max(q.after_ms, cdue), cdue, cref
+
+
+def prepare(store: PartitionStore, q: Query) -> Callable[[Budget], list[Candidate]] | None:
+    """Under the store lock: what of ``store`` a listing for ``q`` reads without it (the wheel's
+    buckets meeting the range), as a read to call after letting the lock go, whose result goes to
+    ``list_store`` as ``early``. None: nothing."""
+    after = _start(q, store.partition)[0]
+    return walker(store).prepare(after, q.before_ms) if after < q.before_ms else None
+
+
+def list_store(store: PartitionStore, q: Query, now_ms: int, budget: Budget | None = None,
+               early: list[Candidate] | None = None) -> list[Entry]:
     """Up to ``q.limit`` entries of ``store`` due in ``[q.after_ms, q.before_ms)`` with a key after
-    ``q.cursor``, passing the filters, in key order. Raises ``TooWide`` (see the module docstring)."""
+    ``q.cursor``, passing the filters, in key order. ``early``: what ``prepare``'s read found;
+    without it, that read is done here. Raises ``TooWide`` (see the module docstring)."""
     budget = Budget() if budget is None else budget
     part = store.partition
-    if q.cursor is not None:
-        cdue, cpart, cref = q.cursor
-        after = max(q.after_ms, cdue)
-        if cpart < part:  # every entry of this partition at the cursor's due ms comes after it
-            cref = -1
-        elif cpart > part:  # every entry of this partition at that due ms came before it
-            after = max(q.after_ms, cdue + 1)
-    else:
-        after, cdue, cref = q.after_ms, -1, -1
+    after, cdue, cref = _start(q, part)
     if after >= q.before_ms or q.limit <= 0:
         return []
     w = walker(store)
+    if early is None:
+        read = w.prepare(after, q.before_ms)
+        early = [] if read is None else read(budget)
     out: list[Entry] = []
-    for due, ref, loc in w.walk(after, q.before_ms, now_ms, budget):
-        if due == cdue and ref <= cref:
-            continue
+    last = (-1, -1)
+    for due, ref, loc in w.walk(after, q.before_ms, now_ms, budget, early):
+        if (due == cdue and ref <= cref) or (due, ref) == last:
+            continue  # shown on an earlier page; or read from its bucket and found in the ring too
+        last = (due, ref)
         budget.spend()
         try:
             rec = w.read(due, ref, loc)

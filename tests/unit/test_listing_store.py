@@ -154,3 +154,32 @@ def test_a_narrow_range_reads_only_what_covers_it(sim: Sim) -> None:
     lo = T0 + 10_000 + 100_000
     got = list_store(sim.st, Query(lo, lo + 1000, limit=1000), sim.now, Budget(500))
     assert ids(got) == [f"s{i}" for i in range(1000, 1010)]
+
+
+def test_buckets_read_without_the_lock_then_checked_again(tmp_path: Path) -> None:
+    """The wheel's buckets are read apart (``prepare``: what GET /pending reads without the store
+    lock); a record linked into the ring meanwhile is listed once, one cancelled meanwhile not."""
+    sim = Sim(tmp_path, scheduler="wheel", entries_per_file=64)
+    for i in range(10):  # beyond the 60 s ring: in buckets
+        sim.send(f"b{i}", delay_ms=61_000 + 1000 * i)
+    sim.consume()
+    q = Query(T0, T0 + 200_000, limit=100)
+    read = listing.prepare(sim.st, q)
+    assert read is not None
+    early = read(Budget())
+    assert len(early) == 10
+    sim.now += 35_000
+    sim.publish()
+    sim.st.checkpoint()  # the ring's guard moves on with it
+    sim.publish()  # the ring moved on: the bucket is linked into it
+    sim.send(cancel="b3")
+    sim.consume()
+    wheel = sim.st.sched
+    # the first bucket ([T0 + 40 s, T0 + 70 s): buckets start at multiples of 30 s) is linked in
+    assert [wheel.where(ref) for _d, ref, _l in early] == ["slot"] * 9 + ["bucket"]  # type: ignore[attr-defined]
+    got = list_store(sim.st, q, sim.now, early=early)
+    assert ids(got) == [f"b{i}" for i in range(10) if i != 3]
+    assert list_store(sim.st, q, sim.now) == got
+    read = listing.prepare(sim.st, q)
+    assert read is not None and [ref for _d, ref, _l in read(Budget())] == [early[-1][1]]  # b9 only
+    assert listing.prepare(sim.st, Query(T0, T0 + 69_000)) is None  # no bucket left meets it
