@@ -34,7 +34,16 @@ from sidecar.engine.clock import Clock
 from sidecar.engine.lookup import LOOKUP_WAIT_S, Lookup
 from sidecar.engine.stores import Stores
 from sidecar.listing_client import cursor_text, from_params
-from sidecar.store.listing import Budget, Candidate, Entry, TooWide, list_store, merge, prepare
+from sidecar.store.listing import (
+    MAX_READ_APART,
+    Budget,
+    Candidate,
+    Entry,
+    TooWide,
+    list_store,
+    merge,
+    prepare,
+)
 from sidecar.store.mapped import StoreError
 from sidecar.store.recent import iso_ms
 
@@ -52,7 +61,7 @@ class Listing:
             q = from_params(params)
         except ValueError as e:
             return 400, {"error": str(e)}
-        budget = Budget()
+        budget, apart = Budget(), Budget(MAX_READ_APART)
         pages: list[list[Entry]] = []
         held_s = waited_s = 0.0
         lookups = self.lookups
@@ -81,7 +90,7 @@ class Listing:
                 held_s += time.perf_counter() - t1
                 waited_s += t1 - t0
                 if early is not None:  # read it now, without the lock; then the store again, with it
-                    found, early = early(budget), None
+                    found, early = early(apart), None
                     continue
                 found = None
                 i += 1

@@ -105,7 +105,7 @@ class WheelWalk:
             pos = k % n
             stop = min(n, pos + end - k + 1)
             i = occ.find(1, pos, stop)
-            budget.spend(1 + (stop - pos) // 4096)  # a find costs little per position
+            budget.spend(1 + ((stop if i < 0 else i) - pos) // 4096)  # a find costs little per position
             if i < 0:
                 k += stop - pos
                 continue
