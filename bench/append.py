@@ -194,18 +194,24 @@ def measure_log(directory: Path, n: int, value_size: int, cadence: Cadence, budg
     return _cell(run, value_size, log_bytes, directory, {"appended": appended})
 
 
-def measure_store(directory: Path, n: int, value_size: int, scheduler: str, cadence: Cadence,
-                  budget_s: float | None) -> dict[str, Any]:
-    settings = Settings(scheduler=scheduler, fsync=cadence.policy, ingress_topic=INGRESS)
+def open_store(directory: Path, settings: Settings) -> tuple[PartitionStore, Counters]:
+    """Partition 0 of ``settings.ingress_topic`` in ``directory``, opened as the loop opens one."""
     rules = compile_rules(settings.ingress_topic, settings.dlq_topic, settings.levels_ms, settings.max_delay_ms,
                           settings.retry_ladder_ms, settings.max_retries, settings.max_record_bytes,
                           settings.target_allowlist)
     counters = Counters()
-    store = PartitionStore(directory, INGRESS, 0, rules=rules, scheduler_name=scheduler,
+    store = PartitionStore(directory, settings.ingress_topic, 0, rules=rules, scheduler_name=settings.scheduler,
                            make_scheduler=make_scheduler_factory(settings), segment_bytes=settings.segment_bytes,
                            cancel_horizon_ms=settings.cancel_horizon_ms, counters=counters,
                            durable=settings.fsync != "none")
     store.open()
+    return store, counters
+
+
+def measure_store(directory: Path, n: int, value_size: int, scheduler: str, cadence: Cadence,
+                  budget_s: float | None) -> dict[str, Any]:
+    store, counters = open_store(directory, Settings(scheduler=scheduler, fsync=cadence.policy,
+                                                     ingress_topic=INGRESS))
     value = value_of(value_size)
     fsync = cadence.policy != "none"
     head0 = store.log.head

@@ -27,13 +27,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.append import open_store
 from bench.report import fig
+from bench.steady import _Msg as Msg
 from bench.workload import Bench, BenchError, log, percentile, value_of, wall_ms
 from sidecar import contract as c
 from sidecar.config import Settings
-from sidecar.engine.loop import make_scheduler_factory
 from sidecar.store.listing import Budget, Query, list_store
-from sidecar.store.partition import Counters, IngressRecord, PartitionStore, compile_rules
+from sidecar.store.partition import IngressRecord, PartitionStore
 
 GOAL_MS = "<= 100"
 SOON = 1000
@@ -48,39 +49,6 @@ FAR = (b"3600000", b"7200000")  # the delays of the records not due soon (ms)
 
 def records_for(bench: Bench) -> int:
     return 10_000_000 if bench.full else 100_000
-
-
-class _Msg:
-    """A consumed record as the intake reads it (the accessors of a confluent_kafka ``Message``)."""
-
-    __slots__ = ("_h", "_k", "_o", "_ts")
-
-    def __init__(self, offset: int, ts: int, key: bytes, headers: list[tuple[str, bytes | None]]) -> None:
-        self._o, self._ts, self._k, self._h = offset, ts, key, headers
-
-    def error(self) -> None:
-        return None
-
-    def topic(self) -> str:
-        return INGRESS
-
-    def partition(self) -> int:
-        return 0
-
-    def offset(self) -> int:
-        return self._o
-
-    def timestamp(self) -> tuple[int, int]:
-        return 1, self._ts
-
-    def key(self) -> bytes:
-        return self._k
-
-    def value(self) -> bytes:
-        return _VALUE
-
-    def headers(self) -> list[tuple[str, bytes | None]]:
-        return self._h
 
 
 _VALUE = value_of(100)
@@ -101,7 +69,7 @@ def fill(store: PartitionStore, n: int, now: int, far: tuple[bytes, ...] = FAR, 
             soon += 1
         else:
             ts, delay = now - back + i * back // n, far[i % len(far)]
-        msgs.append(_Msg(i, ts, b"k%d" % i, [target, (c.DELAY_MS, delay), (c.ID, b"r%d" % i)]))
+        msgs.append(Msg(i, b"k%d" % i, _VALUE, [target, (c.DELAY_MS, delay), (c.ID, b"r%d" % i)], ts))
         if len(msgs) == batch or i == n - 1:
             j = 0
             while j < len(msgs):
@@ -116,15 +84,7 @@ def fill(store: PartitionStore, n: int, now: int, far: tuple[bytes, ...] = FAR, 
 
 def measure(directory: Path, n: int, scheduler: str, lists: int = LISTS, far: tuple[bytes, ...] = FAR
             ) -> dict[str, Any]:
-    settings = Settings(scheduler=scheduler, ingress_topic=INGRESS, fsync="none")
-    rules = compile_rules(settings.ingress_topic, settings.dlq_topic, settings.levels_ms, settings.max_delay_ms,
-                          settings.retry_ladder_ms, settings.max_retries, settings.max_record_bytes,
-                          settings.target_allowlist)
-    counters = Counters()
-    store = PartitionStore(directory, INGRESS, 0, rules=rules, scheduler_name=scheduler,
-                           make_scheduler=make_scheduler_factory(settings), segment_bytes=settings.segment_bytes,
-                           cancel_horizon_ms=settings.cancel_horizon_ms, counters=counters, durable=False)
-    store.open()
+    store, counters = open_store(directory, Settings(scheduler=scheduler, ingress_topic=INGRESS, fsync="none"))
     try:
         now = wall_ms()
         t0 = time.perf_counter()

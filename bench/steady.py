@@ -65,8 +65,8 @@ class _Msg:
 
     __slots__ = ("_h", "_k", "_o", "_ts", "_v")
 
-    def __init__(self, offset: int, key: bytes, value: bytes, headers: list[tuple[str, bytes]]) -> None:
-        self._o, self._k, self._v, self._h, self._ts = offset, key, value, headers, 0
+    def __init__(self, offset: int, key: bytes, value: bytes, headers: list[tuple[str, bytes]], ts: int = 0) -> None:
+        self._o, self._k, self._v, self._h, self._ts = offset, key, value, headers, ts
 
     def error(self) -> None:
         return None

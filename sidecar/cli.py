@@ -491,6 +491,16 @@ def cmd_cancel(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _group_inputs(ns: argparse.Namespace) -> tuple[int, dict[str, str], str]:
+    """--timeout, --kafka and the bootstrap servers of the commands that ask the sidecars."""
+    timeout_ms, kafka = _common_inputs(ns)
+    bs = ns.bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or os.environ.get(
+        "DELAY_SIDECAR_BOOTSTRAP_SERVERS")
+    if not bs:
+        raise CliError("--bootstrap-servers is required (or set KAFKA_BOOTSTRAP_SERVERS)")
+    return timeout_ms, kafka, bs
+
+
 def cmd_status(ns: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
@@ -511,11 +521,7 @@ def cmd_status(ns: argparse.Namespace) -> int:
             raise _bad("--partition", ValueError(f"{e}; a partition is 0 or more")) from None
     if ns.key is not None and not ns.key:
         raise CliError("bad value for --key: an empty key is partitioned at random; give --partition instead")
-    timeout_ms, kafka = _common_inputs(ns)
-    bs = ns.bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or os.environ.get(
-        "DELAY_SIDECAR_BOOTSTRAP_SERVERS")
-    if not bs:
-        raise CliError("--bootstrap-servers is required (or set KAFKA_BOOTSTRAP_SERVERS)")
+    timeout_ms, kafka, bs = _group_inputs(ns)
     timeout_s = timeout_ms / 1000
     _require_kafka(bs, kafka, timeout_ms, (ns.ingress_topic,) if ns.key is not None else (), ns.group)
     admin = AdminClient({"bootstrap.servers": bs, **kafka})
@@ -610,11 +616,7 @@ def cmd_list(ns: argparse.Namespace) -> int:
     from sidecar import listing_client, status
 
     q = _list_query(ns)
-    timeout_ms, kafka = _common_inputs(ns)
-    bs = ns.bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or os.environ.get(
-        "DELAY_SIDECAR_BOOTSTRAP_SERVERS")
-    if not bs:
-        raise CliError("--bootstrap-servers is required (or set KAFKA_BOOTSTRAP_SERVERS)")
+    timeout_ms, kafka, bs = _group_inputs(ns)
     timeout_s = timeout_ms / 1000
     _require_kafka(bs, kafka, timeout_ms, (), ns.group)
     admin = AdminClient({"bootstrap.servers": bs, **kafka})

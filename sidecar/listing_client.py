@@ -24,10 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote_to_bytes, urlencode
 
-import orjson
-
 from sidecar.contract import MAX_ID_BYTES
-from sidecar.status import Member, StatusError
+from sidecar.status import Member, StatusError, get_json
 from sidecar.store.listing import MAX_LIMIT, Key, Query
 
 PATH = "/pending"
@@ -92,19 +90,7 @@ def from_params(text: str) -> Query:
 
 def ask(address: str, q: Query, timeout_s: float) -> tuple[int, dict[str, Any]]:
     """``GET http://<address>/pending?...`` -> (status, JSON document)."""
-    host, _, port = address.rpartition(":")
-    conn = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=timeout_s)
-    try:
-        conn.request("GET", PATH + "?" + to_params(q))
-        resp = conn.getresponse()
-        body = resp.read()
-    finally:
-        conn.close()
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        doc = {"error": body[:200].decode("utf-8", "replace")}
-    return resp.status, doc if isinstance(doc, dict) else {"error": str(doc)}
+    return get_json(address, PATH + "?" + to_params(q), timeout_s)
 
 
 def _key(e: dict[str, Any]) -> Key:

@@ -201,8 +201,13 @@ def group_members(admin: Any, group: str, topic: str, timeout_s: float) -> list[
 
 def ask(address: str, rid: bytes, partition: int | None, timeout_s: float) -> tuple[int, dict[str, Any]]:
     """``GET http://<address>/ids/<id>[?partition=P]`` -> (status, JSON document)."""
-    host, _, port = address.rpartition(":")
     path = "/ids/" + quote(rid, safe="") + ("" if partition is None else f"?partition={partition}")
+    return get_json(address, path, timeout_s)
+
+
+def get_json(address: str, path: str, timeout_s: float) -> tuple[int, dict[str, Any]]:
+    """``GET http://<address><path>`` -> (status, JSON document: an error's text when not JSON)."""
+    host, _, port = address.rpartition(":")
     conn = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=timeout_s)
     try:
         conn.request("GET", path)
