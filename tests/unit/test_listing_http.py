@@ -3,10 +3,6 @@ and ``Sidecar.listing`` answering from another thread while the loop runs (``sid
 
 from __future__ import annotations
 
-import json
-import threading
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +13,7 @@ from sidecar.listing_client import from_params, parse_cursor, to_params
 from sidecar.metrics import Metrics
 from sidecar.store.listing import Query
 from tests.unit.helpers.world import World
+from tests.unit.test_status import get
 
 
 def test_query_round_trips_through_the_query_string() -> None:
@@ -37,25 +34,17 @@ def test_bad_parameters_are_named(params: str, named: str) -> None:
         from_params(params)
 
 
-def _get(port: int, path: str) -> tuple[int, dict[str, Any]]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
-
-
 def test_health_server_routes_pending_to_its_listing() -> None:
     asked: list[str] = []
     with HealthServer("127.0.0.1", 0, Metrics()) as h:
-        status, doc = _get(h.port, "/pending?after=1&before=2")
+        status, doc = get(h, "/pending?after=1&before=2")
         assert status == 404 and "no stores" in doc["error"]
         def listing(qs: str) -> tuple[int, dict[str, Any]]:
             asked.append(qs)
             return 200, {"entries": []}
 
         h.listing = listing
-        assert _get(h.port, "/pending/?after=1&before=2") == (200, {"entries": []})
+        assert get(h, "/pending/?after=1&before=2") == (200, {"entries": []})
     assert asked == ["after=1&before=2"]
 
 
@@ -78,27 +67,13 @@ def test_sidecar_listing_from_another_thread_while_the_loop_runs(tmp_path: Path)
     assert [e["id"] for e in doc2["entries"]] == [f"r{i}" for i in range(150, 400)]
     assert sc.listing("after=1")[0] == 400
     seen: list[list[dict[str, Any]]] = []
-    errors: list[BaseException] = []
-    stop = threading.Event()
 
     def ask() -> None:
-        try:
-            while not stop.is_set():
-                status, doc = sc.listing(f"after={lo}&before={hi}&limit=50")
-                assert status == 200, doc
-                seen.append(doc["entries"])
-                stop.wait(0.002)
-        except BaseException as e:  # reported by the test thread
-            errors.append(e)
+        status, doc = sc.listing(f"after={lo}&before={hi}&limit=50")
+        assert status == 200, doc
+        seen.append(doc["entries"])
 
-    t = threading.Thread(target=ask)
-    t.start()
-    try:
-        w.run([sc], lambda: len(w.delivered()) >= 400)
-    finally:
-        stop.set()
-        t.join(10)
-    assert not errors, errors
+    w.run_beside(sc, ask, lambda: len(w.delivered()) >= 400)
     assert seen and any(page for page in seen)
     for page in seen:
         keys = [(e["due_ms"], e["partition"], e["ref"]) for e in page]

@@ -175,27 +175,14 @@ def test_sidecar_lookup_from_another_thread_while_the_loop_runs(tmp_path: Path) 
     w.send(400, lambda i: 200 + 10 * i)
     w.run([sc], lambda: sum(s.pending().get("wheel", 0) for s in sc.stores.values()) > 0)
     seen: list[tuple[bytes, int, dict[str, object]]] = []
-    errors: list[BaseException] = []
-    stop = threading.Event()
 
     def ask() -> None:
-        try:
-            while not stop.is_set():
-                for i in range(0, 400, 7):
-                    rid = b"r%d" % i
-                    status, doc = sc.lookup(rid)
-                    seen.append((rid, status, doc))
-        except BaseException as e:  # reported by the test thread
-            errors.append(e)
+        for i in range(0, 400, 7):
+            rid = b"r%d" % i
+            status, doc = sc.lookup(rid)
+            seen.append((rid, status, doc))
 
-    t = threading.Thread(target=ask)
-    t.start()
-    try:
-        w.run([sc], lambda: len(w.delivered()) >= 400)
-    finally:
-        stop.set()
-        t.join(10)
-    assert not errors, errors
+    w.run_beside(sc, ask, lambda: len(w.delivered()) >= 400)
     assert {status for _r, status, _d in seen} <= {200}, "every id is pending or remembered"
     states = {d["state"] for _r, _s, d in seen}
     assert "delivered" in states and "pending" in states

@@ -9,6 +9,7 @@ restores the collector settings ``Sidecar.start`` changes is in ``tests/unit/con
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -69,6 +70,29 @@ class World:
                 for _store, _job, fut, _written in list(sc.durability.jobs.values()):
                     fut.result()
         raise AssertionError(f"condition not reached in {max_turns} turns")
+
+    def run_beside(self, sc: Sidecar, ask: Callable[[], None], until: Callable[[], bool]) -> None:
+        """Turn ``sc`` until ``until()`` while another thread calls ``ask()`` over and over (an HTTP
+        thread's look-ups); re-raise what ``ask`` raised."""
+        errors: list[BaseException] = []
+        stop = threading.Event()
+
+        def loop() -> None:
+            try:
+                while not stop.is_set():
+                    ask()
+                    stop.wait(0.002)
+            except BaseException as e:  # reported by the test thread
+                errors.append(e)
+
+        t = threading.Thread(target=loop)
+        t.start()
+        try:
+            self.run([sc], until)
+        finally:
+            stop.set()
+            t.join(10)
+        assert not errors, errors
 
     def check(self, expect_ids: set[bytes] | None = None) -> Counter[bytes]:
         """Nothing early (checked on the delivered record's own timestamp), each id at most once."""
