@@ -14,7 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
+from sidecar import listing_client, status
+from sidecar.store.listing import Query
 from tests.integration.harness import SidecarProcess, create_topics, producer
 from tests.integration.test_status_live import free_port
 
@@ -44,7 +47,7 @@ def test_list_merges_two_owners_in_due_order_and_pages(kafka_bootstrap: str, tmp
         scs[0].start()
         scs[1].start()
         now = int(time.time() * 1000)
-        base = now + 3_600_000
+        base = now + 3_600_000  # beyond the wheel's 1 h window: in buckets, read without the store lock
         p = producer(kafka_bootstrap)
         for i in range(40):  # due in reverse order of sending, spread over the 4 partitions by key
             p.produce(ingress, value=b"v", key=b"k%d" % i, headers=[
@@ -69,35 +72,42 @@ def test_list_merges_two_owners_in_due_order_and_pages(kafka_bootstrap: str, tmp
         assert e0["due_ms"] == base + 1000 and e0["kind"] == "message" and e0["target_topic"] == target
         assert e0["source"].startswith(f"{ingress}:") and e0["due"].endswith("Z")
 
+        # paging and the filters through the command's path in-process (the same calls, no
+        # interpreter start per page)
+        admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+        owners = status.group_members(admin, f"sc-{ingress}", ingress, 10)
+        assert len(owners) == 2
+
+        def page(**kw: Any) -> dict[str, Any]:
+            return listing_client.list_across(owners, Query(base, base + 100_000, **kw), 10)
+
         pages: list[str] = []
-        cursor: list[str] = []
+        cursor = None
         for _ in range(10):  # 15 + 15 + 10
-            rc, doc, err = run_list(kafka_bootstrap, ingress, "--due-after", after, "--due-before", before,
-                                    "--limit", "15", *cursor)
-            assert rc == 0, err
+            doc = page(limit=15, cursor=cursor)
             pages += [e["id"] for e in doc["entries"]]
             if "next" not in doc:
                 break
-            cursor = ["--cursor", doc["next"]]
+            cursor = listing_client.parse_cursor(doc["next"])
         assert pages == [e["id"] for e in everything]
-
-        rc, doc, err = run_list(kafka_bootstrap, ingress, "--due-after", after, "--due-before", before,
-                                "--target", other, "--id-prefix", "r1")
-        assert rc == 0 and [e["id"] for e in doc["entries"]] == ["r15", "r10"], err
-        rc, doc, err = run_list(kafka_bootstrap, ingress, "--due-after", str(base + 1000),
-                                "--due-before", str(base + 3000))
-        assert rc == 0 and [e["id"] for e in doc["entries"]] == ["r39", "r38"], err
+        doc = page(target=other, id_prefix=b"r1")
+        assert [e["id"] for e in doc["entries"]] == ["r15", "r10"]
+        doc = listing_client.list_across(owners, Query(base + 1000, base + 3000), 10)
+        assert [e["id"] for e in doc["entries"]] == ["r39", "r38"]
 
         # the endpoint itself: a bad parameter is named
         with pytest.raises(urllib.error.HTTPError) as e:
             urllib.request.urlopen(f"http://127.0.0.1:{ports[0]}/pending?after=5&before=x", timeout=10)
         assert e.value.code == 400 and "before" in json.loads(e.value.read())["error"]
 
-        # text output, and a group with no sidecar: exit status 1 naming --group
+        first_key = f"{everything[0]['due_ms']}.{everything[0]['partition']}.{everything[0]['ref']}"
+        # text output, a page after a cursor; and a group with no sidecar: exit status 1 naming --group
         r = subprocess.run([sys.executable, "-m", "sidecar", "list", "--bootstrap-servers", kafka_bootstrap,
                             "--group", f"sc-{ingress}", "--ingress-topic", ingress, "--due-after", after,
-                            "--due-before", before, "--limit", "2"], capture_output=True, text=True, timeout=60)
-        assert r.returncode == 0 and r.stdout.count("\n") == 2 and " id=r39 " in r.stdout, r
+                            "--due-before", before, "--limit", "2", "--cursor", first_key],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and r.stdout.count("\n") == 2, r
+        assert r.stdout.split()[1:2] == ["id=r38"] and " id=r37 " in r.stdout, r.stdout
         assert "2 pending; next page: --cursor " in r.stderr
         r = subprocess.run([sys.executable, "-m", "sidecar", "list", "--bootstrap-servers", kafka_bootstrap,
                             "--group", f"none-{unique}", "--ingress-topic", ingress, "--due-after", after,
