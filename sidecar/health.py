@@ -51,7 +51,8 @@ Kubernetes semantics:
     order (``id_prefix`` percent-encoded bytes; ``limit`` 1..10,000, default 100; ``cursor`` a
     previous page's ``next``): 200 with ``entries`` and ``next`` when the page is full; 400 for a
     bad parameter (named); 422 for a range too wide to read within the per-request budget; 503
-    while the loop holds the stores longer than a second; 404 when no listing is wired. The answer
+    while the loop holds the stores longer than a second; 500 when a store's files cannot be
+    read (damage: the error names the file); 404 when no listing is wired. The answer
     comes from :attr:`HealthServer.listing`, ``Sidecar.listing`` in the running sidecar
     (``sidecar.engine.listing``); ``delay-sidecar list`` merges every owner's page
     (``sidecar.listing_client``).
