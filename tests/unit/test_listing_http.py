@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
+from sidecar.engine import listing as engine_listing
 from sidecar.health import HealthServer
 from sidecar.listing_client import from_params, parse_cursor, to_params
 from sidecar.metrics import Metrics
-from sidecar.store.listing import Query
+from sidecar.store.listing import Budget, Query
 from tests.unit.helpers.world import World
 from tests.unit.test_status import get
 
@@ -66,6 +67,10 @@ def test_sidecar_listing_from_another_thread_while_the_loop_runs(tmp_path: Path)
     status, doc2 = sc.listing(f"after={lo}&before={hi}&limit=1000&cursor={doc['next']}")
     assert [e["id"] for e in doc2["entries"]] == [f"r{i}" for i in range(150, 400)]
     assert sc.listing("after=1")[0] == 400
+    with pytest.MonkeyPatch.context() as mp:  # a budget that a filter rejecting everything exhausts
+        mp.setattr(engine_listing, "Budget", lambda total=0: Budget(50))
+        status, doc = sc.listing(f"after={lo}&before={hi}&target=nowhere")
+    assert status == 422 and "narrow --due-after/--due-before" in doc["error"]
     seen: list[list[dict[str, Any]]] = []
 
     def ask() -> None:
