@@ -57,7 +57,7 @@ MAX_LIMIT = 10_000  # entries per page
 MAX_EXAMINED = 200_000  # units of work under the store lock per request (Budget): ~0.1 s of a core
 DECODE_COST = 8  # units per record decoded; an index entry examined is one (measured: ~4 us vs ~0.5 us)
 MAX_READ_APART = 5_000_000  # bucket entries read without the lock (``prepare``), per request
-KINDS = {codec.MESSAGE: "message", codec.DEAD: "dead-letter"}
+KINDS = {codec.MESSAGE: "message", codec.DEAD: "dead-letter", codec.RECURRING: "recurring"}
 
 Key = tuple[int, int, int]  # (due_ms, partition, ref): the order of entries, and a page's cursor
 Candidate = tuple[int, int, int]  # (due_ms, ref, locator) as a scheduler's walk yields it

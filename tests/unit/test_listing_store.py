@@ -183,3 +183,13 @@ def test_buckets_read_without_the_lock_then_checked_again(tmp_path: Path) -> Non
     read = listing.prepare(sim.st, q)
     assert read is not None and [ref for _d, ref, _l in read(Budget())] == [early[-1][1]]  # b9 only
     assert listing.prepare(sim.st, Query(T0, T0 + 69_000)) is None  # no bucket left meets it
+
+
+def test_a_recurring_schedule_is_listed_at_its_next_firing(sim: Sim) -> None:
+    sim.send("every-5s", extra=[(c.EVERY, b"5000")])  # the first firing at its start (the record's time)
+    sim.send("once", delay_ms=5000)
+    sim.consume()
+    got = ls(sim, 0, T0 + 60_000)
+    kinds = {e.id: (e.kind, e.due_ms) for e in got}
+    assert kinds[b"once"][0] == "message"
+    assert kinds[b"every-5s"] == ("recurring", T0)
