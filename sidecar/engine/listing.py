@@ -33,7 +33,6 @@ from sidecar.config import Settings
 from sidecar.engine.clock import Clock
 from sidecar.engine.lookup import LOOKUP_WAIT_S, Lookup
 from sidecar.engine.stores import Stores
-from sidecar.listing_client import cursor_text, from_params
 from sidecar.store.listing import (
     MAX_READ_APART,
     Budget,
@@ -44,6 +43,7 @@ from sidecar.store.listing import (
     merge,
     prepare,
 )
+from sidecar.store.listing_params import cursor_text, from_params
 from sidecar.store.mapped import StoreError
 from sidecar.store.recent import iso_ms
 

@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from sidecar.levels.queue import IDX_BITS, PENDING, LevelQueue
-from sidecar.levels.scheduler import LevelsScheduler
+
+if TYPE_CHECKING:
+    from sidecar.levels.scheduler import LevelsScheduler
 from sidecar.store.codec import Record
 from sidecar.store.listing import Budget, Candidate
 

@@ -147,6 +147,12 @@ class LevelsScheduler:
             at += LEVEL_STRIDE
         return st, tuple(bufs)
 
+    def range_walk(self) -> Any:
+        """What ``delay-sidecar list`` reads of these levels (``sidecar.levels.listing``)."""
+        from sidecar.levels.listing import LevelsWalk
+
+        return LevelsWalk(self)
+
     def intake_end(self, st: list[int], count: int) -> None:
         """Take back the write indexes and dirty ranges ``ingest_run`` moved."""
         write, dirty_from, dirty_to = Level.WRITE, Level.DIRTY_FROM, Level.DIRTY_TO

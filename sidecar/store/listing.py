@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sidecar import contract as c
 from sidecar.store import codec
 from sidecar.store.codec import CorruptRecord, Record, decode_headers
+from sidecar.store.firings import describe
 from sidecar.store.mapped import StoreError
 
 if TYPE_CHECKING:
@@ -137,18 +138,10 @@ class Walkable(Protocol):
 
 
 def walker(store: PartitionStore) -> Walkable:
-    """The range walk of the store's scheduler."""
-    from sidecar.levels.listing import LevelsWalk
-    from sidecar.levels.scheduler import LevelsScheduler
-    from sidecar.wheel.listing import WheelWalk
-    from sidecar.wheel.scheduler import WheelScheduler
-
-    sched = store.sched
-    if isinstance(sched, WheelScheduler):
-        return WheelWalk(sched)
-    if isinstance(sched, LevelsScheduler):
-        return LevelsWalk(sched)
-    raise TypeError(f"no range walk for the {type(sched).__name__} scheduler")
+    """The range walk of the store's scheduler (``Scheduler.range_walk``: each scheduler knows its
+    own, in ``sidecar.wheel.listing`` / ``sidecar.levels.listing``, above the store)."""
+    walk: Walkable = store.sched.range_walk()
+    return walk
 
 
 def entry(rec: Record, ref: int, partition: int, topic: str) -> Entry:
@@ -164,6 +157,8 @@ def entry(rec: Record, ref: int, partition: int, topic: str) -> Entry:
                 e.target_topic = value.decode("utf-8", "replace")
             elif name == c.DLQ_REASON and value is not None:
                 e.extra["reason"] = value.decode("utf-8", "replace")
+    elif rec.rtype == codec.RECURRING:  # a schedule, listed at its next firing: what status shows of it
+        e.extra["recurring"] = describe(rec)
     return e
 
 

@@ -33,6 +33,7 @@ import heapq
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sidecar.store.buckets import BUCKET_BIT, heads, make_ref
 from sidecar.store.buckets import PENDING as BUCKET_PENDING
@@ -40,7 +41,9 @@ from sidecar.store.codec import Record
 from sidecar.store.listing import Budget, Candidate
 from sidecar.store.mapped import HEADER_SIZE, StoreError
 from sidecar.wheel.layout import _WALK, ENTRY_SIZE, PENDING
-from sidecar.wheel.scheduler import WheelScheduler
+
+if TYPE_CHECKING:
+    from sidecar.wheel.scheduler import WheelScheduler
 
 
 class WheelWalk:

@@ -169,6 +169,12 @@ class WheelScheduler(Ring):
         bufs = (None if mf is None else mf.buf, sf.buf, self.occ_send, self.occ_done, self.buckets.by_range)
         return st, bufs
 
+    def range_walk(self) -> Any:
+        """What ``delay-sidecar list`` reads of this wheel (``sidecar.wheel.listing``)."""
+        from sidecar.wheel.listing import WheelWalk
+
+        return WheelWalk(self)
+
     def intake_end(self, st: list[int], count: int) -> None:
         """Take back what ``ingest_run`` changed: ``count`` entries appended to the timer-log file
         of the head at ``intake_begin`` (the kernel stops at a file boundary)."""

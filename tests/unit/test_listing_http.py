@@ -1,4 +1,4 @@
-"""``GET /pending``: the query's wire form (``sidecar.listing_client``), the health server's route,
+"""``GET /pending``: the query's wire form (``sidecar.store.listing_params``), the health server's route,
 and ``Sidecar.listing`` answering from another thread while the loop runs (``sidecar.engine.listing``)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 
 from sidecar.engine import listing as engine_listing
 from sidecar.health import HealthServer
-from sidecar.listing_client import from_params, parse_cursor, to_params
 from sidecar.metrics import Metrics
 from sidecar.store.listing import Budget, Query
+from sidecar.store.listing_params import from_params, parse_cursor, to_params
 from tests.unit.helpers.world import World
 from tests.unit.test_status import get
 

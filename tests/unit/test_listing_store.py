@@ -193,3 +193,7 @@ def test_a_recurring_schedule_is_listed_at_its_next_firing(sim: Sim) -> None:
     kinds = {e.id: (e.kind, e.due_ms) for e in got}
     assert kinds[b"once"][0] == "message"
     assert kinds[b"every-5s"] == ("recurring", T0)
+    [sched] = [e for e in got if e.id == b"every-5s"]
+    assert sched.as_dict()["recurring"] == {
+        "next_fire_ms": T0, "fired": 0, "last_fire_ms": None, "start_ms": T0, "end_ms": None, "max_count": None,
+        "misfire": "fire-once", "every_ms": 5000}
