@@ -227,15 +227,15 @@ def test_a_slot_started_by_the_fast_intake_is_seen_by_the_next_due_time(tmp_path
 
 @pytest.mark.parametrize("scheduler", ["wheel", "levels"])
 def test_the_fast_intake_hands_an_unknown_delay_header_back(tmp_path: Path, scheduler: str) -> None:
-    """A plain request carrying ``delay.cron`` (a recurring schedule this sidecar does not fire
-    yet) in a run of plain requests: ``ingest_run`` stops at it, the reference path dead-letters
-    it as bad-header naming the header, and the run goes on after it. Never scheduled as a plain
-    delay (the header silently ignored)."""
+    """A plain request carrying an unknown ``delay.*`` header (a typo of ``delay.deliver-at``) in a
+    run of plain requests: ``ingest_run`` stops at it, the reference path dead-letters it as
+    bad-header naming the header, and the run goes on after it. Never scheduled as a plain delay
+    (the header silently ignored)."""
     sc, st = ingest_store(tmp_path, scheduler)
     st.rules.checked_targets.add("out")  # (accepted before by the full parser: the fast path's condition)
     plain_h = [(c.TARGET_TOPIC, b"out"), (c.DELAY_MS, b"60000")]
     msgs: list[Any] = [Msg(0, i, (1, T0), b"k", b"v", list(plain_h)) for i in range(5)]
-    msgs[2] = Msg(0, 2, (1, T0), b"k", b"v", [*plain_h, ("delay.cron", b"*/5 * * * *")])
+    msgs[2] = Msg(0, 2, (1, T0), b"k", b"v", [*plain_h, ("delay.deliver_at", b"1700000000000")])
     sc.stores[0] = st
     sc.ingress.ingest(msgs[:1])  # the first one opens the scheduler's files (the reference path does)
     assert st.ingest_many(msgs, 1, T0, TOPIC) == 2  # taken: msgs[1]; handed back: msgs[2]
@@ -246,5 +246,5 @@ def test_the_fast_intake_hands_an_unknown_delay_header_back(tmp_path: Path, sche
     dead = [rec for _ref, rec in st.sched.due(T0, 100)]
     assert len(dead) == 1 and bytes(dead[0].topic) == b"delay.dlq"
     error = dict(codec.decode_headers(dead[0].headers))[c.DLQ_ERROR]
-    assert error is not None and b"'delay.cron'" in error
+    assert error is not None and b"'delay.deliver_at'" in error
     st.close()
