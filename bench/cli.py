@@ -12,9 +12,10 @@ given with ``--schedulers``; in-process scenarios alone measure both unless told
 and ``lateness`` measure every changelog mode given with ``--changelog`` (default ``on,off``: the
 sidecar's default, and ``--changelog off``) and every delivery mode given with ``--delivery``
 (default ``at-least-once,exactly-once``: the changelog modes, then ``--delivery exactly-once``
-with the changelog on); the other scenarios run the sidecar's default (changelog on, at least
-once), except with ``--changelog off`` alone, when every scenario that can runs with it off
-(``failover`` and ``restore`` need it).
+with the changelog on), with the record shapes given with ``--shape`` (``plain``, ``common``:
+see :mod:`bench.shape`; default both at full size, ``plain`` at small size); the other scenarios
+run the sidecar's default (changelog on, at least once), except with ``--changelog off`` alone,
+when every scenario that can runs with it off (``failover`` and ``restore`` need it).
 
 The JSON report holds the machine facts, the settings, and per scenario its method, settings,
 ``results`` (every figure as ``{"value", "unit", "goal", "met"}``) and raw ``details``. It is
@@ -56,6 +57,7 @@ from bench import (
     restart,
     restore,
     scale,
+    shape,
     steady,
     throughput,
 )
@@ -119,6 +121,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="comma-separated delivery modes throughput and lateness measure: at-least-once (in "
                          "each --changelog mode), exactly-once (--delivery exactly-once, changelog on); "
                          "default: at-least-once,exactly-once")
+    ap.add_argument("--shape", default=None, metavar="SHAPES",
+                    help="comma-separated record shapes throughput and lateness send: plain (one ingress "
+                         "partition, schedule headers only), common (explicit delay.id, a user header, "
+                         f"{shape.COMMON_PARTITIONS} ingress partitions); default: plain,common at --size full, "
+                         "plain at --size small")
     ap.add_argument("--transaction-interval", type=_interval, default=None, metavar="DURATION",
                     help="the exactly-once sidecars' --transaction-interval (default: the sidecar's, "
                          f"{format_duration_ms(TRANSACTION_INTERVAL_MS)}), e.g. 50ms, 500ms, 1s")
@@ -158,6 +165,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if not delivery or any(m not in DELIVERY_MODES for m in delivery) or len(set(delivery)) != len(delivery):
         ap.error(f"--delivery {ns.delivery!r}: give at-least-once, exactly-once or both, comma-separated")
     ns.delivery_modes = delivery
+    ns.shapes = None
+    if ns.shape is not None:
+        shapes = [m.strip() for m in ns.shape.split(",") if m.strip()]
+        if not shapes or any(m not in shape.SHAPES for m in shapes) or len(set(shapes)) != len(shapes):
+            ap.error(f"--shape {ns.shape!r}: give plain, common or plain,common")
+        ns.shapes = shapes
     return ns
 
 
@@ -276,9 +289,11 @@ def bench_main(argv: list[str]) -> int:
                       profile_dir=Path(ns.profile).resolve() if ns.profile else None,
                       changelog_modes=ns.changelog_modes, delivery_modes=ns.delivery_modes,
                       options={"scale_pending": ns.scale_pending, "scale_rate": ns.scale_rate,
-                               "scale_layouts": ns.scale_layouts, "lateness_rate": ns.lateness_rate},
+                               "scale_layouts": ns.scale_layouts, "lateness_rate": ns.lateness_rate,
+                               "shapes": ns.shapes},
                       broker=broker,
                       transaction_interval_ms=ns.transaction_interval or TRANSACTION_INTERVAL_MS)
+        report["settings"]["shapes"] = shape.shapes_for(bench)
         if broker is not None and ns.size == "full":
             # a broker started here is a fresh JVM: warm its JIT up before measuring anything
             log(f"warming the broker up ({WARMUP_S:.0f} s of traffic) ...")

@@ -37,13 +37,15 @@ their time, as for the others.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from bench import throughput
+from bench import shape, throughput
 from bench.report import fig
 from bench.workload import (
     Bench,
     CommittedReader,
+    KHeaders,
     PacedProducer,
     ScriptProc,
     choice_delays,
@@ -65,16 +67,18 @@ VISIBLE = "read_committed receipt wall ms - delay.deliver-at"
 PRODUCED = "record timestamp (produce time, before the commit) - delay.deliver-at"
 
 
-def max_rate(bench: Bench, scheduler: str, mode: str = "on") -> tuple[float, str]:
-    """The sidecar's maximum throughput for 100 B records in ``mode`` (changelog ``on``, ``off``,
-    ``exactly-once``): reused, or measured here."""
-    known = bench.results.get("throughput", {}).get("100B", {}).get(throughput.variant(scheduler, mode))
+def max_rate(bench: Bench, scheduler: str, mode: str = "on", shape_name: str = shape.PLAIN) -> tuple[float, str]:
+    """The sidecar's maximum throughput for 100 B records of ``shape_name`` in ``mode`` (changelog
+    ``on``, ``off``, ``exactly-once``): reused, or measured here."""
+    label = "100B" if shape_name == shape.PLAIN else shape.COMMON
+    known = bench.results.get("throughput", {}).get(label, {}).get(throughput.variant(scheduler, mode))
     if known:
         return float(known), "throughput scenario of this run"
     # the throughput scenario's N: the rate is records over the delivery window, and over
     # 100 000 records (a window of ~2 s) it varied from 41k to 78k records/s between runs
     n = throughput.records_for(bench)
-    pre, target = throughput.preload_workload(bench, n, 100, "100B")
+    pre, target = (throughput.preload_workload(bench, n, 100, label) if shape_name == shape.PLAIN else
+                   throughput.preload_common(bench, n))
     sleep_until_wall_ms(pre.all_due_ms)
     res = throughput.measure_sidecar(bench, pre, target, scheduler, tag="lat-max", **throughput.sidecar_flags(mode))
     if not res["records_per_s"]:
@@ -88,10 +92,16 @@ def _lateness(late: list[int]) -> dict[str, float | None]:
             "max": float(late[-1]) if late else None}
 
 
+def shape_args(shape_name: str) -> tuple[int, Callable[[int], KHeaders] | None]:
+    """(ingress partitions, each record's headers beside the schedule ones) of a shape."""
+    return (1, None) if shape_name == shape.PLAIN else (shape.COMMON_PARTITIONS, shape.common_headers)
+
+
 def measure(bench: Bench, scheduler: str, rate: float, seconds: float, changelog: str = "on",
-            delivery: str = "at-least-once") -> dict[str, Any]:
+            delivery: str = "at-least-once", shape_name: str = shape.PLAIN) -> dict[str, Any]:
     ingress, target = f"bench.lat.in.{uid()}", f"bench.lat.out.{uid()}"
-    bench.topics(ingress, target)
+    partitions, extra = shape_args(shape_name)
+    bench.topics(ingress, target, partitions=partitions)
     delays = choice_delays(LEVEL_DELAYS) if scheduler == "levels" else uniform_delays(*WHEEL_DELAYS)
     sc = bench.sidecar(ingress, scheduler, tag="lat", changelog=changelog, delivery=delivery)
     sc.start()
@@ -103,7 +113,7 @@ def measure(bench: Bench, scheduler: str, rate: float, seconds: float, changelog
     try:
         cpu0 = cpu_seconds(sc.pid)
         run0, wait0 = schedstat(sc.pid)
-        prod = PacedProducer(bench.bootstrap, ingress, target, rate, 100, delays, duration_s=seconds)
+        prod = PacedProducer(bench.bootstrap, ingress, target, rate, 100, delays, duration_s=seconds, extra=extra)
         prod.start()
         prod.join(seconds + 120)
         if prod.is_alive():
@@ -148,6 +158,7 @@ def measure(bench: Bench, scheduler: str, rate: float, seconds: float, changelog
         "lateness": VISIBLE if reader is not None else "record timestamp - delay.deliver-at",
         "early": sum(1 for ts, da in zip(got.ts, got.deliver_at, strict=True) if ts < da),
         "sidecar_cpu_share": cpu / (seconds + max(WHEEL_DELAYS) / 1000),
+        "cpu_us_per_record": cpu * 1e6 / sent if sent else None,
         "main_thread_cpu_s": run1 - run0,
         "main_thread_runqueue_wait_s": wait1 - wait0,
         "stats": {k: stats.get(k) for k in ("ingested", "delivered", "early", "dlq")},
@@ -159,13 +170,15 @@ def measure(bench: Bench, scheduler: str, rate: float, seconds: float, changelog
     return out
 
 
-def passthrough_latency(bench: Bench, rate: float, seconds: float) -> dict[str, Any]:
+def passthrough_latency(bench: Bench, rate: float, seconds: float, shape_name: str = shape.PLAIN) -> dict[str, Any]:
     """The same paced load through the plain passthrough: latency = delivered timestamp - ingress
     timestamp (joined by key). What this machine's produce -> broker -> consume -> produce path
     costs under this load, with no store and no timer: context for the machine's jitter (it has a
-    leg the sidecar's lateness does not have, so it is not a floor)."""
+    leg the sidecar's lateness does not have, so it is not a floor). Also its CPU per record, from
+    its assignment until it copied the last record."""
     ingress, target = f"bench.latpt.in.{uid()}", f"bench.latpt.out.{uid()}"
-    bench.topics(ingress, target)
+    partitions, extra = shape_args(shape_name)
+    bench.topics(ingress, target, partitions=partitions)
     expected = int(rate * seconds)
     proc = ScriptProc("bench.passthrough", bench.workdir,
                       ["--bootstrap", bench.bootstrap, "--source", ingress, "--target", target, "--count",
@@ -173,12 +186,14 @@ def passthrough_latency(bench: Bench, rate: float, seconds: float) -> dict[str, 
     proc.start()
     proc.wait_event("ready", 60)
     run0, wait0 = schedstat(proc.pid)
-    prod = PacedProducer(bench.bootstrap, ingress, target, rate, 100, lambda _i: 0, duration_s=seconds)
+    cpu0 = cpu_seconds(proc.pid)
+    prod = PacedProducer(bench.bootstrap, ingress, target, rate, 100, lambda _i: 0, duration_s=seconds, extra=extra)
     prod.start()
     prod.join(seconds + 120)
     wait_until("passthrough to copy the paced load", lambda: bench.wm.total(target) >= prod.accepted, 120, 0.25,
                proc.check_alive)
     run1, wait1 = schedstat(proc.pid)
+    cpu = cpu_seconds(proc.pid) - cpu0
     proc.stop()
     src = read_range(bench.bootstrap, ingress, {}, bench.wm.high(ingress), keys=True)
     dst = read_range(bench.bootstrap, target, {}, bench.wm.high(target), keys=True)
@@ -186,31 +201,37 @@ def passthrough_latency(bench: Bench, rate: float, seconds: float) -> dict[str, 
     lat = sorted(ts - sent_at[k] for k, ts in zip(dst.keys, dst.ts, strict=True) if k in sent_at)
     return {"records": len(lat), "p50": percentile(lat, 50), "p99": percentile(lat, 99),
             "p999": percentile(lat, 99.9), "max": float(lat[-1]) if lat else None,
-            "main_thread_cpu_s": run1 - run0, "main_thread_runqueue_wait_s": wait1 - wait0}
+            "main_thread_cpu_s": run1 - run0, "main_thread_runqueue_wait_s": wait1 - wait0,
+            "cpu_us_per_record": cpu * 1e6 / prod.accepted if prod.accepted else None}
 
 
-def run(bench: Bench) -> dict[str, Any]:
-    seconds = 60.0 if bench.full else 15.0
-    results: dict[str, Any] = {}
-    details: dict[str, Any] = {}
+def run_shape(bench: Bench, shape_name: str, seconds: float, results: dict[str, Any],
+              details: dict[str, Any]) -> None:
+    """Every variant with records of ``shape_name``, then the passthrough at the first one's rate;
+    figures into ``results`` (plain) or ``results.common``, details under the variant's name
+    (the common shape's prefixed ``common-``)."""
+    into = results if shape_name == shape.PLAIN else results.setdefault(shape.COMMON, {})
+    prefix = "" if shape_name == shape.PLAIN else f"{shape.COMMON}-"
     first_rate: float | None = None
     fixed = bench.options.get("lateness_rate")  # --lateness-rate: a point of the rate/lateness curve
-    for name, sched, mode in throughput.variants(bench):
+    for variant, sched, mode in throughput.variants(bench):
+        name = prefix + variant
         if fixed:
             top, source = None, "--lateness-rate"
             rate = float(fixed)
             log(f"lateness {name}: {rate:,.0f} records/s for {seconds:.0f} s (--lateness-rate: no goal applies)")
         else:
-            top, source = max_rate(bench, sched, mode)
+            top, source = max_rate(bench, sched, mode, shape_name)
             rate = top / 2
             log(f"lateness {name}: {rate:,.0f} records/s for {seconds:.0f} s (50 % of {top:,.0f}, {source})")
         first_rate = first_rate or rate
-        m = measure(bench, sched, rate, seconds, **throughput.sidecar_flags(mode))
+        m = measure(bench, sched, rate, seconds, **throughput.sidecar_flags(mode), shape_name=shape_name)
         eos = mode == throughput.EXACTLY_ONCE
         log(f"lateness {name}: p50 {m['p50']} p99 {m['p99']} p99.9 {m['p999']} max {m['max']} ms"
             + (f" (read_committed; produce time: p50 {m['produce_p50']} p99 {m['produce_p99']} max "
                f"{m['produce_max']} ms)" if eos else "")
-            + f", early {m['early']}, {m['delivered']}/{m['sent']} delivered")
+            + f", early {m['early']}, {m['delivered']}/{m['sent']} delivered, {m['cpu_us_per_record'] or 0:.1f} "
+              "CPU µs/record")
         note = VISIBLE if eos else None
         figures = {
             "rate": fig(rate, "records/s"),
@@ -223,34 +244,54 @@ def run(bench: Bench) -> dict[str, Any]:
         if eos:
             figures.update({f"produce_{k}_ms": fig(m[f"produce_{k}"], "ms", note=PRODUCED)
                             for k in ("p50", "p99", "p999", "max")})
-        throughput.results_for(results, mode)[sched] = {
+        throughput.results_for(into, mode)[sched] = {
             **figures,
             "early": fig(m["early"], "records", "== 0"),
             "lost": fig(max(0, m["sent"] - (m["delivered"] - m["duplicates"])), "records", "== 0"),
             "runqueue_wait_share": fig(m["main_thread_runqueue_wait_s"] / (seconds + WHEEL_DELAYS[1] / 1000), "x",
                                        note="time the sidecar's main thread was runnable but waiting for a CPU"),
+            "cpu_us_per_record": fig(m["cpu_us_per_record"], "µs",
+                                     note="sidecar CPU from its start until every record was delivered / records"),
         }
         details[name] = {**m, "max_throughput": top, "max_throughput_source": source}
-    if first_rate is not None:
-        rate = first_rate
-        pt = passthrough_latency(bench, rate, seconds)
-        log(f"lateness: passthrough at {rate:,.0f} records/s: latency p50 {pt['p50']} p99 {pt['p99']} "
-            f"p99.9 {pt['p999']} max {pt['max']} ms")
-        results["passthrough_latency"] = {
-            "rate": fig(rate, "records/s"),
-            "p50_ms": fig(pt["p50"], "ms"),
-            "p99_ms": fig(pt["p99"], "ms"),
-            "p999_ms": fig(pt["p999"], "ms"),
-            "max_ms": fig(pt["max"], "ms"),
-            "runqueue_wait_share": fig(pt["main_thread_runqueue_wait_s"] / seconds, "x"),
-        }
-        details["passthrough_latency"] = pt
+    if first_rate is None:
+        return
+    rate = first_rate
+    pt = passthrough_latency(bench, rate, seconds, shape_name)
+    log(f"lateness: {prefix}passthrough at {rate:,.0f} records/s: latency p50 {pt['p50']} p99 {pt['p99']} "
+        f"p99.9 {pt['p999']} max {pt['max']} ms, {pt['cpu_us_per_record'] or 0:.1f} CPU µs/record")
+    into["passthrough_latency"] = {
+        "rate": fig(rate, "records/s"),
+        "p50_ms": fig(pt["p50"], "ms"),
+        "p99_ms": fig(pt["p99"], "ms"),
+        "p999_ms": fig(pt["p999"], "ms"),
+        "max_ms": fig(pt["max"], "ms"),
+        "runqueue_wait_share": fig(pt["main_thread_runqueue_wait_s"] / seconds, "x"),
+        "cpu_us_per_record": fig(pt["cpu_us_per_record"], "µs"),
+    }
+    details[f"{prefix}passthrough_latency"] = pt
+    for _v, sched, mode in throughput.variants(bench):
+        one = throughput.results_for(into, mode)[sched]
+        cpu, pt_cpu = one["cpu_us_per_record"]["value"], pt["cpu_us_per_record"]
+        # context only: the passthrough ran at the first variant's rate, the others at their own
+        one["cpu_to_passthrough"] = fig(cpu / pt_cpu if cpu and pt_cpu else None, "x",
+                                        note=f"over the passthrough's CPU per record at {rate:,.0f} records/s")
+
+
+def run(bench: Bench) -> dict[str, Any]:
+    seconds = 60.0 if bench.full else 15.0
+    results: dict[str, Any] = {}
+    details: dict[str, Any] = {}
+    shapes = shape.shapes_for(bench)
+    for shape_name in shapes:
+        run_shape(bench, shape_name, seconds, results, details)
     bench.cleanup_topics()
     return {
         "method": "steady paced producer at 50 % of the measured maximum, lateness = delivered record "
                   "timestamp - delay.deliver-at over every delivered record; exactly-once: read_committed "
                   "receipt wall ms - delay.deliver-at (the timestamp one as produce_*)",
-        "settings": {"seconds": seconds, "record_bytes": 100, "levels_delays_ms": LEVEL_DELAYS,
+        "settings": {"seconds": seconds, "shapes": shapes, "record_bytes": 100, "levels_delays_ms": LEVEL_DELAYS,
+                     **({shape.COMMON: shape.describe()} if shape.COMMON in shapes else {}),
                      "wheel_delays_ms": WHEEL_DELAYS, "schedulers": bench.schedulers,
                      "changelog_modes": bench.changelog_modes, "delivery_modes": bench.delivery_modes,
                      "modes": throughput.modes(bench),

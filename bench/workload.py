@@ -214,9 +214,11 @@ class Preloaded:
 
 def preload(bootstrap: str, topic: str, n: int, value_size: int, target: str, delays: DelayFn,
             timestamp_ms: int | None = None, key_prefix: str = "k",
-            schedule: Callable[[int], KHeaders] | None = None) -> Preloaded:
+            schedule: Callable[[int], KHeaders] | None = None,
+            extra: Callable[[int], KHeaders] | None = None) -> Preloaded:
     """Produce ``n`` ingress records as fast as the client goes and wait for every ack.
-    ``schedule``: record i's schedule headers in place of its ``delay.ms`` (a recurring one's)."""
+    ``schedule``: record i's schedule headers in place of its ``delay.ms`` (a recurring one's);
+    ``extra``: record i's further headers (``delay.id``, user headers: ``bench.shape``)."""
     p = producer(bootstrap)
     value = value_of(value_size)
     tgt = target.encode()
@@ -234,6 +236,8 @@ def preload(bootstrap: str, topic: str, n: int, value_size: int, target: str, de
         d = delays(i)
         max_delay = max(max_delay, d)
         headers: KHeaders = [(c.TARGET_TOPIC, tgt), *(schedule(i) if schedule else [(c.DELAY_MS, b"%d" % d)])]
+        if extra is not None:
+            headers += extra(i)
         while True:
             try:
                 p.produce(topic, value=value, key=f"{key_prefix}{i}".encode(), headers=headers,
@@ -254,7 +258,9 @@ class PacedProducer(threading.Thread):
     """Produces at ``rate`` records/s (in 5 ms ticks) until :meth:`stop` or ``duration_s``."""
 
     def __init__(self, bootstrap: str, topic: str, target: str, rate: float, value_size: int, delays: DelayFn,
-                 duration_s: float | None = None, key_prefix: str = "p") -> None:
+                 duration_s: float | None = None, key_prefix: str = "p",
+                 extra: Callable[[int], KHeaders] | None = None) -> None:
+        """``extra``: record i's headers beside the schedule ones (``bench.shape``)."""
         super().__init__(daemon=True)
         # The load generator shares the 2 cores with the broker and the process under test: no
         # delivery report (and no Python call) per record, only for a failure.
@@ -264,6 +270,7 @@ class PacedProducer(threading.Thread):
         self.delays = delays
         self.duration_s = duration_s
         self.key_prefix = key_prefix
+        self.extra = extra
         self.sent = 0
         self.failed = 0
         self.started_ms = 0
@@ -296,6 +303,8 @@ class PacedProducer(threading.Thread):
                 if dv is None:
                     dv = encoded[d] = str(d).encode()
                 headers: KHeaders = [target, (c.DELAY_MS, dv)]
+                if self.extra is not None:
+                    headers += self.extra(self.sent)
                 try:
                     # positional, as the sidecar calls it: keywords cost the client ~1.6 us per
                     # call here (measured), CPU the process under test would not get
