@@ -33,6 +33,14 @@ scheduling, a leg the timestamp lateness of the other variants does not have. Th
 timestamp lateness (``record timestamp - delay.deliver-at``, as the other variants) is reported
 beside it (``produce_p50_ms`` ... ``produce_max_ms``); ``early`` counts records produced before
 their time, as for the others.
+
+Shapes (:mod:`bench.shape`, ``--shape``): with the ``common`` shape every variant and the
+passthrough run again with records that carry an explicit ``delay.id`` and a user header on
+``shape.COMMON_PARTITIONS``-partition topics, each at 50 % of its own common-shape maximum
+(``results.common``; details ``common-<variant>``). CPU per record (``cpu_us_per_record``: CPU
+from the start of the load until every record is delivered, over the records sent) is reported
+for each sidecar and for the passthrough, with ``cpu_to_passthrough``: context only, as the
+passthrough runs at the first variant's rate and the others at their own.
 """
 
 from __future__ import annotations

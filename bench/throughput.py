@@ -48,6 +48,20 @@ The rate is still ``(N - 1) / (last - first delivered record timestamp)`` over t
 records: the sidecar's production rate inside transactions (a record's timestamp is its produce
 time, before its commit), so it does not include the last transaction's commit wait, at most one
 interval and the commit over a window of seconds; the lateness scenario measures visibility.
+
+CPU per record: each process's CPU seconds (user + system, all threads) from when it has its
+partitions until all N are delivered, over N (``cpu_us_per_record``; the passthrough measures its
+own with ``getrusage``, the bench the sidecar's from ``/proc``), and ``cpu_to_passthrough`` =
+sidecar / passthrough. A neighbour's burst stretches a window's wall clock, not the CPU spent in
+it, so this ratio depends less on the machine than the rate ratio. Goal ``GOAL_CPU`` for the
+common shape with the changelog on (issue 54), context for the rest.
+
+Shapes (:mod:`bench.shape`, ``--shape``): the records above are the ``plain`` shape (one
+partition, schedule headers only, 100 B and 1 KB). The ``common`` shape (100 B, an explicit
+``delay.id``, a user header, ``shape.COMMON_PARTITIONS`` ingress and target partitions) is
+pre-loaded and measured the same way, with its own passthrough on its own topics; its figures
+take the place of a record size: ``results.common.<scheduler>``, ``results.common.changelog_off``
+and so on.
 """
 
 from __future__ import annotations
