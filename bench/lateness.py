@@ -213,6 +213,30 @@ def passthrough_latency(bench: Bench, rate: float, seconds: float, shape_name: s
             "cpu_us_per_record": cpu * 1e6 / prod.accepted if prod.accepted else None}
 
 
+def run(bench: Bench) -> dict[str, Any]:
+    seconds = 60.0 if bench.full else 15.0
+    results: dict[str, Any] = {}
+    details: dict[str, Any] = {}
+    shapes = shape.shapes_for(bench)
+    for shape_name in shapes:
+        run_shape(bench, shape_name, seconds, results, details)
+    bench.cleanup_topics()
+    return {
+        "method": "steady paced producer at 50 % of the measured maximum, lateness = delivered record "
+                  "timestamp - delay.deliver-at over every delivered record; exactly-once: read_committed "
+                  "receipt wall ms - delay.deliver-at (the timestamp one as produce_*)",
+        "settings": {"seconds": seconds, "shapes": shapes, "record_bytes": 100, "levels_delays_ms": LEVEL_DELAYS,
+                     **({shape.COMMON: shape.describe()} if shape.COMMON in shapes else {}),
+                     "wheel_delays_ms": WHEEL_DELAYS, "schedulers": bench.schedulers,
+                     "changelog_modes": bench.changelog_modes, "delivery_modes": bench.delivery_modes,
+                     "modes": throughput.modes(bench),
+                     **({"transaction_interval_ms": bench.transaction_interval_ms}
+                        if throughput.EXACTLY_ONCE in throughput.modes(bench) else {})},
+        "results": results,
+        "details": details,
+    }
+
+
 def run_shape(bench: Bench, shape_name: str, seconds: float, results: dict[str, Any],
               details: dict[str, Any]) -> None:
     """Every variant with records of ``shape_name``, then the passthrough at the first one's rate;
@@ -284,27 +308,3 @@ def run_shape(bench: Bench, shape_name: str, seconds: float, results: dict[str, 
         # context only: the passthrough ran at the first variant's rate, the others at their own
         one["cpu_to_passthrough"] = fig(cpu / pt_cpu if cpu and pt_cpu else None, "x",
                                         note=f"over the passthrough's CPU per record at {rate:,.0f} records/s")
-
-
-def run(bench: Bench) -> dict[str, Any]:
-    seconds = 60.0 if bench.full else 15.0
-    results: dict[str, Any] = {}
-    details: dict[str, Any] = {}
-    shapes = shape.shapes_for(bench)
-    for shape_name in shapes:
-        run_shape(bench, shape_name, seconds, results, details)
-    bench.cleanup_topics()
-    return {
-        "method": "steady paced producer at 50 % of the measured maximum, lateness = delivered record "
-                  "timestamp - delay.deliver-at over every delivered record; exactly-once: read_committed "
-                  "receipt wall ms - delay.deliver-at (the timestamp one as produce_*)",
-        "settings": {"seconds": seconds, "shapes": shapes, "record_bytes": 100, "levels_delays_ms": LEVEL_DELAYS,
-                     **({shape.COMMON: shape.describe()} if shape.COMMON in shapes else {}),
-                     "wheel_delays_ms": WHEEL_DELAYS, "schedulers": bench.schedulers,
-                     "changelog_modes": bench.changelog_modes, "delivery_modes": bench.delivery_modes,
-                     "modes": throughput.modes(bench),
-                     **({"transaction_interval_ms": bench.transaction_interval_ms}
-                        if throughput.EXACTLY_ONCE in throughput.modes(bench) else {})},
-        "results": results,
-        "details": details,
-    }
