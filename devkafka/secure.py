@@ -22,6 +22,15 @@ kept here so that local.py only asks for them:
   this combined node registers with the controller half through it (CLUSTER_ACTION). That is a
   development shortcut: anything on this machine that speaks the controller protocol to that
   port is trusted. Never a production layout.
+* **An expired certificate**, on request (``SecureBroker(expired_listener=True)``): a second
+  SASL_SSL listener, ``EXPIRED``, whose certificate (same name, same CA) ended yesterday, made
+  with ``openssl ca`` (``-startdate``/``-enddate``: ``openssl x509 -req`` sets only a number of
+  days from now before OpenSSL 3.4). Kafka refuses to start an inter-broker listener with an
+  expired certificate (it shakes hands with itself to validate its keystore), so the expired one
+  is on a client-only listener and the inter-broker one keeps the valid certificate.
+  :func:`renew_expired_listener` replaces it with the valid one while the broker runs, through a
+  dynamic broker config (the broker re-reads the keystore of a listener whose location changed),
+  and :func:`expire_listener_again` puts the expired one back.
 
 Client settings (librdkafka names) come from :meth:`SecureBroker.client_config`;
 ``delay-sidecar dev-kafka --secure`` prints them.
@@ -29,20 +38,33 @@ Client settings (librdkafka names) come from :meth:`SecureBroker.client_config`;
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import secrets
+import socket
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ADMIN", "MECHANISM", "SecureBroker", "SecureBrokerError", "acl_binding", "add_user"]
+__all__ = [
+    "ADMIN",
+    "EXPIRED_LISTENER",
+    "MECHANISM",
+    "SecureBroker",
+    "SecureBrokerError",
+    "acl_binding",
+    "add_user",
+    "expire_listener_again",
+    "renew_expired_listener",
+]
 
 ADMIN = "admin"
 MECHANISM = "SCRAM-SHA-512"
 AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+EXPIRED_LISTENER = "EXPIRED"
 _OPENSSL_TIMEOUT_S = 60.0
 # SCRAM's format-time syntax (``[name=x,password=y]``) has no escaping: names and passwords
 # are kept to characters that cannot break it.
@@ -62,6 +84,10 @@ class SecureBroker:
     tls_dir: Path | None = None
     passwords: dict[str, str] = field(default_factory=dict)
     keystore_password: str = ""
+    expired_listener: bool = False
+    """Also a client listener ``EXPIRED`` presenting a certificate that expired yesterday."""
+    expired_port: int = 0
+    """Its port (0: a free one, picked at the first start and kept)."""
 
     def __post_init__(self) -> None:
         for name in self.users:
@@ -94,6 +120,18 @@ class SecureBroker:
             json.dump({**stored, **self.passwords, ".keystore": self.keystore_password}, fh)
         if not (tls / "broker.p12").is_file() or not self.ca_path.is_file():
             _make_certificates(tls, self.keystore_password)
+        if self.expired_listener:
+            if not (tls / "expired.p12").is_file():
+                _make_expired_certificate(tls, self.keystore_password)
+            if self.expired_port == 0:
+                self.expired_port = _free_port()
+
+    @property
+    def expired_bootstrap(self) -> str:
+        """``bootstrap.servers`` of the listener with the expired certificate."""
+        if not self.expired_listener or self.expired_port == 0:
+            raise SecureBrokerError("no expired listener: SecureBroker(expired_listener=True), started")
+        return f"127.0.0.1:{self.expired_port}"
 
     def format_args(self) -> list[str]:
         """``kafka-storage format`` arguments that create every user's SCRAM credential."""
@@ -107,14 +145,23 @@ class SecureBroker:
         tls = self.ca_path.parent
         jaas = (f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{ADMIN}" '
                 f'password="{self.passwords[ADMIN]}";')
+        expired: dict[str, str] = {}
+        listener, advertised, protocols = f"SASL_SSL://127.0.0.1:{port}", "", "SASL_SSL:SASL_SSL"
+        if self.expired_listener:
+            name = EXPIRED_LISTENER.lower()
+            advertised = f",{EXPIRED_LISTENER}://127.0.0.1:{self.expired_port}"
+            protocols += f",{EXPIRED_LISTENER}:SASL_SSL"
+            expired = {f"listener.name.{name}.{MECHANISM.lower()}.sasl.jaas.config": jaas,
+                       f"listener.name.{name}.ssl.keystore.location": str(tls / "expired.p12")}
         return {
-            "listeners": f"SASL_SSL://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-            "advertised.listeners": f"SASL_SSL://127.0.0.1:{port}",
+            "listeners": f"{listener}{advertised},CONTROLLER://127.0.0.1:{controller_port}",
+            "advertised.listeners": f"{listener}{advertised}",
             "inter.broker.listener.name": "SASL_SSL",
-            "listener.security.protocol.map": "SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": f"{protocols},CONTROLLER:PLAINTEXT",
             "sasl.enabled.mechanisms": MECHANISM,
             "sasl.mechanism.inter.broker.protocol": MECHANISM,
             f"listener.name.sasl_ssl.{MECHANISM.lower()}.sasl.jaas.config": jaas,
+            **expired,
             "ssl.keystore.type": "PKCS12",
             "ssl.keystore.location": str(tls / "broker.p12"),
             "ssl.keystore.password": self.keystore_password,
@@ -165,6 +212,36 @@ def add_user(admin: Any, name: str, password: str, timeout: float = 30) -> None:
         fut.result()
 
 
+def renew_expired_listener(admin: Any, secure: SecureBroker, node_id: int = 1, timeout: float = 30) -> None:
+    """Give the ``EXPIRED`` listener the valid broker certificate while the broker runs, as an
+    operator renews one: a per-broker dynamic config (``kafka-configs --alter --entity-type
+    brokers --entity-name <node_id> --add-config listener.name.expired.ssl.keystore.location=...``)
+    through ``admin`` (a super user's AdminClient on the valid listener). Same name and
+    subject alternative names, so the broker accepts it; new connections get it."""
+    _set_expired_keystore(admin, secure.ca_path.parent / "broker.p12", node_id, timeout)
+
+
+def expire_listener_again(admin: Any, secure: SecureBroker, node_id: int = 1, timeout: float = 30) -> None:
+    """Undo :func:`renew_expired_listener`: the ``EXPIRED`` listener presents the expired
+    certificate again to new connections."""
+    _set_expired_keystore(admin, secure.ca_path.parent / "expired.p12", node_id, timeout)
+
+
+def _set_expired_keystore(admin: Any, keystore: Path, node_id: int, timeout: float) -> None:
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    entry = ConfigEntry(f"listener.name.{EXPIRED_LISTENER.lower()}.ssl.keystore.location", str(keystore),
+                        incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ResourceType.BROKER, str(node_id), incremental_configs=[entry])
+    for fut in admin.incremental_alter_configs([resource], request_timeout=timeout).values():
+        fut.result()
+
+
 def acl_binding(principal: str, resource: str, name: str, pattern: str, operation: str) -> Any:
     """A confluent_kafka ``AclBinding`` that ALLOWs ``operation`` (``WRITE``, ``READ``...) on
     the ``resource`` (``TOPIC``, ``GROUP``, ``TRANSACTIONAL_ID``, ``CLUSTER``) called ``name``,
@@ -202,6 +279,31 @@ def _make_certificates(tls: Path, password: str) -> None:
              "-name", "broker", "-out", "broker.p12", "-passout", f"pass:{password}")
     for key in ("ca.key", "broker.key"):
         os.chmod(tls / key, 0o600)
+
+
+def _make_expired_certificate(tls: Path, password: str) -> None:
+    """A broker certificate like broker.pem (same key, name and CA) valid for 30 days up to
+    yesterday, and its keystore expired.p12 (same password as broker.p12: a dynamic keystore
+    change may then name only the location)."""
+    now = datetime.datetime.now(datetime.UTC)
+    stamp = "%Y%m%d%H%M%SZ"
+    (tls / "expired.cnf").write_text(
+        "[ca]\ndefault_ca = dev\n[dev]\ndatabase = expired.index\nnew_certs_dir = .\nserial = expired.srl\n"
+        "default_md = sha256\npolicy = any\nunique_subject = no\n[any]\ncommonName = supplied\n")
+    (tls / "expired.index").write_text("")
+    (tls / "expired.srl").write_text(secrets.token_hex(8) + "\n")
+    _openssl(tls, "ca", "-batch", "-notext", "-config", "expired.cnf", "-cert", "ca.pem", "-keyfile", "ca.key",
+             "-in", "broker.csr", "-out", "expired.pem", "-extfile", "broker.ext",
+             "-startdate", (now - datetime.timedelta(days=31)).strftime(stamp),
+             "-enddate", (now - datetime.timedelta(days=1)).strftime(stamp))
+    _openssl(tls, "pkcs12", "-export", "-inkey", "broker.key", "-in", "expired.pem", "-certfile", "ca.pem",
+             "-name", "broker", "-out", "expired.p12", "-passout", f"pass:{password}")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _openssl(cwd: Path, *args: str) -> None:
