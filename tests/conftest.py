@@ -163,12 +163,8 @@ def secure_kafka(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     kafka = LocalKafka(data_dir=tmp_path_factory.mktemp("secure-kafka"), prefer_docker=False, secure=SecureBroker())
     bootstrap, seconds = start_or_unavailable(kafka, "the secured local broker")
     _announce(request.config, f"\nsecure kafka: {kafka.describe()} (SASL_SSL); started in {seconds:.1f}s")
-    cluster = SecureCluster(kafka, bootstrap)
-    try:
+    with SecureCluster.serving(kafka, bootstrap) as cluster:
         yield cluster
-    finally:
-        cluster.close()
-        kafka.close()
 
 
 @pytest.fixture

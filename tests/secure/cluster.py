@@ -8,9 +8,10 @@ metadata log.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -32,6 +33,17 @@ class SecureCluster:
 
     def close(self) -> None:
         del self.admin
+
+    @classmethod
+    @contextlib.contextmanager
+    def serving(cls, kafka: LocalKafka, bootstrap: str) -> Iterator[SecureCluster]:
+        """The handle on ``kafka`` (started, at ``bootstrap``); the broker is closed after it."""
+        cluster = cls(kafka, bootstrap)
+        try:
+            yield cluster
+        finally:
+            cluster.close()
+            kafka.close()
 
     def new_user(self, prefix: str) -> dict[str, str]:
         """A new SCRAM-SHA-512 user ``<prefix>-<hex>`` with no ACL; returns its client properties

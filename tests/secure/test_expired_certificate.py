@@ -32,12 +32,8 @@ def expired_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureCl
     kafka = LocalKafka(data_dir=tmp_path_factory.mktemp("expired-kafka"), prefer_docker=False,
                        secure=SecureBroker(expired_listener=True))
     bootstrap, _ = start_or_unavailable(kafka, "the secured broker with an expired certificate")
-    cluster = SecureCluster(kafka, bootstrap)
-    try:
+    with SecureCluster.serving(kafka, bootstrap) as cluster:
         yield cluster
-    finally:
-        cluster.close()
-        kafka.close()
 
 
 def _expired_conf(cluster: SecureCluster) -> dict[str, str]:
