@@ -199,10 +199,16 @@ def _can_create(admin: Any, topics: list[str], timeout_s: float) -> Cause | None
 
 
 def _refined(cause: Cause, conf: dict[str, Any]) -> Cause:
-    if cause.code != ke.TLS_FAILED or cause.reason not in ("", "unknown-ca"):
+    if not vague_tls(cause):
         return cause
     why = tls_reason(conf)
     return ke.with_verify_reason(cause, why) if why else cause
+
+
+def vague_tls(cause: Cause) -> bool:
+    """A TLS failure librdkafka named only as ``certificate verify failed`` (read as an unknown
+    CA): :func:`tls_reason` can tell which."""
+    return cause.code == ke.TLS_FAILED and cause.reason in ("", "unknown-ca")
 
 
 def tls_reason(conf: dict[str, Any], timeout_s: float = 2.0) -> str:

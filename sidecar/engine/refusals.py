@@ -14,21 +14,29 @@ no refusal here (the broker status and the configuration say those). For a refus
   and records consumed again clear it (``consumed``);
 - one ``kafka.refused`` warning per cause and resource a minute names the setting to change.
 
+A TLS failure librdkafka names only ``certificate verify failed`` (an expired broker certificate
+met at a reconnect reads as an unknown CA) is made precise as at start, by one handshake with
+Python's ``ssl`` (``connectivity.tls_reason``); its answer is kept a few seconds, because the
+clients report the failure once per connection attempt and the handshake blocks their callback.
+
 The clients keep retrying meanwhile, nothing is committed, and deliveries resume without a restart
 once an operator fixes the credentials or the ACL.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
-from sidecar import kafka_errors, logs
+from sidecar import connectivity, kafka_errors, logs
 from sidecar.config import Settings
 from sidecar.engine.transactions import transactional_id
 from sidecar.kafka_errors import Cause
 
 log = logs.get("sidecar")
+
+TLS_REASON_KEPT_S = 5.0  # how long one handshake's verify message names later TLS failures
 
 
 class Refusals:
@@ -37,12 +45,16 @@ class Refusals:
         self.should_warn = should_warn  # the Kafka port's rate limit of repeated warnings
         self.health: Any = None  # the HealthServer, for /readyz's kafka cause (set by the loop)
         self.read_refused = False  # a missing ACL was reported: the next records clear it
+        self._tls_reason: tuple[float, str] = (float("-inf"), "")  # when asked, the verify message
 
     def cause(self, err: Any) -> Cause | None:
         """The refusal ``err`` names, its resource named for a missing ACL; None for any other error."""
         cause = kafka_errors.classify(err.name(), err.str())
         if cause is None or cause.code in (kafka_errors.UNREACHABLE, kafka_errors.BAD_CONFIG):
             return None
+        if connectivity.vague_tls(cause):
+            why = self._verify_message()
+            return kafka_errors.with_verify_reason(cause, why) if why else cause
         if cause.code == kafka_errors.NOT_AUTHORIZED:
             resource = {"GROUP_AUTHORIZATION_FAILED": f"group {self.s.group_id}",
                         "TOPIC_AUTHORIZATION_FAILED": f"topic {self.s.ingress_topic}",
@@ -52,6 +64,15 @@ class Refusals:
             cause = cause.about("Read" if cause.error != "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" else "Write",
                                 resource, kafka_errors.principal_of(self.s.kafka))
         return cause
+
+    def _verify_message(self) -> str:
+        """``connectivity.tls_reason`` for the sidecar's properties, kept a few seconds when it
+        named a reason (a broker that is not up yet names none: asked again next time)."""
+        asked, why = self._tls_reason
+        if not why or time.monotonic() - asked > TLS_REASON_KEPT_S:
+            why = connectivity.tls_reason({"bootstrap.servers": self.s.bootstrap_servers, **self.s.kafka})
+            self._tls_reason = (time.monotonic(), why)
+        return why
 
     def report(self, cause: Cause) -> None:
         """``/readyz`` says so, and one warning a minute per cause names the setting to change."""

@@ -7,7 +7,10 @@ names, ended yesterday (devkafka/secure.py, ``expired_listener``). Connected to 
 and ``send`` fail with one line naming ``tls-failed (expired)``; ``run`` does not exit (renewing
 the broker's certificate heals it) but waits with ``/readyz`` 503 naming the expiry, and once the
 listener's keystore is replaced on the running broker (a dynamic broker config, as an operator
-renews a certificate) it becomes ready without a restart."""
+renews a certificate) it becomes ready without a restart. A certificate that expires while the
+sidecar runs is met at its clients' next connection (a broker restart here: a keystore change
+keeps established connections): deliveries stop, ``/readyz`` names it, and they resume once the
+certificate is renewed, without a restart of the sidecar."""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from devkafka.secure import SecureBroker, expire_listener_again, renew_expired_l
 from tests.conftest import start_or_unavailable
 from tests.integration.refusals import Run, cli_fails, kafka_flags
 from tests.secure.cluster import SecureCluster
+from tests.secure.deliveries import Deliveries
 
 pytestmark = pytest.mark.integration
 
@@ -63,7 +67,32 @@ def test_expired_certificate_heals_once_renewed(tmp_path: Path, expired_kafka: S
         renewed = True
         run.wait_readyz(60, None)
     finally:
-        if renewed:
+        status = run.stop()
+        if renewed:  # once it stopped: a client it opens meanwhile would meet the expired one
             expire_listener_again(expired_kafka.admin, expired_kafka.secure)
-        assert run.stop() == 0
-    assert not run.events("kafka.unusable")
+    assert status == 0 and not run.events("kafka.unusable")
+
+
+def test_certificate_expired_while_running_heals_once_renewed(tmp_path: Path, expired_kafka: SecureCluster) -> None:
+    """Delivering through the listener (renewed), its certificate expires: the expired keystore
+    back and the broker restarted, the sidecar's clients reconnect and meet it. /readyz names
+    tls-failed and a record sent meanwhile waits; renewed, it is delivered without a restart."""
+    user = {**expired_kafka.new_user("expiring"), "bootstrap.servers": expired_kafka.secure.expired_bootstrap}
+    renew_expired_listener(expired_kafka.admin, expired_kafka.secure)
+    d = Deliveries(tmp_path, expired_kafka, user)
+    try:
+        d.run.wait_readyz(60, None)
+        expire_listener_again(expired_kafka.admin, expired_kafka.secure)
+        expired_kafka.kafka.restart(timeout=120)
+        doc = d.run.wait_readyz(60, "tls-failed")
+        assert doc["broker_reachable"] is False and doc["kafka"].get("reason") == "expired", doc
+        d.send(b"meanwhile")
+        renew_expired_listener(expired_kafka.admin, expired_kafka.secure)
+        d.run.wait_readyz(60, None)
+        refused = d.run.events("kafka.refused")
+        assert "tls-failed" in [e["code"] for e in refused], refused
+        assert d.first_delivered() == b"meanwhile"
+    finally:
+        status = d.run.stop()
+        expire_listener_again(expired_kafka.admin, expired_kafka.secure)
+    assert status == 0

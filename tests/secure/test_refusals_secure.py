@@ -23,6 +23,7 @@ from sidecar.acls import acls_for
 from sidecar.config import load_settings
 from tests.integration.refusals import COMMANDS, Run, cli_fails, kafka_flags, refused_everywhere
 from tests.secure.cluster import SecureCluster
+from tests.secure.deliveries import Deliveries
 
 pytestmark = pytest.mark.integration
 
@@ -129,52 +130,10 @@ def test_missing_acl_heals_once_granted(tmp_path: Path, secure_kafka: SecureClus
     assert "Describe on topic nobody-may-read" in line
 
 
-class _Deliveries:
-    """A running sidecar under exactly the documented ACLs for its topics and one target (made by
-    the admin beforehand), and the admin's producer and consumer around it."""
-
-    def __init__(self, tmp_path: Path, secure_kafka: SecureCluster, user: dict[str, str]) -> None:
-        from sidecar.acls import Target
-
-        name = tmp_path.name
-        self.cluster, self.name = secure_kafka, name
-        self.ingress, self.target = f"in-{name}", f"out-{name}"
-        secure_kafka.create_topics([self.ingress, f"dlq-{name}", self.target])
-        settings = load_settings({"ingress-topic": self.ingress, "dlq-topic": f"dlq-{name}", "changelog": "off",
-                                  "group-id": f"g-{name}"}, environ={})
-        self.principal = secure_kafka.principal(user)
-        self.acls = acls_for("run", settings, [Target(self.target)])
-        self.bindings = secure_kafka.grant(self.principal, self.acls)
-        self.run = Run(tmp_path, kafka_flags(user))
-
-    def send(self, value: bytes) -> None:
-        from confluent_kafka import Producer
-
-        from sidecar import client
-
-        p = Producer(self.cluster.admin_conf)
-        client.send_delayed(p, self.target, value, key=b"k", delay="1s", ingress_topic=self.ingress)
-        assert p.flush(30) == 0
-
-    def first_delivered(self) -> bytes | None:
-        from confluent_kafka import Consumer
-
-        c = Consumer({**self.cluster.admin_conf, "group.id": f"check-{self.name}", "auto.offset.reset": "earliest"})
-        c.subscribe([self.target])
-        try:
-            for _ in range(100):
-                m = c.poll(0.3)
-                if m is not None and m.error() is None:
-                    return m.value()
-            return None
-        finally:
-            c.close()
-
-
 def test_acl_revoked_while_running(tmp_path: Path, secure_kafka: SecureCluster, user: dict[str, str]) -> None:
     """Read on the ingress topic revoked while the sidecar runs: /readyz names it and a record
     sent meanwhile waits in Kafka; once the ACL is back it is delivered, without a restart."""
-    d = _Deliveries(tmp_path, secure_kafka, user)
+    d = Deliveries(tmp_path, secure_kafka, user)
     read = [(a, b) for a, b in zip(d.acls, d.bindings, strict=True)
             if a.resource == "topic" and a.name == d.ingress and a.operation == "Read"]
     try:
@@ -198,7 +157,7 @@ def test_credentials_changed_while_running(tmp_path: Path, secure_kafka: SecureC
     back the sidecar logs in again and delivers it, without a restart."""
     from devkafka.secure import add_user
 
-    d = _Deliveries(tmp_path, secure_kafka, user)
+    d = Deliveries(tmp_path, secure_kafka, user)
     try:
         d.run.wait_readyz(60, None)
         add_user(secure_kafka.admin, user["sasl.username"], "changed-" + user["sasl.password"])
