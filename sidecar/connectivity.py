@@ -32,14 +32,13 @@ after a back-off doubling from 1 s to 30 s.
 from __future__ import annotations
 
 import logging
-import socket
-import ssl
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from sidecar import kafka_errors as ke
 from sidecar.kafka_errors import Cause
+from sidecar.tls_check import tls_reason, vague_tls
 
 if TYPE_CHECKING:
     from sidecar.config import Settings
@@ -203,33 +202,6 @@ def _refined(cause: Cause, conf: dict[str, Any]) -> Cause:
         return cause
     why = tls_reason(conf)
     return ke.with_verify_reason(cause, why) if why else cause
-
-
-def vague_tls(cause: Cause) -> bool:
-    """A TLS failure librdkafka named only as ``certificate verify failed`` (read as an unknown
-    CA): :func:`tls_reason` can tell which."""
-    return cause.code == ke.TLS_FAILED and cause.reason in ("", "unknown-ca")
-
-
-def tls_reason(conf: dict[str, Any], timeout_s: float = 2.0) -> str:
-    """OpenSSL's verify message for the first bootstrap server's certificate with the CA file and
-    host name check of ``conf`` (librdkafka's defaults: the system CAs, host names checked), or
-    "" when the handshake succeeds or fails for another reason."""
-    first = str(conf.get("bootstrap.servers", "")).split(",")[0].strip()
-    host, _, port = first.rpartition(":")
-    host = host.strip("[]")
-    if not host or not port.isdigit():
-        return ""
-    ctx = ssl.create_default_context(cafile=conf.get("ssl.ca.location") or None)
-    ctx.check_hostname = str(conf.get("ssl.endpoint.identification.algorithm", "https")).lower() == "https"
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout_s) as sock, \
-                ctx.wrap_socket(sock, server_hostname=host):
-            return ""
-    except ssl.SSLCertVerificationError as e:
-        return str(e.verify_message or e.reason or e)
-    except (OSError, ValueError):
-        return ""
 
 
 def wait_until_usable(

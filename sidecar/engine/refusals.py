@@ -16,7 +16,7 @@ no refusal here (the broker status and the configuration say those). For a refus
 
 A TLS failure librdkafka names only ``certificate verify failed`` (an expired broker certificate
 met at a reconnect reads as an unknown CA) is made precise as at start, by one handshake with
-Python's ``ssl`` (``connectivity.tls_reason``); its answer is kept a few seconds, because the
+Python's ``ssl`` (``tls_check.tls_reason``); its answer is kept a few seconds, because the
 clients report the failure once per connection attempt and the handshake blocks their callback.
 
 The clients keep retrying meanwhile, nothing is committed, and deliveries resume without a restart
@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sidecar import connectivity, kafka_errors, logs
+from sidecar import kafka_errors, logs, tls_check
 from sidecar.config import Settings
 from sidecar.engine.transactions import transactional_id
 from sidecar.kafka_errors import Cause
@@ -52,7 +52,7 @@ class Refusals:
         cause = kafka_errors.classify(err.name(), err.str())
         if cause is None or cause.code in (kafka_errors.UNREACHABLE, kafka_errors.BAD_CONFIG):
             return None
-        if connectivity.vague_tls(cause):
+        if tls_check.vague_tls(cause):
             why = self._verify_message()
             return kafka_errors.with_verify_reason(cause, why) if why else cause
         if cause.code == kafka_errors.NOT_AUTHORIZED:
@@ -66,11 +66,11 @@ class Refusals:
         return cause
 
     def _verify_message(self) -> str:
-        """``connectivity.tls_reason`` for the sidecar's properties, kept a few seconds when it
+        """``tls_check.tls_reason`` for the sidecar's properties, kept a few seconds when it
         named a reason (a broker that is not up yet names none: asked again next time)."""
         asked, why = self._tls_reason
         if not why or time.monotonic() - asked > TLS_REASON_KEPT_S:
-            why = connectivity.tls_reason({"bootstrap.servers": self.s.bootstrap_servers, **self.s.kafka})
+            why = tls_check.tls_reason({"bootstrap.servers": self.s.bootstrap_servers, **self.s.kafka})
             self._tls_reason = (time.monotonic(), why)
         return why
 

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 LAYERS: list[tuple[str, ...]] = [
     ("sidecar._native", "sidecar.contract", "sidecar.durations", "sidecar.config", "sidecar.logs",
-     "sidecar.kafka_logs", "sidecar.kafka_errors", "sidecar.status", "sidecar.runtime"),
+     "sidecar.kafka_logs", "sidecar.kafka_errors", "sidecar.tls_check", "sidecar.status", "sidecar.runtime"),
     ("sidecar.retry",),
     ("sidecar.store", "sidecar.headers", "sidecar.scheduling", "sidecar.recurring"),
     ("sidecar.wheel", "sidecar.levels"),
