@@ -47,6 +47,7 @@ from bench.workload import Bench, log, percentile, value_of, wall_ms
 from sidecar import contract as c
 from sidecar.config import Settings
 from sidecar.engine.loop import INGEST_SLICE, Sidecar, quiet_gc
+from sidecar.engine.stores import store_key
 from sidecar.store.partition import TRIM_INTERVAL_S, PartitionStore
 
 TICK_S = 0.005
@@ -136,7 +137,7 @@ def measure(workdir: Path, scheduler: str, rate: float, seconds: float) -> dict[
                             make_scheduler=sc.make_scheduler, segment_bytes=s.segment_bytes,
                             cancel_horizon_ms=s.cancel_horizon_ms, counters=sc.counters)
         st.open()
-        sc.stores[0] = st
+        sc.stores[store_key(st)] = st
         sc.pub.producer = _Producer()
         sc.kafka.consumer = _Consumer()  # the checkpoint path's offset commits
         n = int(rate * seconds)
@@ -197,7 +198,7 @@ def measure(workdir: Path, scheduler: str, rate: float, seconds: float) -> dict[
         total = time.thread_time() - m0
         wall = time.monotonic() - t0
         late = sorted(sc.pub.state.lateness_batch)
-        sc.durability.await_job(0, commit=False)
+        sc.durability.await_job(store_key(st), commit=False)
         st.close()
         us = 1e6 / n
         return {

@@ -5,7 +5,8 @@ Lowest to highest: built-in defaults < YAML file (``--config FILE``) < environme
 ``KAFKA_BOOTSTRAP_SERVERS`` is honoured as a synonym of ``DELAY_SIDECAR_BOOTSTRAP_SERVERS``.
 
 The YAML file uses the flag names as keys (``ingress-topic: delay.ingress``) plus a ``kafka:``
-mapping of librdkafka properties passed through to every client (TLS, SASL, ...). Environment
+mapping of librdkafka properties passed through to every client (TLS, SASL, ...), and a
+``tenants:`` mapping of teams served by one deployment (``sidecar/tenants.py``). Environment
 variables ``DELAY_SIDECAR_KAFKA_<PROP>`` add librdkafka properties too (``_`` becomes ``.``:
 ``DELAY_SIDECAR_KAFKA_SASL_PASSWORD`` -> ``sasl.password``), so a Kubernetes Secret can feed a
 password without it ever being written into a ConfigMap.
@@ -26,11 +27,14 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from sidecar.durations import format_duration_ms, format_size, parse_duration_list, parse_duration_ms, parse_size
+
+if TYPE_CHECKING:
+    from sidecar.tenants import Tenant, TenantSpec
 
 ENV_PREFIX = "DELAY_SIDECAR_"
 KAFKA_ENV_PREFIX = "DELAY_SIDECAR_KAFKA_"
@@ -316,6 +320,14 @@ class Settings:
     helper_threads: str = "flusher"
     log_level: str = "info"
     kafka: dict[str, str] = field(default_factory=dict)
+    tenant_specs: tuple[TenantSpec, ...] = ()  # the YAML file's ``tenants:`` (empty: one implicit tenant)
+
+    @property
+    def tenants(self) -> tuple[Tenant, ...]:
+        """Every tenant, resolved (``sidecar/tenants.py``)."""
+        from sidecar.tenants import resolve
+
+        return resolve(self)
 
     @property
     def data_path(self) -> Path:
@@ -341,7 +353,7 @@ class Settings:
         return out
 
 
-def _apply(settings: Settings, name: str, raw: Any, source: str) -> None:
+def _apply(settings: Settings, name: str, raw: Any, source: str, given: set[str] | None = None) -> None:
     opt = _BY_NAME.get(name)
     if opt is None:
         raise ConfigError(f"unknown setting {name!r} in {source}")
@@ -350,6 +362,8 @@ def _apply(settings: Settings, name: str, raw: Any, source: str) -> None:
     except ValueError as e:
         raise ConfigError(f"{source}: bad value for {_label(name, source)}: {e}") from None
     setattr(settings, opt.attr, value)
+    if given is not None:
+        given.add(name)
 
 
 def _label(name: str, source: str) -> str:
@@ -373,6 +387,7 @@ def load_settings(
     to raw values; ``None`` values mean "not given"."""
     env = os.environ if environ is None else environ
     s = Settings()
+    given: set[str] = set()  # options a source set (tenants.check refuses some beside ``tenants:``)
     flags = dict(flags or {})
     config_file = config_file or flags.pop("config", None) or env.get(ENV_PREFIX + "CONFIG")
     if config_file:
@@ -391,13 +406,18 @@ def load_settings(
                     raise ConfigError(f"--config: 'kafka' in {path} must be a mapping of librdkafka properties")
                 s.kafka.update({str(k): str(v) for k, v in raw.items()})
                 continue
-            _apply(s, str(key), raw, f"config file {path}")
+            if key == "tenants":
+                from sidecar.tenants import parse_tenants
+
+                s.tenant_specs = parse_tenants(raw, f"config file {path}")
+                continue
+            _apply(s, str(key), raw, f"config file {path}", given)
     if "KAFKA_BOOTSTRAP_SERVERS" in env and env_name("bootstrap-servers") not in env:
-        _apply(s, "bootstrap-servers", env["KAFKA_BOOTSTRAP_SERVERS"], "environment")
+        _apply(s, "bootstrap-servers", env["KAFKA_BOOTSTRAP_SERVERS"], "environment", given)
     for opt in OPTIONS:
         key = env_name(opt.name)
         if key in env:
-            _apply(s, opt.name, env[key], "environment")
+            _apply(s, opt.name, env[key], "environment", given)
     for key, value in env.items():
         if key.startswith(KAFKA_ENV_PREFIX):
             prop = key[len(KAFKA_ENV_PREFIX):].lower().replace("_", ".")
@@ -408,12 +428,12 @@ def load_settings(
         if name == "kafka":
             s.kafka.update(dict(raw))
             continue
-        _apply(s, name, raw, "flags")
-    _check(s)
+        _apply(s, name, raw, "flags", given)
+    _check(s, given)
     return s
 
 
-def _check(s: Settings) -> None:
+def _check(s: Settings, given: set[str] | frozenset[str] = frozenset()) -> None:
     if s.advertised_address is not None:
         host, sep, port = s.advertised_address.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -428,9 +448,10 @@ def _check(s: Settings) -> None:
             f"--transaction-timeout ({format_duration_ms(s.transaction_timeout_ms)}): the broker aborts a "
             "transaction open longer than the timeout"
         )
-    if s.ingress_topic == s.dlq_topic:
+    if not s.tenant_specs and s.ingress_topic == s.dlq_topic:
         raise ConfigError(f"--ingress-topic and --dlq-topic must differ (both {s.ingress_topic!r})")
-    if s.history_topic is not None and s.history_topic in (s.ingress_topic, s.dlq_topic, s.changelog_topic_name):
+    if (not s.tenant_specs and s.history_topic is not None
+            and s.history_topic in (s.ingress_topic, s.dlq_topic, s.changelog_topic_name)):
         raise ConfigError(f"--history-topic {s.history_topic!r} must differ from the ingress, DLQ and changelog topics")
     if s.max_record_bytes + 4096 > s.segment_bytes:
         raise ConfigError(
@@ -442,3 +463,6 @@ def _check(s: Settings) -> None:
             f"--levels: the last level ({format_duration_ms(s.levels_ms[-1])}) exceeds --max-delay "
             f"({format_duration_ms(s.max_delay_ms)})"
         )
+    from sidecar.tenants import check
+
+    check(s, set(given))

@@ -61,6 +61,7 @@ import threading
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import islice
+from typing import Any
 
 import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -358,23 +359,23 @@ class Metrics:
     def set_ready(self, ready: bool) -> None:
         self._ready.set(1 if ready else 0)
 
-    def set_changelog(self, unacked: Mapping[int, int], refused: Mapping[int, int],
-                      restoring: Mapping[int, int]) -> None:
+    def set_changelog(self, unacked: Mapping[Any, int], refused: Mapping[Any, int],
+                      restoring: Mapping[Any, int]) -> None:
         """The changelog's state per partition (owned: unacknowledged and refused writes;
         restoring: records left). Series of partitions no longer here are removed."""
-        now = {str(p) for p in (*unacked, *restoring)}
+        keys = {str(p): p for p in (*unacked, *restoring)}  # label -> key (a number, or <topic>-<n>)
+        now = set(keys)
         for gone in self._cl_partitions - now:
             for g in (self._cl_unacked, self._cl_refused, self._restore_left):
                 with contextlib.suppress(KeyError):
                     g.remove(gone)
         self._cl_partitions = now
-        for p in now:
-            i = int(p)
+        for p, i in keys.items():
             self._cl_unacked.labels(partition=p).set(unacked.get(i, 0))
             self._cl_refused.labels(partition=p).set(refused.get(i, 0))
             self._restore_left.labels(partition=p).set(restoring.get(i, 0))
 
-    def set_standby_lag(self, lag: Mapping[int, int]) -> None:
+    def set_standby_lag(self, lag: Mapping[Any, int]) -> None:
         now = {str(p) for p in lag}
         for gone in self._standby_partitions - now:
             with contextlib.suppress(KeyError):

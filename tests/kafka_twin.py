@@ -187,9 +187,9 @@ class TwinGroupMetadata:
 @dataclass
 class _Member:
     consumer: TwinConsumer
-    owned: set[int] = field(default_factory=set)
-    to_revoke: set[int] = field(default_factory=set)
-    to_assign: set[int] = field(default_factory=set)
+    owned: set[tuple[str, int]] = field(default_factory=set)  # (topic, partition)
+    to_revoke: set[tuple[str, int]] = field(default_factory=set)
+    to_assign: set[tuple[str, int]] = field(default_factory=set)
     member_id: str = ""
 
 
@@ -200,7 +200,7 @@ class TwinCluster:
         self.configs: dict[str, dict[str, str]] = {}
         self.committed: dict[tuple[str, str, int], int] = {}  # (group, topic, partition) -> offset
         self.members: list[_Member] = []
-        self.group_topic = ""
+        self.group_topics: list[str] = []  # the topics the group's members subscribe to
         self.generation = 0  # the group's, moved on by every rebalance
         self._member_ids = itertools.count(1)
         self.down = False  # a broker outage: produce reports fail with a transport error
@@ -325,8 +325,8 @@ class TwinCluster:
         return None
 
     # -- the group ------------------------------------------------------------------------------
-    def join(self, consumer: TwinConsumer, topic: str) -> None:
-        self.group_topic = topic
+    def join(self, consumer: TwinConsumer, topics: list[str]) -> None:
+        self.group_topics = list(topics)
         self.members.append(_Member(consumer, member_id=f"{consumer.group}-member-{next(self._member_ids)}"))
         self._rebalance()
 
@@ -345,13 +345,14 @@ class TwinCluster:
         self.leave(consumer)
 
     def _rebalance(self) -> None:
-        """Round-robin over the members in join order; moves are revoke-then-assign."""
+        """Round-robin over the members in join order, each topic's partitions in turn (so every
+        member gets some of each topic); moves are revoke-then-assign."""
         self.generation += 1
-        n = len(self.topics.get(self.group_topic, []))
-        want: dict[int, set[int]] = {i: set() for i in range(len(self.members))}
-        for p in range(n):
-            if self.members:
-                want[p % len(self.members)].add(p)
+        want: dict[int, set[tuple[str, int]]] = {i: set() for i in range(len(self.members))}
+        for topic in self.group_topics:
+            for p in range(len(self.topics.get(topic, []))):
+                if self.members:
+                    want[p % len(self.members)].add((topic, p))
         for i, m in enumerate(self.members):
             m.to_revoke |= m.owned - want[i]
             m.to_assign = want[i] - m.owned
@@ -359,8 +360,10 @@ class TwinCluster:
     def member(self, consumer: TwinConsumer) -> _Member | None:
         return next((m for m in self.members if m.consumer is consumer), None)
 
-    def owner(self, partition: int) -> TwinConsumer | None:
-        return next((m.consumer for m in self.members if partition in m.owned), None)
+    def owner(self, partition: int, topic: str | None = None) -> TwinConsumer | None:
+        """The member owning ``partition`` of ``topic`` (None: the group's first topic)."""
+        key = (topic or self.group_topics[0], partition)
+        return next((m.consumer for m in self.members if key in m.owned), None)
 
 
 def _readable(m: TwinMessage, read_committed: bool) -> bool:
@@ -390,21 +393,19 @@ class TwinConsumer:
         # assigned partitions whose committed offset a transaction still holds (read_committed
         # asks for stable offsets): no position until it ends
         self.awaiting: set[tuple[str, int]] = set()
-        self.paused: set[int] = set()
+        self.paused: set[tuple[str, int]] = set()
         self.closed = False
-        self.topic = ""
-        self.expelled: set[int] = set()
+        self.expelled: set[tuple[str, int]] = set()
         self.unaware = 0
         self.member_id = ""  # the group's answers as this client last heard them
         self.generation = -1
 
     def subscribe(self, topics: list[str], on_assign: Any, on_revoke: Any, on_lost: Any) -> None:
-        self.topic = topics[0]
         self.callbacks = {"assign": on_assign, "revoke": on_revoke, "lost": on_lost}
-        self.cluster.join(self, self.topic)
+        self.cluster.join(self, topics)
 
-    def _tps(self, parts: set[int]) -> list[TopicPartition]:
-        return [TopicPartition(self.topic, p) for p in sorted(parts)]
+    def _tps(self, parts: set[tuple[str, int]]) -> list[TopicPartition]:
+        return [TopicPartition(t, p) for t, p in sorted(parts)]
 
     def _rebalance(self) -> None:
         if self.unaware:
@@ -435,7 +436,7 @@ class TwinConsumer:
         m = self.cluster.member(self)  # None: assigned by hand (no group), e.g. a restore consumer
         for tp in tps:
             if m is not None:
-                m.owned.add(tp.partition)
+                m.owned.add((tp.topic, tp.partition))
             key = (tp.topic, tp.partition)
             if tp.offset == OFFSET_BEGINNING:
                 start = 0
@@ -454,7 +455,7 @@ class TwinConsumer:
         m = self.cluster.member(self)
         for tp in tps:
             if m is not None:
-                m.owned.discard(tp.partition)
+                m.owned.discard((tp.topic, tp.partition))
             self.positions.pop((tp.topic, tp.partition), None)
             self.awaiting.discard((tp.topic, tp.partition))
 
@@ -514,10 +515,10 @@ class TwinConsumer:
         return [] if m is None else self._tps(m.owned)
 
     def pause(self, tps: list[TopicPartition]) -> None:
-        self.paused |= {tp.partition for tp in tps}
+        self.paused |= {(tp.topic, tp.partition) for tp in tps}
 
     def resume(self, tps: list[TopicPartition]) -> None:
-        self.paused -= {tp.partition for tp in tps}
+        self.paused -= {(tp.topic, tp.partition) for tp in tps}
 
     def consume(self, num_messages: int, timeout: float) -> list[TwinMessage]:
         assert not self.closed, "consume on a closed consumer"
@@ -535,7 +536,7 @@ class TwinConsumer:
         out: list[TwinMessage] = []
         txn_parts = self.cluster.txn_parts
         for (topic, p) in sorted(self.positions):
-            if p in self.paused and topic == self.topic:
+            if (topic, p) in self.paused:
                 continue
             pos = self.positions[(topic, p)]
             log = self.cluster.topics[topic][p]
@@ -573,7 +574,7 @@ class TwinConsumer:
     def commit(self, offsets: list[TopicPartition], asynchronous: bool = True) -> None:
         m = self.cluster.member(self)
         for tp in offsets:
-            if m is None or tp.partition not in m.owned:
+            if m is None or (tp.topic, tp.partition) not in m.owned:
                 self.unaware = 0  # a refused commit tells the client at once
                 raise KafkaException(KafkaError(KafkaError.ILLEGAL_GENERATION, "not the partition's owner"))
             self.cluster.committed[(self.group, tp.topic, tp.partition)] = tp.offset

@@ -1,9 +1,11 @@
 """The changelog: each store's pending state mirrored to a compacted Kafka topic, and restored
 from it when a partition is assigned (Kafka Streams' changelog model, docs/design.md 7.4).
 
-**Topic**: ``<ingress-topic>.changelog`` (``changelog-topic``), ``cleanup.policy=compact``, as many
+**Topic**: one per ingress topic (each tenant's: ``sidecar/tenants.py``),
+``<ingress-topic>.changelog`` (``changelog-topic``), ``cleanup.policy=compact``, as many
 partitions as the ingress topic; ingress partition p's store writes and restores changelog
-partition p. A changelog topic that exists with other settings is refused at start.
+partition p of its topic's changelog (the restorer keys its stores by ``stores.StoreKey``). A
+changelog topic that exists with other settings is refused at start.
 
 **Format (version 1)**: key = the record's ``delay.id``; value = the record's commit-log bytes
 (``store/codec.py``: self-checking, CRC32C, its own format version byte) — everything a new owner
@@ -43,14 +45,17 @@ import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import KafkaException
 
 from sidecar import logs
+from sidecar.engine.stores import StoreKey, store_key, topic_runs
 from sidecar.store.partition import PartitionStore
 
 log = logs.get("sidecar")
+
+_K = TypeVar("_K", int, StoreKey)  # a partition (its key: stores.StoreKey)
 
 _SRC_OFFSET = struct.Struct("<q")  # a record's source (ingress) offset, at byte 32 (store/codec.py)
 _SRC_AT = 32
@@ -135,7 +140,7 @@ class StoreMirror:
                 # (exactly-once)
                 if callback is None:
                     self.produced += 1
-                if self.active and self.kafka.should_warn(f"changelog:{self.partition}"):
+                if self.active and self.kafka.should_warn(f"changelog:{self.topic}:{self.partition}"):
                     log.warning("changelog.write_failed", partition=self.partition, error=str(e),
                                 action="retrying; ingress paused until the changelog accepts writes")
                 self.failed += 1
@@ -158,7 +163,7 @@ class StoreMirror:
             return
         # Not written: send it again (the producer already retried for message.timeout.ms).
         # Ingress pauses while writes fail (the loop reads ``failed``); nothing is committed.
-        if self.failed == 0 or self.kafka.should_warn(f"changelog:{self.partition}"):
+        if self.failed == 0 or self.kafka.should_warn(f"changelog:{self.topic}:{self.partition}"):
             log.warning("changelog.write_failed", partition=self.partition, error=str(err),
                         action="retrying; ingress paused until the changelog accepts writes")
         self.failed += 1
@@ -219,8 +224,8 @@ class _Restoring:
 
 
 def standby_partitions(
-    members: list[tuple[str, set[int]]], me: str, replicas: int, kept: set[int] | frozenset[int] = frozenset(),
-) -> set[int]:
+    members: list[tuple[str, set[_K]]], me: str, replicas: int, kept: set[_K] | frozenset[_K] = frozenset(),
+) -> set[_K]:
     """The partitions this instance keeps warm (Kafka Streams' ``num.standby.replicas``): the
     members in order of their ids form a ring, and each keeps standbys of the partitions the next
     ``replicas`` members own (never its own). Pure: every member computes the same placement from
@@ -234,7 +239,7 @@ def standby_partitions(
         return orphans if replicas > 0 else set()
     i = ids.index(me)
     mine = ring[i][1]
-    out: set[int] = set()
+    out: set[_K] = set()
     for k in range(1, min(replicas, len(ring) - 1) + 1):
         out |= ring[(i + k) % len(ring)][1]
     return (out | orphans) - mine
@@ -247,22 +252,24 @@ class Restorer:
 
     kafka: Any  # KafkaIO: the restore consumer
     clock: Any
-    restoring: dict[int, _Restoring] = field(default_factory=dict)
-    standby: dict[int, _Restoring] = field(default_factory=dict)  # never done: end is ignored
+    restoring: dict[StoreKey, _Restoring] = field(default_factory=dict)
+    standby: dict[StoreKey, _Restoring] = field(default_factory=dict)  # never done: end is ignored
     applied: int = 0  # changelog records applied, all restores together
 
     def begin_standby(self, store: PartitionStore) -> None:
         """Tail the changelog into ``store`` from the offset its checkpoint covers, until told to stop."""
-        low, high = self.kafka.changelog_watermarks(store.partition)
+        key = store_key(store)
+        low, high = self.kafka.changelog_watermarks(key)
         start = store.changelog_offset
         if start is not None and start > high:
             start = None
         r = _Restoring(store, high, low if start is None else max(start, low), time.monotonic())
-        self.standby[store.partition] = r
-        log.info("standby.started", partition=store.partition, from_offset=r.position, end_offset=high)
-        self.kafka.restore_assign(store.partition, None if start is None else max(start, low))
+        self.standby[key] = r
+        log.info("standby.started", partition=store.partition, topic=store.topic, from_offset=r.position,
+                 end_offset=high)
+        self.kafka.restore_assign(key, None if start is None else max(start, low))
 
-    def end_standby(self, partition: int) -> PartitionStore | None:
+    def end_standby(self, partition: StoreKey) -> PartitionStore | None:
         r = self.standby.pop(partition, None)
         if r is None:
             return None
@@ -270,7 +277,7 @@ class Restorer:
         r.store.changelog_offset = max(r.position, r.store.changelog_offset or 0)
         return r.store
 
-    def standby_lag(self) -> dict[int, int]:
+    def standby_lag(self) -> dict[StoreKey, int]:
         """Changelog records a standby has not applied yet, by partition (end as last seen)."""
         return {p: max(0, r.end - r.position) for p, r in self.standby.items()}
 
@@ -286,35 +293,37 @@ class Restorer:
             if len(msgs) < RESTORE_BATCH or time.monotonic() >= deadline:
                 return
 
-    def remaining(self) -> dict[int, int]:
+    def remaining(self) -> dict[StoreKey, int]:
         """Records left to restore, by partition (an estimate: offsets, compaction leaves gaps)."""
         return {p: max(0, r.end - r.position) for p, r in self.restoring.items()}
 
     def begin_many(self, stores: list[PartitionStore]) -> None:
         """``begin`` each store, with the changelog's offsets of all of them asked for at once."""
-        marks = self.kafka.changelog_watermarks_many([s.partition for s in stores]) if stores else {}
+        marks = self.kafka.changelog_watermarks_many([store_key(s) for s in stores]) if stores else {}
         for store in stores:
-            self.begin(store, marks[store.partition])
+            self.begin(store, marks[store_key(store)])
 
     def begin(self, store: PartitionStore, marks: tuple[int, int] | None = None) -> None:
         """Start restoring ``store`` from the offset its checkpoint covers (``marks``: the changelog
         partition's low and high offsets, asked for here if not given)."""
-        low, high = marks if marks is not None else self.kafka.changelog_watermarks(store.partition)
+        key = store_key(store)
+        low, high = marks if marks is not None else self.kafka.changelog_watermarks(key)
         start = store.changelog_offset
         if start is not None and start > high:
             # the changelog is younger than this store's checkpoint (recreated topic): start over
-            log.warning("changelog.store_ahead", partition=store.partition, checkpoint_offset=start, end_offset=high,
+            log.warning("changelog.store_ahead", partition=store.partition, topic=store.topic,
+                        checkpoint_offset=start, end_offset=high,
                         action="restoring the whole changelog into the existing store")
             start = None
         r = _Restoring(store, high, low if start is None else max(start, low), time.monotonic())
-        self.restoring[store.partition] = r
-        log.info("partition.restoring", partition=store.partition, from_offset=r.position, to_offset=high,
-                 records_estimate=max(0, high - r.position))
+        self.restoring[key] = r
+        log.info("partition.restoring", partition=store.partition, topic=store.topic, from_offset=r.position,
+                 to_offset=high, records_estimate=max(0, high - r.position))
         if r.position >= high:
             return
-        self.kafka.restore_assign(store.partition, None if start is None else max(start, low))
+        self.kafka.restore_assign(key, None if start is None else max(start, low))
 
-    def cancel(self, partition: int) -> PartitionStore | None:
+    def cancel(self, partition: StoreKey) -> PartitionStore | None:
         r = self.restoring.pop(partition, None)
         if r is None:
             return None
@@ -322,7 +331,14 @@ class Restorer:
             self.kafka.restore_unassign(partition)
         return r.store
 
-    def _apply(self, msgs: list[Any], now: int) -> list[int]:
+    def _apply(self, msgs: list[Any], now: int) -> list[StoreKey]:
+        """Apply changelog records (of several changelog topics: in runs of one topic, as the C
+        restore run tells partitions apart, not topics)."""
+        if len(self.kafka.changelogs) <= 1:
+            return self._apply_run(msgs, now)
+        return [p for _topic, run in topic_runs(msgs) for p in self._apply_run(run, now)]
+
+    def _apply_run(self, msgs: list[Any], now: int) -> list[StoreKey]:
         """Apply changelog records to the restoring and standby stores; return the partitions
         whose restore just completed. Runs of plain puts go through the store's C fast path
         (``restore_many``), each other record through ``restore_put`` / ``restore_remove``."""
@@ -334,7 +350,7 @@ class Restorer:
                 self.kafka.consume_error(m.error())
                 i += 1
                 continue
-            p = m.partition()
+            p = self.kafka.changelog_key(m)
             r = self.restoring.get(p)
             standby = r is None
             if standby:
@@ -371,7 +387,7 @@ class Restorer:
                 done.append(p)
         return done
 
-    def _past_markers(self) -> list[int]:
+    def _past_markers(self) -> list[StoreKey]:
         """Restores whose consumer has nothing more to return: done if its position reached the
         end. A transactional changelog (exactly-once) ends with a commit marker, an offset no
         record has: the last record's offset + 1 stays below the end."""
@@ -406,7 +422,8 @@ class Restorer:
             r = self.restoring.pop(p)
             r.store.changelog_offset = max(r.end, r.store.changelog_offset or 0)
             seconds = time.monotonic() - r.t0
-            log.info("partition.restored", partition=p, records=r.records, bytes=r.bytes, seconds=round(seconds, 3),
+            log.info("partition.restored", partition=p.partition, topic=p.topic, records=r.records, bytes=r.bytes,
+                     seconds=round(seconds, 3),
                      pending=sum(r.store.pending().values()))
             out.append(r.store)
         return out

@@ -32,6 +32,7 @@ import psutil
 
 from sidecar.config import Settings
 from sidecar.engine.clock import Clock
+from sidecar.engine.stores import StoreKey, Stores, store_key
 from sidecar.runtime.heap import HeapReleaser
 from sidecar.runtime.threads import demote_self
 from sidecar.store import space
@@ -43,7 +44,7 @@ Commit = Callable[[PartitionStore, "int | None", bool], None]
 
 class Durability:
     def __init__(
-        self, settings: Settings, stores: dict[int, PartitionStore], counters: Counters, clock: Clock,
+        self, settings: Settings, stores: Stores, counters: Counters, clock: Clock,
         commit: Commit, flush_changelog: Callable[[PartitionStore], bool] | None = None,
     ) -> None:
         self.s = settings
@@ -54,13 +55,13 @@ class Durability:
         # before a commit outside the jobs: wait for the store's changelog writes (changelog.wait_acked)
         self.flush_changelog = flush_changelog
         # changelog writes a job's commit waits for (StoreMirror.produced at its snapshot)
-        self.needed: dict[int, int] = {}
+        self.needed: dict[StoreKey, int] = {}
         self.fsync = settings.fsync != "none"
         # SCHED_BATCH: a finished sync must not preempt the loop (runtime/threads.py)
         self.flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kds-flush",
                                           initializer=demote_self if settings.helper_threads != "none" else None)
-        # partition -> (store, job, the flusher's future, checkpoint written)
-        self.jobs: dict[int, tuple[PartitionStore, CheckpointJob, Future[None], bool]] = {}
+        # the store's key -> (store, job, the flusher's future, checkpoint written)
+        self.jobs: dict[StoreKey, tuple[PartitionStore, CheckpointJob, Future[None], bool]] = {}
         # A burst leaves its heap high-water mark behind (librdkafka's pre-fetched fetch buffers,
         # freed but pinned in their arena): given back once the burst is over, off the loop thread.
         self.heap = HeapReleaser(executor=self.flusher)
@@ -86,17 +87,18 @@ class Durability:
         """Start a checkpoint job for ``store`` now if it has something new and none runs (the
         loop calls it out of turn for a store that has just restored: a crash before the next
         commit interval then restores from here, not from the old checkpoint again)."""
-        if not store.needs_checkpoint() or store.partition in self.jobs:
+        key = store_key(store)
+        if not store.needs_checkpoint() or key in self.jobs:
             return
         if not self.fsync:
             self.checkpoint_now(store)  # no disk wait: nothing to hand off
         elif store.mirror is not None:
-            self.needed[store.partition] = store.mirror.produced
+            self.needed[key] = store.mirror.produced
             job = store.begin_checkpoint(fsync=True)
-            self.jobs[store.partition] = (store, job, self.flusher.submit(job.syncs.run), False)
+            self.jobs[key] = (store, job, self.flusher.submit(job.syncs.run), False)
         else:
             job = store.begin_checkpoint(fsync=True)
-            self.jobs[store.partition] = (store, job, self.flusher.submit(job.run), True)
+            self.jobs[key] = (store, job, self.flusher.submit(job.run), True)
 
     def reap(self) -> None:
         """Move the checkpoint jobs the flusher completed on: write the checkpoint of a synced one
@@ -114,13 +116,13 @@ class Durability:
         """The durability order with the changelog: every changelog write made before the job's
         snapshot is acknowledged before its checkpoint is written and its offset committed."""
         mirror = store.mirror
-        return mirror is None or mirror.acked >= self.needed.get(store.partition, 0)
+        return mirror is None or mirror.acked >= self.needed.get(store_key(store), 0)
 
     def _flushed(self, store: PartitionStore) -> bool:
         """Wait (bounded) for the store's changelog writes; True without a changelog."""
         return store.mirror is None or self.flush_changelog is None or self.flush_changelog(store)
 
-    def await_job(self, partition: int, commit: bool) -> None:
+    def await_job(self, partition: StoreKey, commit: bool) -> None:
         """Wait for the partition's checkpoint job, if any, and finish it; commit its offset only
         when ``commit`` (not for a partition that is gone, or with a fenced consumer). A job whose
         changelog writes are not acknowledged in time is dropped: no checkpoint, no commit."""
@@ -143,7 +145,7 @@ class Durability:
     def checkpoint_now(self, store: PartitionStore, sync: bool = False) -> None:
         """A checkpoint of ``store`` done here and now (rebalance, shutdown), then its offset commit
         (both only once its changelog writes are acknowledged)."""
-        self.await_job(store.partition, commit=True)
+        self.await_job(store_key(store), commit=True)
         if not self._flushed(store):
             return  # the changelog did not acknowledge in time: the local log replays it next time
         store.checkpoint(fsync=self.fsync)
@@ -152,7 +154,7 @@ class Durability:
     def close_uncommitted(self, store: PartitionStore) -> None:
         """Checkpoint and close a store whose offsets may not be committed (the partition was
         lost, or the consumer is fenced): the checkpoint still saves a restart's replay."""
-        self.await_job(store.partition, commit=False)
+        self.await_job(store_key(store), commit=False)
         if self._flushed(store):
             store.checkpoint(fsync=self.fsync)
         store.close()

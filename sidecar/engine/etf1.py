@@ -52,6 +52,7 @@ log = logs.get("sidecar")
 
 class _Store(Protocol):
     superseded: set[int]
+    topic: str  # its ingress topic: the tombstones' (each tenant's own)
 
 
 def schedule_headers(rec: Record, tail: bytes) -> list[tuple[str, bytes | None]] | None:
@@ -84,7 +85,7 @@ class Tombstones:
     ) -> None:
         self.topic = ingress_topic
         self.errors = errors  # what ``produce`` raises for one record
-        self.tail = tail_of(ingress_topic)
+        self.tails = {ingress_topic: tail_of(ingress_topic)}  # by ingress topic (several: tenants)
         self.on_rejected = on_rejected
         self.written = 0  # produced (their reports may still come)
         self.failed = 0  # refused by the producer or rejected by the broker
@@ -93,26 +94,31 @@ class Tombstones:
         """A tombstone for each schedule in ``batch`` ((ref, record) pairs, delivered or, under
         exactly-once, just produced) that was not replaced meanwhile."""
         superseded = store.superseded
+        topic = store.topic
+        tail = self.tails.get(topic)
+        if tail is None:
+            tail = self.tails[topic] = tail_of(topic)
         for ref, rec in batch:
-            headers = schedule_headers(rec, self.tail)
+            headers = schedule_headers(rec, tail)
             if headers is None or (superseded and ref in superseded):
                 continue
             key = bytes(rec.id)
             try:  # (positional, as Publishing._produce: topic, value, key, partition, callback)
-                producer.produce(self.topic, None, key, rec.src_partition, partial(self._report, key), None, 0, headers)
+                producer.produce(topic, None, key, rec.src_partition, partial(self._report, topic, key), None, 0,
+                                 headers)
             except self.errors as e:  # a full queue: not waited for (the caller is inside a poll)
-                self._failed(key, str(e))
+                self._failed(topic, key, str(e))
                 continue
             self.written += 1
 
-    def _report(self, key: bytes, err: Any, _msg: Any) -> None:
+    def _report(self, topic: str, key: bytes, err: Any, _msg: Any) -> None:
         if err is not None:
-            self._failed(key, err.str())
+            self._failed(topic, key, err.str())
             self.on_rejected(f"etf1 tombstone for {key[:80]!r} failed: {err.str()}")
 
-    def _failed(self, key: bytes, error: str) -> None:
+    def _failed(self, topic: str, key: bytes, error: str) -> None:
         self.failed += 1
         n = self.failed
         if n <= 10 or n & (n - 1) == 0:
-            log.warning("etf1.tombstone_failed", topic=self.topic, id=key[:80].decode("utf-8", "replace"),
+            log.warning("etf1.tombstone_failed", topic=topic, id=key[:80].decode("utf-8", "replace"),
                         error=error, count=n)

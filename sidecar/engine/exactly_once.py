@@ -27,7 +27,7 @@ from sidecar.engine.handover import Handover
 from sidecar.engine.kafka_io import KafkaIO
 from sidecar.engine.page_waits import PageWaits
 from sidecar.engine.publishing import Publishing
-from sidecar.engine.stores import StoreKey, Stores
+from sidecar.engine.stores import StoreKey, Stores, tp_key
 from sidecar.engine.transactions import TransactionFailed, Transactions
 
 log = logs.get("sidecar")
@@ -88,7 +88,7 @@ class ExactlyOnce:
                 self.new_producer(e.reason)
             return e.reason
         for tp in offsets:
-            self.kafka.committed[tp.partition] = tp.offset
+            self.kafka.committed[tp_key(tp)] = tp.offset
         self.pub.poll(0)  # settle what the commit's flush reported
         return ""
 
@@ -107,7 +107,7 @@ class ExactlyOnce:
         handover = self.handover
         self.reset_wanted = ""
         partitions = sorted(set(self.stores) | handover.held())
-        log.error("transaction.aborted", reason=why, partitions=partitions,
+        log.error("transaction.aborted", reason=why, partitions=[str(p) for p in partitions],
                   action="restoring the partitions' committed state from the changelog")
         handover.drop_restoring(list(handover.held()))
         self.page_waits.clear()  # consumed again from the committed offsets (rewind, below)

@@ -24,8 +24,8 @@ Exactly-once (``exactly_once``): a revoke's stores close clean only if the trans
 their last deliveries committed (``revoked``'s ``commit``, from ``exactly_once.py``); otherwise they
 close dirty (``discard``) and their next owner restores the committed state.
 
-Several ingress topics (the tenants issue): the map's key (``stores.StoreKey``) is the only thing
-that changes here; the callbacks then name topic and partition.
+Several ingress topics (``sidecar/tenants.py``): the map's key (``stores.StoreKey``) is the
+ingress topic and partition, as the callbacks name them; a store mirrors to its topic's changelog.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from sidecar.engine.kafka_io import KafkaIO
 from sidecar.engine.opening import StoreOpener
 from sidecar.engine.page_waits import PageWaits
 from sidecar.engine.publishing import Publishing
-from sidecar.engine.stores import StoreKey, Stores, record_key, store_key
+from sidecar.engine.stores import StoreKey, Stores, named, record_key, store_key
 from sidecar.engine.transactions import mark_clean
 from sidecar.store.partition import PartitionStore
 
@@ -102,14 +102,16 @@ class Handover:
                 warm.mirror = self._mirror(warm)
                 warm.history = self.history
                 resume[key] = None
-                log.info("standby.promoted", partition=key, changelog_offset=warm.changelog_offset)
+                log.info("standby.promoted", partition=key.partition, topic=key.topic,
+                         changelog_offset=warm.changelog_offset)
                 restore.append(warm)
                 continue
             store = self.opener.new(key)
             t0 = time.monotonic()
             resume[key] = offset = self.opener.open(store)
             log.info(
-                "partition.recovered", partition=key, resume_offset=offset, pending=store.pending(),
+                "partition.recovered", partition=key.partition, topic=key.topic, resume_offset=offset,
+                pending=store.pending(),
                 truncated_bytes=store.truncated_bytes, dangling=len(getattr(store, "dangling", ())),
                 seconds=round(time.monotonic() - t0, 3), steps=store.open_steps,
             )
@@ -121,14 +123,13 @@ class Handover:
             restore.append(store)
         if self.restorer is not None:
             self.restorer.begin_many(restore)
-        log.info("partitions.assigned", partitions=partitions)
+        log.info("partitions.assigned", partitions=named(partitions))
         self._changed()
         self.space_check(self.all_stores())
         return resume
 
     def _mirror(self, store: PartitionStore) -> StoreMirror:
-        assert self.kafka.changelog_topic is not None
-        return StoreMirror(self.kafka, self.kafka.changelog_topic, store, self.exactly_once)
+        return StoreMirror(self.kafka, self.kafka.changelog_of(store.topic), store, self.exactly_once)
 
     def revoked(self, partitions: list[StoreKey], commit: Callable[[], str] | None = None) -> str:
         """Finish what is in flight, then checkpoint, commit and close each revoked store.
@@ -146,9 +147,9 @@ class Handover:
             else:
                 self.close_clean(store)
         if commit is None:
-            log.info("partitions.revoked", partitions=partitions)
+            log.info("partitions.revoked", partitions=named(partitions))
         else:
-            log.info("partitions.revoked", partitions=partitions, committed=not why)
+            log.info("partitions.revoked", partitions=named(partitions), committed=not why)
         self._changed()
         return why
 
@@ -159,7 +160,7 @@ class Handover:
             store = self.stores.pop(key, None)
             if store is not None:
                 self.discard(store)
-        log.warning("partitions.lost", partitions=partitions)
+        log.warning("partitions.lost", partitions=named(partitions))
         self._changed()
 
     def fenced(self) -> None:
@@ -221,19 +222,20 @@ class Handover:
             if held and end is not None and max(held) > end:
                 # the store names ingress offsets this topic never had (recreated?): skipping
                 # would drop new records, so nothing is skipped (duplicates by id are recognised)
-                log.warning("changelog.ingress_ahead", partition=key, held_until=max(held),
+                log.warning("changelog.ingress_ahead", partition=key.partition, topic=key.topic, held_until=max(held),
                             ingress_end=end, action="consuming from the committed offset without skipping")
             elif held:
                 self.skip[key] = max(held)
             again = self.refetch.pop(key, None)
             if again is not None:
                 # the usual way now: a restoring partition is held at its first record (kafka_io._assign)
-                log.info("ingress.consumed_while_restoring", partition=key, offset=again,
+                log.info("ingress.consumed_while_restoring", partition=key.partition, topic=key.topic, offset=again,
                          action="consuming it again from that offset")
                 try:
                     self.kafka.seek(key, again)
                 except KafkaException as e:  # not expected: it was being fetched
-                    log.error("ingress.seek_failed", partition=key, offset=again, error=str(e))
+                    log.error("ingress.seek_failed", partition=key.partition, topic=key.topic, offset=again,
+                              error=str(e))
             self.kafka.release(key)
         self._changed()
 

@@ -13,8 +13,11 @@ it), restoring (``Handover.consumed_unowned``: consumed again once restored), or
 id-table page (``page_waits.py``: consumed again once the page is in). The records a restore
 already brought in are skipped first (``Handover.skip_restored``).
 
-Several ingress topics (the tenants issue): the store comes from ``stores.record_key`` and the
-topic from the record instead of the one ``ingress-topic``.
+Several ingress topics (``sidecar/tenants.py``): the store comes from ``stores.record_key``
+(topic and partition). The C intake stops at another partition but does not look at the topic,
+so with more than one ingress topic a batch is walked in runs of one topic
+(``stores.topic_runs``): a run never hands the C intake a record of another topic's partition
+of the same number.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from sidecar.engine.clock import Clock
 from sidecar.engine.handover import Handover
 from sidecar.engine.kafka_io import KafkaIO
 from sidecar.engine.page_waits import PageWaits
-from sidecar.engine.stores import StoreKey, Stores, record_key
+from sidecar.engine.stores import StoreKey, Stores, record_key, topic_runs
 from sidecar.store.partition import FAST_INTAKE, PartitionStore
 
 FAST_RETRY = 32  # records left to the reference path after the C intake took none
@@ -43,14 +46,22 @@ class Ingress:
         self.handover = handover
         self.page_waits = page_waits
         self.clock = clock
+        self.several = len(kafka.topics) > 1
 
     def ingest(self, msgs: list[Any]) -> None:
         if self.handover.skip:
             msgs = self.handover.skip_restored(msgs)
+        if not self.several:
+            self._ingest(msgs, self.kafka.topics[0])
+            return
+        for topic, run in topic_runs(msgs):
+            self._ingest(run, topic)
+
+    def _ingest(self, msgs: list[Any], topic: str) -> None:
+        """Records of ``topic`` (and errors) into their stores."""
         now = self.clock.wall_ms()
         stores = self.stores
         waiting = self.page_waits.held
-        topic = self.s.ingress_topic
         last: StoreKey | None = None
         store: PartitionStore | None = None
         i, n = 0, len(msgs)

@@ -5,7 +5,8 @@ The only engine module that imports confluent-kafka. The clients are made by a
 in-memory twin (``tests/kafka_twin.py``) with the same methods, so the loop's run, rebalance,
 outage and shutdown paths run without a broker.
 
-Consumer: one per process, in the ``group-id`` group (static membership with
+Consumer: one per process, subscribed to every tenant's ingress topic (``sidecar/tenants.py``;
+a partition is named by its topic and number: ``stores.StoreKey``), in the ``group-id`` group (static membership with
 ``group-instance-id``), cooperative-sticky assignment, no auto commit (offsets are committed
 only for what the store has made durable: ``durability.py``), ``auto.offset.reset=earliest``.
 Producer: idempotent, ``acks=all``, a short linger (``LINGER_MS``; ``EOS_LINGER_MS`` when it is
@@ -61,6 +62,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from sidecar import kafka_errors, logs
 from sidecar.config import ConfigError, Settings
 from sidecar.engine.refusals import Refusals
+from sidecar.engine.stores import StoreKey, tp_key
 from sidecar.engine.transactions import transactional_id
 from sidecar.kafka_logs import KafkaLog, expected_error
 from sidecar.retry.codes import ALL_BROKERS_DOWN, FATAL, PARTITION_EOF, TOPIC_ALREADY_EXISTS, TRANSPORT
@@ -108,10 +110,10 @@ class ConfluentClients:
 class Events(Protocol):
     """What Kafka I/O tells the loop."""
 
-    def partitions_assigned(self, partitions: list[int]) -> dict[int, int | None]: ...
-    def partitions_revoked(self, partitions: list[int]) -> None: ...
-    def partitions_lost(self, partitions: list[int]) -> None: ...
-    def kept_paused(self) -> set[int]: ...  # assigned partitions that stay paused (restoring, page waits)
+    def partitions_assigned(self, partitions: list[StoreKey]) -> dict[StoreKey, int | None]: ...
+    def partitions_revoked(self, partitions: list[StoreKey]) -> None: ...
+    def partitions_lost(self, partitions: list[StoreKey]) -> None: ...
+    def kept_paused(self) -> set[StoreKey]: ...  # assigned partitions that stay paused (restoring, page waits)
     def broker_status(self, up: bool, source: str) -> None: ...
     def statistics(self, stats_json: str) -> None: ...
 
@@ -174,10 +176,14 @@ class KafkaIO:
         self.paused = False
         self.consumer_fatal = ""  # set by a fatal consume error: the loop replaces the consumer
         self._warned: dict[str, float] = {}
-        self.changelog_topic = settings.changelog_topic_name
-        self._cl = self.changelog_topic or ""  # for the restore consumer's TopicPartitions
+        tenants = settings.tenants
+        self.topics = [t.ingress_topic for t in tenants]  # every tenant's ingress topic, one group
+        # ingress topic -> its changelog topic, and back (the restore consumer reads them all)
+        self.changelogs = {t.ingress_topic: t.changelog_topic for t in tenants if t.changelog_topic is not None}
+        self._ingress_of = {cl: topic for topic, cl in self.changelogs.items()}
+        self._dlqs = {t.dlq_topic for t in tenants}
         self._restore: Any = None  # the changelog restore consumer (no group), made when first needed
-        self.committed: dict[int, int] = {}  # partition -> the last offset committed for it
+        self.committed: dict[StoreKey, int] = {}  # the last offset committed for each partition
         self.advertise = own_address(settings)  # in every commit's metadata: where look-ups reach us
         # seconds spent in the assign and revoke callbacks (opening and restoring stores, handing
         # them over): the loop tells its own work apart from a stopped process (loop.gap)
@@ -250,20 +256,24 @@ class KafkaIO:
         and join the group."""
         admin = self.clients.admin(self._common())
         ensure_topics(
-            admin, {self.s.ingress_topic: self.s.ingress_partitions, self.s.dlq_topic: 1}, self.s.replication_factor,
+            admin, {**dict.fromkeys(self.topics, self.s.ingress_partitions), **dict.fromkeys(self._dlqs, 1)},
+            self.s.replication_factor,
         )
-        if self.changelog_topic is not None:
-            self.ensure_changelog(admin, self.changelog_topic)
+        for ingress, changelog in self.changelogs.items():
+            self.ensure_changelog(admin, changelog, ingress)
         if self.s.history_topic is not None:  # keyed by delay.id: as many partitions as ingress
             ensure_topics(admin, {self.s.history_topic: self.s.ingress_partitions}, self.s.replication_factor)
         self.producer = self.clients.producer(self.producer_conf())
         self.consumer = self._subscribe()
 
-    def ensure_changelog(self, admin: Any, topic: str, timeout: float = 30) -> None:
-        """Create the changelog topic (compacted, one partition per ingress partition), or refuse
-        one that exists with other settings: its records would be deleted (not compacted) or
-        land in partitions no store reads."""
-        n = len(_described(admin, self.s.ingress_topic, timeout).partitions)
+    def changelog_of(self, ingress_topic: str) -> str:
+        return self.changelogs[ingress_topic]
+
+    def ensure_changelog(self, admin: Any, topic: str, ingress: str, timeout: float = 30) -> None:
+        """Create the changelog topic of the ``ingress`` topic (compacted, one partition per ingress
+        partition), or refuse one that exists with other settings: its records would be deleted
+        (not compacted) or land in partitions no store reads."""
+        n = len(_described(admin, ingress, timeout).partitions)
         ensure_topics(admin, {topic: n}, self.s.replication_factor, timeout, {topic: {"cleanup.policy": "compact"}})
         have = len(_described(admin, topic, timeout).partitions)
         fix = (f"use a new changelog topic (--changelog-topic) or recreate {topic!r} as "
@@ -271,7 +281,7 @@ class KafkaIO:
                "while no sidecar runs")
         if have != n:
             raise ConfigError(
-                f"changelog topic {topic!r} has {have} partitions, the ingress topic {self.s.ingress_topic!r} has {n}: "
+                f"changelog topic {topic!r} has {have} partitions, the ingress topic {ingress!r} has {n}: "
                 f"a partition's store would restore from the wrong partition; {fix}"
             )
         res = ConfigResource(ResourceType.TOPIC, topic)
@@ -322,36 +332,44 @@ class KafkaIO:
                     log.info("kafka.asked_again", what=what, error=err.str())
                 time.sleep(0.1)
 
-    def changelog_watermarks(self, partition: int) -> tuple[int, int]:
+    def _cl(self, key: StoreKey, offset: int | None = None) -> TopicPartition:
+        """The changelog partition of the store under ``key``."""
+        if offset is None:
+            return TopicPartition(self.changelogs[key.topic], key.partition)
+        return TopicPartition(self.changelogs[key.topic], key.partition, offset)
+
+    def changelog_key(self, msg: Any) -> StoreKey:
+        """The store a changelog record belongs to."""
+        return StoreKey(self._ingress_of[msg.topic()], msg.partition())
+
+    def changelog_watermarks(self, partition: StoreKey) -> tuple[int, int]:
         """The changelog partition's (low, high) offsets."""
         def ask() -> tuple[int, int]:
-            low, high = self._restorer().get_watermark_offsets(
-                TopicPartition(self._cl, partition), timeout=30, cached=False
-            )
+            low, high = self._restorer().get_watermark_offsets(self._cl(partition), timeout=30, cached=False)
             return int(low), int(high)
 
         result: tuple[int, int] = self._asked_again(ask, "changelog_watermarks")
         return result
 
-    def changelog_watermarks_many(self, partitions: list[int]) -> dict[int, tuple[int, int]]:
+    def changelog_watermarks_many(self, partitions: list[StoreKey]) -> dict[StoreKey, tuple[int, int]]:
         """``changelog_watermarks`` of several partitions in two requests (earliest and latest
         offsets of all of them), not a round trip per partition one after the other: an
         assignment of many partitions waited for each in its callback."""
         if not partitions:
             return {}
-        tps = {p: TopicPartition(self._cl, p) for p in partitions}
+        tps = {p: self._cl(p) for p in partitions}
         admin = self._admin()
         # read_committed, as the restore consumer reads (its isolation.level default)
         kw = {"isolation_level": IsolationLevel.READ_COMMITTED, "request_timeout": 30}
         earliest, latest = OffsetSpec.earliest(), OffsetSpec.latest()  # type: ignore[no-untyped-call]
 
-        def ask() -> dict[int, tuple[int, int]]:
+        def ask() -> dict[StoreKey, tuple[int, int]]:
             lows = admin.list_offsets(dict.fromkeys(tps.values(), earliest), **kw)
             highs = admin.list_offsets(dict.fromkeys(tps.values(), latest), **kw)
             return {p: (int(lows[tp].result().offset), int(highs[tp].result().offset)) for p, tp in tps.items()}
 
         try:
-            result: dict[int, tuple[int, int]] = self._asked_again(ask, "changelog_watermarks", timeout=10)
+            result: dict[StoreKey, tuple[int, int]] = self._asked_again(ask, "changelog_watermarks", timeout=10)
         except KafkaException as e:
             # the admin client's view can lag a broker restart (FENCED_LEADER_EPOCH seen for a
             # while after one): the restore consumer's own query, one partition at a time
@@ -359,19 +377,19 @@ class KafkaIO:
             result = {p: self.changelog_watermarks(p) for p in partitions}
         return result
 
-    def changelog_end(self, partition: int) -> int | None:
+    def changelog_end(self, partition: StoreKey) -> int | None:
         """The changelog partition's end offset as the restore consumer last saw it (no request)."""
         try:
-            _low, high = self._restorer().get_watermark_offsets(TopicPartition(self._cl, partition), cached=True)
+            _low, high = self._restorer().get_watermark_offsets(self._cl(partition), cached=True)
         except KafkaException:
             return None
         return int(high) if high >= 0 else None
 
-    def ingress_end(self, partition: int) -> int | None:
+    def ingress_end(self, partition: StoreKey) -> int | None:
         """The ingress partition's end offset (a request to the broker); None if unknown."""
         try:
             _low, high = self.consumer.get_watermark_offsets(
-                TopicPartition(self.s.ingress_topic, partition), timeout=5, cached=False
+                TopicPartition(partition.topic, partition.partition), timeout=5, cached=False
             )
         except KafkaException:
             return None
@@ -381,11 +399,11 @@ class KafkaIO:
         """A future of the group's members: ``[(group.instance.id or member id, {partitions})]``."""
         admin = self._admin()
         fut = admin.describe_consumer_groups([self.s.group_id], request_timeout=10)[self.s.group_id]
-        topic = self.s.ingress_topic
+        topics = set(self.topics)
 
-        def members(f: Any) -> list[tuple[str, set[int]]]:
+        def members(f: Any) -> list[tuple[str, set[StoreKey]]]:
             return [(m.group_instance_id or m.member_id,
-                     {tp.partition for tp in m.assignment.topic_partitions if tp.topic == topic})
+                     {tp_key(tp) for tp in m.assignment.topic_partitions if tp.topic in topics})
                     for m in f.result().members]
 
         return _Mapped(fut, members)
@@ -395,18 +413,18 @@ class KafkaIO:
             self._admin_client = self.clients.admin(self._common())
         return self._admin_client
 
-    def restore_assign(self, partition: int, offset: int | None) -> None:
+    def restore_assign(self, partition: StoreKey, offset: int | None) -> None:
         at = OFFSET_BEGINNING if offset is None else offset
-        self._restorer().incremental_assign([TopicPartition(self._cl, partition, at)])
+        self._restorer().incremental_assign([self._cl(partition, at)])
 
-    def restore_unassign(self, partition: int) -> None:
-        self._restorer().incremental_unassign([TopicPartition(self._cl, partition)])
+    def restore_unassign(self, partition: StoreKey) -> None:
+        self._restorer().incremental_unassign([self._cl(partition)])
 
-    def restore_positions(self, partitions: list[int]) -> dict[int, int]:
+    def restore_positions(self, partitions: list[StoreKey]) -> dict[StoreKey, int]:
         """The restore consumer's fetch positions (local: no request). Past the last record it
         returned when a transaction marker follows (a transactional changelog: exactly-once)."""
-        tps = self._restorer().position([TopicPartition(self._cl, p) for p in partitions])
-        return {tp.partition: tp.offset for tp in tps if tp.offset >= 0}
+        tps = self._restorer().position([self._cl(p) for p in partitions])
+        return {StoreKey(self._ingress_of[tp.topic], tp.partition): tp.offset for tp in tps if tp.offset >= 0}
 
     def restore_consume(self, n: int, timeout: float) -> list[Message]:
         msgs: list[Message] = self._restorer().consume(num_messages=n, timeout=timeout)
@@ -415,7 +433,7 @@ class KafkaIO:
     def _subscribe(self) -> Any:
         consumer = self.clients.consumer(self.consumer_conf())
         consumer.subscribe(
-            [self.s.ingress_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+            list(self.topics), on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
         )
         return consumer
 
@@ -480,21 +498,21 @@ class KafkaIO:
 
     def resume(self) -> None:
         held = self.events.kept_paused()
-        self.consumer.resume([tp for tp in self.consumer.assignment() if tp.partition not in held])
+        self.consumer.resume([tp for tp in self.consumer.assignment() if tp_key(tp) not in held])
         self.paused = False
 
-    def hold(self, partition: int) -> None:
+    def hold(self, partition: StoreKey) -> None:
         """Pause one assigned partition (its store is restoring) that is being fetched."""
-        self.consumer.pause([TopicPartition(self.s.ingress_topic, partition)])
+        self.consumer.pause([TopicPartition(*partition)])
 
-    def seek(self, partition: int, offset: int) -> None:
+    def seek(self, partition: StoreKey, offset: int) -> None:
         """The next records of ``partition`` are read from ``offset`` (it is being fetched)."""
-        self.consumer.seek(TopicPartition(self.s.ingress_topic, partition, offset))
+        self.consumer.seek(TopicPartition(*partition, offset))
 
-    def release(self, partition: int) -> None:
+    def release(self, partition: StoreKey) -> None:
         """A held (restoring) partition is ready: consume it, unless all of ingress is paused."""
         if not self.paused:
-            self.consumer.resume([TopicPartition(self.s.ingress_topic, partition)])
+            self.consumer.resume([TopicPartition(*partition)])
 
     def commit(self, store: PartitionStore, offset: int | None, sync: bool = False) -> None:
         """Commit ``offset`` as the store's partition's resume point (the checkpoint covers it)."""
@@ -506,10 +524,10 @@ class KafkaIO:
                 offsets=[self._tp(store.topic, store.partition, offset)],
                 asynchronous=not sync,
             )
-            self.committed[store.partition] = offset
+            self.committed[StoreKey(store.topic, store.partition)] = offset
         except KafkaException as e:
             if not (e.args and self.refusals.refused(e.args[0])):  # a missing group ACL: named once a minute
-                log.warning("commit.failed", partition=store.partition, error=str(e))
+                log.warning("commit.failed", partition=store.partition, topic=store.topic, error=str(e))
 
     def offsets_of(self, stores: list[PartitionStore]) -> list[TopicPartition]:
         """The ingress offsets to commit for ``stores`` (with this owner's address), in a
@@ -521,24 +539,24 @@ class KafkaIO:
         refused for a member the group has moved on from (KIP-447)."""
         return self.consumer.consumer_group_metadata()
 
-    def rewind(self, partitions: list[int]) -> None:
+    def rewind(self, partitions: list[StoreKey]) -> None:
         """Consume ``partitions`` again from the group's committed offsets (after an aborted
         transaction: what was consumed since is not committed); the restoring ones stay paused."""
         if not partitions:
             return
-        tps = [TopicPartition(self.s.ingress_topic, p) for p in partitions]
+        tps = [TopicPartition(*p) for p in partitions]
         committed = self._asked_again(lambda: self.consumer.committed(tps, timeout=30), "committed")
         for tp in committed:
             if tp.offset < 0:
                 tp.offset = OFFSET_BEGINNING  # nothing committed yet: auto.offset.reset=earliest
             self.consumer.seek(tp)
             if tp.offset >= 0:
-                self.committed[tp.partition] = tp.offset
+                self.committed[tp_key(tp)] = tp.offset
         held = self.events.kept_paused()
         if self.paused:
             self.consumer.pause(tps)
         elif held:
-            self.consumer.pause([tp for tp in tps if tp.partition in held])
+            self.consumer.pause([tp for tp in tps if tp_key(tp) in held])
 
     def topic_exists(self, topic: str) -> bool | None:
         """Does the cluster have ``topic``, and may this principal write it? (a metadata request,
@@ -577,18 +595,18 @@ class KafkaIO:
             return TopicPartition(topic, partition, offset)
         return TopicPartition(topic, partition, offset, metadata=self.advertise)
 
-    def prove_membership(self, partitions: list[int]) -> bool | None:
+    def prove_membership(self, partitions: list[StoreKey]) -> bool | None:
         """Is this consumer still the group's owner of ``partitions``? A synchronous commit of
         their last committed offsets answers (the coordinator checks the member id and the
         generation, and refuses a fenced or expired member); None when nothing was committed yet
         (no offset to commit again)."""
-        offsets = [self._tp(self.s.ingress_topic, p, self.committed[p]) for p in partitions if p in self.committed]
+        offsets = [self._tp(*p, self.committed[p]) for p in partitions if p in self.committed]
         if not offsets:
             return None
         try:
             self.consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as e:
-            log.warning("group.membership_unproven", error=str(e), partitions=partitions,
+            log.warning("group.membership_unproven", error=str(e), partitions=[str(p) for p in partitions],
                         action="not publishing until the group confirms or moves the partitions")
             return False
         return True
@@ -602,9 +620,9 @@ class KafkaIO:
             self.callback_s += time.monotonic() - t0
 
     def _assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
-        resume = self.events.partitions_assigned([tp.partition for tp in partitions])
+        resume = self.events.partitions_assigned([tp_key(tp) for tp in partitions])
         for tp in partitions:
-            offset = resume.get(tp.partition)
+            offset = resume.get(tp_key(tp))
             tp.offset = offset if offset is not None else OFFSET_INVALID
         consumer.incremental_assign(partitions)
         # Restoring partitions are not paused here. A pause right after the assignment races the
@@ -626,16 +644,16 @@ class KafkaIO:
             self.callback_s += time.monotonic() - t0
 
     def _revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
-        self.events.partitions_revoked([tp.partition for tp in partitions])
+        self.events.partitions_revoked([tp_key(tp) for tp in partitions])
         consumer.incremental_unassign(partitions)
         for tp in partitions:
-            self.committed.pop(tp.partition, None)
+            self.committed.pop(tp_key(tp), None)
 
     def _on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
-        self.events.partitions_lost([tp.partition for tp in partitions])
+        self.events.partitions_lost([tp_key(tp) for tp in partitions])
         consumer.incremental_unassign(partitions)
         for tp in partitions:
-            self.committed.pop(tp.partition, None)
+            self.committed.pop(tp_key(tp), None)
 
     # -- broker health --------------------------------------------------------------------------
     def _on_error(self, err: KafkaError) -> None:

@@ -32,7 +32,7 @@ from typing import Any
 from sidecar.config import Settings
 from sidecar.engine.clock import Clock
 from sidecar.engine.lookup import LOOKUP_WAIT_S, Lookup
-from sidecar.engine.stores import Stores
+from sidecar.engine.stores import StoreKey, Stores, named
 from sidecar.store.listing import (
     MAX_READ_APART,
     Budget,
@@ -65,8 +65,8 @@ class Listing:
         pages: list[list[Entry]] = []
         held_s = waited_s = 0.0
         lookups = self.lookups
-        owned: list[int] | None = None  # the partitions, as they were at the first read
-        restoring: list[int] = []
+        owned: list[StoreKey] | None = None  # the partitions, as they were at the first read
+        restoring: list[StoreKey] = []
         i = 0
         early: Callable[[Budget], list[Candidate]] | None = None  # the next store's read without the lock
         found: list[Candidate] | None = None
@@ -101,7 +101,7 @@ class Listing:
         entries = merge(pages, q.limit)
         doc: dict[str, Any] = {
             "entries": [{**e.as_dict(), "due": iso_ms(e.due_ms)} for e in entries],
-            "owned_partitions": owned, "restoring_partitions": restoring,
+            "owned_partitions": named(owned or []), "restoring_partitions": named(restoring),
             "instance": self.s.group_instance_id, "wait_ms": round(waited_s * 1000, 3),
             "list_ms": round(held_s * 1000, 3),
         }

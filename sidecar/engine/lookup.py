@@ -25,7 +25,7 @@ from typing import Any
 
 from sidecar.config import Settings
 from sidecar.engine.clock import Clock
-from sidecar.engine.stores import StoreKey, Stores
+from sidecar.engine.stores import StoreKey, Stores, named
 from sidecar.store.recent import iso_ms
 
 LOOKUP_WAIT_S = 1.0  # how long a look-up waits for the stores (then 503)
@@ -42,6 +42,7 @@ class Lookup:
         self.stores = stores
         self.clock = clock
         self.held = held  # the partitions still restoring
+        self.topics = sorted({t.ingress_topic for t in settings.tenants})
         self.lock = threading.RLock()
         self._waiting = False
 
@@ -61,21 +62,18 @@ class Lookup:
         self._waiting = False
         return True
 
-    def lookup(self, rid: bytes, partition: StoreKey | None = None) -> tuple[int, dict[str, Any]]:
+    def lookup(self, rid: bytes, partition: int | None = None) -> tuple[int, dict[str, Any]]:
         """(HTTP status, JSON document) for ``rid`` in this instance's stores (``partition``:
-        that one only). Called on an HTTP thread."""
+        that ingress partition only, of every tenant's topic). Called on an HTTP thread."""
         t0 = time.perf_counter()
         if not self.enter():
             return 503, {"error": f"the event loop did not free the stores within {LOOKUP_WAIT_S:g} s (a long "
                                   "turn: a rebalance, a shutdown); try again", "id": _text(rid)}
         t1 = time.perf_counter()
         try:
-            owned = sorted(self.stores)
-            restoring = sorted(self.held())
-            if partition is not None:
-                stores = [self.stores[partition]] if partition in self.stores else []
-            else:
-                stores = list(self.stores.values())
+            owned_keys = sorted(self.stores)
+            restoring_keys = sorted(self.held())
+            stores = [s for k, s in self.stores.items() if partition is None or k.partition == partition]
             found = None
             now = self.clock.wall_ms()
             for store in stores:
@@ -86,15 +84,18 @@ class Lookup:
             self.lock.release()
         t2 = time.perf_counter()
         # where the time went: waiting for the loop to let go of the stores, and the look-up itself
-        base = {"id": _text(rid), "ingress_topic": self.s.ingress_topic, "instance": self.s.group_instance_id,
-                "owned_partitions": owned, "wait_ms": round((t1 - t0) * 1000, 3),
+        owned = {k.partition for k in owned_keys}
+        restoring = {k.partition for k in restoring_keys}
+        base = {"id": _text(rid), "ingress_topic": self.topics[0] if len(self.topics) == 1 else self.topics,
+                "instance": self.s.group_instance_id, "owned_partitions": named(owned_keys),
+                "wait_ms": round((t1 - t0) * 1000, 3),
                 "lookup_ms": round((t2 - t1) * 1000, 3)}
         if found is None:
             if partition is not None and partition in restoring:
                 return 503, {**base, "error": f"partition {partition} is restoring from the changelog; try again"}
             why = ("not pending here, and no outcome remembered" if partition is None or partition in owned
                    else f"partition {partition} is not owned by this instance")
-            return 404, {**base, "state": "unknown", "error": why, "restoring_partitions": restoring}
+            return 404, {**base, "state": "unknown", "error": why, "restoring_partitions": named(restoring_keys)}
         for field in ("due_ms", "at_ms", "enqueued_ms"):
             if field in found:
                 found[field[:-3]] = iso_ms(found[field])

@@ -42,9 +42,11 @@ against an in-memory Kafka twin (``tests/kafka_twin.py``).
 Shutdown (SIGTERM/SIGINT): stop consuming, wait for in-flight deliveries up to the deadline,
 checkpoint, commit, close. Nothing is lost or duplicated by a graceful stop.
 
-Where the next features land: several ingress topics in one group (the tenants issue) widen the
-stores map's key (``stores.StoreKey``), which ``ingress.py`` and ``handover.py`` take from a
-record and from the callbacks; a schedule that re-arms (the recurring issue) is a store outcome
+Several ingress topics in one group (each tenant's: ``sidecar/tenants.py``): the stores map's
+key (``stores.StoreKey``) is the ingress topic and partition, which ``ingress.py`` and
+``handover.py`` take from a record and from the callbacks; each store has its tenant's rules.
+
+Where the next features land: a schedule that re-arms (the recurring issue) is a store outcome
 (the firing's settle stores its next firing), which the loop publishes like any due record.
 """
 
@@ -129,10 +131,12 @@ class Sidecar:
         self.counters = Counters()
         self.metrics = metrics
         self.health = health
-        self.rules = compile_rules(
-            settings.ingress_topic, settings.dlq_topic, settings.levels_ms, settings.max_delay_ms,
-            settings.retry_ladder_ms, settings.max_retries, settings.max_record_bytes, settings.target_allowlist,
-        )
+        # each tenant's rules, by its ingress topic: a store takes its topic's (sidecar/tenants.py)
+        self.tenant_rules = {t.ingress_topic: compile_rules(
+            t.ingress_topic, t.dlq_topic, settings.levels_ms, t.max_delay_ms,
+            settings.retry_ladder_ms, settings.max_retries, settings.max_record_bytes, t.target_allowlist,
+        ) for t in settings.tenants}
+        self.rules = next(iter(self.tenant_rules.values()))  # the first tenant's (the only one without tenants)
         self.stores: Stores = {}  # the owned stores, shared by every part below
         self.make_scheduler = make_scheduler_factory(settings)
         clients = clients if clients is not None else ConfluentClients()
@@ -147,7 +151,7 @@ class Sidecar:
         self.durability = Durability(settings, self.stores, self.counters, self.clock,
                                      self.kafka.commit if self.txn is None else _in_transaction,
                                      lambda store: wait_acked(store, self.pub.poll, self.clock, flush_s))
-        self.restorer = Restorer(self.kafka, self.clock) if settings.changelog_topic_name else None
+        self.restorer = Restorer(self.kafka, self.clock) if self.kafka.changelogs else None
         # the stores' mapped pages faulted in ahead of their appends and dropped after, off the loop
         # (mapped.PageWorker)
         self.pages = page_worker(demote=settings.helper_threads != "none")
@@ -158,7 +162,7 @@ class Sidecar:
         self.turns = TurnWatch()
         self._helpers: HelperThreads | None = None
 
-        opener = StoreOpener(settings, self.rules, self.make_scheduler, self.counters, self.pages, self.history,
+        opener = StoreOpener(settings, self.tenant_rules, self.make_scheduler, self.counters, self.pages, self.history,
                              changelog=self.restorer is not None, exactly_once=self.txn is not None)
         self.page_waits = PageWaits(self.stores, self.kafka, self.clock)
         self.standbys = (Standbys(settings, self.stores, self.kafka, self.restorer, self.durability, opener,
@@ -168,6 +172,7 @@ class Sidecar:
             self.stores, self.counters, self.pub, self.turns, self.backpressure, self.page_waits,
             restorer=self.restorer, standbys=self.standbys, txn=self.txn, history=self.history, metrics=metrics,
             health=health)
+        self.reporting.several_topics = len(self.kafka.topics) > 1
         self.handover = Handover(
             settings, self.stores, self.kafka, self.pub, self.durability, self.restorer, opener, self.page_waits,
             self.clock, history=self.history, exactly_once=self.txn is not None,

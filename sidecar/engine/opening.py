@@ -10,8 +10,8 @@ when opened again was not closed cleanly after a committed transaction and may h
 Kafka never committed, so it is wiped first and restored from the changelog's committed records
 (without a changelog that is refused: nothing else can restore it).
 
-Several ingress topics (the tenants issue): ``new`` takes the store's key, and the topic a store
-is made for comes from it instead of the one ``ingress-topic``.
+Several ingress topics (``sidecar/tenants.py``): ``new`` takes the store's key (topic and
+partition); the store's rules are its topic's tenant's.
 """
 
 from __future__ import annotations
@@ -35,11 +35,11 @@ log = logs.get("sidecar")
 
 class StoreOpener:
     def __init__(
-        self, settings: Settings, rules: Rules, make_scheduler: Callable[[Path, CommitLog], Scheduler],
+        self, settings: Settings, rules: dict[str, Rules], make_scheduler: Callable[[Path, CommitLog], Scheduler],
         counters: Counters, pages: Any, history: Any, *, changelog: bool, exactly_once: bool,
     ) -> None:
         self.s = settings
-        self.rules = rules
+        self.rules = rules  # by ingress topic: each tenant's
         self.make_scheduler = make_scheduler
         self.counters = counters
         self.pages = pages  # mapped.PageWorker: pages faulted in ahead and dropped, off the loop
@@ -51,7 +51,7 @@ class StoreOpener:
         """The store held under ``key``, not opened yet."""
         s = self.s
         store = PartitionStore(
-            s.data_path, s.ingress_topic, key, rules=self.rules, scheduler_name=s.scheduler,
+            s.data_path, key.topic, key.partition, rules=self.rules[key.topic], scheduler_name=s.scheduler,
             make_scheduler=self.make_scheduler, segment_bytes=s.segment_bytes,
             cancel_horizon_ms=s.cancel_horizon_ms, counters=self.counters, durable=s.fsync != "none",
             status_memory=s.status_memory, pages=self.pages,
@@ -67,7 +67,7 @@ class StoreOpener:
                 raise StoreError(
                     f"{store.dir}: this store was used with --delivery exactly-once and not closed cleanly; only "
                     "the changelog's committed records can restore it: run with --changelog on")
-            log.info("store.wiped", partition=store.partition,
+            log.info("store.wiped", partition=store.partition, topic=store.topic,
                      reason="not closed after a committed transaction (exactly-once)")
             wipe(store.dir)
         if self.exactly_once:

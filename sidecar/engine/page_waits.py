@@ -66,7 +66,7 @@ class PageWaits:
             try:
                 self.kafka.seek(key, offset)
             except KafkaException as e:  # not expected: it is assigned and being fetched
-                log.error("ingress.seek_failed", partition=key, offset=offset, error=str(e))
+                log.error("ingress.seek_failed", partition=key.partition, topic=key.topic, offset=offset, error=str(e))
             self.kafka.release(key)
 
     def drop(self, key: StoreKey) -> None:

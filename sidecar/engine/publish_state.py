@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING
 from sidecar.store.codec import NATIVE, native
 
 if TYPE_CHECKING:
-    from sidecar.store.partition import Counters, PartitionStore
+    from sidecar.engine.stores import Stores
+    from sidecar.store.partition import Counters
 
 
 class PublishState:
@@ -49,11 +50,11 @@ class PublishState:
     topic_in_flight: dict[str, int]
     troubled: dict[str, int]
     broker_up: bool
-    stores: dict[int, PartitionStore]
+    stores: Stores
     lateness_batch: list[int]
     counters: Counters
 
-    def __init__(self, stores: dict[int, PartitionStore], counters: Counters) -> None:
+    def __init__(self, stores: Stores, counters: Counters) -> None:
         self.in_flight = 0
         self.topic_in_flight = {}
         self.troubled = {}

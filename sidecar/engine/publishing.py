@@ -64,6 +64,7 @@ from sidecar.config import Settings
 from sidecar.engine.clock import Clock
 from sidecar.engine.etf1 import Tombstones
 from sidecar.engine.publish_state import PublishState
+from sidecar.engine.stores import Stores, store_key
 from sidecar.retry import (
     Backoff,
     ErrorKind,
@@ -108,7 +109,7 @@ RetryEntry = tuple[int, int, int, PartitionStore, Attempts | None]  # (at_ms, se
 
 class Publishing:
     def __init__(
-        self, settings: Settings, counters: Counters, stores: dict[int, PartitionStore], clock: Clock,
+        self, settings: Settings, counters: Counters, stores: Stores, clock: Clock,
         produce_errors: tuple[type[BaseException], ...], on_broker: Callable[[bool, str], None],
     ) -> None:
         self.s = settings
@@ -158,7 +159,7 @@ class Publishing:
         st, max_in_flight = self.state, self.s.max_in_flight
         while self.retries and self.retries[0][0] <= now and st.in_flight < max_in_flight:
             _at, _seq, ref, store, att = heapq.heappop(self.retries)
-            again = store.sched.record(ref) if self.stores.get(store.partition) is store else None
+            again = store.sched.record(ref) if self.stores.get(store_key(store)) is store else None
             if again is None:
                 continue
             if store.superseded and store.drop_superseded(ref, again):
@@ -270,7 +271,7 @@ class Publishing:
         """Produce what waited for room in the producer queue; False if it is still full."""
         while self.backlog and self.state.in_flight < self.s.max_in_flight:
             ref, rec, store, att = self.backlog.popleft()
-            if self.stores.get(store.partition) is not store:
+            if self.stores.get(store_key(store)) is not store:
                 # The partition went away (lost, or a revoke whose drain ran out of time) while its
                 # record waited for room: its new owner restores it from the changelog and delivers
                 # it. Produced here, it would arrive a second time after the handover.
@@ -407,7 +408,7 @@ class Publishing:
             tif[topic] = left
         else:
             del tif[topic]
-        if self.stores.get(store.partition) is not store:
+        if self.stores.get(store_key(store)) is not store:
             return  # the partition was revoked; its new owner delivers from its own checkpoint
         if err is not None and self.exactly_once:
             # the transaction cannot commit with a failed record in it: the loop aborts it and

@@ -57,7 +57,7 @@ class Refusals:
             return kafka_errors.with_verify_reason(cause, why) if why else cause
         if cause.code == kafka_errors.NOT_AUTHORIZED:
             resource = {"GROUP_AUTHORIZATION_FAILED": f"group {self.s.group_id}",
-                        "TOPIC_AUTHORIZATION_FAILED": f"topic {self.s.ingress_topic}",
+                        "TOPIC_AUTHORIZATION_FAILED": f"topic {', '.join(t.ingress_topic for t in self.s.tenants)}",
                         "TRANSACTIONAL_ID_AUTHORIZATION_FAILED":
                             f"transactional id {transactional_id(self.s.group_id, self.s.group_instance_id or '')}",
                         }.get(cause.error, "the cluster")

@@ -10,7 +10,7 @@ is pushed to the health server whenever either changes.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from sidecar import logs
 from sidecar.engine.backpressure import Backpressure
@@ -19,10 +19,12 @@ from sidecar.engine.history import HistoryWriter
 from sidecar.engine.page_waits import PageWaits
 from sidecar.engine.publishing import Publishing
 from sidecar.engine.standbys import Standbys
-from sidecar.engine.stores import Stores
+from sidecar.engine.stores import StoreKey, Stores
 from sidecar.engine.transactions import Transactions
 from sidecar.engine.turns import TurnWatch
 from sidecar.store.partition import Counters
+
+_V = TypeVar("_V")
 
 log = logs.get("sidecar")
 
@@ -41,6 +43,7 @@ class Reporting:
         self.page_waits = page_waits
         self.restorer = restorer
         self.standbys = standbys
+        self.several_topics = False  # several tenants' ingress topics (the loop sets it): how partitions are named
         self.txn = txn
         self.history = history
         self.metrics = metrics
@@ -105,9 +108,16 @@ class Reporting:
             latest_wake_ms=latest_wake_ms, page_waits=self.page_waits.count,
             **({"transactions_committed": self.txn.committed, "transactions_aborted": self.txn.aborted}
                if self.txn is not None else {}),
-            **({"standby_lag": {str(p): n for p, n in self.standbys.lag().items()}}
+            **({"standby_lag": {str(p): n for p, n in self._labelled(self.standbys.lag()).items()}}
                if self.standbys is not None and self.restorer is not None and self.restorer.standby else {}),
         )
+
+    def _labelled(self, by_key: dict[StoreKey, _V]) -> dict[int | str, _V]:
+        """Per-partition values keyed as the ``partition`` label names them: the partition number
+        with one ingress topic (as before tenants), ``<topic>-<n>`` with several."""
+        if not self.several_topics:
+            return {k.partition: v for k, v in by_key.items()}
+        return {str(k): v for k, v in by_key.items()}
 
     def sync_metrics(self) -> None:
         """Push counter deltas since the last sync (the hot path only bumps plain integers)."""
@@ -124,11 +134,11 @@ class Reporting:
         m.publish_retries(k.publish_retries - last.publish_retries)
         m.dead_lettered_by_reason({r: n - last.dlq.get(r, 0) for r, n in k.dlq.items()})
         if self.restorer is not None:
-            mirrors = {p: s.mirror for p, s in self.stores.items() if isinstance(s.mirror, StoreMirror)}
+            mirrors = self._labelled({p: s.mirror for p, s in self.stores.items() if isinstance(s.mirror, StoreMirror)})
             m.set_changelog({p: x.produced - x.acked for p, x in mirrors.items()},
-                            {p: x.failed for p, x in mirrors.items()}, self.restorer.remaining())
+                            {p: x.failed for p, x in mirrors.items()}, self._labelled(self.restorer.remaining()))
             m.restored(self.restorer.applied - self._restored_synced)
-            m.set_standby_lag(self.standbys.lag() if self.standbys is not None else {})
+            m.set_standby_lag(self._labelled(self.standbys.lag()) if self.standbys is not None else {})
             self._restored_synced = self.restorer.applied
         if self.txn is not None:
             t = self.txn

@@ -65,13 +65,13 @@ class Standbys:
         me = self.s.group_instance_id or ""
         want = (standby_partitions(members, me, self.s.standby_replicas, set(restorer.standby))
                 - set(self.stores) - set(restorer.restoring))
-        for partition in set(restorer.standby) - want:
-            store = restorer.end_standby(partition)
+        for key in set(restorer.standby) - want:
+            store = restorer.end_standby(key)
             if store is not None:
                 self.durability.close_uncommitted(store)
-                log.info("standby.stopped", partition=partition)
-        for partition in sorted(want - set(restorer.standby)):
-            store = self.opener.new(partition, standby=True)
+                log.info("standby.stopped", partition=key.partition, topic=key.topic)
+        for key in sorted(want - set(restorer.standby)):
+            store = self.opener.new(key, standby=True)
             self.opener.open(store)
             restorer.begin_standby(store)
 

@@ -20,7 +20,7 @@
  * delivery, a revoked partition, the broker marked down. */
 #include "native.h"
 
-static PyObject *S_early, *S_acked, *S_topic_bytes, *S_partition;
+static PyObject *S_early, *S_acked, *S_topic_bytes, *S_key;
 
 /* ---------------------------------------------------------------------------------------------
  * PublishState: the loop's publish state (its Python twin and the field docs: publish_state.py). */
@@ -30,7 +30,7 @@ typedef struct {
     PyObject *topic_in_flight;         /* dict: target topic -> records in flight (see sync) */
     PyObject *troubled;                /* dict: target topic -> when its last publish failed */
     char broker_up;                    /* bool: no sign of a broker outage since the last success */
-    PyObject *stores;                  /* dict: partition -> its PartitionStore (the assigned ones) */
+    PyObject *stores;                  /* dict: (topic, partition) -> its PartitionStore (the assigned ones) */
     PyObject *lateness_batch;          /* list: lateness (ms) of the deliveries not yet in metrics */
     PyObject *counters;                /* partition.Counters, shared with the stores */
 } PublishStateObject;
@@ -91,7 +91,7 @@ static PyMemberDef PublishState_members[] = {
      "target topic -> records in flight"},
     {"troubled", T_OBJECT_EX, offsetof(PublishStateObject, troubled), 0, "target topic -> when its publish failed"},
     {"broker_up", T_BOOL, offsetof(PublishStateObject, broker_up), 0, "no sign of a broker outage"},
-    {"stores", T_OBJECT_EX, offsetof(PublishStateObject, stores), 0, "partition -> its PartitionStore"},
+    {"stores", T_OBJECT_EX, offsetof(PublishStateObject, stores), 0, "(topic, partition) -> its PartitionStore"},
     {"lateness_batch", T_OBJECT_EX, offsetof(PublishStateObject, lateness_batch), 0,
      "lateness (ms) of the deliveries not yet in the metrics"},
     {"counters", T_OBJECT_EX, offsetof(PublishStateObject, counters), 0, "the Counters the stores share"},
@@ -365,7 +365,8 @@ static PyObject *native_publish_due(PyObject *self, PyObject *const *args, Py_ss
     if (pub_sync(pub) < 0) return NULL;
     PyObject *topic_bytes = PyObject_GetAttr(store, S_topic_bytes);
     if (!topic_bytes) return NULL;
-    PyObject *partition = PyObject_GetAttr(store, S_partition), *refused = NULL;
+    /* the key the stores map holds the store under (store.key: engine/stores.py StoreKey's fields) */
+    PyObject *partition = PyObject_GetAttr(store, S_key), *refused = NULL;
     if (!partition || !PyBytes_Check(topic_bytes)) {
         if (partition) PyErr_SetString(PyExc_TypeError, "store.topic_bytes is not bytes");
         goto fail;
@@ -458,8 +459,8 @@ fail:
 }
 
 int kds_publish_init(PyObject *m) {
-    static const char *names[] = {"early", "acked", "topic_bytes", "partition"};
-    PyObject **slots[] = {&S_early, &S_acked, &S_topic_bytes, &S_partition};
+    static const char *names[] = {"early", "acked", "topic_bytes", "key"};
+    PyObject **slots[] = {&S_early, &S_acked, &S_topic_bytes, &S_key};
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
         if (!(*slots[k] = PyUnicode_InternFromString(names[k]))) return -1;
     PyTypeObject *types[] = {&PublishStateType, &PublisherType, &DeliveryType};

@@ -139,6 +139,9 @@ class PartitionStore:
         self.topic_bytes = topic.encode()
         self.id_prefix = b"%s:%d:" % (self.topic_bytes, partition)  # default delay.id: <topic>:<partition>:<offset>
         self.partition = partition
+        # the key the loop's stores map holds this store under (engine/stores.py ``StoreKey`` is
+        # a tuple of the same fields: equal, same hash); the C delivery report looks it up
+        self.key = (topic, partition)
         # delivered records not yet acked in the scheduler: the loop's delivery callbacks append
         # here and ``settle`` acks them in one batch after each producer poll
         self.acked: list[tuple[int, Record]] = []

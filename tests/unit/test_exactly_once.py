@@ -18,6 +18,7 @@ from sidecar.config import Settings
 from sidecar.engine import kafka_io, transactions
 from sidecar.engine.kafka_io import KafkaIO
 from sidecar.engine.loop import Sidecar
+from sidecar.engine.stores import StoreKey
 from sidecar.engine.transactions import DIRTY
 from tests.kafka_twin import TwinMessage
 from tests.unit.helpers.world import INGRESS, PARTITIONS, TARGET, World, committed
@@ -60,7 +61,7 @@ def test_deliveries_and_offsets_commit_together(tmp_path: Path) -> None:
     for m in w.cluster.records(CHANGELOG, committed_only=True):
         last[m.key() or b""] = m.value()
     assert set(last) == set(w.sent) and all(v is None for v in last.values())
-    assert (sc.stores[0].dir / DIRTY).exists()  # open in exactly-once mode: not clean until closed
+    assert (sc.stores[StoreKey(INGRESS, 0)].dir / DIRTY).exists()  # open in exactly-once mode: not clean until closed
     sc.shutdown()
     assert not (tmp_path / "a" / f"{INGRESS}-0" / DIRTY).exists()
 

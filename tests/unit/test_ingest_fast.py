@@ -28,6 +28,7 @@ from confluent_kafka import KafkaError, Message
 from sidecar import contract as c
 from sidecar.config import Settings
 from sidecar.engine import ingress, loop
+from sidecar.engine.stores import StoreKey, store_key
 from sidecar.levels.scheduler import LevelsScheduler
 from sidecar.store import codec, idgrowth
 from sidecar.store import intake as intake_mod
@@ -131,7 +132,7 @@ def run(root: Path, scheduler: str, seed: int, fast: bool, monkeypatch: pytest.M
                             segment_bytes=8192, cancel_horizon_ms=20_000, counters=sc.counters)
         st.open()
         st.history = Recorder()  # the history events too must be the same on both paths
-        sc.stores[p] = st
+        sc.stores[store_key(st)] = st
     rng = random.Random(seed + 1)
     states = []
     for now, msgs in batches(seed, 40):
@@ -139,7 +140,7 @@ def run(root: Path, scheduler: str, seed: int, fast: bool, monkeypatch: pytest.M
         sc.ingress.ingest(msgs)
         for st in sc.stores.values():
             st.index_step(now)  # the loop's index step: a pass noticed, the next one cut
-        states.append([state(sc.stores[p]) for p in (0, 1)])
+        states.append([state(sc.stores[StoreKey(TOPIC, p)]) for p in (0, 1)])
         for st in sc.stores.values():
             if rng.random() < 0.5:  # hand out and settle what is due: the cursors move
                 st.acked.extend(st.sched.due(now, rng.randint(1, 200)))
@@ -149,7 +150,7 @@ def run(root: Path, scheduler: str, seed: int, fast: bool, monkeypatch: pytest.M
     counters = fields(sc.counters)
     for st in sc.stores.values():
         st.checkpoint(fsync=True)
-    final = [state(sc.stores[p]) for p in (0, 1)]
+    final = [state(sc.stores[StoreKey(TOPIC, p)]) for p in (0, 1)]
     history = [st.history.events for st in sc.stores.values() if isinstance(st.history, Recorder)]
     for st in sc.stores.values():
         st.close()
@@ -212,7 +213,7 @@ def test_a_slot_started_by_the_fast_intake_is_seen_by_the_next_due_time(tmp_path
         return Msg(0, i, (1, T0), b"k", b"v", [(c.TARGET_TOPIC, b"out"), (c.DELAY_MS, str(delay).encode())])
 
     far = T0 + 2 * 3_600_000  # beyond the 1 h ring: a bucket record, no slot
-    sc.stores[0] = st
+    sc.stores[store_key(st)] = st
     sc.ingress.ingest([msg(0, far - T0)])
     assert w.due(T0, 10) == [] and w.next_due_ms() == far  # no slot occupied: the memo says so
     sc.ingress.ingest([msg(1, 5_000)])  # the timer log's first entry: the Python path opens its file
@@ -236,7 +237,7 @@ def test_the_fast_intake_hands_an_unknown_delay_header_back(tmp_path: Path, sche
     plain_h = [(c.TARGET_TOPIC, b"out"), (c.DELAY_MS, b"60000")]
     msgs: list[Any] = [Msg(0, i, (1, T0), b"k", b"v", list(plain_h)) for i in range(5)]
     msgs[2] = Msg(0, 2, (1, T0), b"k", b"v", [*plain_h, ("delay.deliver_at", b"1700000000000")])
-    sc.stores[0] = st
+    sc.stores[store_key(st)] = st
     sc.ingress.ingest(msgs[:1])  # the first one opens the scheduler's files (the reference path does)
     assert st.ingest_many(msgs, 1, T0, TOPIC) == 2  # taken: msgs[1]; handed back: msgs[2]
     assert st.ingest_many(msgs, 2, T0, TOPIC) == 2

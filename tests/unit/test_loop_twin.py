@@ -16,8 +16,9 @@ import pytest
 
 from sidecar import contract as c
 from sidecar.engine.loop import Sidecar
+from sidecar.engine.stores import StoreKey
 from sidecar.store import checkpoint
-from tests.unit.helpers.world import INGRESS, PARTITIONS, World, committed
+from tests.unit.helpers.world import INGRESS, PARTITIONS, World, committed, parts
 
 
 @pytest.mark.parametrize("scheduler", ["wheel", "levels"])
@@ -59,17 +60,17 @@ def test_scale_out_moves_partitions_with_one_owner_at_a_time(tmp_path: Path) -> 
     a = w.sidecar("a")
     w.send(80, lambda i: 300, prefix="early")
     w.run([a], lambda: len(w.delivered()) >= 80)
-    assert set(a.stores) == set(range(PARTITIONS))
+    assert parts(a) == set(range(PARTITIONS))
     b = w.sidecar("b")  # joins: half of the partitions move from a to b, revoked before assigned
     owners_seen: list[tuple[set[int], set[int]]] = []
 
     def owned() -> bool:
-        owners_seen.append((set(a.stores), set(b.stores)))
+        owners_seen.append((parts(a), parts(b)))
         return bool(b.stores) and len(a.stores) == PARTITIONS // 2
 
     w.run([a, b], owned)
     assert all(not (x & y) for x, y in owners_seen), "a partition had two owners"
-    moved = set(b.stores)
+    moved = parts(b)
     # a's checkpoint of the moved partitions was committed before b took them over
     assert all(committed(w)[p] == 20 for p in moved)
     w.send(80, lambda i: 300, prefix="late")
@@ -110,14 +111,14 @@ def test_node_loss_without_revoke_commits_nothing_for_the_lost_partitions(tmp_pa
     w.clock.advance(1000)
     for sc in (a, b):
         sc.turn()  # the checkpoints after the deliveries are committed
-    lost = set(b.stores)
+    lost = parts(b)
     consumer = b.kafka.consumer
     w.cluster.leave(consumer)  # b is gone: no revoke, no commit
     w.run([a], lambda: len(a.stores) == PARTITIONS)
     w.send(40, lambda i: 200, prefix="after")
     w.run([a], lambda: len(w.delivered()) >= 80)
     w.check(set(w.sent))
-    assert all(p in a.stores for p in lost)
+    assert all(StoreKey(INGRESS, p) in a.stores for p in lost)
     a.shutdown()
 
 
@@ -138,7 +139,7 @@ def test_scale_out_hands_pending_records_to_the_new_owner(tmp_path: Path) -> Non
     w.clock.advance(2000)
     b = w.sidecar("b")
     w.run([a, b], lambda: bool(b.stores) and len(a.stores) == PARTITIONS // 2)
-    moved = set(b.stores)
+    moved = parts(b)
     assert pending_total(b) == 100, "b restored the moved partitions' pending records from the changelog"
     assert b.counters.ingested == 0
     end = max(w.sent.values()) + 1000
@@ -336,8 +337,8 @@ def test_standby_replicas_make_a_failover_restore_only_the_tail(tmp_path: Path) 
     w.clock.advance(1500)
     a.turn()
     assert all(f'delay_sidecar_standby_lag_records{{partition="{p}"}} 0.0' in a.metrics.render().decode()
-               for p in b.stores)
-    lost = set(b.stores)
+               for p in parts(b))
+    lost = parts(b)
     applied = a.restorer.applied  # type: ignore[union-attr]
     w.cluster.leave(b.kafka.consumer)  # b dies; its volume too
     b.durability.close()
@@ -345,7 +346,7 @@ def test_standby_replicas_make_a_failover_restore_only_the_tail(tmp_path: Path) 
     assert a.restorer.applied == applied, "the promoted standbys were current: nothing left to restore"
     assert pending_total(a) == 200
     assert a.restorer is not None and not a.restorer.standby
-    assert all(a.stores[p].changelog_offset == 50 for p in lost)
+    assert all(a.stores[StoreKey(INGRESS, p)].changelog_offset == 50 for p in lost)
     end = max(w.sent.values()) + 1000
     w.run([a], lambda: w.clock.now_ms >= end)
     w.check(set(w.sent))

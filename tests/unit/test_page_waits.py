@@ -26,6 +26,7 @@ from confluent_kafka import Message
 
 from sidecar import contract as c
 from sidecar.engine import page_waits as page_waits_mod
+from sidecar.engine.stores import StoreKey
 from sidecar.store.idindex import IdIndex, id_hash
 from sidecar.store.idpages import PageRead
 from sidecar.store.mapped import PageWorker, page_worker
@@ -172,7 +173,7 @@ def _stop_once(monkeypatch: pytest.MonkeyPatch, partition: int, at_offset: int) 
 
 
 def _paused(w: World) -> set[int]:
-    return {p for cons in w.clients.consumers for p in cons.paused}
+    return {p for cons in w.clients.consumers for _topic, p in cons.paused}
 
 
 def test_a_partition_waits_for_its_page_and_then_is_consumed_again_from_the_record(
@@ -181,20 +182,20 @@ def test_a_partition_waits_for_its_page_and_then_is_consumed_again_from_the_reco
     w = World(tmp_path)
     sc = w.sidecar("a", scheduler="levels")
     w.send(200, lambda i: 1000)
-    w.run([sc], lambda: 1 in sc.page_waits.held)
+    w.run([sc], lambda: StoreKey(INGRESS, 1) in sc.page_waits.held)
     assert sc.page_waits.count == 1
     # held: its records from offset 10 are not stored while the page is read; the others go on
-    w.run([sc], lambda: all(sc.stores[p].next_offset == 50 for p in (0, 2, 3)))
+    w.run([sc], lambda: all(sc.stores[StoreKey(INGRESS, p)].next_offset == 50 for p in (0, 2, 3)))
     for _ in range(20):
         sc.turn()
-    assert sc.stores[1].next_offset == 10 and 1 in _paused(w) and 0 not in _paused(w)
+    assert sc.stores[StoreKey(INGRESS, 1)].next_offset == 10 and 1 in _paused(w) and 0 not in _paused(w)
     read.done = True
     end = w.clock.now_ms + 3000
     w.run([sc], lambda: w.clock.now_ms >= end and len(w.delivered()) == 200)
     assert not sc.page_waits.held and 1 not in _paused(w)
     w.check(set(w.sent))  # each once, none early
-    assert sc.stores[1].next_offset == 50
-    counters = sc.stores[0].counters  # the loop's, shared by its stores
+    assert sc.stores[StoreKey(INGRESS, 1)].next_offset == 50
+    counters = sc.stores[StoreKey(INGRESS, 0)].counters  # the loop's, shared by its stores
     assert all(st.counters is counters for st in sc.stores.values())
     assert counters.ingested == 200 and counters.duplicates == 0
     sc.shutdown()
@@ -208,14 +209,14 @@ def test_a_page_read_that_takes_too_long_lets_the_partition_go_on(
     w = World(tmp_path)
     sc = w.sidecar("a", scheduler="levels")
     w.send(100, lambda i: 1000)
-    w.run([sc], lambda: 2 in sc.page_waits.held)
+    w.run([sc], lambda: StoreKey(INGRESS, 2) in sc.page_waits.held)
     since = w.clock.monotonic()
-    w.run([sc], lambda: 2 not in sc.page_waits.held)
+    w.run([sc], lambda: StoreKey(INGRESS, 2) not in sc.page_waits.held)
     assert w.clock.monotonic() - since >= page_waits_mod.PAGE_WAIT_S
     end = w.clock.now_ms + 3000
     w.run([sc], lambda: w.clock.now_ms >= end and len(w.delivered()) == 100)
     w.check(set(w.sent))
-    assert sc.stores[2].next_offset == 100 // PARTITIONS
+    assert sc.stores[StoreKey(INGRESS, 2)].next_offset == 100 // PARTITIONS
     sc.shutdown()
 
 
@@ -302,20 +303,20 @@ def test_a_cancel_waits_for_its_page_with_its_partition_held_and_then_cancels(
     w = World(tmp_path)
     sc = w.sidecar("a", scheduler="levels")
     _send_cancels(w)
-    w.run([sc], lambda: 1 in sc.page_waits.held)
-    w.run([sc], lambda: all(sc.stores[p].next_offset == 60 for p in (0, 2, 3)))
+    w.run([sc], lambda: StoreKey(INGRESS, 1) in sc.page_waits.held)
+    w.run([sc], lambda: all(sc.stores[StoreKey(INGRESS, p)].next_offset == 60 for p in (0, 2, 3)))
     for _ in range(20):
         sc.turn()
     # held at the cancel: neither it nor what follows it on partition 1 is stored meanwhile
-    assert sc.stores[1].next_offset == 50 and 1 in _paused(w) and 0 not in _paused(w)
-    counters = sc.stores[0].counters
+    assert sc.stores[StoreKey(INGRESS, 1)].next_offset == 50 and 1 in _paused(w) and 0 not in _paused(w)
+    counters = sc.stores[StoreKey(INGRESS, 0)].counters
     assert counters.cancelled == 0
     read.done = True
     end = w.clock.now_ms + 8000
     w.run([sc], lambda: w.clock.now_ms >= end and len(w.delivered()) == 238)
     assert not sc.page_waits.held and 1 not in _paused(w) and sc.page_waits.count == 1
     assert counters.cancelled == 2 and counters.ingested == 242 and counters.duplicates == 0
-    assert sc.stores[1].next_offset == 62
+    assert sc.stores[StoreKey(INGRESS, 1)].next_offset == 62
     w.check(set(w.sent))  # the 238 not cancelled, each once, none early; r1 and r5 never
     sc.shutdown()
 
@@ -328,13 +329,13 @@ def test_a_cancel_whose_page_read_takes_too_long_is_taken_in_place(
     w = World(tmp_path)
     sc = w.sidecar("a", scheduler="levels")
     _send_cancels(w)
-    w.run([sc], lambda: 1 in sc.page_waits.held)
+    w.run([sc], lambda: StoreKey(INGRESS, 1) in sc.page_waits.held)
     since = w.clock.monotonic()
-    w.run([sc], lambda: 1 not in sc.page_waits.held)
+    w.run([sc], lambda: StoreKey(INGRESS, 1) not in sc.page_waits.held)
     assert w.clock.monotonic() - since >= page_waits_mod.PAGE_WAIT_S
     end = w.clock.now_ms + 8000
     w.run([sc], lambda: w.clock.now_ms >= end and len(w.delivered()) == 238)
-    counters = sc.stores[0].counters
+    counters = sc.stores[StoreKey(INGRESS, 0)].counters
     assert counters.cancelled == 2 and sc.page_waits.count == 1
     w.check(set(w.sent))
     sc.shutdown()

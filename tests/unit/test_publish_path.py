@@ -21,6 +21,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from sidecar.config import Settings
 from sidecar.engine.loop import Sidecar
+from sidecar.engine.stores import store_key
 from sidecar.store import codec
 from sidecar.store.partition import PartitionStore
 from tests.infra import needs_native
@@ -120,7 +121,7 @@ def make(tmp: Path, scheduler: str, c_path: bool, clock: Clock, monkeypatch: pyt
                         make_scheduler=sc.make_scheduler, segment_bytes=s.segment_bytes,
                         cancel_horizon_ms=s.cancel_horizon_ms, counters=sc.counters)
     st.open()
-    sc.stores[0] = st
+    sc.stores[store_key(st)] = st
     producer = FakeProducer(clock)
     sc.pub.producer = producer
     seen = Observed()
@@ -214,7 +215,7 @@ def scenario(tmp: Path, scheduler: str, c_path: bool, monkeypatch: pytest.Monkey
     clock.now = T0 + 5000
     producer.hold = True
     turn(sc, st, producer, seen, poll=False)
-    del sc.stores[0]
+    del sc.stores[store_key(st)]
     producer.hold = False
     sc.pub.poll(0)
     seen.steps.append(snapshot(sc, st, producer))

@@ -29,6 +29,7 @@ from confluent_kafka import KafkaError, Message
 from sidecar.config import Settings
 from sidecar.engine import loop
 from sidecar.engine.changelog import Restorer, _Restoring
+from sidecar.engine.stores import StoreKey
 from sidecar.levels.scheduler import LevelsScheduler
 from sidecar.store import codec, idgrowth
 from sidecar.store import partition as partition_mod
@@ -52,10 +53,14 @@ class Kafka:
     """What ``Restorer._apply`` calls of KafkaIO."""
 
     def __init__(self) -> None:
-        self.unassigned: list[int] = []
+        self.unassigned: list[StoreKey] = []
         self.errors = 0
+        self.changelogs = {TOPIC: f"{TOPIC}.changelog"}
 
-    def restore_unassign(self, partition: int) -> None:
+    def changelog_key(self, msg: Any) -> StoreKey:
+        return StoreKey(TOPIC, msg.partition())
+
+    def restore_unassign(self, partition: StoreKey) -> None:
         self.unassigned.append(partition)
 
     def consume_error(self, _err: Any) -> None:
@@ -145,8 +150,8 @@ def run(root: Path, scheduler: str, seed: int, fast: bool, monkeypatch: pytest.M
     kafka = Kafka()
     restorer = Restorer(kafka, None)
     data, end = batches(seed, 40, scheduler)
-    restorer.restoring[0] = _Restoring(stores[0], end, 0, time.monotonic())
-    restorer.standby[1] = _Restoring(stores[1], 0, 0, time.monotonic())
+    restorer.restoring[StoreKey(TOPIC, 0)] = _Restoring(stores[0], end, 0, time.monotonic())
+    restorer.standby[StoreKey(TOPIC, 1)] = _Restoring(stores[1], 0, 0, time.monotonic())
     rng = random.Random(seed + 1)
     states = []
     done = []
@@ -154,7 +159,8 @@ def run(root: Path, scheduler: str, seed: int, fast: bool, monkeypatch: pytest.M
         done += restorer._apply(msgs, now)
         for st in stores.values():
             st.index_step(now)  # a pass noticed, the next one cut
-        rs = [(r.end, r.position, r.records, r.bytes) for r in (restorer.restoring[0], restorer.standby[1])]
+        rs = [(r.end, r.position, r.records, r.bytes) for r in (
+            restorer.restoring[StoreKey(TOPIC, 0)], restorer.standby[StoreKey(TOPIC, 1)])]
         states.append(([state(stores[p]) for p in (0, 1)], rs, restorer.applied, kafka.errors))
         for st in stores.values():
             if rng.random() < 0.5:  # hand out and settle what is due: the cursors move
@@ -196,7 +202,7 @@ def test_fast_restore_matches_reference(
     assert merging[0] > 20  # some of them while a pass ran (three tables in use)
     ref_states, ref_final, ref_counters, ref_files, ref_done, ref_unassigned = ref
     fast_states, fast_final, fast_counters, fast_files, fast_done, fast_unassigned = fast
-    assert ref_done == [0] and ref_unassigned == [0]  # partition 0 reached its end once
+    assert ref_done == [(TOPIC, 0)] and ref_unassigned == [(TOPIC, 0)]  # partition 0 reached its end once
     assert (fast_done, fast_unassigned, fast_counters) == (ref_done, ref_unassigned, ref_counters)
     for n, (a, b) in enumerate(zip(fast_states, ref_states, strict=True)):
         assert a == b, f"state after batch {n} differs"

@@ -114,3 +114,8 @@ class World:
 
 def committed(w: World) -> dict[int, int]:
     return {p: off for (g, t, p), off in w.cluster.committed.items() if g == GROUP and t == INGRESS}
+
+
+def parts(sc: Sidecar, topic: str = INGRESS) -> set[int]:
+    """The partitions of ``topic`` whose stores ``sc`` holds."""
+    return {k.partition for k in sc.stores if k.topic == topic}
