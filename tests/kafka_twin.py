@@ -345,14 +345,14 @@ class TwinCluster:
         self.leave(consumer)
 
     def _rebalance(self) -> None:
-        """Round-robin over the members in join order, each topic's partitions in turn (so every
-        member gets some of each topic); moves are revoke-then-assign."""
+        """Round-robin over the members in join order, the topics' partitions one topic after the
+        other; moves are revoke-then-assign."""
         self.generation += 1
         want: dict[int, set[tuple[str, int]]] = {i: set() for i in range(len(self.members))}
-        for topic in self.group_topics:
-            for p in range(len(self.topics.get(topic, []))):
-                if self.members:
-                    want[p % len(self.members)].add((topic, p))
+        every = [(topic, p) for topic in self.group_topics for p in range(len(self.topics.get(topic, [])))]
+        for i, key in enumerate(every):
+            if self.members:
+                want[i % len(self.members)].add(key)
         for i, m in enumerate(self.members):
             m.to_revoke |= m.owned - want[i]
             m.to_assign = want[i] - m.owned

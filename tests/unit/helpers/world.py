@@ -1,6 +1,7 @@
 """The loop's world on virtual time: the in-memory Kafka twin (``tests/kafka_twin.py``), its
-virtual clock, an ingress topic of ``PARTITIONS`` partitions and a one-partition target topic, and
-the real ``Sidecar`` started on it (``World.sidecar``). ``World.run`` turns sidecars until a
+virtual clock, an ingress topic of ``PARTITIONS`` partitions (or one per tenant: ``tenants``, each
+with its own DLQ ``<topic>.dlq``) and a one-partition target topic, and the real ``Sidecar``
+started on it (``World.sidecar``). ``World.run`` turns sidecars until a
 condition holds; ``World.check`` asserts nothing early and nothing twice.
 
 Tests of the loop (tests/unit/test_loop_twin.py and others) build one per test; the fixture that
@@ -20,6 +21,7 @@ from sidecar.config import Settings
 from sidecar.engine.loop import Sidecar
 from sidecar.health import HealthServer
 from sidecar.metrics import Metrics
+from sidecar.tenants import TenantSpec
 from tests.kafka_twin import TwinClients, TwinCluster, TwinMessage, VirtualClock
 
 INGRESS, TARGET, GROUP = "in", "out", "g"
@@ -27,19 +29,25 @@ PARTITIONS = 4
 
 
 class World:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, tenants: tuple[str, ...] = (), partitions: int = PARTITIONS) -> None:
+        """``tenants``: ingress topics, one tenant each (named after it); none: the one ``INGRESS``."""
         self.root = root
         self.clock = VirtualClock()
         self.cluster = TwinCluster(self.clock)
         self.clients = TwinClients(self.cluster)
-        self.cluster.create_topic(INGRESS, PARTITIONS)
+        self.tenants = tenants
+        self.partitions = partitions
+        for topic in tenants or (INGRESS,):
+            self.cluster.create_topic(topic, partitions)
         self.cluster.create_topic(TARGET, 1)
         self.sent: dict[bytes, int] = {}  # id -> requested due time
 
     def sidecar(self, name: str, **extra: Any) -> Sidecar:
+        specs = tuple(TenantSpec(t, t, dlq_topic=f"{t}.dlq") for t in self.tenants)
         s = Settings(
             bootstrap_servers="twin:9092", data_dir=str(self.root / name), ingress_topic=INGRESS, group_id=GROUP,
-            ingress_partitions=PARTITIONS, **{"commit_interval_ms": 200, "helper_threads": "none", **extra},
+            ingress_partitions=self.partitions,
+            **{"commit_interval_ms": 200, "helper_threads": "none", "tenant_specs": specs, **extra},
         )
         metrics = Metrics(ingress_topic=INGRESS, scheduler=s.scheduler)
         health = HealthServer("127.0.0.1", 0, metrics, clock=self.clock.monotonic)
@@ -47,13 +55,15 @@ class World:
         sc.start()
         return sc
 
-    def send(self, n: int, delay_ms: Callable[[int], int], prefix: str = "r") -> None:
+    def send(self, n: int, delay_ms: Callable[[int], int], prefix: str = "r", topic: str = INGRESS,
+             target: str = TARGET) -> None:
         for i in range(n):
             rid = f"{prefix}{i}".encode()
             d = delay_ms(i)
-            self.sent[rid] = self.clock.now_ms + d
-            self.cluster.append(INGRESS, i % PARTITIONS, b"k%d" % i, b"v%d" % i, [
-                (c.TARGET_TOPIC, TARGET.encode()), (c.DELAY_MS, str(d).encode()), (c.ID, rid),
+            if target == TARGET:
+                self.sent[rid] = self.clock.now_ms + d
+            self.cluster.append(topic, i % self.partitions, b"k%d" % i, b"v%d" % i, [
+                (c.TARGET_TOPIC, target.encode()), (c.DELAY_MS, str(d).encode()), (c.ID, rid),
             ])
 
     def delivered(self) -> list[TwinMessage]:
