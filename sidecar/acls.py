@@ -119,23 +119,28 @@ def acls_for(command: str, s: Settings, targets: Iterable[Target] = (), *, creat
             add(TOPIC, t.name, "Write", "deliveries", t.pattern, "each target")
 
     if command == "run":
-        add(TOPIC, s.ingress_topic, "Read", "consume the ingress topic")
+        tenants = s.tenants  # every tenant's topics (sidecar/tenants.py): one group reads them all
+        for ten in tenants:
+            add(TOPIC, ten.ingress_topic, "Read", "consume the ingress topic")
         add(GROUP, s.group_id, "Read", "join the group, commit offsets, describe it")
-        add(TOPIC, s.dlq_topic, "Write", "dead letters")
+        for ten in tenants:
+            add(TOPIC, ten.dlq_topic, "Write", "dead letters")
         write_targets()
-        changelog = s.changelog_topic_name
-        if changelog is not None:
-            on = "changelog: on"
-            add(TOPIC, changelog, "Write", "mirror store changes", when=on)
-            add(TOPIC, changelog, "Read", "restore and standbys", when=on)
-            add(TOPIC, changelog, "DescribeConfigs", "check cleanup.policy=compact", when=on)
+        on = "changelog: on"
+        for ten in tenants:
+            if ten.changelog_topic is not None:
+                add(TOPIC, ten.changelog_topic, "Write", "mirror store changes", when=on)
+                add(TOPIC, ten.changelog_topic, "Read", "restore and standbys", when=on)
+                add(TOPIC, ten.changelog_topic, "DescribeConfigs", "check cleanup.policy=compact", when=on)
+        if s.changelog == "on":
             add(GROUP, restore_group(s.group_id), "Describe", "the changelog reader's group (never joined)", when=on)
         if s.history_topic is not None:
             add(TOPIC, s.history_topic, "Write", "history records", when="history-topic set")
         if s.exactly_once:
             add(TXN, f"{s.group_id}.", "Write", "one transactional id per instance", PREFIXED, "exactly-once")
         if create_topics:
-            for topic in (s.ingress_topic, s.dlq_topic, changelog, s.history_topic):
+            for topic in (*(x for ten in tenants for x in (ten.ingress_topic, ten.dlq_topic, ten.changelog_topic)),
+                          s.history_topic):
                 if topic is not None:
                     add(TOPIC, topic, "Create", "create it when missing", when="--create-topics")
     elif command == "status":

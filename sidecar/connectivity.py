@@ -245,9 +245,10 @@ def run_probe(settings: Settings, timeout_s: float = RUN_PROBE_TIMEOUT_S) -> Cal
     from sidecar.acls import restore_group
 
     conf = {"bootstrap.servers": settings.bootstrap_servers, **settings.kafka}
-    changelog = settings.changelog_topic_name
-    topics = [t for t in (settings.ingress_topic, settings.dlq_topic, changelog, settings.history_topic) if t]
-    restoring = [restore_group(settings.group_id)] if changelog else []
+    changelogs = [t.changelog_topic for t in settings.tenants if t.changelog_topic is not None]
+    every = [x for t in settings.tenants for x in (t.ingress_topic, t.dlq_topic, t.changelog_topic)]
+    topics = list(dict.fromkeys(t for t in (*every, settings.history_topic) if t))
+    restoring = [restore_group(settings.group_id)] if changelogs else []
     txn_id = None
     if settings.exactly_once:
         from sidecar.engine.identity import instance_id
@@ -256,4 +257,4 @@ def run_probe(settings: Settings, timeout_s: float = RUN_PROBE_TIMEOUT_S) -> Cal
         settings.data_path.mkdir(parents=True, exist_ok=True)
         txn_id = transactional_id(settings.group_id, settings.group_instance_id or instance_id(settings.data_path))
     return lambda: probe(conf, timeout_s, topics, settings.group_id, create_missing=True, groups=restoring,
-                         read=[changelog] if changelog else [], transactional_id=txn_id)
+                         read=changelogs, transactional_id=txn_id)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from sidecar.acls import acls_for
 from sidecar.cli import main
 from sidecar.config import ConfigError, load_settings
 from sidecar.tenants import DEFAULT_TENANT, Tenant
@@ -96,3 +97,15 @@ def test_a_bad_tenant_exits_like_any_bad_setting(tmp_path: Path, capsys: pytest.
     assert main(["run", "--config", str(cfg), "--bootstrap-servers", "127.0.0.1:9"]) == 2
     err = capsys.readouterr().err
     assert "tenants.a.max-delivery-rate: per-tenant 'max-delivery-rate' is not supported yet" in err
+
+
+def test_the_run_acls_name_every_tenants_topics(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(TWO)
+    s = load_settings({"delivery": "at-least-once"}, config_file=cfg, environ={})
+    got = {(a.name, a.operation) for a in acls_for("run", s, create_topics=True)}
+    for topic in ("payments.delay", "search.delay"):
+        assert (topic, "Read") in got and (topic, "Create") in got
+    assert {("payments.dlq", "Write"), ("shared.dlq", "Write"), ("payments.delay.changelog", "Write"),
+            ("search.delay.cl", "Read")} <= got
+    assert not any(name.startswith("delay.ingress") for name, _op in got)
