@@ -64,6 +64,7 @@ class Rules:
     retry_ladder: RetryLadder  # consumer retries: delay.retry-count -> delay, or exhausted
     max_record_bytes: int
     target_allowlist: tuple[re.Pattern[str], ...] = ()
+    internal_topics: frozenset[str] = frozenset()  # the sidecar's other topics (every tenant's: sidecar/tenants.py)
     checked_targets: set[str] = field(default_factory=set, init=False, compare=False, repr=False)  # accepted
 
 
@@ -156,7 +157,7 @@ def _check_target(topic: str, rules: Rules) -> None:
 def _check_target_uncached(topic: str, rules: Rules) -> None:
     if not _TOPIC.match(topic):
         raise _Bad(c.BAD_HEADER, f"target topic {topic[:60]!r} is not a legal Kafka topic name")
-    if topic in (rules.ingress_topic, rules.dlq_topic) or topic.startswith("__"):
+    if topic in (rules.ingress_topic, rules.dlq_topic) or topic in rules.internal_topics or topic.startswith("__"):
         raise _Bad(c.TARGET_IS_INTERNAL, f"target topic {topic!r} is internal to Kafka or the sidecar")
     if rules.target_allowlist and not any(p.fullmatch(topic) for p in rules.target_allowlist):
         raise _Bad(c.TARGET_IS_INTERNAL, f"target topic {topic!r} is not in the target allowlist")

@@ -131,11 +131,14 @@ class Sidecar:
         self.counters = Counters()
         self.metrics = metrics
         self.health = health
-        # each tenant's rules, by its ingress topic: a store takes its topic's (sidecar/tenants.py)
+        # each tenant's rules, by its ingress topic: a store takes its topic's (sidecar/tenants.py);
+        # no tenant's record may target any tenant's ingress, DLQ or changelog topic
+        tenants = settings.tenants
+        internal = frozenset(x for t in tenants for x in (t.ingress_topic, t.dlq_topic, t.changelog_topic) if x)
         self.tenant_rules = {t.ingress_topic: compile_rules(
             t.ingress_topic, t.dlq_topic, settings.levels_ms, t.max_delay_ms,
-            settings.retry_ladder_ms, settings.max_retries, settings.max_record_bytes, t.target_allowlist,
-        ) for t in settings.tenants}
+            settings.retry_ladder_ms, settings.max_retries, settings.max_record_bytes, t.target_allowlist, internal,
+        ) for t in tenants}
         self.rules = next(iter(self.tenant_rules.values()))  # the first tenant's (the only one without tenants)
         self.stores: Stores = {}  # the owned stores, shared by every part below
         self.make_scheduler = make_scheduler_factory(settings)
