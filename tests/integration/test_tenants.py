@@ -74,7 +74,7 @@ def test_two_tenants_two_processes_one_group(kafka_bootstrap: str, tmp_path: Pat
         p = producer(kafka_bootstrap)
         for i in range(300):
             topic, rid = (a_in, f"a-{i}") if i % 2 == 0 else (b_in, f"b-{i}")
-            d = 3000 + (i % 30) * 100
+            d = 2500 + (i % 20) * 100
             sent[rid] = int(time.time() * 1000) + d
             p.produce(topic, value=b"v", key=rid.encode(), headers=[
                 ("delay.target-topic", target.encode()), ("delay.ms", str(d).encode()), ("delay.id", rid.encode())])
@@ -83,11 +83,11 @@ def test_two_tenants_two_processes_one_group(kafka_bootstrap: str, tmp_path: Pat
             p.produce(topic, value=b"v", key=rid.encode(), headers=[
                 ("delay.target-topic", dest.encode()), ("delay.ms", "10"), ("delay.id", rid.encode())])
         assert p.flush(30) == 0
-        time.sleep(1.5)
+        time.sleep(1)
         assert m2.terminate() == 0  # scale-in: m1 takes m2's partitions of both tenants, with their pending records
-        got = consume_until(kafka_bootstrap, [target], len(sent), 90, settle_s=3)
-        dead_a = consume_until(kafka_bootstrap, [f"{a_in}.dlq"], 1, 30, settle_s=1)
-        dead_b = consume_until(kafka_bootstrap, [f"{b_in}.dlq"], 1, 30, settle_s=1)
+        got = consume_until(kafka_bootstrap, [target], len(sent), 90, settle_s=2)
+        dead_a = consume_until(kafka_bootstrap, [f"{a_in}.dlq"], 1, 30, settle_s=0.5)
+        dead_b = consume_until(kafka_bootstrap, [f"{b_in}.dlq"], 1, 30, settle_s=0.5)
     finally:
         for sc in members:
             sc.stop_quietly()
