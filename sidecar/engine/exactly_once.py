@@ -27,7 +27,7 @@ from sidecar.engine.handover import Handover
 from sidecar.engine.kafka_io import KafkaIO
 from sidecar.engine.page_waits import PageWaits
 from sidecar.engine.publishing import Publishing
-from sidecar.engine.stores import StoreKey, Stores, tp_key
+from sidecar.engine.stores import StoreKey, Stores, named, tp_key
 from sidecar.engine.transactions import TransactionFailed, Transactions
 
 log = logs.get("sidecar")
@@ -107,7 +107,7 @@ class ExactlyOnce:
         handover = self.handover
         self.reset_wanted = ""
         partitions = sorted(set(self.stores) | handover.held())
-        log.error("transaction.aborted", reason=why, partitions=[str(p) for p in partitions],
+        log.error("transaction.aborted", reason=why, partitions=named(partitions),
                   action="restoring the partitions' committed state from the changelog")
         handover.drop_restoring(list(handover.held()))
         self.page_waits.clear()  # consumed again from the committed offsets (rewind, below)

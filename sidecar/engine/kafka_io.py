@@ -6,9 +6,10 @@ in-memory twin (``tests/kafka_twin.py``) with the same methods, so the loop's ru
 outage and shutdown paths run without a broker.
 
 Consumer: one per process, subscribed to every tenant's ingress topic (``sidecar/tenants.py``;
-a partition is named by its topic and number: ``stores.StoreKey``), in the ``group-id`` group (static membership with
-``group-instance-id``), cooperative-sticky assignment, no auto commit (offsets are committed
-only for what the store has made durable: ``durability.py``), ``auto.offset.reset=earliest``.
+a partition is named by its topic and number: ``stores.StoreKey``), in the ``group-id`` group
+(static membership with ``group-instance-id``), cooperative-sticky assignment, no auto commit
+(offsets are committed only for what the store has made durable: ``durability.py``),
+``auto.offset.reset=earliest``.
 Producer: idempotent, ``acks=all``, a short linger (``LINGER_MS``; ``EOS_LINGER_MS`` when it is
 transactional: see ``producer_conf``). Both get the ``kafka:`` properties of the
 settings last, so an operator's TLS/SASL/tuning always wins.
@@ -62,7 +63,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from sidecar import kafka_errors, logs
 from sidecar.config import ConfigError, Settings
 from sidecar.engine.refusals import Refusals
-from sidecar.engine.stores import StoreKey, tp_key
+from sidecar.engine.stores import StoreKey, named, tp_key
 from sidecar.engine.transactions import transactional_id
 from sidecar.kafka_logs import KafkaLog, expected_error
 from sidecar.retry.codes import ALL_BROKERS_DOWN, FATAL, PARTITION_EOF, TOPIC_ALREADY_EXISTS, TRANSPORT
@@ -606,7 +607,7 @@ class KafkaIO:
         try:
             self.consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as e:
-            log.warning("group.membership_unproven", error=str(e), partitions=[str(p) for p in partitions],
+            log.warning("group.membership_unproven", error=str(e), partitions=named(partitions),
                         action="not publishing until the group confirms or moves the partitions")
             return False
         return True
