@@ -84,11 +84,11 @@ from bench.workload import (
 
 PARTITIONS = 6
 RATE = {"small": 1_000.0, "full": 10_000.0}
-DWELL_S = {"small": 1.5, "full": 30.0}
+DWELL_S = {"small": 0.5, "full": 30.0}
 SESSION_MS = {"small": 6_000, "full": 10_000}  # 6 s: the broker's group.min.session.timeout.ms
 CRASHES = {"small": 4, "full": 10}
 CRASH_EVERY_S = 2.0
-LEAD_S = {"small": 3.0, "full": 15.0}
+LEAD_S = {"small": 2.0, "full": 15.0}
 LEVEL_DELAYS = (1_000, 5_000)
 WHEEL_DELAYS = (1_000, 5_000)
 COMMIT_INTERVAL_MS = 1_000  # the sidecar's default commit-interval

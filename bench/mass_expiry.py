@@ -43,7 +43,7 @@ BACKGROUND_DELAY_MS = 1_800_000
 
 def params(bench: Bench) -> tuple[int, int, float]:
     """(records, delay ms, background ingest rate)."""
-    return (1_000_000, 240_000, 2_000.0) if bench.full else (50_000, 30_000, 1_000.0)
+    return (1_000_000, 240_000, 2_000.0) if bench.full else (10_000, 10_000, 1_000.0)
 
 
 def _stats_ms(ev: dict[str, Any]) -> int:

@@ -18,10 +18,14 @@ from typing import Any
 import pytest
 
 from bench.report import walk_figures
+from sidecar import cli
 from tests.infra import needs
 
 pytestmark = pytest.mark.integration
 
+# Both schedulers named: without --schedulers the bench first starts a probe sidecar to see whether
+# the wheel runs (test_bench_mass_expiry checks that detection once)
+BOTH = ["--schedulers", "levels,wheel"]
 MACHINE_KEYS = {"cpu_count", "cpu_model", "memory_bytes", "python", "confluent_kafka", "librdkafka", "git_commit"}
 
 
@@ -81,7 +85,7 @@ def test_bench_throughput_and_lateness(kafka_bootstrap: str, tmp_path: Path) -> 
     on) under ``exactly_once``, each with its own goal. Exactly-once lateness is what a
     read_committed consumer sees, so never before the record's own timestamp."""
     out = tmp_path / "bench.json"
-    report = _bench(["throughput,lateness", "--bootstrap-servers", kafka_bootstrap], out, timeout_s=600)
+    report = _bench(["throughput,lateness", "--bootstrap-servers", kafka_bootstrap, *BOTH], out, timeout_s=600)
     _check_shape(report, ["throughput", "lateness"])
     assert report["settings"]["changelog_modes"] == ["on", "off"]
     assert report["settings"]["delivery_modes"] == ["at-least-once", "exactly-once"]
@@ -127,7 +131,7 @@ def test_bench_failover(kafka_bootstrap: str, tmp_path: Path) -> None:
     delivered (lost, early == 0 via _check_shape), each membership change gets its handover time,
     and the crash loop's instance keeps the id it made in its data directory."""
     out = tmp_path / "bench.json"
-    report = _bench(["failover", "--bootstrap-servers", kafka_bootstrap], out, timeout_s=600)
+    report = _bench(["failover", "--bootstrap-servers", kafka_bootstrap, *BOTH], out, timeout_s=600)
     _check_shape(report, ["failover"])
     sc = report["scenarios"]["failover"]
     changes = ["start_1", "scale_out_1_2", "scale_out_2_3", "scale_in_3_1", "rejoin_1_2", "node_loss_2_1",
@@ -155,7 +159,7 @@ def test_bench_exactly_once(tmp_path: Path) -> None:
     reading read_committed, agrees. Its own broker: the scenario restarts it."""
     out = tmp_path / "bench.json"
     work = tmp_path / "work"
-    report = _bench(["exactly-once", "--workdir", str(work)], out, timeout_s=900)
+    report = _bench(["exactly-once", "--workdir", str(work), *BOTH], out, timeout_s=900)
     _check_shape(report, ["exactly-once"])
     sc = report["scenarios"]["exactly-once"]
     assert sc["settings"]["broker_restart"] is True
@@ -179,7 +183,7 @@ def test_bench_restore(kafka_bootstrap: str, tmp_path: Path) -> None:
     (lost == 0 via _check_shape), and the sidecar then delivers on time; a second one keeping a
     standby takes over when the first is killed and delivers on time too."""
     out = tmp_path / "bench.json"
-    report = _bench(["restore", "--bootstrap-servers", kafka_bootstrap], out, timeout_s=420)
+    report = _bench(["restore", "--bootstrap-servers", kafka_bootstrap, *BOTH], out, timeout_s=420)
     _check_shape(report, ["restore"])
     sc = report["scenarios"]["restore"]
     n = sc["settings"]["pending"]
@@ -197,10 +201,13 @@ def test_bench_restore(kafka_bootstrap: str, tmp_path: Path) -> None:
 
 def test_bench_mass_expiry(kafka_bootstrap: str, tmp_path: Path) -> None:
     """Every record of the one due millisecond is drained, none early, each scheduler's ratio taken
-    against a passthrough of the same records measured right after its own drain."""
+    against a passthrough of the same records measured right after its own drain. Without
+    ``--schedulers`` (the one test that leaves it out): the bench finds out that the wheel runs."""
     out = tmp_path / "bench.json"
     report = _bench(["mass-expiry", "--bootstrap-servers", kafka_bootstrap], out, timeout_s=420)
     _check_shape(report, ["mass-expiry"])
+    assert report["settings"]["wheel_detected"] is True
+    assert report["settings"]["schedulers"] == ["levels", "wheel"]
     sc = report["scenarios"]["mass-expiry"]
     n = sc["settings"]["records"]
     for sched in report["settings"]["schedulers"]:
@@ -315,44 +322,45 @@ def test_bench_scale(tmp_path: Path) -> None:
         assert res["restart_recovery_s"]["value"] == round(sum(r["seconds"] for r in by.values()), 3)
 
 
-def test_bench_rejects_bad_scale_pending(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "sidecar", "bench", "scale", "--scale-pending", "lots",
-                           "--json", str(tmp_path / "x.json")], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2
-    assert "'lots': give a positive count such as 2500000, 500k or 20M" in proc.stderr
+def _rejected(capsys: pytest.CaptureFixture[str], tmp_path: Path, *argv: str) -> str:
+    """``delay-sidecar bench ARGV`` run in this process (the same parser and exit path as the
+    command, without an interpreter start per case): it exits 2; returns what it wrote to stderr."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["bench", *argv, "--json", str(tmp_path / "x.json")])
+    assert exited.value.code == 2
+    return capsys.readouterr().err
 
 
-def test_bench_rejects_bad_changelog_mode(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "sidecar", "bench", "throughput", "--changelog", "on,maybe",
-                           "--json", str(tmp_path / "x.json")], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2
-    assert "--changelog 'on,maybe': give on, off or on,off" in proc.stderr
+def test_bench_rejects_bad_scale_pending(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    err = _rejected(capsys, tmp_path, "scale", "--scale-pending", "lots")
+    assert "'lots': give a positive count such as 2500000, 500k or 20M" in err
 
 
-def test_bench_rejects_bad_delivery_mode(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "sidecar", "bench", "throughput", "--delivery", "exactly-twice",
-                           "--json", str(tmp_path / "x.json")], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2
-    assert "--delivery 'exactly-twice': give at-least-once, exactly-once or both" in proc.stderr
+def test_bench_rejects_bad_changelog_mode(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    err = _rejected(capsys, tmp_path, "throughput", "--changelog", "on,maybe")
+    assert "--changelog 'on,maybe': give on, off or on,off" in err
+
+
+def test_bench_rejects_bad_delivery_mode(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    err = _rejected(capsys, tmp_path, "throughput", "--delivery", "exactly-twice")
+    assert "--delivery 'exactly-twice': give at-least-once, exactly-once or both" in err
 
 
 @pytest.mark.parametrize("value", ["100", "10s", "soon"])
-def test_bench_rejects_bad_transaction_interval(tmp_path: Path, value: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "sidecar", "bench", "lateness", "--transaction-interval", value,
-                           "--json", str(tmp_path / "x.json")], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2
-    assert f"--transaction-interval: {value!r}" in proc.stderr, proc.stderr
+def test_bench_rejects_bad_transaction_interval(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                value: str) -> None:
+    err = _rejected(capsys, tmp_path, "lateness", "--transaction-interval", value)
+    assert f"--transaction-interval: {value!r}" in err, err
 
 
 @pytest.mark.parametrize("value", ["0", "fast", "-5"])
-def test_bench_rejects_bad_lateness_rate(tmp_path: Path, value: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "sidecar", "bench", "lateness", f"--lateness-rate={value}",
-                           "--json", str(tmp_path / "x.json")], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2
-    assert f"--lateness-rate: {value!r}: give a positive count" in proc.stderr, proc.stderr
+def test_bench_rejects_bad_lateness_rate(capsys: pytest.CaptureFixture[str], tmp_path: Path, value: str) -> None:
+    err = _rejected(capsys, tmp_path, "lateness", f"--lateness-rate={value}")
+    assert f"--lateness-rate: {value!r}: give a positive count" in err, err
 
 
 def test_bench_rejects_unknown_scenario(tmp_path: Path) -> None:
+    """The one rejection run as its own process: ``python -m sidecar bench`` exits 2 with the error."""
     proc = subprocess.run([sys.executable, "-m", "sidecar", "bench", "nope", "--json", str(tmp_path / "x.json")],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2

@@ -5,6 +5,7 @@ unique ``delay.id``s to a 3-partition ingress topic while the main thread SIGKIL
 at random moments (0.5-2.5 s apart) and restarts it each time. Small segments (256 KiB) make the
 commit log roll and reclaim many times in between, and a 100 ms commit interval makes
 checkpoints frequent. After the last restart every sent record must be delivered, none early.
+The default run sends 3 000 records through 6 kills; ``pytest -m soak`` sends 6 000 through 12.
 
 Duplicates are allowed only for records in flight at a kill: a record appended after the last
 checkpoint (replayed on restart) or produced whose delivery report had not been handled yet. Both
@@ -33,11 +34,15 @@ from tests.integration.harness import SidecarProcess, consume_until, create_topi
 
 pytestmark = pytest.mark.integration
 
-RECORDS = 6000
-KILLS = 12
 RATE_PER_S = 300
 COMMIT_INTERVAL_MS = 100
 IN_FLIGHT_WINDOW_MS = 2000
+
+
+@pytest.fixture(params=[(3000, 6), pytest.param((6000, 12), marks=pytest.mark.soak)], ids=["6-kills", "12-kills"])
+def load(request: pytest.FixtureRequest) -> tuple[int, int]:
+    """(records, SIGKILLs): 6 kills over 10 s of load by default; twice both under ``pytest -m soak``."""
+    return request.param  # type: ignore[no-any-return]
 
 
 @pytest.fixture(params=["levels", "wheel"])
@@ -65,8 +70,9 @@ def _recoveries(sc: SidecarProcess, runs: int) -> list[dict[str, object]]:
 
 
 def test_sigkill_under_load_loses_nothing_never_early(
-    sidecar: SidecarProcess, kafka_bootstrap: str, unique: str
+    sidecar: SidecarProcess, kafka_bootstrap: str, unique: str, load: tuple[int, int]
 ) -> None:
+    records, kills = load
     target = f"crash-target-{unique}"
     create_topics(kafka_bootstrap, [sidecar.ingress], partitions=3)
     create_topics(kafka_bootstrap, [target], partitions=3)
@@ -79,7 +85,7 @@ def test_sigkill_under_load_loses_nothing_never_early(
     def produce_all() -> None:
         p = producer(kafka_bootstrap)
         t0 = time.monotonic()
-        for i in range(RECORDS):
+        for i in range(records):
             rid = f"crash-{unique}-{i}".encode()
             delay = rng.randint(0, 3000)
             p.produce(
@@ -99,7 +105,7 @@ def test_sigkill_under_load_loses_nothing_never_early(
     t = threading.Thread(target=produce_all, daemon=True)
     t.start()
     kill_ms: list[int] = []
-    for _ in range(KILLS):
+    for _ in range(kills):
         time.sleep(rng.uniform(0.5, 2.5))
         kill_ms.append(time.time_ns() // 1_000_000)
         sidecar.kill()
@@ -107,7 +113,7 @@ def test_sigkill_under_load_loses_nothing_never_early(
     t.join(120)
     assert done.is_set() and not produce_errors, produce_errors[:3]
 
-    got = consume_until(kafka_bootstrap, [target], want=RECORDS, timeout_s=90, settle_s=3)
+    got = consume_until(kafka_bootstrap, [target], want=records, timeout_s=90, settle_s=3)
     assert sidecar.proc is not None and sidecar.proc.poll() is None, sidecar.log_text()[-3000:]
     copies = Counter(r.headers["delay.id"] for r in got)
     missing = set(sent) - set(copies)
@@ -135,7 +141,7 @@ def test_sigkill_under_load_loses_nothing_never_early(
     seconds = [float(r["seconds"]) for r in recs]  # type: ignore[arg-type]
     truncated = sum(int(r.get("truncated_bytes") or 0) for r in recs)  # type: ignore[call-overload]
     print(
-        f"\ncrash test: {RECORDS} records, {len(kill_ms)} SIGKILLs, {len(got)} deliveries, "
+        f"\ncrash test: {records} records, {len(kill_ms)} SIGKILLs, {len(got)} deliveries, "
         f"{len(dup_ids)} duplicated ids ({extra_copies} extra copies, "
         f"{extra_copies / len(kill_ms):.1f} per kill, first copies at most {max(gaps, default=0)} ms before a kill), "
         f"0 lost, 0 early; "

@@ -186,14 +186,16 @@ def test_a_zombie_delivers_nothing_of_the_partitions_it_lost(group: Group) -> No
     assert '"event":"loop.gap"' in a.log_text()
 
 
-def test_crash_loop_with_default_flags_keeps_every_record(group: Group) -> None:
-    """10 SIGKILL/restarts in about 20 s with no group-instance-id given: the sidecar keeps its
-    own static member id in the data directory, so each restart gets the partitions back at once."""
+@pytest.mark.parametrize("kills", [5, pytest.param(10, marks=pytest.mark.soak)])
+def test_crash_loop_with_default_flags_keeps_every_record(group: Group, kills: int) -> None:
+    """SIGKILL/restarts every 2 s (5; 10 under ``pytest -m soak``) with no group-instance-id given:
+    the sidecar keeps its own static member id in the data directory, so each restart gets the
+    partitions back at once."""
     a = group.member("a")
     a.instance = None  # no --group-instance-id
     a.start()
-    load = group.send_in_background(4000, lambda i: 1000 + (i % 20) * 100, 150.0, "cl")
-    for _ in range(10):
+    load = group.send_in_background(400 * kills, lambda i: 1000 + (i % 20) * 100, 150.0, "cl")
+    for _ in range(kills):
         time.sleep(2)
         a.kill()
         a.start()

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_INVALID
+from confluent_kafka import OFFSET_INVALID, Consumer
 
 from sidecar import contract as c
 from sidecar.config import Settings
 from sidecar.engine.loop import Sidecar
-from tests.integration.harness import consume_until, create_topics, producer
+from tests.integration.harness import create_topics, producer
 
 pytestmark = pytest.mark.integration
 
@@ -81,13 +81,21 @@ def test_records_of_a_restoring_partition_that_arrive_anyway_are_consumed_again(
         a.turn()
         b.turn()
     assert unpaused, "b's assign callback paused nothing"
-    end = time.monotonic() + 25
-    while time.monotonic() < end:
-        a.turn()
-        b.turn()
-    got = consume_until(kafka_bootstrap, [target], 800, timeout_s=10)
-    ids = {r.headers[c.ID] for r in got}
-    missing = {f"{p}{i}".encode() for p in ("old", "new") for i in range(400)} - ids
+    # turn both until every record is on the target (the old ones fall due 20 s after they were sent)
+    ids: set[bytes] = set()
+    want = {f"{p}{i}".encode() for p in ("old", "new") for i in range(400)}
+    reader = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"rp-read-{u}",
+                       "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    reader.subscribe([target])
+    try:
+        end = time.monotonic() + 45
+        while not want <= ids and time.monotonic() < end:
+            a.turn()
+            b.turn()
+            ids.update(dict(m.headers() or []).get(c.ID) for m in reader.consume(1000, 0) if m.error() is None)
+    finally:
+        reader.close()
+    missing = want - ids
     assert not missing, f"{len(missing)} never delivered, e.g. {sorted(missing)[:3]}"
     for sc in (a, b):
         sc.shutdown()
