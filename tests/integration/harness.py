@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -21,6 +22,13 @@ from typing import Any
 
 from confluent_kafka import Consumer, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def create_topics(bootstrap: str, topics: Iterable[str], partitions: int = 1) -> None:

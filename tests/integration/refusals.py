@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,16 +19,11 @@ from typing import Any
 import pytest
 
 from sidecar import cli
+from tests.integration.harness import free_port as free_port  # the refusal tests take it from here
 
 ROOT = Path(__file__).resolve().parents[2]
 # librdkafka time-outs low: a probe that cannot connect gives up within seconds
 FAST = ["--kafka", "socket.connection.setup.timeout.ms=2000", "--kafka", "reconnect.backoff.max.ms=500"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def kafka_flags(conf: dict[str, str]) -> list[str]:

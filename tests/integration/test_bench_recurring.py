@@ -6,34 +6,18 @@ reported, not asserted: the machine is shared)."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
+
+from tests.integration.bench_runner import run_bench
 
 pytestmark = pytest.mark.integration
 
 
 def test_bench_recurring_small(kafka_bootstrap: str, tmp_path: Path) -> None:
-    out = tmp_path / "bench.json"
-    cmd = [sys.executable, "-m", "sidecar", "bench", "recurring", "--bootstrap-servers", kafka_bootstrap,
-           "--schedulers", "wheel", "--size", "small", "--json", str(out)]
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          start_new_session=True) as child:
-        try:
-            stdout, stderr = child.communicate(timeout=300)
-        except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.communicate()
-            raise AssertionError("bench recurring did not finish within 300 s") from None
-    assert out.exists(), stderr[-4000:]
-    report: dict[str, Any] = json.loads(out.read_text())
-    assert child.returncode == 0 and not report["summary"]["failed_scenarios"], stderr[-4000:]
-    assert "| scenario | figure |" in stdout
+    report = run_bench(["recurring", "--bootstrap-servers", kafka_bootstrap, "--schedulers", "wheel"],
+                       tmp_path / "bench.json", timeout_s=300)
     res = report["scenarios"]["recurring"]["results"]["wheel"]
     details = report["scenarios"]["recurring"]["details"]["wheel"]
     print(f"\nbench recurring (small): {json.dumps(details)}")

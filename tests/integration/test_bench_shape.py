@@ -14,16 +14,16 @@ import pytest
 from bench import shape
 from bench.cli import parse_args
 from bench.workload import Bench
-from tests.integration.test_bench_smoke import _bench, _check_shape
+from tests.integration.bench_runner import check_shape, run_bench
 
 pytestmark = pytest.mark.integration
 
 
 def test_bench_common_shape(kafka_bootstrap: str, tmp_path: Path) -> None:
-    report = _bench(["throughput,lateness", "--bootstrap-servers", kafka_bootstrap, "--shape", "common",
+    report = run_bench(["throughput,lateness", "--bootstrap-servers", kafka_bootstrap, "--shape", "common",
                      "--schedulers", "levels", "--changelog", "on", "--delivery", "at-least-once"],
                     tmp_path / "bench.json", timeout_s=300)
-    _check_shape(report, ["throughput", "lateness"])
+    check_shape(report, ["throughput", "lateness"])
     assert report["settings"]["shapes"] == ["common"]
     tp = report["scenarios"]["throughput"]
     assert tp["settings"]["shapes"] == ["common"]

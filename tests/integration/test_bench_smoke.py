@@ -6,76 +6,22 @@ lost, every figure shaped ``{value, unit, goal, met}`` with ``met`` consistent w
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from bench.report import walk_figures
 from sidecar import cli
 from tests.infra import needs
+from tests.integration.bench_runner import check_shape, run_bench
 
 pytestmark = pytest.mark.integration
 
 # Both schedulers named: without --schedulers the bench first starts a probe sidecar to see whether
 # the wheel runs (test_bench_mass_expiry checks that detection once)
 BOTH = ["--schedulers", "levels,wheel"]
-MACHINE_KEYS = {"cpu_count", "cpu_model", "memory_bytes", "python", "confluent_kafka", "librdkafka", "git_commit"}
-
-
-def _bench(args: list[str], out: Path, timeout_s: float) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "sidecar", "bench", *args, "--size", "small", "--json", str(out)]
-    # its own process group: a timeout stops the bench's sidecars and brokers with it (they
-    # outlived a killed bench before and loaded the machine for the rest of the session)
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          start_new_session=True) as child:
-        try:
-            stdout, stderr = child.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGTERM)
-            try:
-                child.communicate(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(child.pid, signal.SIGKILL)
-                child.communicate()
-            raise AssertionError(f"bench {args[0]} did not finish within {timeout_s:.0f} s") from None
-    proc = subprocess.CompletedProcess(cmd, child.returncode, stdout, stderr)
-    assert out.exists(), f"no report written (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
-    report: dict[str, Any] = json.loads(out.read_text())
-    failed = report["summary"]["failed_scenarios"]
-    assert proc.returncode == 0 and not failed, f"bench failed ({failed}):\n{proc.stderr[-4000:]}"
-    assert "| scenario | figure |" in proc.stdout  # the Markdown table
-    return report
-
-
-def _check_shape(report: dict[str, Any], scenarios: list[str]) -> None:
-    assert report["size"] == "small"
-    assert report["machine"].keys() >= MACHINE_KEYS
-    assert report["machine"]["cpu_count"] >= 1
-    assert report["settings"]["schedulers"][0] == "levels"
-    assert set(report["scenarios"]) == set(scenarios)
-    for name in scenarios:
-        sc = report["scenarios"][name]
-        assert {"method", "settings", "results", "details", "seconds"} <= sc.keys(), name
-        figures = list(walk_figures(sc["results"]))
-        assert figures, name
-        for path, f in figures:
-            assert f["unit"], path
-            if f["goal"] is None:
-                assert f["met"] is None, path
-            elif f["value"] is None:
-                assert f["met"] in (None, False), path  # not measured, or known to be beyond the goal
-            else:
-                assert isinstance(f["met"], bool), path
-            if path.endswith("early") or path.endswith("lost"):
-                assert f["value"] == 0, path
-    assert report["summary"]["figures"] > 0
 
 
 def test_bench_throughput_and_lateness(kafka_bootstrap: str, tmp_path: Path) -> None:
@@ -85,8 +31,8 @@ def test_bench_throughput_and_lateness(kafka_bootstrap: str, tmp_path: Path) -> 
     on) under ``exactly_once``, each with its own goal. Exactly-once lateness is what a
     read_committed consumer sees, so never before the record's own timestamp."""
     out = tmp_path / "bench.json"
-    report = _bench(["throughput,lateness", "--bootstrap-servers", kafka_bootstrap, *BOTH], out, timeout_s=600)
-    _check_shape(report, ["throughput", "lateness"])
+    report = run_bench(["throughput,lateness", "--bootstrap-servers", kafka_bootstrap, *BOTH], out, timeout_s=600)
+    check_shape(report, ["throughput", "lateness"])
     assert report["settings"]["changelog_modes"] == ["on", "off"]
     assert report["settings"]["delivery_modes"] == ["at-least-once", "exactly-once"]
     scheds = report["settings"]["schedulers"]
@@ -131,8 +77,8 @@ def test_bench_failover(kafka_bootstrap: str, tmp_path: Path) -> None:
     delivered (lost, early == 0 via _check_shape), each membership change gets its handover time,
     and the crash loop's instance keeps the id it made in its data directory."""
     out = tmp_path / "bench.json"
-    report = _bench(["failover", "--bootstrap-servers", kafka_bootstrap, *BOTH], out, timeout_s=600)
-    _check_shape(report, ["failover"])
+    report = run_bench(["failover", "--bootstrap-servers", kafka_bootstrap, *BOTH], out, timeout_s=600)
+    check_shape(report, ["failover"])
     sc = report["scenarios"]["failover"]
     changes = ["start_1", "scale_out_1_2", "scale_out_2_3", "scale_in_3_1", "rejoin_1_2", "node_loss_2_1",
                "replace_1_2"]
@@ -159,8 +105,8 @@ def test_bench_exactly_once(tmp_path: Path) -> None:
     reading read_committed, agrees. Its own broker: the scenario restarts it."""
     out = tmp_path / "bench.json"
     work = tmp_path / "work"
-    report = _bench(["exactly-once", "--workdir", str(work), *BOTH], out, timeout_s=900)
-    _check_shape(report, ["exactly-once"])
+    report = run_bench(["exactly-once", "--workdir", str(work), *BOTH], out, timeout_s=900)
+    check_shape(report, ["exactly-once"])
     sc = report["scenarios"]["exactly-once"]
     assert sc["settings"]["broker_restart"] is True
     # the bench's own broker logs its GC pauses (the scale scenario reports them)
@@ -183,8 +129,8 @@ def test_bench_restore(kafka_bootstrap: str, tmp_path: Path) -> None:
     (lost == 0 via _check_shape), and the sidecar then delivers on time; a second one keeping a
     standby takes over when the first is killed and delivers on time too."""
     out = tmp_path / "bench.json"
-    report = _bench(["restore", "--bootstrap-servers", kafka_bootstrap, *BOTH], out, timeout_s=420)
-    _check_shape(report, ["restore"])
+    report = run_bench(["restore", "--bootstrap-servers", kafka_bootstrap, *BOTH], out, timeout_s=420)
+    check_shape(report, ["restore"])
     sc = report["scenarios"]["restore"]
     n = sc["settings"]["pending"]
     for sched in report["settings"]["schedulers"]:
@@ -204,8 +150,8 @@ def test_bench_mass_expiry(kafka_bootstrap: str, tmp_path: Path) -> None:
     against a passthrough of the same records measured right after its own drain. Without
     ``--schedulers`` (the one test that leaves it out): the bench finds out that the wheel runs."""
     out = tmp_path / "bench.json"
-    report = _bench(["mass-expiry", "--bootstrap-servers", kafka_bootstrap], out, timeout_s=420)
-    _check_shape(report, ["mass-expiry"])
+    report = run_bench(["mass-expiry", "--bootstrap-servers", kafka_bootstrap], out, timeout_s=420)
+    check_shape(report, ["mass-expiry"])
     assert report["settings"]["wheel_detected"] is True
     assert report["settings"]["schedulers"] == ["levels", "wheel"]
     sc = report["scenarios"]["mass-expiry"]
@@ -225,8 +171,8 @@ def test_bench_mass_expiry(kafka_bootstrap: str, tmp_path: Path) -> None:
 def test_bench_lookup(kafka_bootstrap: str, tmp_path: Path) -> None:
     """Look-ups through the HTTP endpoint and the status command's path, every answer right."""
     out = tmp_path / "bench.json"
-    report = _bench(["lookup", "--bootstrap-servers", kafka_bootstrap, "--schedulers", "levels"], out, timeout_s=120)
-    _check_shape(report, ["lookup"])
+    report = run_bench(["lookup", "--bootstrap-servers", kafka_bootstrap, "--schedulers", "levels"], out, timeout_s=120)
+    check_shape(report, ["lookup"])
     sc = report["scenarios"]["lookup"]
     res = sc["results"]["levels"]
     assert res["pending"]["value"] == sc["settings"]["pending"] == 20_000
@@ -241,8 +187,8 @@ def test_bench_lookup(kafka_bootstrap: str, tmp_path: Path) -> None:
 @needs(shutil.which("redis-server") is not None, "redis-server (scripts/setup.d/40-redis.sh installs it)")
 def test_bench_redis_zset(kafka_bootstrap: str, tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    report = _bench(["redis-zset", "--bootstrap-servers", kafka_bootstrap, "--schedulers", "levels"], out, 180)
-    _check_shape(report, ["redis-zset"])
+    report = run_bench(["redis-zset", "--bootstrap-servers", kafka_bootstrap, "--schedulers", "levels"], out, 180)
+    check_shape(report, ["redis-zset"])
     res = report["scenarios"]["redis-zset"]["results"]
     assert res["redis"]["records_per_s"]["value"] > 0
     assert res["levels"]["records_per_s"]["value"] > 0
@@ -257,8 +203,8 @@ def test_bench_append(broker: bool, request: pytest.FixtureRequest, tmp_path: Pa
     args = ["append"]
     if broker:
         args += ["--bootstrap-servers", request.getfixturevalue("kafka_bootstrap"), "--schedulers", "levels"]
-    report = _bench(args, out, timeout_s=120)
-    _check_shape(report, ["append"])
+    report = run_bench(args, out, timeout_s=120)
+    check_shape(report, ["append"])
     assert report["settings"]["bootstrap"].startswith("none")
     assert report["machine"]["kafka"] is None
     schedulers = ["levels"] if broker else ["levels", "wheel"]
@@ -278,8 +224,8 @@ def test_bench_steady(tmp_path: Path) -> None:
     """In-process steady state: every record handed to the loop is acked, none early, and the
     phase split accounts for no more CPU than the whole."""
     out = tmp_path / "bench.json"
-    report = _bench(["steady"], out, timeout_s=180)
-    _check_shape(report, ["steady"])
+    report = run_bench(["steady"], out, timeout_s=180)
+    check_shape(report, ["steady"])
     assert report["settings"]["bootstrap"].startswith("none")
     sc = report["scenarios"]["steady"]
     rate, seconds = sc["settings"]["rate"], sc["settings"]["seconds"]
@@ -299,9 +245,9 @@ def test_bench_scale(tmp_path: Path) -> None:
     Its own broker on ZGC, as the README's scale command runs it: the pauses are ZGC's."""
     out = tmp_path / "bench.json"
     work = tmp_path / "work"
-    report = _bench(["scale", "--broker-gc", "zgc", "--workdir", str(work), "--schedulers", "levels",
+    report = run_bench(["scale", "--broker-gc", "zgc", "--workdir", str(work), "--schedulers", "levels",
                      "--scale-pending", "6000", "--scale-rate", "6000"], out, timeout_s=300)
-    _check_shape(report, ["scale"])
+    check_shape(report, ["scale"])
     assert report["settings"]["broker_gc"] == "zgc"
     assert any("Pause Mark Start" in p.read_text() for p in (work / "kafka").glob("gc.log*")), "ZGC's pauses"
     sc = report["scenarios"]["scale"]
@@ -371,9 +317,9 @@ def test_bench_redrive(kafka_bootstrap: str, tmp_path: Path) -> None:
     """Two runs of ``dlq redrive`` over the same dead letters: the first sends them all, the second
     none, and the target holds each once (duplicates and lost == 0, rate > 0)."""
     out = tmp_path / "bench.json"
-    report = _bench(["redrive", "--bootstrap-servers", kafka_bootstrap, "--schedulers", "levels"], out,
+    report = run_bench(["redrive", "--bootstrap-servers", kafka_bootstrap, "--schedulers", "levels"], out,
                     timeout_s=300)
-    _check_shape(report, ["redrive"])
+    check_shape(report, ["redrive"])
     sc = report["scenarios"]["redrive"]
     res, n = sc["results"], sc["settings"]["dead_letters"]
     assert res["records_per_s"]["value"] > 0 and res["records_per_s"]["goal"] == ">= 50000"

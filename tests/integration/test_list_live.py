@@ -18,8 +18,7 @@ from confluent_kafka.admin import AdminClient
 
 from sidecar import listing_client, status
 from sidecar.store.listing import Query
-from tests.integration.harness import SidecarProcess, create_topics, producer
-from tests.integration.test_status_live import free_port
+from tests.integration.harness import SidecarProcess, create_topics, free_port, producer
 
 pytestmark = pytest.mark.integration
 

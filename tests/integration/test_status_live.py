@@ -5,7 +5,6 @@ advertises in its client.id) and asks its ``/ids/<id>`` endpoint."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -17,15 +16,9 @@ from typing import Any
 import pytest
 
 from sidecar.status import crc32_partition
-from tests.integration.harness import SidecarProcess, consume_until, create_topics, producer
+from tests.integration.harness import SidecarProcess, consume_until, create_topics, free_port, producer
 
 pytestmark = pytest.mark.integration
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def status(bootstrap: str, sc: SidecarProcess, rid: str, *args: str) -> tuple[int, dict[str, Any], str]:

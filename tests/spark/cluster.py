@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.spark.helpers import free_port
+from tests.integration.harness import free_port
 
 HOST = "127.0.0.1"
 

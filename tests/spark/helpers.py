@@ -29,7 +29,6 @@ Lateness over the 8 delivered copies: -7 5 10 20 50 100 300 1000 -> p50 20, max 
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -128,13 +127,6 @@ def consume_all(bootstrap: str, topic: str, *, min_count: int = 1, timeout: floa
     finally:
         consumer.close()
     return out
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)

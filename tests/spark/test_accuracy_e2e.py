@@ -14,8 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from spark.accuracy import run_accuracy
-from tests.integration.harness import SidecarProcess, consume_until, create_topics, producer
-from tests.spark.helpers import free_port
+from tests.integration.harness import SidecarProcess, consume_until, create_topics, free_port, producer
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 

@@ -13,8 +13,8 @@ from sidecar.health import HealthServer
 from sidecar.metrics import Metrics
 from sidecar.store.listing import Budget, Query
 from sidecar.store.listing_params import from_params, parse_cursor, to_params
+from tests.unit.helpers.http import get
 from tests.unit.helpers.world import World
-from tests.unit.test_status import get
 
 
 def test_query_round_trips_through_the_query_string() -> None:

@@ -3,9 +3,6 @@ address, the ``/ids/<id>`` endpoint's request checks."""
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from typing import Any
 
 import pytest
@@ -20,6 +17,7 @@ from sidecar.status import (
     murmur2,
     murmur2_partition,
 )
+from tests.unit.helpers.http import get
 
 
 def signed(h: int) -> int:
@@ -63,14 +61,6 @@ def server() -> Any:
     h.start()
     yield h
     h.stop()
-
-
-def get(h: HealthServer, path: str) -> tuple[int, dict[str, Any]]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{h.port}{path}", timeout=10) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
 
 
 def test_ids_endpoint_decodes_the_id_and_checks_the_request(server: HealthServer) -> None:
