@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from sidecar import tenants as _tenants
 from sidecar.durations import format_duration_ms, format_size, parse_duration_list, parse_duration_ms, parse_size
 
 if TYPE_CHECKING:
@@ -325,9 +326,7 @@ class Settings:
     @property
     def tenants(self) -> tuple[Tenant, ...]:
         """Every tenant, resolved (``sidecar/tenants.py``)."""
-        from sidecar.tenants import resolve
-
-        return resolve(self)
+        return _tenants.resolve(self)
 
     @property
     def data_path(self) -> Path:
@@ -407,9 +406,10 @@ def load_settings(
                 s.kafka.update({str(k): str(v) for k, v in raw.items()})
                 continue
             if key == "tenants":
-                from sidecar.tenants import parse_tenants
-
-                s.tenant_specs = parse_tenants(raw, f"config file {path}")
+                try:
+                    s.tenant_specs = _tenants.parse_tenants(raw, f"config file {path}", _BY_NAME)
+                except _tenants.TenantError as e:
+                    raise ConfigError(str(e)) from None
                 continue
             _apply(s, str(key), raw, f"config file {path}", given)
     if "KAFKA_BOOTSTRAP_SERVERS" in env and env_name("bootstrap-servers") not in env:
@@ -463,6 +463,7 @@ def _check(s: Settings, given: set[str] | frozenset[str] = frozenset()) -> None:
             f"--levels: the last level ({format_duration_ms(s.levels_ms[-1])}) exceeds --max-delay "
             f"({format_duration_ms(s.max_delay_ms)})"
         )
-    from sidecar.tenants import check
-
-    check(s, set(given))
+    try:
+        _tenants.check(s, set(given))
+    except _tenants.TenantError as e:
+        raise ConfigError(str(e)) from None

@@ -33,6 +33,7 @@ overrides are refused as not supported yet, never accepted and ignored.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -73,38 +74,42 @@ class Tenant:
     changelog_topic: str | None  # None: changelog off
 
 
-def parse_tenants(raw: Any, source: str) -> tuple[TenantSpec, ...]:
-    """The ``tenants:`` mapping of a YAML file (``source`` names it in errors)."""
-    from sidecar.config import _BY_NAME, ConfigError
+class TenantError(ValueError):
+    """A tenant's setting is wrong; the message names the tenant, the key and the value
+    (``sidecar.config`` raises it as its ``ConfigError``)."""
 
+
+def parse_tenants(raw: Any, source: str, options: Mapping[str, Any]) -> tuple[TenantSpec, ...]:
+    """The ``tenants:`` mapping of a YAML file (``source`` names it in errors); ``options``: the
+    configuration's options by name (``config.options``: each with ``attr`` and ``parse``)."""
     if not isinstance(raw, dict) or not raw:
-        raise ConfigError(f"{source}: 'tenants' must be a mapping of tenant names to their settings")
+        raise TenantError(f"{source}: 'tenants' must be a mapping of tenant names to their settings")
     out = []
     for name, conf in raw.items():
         name = str(name)
         if not _NAME.match(name):
-            raise ConfigError(f"{source}: tenant name {name!r} must be 1-63 letters, digits, '.', '_' or '-'")
+            raise TenantError(f"{source}: tenant name {name!r} must be 1-63 letters, digits, '.', '_' or '-'")
         where = f"{source}: tenants.{name}"
         if not isinstance(conf, dict):
-            raise ConfigError(f"{where} must be a mapping of settings (at least ingress-topic)")
+            raise TenantError(f"{where} must be a mapping of settings (at least ingress-topic)")
         values: dict[str, Any] = {}
         for key, value in conf.items():
             key = str(key)
             if key in NOT_YET:
-                raise ConfigError(f"{where}.{key}: per-tenant {key!r} is not supported yet")
+                raise TenantError(f"{where}.{key}: per-tenant {key!r} is not supported yet")
             if key not in TENANT_KEYS:
-                kind = "a setting of the whole deployment" if key in _BY_NAME else "not a setting"
-                raise ConfigError(f"{where}.{key}: {kind}, not of a tenant (a tenant takes "
+                kind = "a setting of the whole deployment" if key in options else "not a setting"
+                raise TenantError(f"{where}.{key}: {kind}, not of a tenant (a tenant takes "
                                   f"{', '.join(TENANT_KEYS)})")
-            opt = _BY_NAME[key]
+            opt = options[key]
             try:
                 values[opt.attr] = opt.parse(value)
             except ValueError as e:
-                raise ConfigError(f"{where}.{key}: bad value: {e}") from None
+                raise TenantError(f"{where}.{key}: bad value: {e}") from None
             if values[opt.attr] is None or values[opt.attr] == "":
-                raise ConfigError(f"{where}.{key}: bad value: empty")
+                raise TenantError(f"{where}.{key}: bad value: empty")
         if "ingress_topic" not in values:
-            raise ConfigError(f"{where}: ingress-topic is required")
+            raise TenantError(f"{where}: ingress-topic is required")
         out.append(TenantSpec(name=name, **values))
     return tuple(out)
 
@@ -129,19 +134,17 @@ def resolve(s: Settings) -> tuple[Tenant, ...]:
 def check(s: Settings, given: set[str]) -> None:
     """Refuse tenants that would read or write each other's topics (see the module docstring).
     ``given``: the top-level options set by a source (not defaults)."""
-    from sidecar.config import ConfigError
-
     tenants = s.tenants
     if s.tenant_specs:
         for name in ("ingress-topic", "changelog-topic"):
             if name in given:
-                raise ConfigError(f"{name} is set at the top level and 'tenants' is given: with tenants, each "
+                raise TenantError(f"{name} is set at the top level and 'tenants' is given: with tenants, each "
                                   f"tenant names its own {name} (tenants.<name>.{name})")
     ingress: dict[str, str] = {}
     for t in tenants:
         other = ingress.get(t.ingress_topic)
         if other is not None:
-            raise ConfigError(f"tenants.{t.name}.ingress-topic {t.ingress_topic!r} is also the ingress topic of "
+            raise TenantError(f"tenants.{t.name}.ingress-topic {t.ingress_topic!r} is also the ingress topic of "
                               f"tenant {other!r}: each tenant needs its own")
         ingress[t.ingress_topic] = t.name
     changelogs: dict[str, str] = {}
@@ -149,23 +152,23 @@ def check(s: Settings, given: set[str]) -> None:
         if t.changelog_topic is not None:
             other = changelogs.get(t.changelog_topic)
             if other is not None:
-                raise ConfigError(f"tenants.{t.name}.changelog-topic {t.changelog_topic!r} is also the changelog "
+                raise TenantError(f"tenants.{t.name}.changelog-topic {t.changelog_topic!r} is also the changelog "
                                   f"topic of tenant {other!r}: each ingress topic needs its own")
             changelogs[t.changelog_topic] = t.name
         if s.levels_ms[-1] > t.max_delay_ms:
-            raise ConfigError(f"tenants.{t.name}.max-delay ({format_duration_ms(t.max_delay_ms)}) is shorter than "
+            raise TenantError(f"tenants.{t.name}.max-delay ({format_duration_ms(t.max_delay_ms)}) is shorter than "
                               f"the last level ({format_duration_ms(s.levels_ms[-1])})")
     for t in tenants:
         for u in tenants:
             if u.dlq_topic == t.ingress_topic:
-                raise ConfigError(f"tenants.{u.name}.dlq-topic {u.dlq_topic!r} is the ingress topic of tenant "
+                raise TenantError(f"tenants.{u.name}.dlq-topic {u.dlq_topic!r} is the ingress topic of tenant "
                                   f"{t.name!r}: dead letters would be scheduled again")
             if u.changelog_topic == t.ingress_topic:
-                raise ConfigError(f"tenants.{u.name}.changelog-topic {u.changelog_topic!r} is the ingress topic "
+                raise TenantError(f"tenants.{u.name}.changelog-topic {u.changelog_topic!r} is the ingress topic "
                                   f"of tenant {t.name!r}")
             if u is not t and any(re.fullmatch(p, t.ingress_topic) for p in u.target_allowlist):
-                raise ConfigError(f"tenants.{u.name}.target-allowlist matches {t.ingress_topic!r}, the ingress "
+                raise TenantError(f"tenants.{u.name}.target-allowlist matches {t.ingress_topic!r}, the ingress "
                                   f"topic of tenant {t.name!r}: one tenant may not schedule into another's intake")
         if s.history_topic is not None and s.history_topic in (t.ingress_topic, t.dlq_topic, t.changelog_topic):
-            raise ConfigError(f"--history-topic {s.history_topic!r} must differ from tenant {t.name!r}'s ingress, "
+            raise TenantError(f"--history-topic {s.history_topic!r} must differ from tenant {t.name!r}'s ingress, "
                               "DLQ and changelog topics")

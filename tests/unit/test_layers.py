@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 LAYERS: list[tuple[str, ...]] = [
     ("sidecar._native", "sidecar.contract", "sidecar.durations", "sidecar.config", "sidecar.logs",
-     "sidecar.kafka_logs", "sidecar.kafka_errors", "sidecar.tls_check", "sidecar.status", "sidecar.runtime"),
+     "sidecar.kafka_logs", "sidecar.kafka_errors", "sidecar.tls_check", "sidecar.status", "sidecar.runtime",
+     "sidecar.tenants"),
     ("sidecar.retry",),
     ("sidecar.store", "sidecar.headers", "sidecar.scheduling", "sidecar.recurring"),
     ("sidecar.wheel", "sidecar.levels"),
