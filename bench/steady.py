@@ -72,6 +72,9 @@ class _Msg:
     def error(self) -> None:
         return None
 
+    def topic(self) -> str:
+        return "in"
+
     def partition(self) -> int:
         return 0
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from sidecar.contract import REASONS
 from tests.integration.harness import SidecarProcess, consume_until, create_topics, producer
 
 pytestmark = pytest.mark.integration
@@ -92,20 +93,24 @@ def test_every_dlq_reason_code(sidecar: SidecarProcess, kafka_bootstrap: str, un
         "too-large": [T],
         "delivery-failed": [("delay.target-topic", f"missing-{unique}".encode())],
         "retries-exhausted": [T, ("delay.retry-count", b"3")],
+        "bad-cron": [T, ("delay.id", b"sched-1"), ("delay.cron", b"61 * * * *")],
+        "unknown-time-zone": [T, ("delay.id", b"sched-2"), ("delay.cron", b"@daily"), ("delay.tz", b"Mars/Olympus")],
+        "bad-schedule": [T, ("delay.id", b"sched-3"), ("delay.every", b"500")],
     }
+    assert set(cases) == set(REASONS), "a case per reason code of the contract"
     p = producer(kafka_bootstrap)
     for reason, headers in cases.items():
         value = b"z" * 5000 if reason == "too-large" else reason.encode()
         p.produce(sidecar.ingress, key=b"k", value=value, headers=[*headers, ("user", b"kept")])
-    # a delay.* header the sidecar does not know (a recurring schedule, a typo): never ignored
-    p.produce(sidecar.ingress, key=b"cron", value=b"every 5 min", headers=[T, ("delay.cron", b"*/5 * * * *")])
+    # a delay.* header the sidecar does not know (a typo, a newer producer's): never ignored
+    p.produce(sidecar.ingress, key=b"cron", value=b"every 5 min", headers=[T, ("delay.crons", b"*/5 * * * *")])
     # a good record after all the bad ones: the partition did not stall
     p.produce(sidecar.ingress, key=b"k", value=b"good", headers=[T, ("delay.ms", b"100")])
     assert p.flush(30) == 0
     dlq = consume_until(kafka_bootstrap, [sidecar.dlq], want=len(cases) + 1, timeout_s=60, settle_s=1)
     cron = [r for r in dlq if r.key == b"cron"]
     assert len(cron) == 1 and cron[0].headers["delay.dlq.reason"] == b"bad-header"
-    assert b"'delay.cron'" in (cron[0].headers["delay.dlq.error"] or b"")
+    assert b"'delay.crons'" in (cron[0].headers["delay.dlq.error"] or b"")
     dlq = [r for r in dlq if r.key != b"cron"]
     by_reason = {(r.headers["delay.dlq.reason"] or b"").decode(): r for r in dlq}
     assert set(by_reason) == set(cases)
