@@ -37,15 +37,15 @@ if [ -n "$(comm -23 <(echo "$want") <(echo "$have"))" ]; then
   printf '%s\n' "$want" "$have" | grep . | sort -u > "$stamp"
 fi
 # The C accelerator (sidecar/native/), built in place whenever a file of it, setup.py or the
-# declarations its intake_layout.h and layouts.h are generated from is newer than the library: the package runs
+# declarations its intake_layout.h, layouts.h and native_args.h are generated from is newer than the library: the package runs
 # without it, but slower, so a build failure is reported here.
 so=$(ls sidecar/_native.*.so 2>/dev/null | head -1 || true)
-if [ -z "$so" ] || [ -n "$(find sidecar/native setup.py sidecar/store/intake_layout.py sidecar/store/native_layouts.py -newer "$so" -print -quit)" ]; then
+if [ -z "$so" ] || [ -n "$(find sidecar/native setup.py sidecar/store/intake_layout.py sidecar/store/native_layouts.py sidecar/store/native_args.py -newer "$so" -print -quit)" ]; then
   echo "setup: building sidecar._native" >&2
   .venv/bin/python setup.py build_ext --inplace >"$KDS_CACHE/native-build.log" 2>&1 || true
   # (a failed compile only warns, the extension being optional, and an older library would stay)
   so=$(ls sidecar/_native.*.so 2>/dev/null | head -1 || true)
-  if [ -z "$so" ] || [ -n "$(find sidecar/native setup.py sidecar/store/intake_layout.py sidecar/store/native_layouts.py -newer "$so" -print -quit)" ]; then
+  if [ -z "$so" ] || [ -n "$(find sidecar/native setup.py sidecar/store/intake_layout.py sidecar/store/native_layouts.py sidecar/store/native_args.py -newer "$so" -print -quit)" ]; then
     cat "$KDS_CACHE/native-build.log" >&2
     echo "setup: sidecar._native did not build (gcc and the Python headers are needed)" >&2
     exit 1

@@ -12,6 +12,14 @@ from typing import Any
 from sidecar.engine.publish_state import PublishState as PublishState
 from sidecar.store.codec import Record as Record
 
+# The argument structs of the schedulers' walks: C types generated from these classes
+# (sidecar/store/native_args.py), with the same fields.
+from sidecar.store.native_args import LvDue as LvDue
+from sidecar.store.native_args import WlAck as WlAck
+from sidecar.store.native_args import WlDone as WlDone
+from sidecar.store.native_args import WlLink as WlLink
+from sidecar.store.native_args import WlSend as WlSend
+
 HARDWARE_CRC: int
 INTAKE_LAYOUT: dict[str, int]  # intake_layout.h's macros as compiled (sidecar/store/intake_layout.py)
 LAYOUTS: dict[str, int]  # layouts.h's macros as compiled, signed 64-bit (sidecar/store/native_layouts.py)
@@ -71,28 +79,16 @@ def idx_rebuild(
 def idx_pass_idle(on: bool, /) -> None: ...
 def populate(buffer: Any, start: int, length: int, /) -> int: ...
 def drop(ranges: list[tuple[Any, int, int]], /) -> int: ...
-def wl_link(
-    tl_buf: memoryview, hs: int, tl_first: int, nent: int, idx: int, due: int, loc: int, flags: int, level: int,
-    slot_buf: memoryview, slot_off: int, slot_time: int, /,
-) -> int: ...
-def wl_send(
-    buf: memoryview, hs: int, f0: int, nent: int, lst: Any, i: int, e: int, last: int, base: int, o: int,
-    nxt: int, after: int, room: int, budget: int, vlim: int, pend: list[tuple[int, int]], /,
-) -> tuple[int, int, int, int, int, int, int, int, int]: ...
+def wl_link(tl_buf: memoryview, slot_buf: memoryview, a: WlLink, /) -> int: ...
+def wl_send(buf: memoryview, lst: Any, pend: list[tuple[int, int]], a: WlSend, /) -> int: ...
 def wl_read(
     segments: dict[int, Any], seg_bytes: int, pend: list[tuple[int, int]], i: int, out: list[tuple[int, Any]], /
 ) -> int: ...
-def wl_done(
-    buf: memoryview, hs: int, f0: int, nent: int, lst: Any, i: int, e: int, last: int, base: int, o: int,
-    nxt: int, after: int, budget: int, seg_bytes: int, segs: dict[int, int], blocs: list[int], /,
-) -> tuple[int, int, int, int, int, int, int]: ...
+def wl_done(buf: memoryview, lst: Any, segs: dict[int, int], blocs: list[int], a: WlDone, /) -> int: ...
 def wl_group(
     buf: memoryview, hs: int, f0: int, nent: int, e: int, last: int, base: int, /
 ) -> tuple[dict[int, bytes], int]: ...
-def wl_ack(
-    buf: memoryview, hs: int, f0: int, nent: int, refs: list[int], j: int, head: int, P: int, s_k: int, s_o: int,
-    s_after: int, l_sent: int, wait_a: int, wait_b: int, /,
-) -> tuple[int, int, int, bool]: ...
+def wl_ack(buf: memoryview, refs: list[int], a: WlAck, /) -> bool: ...
 def ingest_run(
     msgs: list[Any], start: int, now: int, partition: int, id_prefix: bytes, checked_targets: set[str],
     no_headers: bytes, seg_buf: memoryview | None, idx_buf: memoryview, st: list[int], sched_bufs: tuple[Any, ...],
@@ -106,9 +102,8 @@ def restore_run(
     idx_tags_buf: Any = None, /,
 ) -> int: ...
 def lv_due(
-    buf: memoryview, hs: int, f0: int, idx: int, stop: int, now: int, restored: int, done: int, room: int,
-    ref_hi: int, segments: dict[int, Any], seg_bytes: int, segs: dict[int, int], out: list[tuple[int, Any]], /,
-) -> tuple[int, int, int, int]: ...
+    buf: memoryview, segments: dict[int, Any], segs: dict[int, int], out: list[tuple[int, Any]], a: LvDue, /
+) -> int: ...
 def lv_ack(
     refs: list[int], files: list[dict[int, Any]], per_file: int, hs: int, cur: MutableSequence[int],
     seg_bytes: int, segs: dict[int, int], /,

@@ -35,6 +35,7 @@ from sidecar.store.mapped import (
     fsync_dir,
     headerless,
 )
+from sidecar.store.native_args import LvDue
 
 MAGIC = b"KDSLVQ\x00\x01"
 VERSION = 1
@@ -63,35 +64,43 @@ END, FULL, BLOCKED, CALLER = 0, 1, 2, 3
 
 
 def lv_due(
-    buf: memoryview, hs: int, f0: int, idx: int, stop: int, now: int, restored: int, done: int, room: int,
-    ref_hi: int, segments: dict[int, Any], seg_bytes: int, segs: dict[int, int], out: list[tuple[int, Any]],
-) -> tuple[int, int, int, int]:
-    """The dequeue of one level over the entries ``idx .. stop - 1`` of the queue file whose first
-    index is ``f0`` (mapped at ``buf``): append ``(ref_hi | index, record)`` for each pending entry
-    (at most ``room``), the record decoded from its commit-log segment (``segments``: the log's
-    ``{segment index: MappedFile}``, unverified like ``CommitLog.read``); a finished entry
-    (cancelled, or delivered before a restart) is passed, and crossed by the done cursor when it is
-    at ``done``. Stops (why 2) at a pending entry due after ``now``, and (why 3) at a pending entry
-    below ``restored`` (restored from the checkpoint: checked before its first use) or whose
-    record cannot be decoded here (segment missing, record corrupt: the caller's ``read`` raises
-    the error). Returns ``(why, idx, done, room)``; the entries before ``idx`` are examined."""
+    buf: memoryview, segments: dict[int, Any], segs: dict[int, int], out: list[tuple[int, Any]], a: LvDue
+) -> int:
+    """The dequeue of one level over the entries ``a.idx .. a.stop - 1`` of the queue file whose
+    first index is ``a.f0`` (mapped at ``buf``): append ``(a.ref_hi | index, record)`` for each
+    pending entry (at most ``a.room``), the record decoded from its commit-log segment
+    (``segments``: the log's ``{segment index: MappedFile}``, unverified like ``CommitLog.read``); a
+    finished entry (cancelled, or delivered before a restart) is passed, and crossed by the done
+    cursor when it is at ``a.done``. Stops (why 2) at a pending entry due after ``a.now``, and
+    (why 3) at a pending entry below ``a.restored`` (restored from the checkpoint: checked before
+    its first use) or whose record cannot be decoded here (segment missing, record corrupt: the
+    caller's ``read`` raises the error). Returns why; moves ``a.idx``, ``a.done``, ``a.room``: the
+    entries before ``a.idx`` are examined."""
+    hs, f0, idx, stop, now, restored = a.hs, a.f0, a.idx, a.stop, a.now, a.restored
+    done, room, ref_hi, seg_bytes = a.done, a.room, a.ref_hi, a.seg_bytes
+    why = END
     while idx < stop:
         if room <= 0:
-            return FULL, idx, done, room
+            why = FULL
+            break
         pos, due, state = ENTRY.unpack_from(buf, hs + (idx - f0) * ENTRY_SIZE)
         if state == PENDING:
             if due > now:
-                return BLOCKED, idx, done, room
+                why = BLOCKED
+                break
             if idx < restored:
-                return CALLER, idx, done, room
+                why = CALLER
+                break
             g, off = divmod(pos, seg_bytes)
             seg = segments.get(g)
             if seg is None:
-                return CALLER, idx, done, room
+                why = CALLER
+                break
             try:
                 rec = codec.decode(seg.buf, off, None, False)
             except codec.CorruptRecord:
-                return CALLER, idx, done, room
+                why = CALLER
+                break
             out.append((ref_hi | idx, rec))
             room -= 1
         elif idx == done:
@@ -100,7 +109,8 @@ def lv_due(
                 segs[g] = segs.get(g, 0) + 1
             done += 1
         idx += 1
-    return END, idx, done, room
+    a.idx, a.done, a.room = idx, done, room
+    return why
 
 
 def _entry_at(files: dict[int, MappedFile], per_file: int, hs: int, idx: int) -> tuple[memoryview, int]:

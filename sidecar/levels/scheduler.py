@@ -63,11 +63,13 @@ from sidecar.levels.queue import (
     lv_advance,
     lv_due,
 )
+from sidecar.store import native_args
 from sidecar.store.codec import NATIVE, Record
 from sidecar.store.codec import native as _native
 from sidecar.store.intake_layout import LEVEL_STRIDE, Level, Levels, level_at, levels_state
 from sidecar.store.log import CommitLog
 from sidecar.store.mapped import HEADER_SIZE, StoreError
+from sidecar.store.native_args import LvDue
 
 _IDX_BITS = IDX_BITS
 _IDX_MASK = IDX_MASK
@@ -102,6 +104,7 @@ class LevelsScheduler:
         # the per-entry walks in C (sidecar._native), or their Python twins in queue.py
         nat = native and NATIVE
         self._lv_due = _native.lv_due if nat else lv_due
+        self._due_args: LvDue = native_args.make(LvDue, _native if nat else None)
         self._lv_ack = _native.lv_ack if nat else lv_ack
         self._snap_done: list[int] = []  # each level's done at the last state() snapshot
         self.log_head: int | None = None  # the checkpointed log head: restored entries point below it
@@ -178,7 +181,9 @@ class LevelsScheduler:
         heads.sort()
         walk, per = self._lv_due, self.per_file
         log = self.log
-        segments, seg_bytes = log.segments, log.segment_bytes
+        segments = log.segments
+        a = self._due_args
+        a.hs, a.now, a.seg_bytes = HEADER_SIZE, now_ms, log.segment_bytes
         segs: dict[int, int] = {}  # releases by the done cursor, per log segment
         try:
             for head_due, n in heads:
@@ -192,11 +197,11 @@ class LevelsScheduler:
                     # per entry it leaves to Python (restored, or its record does not decode)
                     f, _off = q._locate(idx)
                     first = idx - idx % per
-                    why, idx, lv.done, _room = walk(
-                        f.buf, HEADER_SIZE, first, idx, min(write, first + per), now_ms, lv.restored, lv.done,
-                        limit - len(out), n << IDX_BITS, segments, seg_bytes, segs, out,
-                    )
-                    lv.send = idx
+                    a.f0, a.idx, a.stop, a.restored = first, idx, min(write, first + per), lv.restored
+                    a.done, a.room, a.ref_hi = lv.done, limit - len(out), n << IDX_BITS
+                    why = walk(f.buf, segments, segs, out, a)
+                    lv.send = idx = a.idx
+                    lv.done = a.done
                     if why == BLOCKED:
                         break
                     if why == CALLER:  # pending and due

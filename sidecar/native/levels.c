@@ -23,25 +23,23 @@ static inline int lv_release(LvRun *r, PyObject *segs, uint64_t pos, long long s
     return 0;
 }
 
-/* lv_due(buf, hs, f0, idx, stop, now, restored, done, room, ref_hi, segments, seg_bytes, segs,
- * out) -> (why, idx, done, room) */
+/* lv_due(buf, segments, segs, out, a: LvDue) -> why; moves a's idx, done, room */
 static PyObject *native_lv_due(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 14 || !PyDict_Check(args[10]) || !PyDict_Check(args[12]) || !PyList_Check(args[13])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "lv_due(buf, hs, f0, idx, stop, now, restored, done, room, ref_hi, segments, seg_bytes, segs, out)");
+    if (nargs != 5 || !PyDict_Check(args[1]) || !PyDict_Check(args[2]) || !PyList_Check(args[3]) ||
+        !PyObject_TypeCheck(args[4], &kds_LvDueType)) {
+        PyErr_SetString(PyExc_TypeError, "lv_due(buf, segments, segs, out, a: LvDue)");
         return NULL;
     }
-    long long hs = PyLong_AsLongLong(args[1]), f0 = PyLong_AsLongLong(args[2]), idx = PyLong_AsLongLong(args[3]);
-    long long stop = PyLong_AsLongLong(args[4]), now = PyLong_AsLongLong(args[5]);
-    long long restored = PyLong_AsLongLong(args[6]), done = PyLong_AsLongLong(args[7]);
-    long long room = PyLong_AsLongLong(args[8]), ref_hi = PyLong_AsLongLong(args[9]);
-    long long seg_bytes = PyLong_AsLongLong(args[11]);
+    KdsLvDue *a = (KdsLvDue *)args[4];
+    long long hs = kds_arg(a->hs), f0 = kds_arg(a->f0), idx = kds_arg(a->idx), stop = kds_arg(a->stop);
+    long long now = kds_arg(a->now), restored = kds_arg(a->restored), done = kds_arg(a->done);
+    long long room = kds_arg(a->room), ref_hi = kds_arg(a->ref_hi), seg_bytes = kds_arg(a->seg_bytes);
     if (PyErr_Occurred()) return NULL;
     if (seg_bytes <= 0) {
         PyErr_SetString(PyExc_ValueError, "lv_due: segment size must be positive");
         return NULL;
     }
-    PyObject *segments = args[10], *segs = args[12], *out = args[13], *res = NULL;
+    PyObject *segments = args[1], *segs = args[2], *out = args[3], *res = NULL;
     Py_buffer qv;
     if (PyObject_GetBuffer(args[0], &qv, PyBUF_SIMPLE) < 0) return NULL;
     const uint8_t *qb = (const uint8_t *)qv.buf;
@@ -89,7 +87,9 @@ static PyObject *native_lv_due(PyObject *self, PyObject *const *args, Py_ssize_t
     }
     if (kds_seg_add(segs, run.g, run.c) < 0) goto fail;
     run.c = 0;
-    res = Py_BuildValue("(iLLL)", why, idx, done, room);
+    if (kds_arg_set(&a->idx, idx) < 0 || kds_arg_set(&a->done, done) < 0 || kds_arg_set(&a->room, room) < 0)
+        goto fail;
+    res = PyLong_FromLong(why);
 fail:
     if (!res && run.c) {
         /* keep what was counted: the caller releases segs even when this raises */

@@ -26,8 +26,10 @@
  *   module.c   this file: the module and its init
  * Byte layouts are documented where the Python twins live; the C code follows them byte for byte.
  * Their sizes, states and flags are declared once, in sidecar/store/native_layouts.py, which
- * generates layouts.h (and intake_layout.py the intake state's intake_layout.h).
+ * generates layouts.h (and intake_layout.py the intake state's intake_layout.h, native_args.py
+ * the argument structs of the schedulers' walks, native_args.h).
  */
+#define KDS_NATIVE_ARGS_IMPL /* the argument structs' types are defined here, once */
 #include "native.h"
 #include "intake_layout.h"
 
@@ -87,6 +89,15 @@ PyMODINIT_FUNC PyInit__native(void) {
         goto fail;
     }
     if (kds_publish_init(m) < 0) goto fail;
+#define KDS_ADD_ARGS_TYPE(name) \
+    if (PyType_Ready(&kds_##name##Type) < 0) goto fail; \
+    Py_INCREF(&kds_##name##Type); \
+    if (PyModule_AddObject(m, #name, (PyObject *)&kds_##name##Type) < 0) { \
+        Py_DECREF(&kds_##name##Type); \
+        goto fail; \
+    }
+    KDS_NATIVE_ARGS(KDS_ADD_ARGS_TYPE)
+#undef KDS_ADD_ARGS_TYPE
     if (add_names(m, "INTAKE_LAYOUT", intake_names, sizeof intake_names / sizeof intake_names[0]) < 0) goto fail;
     if (add_names(m, "LAYOUTS", layout_names, sizeof layout_names / sizeof layout_names[0]) < 0) goto fail;
     if (PyModule_AddIntConstant(m, "HARDWARE_CRC", kds_have_sse42) < 0) goto fail;

@@ -10,27 +10,24 @@
  * level u16 | tag u32; its state u8 in the file's state array (WL_STATE_OFF in native.h).
  * Slot: time i64 | first i64 | last i64 | count u32 | min_off u16 | 0 u16. */
 
-/* wl_link(tl_buf, hs, tl_first, nent, idx, due, loc, flags, level, slot_buf, slot_off,
- * slot_time) -> int: write entry idx (pending, no next, tagged) into the timer-log file whose
+/* wl_link(tl_buf, slot_buf, a: WlLink) -> int: write entry idx (pending, no next, tagged) into the timer-log file whose
  * first index is tl_first, and append it to the chain of the slot at slot_off that starts at
  * slot_time. Returns -1 if the slot held no such chain (it now holds idx alone), else the
  * chain's previous tail, whose link was patched here when it lives in the same file
  * (tail >= tl_first); the caller patches one in an older file, and records what is dirty. */
 static PyObject *native_wl_link(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 12) {
-        PyErr_SetString(PyExc_TypeError,
-                        "wl_link(tl_buf, hs, tl_first, nent, idx, due, loc, flags, level, slot_buf, slot_off, "
-                        "slot_time)");
+    if (nargs != 3 || !PyObject_TypeCheck(args[2], &kds_WlLinkType)) {
+        PyErr_SetString(PyExc_TypeError, "wl_link(tl_buf, slot_buf, a: WlLink)");
         return NULL;
     }
-    long long hs = PyLong_AsLongLong(args[1]), first = PyLong_AsLongLong(args[2]), nent = PyLong_AsLongLong(args[3]);
-    long long idx = PyLong_AsLongLong(args[4]), due = PyLong_AsLongLong(args[5]), loc = PyLong_AsLongLong(args[6]);
-    long flags = PyLong_AsLong(args[7]), level = PyLong_AsLong(args[8]);
-    long long soff = PyLong_AsLongLong(args[10]), stime = PyLong_AsLongLong(args[11]);
+    const KdsWlLink *a = (const KdsWlLink *)args[2];
+    long long hs = kds_arg(a->hs), first = kds_arg(a->tl_first), nent = kds_arg(a->nent), idx = kds_arg(a->idx);
+    long long due = kds_arg(a->due), loc = kds_arg(a->loc), flags = kds_arg(a->flags), level = kds_arg(a->level);
+    long long soff = kds_arg(a->slot_off), stime = kds_arg(a->slot_time);
     if (PyErr_Occurred()) return NULL;
     Py_buffer tv, sv;
     if (PyObject_GetBuffer(args[0], &tv, PyBUF_WRITABLE) < 0) return NULL;
-    if (PyObject_GetBuffer(args[9], &sv, PyBUF_WRITABLE) < 0) {
+    if (PyObject_GetBuffer(args[1], &sv, PyBUF_WRITABLE) < 0) {
         PyBuffer_Release(&tv);
         return NULL;
     }
@@ -120,25 +117,23 @@ static inline long long walk_off(WalkBufs *w, long long x) {
     return off;
 }
 
-/* wl_send(buf, hs, f0, nent, lst, i, e, last, base, o, nxt, after, room, budget, vlim, pend)
- * -> (why, i, e, after, nxt, budget, room, lo, hi) */
+/* wl_send(buf, lst, pend, a: WlSend) -> why; moves a's i, e, after, nxt, budget, room, lo, hi */
 static PyObject *native_wl_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 16 || !PyList_Check(args[15])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "wl_send(buf, hs, f0, nent, lst, i, e, last, base, o, nxt, after, room, budget, vlim, pend)");
+    if (nargs != 4 || !PyList_Check(args[2]) || !PyObject_TypeCheck(args[3], &kds_WlSendType)) {
+        PyErr_SetString(PyExc_TypeError, "wl_send(buf, lst, pend, a: WlSend)");
         return NULL;
     }
+    KdsWlSend *a = (KdsWlSend *)args[3];
     WalkBufs w;
-    w.hs = PyLong_AsLongLong(args[1]);
-    w.f0 = PyLong_AsLongLong(args[2]);
-    w.nent = PyLong_AsLongLong(args[3]);
-    long long i = PyLong_AsLongLong(args[5]), e = PyLong_AsLongLong(args[6]), last = PyLong_AsLongLong(args[7]);
-    long long base = PyLong_AsLongLong(args[8]), o = PyLong_AsLongLong(args[9]), nxt = PyLong_AsLongLong(args[10]);
-    long long after = PyLong_AsLongLong(args[11]), room = PyLong_AsLongLong(args[12]);
-    long long budget = PyLong_AsLongLong(args[13]), vlim = PyLong_AsLongLong(args[14]);
+    w.hs = kds_arg(a->hs);
+    w.f0 = kds_arg(a->f0);
+    w.nent = kds_arg(a->nent);
+    long long i = kds_arg(a->i), e = kds_arg(a->e), last = kds_arg(a->last), base = kds_arg(a->base);
+    long long o = kds_arg(a->o), nxt = kds_arg(a->nxt), after = kds_arg(a->after), room = kds_arg(a->room);
+    long long budget = kds_arg(a->budget), vlim = kds_arg(a->vlim);
     if (PyErr_Occurred()) return NULL;
-    PyObject *pend = args[15];
-    if (walk_open(&w, args[0], args[4], 1) < 0) return NULL;
+    PyObject *pend = args[2];
+    if (walk_open(&w, args[0], args[1], 1) < 0) return NULL;
     uint8_t *b = (uint8_t *)w.tv.buf;
     long long lo = -1, hi = -1, end = w.f0 + w.nent;
     int why;
@@ -184,7 +179,11 @@ static PyObject *native_wl_send(PyObject *self, PyObject *const *args, Py_ssize_
         if (w.have_l) i++;
         else e = x == last ? -1 : nx;
     }
-    out = Py_BuildValue("(iLLLLLLLL)", why, i, e, after, nxt, budget, room, lo, hi);
+    if (kds_arg_set(&a->i, i) < 0 || kds_arg_set(&a->e, e) < 0 || kds_arg_set(&a->after, after) < 0 ||
+        kds_arg_set(&a->nxt, nxt) < 0 || kds_arg_set(&a->budget, budget) < 0 || kds_arg_set(&a->room, room) < 0 ||
+        kds_arg_set(&a->lo, lo) < 0 || kds_arg_set(&a->hi, hi) < 0)
+        goto fail;
+    out = PyLong_FromLong(why);
 fail:
     walk_close(&w);
     return out;
@@ -209,29 +208,27 @@ int kds_seg_add(PyObject *segs, long long g, long long c) {
     return rc;
 }
 
-/* wl_done(buf, hs, f0, nent, lst, i, e, last, base, o, nxt, after, budget, seg_bytes, segs, blocs)
- * -> (why, i, e, after, nxt, budget, passed) */
+/* wl_done(buf, lst, segs, blocs, a: WlDone) -> why; moves a's i, e, after, nxt, budget, passed */
 static PyObject *native_wl_done(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 16 || !PyDict_Check(args[14]) || !PyList_Check(args[15])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "wl_done(buf, hs, f0, nent, lst, i, e, last, base, o, nxt, after, budget, seg_bytes, segs, blocs)");
+    if (nargs != 5 || !PyDict_Check(args[2]) || !PyList_Check(args[3]) || !PyObject_TypeCheck(args[4], &kds_WlDoneType)) {
+        PyErr_SetString(PyExc_TypeError, "wl_done(buf, lst, segs, blocs, a: WlDone)");
         return NULL;
     }
+    KdsWlDone *a = (KdsWlDone *)args[4];
     WalkBufs w;
-    w.hs = PyLong_AsLongLong(args[1]);
-    w.f0 = PyLong_AsLongLong(args[2]);
-    w.nent = PyLong_AsLongLong(args[3]);
-    long long i = PyLong_AsLongLong(args[5]), e = PyLong_AsLongLong(args[6]), last = PyLong_AsLongLong(args[7]);
-    long long base = PyLong_AsLongLong(args[8]), o = PyLong_AsLongLong(args[9]), nxt = PyLong_AsLongLong(args[10]);
-    long long after = PyLong_AsLongLong(args[11]), budget = PyLong_AsLongLong(args[12]);
-    long long seg_bytes = PyLong_AsLongLong(args[13]);
+    w.hs = kds_arg(a->hs);
+    w.f0 = kds_arg(a->f0);
+    w.nent = kds_arg(a->nent);
+    long long i = kds_arg(a->i), e = kds_arg(a->e), last = kds_arg(a->last), base = kds_arg(a->base);
+    long long o = kds_arg(a->o), nxt = kds_arg(a->nxt), after = kds_arg(a->after), budget = kds_arg(a->budget);
+    long long seg_bytes = kds_arg(a->seg_bytes);
     if (PyErr_Occurred()) return NULL;
     if (seg_bytes <= 0) {
         PyErr_SetString(PyExc_ValueError, "wl_done: segment size must be positive");
         return NULL;
     }
-    PyObject *segs = args[14], *blocs = args[15];
-    if (walk_open(&w, args[0], args[4], 0) < 0) return NULL;
+    PyObject *segs = args[2], *blocs = args[3];
+    if (walk_open(&w, args[0], args[1], 0) < 0) return NULL;
     const uint8_t *b = (const uint8_t *)w.tv.buf;
     long long end = w.f0 + w.nent, passed = 0, run_g = 0, run_c = 0;
     int why;
@@ -284,7 +281,10 @@ static PyObject *native_wl_done(PyObject *self, PyObject *const *args, Py_ssize_
         else e = x == last ? -1 : nx;
     }
     if (kds_seg_add(segs, run_g, run_c) < 0) goto fail;
-    out = Py_BuildValue("(iLLLLLL)", why, i, e, after, nxt, budget, passed);
+    if (kds_arg_set(&a->i, i) < 0 || kds_arg_set(&a->e, e) < 0 || kds_arg_set(&a->after, after) < 0 ||
+        kds_arg_set(&a->nxt, nxt) < 0 || kds_arg_set(&a->budget, budget) < 0 || kds_arg_set(&a->passed, passed) < 0)
+        goto fail;
+    out = PyLong_FromLong(why);
 fail:
     walk_close(&w);
     return out;
@@ -373,19 +373,17 @@ fail:
     return out;
 }
 
-/* wl_ack(buf, hs, f0, nent, refs, j, head, P, s_k, s_o, s_after, l_sent, wait_a, wait_b)
- * -> (j, lo, hi, wake) */
+/* wl_ack(buf, refs, a: WlAck) -> wake; moves a's j, lo, hi */
 static PyObject *native_wl_ack(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 14 || !PyList_Check(args[4])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "wl_ack(buf, hs, f0, nent, refs, j, head, P, s_k, s_o, s_after, l_sent, wait_a, wait_b)");
+    if (nargs != 3 || !PyList_Check(args[1]) || !PyObject_TypeCheck(args[2], &kds_WlAckType)) {
+        PyErr_SetString(PyExc_TypeError, "wl_ack(buf, refs, a: WlAck)");
         return NULL;
     }
-    long long hs = PyLong_AsLongLong(args[1]), f0 = PyLong_AsLongLong(args[2]), nent = PyLong_AsLongLong(args[3]);
-    Py_ssize_t j = PyLong_AsSsize_t(args[5]);
-    long long head = PyLong_AsLongLong(args[6]), P = PyLong_AsLongLong(args[7]), s_k = PyLong_AsLongLong(args[8]);
-    long long s_o = PyLong_AsLongLong(args[9]), s_after = PyLong_AsLongLong(args[10]);
-    long long l_sent = PyLong_AsLongLong(args[11]), wa = PyLong_AsLongLong(args[12]), wb = PyLong_AsLongLong(args[13]);
+    KdsWlAck *a = (KdsWlAck *)args[2];
+    long long hs = kds_arg(a->hs), f0 = kds_arg(a->f0), nent = kds_arg(a->nent), head = kds_arg(a->head);
+    long long P = kds_arg(a->P), s_k = kds_arg(a->s_k), s_o = kds_arg(a->s_o), s_after = kds_arg(a->s_after);
+    long long l_sent = kds_arg(a->l_sent), wa = kds_arg(a->wait_a), wb = kds_arg(a->wait_b);
+    Py_ssize_t j = PyLong_AsSsize_t(a->j);
     if (PyErr_Occurred()) return NULL;
     if (P <= 0 || j < 0 || nent <= 0 || hs < nent) {
         PyErr_SetString(PyExc_ValueError, "wl_ack: bad precision, position or file geometry");
@@ -393,7 +391,7 @@ static PyObject *native_wl_ack(PyObject *self, PyObject *const *args, Py_ssize_t
     }
     Py_buffer tv;
     if (PyObject_GetBuffer(args[0], &tv, PyBUF_WRITABLE) < 0) return NULL;
-    PyObject *refs = args[4], *out = NULL;
+    PyObject *refs = args[1], *out = NULL;
     uint8_t *b = (uint8_t *)tv.buf;
     long long end = f0 + nent < head ? f0 + nent : head, lo = -1, hi = -1;
     int wake = 0;
@@ -432,7 +430,8 @@ static PyObject *native_wl_ack(PyObject *self, PyObject *const *args, Py_ssize_t
         if (soff > hi) hi = soff;
         if (e == wa || e == wb) wake = 1;
     }
-    out = Py_BuildValue("(nLLO)", j, lo, hi, wake ? Py_True : Py_False);
+    if (kds_arg_set(&a->j, j) < 0 || kds_arg_set(&a->lo, lo) < 0 || kds_arg_set(&a->hi, hi) < 0) goto done;
+    out = Py_NewRef(wake ? Py_True : Py_False);
 done:
     PyBuffer_Release(&tv);
     return out;

@@ -78,6 +78,7 @@ from sidecar.store.mapped import (
     headerless,
     unborn,
 )
+from sidecar.store.native_args import WlAck, WlDone, WlLink, WlSend
 
 SLOT_MAGIC = b"KDSWHL\x00\x01"
 TL_MAGIC = b"KDSWTL\x00\x01"
@@ -102,18 +103,17 @@ LATE = _layouts.WHEEL_LATE
 
 
 
-def wl_link(
-    tl_buf: memoryview, hs: int, tl_first: int, nent: int, idx: int, due: int, loc: int, flags: int, level: int,
-    slot_buf: memoryview, slot_off: int, slot_time: int,
-) -> int:
-    """Write entry ``idx`` (pending, no next, tagged) into the timer-log file whose first index is
-    ``tl_first`` (``nent`` entries, the first at byte ``hs``) and append it to the chain of the slot at
-    byte ``slot_off`` starting at ``slot_time``. Returns -1 if the slot held no such chain (it now
-    holds ``idx`` alone), else the chain's previous tail, whose link is patched here when it lives
-    in the same file (``tail >= tl_first``): the caller patches one in an older file and records
-    what is dirty.
+def wl_link(tl_buf: memoryview, slot_buf: memoryview, a: WlLink) -> int:
+    """Write entry ``a.idx`` (pending, no next, tagged) into the timer-log file whose first index is
+    ``a.tl_first`` (``a.nent`` entries, the first at byte ``a.hs``) and append it to the chain
+    of the slot at byte ``a.slot_off`` of ``slot_buf`` starting at ``a.slot_time``. Returns -1
+    if the slot held no such chain (it now holds ``idx`` alone), else the chain's previous tail,
+    whose link is patched here when it lives in the same file (``tail >= tl_first``): the caller
+    patches one in an older file and records what is dirty.
 
     The reference for ``sidecar._native.wl_link`` (the intake's writes in one call)."""
+    hs, tl_first, nent, idx, due, loc = a.hs, a.tl_first, a.nent, a.idx, a.due, a.loc
+    flags, level, slot_off, slot_time = a.flags, a.level, a.slot_off, a.slot_time
     off = due - slot_time
     if not 0 <= off <= 0xFFFF or not tl_first <= idx < tl_first + nent or hs < nent:
         raise ValueError("wl_link: entry or slot out of range")
@@ -147,19 +147,19 @@ def wl_link(
 END, EXHAUSTED, OTHER_FILE, CALLER = 0, 1, 2, 3
 
 
-def wl_send(
-    buf: memoryview, hs: int, f0: int, nent: int, lst: Any, i: int, e: int, last: int, base: int, o: int,
-    nxt: int, after: int, room: int, budget: int, vlim: int, pend: list[tuple[int, int]],
-) -> tuple[int, int, int, int, int, int, int, int, int]:
-    """The send cursor's pass over offset ``o`` of the slot starting at ``base``: append
+def wl_send(buf: memoryview, lst: Any, pend: list[tuple[int, int]], a: WlSend) -> int:
+    """The send cursor's pass over offset ``o`` of the slot starting at ``base`` (``a``'s fields
+    here and below): append
     ``(entry, loc)`` of each pending entry to ``pend`` (at most ``room``), flip cancelled ones to
     done (the done cursor releases them), skip done and dropped ones; one ``budget`` unit per entry
     examined. Stops (why 3) before a pending entry below ``vlim``: restored from the checkpoint,
     its body is checked first. On the late chain (``o`` < 0, ``base`` the current time) it also
     stops (why 3) before a pending entry due after ``base``: only after the clock stepped back,
-    and never handed out early. Returns ``(why, i, e, after, nxt, budget, room, lo, hi)``: the
-    position reached, the last entry examined, and the byte range of the states flipped here
+    and never handed out early. Returns why; moves ``i, e, after, nxt, budget, room, lo, hi``:
+    the position reached, the last entry examined, and the byte range of the states flipped here
     (``hi`` -1: none)."""
+    hs, f0, nent, i, e, last, base, o = a.hs, a.f0, a.nent, a.i, a.e, a.last, a.base, a.o
+    nxt, after, room, budget, vlim = a.nxt, a.after, a.room, a.budget, a.vlim
     lo = hi = -1
     end = f0 + nent
     n = -1 if lst is None else len(lst)
@@ -205,7 +205,8 @@ def wl_send(
             i += 1
         else:
             e = -1 if x == last else nx
-    return why, i, e, after, nxt, budget, room, lo, hi
+    a.i, a.e, a.after, a.nxt, a.budget, a.room, a.lo, a.hi = i, e, after, nxt, budget, room, lo, hi
+    return why
 
 
 def wl_read(
@@ -233,15 +234,14 @@ def wl_read(
     return i
 
 
-def wl_done(
-    buf: memoryview, hs: int, f0: int, nent: int, lst: Any, i: int, e: int, last: int, base: int, o: int,
-    nxt: int, after: int, budget: int, seg_bytes: int, segs: dict[int, int], blocs: list[int],
-) -> tuple[int, int, int, int, int, int, int]:
-    """The done cursor's pass over offset ``o``: cross the entries whose state is done or dropped,
-    one ``budget`` unit each, and collect what to release — per commit-log segment
-    (``loc // seg_bytes``) a count in ``segs``, bucket refs in ``blocs``; a dropped entry's body is
-    not released. Stops (why 3) at an entry of the pass still pending or cancelled: the one done
-    waits on. Returns ``(why, i, e, after, nxt, budget, passed)``."""
+def wl_done(buf: memoryview, lst: Any, segs: dict[int, int], blocs: list[int], a: WlDone) -> int:
+    """The done cursor's pass over offset ``o`` (``a``'s fields here and below): cross the entries
+    whose state is done or dropped, one ``budget`` unit each, and collect what to release — per
+    commit-log segment (``loc // seg_bytes``) a count in ``segs``, bucket refs in ``blocs``; a
+    dropped entry's body is not released. Stops (why 3) at an entry of the pass still pending or
+    cancelled: the one done waits on. Returns why; moves ``i, e, after, nxt, budget, passed``."""
+    hs, f0, nent, i, e, last, base, o = a.hs, a.f0, a.nent, a.i, a.e, a.last, a.base, a.o
+    nxt, after, budget, seg_bytes = a.nxt, a.after, a.budget, a.seg_bytes
     end = f0 + nent
     n = -1 if lst is None else len(lst)
     passed = 0
@@ -286,7 +286,8 @@ def wl_done(
             i += 1
         else:
             e = -1 if x == last else nx
-    return why, i, e, after, nxt, budget, passed
+    a.i, a.e, a.after, a.nxt, a.budget, a.passed = i, e, after, nxt, budget, passed
+    return why
 
 
 def wl_group(
@@ -309,17 +310,17 @@ def wl_group(
     return {k: v.tobytes() for k, v in groups.items()}, e
 
 
-def wl_ack(
-    buf: memoryview, hs: int, f0: int, nent: int, refs: list[int], j: int, head: int, P: int, s_k: int, s_o: int,
-    s_after: int, l_sent: int, wait_a: int, wait_b: int,
-) -> tuple[int, int, int, bool]:
-    """``ack`` of ``refs[j:]`` while they are commit-log refs of this file below ``head``: an
-    entry whose tag matches, still pending, not a bucket body, and already examined by the send
-    cursor (``s_k, s_o, s_after``; ``l_sent`` for the late chain) becomes done; the others are
-    ignored. Stops at the first ref it does not cover (another file, a bucket ref, out of range):
-    the caller deals with that one. Returns ``(j, lo, hi, wake)``: the position reached, the byte
-    range of the states flipped (``hi`` -1: none), and whether one of them was ``wait_a`` or
-    ``wait_b`` (the entries the done cursor waits on)."""
+def wl_ack(buf: memoryview, refs: list[int], a: WlAck) -> bool:
+    """``ack`` of ``refs[j:]`` (``a``'s fields here and below) while they are commit-log refs of this
+    file below ``head``: an entry whose tag matches, still pending, not a bucket body, and
+    already examined by the send cursor (``s_k, s_o, s_after``; ``l_sent`` for the late chain)
+    becomes done; the others are ignored. Stops at the first ref it does not cover (another
+    file, a bucket ref, out of range): the caller deals with that one. Returns whether one of
+    the entries flipped was ``wait_a`` or ``wait_b`` (the entries the done cursor waits on);
+    moves ``j`` (the position reached) and ``lo, hi`` (the byte range of the states flipped;
+    ``hi`` -1: none)."""
+    hs, f0, nent, j, head, P = a.hs, a.f0, a.nent, a.j, a.head, a.P
+    s_k, s_o, s_after, l_sent, wait_a, wait_b = a.s_k, a.s_o, a.s_after, a.l_sent, a.wait_a, a.wait_b
     lo = hi = -1
     wake = False
     end = min(f0 + nent, head)
@@ -354,7 +355,8 @@ def wl_ack(
             hi = soff
         if e in (wait_a, wait_b):
             wake = True
-    return j, lo, hi, wake
+    a.j, a.lo, a.hi = j, lo, hi
+    return wake
 
 
 class SlotFile:

@@ -53,11 +53,13 @@ from bisect import bisect_right, insort
 from collections.abc import Callable
 from pathlib import Path
 
+from sidecar.store import native_args
 from sidecar.store.buckets import BUCKET_BIT, BucketStore, split_ref
 from sidecar.store.codec import NATIVE, Record
 from sidecar.store.codec import native as _native
 from sidecar.store.log import CommitLog
 from sidecar.store.mapped import HEADER_SIZE, StoreError
+from sidecar.store.native_args import WlAck, WlDone, WlLink, WlSend
 from sidecar.wheel.layout import (
     CALLER,
     DONE,
@@ -170,6 +172,14 @@ class Ring:
         self._wl_read = _native.wl_read if nat else wl_read
         self._wl_group = _native.wl_group if nat else wl_group
         self._wl_ack = _native.wl_ack if nat else wl_ack
+        # their argument objects, kept: a call sets only the fields that changed (native_args.py)
+        impl = _native if nat else None
+        self._link_a: WlLink = native_args.make(WlLink, impl)
+        self._send_a: WlSend = native_args.make(WlSend, impl)
+        self._done_a: WlDone = native_args.make(WlDone, impl)
+        self._ack_a: WlAck = native_args.make(WlAck, impl)
+        for a in (self._link_a, self._send_a, self._done_a, self._ack_a):
+            a.hs, a.nent = self.tl.hs, self.pf  # the timer-log files' geometry
         self.occ_send = bytearray(self.N)  # 1: slot at this position still to be read by send
         self.occ_done = bytearray(self.N)  # 1: slot at this position still to be passed by done
         self._budget = 0
@@ -356,7 +366,9 @@ class Ring:
         kd = due // P
         pos = kd % self.N
         soff = HEADER_SIZE + pos * SLOT_SIZE
-        last = self._wl_link(mf.buf, tl.hs, f0, self.pf, idx, due, loc, 0, level, self.slots.buf, soff, kd * P)
+        a = self._link_a
+        a.tl_first, a.idx, a.due, a.loc, a.level, a.slot_off, a.slot_time = f0, idx, due, loc, level, soff, kd * P
+        last = self._wl_link(mf.buf, self.slots.buf, a)
         lo = tl.app_lo
         if lo < 0:
             tl.app_lo = lo = idx
@@ -431,15 +443,17 @@ class Ring:
         send, mark = self._wl_send, self.tl.mark
         sent, budget, room = self.l_sent, self._budget, limit - len(out)
         pend: list[tuple[int, int]] = []
+        a = self._send_a
+        a.last, a.base, a.o, a.vlim = last, now, -1, vlim
         while e != -1:
             f0 = e - e % pf
             cbuf = files[f0].buf
-            why, _i, e, sent, _n, budget, room, lo, hi = send(
-                cbuf, self.tl.hs, f0, pf, None, 0, e, last, now, -1, -1, sent, room, budget, vlim, pend
-            )
-            if hi >= 0:
-                mark(f0, lo)
-                mark(f0, hi)
+            a.f0, a.i, a.e, a.nxt, a.after, a.room, a.budget = f0, 0, e, -1, sent, room, budget
+            why = send(cbuf, None, pend, a)
+            e, sent, budget, room = a.e, a.after, a.budget, a.room
+            if a.hi >= 0:
+                mark(f0, a.lo)
+                mark(f0, a.hi)
             if why == CALLER:  # pending, and restored (its body is checked) or not yet due
                 due, loc, nx = _walk(cbuf, self.tl.hs + (e - f0) * ENTRY_SIZE)
                 if due > now:
@@ -497,6 +511,8 @@ class Ring:
             lst, i, n, e, nxt = self._resume(ix, o, after, first, last, self.s_nxt)
             send, mark = self._wl_send, tl.mark
             pend: list[tuple[int, int]] = []
+            a = self._send_a
+            a.last, a.base, a.o, a.vlim = last, base, o, vlim
             why = END
             while True:  # one call per timer-log file, and one per restored entry to check
                 x = e if lst is None else (lst[i] if i < n else -1)
@@ -505,12 +521,12 @@ class Ring:
                     break
                 f0 = x - x % pf
                 cbuf = files[f0].buf
-                why, i, e, after, nxt, budget, room, lo, hi = send(
-                    cbuf, self.tl.hs, f0, pf, lst, i, e, last, base, o, nxt, after, room, budget, vlim, pend
-                )
-                if hi >= 0:
-                    mark(f0, lo)
-                    mark(f0, hi)
+                a.f0, a.i, a.e, a.nxt, a.after, a.room, a.budget = f0, i, e, nxt, after, room, budget
+                why = send(cbuf, lst, pend, a)
+                i, e, after, nxt, budget, room = a.i, a.e, a.after, a.nxt, a.budget, a.room
+                if a.hi >= 0:
+                    mark(f0, a.lo)
+                    mark(f0, a.hi)
                 if why == CALLER:  # pending, restored: its body is checked before it is handed out
                     x = e if lst is None else lst[i]
                     due, loc, nx = _walk(cbuf, self.tl.hs + (x - f0) * ENTRY_SIZE)
@@ -561,12 +577,13 @@ class Ring:
         segs: dict[int, int] = {}
         blocs: list[int] = []
         why, after = END, -1
+        a = self._done_a
+        a.last, a.base, a.o, a.seg_bytes = sent, 0, -1, self.log.segment_bytes
         while e != -1:
             f0 = e - e % pf
-            why, _i, e, after, _n, budget, passed = walk(
-                files[f0].buf, self.tl.hs, f0, pf, None, 0, e, sent, 0, -1, -1, after, budget,
-                self.log.segment_bytes, segs, blocs,
-            )
+            a.f0, a.i, a.e, a.nxt, a.after, a.budget = f0, 0, e, -1, after, budget
+            why = walk(files[f0].buf, None, segs, blocs, a)
+            e, after, budget, passed = a.e, a.after, a.budget, a.passed
             file_live[f0] -= passed
             self.n_wheel -= passed
             if why != OTHER_FILE:
@@ -616,6 +633,8 @@ class Ring:
             walk = self._wl_done
             segs: dict[int, int] = {}
             blocs: list[int] = []
+            a = self._done_a
+            a.last, a.base, a.o, a.seg_bytes = last, base, o, seg_bytes
             why = END
             while True:  # one call per timer-log file
                 x = e if lst is None else (lst[i] if i < n else -1)
@@ -623,10 +642,9 @@ class Ring:
                     why = END
                     break
                 f0 = x - x % pf
-                why, i, e, after, nxt, budget, passed = walk(
-                    files[f0].buf, self.tl.hs, f0, pf, lst, i, e, last, base, o, nxt, after, budget, seg_bytes,
-                    segs, blocs,
-                )
+                a.f0, a.i, a.e, a.nxt, a.after, a.budget = f0, i, e, nxt, after, budget
+                why = walk(files[f0].buf, lst, segs, blocs, a)
+                i, e, after, nxt, budget, passed = a.i, a.e, a.after, a.nxt, a.budget, a.passed
                 file_live[f0] -= passed
                 self.n_wheel -= passed
                 if why == CALLER:
@@ -710,7 +728,9 @@ class Ring:
         wake = False
         head, pf, files = self.head, self.pf, self.tl.files
         ack, mark = self._wl_ack, self.tl.mark
-        args = (self.P, self.s_k, self.s_o, self.s_after, self.l_sent, self._d_block, self.l_head)
+        a = self._ack_a
+        a.head, a.P, a.s_k, a.s_o, a.s_after = head, self.P, self.s_k, self.s_o, self.s_after
+        a.l_sent, a.wait_a, a.wait_b = self.l_sent, self._d_block, self.l_head
         j, n = 0, len(refs)
         while j < n:
             ref = refs[j]
@@ -724,12 +744,13 @@ class Ring:
             if mf is None:
                 j += 1
                 continue
-            j, lo, hi, w = ack(mf.buf, self.tl.hs, f0, pf, refs, j, head, *args)
-            if hi >= 0:
-                mark(f0, lo)
-                mark(f0, hi)
-            if w:
+            a.f0, a.j = f0, j
+            if ack(mf.buf, refs, a):
                 wake = True
+            j = a.j
+            if a.hi >= 0:
+                mark(f0, a.lo)
+                mark(f0, a.hi)
         if wake:
             self._advance_done()
 

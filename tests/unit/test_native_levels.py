@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 
 from sidecar.levels import queue
 from sidecar.levels.queue import ENTRY, ENTRY_SIZE, IDX_BITS, NO_POS
-from sidecar.store import codec
+from sidecar.store import codec, native_args
 from sidecar.store.codec import native
+from sidecar.store.native_args import LvDue
 from tests.infra import needs_native
 
 HS = 64
@@ -78,9 +79,11 @@ def _due_outcome(fn: Any, qfile: bytes, segfiles: dict[int, bytes], args: tuple[
     segments = {g: Mapped(b) for g, b in segfiles.items()}
     segs: dict[int, int] = {}
     out: list[tuple[int, Any]] = []
-    f0, idx, stop, now, restored, done, room, ref_hi = args
+    a = native_args.make(LvDue, native if fn is not queue.lv_due else None)
+    a.hs, a.seg_bytes = HS, SEG
+    a.f0, a.idx, a.stop, a.now, a.restored, a.done, a.room, a.ref_hi = args
     try:
-        r: Any = fn(qbuf, HS, f0, idx, stop, now, restored, done, room, ref_hi, segments, SEG, segs, out)
+        r: Any = (fn(qbuf, segments, segs, out, a), a.idx, a.done, a.room)
     except (ValueError, struct.error) as e:
         r = type(e).__name__
     return r, out, segs, bytes(qbuf), {g: bytes(m.buf) for g, m in segments.items()}

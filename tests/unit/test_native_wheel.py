@@ -12,7 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sidecar.store import native_args
 from sidecar.store.codec import native
+from sidecar.store.native_args import WlAck, WlDone, WlLink, WlSend
 from sidecar.wheel import layout
 from tests.infra import needs_native, unavailable
 
@@ -23,10 +25,22 @@ EHS = HS + PER_FILE  # a timer-log file's first entry: after the header and its 
 TL_SIZE = EHS + PER_FILE * 32
 
 
+def _make(cls: type[Any], fn: Any) -> Any:
+    """An argument object of ``cls`` for ``fn``: the C type for the C function, else the class."""
+    return native_args.make(cls, None if fn.__module__ == layout.__name__ else native)
+
+
+def _link(fn: Any, t: memoryview, s: memoryview, *args: int) -> Any:
+    """``fn`` (wl_link) with its fields given in the struct's order after ``hs``."""
+    a = _make(WlLink, fn)
+    a.hs, a.tl_first, a.nent, a.idx, a.due, a.loc, a.flags, a.level, a.slot_off, a.slot_time = EHS, *args
+    return fn(t, s, a)
+
+
 def _outcome(fn: Any, tl: bytearray, sl: bytearray, *args: Any) -> tuple[Any, bytes, bytes]:
     t, s = memoryview(tl), memoryview(sl)
     try:
-        r: Any = fn(t, EHS, *args[:7], s, *args[7:])
+        r: Any = _link(fn, t, s, *args)
     except (ValueError, struct.error, OverflowError):
         r = "refused"
     return r, bytes(tl), bytes(sl)
@@ -72,16 +86,16 @@ def test_wl_link_builds_a_chain() -> None:
     tl, sl = bytearray(TL_SIZE), bytearray(HS + SLOTS * 32)
     for fn in (layout.wl_link, native.wl_link if native is not None else layout.wl_link):
         tl[:], sl[:] = b"\x07" * len(tl), bytes(len(sl))  # states left over from before a restore
-        assert fn(memoryview(tl), EHS, 0, PER_FILE, 0, 1005, 7, 0, 0, memoryview(sl), HS + 32, 1000) == -1
-        assert fn(memoryview(tl), EHS, 0, PER_FILE, 1, 1003, 8, 0, 0, memoryview(sl), HS + 32, 1000) == 0
-        assert fn(memoryview(tl), EHS, 0, PER_FILE, 2, 1009, 9, 0, 0, memoryview(sl), HS + 32, 1000) == 1
+        assert _link(fn, memoryview(tl), memoryview(sl), 0, PER_FILE, 0, 1005, 7, 0, 0, HS + 32, 1000) == -1
+        assert _link(fn, memoryview(tl), memoryview(sl), 0, PER_FILE, 1, 1003, 8, 0, 0, HS + 32, 1000) == 0
+        assert _link(fn, memoryview(tl), memoryview(sl), 0, PER_FILE, 2, 1009, 9, 0, 0, HS + 32, 1000) == 1
         assert layout.SLOT.unpack_from(sl, HS + 32) == (1000, 0, 2, 3, 3, 0)
         assert [layout.ENTRY.unpack_from(tl, EHS + i * 32) for i in range(3)] == [
             (1005, 7, 1, 0, 0, 0, 0), (1003, 8, 2, 0, 0, 0, 1), (1009, 9, -1, 0, 0, 0, 2),
         ]
         assert tl[HS : HS + PER_FILE] == bytes(3) + b"\x07" * 5  # the linked entries are pending
         with pytest.raises(ValueError):  # an index beyond the file
-            fn(memoryview(tl), EHS, 0, PER_FILE, PER_FILE, 1005, 7, 0, 0, memoryview(sl), HS + 32, 1000)
+            _link(fn, memoryview(tl), memoryview(sl), 0, PER_FILE, PER_FILE, 1005, 7, 0, 0, HS + 32, 1000)
 
 
 # -- the per-entry walks (wl_send, wl_done, wl_group, wl_ack) ------------------------------------
@@ -107,16 +121,16 @@ def _tl_file(draw: st.DrawFn) -> tuple[int, bytearray]:
     return f0, tl
 
 
-def _walk_args(data: st.DataObject, f0: int) -> tuple[Any, ...]:
+def _walk_args(data: st.DataObject, f0: int) -> tuple[Any, dict[str, int]]:
+    """A pass's entry list (None: a chain walk) and its position fields."""
     entry = st.integers(f0 - 2, f0 + PER_FILE + 1)
     lst = data.draw(st.one_of(st.none(), st.lists(entry, max_size=10).map(lambda v: array("q", v))))
-    i = data.draw(st.integers(0, 10))
-    e = data.draw(st.one_of(st.just(-1), entry))
-    last = data.draw(entry)
-    o = data.draw(st.integers(-1, 3))
-    nxt = data.draw(st.integers(-1, 3))
-    after = data.draw(st.one_of(st.just(-1), entry))
-    return lst, i, e, last, BASE, o, nxt, after
+    fields = {
+        "f0": f0, "nent": PER_FILE, "i": data.draw(st.integers(0, 10)), "e": data.draw(st.one_of(st.just(-1), entry)),
+        "last": data.draw(entry), "base": BASE, "o": data.draw(st.integers(-1, 3)),
+        "nxt": data.draw(st.integers(-1, 3)), "after": data.draw(st.one_of(st.just(-1), entry)),
+    }
+    return lst, fields
 
 
 def _twin(fn_c: Any, fn_py: Any, tl: bytearray, *args: Any, extra: Any = ()) -> None:
@@ -124,6 +138,27 @@ def _twin(fn_c: Any, fn_py: Any, tl: bytearray, *args: Any, extra: Any = ()) -> 
     xc, xp = [type(x)() for x in extra], [type(x)() for x in extra]
     rc = fn_c(memoryview(tc), EHS, *args, *xc)
     rp = fn_py(memoryview(tp), EHS, *args, *xp)
+    _same(rc, rp, tc, tp, xc, xp)
+
+
+def _twin_struct(name: str, cls: type[Any], tl: bytearray, lead: Any, fields: dict[str, int], extra: Any = ()) -> None:
+    """The C and the Python ``name`` (a walk taking ``(buf, *lead, *extra, a)``) on copies of
+    ``tl``, their argument objects of ``cls`` set to ``fields``: the same result and moved fields."""
+    assert native is not None
+    tc, tp = bytearray(tl), bytearray(tl)
+    xc, xp = [type(x)() for x in extra], [type(x)() for x in extra]
+    out = []
+    for fn, t, x in ((getattr(native, name), tc, xc), (getattr(layout, name), tp, xp)):
+        a = _make(cls, fn)
+        a.hs = EHS
+        for k, v in fields.items():
+            setattr(a, k, v)
+        r = fn(memoryview(t), *lead, *x, a)
+        out.append((r, {k: getattr(a, k) for k in native_args.moved(cls)}))
+    _same(out[0], out[1], tc, tp, xc, xp)
+
+
+def _same(rc: Any, rp: Any, tc: bytearray, tp: bytearray, xc: list[Any], xp: list[Any]) -> None:
     assert rc == rp
     assert tc == tp
     assert xc == xp
@@ -139,12 +174,8 @@ def test_wl_send_matches_the_python_twin(
     data: st.DataObject, f: tuple[int, bytearray], room: int, budget: int, vl: int
 ) -> None:
     f0, tl = f
-    lst, i, e, last, base, o, nxt, after = _walk_args(data, f0)
-    assert native is not None
-    _twin(
-        native.wl_send, layout.wl_send, tl, f0, PER_FILE, lst, i, e, last, base, o, nxt, after, room, budget,
-        f0 + vl, extra=([],),
-    )
+    lst, fields = _walk_args(data, f0)
+    _twin_struct("wl_send", WlSend, tl, (lst,), {**fields, "room": room, "budget": budget, "vlim": f0 + vl}, ([],))
 
 
 @needs_native
@@ -152,12 +183,8 @@ def test_wl_send_matches_the_python_twin(
 @given(data=st.data(), f=_tl_file(), budget=st.integers(0, 12), seg=st.integers(1, 400))
 def test_wl_done_matches_the_python_twin(data: st.DataObject, f: tuple[int, bytearray], budget: int, seg: int) -> None:
     f0, tl = f
-    lst, i, e, last, base, o, nxt, after = _walk_args(data, f0)
-    assert native is not None
-    _twin(
-        native.wl_done, layout.wl_done, tl, f0, PER_FILE, lst, i, e, last, base, o, nxt, after, budget, seg,
-        extra=({}, []),
-    )
+    lst, fields = _walk_args(data, f0)
+    _twin_struct("wl_done", WlDone, tl, (lst,), {**fields, "budget": budget, "seg_bytes": seg}, ({}, []))
 
 
 @needs_native
@@ -183,8 +210,11 @@ def test_wl_ack_matches_the_python_twin(data: st.DataObject, f: tuple[int, bytea
     s_k = data.draw(st.integers(BASE // P - 2, BASE // P + 4))
     s_o = data.draw(st.integers(-1, P))
     s_after, l_sent, wa, wb = (data.draw(st.one_of(st.just(-1), entry)) for _ in range(4))
-    assert native is not None
-    _twin(native.wl_ack, layout.wl_ack, tl, f0, PER_FILE, refs, j, head, P, s_k, s_o, s_after, l_sent, wa, wb)
+    fields = {
+        "f0": f0, "nent": PER_FILE, "j": j, "head": head, "P": P, "s_k": s_k, "s_o": s_o, "s_after": s_after,
+        "l_sent": l_sent, "wait_a": wa, "wait_b": wb,
+    }
+    _twin_struct("wl_ack", WlAck, tl, (refs,), fields)
 
 
 def test_wl_walks_follow_a_chain_across_files() -> None:
@@ -206,10 +236,16 @@ def test_wl_walks_follow_a_chain_across_files() -> None:
                 got[k] = got.get(k, b"") + v
         assert {k: list(array("q", v)) for k, v in got.items()} == {0: [1, 3, 4], 1: [2, 6]}
         pend: list[tuple[int, int]] = []
-        r = mod.wl_send(memoryview(files[0]), ehs, 0, per, None, 0, 1, 6, BASE, 0, -1, -1, 10, 10, 0, pend)
-        assert r == (2, 0, 4, 3, 1, 7, 8, -1, -1) and pend == [(1, 101), (3, 103)]
-        r = mod.wl_send(memoryview(files[4]), ehs, 4, per, None, 0, 4, 6, BASE, 0, 1, 3, 8, 7, 0, pend)
-        assert r == (0, 0, -1, 6, 1, 5, 7, -1, -1) and pend == [(1, 101), (3, 103), (4, 104)]
+        a = _make(WlSend, mod.wl_send)
+        a.hs, a.nent, a.f0, a.e, a.last, a.base, a.o, a.nxt, a.after = ehs, per, 0, 1, 6, BASE, 0, -1, -1
+        a.room, a.budget, a.vlim = 10, 10, 0
+        moved = native_args.moved(WlSend)
+        assert mod.wl_send(memoryview(files[0]), None, pend, a) == 2 and pend == [(1, 101), (3, 103)]
+        assert [getattr(a, k) for k in moved] == [0, 4, 1, 3, 8, 7, -1, -1]  # i e nxt after room budget lo hi
+        a.f0 = 4
+        assert mod.wl_send(memoryview(files[4]), None, pend, a) == 0
+        assert pend == [(1, 101), (3, 103), (4, 104)]
+        assert [getattr(a, k) for k in moved] == [0, -1, 1, 6, 7, 5, -1, -1]
 
 
 def _fields(out: list[tuple[int, Any]]) -> list[tuple[Any, ...]]:

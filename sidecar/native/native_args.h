@@ -1,0 +1,271 @@
+/* Generated from sidecar/store/native_args.py (python -m sidecar.store.native_args): do not
+ * edit. The argument structs of the schedulers' walks; that module says what each is. */
+#ifndef KDS_NATIVE_ARGS_H
+#define KDS_NATIVE_ARGS_H
+
+/* wl_link: entry ``idx`` written into its timer-log file and linked at its slot's chain tail. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *hs; /* int: byte offset of the timer-log file's first entry */
+    PyObject *tl_first; /* int: first entry index of the timer-log file */
+    PyObject *nent; /* int: entries per timer-log file */
+    PyObject *idx; /* int: the entry to write */
+    PyObject *due; /* int: its due time, ms */
+    PyObject *loc; /* int: its body's place: commit-log position or bucket ref */
+    PyObject *flags; /* int: its flags byte */
+    PyObject *level; /* int: its level (u16) */
+    PyObject *slot_off; /* int: byte offset of its slot in the slot file */
+    PyObject *slot_time; /* int: start time of that slot, ms */
+} KdsWlLink;
+extern PyTypeObject kds_WlLinkType;
+
+/* wl_send: the send cursor's pass over one timer-log file. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *hs; /* int: byte offset of the timer-log file's first entry */
+    PyObject *f0; /* int: first entry index of the timer-log file */
+    PyObject *nent; /* int: entries per timer-log file */
+    PyObject *i; /* int: indexed pass: position in the entry list (moved) */
+    PyObject *e; /* int: chain walk: the next entry, -1 at the end (moved) */
+    PyObject *last; /* int: the slot's last entry */
+    PyObject *base; /* int: the slot's start time, ms (late chain: now) */
+    PyObject *o; /* int: the pass's offset (-1: the late chain) */
+    PyObject *nxt; /* int: smallest offset above o seen, -1: none (moved) */
+    PyObject *after; /* int: last entry examined (moved) */
+    PyObject *room; /* int: entries still to hand out (moved) */
+    PyObject *budget; /* int: entries still to examine (moved) */
+    PyObject *vlim; /* int: entries below it were restored: the caller checks them */
+    PyObject *lo; /* int: state bytes flipped: first (moved) */
+    PyObject *hi; /* int: state bytes flipped: last, -1: none (moved) */
+} KdsWlSend;
+extern PyTypeObject kds_WlSendType;
+
+/* wl_done: the done cursor's pass over one timer-log file. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *hs; /* int: byte offset of the timer-log file's first entry */
+    PyObject *f0; /* int: first entry index of the timer-log file */
+    PyObject *nent; /* int: entries per timer-log file */
+    PyObject *i; /* int: indexed pass: position in the entry list (moved) */
+    PyObject *e; /* int: chain walk: the next entry, -1 at the end (moved) */
+    PyObject *last; /* int: the slot's last entry (late chain: the last one sent) */
+    PyObject *base; /* int: the slot's start time, ms */
+    PyObject *o; /* int: the pass's offset (-1: the late chain) */
+    PyObject *nxt; /* int: smallest offset above o seen, -1: none (moved) */
+    PyObject *after; /* int: last entry crossed (moved) */
+    PyObject *budget; /* int: entries still to cross (moved) */
+    PyObject *seg_bytes; /* int: commit-log segment size */
+    PyObject *passed; /* int: entries crossed by this call (moved) */
+} KdsWlDone;
+extern PyTypeObject kds_WlDoneType;
+
+/* wl_ack: a run of acked refs of one timer-log file marked done. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *hs; /* int: byte offset of the timer-log file's first entry */
+    PyObject *f0; /* int: first entry index of the timer-log file */
+    PyObject *nent; /* int: entries per timer-log file */
+    PyObject *j; /* int: position in refs (moved) */
+    PyObject *head; /* int: the next timer-log index: refs at or above it are not entries yet */
+    PyObject *P; /* int: precision: ms per slot */
+    PyObject *s_k; /* int: send cursor: its slot */
+    PyObject *s_o; /* int: send cursor: its pass offset (-1: slot not started) */
+    PyObject *s_after; /* int: send cursor: last entry examined in its pass (-1: none) */
+    PyObject *l_sent; /* int: late chain: last entry examined by send (-1: none) */
+    PyObject *wait_a; /* int: an entry the done cursor waits on (-1: none) */
+    PyObject *wait_b; /* int: the other entry the done cursor waits on (-1: none) */
+    PyObject *lo; /* int: state bytes flipped: first (moved) */
+    PyObject *hi; /* int: state bytes flipped: last, -1: none (moved) */
+} KdsWlAck;
+extern PyTypeObject kds_WlAckType;
+
+/* lv_due: the dequeue's walk over one level's queue file. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *hs; /* int: byte offset of the queue file's first entry */
+    PyObject *f0; /* int: first entry index of the queue file */
+    PyObject *idx; /* int: the next entry to read (moved) */
+    PyObject *stop; /* int: the walk ends before this entry */
+    PyObject *now; /* int: entries due after it stay */
+    PyObject *restored; /* int: entries below it were restored: the caller reads them */
+    PyObject *done; /* int: the done cursor, moved over the finished entries it meets (moved) */
+    PyObject *room; /* int: records still to hand out (moved) */
+    PyObject *ref_hi; /* int: the level's bits of a scheduler ref */
+    PyObject *seg_bytes; /* int: commit-log segment size */
+} KdsLvDue;
+extern PyTypeObject kds_LvDueType;
+
+/* every struct's type, for X-macros (module.c adds them to the module) */
+#define KDS_NATIVE_ARGS(X) \
+    X(WlLink) \
+    X(WlSend) \
+    X(WlDone) \
+    X(WlAck) \
+    X(LvDue)
+
+/* a field's value (-1 with an error set if it is not an int in range, or was deleted) */
+static inline long long kds_arg(PyObject *v) { return PyLong_AsLongLong(v); }
+/* a moved field written back: 0, or -1 with an error set */
+static inline int kds_arg_set(PyObject **field, long long v) {
+    PyObject *n = PyLong_FromLongLong(v);
+    if (!n) return -1;
+    Py_XSETREF(*field, n);
+    return 0;
+}
+
+#ifdef KDS_NATIVE_ARGS_IMPL
+/* the fields: the object pointers after the head */
+#define KDS_ARGS_FIELDS(o) ((PyObject **)((char *)(o) + sizeof(PyObject)))
+#define KDS_ARGS_COUNT(t) \
+    (((t)->tp_basicsize - (Py_ssize_t)sizeof(PyObject)) / (Py_ssize_t)sizeof(PyObject *))
+/* every field starts at 0; arguments are refused (fields are set by name) */
+static PyObject *kds_args_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    if (PyTuple_GET_SIZE(args) || (kw && PyDict_GET_SIZE(kw))) {
+        PyErr_Format(PyExc_TypeError, "%s() takes no arguments: set its fields by name", type->tp_name);
+        return NULL;
+    }
+    PyObject *o = type->tp_alloc(type, 0);
+    if (!o) return NULL;
+    PyObject *zero = PyLong_FromLong(0);
+    if (!zero) {
+        Py_DECREF(o);
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < KDS_ARGS_COUNT(type); k++) KDS_ARGS_FIELDS(o)[k] = Py_NewRef(zero);
+    Py_DECREF(zero);
+    return o;
+}
+static void kds_args_dealloc(PyObject *o) {
+    for (Py_ssize_t k = 0; k < KDS_ARGS_COUNT(Py_TYPE(o)); k++) Py_CLEAR(KDS_ARGS_FIELDS(o)[k]);
+    Py_TYPE(o)->tp_free(o);
+}
+
+static PyMemberDef kds_WlLink_members[] = {
+    {"hs", T_OBJECT_EX, offsetof(KdsWlLink, hs), 0, "byte offset of the timer-log file's first entry"},
+    {"tl_first", T_OBJECT_EX, offsetof(KdsWlLink, tl_first), 0, "first entry index of the timer-log file"},
+    {"nent", T_OBJECT_EX, offsetof(KdsWlLink, nent), 0, "entries per timer-log file"},
+    {"idx", T_OBJECT_EX, offsetof(KdsWlLink, idx), 0, "the entry to write"},
+    {"due", T_OBJECT_EX, offsetof(KdsWlLink, due), 0, "its due time, ms"},
+    {"loc", T_OBJECT_EX, offsetof(KdsWlLink, loc), 0, "its body's place: commit-log position or bucket ref"},
+    {"flags", T_OBJECT_EX, offsetof(KdsWlLink, flags), 0, "its flags byte"},
+    {"level", T_OBJECT_EX, offsetof(KdsWlLink, level), 0, "its level (u16)"},
+    {"slot_off", T_OBJECT_EX, offsetof(KdsWlLink, slot_off), 0, "byte offset of its slot in the slot file"},
+    {"slot_time", T_OBJECT_EX, offsetof(KdsWlLink, slot_time), 0, "start time of that slot, ms"},
+    {NULL, 0, 0, 0, NULL}};
+PyTypeObject kds_WlLinkType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "sidecar._native.WlLink",
+    .tp_basicsize = sizeof(KdsWlLink),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "wl_link's arguments (sidecar/store/native_args.py).",
+    .tp_new = kds_args_new,
+    .tp_dealloc = kds_args_dealloc,
+    .tp_members = kds_WlLink_members,
+};
+
+static PyMemberDef kds_WlSend_members[] = {
+    {"hs", T_OBJECT_EX, offsetof(KdsWlSend, hs), 0, "byte offset of the timer-log file's first entry"},
+    {"f0", T_OBJECT_EX, offsetof(KdsWlSend, f0), 0, "first entry index of the timer-log file"},
+    {"nent", T_OBJECT_EX, offsetof(KdsWlSend, nent), 0, "entries per timer-log file"},
+    {"i", T_OBJECT_EX, offsetof(KdsWlSend, i), 0, "indexed pass: position in the entry list (moved)"},
+    {"e", T_OBJECT_EX, offsetof(KdsWlSend, e), 0, "chain walk: the next entry, -1 at the end (moved)"},
+    {"last", T_OBJECT_EX, offsetof(KdsWlSend, last), 0, "the slot's last entry"},
+    {"base", T_OBJECT_EX, offsetof(KdsWlSend, base), 0, "the slot's start time, ms (late chain: now)"},
+    {"o", T_OBJECT_EX, offsetof(KdsWlSend, o), 0, "the pass's offset (-1: the late chain)"},
+    {"nxt", T_OBJECT_EX, offsetof(KdsWlSend, nxt), 0, "smallest offset above o seen, -1: none (moved)"},
+    {"after", T_OBJECT_EX, offsetof(KdsWlSend, after), 0, "last entry examined (moved)"},
+    {"room", T_OBJECT_EX, offsetof(KdsWlSend, room), 0, "entries still to hand out (moved)"},
+    {"budget", T_OBJECT_EX, offsetof(KdsWlSend, budget), 0, "entries still to examine (moved)"},
+    {"vlim", T_OBJECT_EX, offsetof(KdsWlSend, vlim), 0, "entries below it were restored: the caller checks them"},
+    {"lo", T_OBJECT_EX, offsetof(KdsWlSend, lo), 0, "state bytes flipped: first (moved)"},
+    {"hi", T_OBJECT_EX, offsetof(KdsWlSend, hi), 0, "state bytes flipped: last, -1: none (moved)"},
+    {NULL, 0, 0, 0, NULL}};
+PyTypeObject kds_WlSendType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "sidecar._native.WlSend",
+    .tp_basicsize = sizeof(KdsWlSend),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "wl_send's arguments (sidecar/store/native_args.py).",
+    .tp_new = kds_args_new,
+    .tp_dealloc = kds_args_dealloc,
+    .tp_members = kds_WlSend_members,
+};
+
+static PyMemberDef kds_WlDone_members[] = {
+    {"hs", T_OBJECT_EX, offsetof(KdsWlDone, hs), 0, "byte offset of the timer-log file's first entry"},
+    {"f0", T_OBJECT_EX, offsetof(KdsWlDone, f0), 0, "first entry index of the timer-log file"},
+    {"nent", T_OBJECT_EX, offsetof(KdsWlDone, nent), 0, "entries per timer-log file"},
+    {"i", T_OBJECT_EX, offsetof(KdsWlDone, i), 0, "indexed pass: position in the entry list (moved)"},
+    {"e", T_OBJECT_EX, offsetof(KdsWlDone, e), 0, "chain walk: the next entry, -1 at the end (moved)"},
+    {"last", T_OBJECT_EX, offsetof(KdsWlDone, last), 0, "the slot's last entry (late chain: the last one sent)"},
+    {"base", T_OBJECT_EX, offsetof(KdsWlDone, base), 0, "the slot's start time, ms"},
+    {"o", T_OBJECT_EX, offsetof(KdsWlDone, o), 0, "the pass's offset (-1: the late chain)"},
+    {"nxt", T_OBJECT_EX, offsetof(KdsWlDone, nxt), 0, "smallest offset above o seen, -1: none (moved)"},
+    {"after", T_OBJECT_EX, offsetof(KdsWlDone, after), 0, "last entry crossed (moved)"},
+    {"budget", T_OBJECT_EX, offsetof(KdsWlDone, budget), 0, "entries still to cross (moved)"},
+    {"seg_bytes", T_OBJECT_EX, offsetof(KdsWlDone, seg_bytes), 0, "commit-log segment size"},
+    {"passed", T_OBJECT_EX, offsetof(KdsWlDone, passed), 0, "entries crossed by this call (moved)"},
+    {NULL, 0, 0, 0, NULL}};
+PyTypeObject kds_WlDoneType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "sidecar._native.WlDone",
+    .tp_basicsize = sizeof(KdsWlDone),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "wl_done's arguments (sidecar/store/native_args.py).",
+    .tp_new = kds_args_new,
+    .tp_dealloc = kds_args_dealloc,
+    .tp_members = kds_WlDone_members,
+};
+
+static PyMemberDef kds_WlAck_members[] = {
+    {"hs", T_OBJECT_EX, offsetof(KdsWlAck, hs), 0, "byte offset of the timer-log file's first entry"},
+    {"f0", T_OBJECT_EX, offsetof(KdsWlAck, f0), 0, "first entry index of the timer-log file"},
+    {"nent", T_OBJECT_EX, offsetof(KdsWlAck, nent), 0, "entries per timer-log file"},
+    {"j", T_OBJECT_EX, offsetof(KdsWlAck, j), 0, "position in refs (moved)"},
+    {"head", T_OBJECT_EX, offsetof(KdsWlAck, head), 0, "the next timer-log index: refs at or above it are not entries yet"},
+    {"P", T_OBJECT_EX, offsetof(KdsWlAck, P), 0, "precision: ms per slot"},
+    {"s_k", T_OBJECT_EX, offsetof(KdsWlAck, s_k), 0, "send cursor: its slot"},
+    {"s_o", T_OBJECT_EX, offsetof(KdsWlAck, s_o), 0, "send cursor: its pass offset (-1: slot not started)"},
+    {"s_after", T_OBJECT_EX, offsetof(KdsWlAck, s_after), 0, "send cursor: last entry examined in its pass (-1: none)"},
+    {"l_sent", T_OBJECT_EX, offsetof(KdsWlAck, l_sent), 0, "late chain: last entry examined by send (-1: none)"},
+    {"wait_a", T_OBJECT_EX, offsetof(KdsWlAck, wait_a), 0, "an entry the done cursor waits on (-1: none)"},
+    {"wait_b", T_OBJECT_EX, offsetof(KdsWlAck, wait_b), 0, "the other entry the done cursor waits on (-1: none)"},
+    {"lo", T_OBJECT_EX, offsetof(KdsWlAck, lo), 0, "state bytes flipped: first (moved)"},
+    {"hi", T_OBJECT_EX, offsetof(KdsWlAck, hi), 0, "state bytes flipped: last, -1: none (moved)"},
+    {NULL, 0, 0, 0, NULL}};
+PyTypeObject kds_WlAckType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "sidecar._native.WlAck",
+    .tp_basicsize = sizeof(KdsWlAck),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "wl_ack's arguments (sidecar/store/native_args.py).",
+    .tp_new = kds_args_new,
+    .tp_dealloc = kds_args_dealloc,
+    .tp_members = kds_WlAck_members,
+};
+
+static PyMemberDef kds_LvDue_members[] = {
+    {"hs", T_OBJECT_EX, offsetof(KdsLvDue, hs), 0, "byte offset of the queue file's first entry"},
+    {"f0", T_OBJECT_EX, offsetof(KdsLvDue, f0), 0, "first entry index of the queue file"},
+    {"idx", T_OBJECT_EX, offsetof(KdsLvDue, idx), 0, "the next entry to read (moved)"},
+    {"stop", T_OBJECT_EX, offsetof(KdsLvDue, stop), 0, "the walk ends before this entry"},
+    {"now", T_OBJECT_EX, offsetof(KdsLvDue, now), 0, "entries due after it stay"},
+    {"restored", T_OBJECT_EX, offsetof(KdsLvDue, restored), 0, "entries below it were restored: the caller reads them"},
+    {"done", T_OBJECT_EX, offsetof(KdsLvDue, done), 0, "the done cursor, moved over the finished entries it meets (moved)"},
+    {"room", T_OBJECT_EX, offsetof(KdsLvDue, room), 0, "records still to hand out (moved)"},
+    {"ref_hi", T_OBJECT_EX, offsetof(KdsLvDue, ref_hi), 0, "the level's bits of a scheduler ref"},
+    {"seg_bytes", T_OBJECT_EX, offsetof(KdsLvDue, seg_bytes), 0, "commit-log segment size"},
+    {NULL, 0, 0, 0, NULL}};
+PyTypeObject kds_LvDueType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "sidecar._native.LvDue",
+    .tp_basicsize = sizeof(KdsLvDue),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "lv_due's arguments (sidecar/store/native_args.py).",
+    .tp_new = kds_args_new,
+    .tp_dealloc = kds_args_dealloc,
+    .tp_members = kds_LvDue_members,
+};
+#endif
+
+#endif

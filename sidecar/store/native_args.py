@@ -1,0 +1,261 @@
+"""The schedulers' C walks take their integer arguments in a declared struct: its one declaration.
+
+The timer wheel's per-entry walks (``wl_link``, ``wl_send``, ``wl_done``, ``wl_ack``:
+sidecar/wheel/layout.py, native/wheel.c) and the delay levels' dequeue walk (``lv_due``:
+sidecar/levels/queue.py, native/levels.c) read ten to fourteen integers each and move some of
+them. Passed positionally, two of them swapped would type-check and run; so each call takes its
+buffers and lists positionally and its integers in one argument object, whose fields are named.
+The classes below are that object's declaration and the Python twins' type: each field is an
+int, annotated with what it holds (its member's doc in C); "(moved)" marks the fields the call
+writes back, the rest it only reads.
+
+The C side is generated from them by ``header()`` into ``sidecar/native/native_args.h``
+(``python -m sidecar.store.native_args`` writes it, ``--check`` only compares; setup.py writes it
+before every build): per class a struct and a type ``sidecar._native.<Name>`` whose attributes
+are its members. The members hold the int objects themselves (``T_OBJECT_EX``), not int64s:
+CPython 3.11 specializes an attribute store or load of an object slot (a few ns, like the
+Python class's ``__slots__``) but not of an int64 member (a descriptor call each, ~50 ns), and
+the caller sets and reads several per call; C converts each value as it did the positional ones.
+The stub (sidecar/_native.pyi) names these classes as the C types' declarations, so mypy checks
+every field name at the call sites.
+tests/unit/test_native_args.py fails when the committed header differs from ``header()`` or a
+built type's members differ from the class's fields.
+
+A caller makes the object once (``make``: the C type where the extension runs, else the class)
+and keeps it: per call it sets only the fields that changed, and reads back the moved ones. Both
+refuse constructor arguments (every field starts at 0), so a positional call cannot come back.
+Like native_layouts, this module imports only the standard library and that module, so setup.py
+runs it before anything is built.
+"""
+
+import dataclasses
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+from sidecar.store.native_layouts import write_header
+
+MOVED = "(moved)"
+
+
+@dataclass(slots=True, init=False)
+class WlLink:
+    """wl_link: entry ``idx`` written into its timer-log file and linked at its slot's chain tail."""
+
+    hs: Annotated[int, "byte offset of the timer-log file's first entry"] = 0
+    tl_first: Annotated[int, "first entry index of the timer-log file"] = 0
+    nent: Annotated[int, "entries per timer-log file"] = 0
+    idx: Annotated[int, "the entry to write"] = 0
+    due: Annotated[int, "its due time, ms"] = 0
+    loc: Annotated[int, "its body's place: commit-log position or bucket ref"] = 0
+    flags: Annotated[int, "its flags byte"] = 0
+    level: Annotated[int, "its level (u16)"] = 0
+    slot_off: Annotated[int, "byte offset of its slot in the slot file"] = 0
+    slot_time: Annotated[int, "start time of that slot, ms"] = 0
+
+    def __init__(self) -> None:
+        _zero(self)
+
+
+@dataclass(slots=True, init=False)
+class WlSend:
+    """wl_send: the send cursor's pass over one timer-log file."""
+
+    hs: Annotated[int, "byte offset of the timer-log file's first entry"] = 0
+    f0: Annotated[int, "first entry index of the timer-log file"] = 0
+    nent: Annotated[int, "entries per timer-log file"] = 0
+    i: Annotated[int, "indexed pass: position in the entry list (moved)"] = 0
+    e: Annotated[int, "chain walk: the next entry, -1 at the end (moved)"] = 0
+    last: Annotated[int, "the slot's last entry"] = 0
+    base: Annotated[int, "the slot's start time, ms (late chain: now)"] = 0
+    o: Annotated[int, "the pass's offset (-1: the late chain)"] = 0
+    nxt: Annotated[int, "smallest offset above o seen, -1: none (moved)"] = 0
+    after: Annotated[int, "last entry examined (moved)"] = 0
+    room: Annotated[int, "entries still to hand out (moved)"] = 0
+    budget: Annotated[int, "entries still to examine (moved)"] = 0
+    vlim: Annotated[int, "entries below it were restored: the caller checks them"] = 0
+    lo: Annotated[int, "state bytes flipped: first (moved)"] = 0
+    hi: Annotated[int, "state bytes flipped: last, -1: none (moved)"] = 0
+
+    def __init__(self) -> None:
+        _zero(self)
+
+
+@dataclass(slots=True, init=False)
+class WlDone:
+    """wl_done: the done cursor's pass over one timer-log file."""
+
+    hs: Annotated[int, "byte offset of the timer-log file's first entry"] = 0
+    f0: Annotated[int, "first entry index of the timer-log file"] = 0
+    nent: Annotated[int, "entries per timer-log file"] = 0
+    i: Annotated[int, "indexed pass: position in the entry list (moved)"] = 0
+    e: Annotated[int, "chain walk: the next entry, -1 at the end (moved)"] = 0
+    last: Annotated[int, "the slot's last entry (late chain: the last one sent)"] = 0
+    base: Annotated[int, "the slot's start time, ms"] = 0
+    o: Annotated[int, "the pass's offset (-1: the late chain)"] = 0
+    nxt: Annotated[int, "smallest offset above o seen, -1: none (moved)"] = 0
+    after: Annotated[int, "last entry crossed (moved)"] = 0
+    budget: Annotated[int, "entries still to cross (moved)"] = 0
+    seg_bytes: Annotated[int, "commit-log segment size"] = 0
+    passed: Annotated[int, "entries crossed by this call (moved)"] = 0
+
+    def __init__(self) -> None:
+        _zero(self)
+
+
+@dataclass(slots=True, init=False)
+class WlAck:
+    """wl_ack: a run of acked refs of one timer-log file marked done."""
+
+    hs: Annotated[int, "byte offset of the timer-log file's first entry"] = 0
+    f0: Annotated[int, "first entry index of the timer-log file"] = 0
+    nent: Annotated[int, "entries per timer-log file"] = 0
+    j: Annotated[int, "position in refs (moved)"] = 0
+    head: Annotated[int, "the next timer-log index: refs at or above it are not entries yet"] = 0
+    P: Annotated[int, "precision: ms per slot"] = 0
+    s_k: Annotated[int, "send cursor: its slot"] = 0
+    s_o: Annotated[int, "send cursor: its pass offset (-1: slot not started)"] = 0
+    s_after: Annotated[int, "send cursor: last entry examined in its pass (-1: none)"] = 0
+    l_sent: Annotated[int, "late chain: last entry examined by send (-1: none)"] = 0
+    wait_a: Annotated[int, "an entry the done cursor waits on (-1: none)"] = 0
+    wait_b: Annotated[int, "the other entry the done cursor waits on (-1: none)"] = 0
+    lo: Annotated[int, "state bytes flipped: first (moved)"] = 0
+    hi: Annotated[int, "state bytes flipped: last, -1: none (moved)"] = 0
+
+    def __init__(self) -> None:
+        _zero(self)
+
+
+@dataclass(slots=True, init=False)
+class LvDue:
+    """lv_due: the dequeue's walk over one level's queue file."""
+
+    hs: Annotated[int, "byte offset of the queue file's first entry"] = 0
+    f0: Annotated[int, "first entry index of the queue file"] = 0
+    idx: Annotated[int, "the next entry to read (moved)"] = 0
+    stop: Annotated[int, "the walk ends before this entry"] = 0
+    now: Annotated[int, "entries due after it stay"] = 0
+    restored: Annotated[int, "entries below it were restored: the caller reads them"] = 0
+    done: Annotated[int, "the done cursor, moved over the finished entries it meets (moved)"] = 0
+    room: Annotated[int, "records still to hand out (moved)"] = 0
+    ref_hi: Annotated[int, "the level's bits of a scheduler ref"] = 0
+    seg_bytes: Annotated[int, "commit-log segment size"] = 0
+
+    def __init__(self) -> None:
+        _zero(self)
+
+
+# every argument struct, in the header's order, with the C function that takes it
+STRUCTS: tuple[tuple[type, str], ...] = (
+    (WlLink, "wl_link"), (WlSend, "wl_send"), (WlDone, "wl_done"), (WlAck, "wl_ack"), (LvDue, "lv_due"),
+)
+HEADER = Path(__file__).resolve().parents[1] / "native" / "native_args.h"
+
+
+def _zero(obj: Any) -> None:
+    for f in dataclasses.fields(obj):
+        setattr(obj, f.name, 0)
+
+
+def fields(cls: type) -> dict[str, str]:
+    """The class's fields (name: what it holds) in declaration order."""
+    return {f.name: cls.__annotations__[f.name].__metadata__[0] for f in dataclasses.fields(cls)}
+
+
+def moved(cls: type) -> tuple[str, ...]:
+    """The fields the call writes back."""
+    return tuple(name for name, text in fields(cls).items() if MOVED in text)
+
+
+def make(cls: type[Any], native: Any) -> Any:
+    """A fresh argument object: the extension's type of that name, or the class without it."""
+    return (cls if native is None else getattr(native, cls.__name__))()
+
+
+def header() -> str:
+    """The C header's text: per struct a typedef and its type's extern declaration; with
+    ``KDS_NATIVE_ARGS_IMPL`` defined (module.c only) the member tables and the types."""
+    lines = [
+        "/* Generated from sidecar/store/native_args.py (python -m sidecar.store.native_args): do not",
+        " * edit. The argument structs of the schedulers' walks; that module says what each is. */",
+        "#ifndef KDS_NATIVE_ARGS_H",
+        "#define KDS_NATIVE_ARGS_H",
+    ]
+    for cls, _fn in STRUCTS:
+        name = cls.__name__
+        lines += ["", f"/* {(cls.__doc__ or '').strip()} */", "typedef struct {", "    PyObject_HEAD"]
+        lines += [f"    PyObject *{f}; /* int: {text} */" for f, text in fields(cls).items()]
+        lines += [f"}} Kds{name};", f"extern PyTypeObject kds_{name}Type;"]
+    lines += ["", "/* every struct's type, for X-macros (module.c adds them to the module) */"]
+    lines.append("#define KDS_NATIVE_ARGS(X) \\")
+    names = [cls.__name__ for cls, _fn in STRUCTS]
+    lines += [f"    X({n}) \\" for n in names[:-1]] + [f"    X({names[-1]})"]
+    lines += [
+        "",
+        "/* a field's value (-1 with an error set if it is not an int in range, or was deleted) */",
+        "static inline long long kds_arg(PyObject *v) { return PyLong_AsLongLong(v); }",
+        "/* a moved field written back: 0, or -1 with an error set */",
+        "static inline int kds_arg_set(PyObject **field, long long v) {",
+        "    PyObject *n = PyLong_FromLongLong(v);",
+        "    if (!n) return -1;",
+        "    Py_XSETREF(*field, n);",
+        "    return 0;",
+        "}",
+        "",
+        "#ifdef KDS_NATIVE_ARGS_IMPL",
+        "/* the fields: the object pointers after the head */",
+        "#define KDS_ARGS_FIELDS(o) ((PyObject **)((char *)(o) + sizeof(PyObject)))",
+        "#define KDS_ARGS_COUNT(t) \\",
+        "    (((t)->tp_basicsize - (Py_ssize_t)sizeof(PyObject)) / (Py_ssize_t)sizeof(PyObject *))",
+        "/* every field starts at 0; arguments are refused (fields are set by name) */",
+        "static PyObject *kds_args_new(PyTypeObject *type, PyObject *args, PyObject *kw) {",
+        "    if (PyTuple_GET_SIZE(args) || (kw && PyDict_GET_SIZE(kw))) {",
+        '        PyErr_Format(PyExc_TypeError, "%s() takes no arguments: set its fields by name", type->tp_name);',
+        "        return NULL;",
+        "    }",
+        "    PyObject *o = type->tp_alloc(type, 0);",
+        "    if (!o) return NULL;",
+        "    PyObject *zero = PyLong_FromLong(0);",
+        "    if (!zero) {",
+        "        Py_DECREF(o);",
+        "        return NULL;",
+        "    }",
+        "    for (Py_ssize_t k = 0; k < KDS_ARGS_COUNT(type); k++) KDS_ARGS_FIELDS(o)[k] = Py_NewRef(zero);",
+        "    Py_DECREF(zero);",
+        "    return o;",
+        "}",
+        "static void kds_args_dealloc(PyObject *o) {",
+        "    for (Py_ssize_t k = 0; k < KDS_ARGS_COUNT(Py_TYPE(o)); k++) Py_CLEAR(KDS_ARGS_FIELDS(o)[k]);",
+        "    Py_TYPE(o)->tp_free(o);",
+        "}",
+    ]
+    for cls, fn in STRUCTS:
+        name = cls.__name__
+        lines += ["", f"static PyMemberDef kds_{name}_members[] = {{"]
+        lines += [
+            f'    {{"{f}", T_OBJECT_EX, offsetof(Kds{name}, {f}), 0, "{text}"}},' for f, text in fields(cls).items()
+        ]
+        lines += ["    {NULL, 0, 0, 0, NULL}};", f"PyTypeObject kds_{name}Type = {{"]
+        lines += [
+            "    PyVarObject_HEAD_INIT(NULL, 0)",
+            f'    .tp_name = "sidecar._native.{name}",',
+            f"    .tp_basicsize = sizeof(Kds{name}),",
+            "    .tp_flags = Py_TPFLAGS_DEFAULT,",
+            f'    .tp_doc = "{fn}\'s arguments (sidecar/store/native_args.py).",',
+            "    .tp_new = kds_args_new,",
+            "    .tp_dealloc = kds_args_dealloc,",
+            f"    .tp_members = kds_{name}_members,",
+            "};",
+        ]
+    lines += ["#endif", "", "#endif", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    """Write the header (``--check``: only compare, exit 1 if it differs)."""
+    return write_header(argv, HEADER, header(), "sidecar.store.native_args")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
