@@ -139,6 +139,14 @@ static void kds_args_dealloc(PyObject *o) {
     for (Py_ssize_t k = 0; k < KDS_ARGS_COUNT(Py_TYPE(o)); k++) Py_CLEAR(KDS_ARGS_FIELDS(o)[k]);
     Py_TYPE(o)->tp_free(o);
 }
+#define KDS_ARGS_TYPE(name, fn) \
+    PyTypeObject kds_##name##Type = {PyVarObject_HEAD_INIT(NULL, 0).tp_name = "sidecar._native." #name, \
+                                     .tp_basicsize = sizeof(Kds##name), \
+                                     .tp_flags = Py_TPFLAGS_DEFAULT, \
+                                     .tp_doc = #fn "'s arguments (sidecar/store/native_args.py).", \
+                                     .tp_new = kds_args_new, \
+                                     .tp_dealloc = kds_args_dealloc, \
+                                     .tp_members = kds_##name##_members};
 
 static PyMemberDef kds_WlLink_members[] = {
     {"hs", T_OBJECT_EX, offsetof(KdsWlLink, hs), 0, "byte offset of the timer-log file's first entry"},
@@ -152,16 +160,7 @@ static PyMemberDef kds_WlLink_members[] = {
     {"slot_off", T_OBJECT_EX, offsetof(KdsWlLink, slot_off), 0, "byte offset of its slot in the slot file"},
     {"slot_time", T_OBJECT_EX, offsetof(KdsWlLink, slot_time), 0, "start time of that slot, ms"},
     {NULL, 0, 0, 0, NULL}};
-PyTypeObject kds_WlLinkType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "sidecar._native.WlLink",
-    .tp_basicsize = sizeof(KdsWlLink),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "wl_link's arguments (sidecar/store/native_args.py).",
-    .tp_new = kds_args_new,
-    .tp_dealloc = kds_args_dealloc,
-    .tp_members = kds_WlLink_members,
-};
+KDS_ARGS_TYPE(WlLink, wl_link)
 
 static PyMemberDef kds_WlSend_members[] = {
     {"hs", T_OBJECT_EX, offsetof(KdsWlSend, hs), 0, "byte offset of the timer-log file's first entry"},
@@ -180,16 +179,7 @@ static PyMemberDef kds_WlSend_members[] = {
     {"lo", T_OBJECT_EX, offsetof(KdsWlSend, lo), 0, "state bytes flipped: first (moved)"},
     {"hi", T_OBJECT_EX, offsetof(KdsWlSend, hi), 0, "state bytes flipped: last, -1: none (moved)"},
     {NULL, 0, 0, 0, NULL}};
-PyTypeObject kds_WlSendType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "sidecar._native.WlSend",
-    .tp_basicsize = sizeof(KdsWlSend),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "wl_send's arguments (sidecar/store/native_args.py).",
-    .tp_new = kds_args_new,
-    .tp_dealloc = kds_args_dealloc,
-    .tp_members = kds_WlSend_members,
-};
+KDS_ARGS_TYPE(WlSend, wl_send)
 
 static PyMemberDef kds_WlDone_members[] = {
     {"hs", T_OBJECT_EX, offsetof(KdsWlDone, hs), 0, "byte offset of the timer-log file's first entry"},
@@ -206,16 +196,7 @@ static PyMemberDef kds_WlDone_members[] = {
     {"seg_bytes", T_OBJECT_EX, offsetof(KdsWlDone, seg_bytes), 0, "commit-log segment size"},
     {"passed", T_OBJECT_EX, offsetof(KdsWlDone, passed), 0, "entries crossed by this call (moved)"},
     {NULL, 0, 0, 0, NULL}};
-PyTypeObject kds_WlDoneType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "sidecar._native.WlDone",
-    .tp_basicsize = sizeof(KdsWlDone),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "wl_done's arguments (sidecar/store/native_args.py).",
-    .tp_new = kds_args_new,
-    .tp_dealloc = kds_args_dealloc,
-    .tp_members = kds_WlDone_members,
-};
+KDS_ARGS_TYPE(WlDone, wl_done)
 
 static PyMemberDef kds_WlAck_members[] = {
     {"hs", T_OBJECT_EX, offsetof(KdsWlAck, hs), 0, "byte offset of the timer-log file's first entry"},
@@ -233,16 +214,7 @@ static PyMemberDef kds_WlAck_members[] = {
     {"lo", T_OBJECT_EX, offsetof(KdsWlAck, lo), 0, "state bytes flipped: first (moved)"},
     {"hi", T_OBJECT_EX, offsetof(KdsWlAck, hi), 0, "state bytes flipped: last, -1: none (moved)"},
     {NULL, 0, 0, 0, NULL}};
-PyTypeObject kds_WlAckType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "sidecar._native.WlAck",
-    .tp_basicsize = sizeof(KdsWlAck),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "wl_ack's arguments (sidecar/store/native_args.py).",
-    .tp_new = kds_args_new,
-    .tp_dealloc = kds_args_dealloc,
-    .tp_members = kds_WlAck_members,
-};
+KDS_ARGS_TYPE(WlAck, wl_ack)
 
 static PyMemberDef kds_LvDue_members[] = {
     {"hs", T_OBJECT_EX, offsetof(KdsLvDue, hs), 0, "byte offset of the queue file's first entry"},
@@ -256,16 +228,7 @@ static PyMemberDef kds_LvDue_members[] = {
     {"ref_hi", T_OBJECT_EX, offsetof(KdsLvDue, ref_hi), 0, "the level's bits of a scheduler ref"},
     {"seg_bytes", T_OBJECT_EX, offsetof(KdsLvDue, seg_bytes), 0, "commit-log segment size"},
     {NULL, 0, 0, 0, NULL}};
-PyTypeObject kds_LvDueType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "sidecar._native.LvDue",
-    .tp_basicsize = sizeof(KdsLvDue),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "lv_due's arguments (sidecar/store/native_args.py).",
-    .tp_new = kds_args_new,
-    .tp_dealloc = kds_args_dealloc,
-    .tp_members = kds_LvDue_members,
-};
+KDS_ARGS_TYPE(LvDue, lv_due)
 #endif
 
 #endif

@@ -39,8 +39,18 @@ from sidecar.store.native_layouts import write_header
 MOVED = "(moved)"
 
 
+class _Args:
+    """What every argument struct shares: no constructor values, every field 0."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            setattr(self, f.name, 0)
+
+
 @dataclass(slots=True, init=False)
-class WlLink:
+class WlLink(_Args):
     """wl_link: entry ``idx`` written into its timer-log file and linked at its slot's chain tail."""
 
     hs: Annotated[int, "byte offset of the timer-log file's first entry"] = 0
@@ -54,12 +64,9 @@ class WlLink:
     slot_off: Annotated[int, "byte offset of its slot in the slot file"] = 0
     slot_time: Annotated[int, "start time of that slot, ms"] = 0
 
-    def __init__(self) -> None:
-        _zero(self)
-
 
 @dataclass(slots=True, init=False)
-class WlSend:
+class WlSend(_Args):
     """wl_send: the send cursor's pass over one timer-log file."""
 
     hs: Annotated[int, "byte offset of the timer-log file's first entry"] = 0
@@ -78,12 +85,9 @@ class WlSend:
     lo: Annotated[int, "state bytes flipped: first (moved)"] = 0
     hi: Annotated[int, "state bytes flipped: last, -1: none (moved)"] = 0
 
-    def __init__(self) -> None:
-        _zero(self)
-
 
 @dataclass(slots=True, init=False)
-class WlDone:
+class WlDone(_Args):
     """wl_done: the done cursor's pass over one timer-log file."""
 
     hs: Annotated[int, "byte offset of the timer-log file's first entry"] = 0
@@ -100,12 +104,9 @@ class WlDone:
     seg_bytes: Annotated[int, "commit-log segment size"] = 0
     passed: Annotated[int, "entries crossed by this call (moved)"] = 0
 
-    def __init__(self) -> None:
-        _zero(self)
-
 
 @dataclass(slots=True, init=False)
-class WlAck:
+class WlAck(_Args):
     """wl_ack: a run of acked refs of one timer-log file marked done."""
 
     hs: Annotated[int, "byte offset of the timer-log file's first entry"] = 0
@@ -123,12 +124,9 @@ class WlAck:
     lo: Annotated[int, "state bytes flipped: first (moved)"] = 0
     hi: Annotated[int, "state bytes flipped: last, -1: none (moved)"] = 0
 
-    def __init__(self) -> None:
-        _zero(self)
-
 
 @dataclass(slots=True, init=False)
-class LvDue:
+class LvDue(_Args):
     """lv_due: the dequeue's walk over one level's queue file."""
 
     hs: Annotated[int, "byte offset of the queue file's first entry"] = 0
@@ -142,20 +140,12 @@ class LvDue:
     ref_hi: Annotated[int, "the level's bits of a scheduler ref"] = 0
     seg_bytes: Annotated[int, "commit-log segment size"] = 0
 
-    def __init__(self) -> None:
-        _zero(self)
-
 
 # every argument struct, in the header's order, with the C function that takes it
 STRUCTS: tuple[tuple[type, str], ...] = (
     (WlLink, "wl_link"), (WlSend, "wl_send"), (WlDone, "wl_done"), (WlAck, "wl_ack"), (LvDue, "lv_due"),
 )
 HEADER = Path(__file__).resolve().parents[1] / "native" / "native_args.h"
-
-
-def _zero(obj: Any) -> None:
-    for f in dataclasses.fields(obj):
-        setattr(obj, f.name, 0)
 
 
 def fields(cls: type) -> dict[str, str]:
@@ -230,24 +220,23 @@ def header() -> str:
         "    Py_TYPE(o)->tp_free(o);",
         "}",
     ]
+    lines += [
+        "#define KDS_ARGS_TYPE(name, fn) \\",
+        "    PyTypeObject kds_##name##Type = {PyVarObject_HEAD_INIT(NULL, 0).tp_name = \"sidecar._native.\" #name, \\",
+        "                                     .tp_basicsize = sizeof(Kds##name), \\",
+        "                                     .tp_flags = Py_TPFLAGS_DEFAULT, \\",
+        "                                     .tp_doc = #fn \"'s arguments (sidecar/store/native_args.py).\", \\",
+        "                                     .tp_new = kds_args_new, \\",
+        "                                     .tp_dealloc = kds_args_dealloc, \\",
+        "                                     .tp_members = kds_##name##_members};",
+    ]
     for cls, fn in STRUCTS:
         name = cls.__name__
         lines += ["", f"static PyMemberDef kds_{name}_members[] = {{"]
         lines += [
             f'    {{"{f}", T_OBJECT_EX, offsetof(Kds{name}, {f}), 0, "{text}"}},' for f, text in fields(cls).items()
         ]
-        lines += ["    {NULL, 0, 0, 0, NULL}};", f"PyTypeObject kds_{name}Type = {{"]
-        lines += [
-            "    PyVarObject_HEAD_INIT(NULL, 0)",
-            f'    .tp_name = "sidecar._native.{name}",',
-            f"    .tp_basicsize = sizeof(Kds{name}),",
-            "    .tp_flags = Py_TPFLAGS_DEFAULT,",
-            f'    .tp_doc = "{fn}\'s arguments (sidecar/store/native_args.py).",',
-            "    .tp_new = kds_args_new,",
-            "    .tp_dealloc = kds_args_dealloc,",
-            f"    .tp_members = kds_{name}_members,",
-            "};",
-        ]
+        lines += ["    {NULL, 0, 0, 0, NULL}};", f"KDS_ARGS_TYPE({name}, {fn})"]
     lines += ["#endif", "", "#endif", ""]
     return "\n".join(lines)
 

@@ -79,6 +79,6 @@ def test_each_struct_names_its_function_and_its_moved_fields() -> None:
     assert native_args.moved(native_args.WlLink) == ()
     header = native_args.header()
     for cls, fn in native_args.STRUCTS:
-        assert f"}} Kds{cls.__name__};" in header and f"{fn}'s arguments" in header
+        assert f"}} Kds{cls.__name__};" in header and f"KDS_ARGS_TYPE({cls.__name__}, {fn})" in header
         for name, text in native_args.fields(cls).items():
             assert f"    PyObject *{name}; /* int: {text} */" in header
