@@ -6,9 +6,9 @@
 /* wl_link: entry ``idx`` written into its timer-log file and linked at its slot's chain tail. */
 typedef struct {
     PyObject_HEAD
-    PyObject *hs; /* int: byte offset of the timer-log file's first entry */
-    PyObject *tl_first; /* int: first entry index of the timer-log file */
-    PyObject *nent; /* int: entries per timer-log file */
+    PyObject *hs; /* int: byte offset of the file's first entry */
+    PyObject *f0; /* int: first entry index of the file */
+    PyObject *nent; /* int: entries per file */
     PyObject *idx; /* int: the entry to write */
     PyObject *due; /* int: its due time, ms */
     PyObject *loc; /* int: its body's place: commit-log position or bucket ref */
@@ -22,18 +22,18 @@ extern PyTypeObject kds_WlLinkType;
 /* wl_send: the send cursor's pass over one timer-log file. */
 typedef struct {
     PyObject_HEAD
-    PyObject *hs; /* int: byte offset of the timer-log file's first entry */
-    PyObject *f0; /* int: first entry index of the timer-log file */
-    PyObject *nent; /* int: entries per timer-log file */
+    PyObject *hs; /* int: byte offset of the file's first entry */
+    PyObject *f0; /* int: first entry index of the file */
+    PyObject *nent; /* int: entries per file */
     PyObject *i; /* int: indexed pass: position in the entry list (moved) */
     PyObject *e; /* int: chain walk: the next entry, -1 at the end (moved) */
-    PyObject *last; /* int: the slot's last entry */
-    PyObject *base; /* int: the slot's start time, ms (late chain: now) */
+    PyObject *last; /* int: the pass's last entry */
+    PyObject *base; /* int: the slot's start time, ms (wl_send's late chain: now) */
     PyObject *o; /* int: the pass's offset (-1: the late chain) */
     PyObject *nxt; /* int: smallest offset above o seen, -1: none (moved) */
     PyObject *after; /* int: last entry examined (moved) */
-    PyObject *room; /* int: entries still to hand out (moved) */
     PyObject *budget; /* int: entries still to examine (moved) */
+    PyObject *room; /* int: entries still to hand out (moved) */
     PyObject *vlim; /* int: entries below it were restored: the caller checks them */
     PyObject *lo; /* int: state bytes flipped: first (moved) */
     PyObject *hi; /* int: state bytes flipped: last, -1: none (moved) */
@@ -43,17 +43,17 @@ extern PyTypeObject kds_WlSendType;
 /* wl_done: the done cursor's pass over one timer-log file. */
 typedef struct {
     PyObject_HEAD
-    PyObject *hs; /* int: byte offset of the timer-log file's first entry */
-    PyObject *f0; /* int: first entry index of the timer-log file */
-    PyObject *nent; /* int: entries per timer-log file */
+    PyObject *hs; /* int: byte offset of the file's first entry */
+    PyObject *f0; /* int: first entry index of the file */
+    PyObject *nent; /* int: entries per file */
     PyObject *i; /* int: indexed pass: position in the entry list (moved) */
     PyObject *e; /* int: chain walk: the next entry, -1 at the end (moved) */
-    PyObject *last; /* int: the slot's last entry (late chain: the last one sent) */
-    PyObject *base; /* int: the slot's start time, ms */
+    PyObject *last; /* int: the pass's last entry */
+    PyObject *base; /* int: the slot's start time, ms (wl_send's late chain: now) */
     PyObject *o; /* int: the pass's offset (-1: the late chain) */
     PyObject *nxt; /* int: smallest offset above o seen, -1: none (moved) */
-    PyObject *after; /* int: last entry crossed (moved) */
-    PyObject *budget; /* int: entries still to cross (moved) */
+    PyObject *after; /* int: last entry examined (moved) */
+    PyObject *budget; /* int: entries still to examine (moved) */
     PyObject *seg_bytes; /* int: commit-log segment size */
     PyObject *passed; /* int: entries crossed by this call (moved) */
 } KdsWlDone;
@@ -62,9 +62,9 @@ extern PyTypeObject kds_WlDoneType;
 /* wl_ack: a run of acked refs of one timer-log file marked done. */
 typedef struct {
     PyObject_HEAD
-    PyObject *hs; /* int: byte offset of the timer-log file's first entry */
-    PyObject *f0; /* int: first entry index of the timer-log file */
-    PyObject *nent; /* int: entries per timer-log file */
+    PyObject *hs; /* int: byte offset of the file's first entry */
+    PyObject *f0; /* int: first entry index of the file */
+    PyObject *nent; /* int: entries per file */
     PyObject *j; /* int: position in refs (moved) */
     PyObject *head; /* int: the next timer-log index: refs at or above it are not entries yet */
     PyObject *P; /* int: precision: ms per slot */
@@ -149,9 +149,9 @@ static void kds_args_dealloc(PyObject *o) {
                                      .tp_members = kds_##name##_members};
 
 static PyMemberDef kds_WlLink_members[] = {
-    {"hs", T_OBJECT_EX, offsetof(KdsWlLink, hs), 0, "byte offset of the timer-log file's first entry"},
-    {"tl_first", T_OBJECT_EX, offsetof(KdsWlLink, tl_first), 0, "first entry index of the timer-log file"},
-    {"nent", T_OBJECT_EX, offsetof(KdsWlLink, nent), 0, "entries per timer-log file"},
+    {"hs", T_OBJECT_EX, offsetof(KdsWlLink, hs), 0, "byte offset of the file's first entry"},
+    {"f0", T_OBJECT_EX, offsetof(KdsWlLink, f0), 0, "first entry index of the file"},
+    {"nent", T_OBJECT_EX, offsetof(KdsWlLink, nent), 0, "entries per file"},
     {"idx", T_OBJECT_EX, offsetof(KdsWlLink, idx), 0, "the entry to write"},
     {"due", T_OBJECT_EX, offsetof(KdsWlLink, due), 0, "its due time, ms"},
     {"loc", T_OBJECT_EX, offsetof(KdsWlLink, loc), 0, "its body's place: commit-log position or bucket ref"},
@@ -163,18 +163,18 @@ static PyMemberDef kds_WlLink_members[] = {
 KDS_ARGS_TYPE(WlLink, wl_link)
 
 static PyMemberDef kds_WlSend_members[] = {
-    {"hs", T_OBJECT_EX, offsetof(KdsWlSend, hs), 0, "byte offset of the timer-log file's first entry"},
-    {"f0", T_OBJECT_EX, offsetof(KdsWlSend, f0), 0, "first entry index of the timer-log file"},
-    {"nent", T_OBJECT_EX, offsetof(KdsWlSend, nent), 0, "entries per timer-log file"},
+    {"hs", T_OBJECT_EX, offsetof(KdsWlSend, hs), 0, "byte offset of the file's first entry"},
+    {"f0", T_OBJECT_EX, offsetof(KdsWlSend, f0), 0, "first entry index of the file"},
+    {"nent", T_OBJECT_EX, offsetof(KdsWlSend, nent), 0, "entries per file"},
     {"i", T_OBJECT_EX, offsetof(KdsWlSend, i), 0, "indexed pass: position in the entry list (moved)"},
     {"e", T_OBJECT_EX, offsetof(KdsWlSend, e), 0, "chain walk: the next entry, -1 at the end (moved)"},
-    {"last", T_OBJECT_EX, offsetof(KdsWlSend, last), 0, "the slot's last entry"},
-    {"base", T_OBJECT_EX, offsetof(KdsWlSend, base), 0, "the slot's start time, ms (late chain: now)"},
+    {"last", T_OBJECT_EX, offsetof(KdsWlSend, last), 0, "the pass's last entry"},
+    {"base", T_OBJECT_EX, offsetof(KdsWlSend, base), 0, "the slot's start time, ms (wl_send's late chain: now)"},
     {"o", T_OBJECT_EX, offsetof(KdsWlSend, o), 0, "the pass's offset (-1: the late chain)"},
     {"nxt", T_OBJECT_EX, offsetof(KdsWlSend, nxt), 0, "smallest offset above o seen, -1: none (moved)"},
     {"after", T_OBJECT_EX, offsetof(KdsWlSend, after), 0, "last entry examined (moved)"},
-    {"room", T_OBJECT_EX, offsetof(KdsWlSend, room), 0, "entries still to hand out (moved)"},
     {"budget", T_OBJECT_EX, offsetof(KdsWlSend, budget), 0, "entries still to examine (moved)"},
+    {"room", T_OBJECT_EX, offsetof(KdsWlSend, room), 0, "entries still to hand out (moved)"},
     {"vlim", T_OBJECT_EX, offsetof(KdsWlSend, vlim), 0, "entries below it were restored: the caller checks them"},
     {"lo", T_OBJECT_EX, offsetof(KdsWlSend, lo), 0, "state bytes flipped: first (moved)"},
     {"hi", T_OBJECT_EX, offsetof(KdsWlSend, hi), 0, "state bytes flipped: last, -1: none (moved)"},
@@ -182,26 +182,26 @@ static PyMemberDef kds_WlSend_members[] = {
 KDS_ARGS_TYPE(WlSend, wl_send)
 
 static PyMemberDef kds_WlDone_members[] = {
-    {"hs", T_OBJECT_EX, offsetof(KdsWlDone, hs), 0, "byte offset of the timer-log file's first entry"},
-    {"f0", T_OBJECT_EX, offsetof(KdsWlDone, f0), 0, "first entry index of the timer-log file"},
-    {"nent", T_OBJECT_EX, offsetof(KdsWlDone, nent), 0, "entries per timer-log file"},
+    {"hs", T_OBJECT_EX, offsetof(KdsWlDone, hs), 0, "byte offset of the file's first entry"},
+    {"f0", T_OBJECT_EX, offsetof(KdsWlDone, f0), 0, "first entry index of the file"},
+    {"nent", T_OBJECT_EX, offsetof(KdsWlDone, nent), 0, "entries per file"},
     {"i", T_OBJECT_EX, offsetof(KdsWlDone, i), 0, "indexed pass: position in the entry list (moved)"},
     {"e", T_OBJECT_EX, offsetof(KdsWlDone, e), 0, "chain walk: the next entry, -1 at the end (moved)"},
-    {"last", T_OBJECT_EX, offsetof(KdsWlDone, last), 0, "the slot's last entry (late chain: the last one sent)"},
-    {"base", T_OBJECT_EX, offsetof(KdsWlDone, base), 0, "the slot's start time, ms"},
+    {"last", T_OBJECT_EX, offsetof(KdsWlDone, last), 0, "the pass's last entry"},
+    {"base", T_OBJECT_EX, offsetof(KdsWlDone, base), 0, "the slot's start time, ms (wl_send's late chain: now)"},
     {"o", T_OBJECT_EX, offsetof(KdsWlDone, o), 0, "the pass's offset (-1: the late chain)"},
     {"nxt", T_OBJECT_EX, offsetof(KdsWlDone, nxt), 0, "smallest offset above o seen, -1: none (moved)"},
-    {"after", T_OBJECT_EX, offsetof(KdsWlDone, after), 0, "last entry crossed (moved)"},
-    {"budget", T_OBJECT_EX, offsetof(KdsWlDone, budget), 0, "entries still to cross (moved)"},
+    {"after", T_OBJECT_EX, offsetof(KdsWlDone, after), 0, "last entry examined (moved)"},
+    {"budget", T_OBJECT_EX, offsetof(KdsWlDone, budget), 0, "entries still to examine (moved)"},
     {"seg_bytes", T_OBJECT_EX, offsetof(KdsWlDone, seg_bytes), 0, "commit-log segment size"},
     {"passed", T_OBJECT_EX, offsetof(KdsWlDone, passed), 0, "entries crossed by this call (moved)"},
     {NULL, 0, 0, 0, NULL}};
 KDS_ARGS_TYPE(WlDone, wl_done)
 
 static PyMemberDef kds_WlAck_members[] = {
-    {"hs", T_OBJECT_EX, offsetof(KdsWlAck, hs), 0, "byte offset of the timer-log file's first entry"},
-    {"f0", T_OBJECT_EX, offsetof(KdsWlAck, f0), 0, "first entry index of the timer-log file"},
-    {"nent", T_OBJECT_EX, offsetof(KdsWlAck, nent), 0, "entries per timer-log file"},
+    {"hs", T_OBJECT_EX, offsetof(KdsWlAck, hs), 0, "byte offset of the file's first entry"},
+    {"f0", T_OBJECT_EX, offsetof(KdsWlAck, f0), 0, "first entry index of the file"},
+    {"nent", T_OBJECT_EX, offsetof(KdsWlAck, nent), 0, "entries per file"},
     {"j", T_OBJECT_EX, offsetof(KdsWlAck, j), 0, "position in refs (moved)"},
     {"head", T_OBJECT_EX, offsetof(KdsWlAck, head), 0, "the next timer-log index: refs at or above it are not entries yet"},
     {"P", T_OBJECT_EX, offsetof(KdsWlAck, P), 0, "precision: ms per slot"},

@@ -10,18 +10,18 @@
  * level u16 | tag u32; its state u8 in the file's state array (WL_STATE_OFF in native.h).
  * Slot: time i64 | first i64 | last i64 | count u32 | min_off u16 | 0 u16. */
 
-/* wl_link(tl_buf, slot_buf, a: WlLink) -> int: write entry idx (pending, no next, tagged) into the timer-log file whose
- * first index is tl_first, and append it to the chain of the slot at slot_off that starts at
- * slot_time. Returns -1 if the slot held no such chain (it now holds idx alone), else the
- * chain's previous tail, whose link was patched here when it lives in the same file
- * (tail >= tl_first); the caller patches one in an older file, and records what is dirty. */
+/* wl_link(tl_buf, slot_buf, a: WlLink) -> int: write entry idx (pending, no next, tagged)
+ * into the timer-log file whose first index is f0, and append it to the chain of the slot at
+ * slot_off that starts at slot_time. Returns -1 if the slot held no such chain (it now holds idx
+ * alone), else the chain's previous tail, whose link was patched here when it lives in the same
+ * file (tail >= f0); the caller patches one in an older file, and records what is dirty. */
 static PyObject *native_wl_link(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3 || !PyObject_TypeCheck(args[2], &kds_WlLinkType)) {
         PyErr_SetString(PyExc_TypeError, "wl_link(tl_buf, slot_buf, a: WlLink)");
         return NULL;
     }
     const KdsWlLink *a = (const KdsWlLink *)args[2];
-    long long hs = kds_arg(a->hs), first = kds_arg(a->tl_first), nent = kds_arg(a->nent), idx = kds_arg(a->idx);
+    long long hs = kds_arg(a->hs), first = kds_arg(a->f0), nent = kds_arg(a->nent), idx = kds_arg(a->idx);
     long long due = kds_arg(a->due), loc = kds_arg(a->loc), flags = kds_arg(a->flags), level = kds_arg(a->level);
     long long soff = kds_arg(a->slot_off), stime = kds_arg(a->slot_time);
     if (PyErr_Occurred()) return NULL;

@@ -50,12 +50,18 @@ class _Args:
 
 
 @dataclass(slots=True, init=False)
-class WlLink(_Args):
+class _File(_Args):
+    """The file a walk reads: its geometry."""
+
+    hs: Annotated[int, "byte offset of the file's first entry"] = 0
+    f0: Annotated[int, "first entry index of the file"] = 0
+    nent: Annotated[int, "entries per file"] = 0
+
+
+@dataclass(slots=True, init=False)
+class WlLink(_File):
     """wl_link: entry ``idx`` written into its timer-log file and linked at its slot's chain tail."""
 
-    hs: Annotated[int, "byte offset of the timer-log file's first entry"] = 0
-    tl_first: Annotated[int, "first entry index of the timer-log file"] = 0
-    nent: Annotated[int, "entries per timer-log file"] = 0
     idx: Annotated[int, "the entry to write"] = 0
     due: Annotated[int, "its due time, ms"] = 0
     loc: Annotated[int, "its body's place: commit-log position or bucket ref"] = 0
@@ -66,52 +72,41 @@ class WlLink(_Args):
 
 
 @dataclass(slots=True, init=False)
-class WlSend(_Args):
-    """wl_send: the send cursor's pass over one timer-log file."""
+class _Pass(_File):
+    """A cursor's pass over one offset of a slot, or over the late chain (``o`` -1)."""
 
-    hs: Annotated[int, "byte offset of the timer-log file's first entry"] = 0
-    f0: Annotated[int, "first entry index of the timer-log file"] = 0
-    nent: Annotated[int, "entries per timer-log file"] = 0
     i: Annotated[int, "indexed pass: position in the entry list (moved)"] = 0
     e: Annotated[int, "chain walk: the next entry, -1 at the end (moved)"] = 0
-    last: Annotated[int, "the slot's last entry"] = 0
-    base: Annotated[int, "the slot's start time, ms (late chain: now)"] = 0
+    last: Annotated[int, "the pass's last entry"] = 0
+    base: Annotated[int, "the slot's start time, ms (wl_send's late chain: now)"] = 0
     o: Annotated[int, "the pass's offset (-1: the late chain)"] = 0
     nxt: Annotated[int, "smallest offset above o seen, -1: none (moved)"] = 0
     after: Annotated[int, "last entry examined (moved)"] = 0
-    room: Annotated[int, "entries still to hand out (moved)"] = 0
     budget: Annotated[int, "entries still to examine (moved)"] = 0
+
+
+@dataclass(slots=True, init=False)
+class WlSend(_Pass):
+    """wl_send: the send cursor's pass over one timer-log file."""
+
+    room: Annotated[int, "entries still to hand out (moved)"] = 0
     vlim: Annotated[int, "entries below it were restored: the caller checks them"] = 0
     lo: Annotated[int, "state bytes flipped: first (moved)"] = 0
     hi: Annotated[int, "state bytes flipped: last, -1: none (moved)"] = 0
 
 
 @dataclass(slots=True, init=False)
-class WlDone(_Args):
+class WlDone(_Pass):
     """wl_done: the done cursor's pass over one timer-log file."""
 
-    hs: Annotated[int, "byte offset of the timer-log file's first entry"] = 0
-    f0: Annotated[int, "first entry index of the timer-log file"] = 0
-    nent: Annotated[int, "entries per timer-log file"] = 0
-    i: Annotated[int, "indexed pass: position in the entry list (moved)"] = 0
-    e: Annotated[int, "chain walk: the next entry, -1 at the end (moved)"] = 0
-    last: Annotated[int, "the slot's last entry (late chain: the last one sent)"] = 0
-    base: Annotated[int, "the slot's start time, ms"] = 0
-    o: Annotated[int, "the pass's offset (-1: the late chain)"] = 0
-    nxt: Annotated[int, "smallest offset above o seen, -1: none (moved)"] = 0
-    after: Annotated[int, "last entry crossed (moved)"] = 0
-    budget: Annotated[int, "entries still to cross (moved)"] = 0
     seg_bytes: Annotated[int, "commit-log segment size"] = 0
     passed: Annotated[int, "entries crossed by this call (moved)"] = 0
 
 
 @dataclass(slots=True, init=False)
-class WlAck(_Args):
+class WlAck(_File):
     """wl_ack: a run of acked refs of one timer-log file marked done."""
 
-    hs: Annotated[int, "byte offset of the timer-log file's first entry"] = 0
-    f0: Annotated[int, "first entry index of the timer-log file"] = 0
-    nent: Annotated[int, "entries per timer-log file"] = 0
     j: Annotated[int, "position in refs (moved)"] = 0
     head: Annotated[int, "the next timer-log index: refs at or above it are not entries yet"] = 0
     P: Annotated[int, "precision: ms per slot"] = 0
@@ -150,7 +145,8 @@ HEADER = Path(__file__).resolve().parents[1] / "native" / "native_args.h"
 
 def fields(cls: type) -> dict[str, str]:
     """The class's fields (name: what it holds) in declaration order."""
-    return {f.name: cls.__annotations__[f.name].__metadata__[0] for f in dataclasses.fields(cls)}
+    notes = {k: v for c in reversed(cls.__mro__) for k, v in getattr(c, "__annotations__", {}).items()}
+    return {f.name: notes[f.name].__metadata__[0] for f in dataclasses.fields(cls)}
 
 
 def moved(cls: type) -> tuple[str, ...]:

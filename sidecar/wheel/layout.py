@@ -105,14 +105,14 @@ LATE = _layouts.WHEEL_LATE
 
 def wl_link(tl_buf: memoryview, slot_buf: memoryview, a: WlLink) -> int:
     """Write entry ``a.idx`` (pending, no next, tagged) into the timer-log file whose first index is
-    ``a.tl_first`` (``a.nent`` entries, the first at byte ``a.hs``) and append it to the chain
+    ``a.f0`` (``a.nent`` entries, the first at byte ``a.hs``) and append it to the chain
     of the slot at byte ``a.slot_off`` of ``slot_buf`` starting at ``a.slot_time``. Returns -1
     if the slot held no such chain (it now holds ``idx`` alone), else the chain's previous tail,
-    whose link is patched here when it lives in the same file (``tail >= tl_first``): the caller
+    whose link is patched here when it lives in the same file (``tail >= f0``): the caller
     patches one in an older file and records what is dirty.
 
     The reference for ``sidecar._native.wl_link`` (the intake's writes in one call)."""
-    hs, tl_first, nent, idx, due, loc = a.hs, a.tl_first, a.nent, a.idx, a.due, a.loc
+    hs, tl_first, nent, idx, due, loc = a.hs, a.f0, a.nent, a.idx, a.due, a.loc
     flags, level, slot_off, slot_time = a.flags, a.level, a.slot_off, a.slot_time
     off = due - slot_time
     if not 0 <= off <= 0xFFFF or not tl_first <= idx < tl_first + nent or hs < nent:

@@ -367,7 +367,7 @@ class Ring:
         pos = kd % self.N
         soff = HEADER_SIZE + pos * SLOT_SIZE
         a = self._link_a
-        a.tl_first, a.idx, a.due, a.loc, a.level, a.slot_off, a.slot_time = f0, idx, due, loc, level, soff, kd * P
+        a.f0, a.idx, a.due, a.loc, a.level, a.slot_off, a.slot_time = f0, idx, due, loc, level, soff, kd * P
         last = self._wl_link(mf.buf, self.slots.buf, a)
         lo = tl.app_lo
         if lo < 0:

@@ -74,7 +74,7 @@ def test_fields_are_set_by_name_only(cls: type) -> None:
 def test_each_struct_names_its_function_and_its_moved_fields() -> None:
     fns = [fn for _cls, fn in native_args.STRUCTS]
     assert fns == ["wl_link", "wl_send", "wl_done", "wl_ack", "lv_due"]
-    assert native_args.moved(native_args.WlSend) == ("i", "e", "nxt", "after", "room", "budget", "lo", "hi")
+    assert native_args.moved(native_args.WlSend) == ("i", "e", "nxt", "after", "budget", "room", "lo", "hi")
     assert native_args.moved(native_args.LvDue) == ("idx", "done", "room")
     assert native_args.moved(native_args.WlLink) == ()
     header = native_args.header()

@@ -33,7 +33,7 @@ def _make(cls: type[Any], fn: Any) -> Any:
 def _link(fn: Any, t: memoryview, s: memoryview, *args: int) -> Any:
     """``fn`` (wl_link) with its fields given in the struct's order after ``hs``."""
     a = _make(WlLink, fn)
-    a.hs, a.tl_first, a.nent, a.idx, a.due, a.loc, a.flags, a.level, a.slot_off, a.slot_time = EHS, *args
+    a.hs, a.f0, a.nent, a.idx, a.due, a.loc, a.flags, a.level, a.slot_off, a.slot_time = EHS, *args
     return fn(t, s, a)
 
 
@@ -241,11 +241,11 @@ def test_wl_walks_follow_a_chain_across_files() -> None:
         a.room, a.budget, a.vlim = 10, 10, 0
         moved = native_args.moved(WlSend)
         assert mod.wl_send(memoryview(files[0]), None, pend, a) == 2 and pend == [(1, 101), (3, 103)]
-        assert [getattr(a, k) for k in moved] == [0, 4, 1, 3, 8, 7, -1, -1]  # i e nxt after room budget lo hi
+        assert [getattr(a, k) for k in moved] == [0, 4, 1, 3, 7, 8, -1, -1]  # i e nxt after budget room lo hi
         a.f0 = 4
         assert mod.wl_send(memoryview(files[4]), None, pend, a) == 0
         assert pend == [(1, 101), (3, 103), (4, 104)]
-        assert [getattr(a, k) for k in moved] == [0, -1, 1, 6, 7, 5, -1, -1]
+        assert [getattr(a, k) for k in moved] == [0, -1, 1, 6, 5, 7, -1, -1]
 
 
 def _fields(out: list[tuple[int, Any]]) -> list[tuple[Any, ...]]:
