@@ -22,6 +22,7 @@ from confluent_kafka import OFFSET_INVALID, Consumer
 from sidecar import contract as c
 from sidecar.config import Settings
 from sidecar.engine.loop import Sidecar
+from sidecar.engine.stores import tp_key
 from tests.integration.harness import create_topics, producer
 
 pytestmark = pytest.mark.integration
@@ -67,10 +68,10 @@ def test_records_of_a_restoring_partition_that_arrive_anyway_are_consumed_again(
     def assign_without_pause(consumer: Any, partitions: list[Any]) -> None:
         """``KafkaIO._assign`` with its pause lost: the stores opened, restores begun, the
         partitions assigned at the committed offsets, none paused."""
-        b.kafka.events.partitions_assigned([tp.partition for tp in partitions])
+        b.kafka.events.partitions_assigned([tp_key(tp) for tp in partitions])
         for tp in partitions:
             tp.offset = OFFSET_INVALID
-        unpaused.extend(tp.partition for tp in partitions if tp.partition in b.handover.held())
+        unpaused.extend(tp.partition for tp in partitions if tp_key(tp) in b.handover.held())
         consumer.incremental_assign(partitions)
 
     b.kafka._assign = assign_without_pause  # type: ignore[method-assign]
