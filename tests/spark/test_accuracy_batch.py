@@ -27,8 +27,10 @@ def test_totals_are_exact(batch_scenario: dict[str, Any]) -> None:
         "sent": 9, "delivered": 7, "lost": 1, "pending": 1, "duplicates": 1, "early": 1, "unmatched": 1,
     }
     assert t["ignored"] == {
-        "commands": 1, "cancelled": 1, "invalid": 1, "duplicate_ids": 1, "other_targets": 1,
+        "commands": 1, "cancelled": 1, "invalid": 1, "duplicate_ids": 1, "other_targets": 1, "recurring": 0,
     }
+    f = t["firings"]  # no recurring schedule in this scenario
+    assert (f["fired"], f["duplicates"], f["early"], f["missed"], f["lost"]) == (0, 0, 0, 0, 0)
     lat = t["lateness_ms"]
     assert lat["max"] == 1000
     assert lat["min"] == -7
