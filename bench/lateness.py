@@ -58,8 +58,8 @@ from bench.workload import (
     ScriptProc,
     choice_delays,
     cpu_seconds,
+    lateness_percentiles,
     log,
-    percentile,
     read_range,
     schedstat,
     sleep_until_wall_ms,
@@ -95,12 +95,6 @@ def max_rate(bench: Bench, scheduler: str, mode: str = "on", shape_name: str = s
     if not res["records_per_s"]:
         raise RuntimeError("could not measure the maximum throughput")
     return float(res["records_per_s"]), f"measured here (fixed N = {n}, all due)"
-
-
-def _lateness(late: list[int]) -> dict[str, float | None]:
-    late = sorted(late)
-    return {"p50": percentile(late, 50), "p99": percentile(late, 99), "p999": percentile(late, 99.9),
-            "max": float(late[-1]) if late else None}
 
 
 def shape_args(shape_name: str) -> tuple[int, Callable[[int], KHeaders] | None]:
@@ -165,7 +159,7 @@ def measure(bench: Bench, scheduler: str, rate: float, seconds: float, changelog
         "produce_failed": prod.failed,
         "delivered": len(got.ts),
         "duplicates": len(got.ts) - len(set(got.ids)),
-        **_lateness(late),
+        **lateness_percentiles(late),
         "lateness": VISIBLE if reader is not None else "record timestamp - delay.deliver-at",
         "early": sum(1 for ts, da in zip(got.ts, got.deliver_at, strict=True) if ts < da),
         "sidecar_cpu_share": cpu / (seconds + max(WHEEL_DELAYS) / 1000),
@@ -176,7 +170,7 @@ def measure(bench: Bench, scheduler: str, rate: float, seconds: float, changelog
         "timeline_by_due_second": {"columns": ["second", "max_lateness_ms", "over_50ms"], "rows": timeline},
     }
     if reader is not None:
-        produced = _lateness([ts - da for ts, da in zip(got.ts, got.deliver_at, strict=True)])
+        produced = lateness_percentiles([ts - da for ts, da in zip(got.ts, got.deliver_at, strict=True)])
         out.update({f"produce_{k}": v for k, v in produced.items()})
     return out
 
@@ -209,9 +203,8 @@ def passthrough_latency(bench: Bench, rate: float, seconds: float, shape_name: s
     src = read_range(bench.bootstrap, ingress, {}, bench.wm.high(ingress), keys=True)
     dst = read_range(bench.bootstrap, target, {}, bench.wm.high(target), keys=True)
     sent_at = dict(zip(src.keys, src.ts, strict=True))
-    lat = sorted(ts - sent_at[k] for k, ts in zip(dst.keys, dst.ts, strict=True) if k in sent_at)
-    return {"records": len(lat), "p50": percentile(lat, 50), "p99": percentile(lat, 99),
-            "p999": percentile(lat, 99.9), "max": float(lat[-1]) if lat else None,
+    lat = [ts - sent_at[k] for k, ts in zip(dst.keys, dst.ts, strict=True) if k in sent_at]
+    return {"records": len(lat), **lateness_percentiles(lat),
             "main_thread_cpu_s": run1 - run0, "main_thread_runqueue_wait_s": wait1 - wait0,
             "cpu_us_per_record": cpu * 1e6 / prod.accepted if prod.accepted else None}
 

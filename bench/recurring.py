@@ -30,9 +30,9 @@ from bench.report import fig
 from bench.workload import (
     Bench,
     PacedProducer,
+    lateness_percentiles,
     log,
     memory_of,
-    percentile,
     preload,
     producer,
     read_range,
@@ -55,12 +55,6 @@ def rss_of(pid: int) -> tuple[int, int]:
 def params(bench: Bench) -> tuple[int, int, int, float]:
     """(schedules, period ms, periods, 1 s stream rate)."""
     return (1_000_000, 60_000, 3, 1_000.0) if bench.full else (3_000, 10_000, 3, 200.0)
-
-
-def _lateness(late: list[int]) -> dict[str, float | None]:
-    late = sorted(late)
-    return {"p50": percentile(late, 50), "p99": percentile(late, 99), "p999": percentile(late, 99.9),
-            "max": float(late[-1]) if late else None}
 
 
 def measure(bench: Bench, scheduler: str, n: int, period_ms: int, periods: int, rate: float) -> dict[str, Any]:
@@ -118,9 +112,9 @@ def measure(bench: Bench, scheduler: str, n: int, period_ms: int, periods: int, 
     stream_late = [ts - da for ts, da in zip(s.ts, s.deliver_at, strict=True)]
     return {
         "schedules": n, "period_ms": period_ms, "periods": periods, "firings": len(got.ts),
-        "firings_per_s": n * 1000 / period_ms, "lateness_ms": _lateness(late), "early": early,
+        "firings_per_s": n * 1000 / period_ms, "lateness_ms": lateness_percentiles(late), "early": early,
         "missed": missed, "doubled": doubled, "stream_rate": rate, "stream_records": len(s.ts),
-        "stream_lateness_ms": _lateness(stream_late),
+        "stream_lateness_ms": lateness_percentiles(stream_late),
         "stream_early": sum(1 for x in stream_late if x < 0),
         "anon_bytes_per_schedule": (anon1 - anon0) / n, "rss_bytes_per_schedule": (rss1 - rss0) / n,
         "sidecar_missed": int(stats.get("missed", 0)), "sidecar_fired": int(stats.get("fired", 0)),

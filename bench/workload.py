@@ -536,6 +536,13 @@ def percentile(sorted_values: list[int] | list[float], q: float) -> float | None
     return float(sorted_values[k])
 
 
+def lateness_percentiles(late: list[int]) -> dict[str, float | None]:
+    """p50 / p99 / p99.9 / max of lateness values (ms; any order)."""
+    late = sorted(late)
+    return {"p50": percentile(late, 50), "p99": percentile(late, 99), "p999": percentile(late, 99.9),
+            "max": float(late[-1]) if late else None}
+
+
 # -- memory and disk ------------------------------------------------------------------------------
 
 def memory_of(pid: int, rollup: bool = False) -> dict[str, int]:

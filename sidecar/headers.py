@@ -215,6 +215,15 @@ def _user_name(name: str) -> None:
     _USER_NAMES.add(name)
 
 
+def _check_recurring(control: dict[str, bytes | None], kms: bool) -> None:
+    """What the parser refuses of a recurring record; the rest is sidecar/recurring/spec.py's."""
+    if kms:
+        raise _Bad(c.BAD_SCHEDULE, f"{c.KMS_TARGET_TOPIC} beside a recurring header: etf1 schedules are one-shot "
+                   f"(use {c.TARGET_TOPIC})")
+    if c.RETRY_COUNT in control:
+        raise _Bad(c.CONFLICTING_DELAY, f"{c.RETRY_COUNT} beside a recurring header: a record is one-shot or recurring")
+
+
 def _parse(headers: HeaderList, ts: int, now: int, size: int, rules: Rules, count_headers: bool) -> Parsed:
     control: dict[str, bytes | None] = {}
     user: list[tuple[str, bytes | None]] = []
@@ -278,13 +287,7 @@ def _parse(headers: HeaderList, ts: int, now: int, size: int, rules: Rules, coun
             raise _Bad(c.BAD_HEADER, f"header {c.ID} is over {c.MAX_ID_BYTES} bytes")
 
     if any(name in control for name in c.RECURRING_HEADERS):
-        if kms:
-            raise _Bad(c.BAD_SCHEDULE, f"{c.KMS_TARGET_TOPIC} beside a recurring header: etf1 schedules are one-shot "
-                       f"(use {c.TARGET_TOPIC})")
-        if c.RETRY_COUNT in control:
-            raise _Bad(c.CONFLICTING_DELAY,
-                       f"{c.RETRY_COUNT} beside a recurring header: a record is one-shot or recurring")
-        # the schedule's own checks (sidecar/recurring/spec.py) run in the store, which arms it
+        _check_recurring(control, kms)  # the schedule's own checks: the store's, when it arms it
         return Request(topic, partition, rid, ts, "recurring", 0, 0, None, tuple(user), replace, False, control)
     given: list[str] = [h for h in (c.DELAY_MS, c.DELIVER_AT, c.LEVEL) if h in control]
     if kms and c.KMS_EPOCH in control:

@@ -355,15 +355,9 @@ def firings_stats(fired: DataFrame, cancelled_ids: DataFrame, until_ms: int, gra
         .where(F.col("last_ms") < F.col("next_at_ms"))
         .join(cancelled_ids, on="delivered_id", how="left_anti")
     )
-    pct = agg["pct"] or [None] * len(PERCENTILES)
-    lateness: dict[str, Any] = {
-        name: (int(v) if v is not None else None) for (name, _), v in zip(PERCENTILES, pct, strict=True)
-    }
-    lateness |= {"max": agg["max"], "min": agg["min"],
-                 "mean": round(agg["mean"], 3) if agg["mean"] is not None else None}
     copies, distinct = int(agg["copies"] or 0), int(agg["fired"] or 0)
     return {"fired": distinct, "duplicates": copies - distinct, "early": int(agg["early"] or 0),
-            "missed": int(missed or 0), "lost": expected.count(), "lateness_ms": lateness}
+            "missed": int(missed or 0), "lost": expected.count(), "lateness_ms": _lateness_dict(agg)}
 
 
 def _stats_columns() -> list[Column]:
@@ -388,7 +382,8 @@ def _stats_columns() -> list[Column]:
     ]
 
 
-def _stats_dict(row: Any) -> dict[str, Any]:
+def _lateness_dict(row: Any) -> dict[str, Any]:
+    """The lateness figures of an aggregation row with ``pct``, ``max``, ``min`` and ``mean``."""
     pct = row["pct"] or [None] * len(PERCENTILES)
     lateness: dict[str, Any] = {
         name: (int(v) if v is not None else None) for (name, _), v in zip(PERCENTILES, pct, strict=True)
@@ -396,8 +391,12 @@ def _stats_dict(row: Any) -> dict[str, Any]:
     lateness["max"] = row["max"]
     lateness["min"] = row["min"]
     lateness["mean"] = round(row["mean"], 3) if row["mean"] is not None else None
+    return lateness
+
+
+def _stats_dict(row: Any) -> dict[str, Any]:
     out: dict[str, Any] = {k: int(row[k] or 0) for k in COUNTS}
-    out["lateness_ms"] = lateness
+    out["lateness_ms"] = _lateness_dict(row)
     return out
 
 

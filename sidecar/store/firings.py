@@ -285,7 +285,7 @@ def describe(rec: Record) -> dict[str, object]:
         "start_ms": s.start_ms, "end_ms": s.end_ms, "max_count": s.max_count, "misfire": s.misfire,
     }
     if s.cron is not None:
-        out["cron"] = (dict(a.spec).get(c.CRON) or b"").decode("utf-8", "replace")
+        out["cron"] = next((v or b"" for n, v in a.spec if n == c.CRON), b"").decode("utf-8", "replace")
         out["tz"] = s.tz
     else:
         out["every_ms"] = s.every_ms
