@@ -48,7 +48,8 @@ def check_shape(report: dict[str, Any], scenarios: list[str]) -> None:
     assert report["size"] == "small"
     assert report["machine"].keys() >= MACHINE_KEYS
     assert report["machine"]["cpu_count"] >= 1
-    assert report["settings"]["schedulers"][0] == "levels"
+    scheds = report["settings"]["schedulers"]
+    assert scheds and set(scheds) <= {"levels", "wheel"}, scheds
     assert set(report["scenarios"]) == set(scenarios)
     for name in scenarios:
         sc = report["scenarios"][name]
