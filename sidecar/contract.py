@@ -85,10 +85,11 @@ TARGET_IS_INTERNAL: Final = "target-is-internal"
 TOO_LARGE: Final = "too-large"
 DELIVERY_FAILED: Final = "delivery-failed"
 RETRIES_EXHAUSTED: Final = "retries-exhausted"
+QUOTA_EXCEEDED: Final = "quota-exceeded"  # over the tenant's max-pending or max-disk-bytes (store/quota.py)
 
 ONE_SHOT_REASONS: Final = (
     BAD_HEADER, CONFLICTING_DELAY, DELAY_OUT_OF_RANGE, UNKNOWN_LEVEL, MISSING_TARGET,
-    TARGET_IS_INTERNAL, TOO_LARGE, DELIVERY_FAILED, RETRIES_EXHAUSTED,
+    TARGET_IS_INTERNAL, TOO_LARGE, DELIVERY_FAILED, RETRIES_EXHAUSTED, QUOTA_EXCEEDED,
 )
 
 MAX_ID_BYTES: Final = 255

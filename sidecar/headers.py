@@ -40,11 +40,15 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sidecar import contract as c
 from sidecar.retry.ladder import RetryLadder
 from sidecar.store.codec import NATIVE
 from sidecar.store.codec import native as _native
+
+if TYPE_CHECKING:
+    from sidecar.store.quota import Quota
 
 _INT = re.compile(rb"^-?[0-9]+\Z")
 _HUGE = 10**19  # stands for a decimal too long for 64 bits: beyond every range checked below
@@ -66,6 +70,7 @@ class Rules:
     target_allowlist: tuple[re.Pattern[str], ...] = ()
     internal_topics: frozenset[str] = frozenset()  # the sidecar's other topics (every tenant's: sidecar/tenants.py)
     checked_targets: set[str] = field(default_factory=set, init=False, compare=False, repr=False)  # accepted
+    quota: Quota | None = field(default=None, compare=False, repr=False)  # the tenant's (store/quota.py)
 
 
 @dataclass(slots=True)

@@ -14,9 +14,13 @@ top-level options::
 
 ``ingress-topic`` is required; ``dlq-topic``, ``target-allowlist``, ``max-delay`` and
 ``changelog-topic`` (default ``<ingress-topic>.changelog``) are optional, and the top-level value
-applies where a tenant gives none. Without ``tenants:`` the top-level ``ingress-topic`` is one
-implicit tenant named ``default``: today's single-ingress configuration. Everything else (the
-group, the data directory, the delivery mode, the store's tuning) belongs to the deployment.
+applies where a tenant gives none. The quotas ``max-pending`` (records), ``max-disk-bytes`` (a
+size: ``10GiB``) and ``max-delivery-rate`` (records/s) are a tenant's only, with no top-level
+value (none: no limit); ``sidecar/store/quota.py`` and ``sidecar/engine/pacing.py`` enforce them.
+A single-ingress deployment that wants a quota names its one tenant under ``tenants:``. Without
+``tenants:`` the top-level ``ingress-topic`` is one implicit tenant named ``default``: today's
+single-ingress configuration. Everything else (the group, the data directory, the delivery mode,
+the store's tuning) belongs to the deployment.
 
 One consumer group subscribes to every tenant's ingress topic; each ingress partition has its
 own store (``<data-dir>/<topic>-<partition>``), changelog partition (the tenant's changelog topic,
@@ -26,8 +30,8 @@ are its tenant's.
 
 Checked at load (``check``; errors name the tenant and the key): ingress topics are distinct, and
 no tenant's ingress topic is any tenant's DLQ, changelog or history topic nor matches another
-tenant's target allowlist; changelog topics are distinct. Per-tenant quotas and ``kafka:``
-overrides are refused as not supported yet, never accepted and ignored.
+tenant's target allowlist; changelog topics are distinct. Per-tenant ``kafka:`` overrides are
+refused as not supported yet, never accepted and ignored.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sidecar.durations import format_duration_ms
+from sidecar.durations import format_duration_ms, format_size, parse_size
 
 if TYPE_CHECKING:
     from sidecar.config import Settings
@@ -47,7 +51,35 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")  # usable as a metric 
 # a tenant's own settings: (option name, its Settings attribute)
 TENANT_KEYS = ("ingress-topic", "dlq-topic", "target-allowlist", "max-delay", "changelog-topic")
 # planned per-tenant settings (the tenants issue): refused until they do something
-NOT_YET = ("kafka", "max-pending", "max-delivery-rate", "disk-share", "max-disk-bytes")
+NOT_YET = ("kafka",)
+
+
+def _count(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int | str) or not str(v).strip().isdigit() or int(v) <= 0:
+        raise ValueError(f"{v!r} is not a positive whole number of records")
+    return int(v)
+
+
+def _rate(v: Any) -> float:
+    try:
+        rate = float(v) if not isinstance(v, bool) else -1.0
+    except (TypeError, ValueError):
+        rate = -1.0
+    if not 0.001 <= rate <= 1e9:  # pacing.py keeps the rate in thousandths of a record per second
+        raise ValueError(f"{v!r} is not a rate in records per second between 0.001 and 1e9")
+    return rate
+
+
+def _size(v: Any) -> int:
+    n = parse_size(v)
+    if n <= 0:
+        raise ValueError(f"{v!r} is not a positive size (e.g. 10GiB)")
+    return n
+
+
+# a tenant's quotas (no top-level value): (option name, TenantSpec attribute, parser)
+QUOTA_KEYS = {"max-pending": ("max_pending", _count), "max-disk-bytes": ("max_disk_bytes", _size),
+              "max-delivery-rate": ("max_delivery_rate", _rate)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +92,9 @@ class TenantSpec:
     target_allowlist: tuple[str, ...] | None = None
     max_delay_ms: int | None = None
     changelog_topic: str | None = None
+    max_pending: int | None = None
+    max_disk_bytes: int | None = None
+    max_delivery_rate: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +107,9 @@ class Tenant:
     target_allowlist: tuple[str, ...]
     max_delay_ms: int
     changelog_topic: str | None  # None: changelog off
+    max_pending: int | None = None  # quotas: None for no limit
+    max_disk_bytes: int | None = None
+    max_delivery_rate: float | None = None
 
 
 class TenantError(ValueError):
@@ -97,10 +135,17 @@ def parse_tenants(raw: Any, source: str, options: Mapping[str, Any]) -> tuple[Te
             key = str(key)
             if key in NOT_YET:
                 raise TenantError(f"{where}.{key}: per-tenant {key!r} is not supported yet")
+            if key in QUOTA_KEYS:
+                attr, parse = QUOTA_KEYS[key]
+                try:
+                    values[attr] = parse(value)
+                except ValueError as e:
+                    raise TenantError(f"{where}.{key}: bad value: {e}") from None
+                continue
             if key not in TENANT_KEYS:
                 kind = "a setting of the whole deployment" if key in options else "not a setting"
                 raise TenantError(f"{where}.{key}: {kind}, not of a tenant (a tenant takes "
-                                  f"{', '.join(TENANT_KEYS)})")
+                                  f"{', '.join((*TENANT_KEYS, *QUOTA_KEYS))})")
             opt = options[key]
             try:
                 values[opt.attr] = opt.parse(value)
@@ -126,6 +171,7 @@ def resolve(s: Settings) -> tuple[Tenant, ...]:
             target_allowlist=t.target_allowlist if t.target_allowlist is not None else s.target_allowlist,
             max_delay_ms=t.max_delay_ms if t.max_delay_ms is not None else s.max_delay_ms,
             changelog_topic=(t.changelog_topic or f"{t.ingress_topic}.changelog") if on else None,
+            max_pending=t.max_pending, max_disk_bytes=t.max_disk_bytes, max_delivery_rate=t.max_delivery_rate,
         )
         for t in specs
     )
@@ -155,6 +201,11 @@ def check(s: Settings, given: set[str]) -> None:
                 raise TenantError(f"tenants.{t.name}.changelog-topic {t.changelog_topic!r} is also the changelog "
                                   f"topic of tenant {other!r}: each ingress topic needs its own")
             changelogs[t.changelog_topic] = t.name
+        if t.max_disk_bytes is not None and t.max_disk_bytes < 2 * s.segment_bytes:
+            # counted in whole commit-log segments (store/quota.py): less than two leaves a store
+            # no segment to seal and free
+            raise TenantError(f"tenants.{t.name}.max-disk-bytes ({format_size(t.max_disk_bytes)}) must be at least "
+                              f"twice --segment-bytes ({format_size(s.segment_bytes)})")
         if s.levels_ms[-1] > t.max_delay_ms:
             raise TenantError(f"tenants.{t.name}.max-delay ({format_duration_ms(t.max_delay_ms)}) is shorter than "
                               f"the last level ({format_duration_ms(s.levels_ms[-1])})")

@@ -62,6 +62,7 @@ from typing import Any
 
 from sidecar import logs
 from sidecar.config import Settings
+from sidecar.engine import quota_metrics
 from sidecar.engine.backpressure import Backpressure
 from sidecar.engine.changelog import Restorer, wait_acked
 from sidecar.engine.clock import Clock, SystemClock
@@ -90,6 +91,7 @@ from sidecar.store import space
 from sidecar.store.log import CommitLog
 from sidecar.store.mapped import page_worker
 from sidecar.store.partition import TRIM_INTERVAL_S, Counters, PartitionStore, compile_rules
+from sidecar.store.quota import tenant_quota
 
 log = logs.get("sidecar")
 
@@ -135,18 +137,21 @@ class Sidecar:
         # no tenant's record may target any tenant's ingress, DLQ or changelog topic
         tenants = settings.tenants
         internal = frozenset(x for t in tenants for x in (t.ingress_topic, t.dlq_topic, t.changelog_topic) if x)
+        self.stores: Stores = {}  # the owned stores, shared by every part below
         self.tenant_rules = {t.ingress_topic: compile_rules(
             t.ingress_topic, t.dlq_topic, settings.levels_ms, t.max_delay_ms,
             settings.retry_ladder_ms, settings.max_retries, settings.max_record_bytes, t.target_allowlist, internal,
+            tenant_quota(t, self.stores),
         ) for t in tenants}
         self.rules = next(iter(self.tenant_rules.values()))  # the first tenant's (the only one without tenants)
-        self.stores: Stores = {}  # the owned stores, shared by every part below
         self.make_scheduler = make_scheduler_factory(settings)
         clients = clients if clients is not None else ConfluentClients()
         self.kafka = KafkaIO(settings, clients, self)
         self.kafka.refusals.health = health  # /readyz names why Kafka refuses the sidecar (refusals.py)
         self.pub = Publishing(settings, self.counters, self.stores, self.clock, clients.produce_errors,
                               self.broker_status)
+        quota_metrics.register(getattr(metrics, "registry", None), (r.quota for r in self.tenant_rules.values()),
+                               self.pub.pacing)
         # exactly-once: the ingress offsets are committed in the transactions, never by the consumer
         self.txn = (Transactions(self.kafka, settings.transaction_interval_ms, self.clock)
                     if settings.exactly_once else None)

@@ -8,7 +8,9 @@ Each loop turn calls :meth:`Publishing.publish`, which hands out what is due, in
    whose backoff ran out, and records parked for a moment (not due yet, or a capped target);
 3. every partition's scheduler, ``due(now, room)``, in chunks of ``PUBLISH_CHUNK`` with a
    producer poll between them, ``PUBLISH_BUDGET_PER_TURN`` records per turn across partitions
-   (rotating the starting partition), never more than ``max-in-flight`` unreported records.
+   (rotating the starting partition), never more than ``max-in-flight`` unreported records;
+   a tenant with a ``max-delivery-rate`` gets no more than its token bucket holds
+   (``engine/pacing.py``: its lateness is its own).
 
 **Never early**: ``_produce`` compares the record's due time with the clock reading taken for
 this publish call; a record that is not due (a scheduler bug) is counted ``early``, logged and
@@ -63,6 +65,7 @@ from sidecar import logs
 from sidecar.config import Settings
 from sidecar.engine.clock import Clock
 from sidecar.engine.etf1 import Tombstones
+from sidecar.engine.pacing import Pacing
 from sidecar.engine.publish_state import PublishState
 from sidecar.engine.stores import Stores, store_key
 from sidecar.retry import (
@@ -122,6 +125,7 @@ class Publishing:
         self.retries: list[RetryEntry] = []
         self._seq = itertools.count()
         self._rr = 0
+        self.pacing = Pacing(settings.tenants, clock.wall_ms())  # max-delivery-rate per tenant
         self.policy = PublishFailurePolicy.from_settings(settings, PUBLISH_BACKOFF)
         self.rng = random.Random()
         self.on_broker = on_broker  # (up, source): the loop's readiness
@@ -179,9 +183,11 @@ class Publishing:
                 room = min(max_in_flight - st.in_flight, PUBLISH_CHUNK, budget)
                 if room <= 0:
                     return
-                batch = store.sched.due(now, room)
+                room = self.pacing.room(store.topic, room, now)  # its tenant's max-delivery-rate
+                batch = store.sched.due(now, room) if room > 0 else None
                 if not batch:
                     break
+                self.pacing.took(store.topic, batch, now)
                 budget -= len(batch)
                 if not self._publish_batch(batch, store, now):
                     return
@@ -293,8 +299,9 @@ class Publishing:
     def next_due(self) -> int | None:
         """The earliest due time any partition's scheduler has not handed out yet."""
         nxt: int | None = None
+        now = self.clock.wall_ms() if self.pacing.buckets else 0
         for store in self.stores.values():
-            d = store.sched.next_due_ms()
+            d = self.pacing.wake(store.topic, store.sched.next_due_ms(), now)  # a paced tenant: its next token
             if d is not None and (nxt is None or d < nxt):
                 nxt = d
         return nxt

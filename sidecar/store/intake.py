@@ -35,7 +35,10 @@ again. Both leave the same bytes and the same state (docs/storage.md 2.6).
 
 A check that decides whether a consumed record is taken at all (a quota, a per-topic rule) belongs
 here, before ``schedule``: on the reference path in ``ingest_fields``, and as a reason for the C
-run to stop (``ingest_many``), so that the reference path decides each record it concerns.
+run to stop (``ingest_many``), so that the reference path decides each record it concerns. The
+tenant's quota (``store/quota.py``, ``rules.quota``) is checked in ``schedule`` once the id's
+look-up says the record adds a pending one (not a replace, duplicate or pre-cancelled one), and
+caps the C run at the records the quota has room for.
 
 A cancel whose look-up would read an id-table page that is not resident is not taken: the
 partition waits for the page instead of the loop waiting for the disk (``_page_waited``).
@@ -176,6 +179,13 @@ class Intake:
         store = self.store
         if _run is None or topic != store.topic or type(msgs) is not list:
             return start
+        quota = store.rules.quota
+        if quota is not None:  # each record the C run takes is one more pending: store/quota.py
+            room = quota.headroom(store, now_ms)
+            if room <= 0:
+                return start
+            if len(msgs) - start > room:
+                msgs = msgs[:start + room]
         sched = store.sched.intake_begin()
         if sched is None:
             return start
@@ -316,6 +326,12 @@ class Intake:
                     # re-consumed after a crash: its changelog write may have been lost with the
                     # process (the ingress offset was not committed), so it is written again
                     store.mirror.put(rid, raw_of(rec))
+                return
+        if not old and store.rules.quota is not None:  # one more pending record: the tenant's quota
+            refused = store.rules.quota.refusal(store, now_ms)
+            if refused is not None:
+                self.reject(topic, offset, ts, key, value, headers, self.default_id(topic, offset), c.QUOTA_EXCEEDED,
+                            refused, now_ms)
                 return
         planned = store.sched.plan(mode, req_level, req_due, ts)
         if planned is None:

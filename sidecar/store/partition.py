@@ -68,6 +68,7 @@ from sidecar.store.mapped import (
 )
 from sidecar.store.mirroring import History, Mirror
 from sidecar.store.outcomes import Outcomes
+from sidecar.store.quota import Quota
 from sidecar.store.recent import RecentOutcomes
 from sidecar.store.restore import Restore
 
@@ -462,11 +463,11 @@ class CheckpointJob:
 def compile_rules(
     ingress_topic: str, dlq_topic: str, levels_ms: tuple[int, ...], max_delay_ms: int,
     retry_ladder_ms: tuple[int, ...], max_retries: int, max_record_bytes: int, allowlist: tuple[str, ...],
-    internal: frozenset[str] = frozenset(),
+    internal: frozenset[str] = frozenset(), quota: Quota | None = None,
 ) -> Rules:
     return Rules(
         ingress_topic=ingress_topic, dlq_topic=dlq_topic, levels_ms=levels_ms, max_delay_ms=max_delay_ms,
         retry_ladder=RetryLadder(retry_ladder_ms, max_retries), max_record_bytes=max_record_bytes,
-        target_allowlist=tuple(re.compile(p) for p in allowlist), internal_topics=internal,
+        target_allowlist=tuple(re.compile(p) for p in allowlist), internal_topics=internal, quota=quota,
     )
 

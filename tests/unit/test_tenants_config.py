@@ -66,7 +66,14 @@ def _tenants(body: str) -> str:
     (_tenants("    target-allowlist: ['(']\n"), None, "tenants.a.target-allowlist: bad value"),
     (_tenants("    kafka:\n      sasl.username: a\n"), None,
      "tenants.a.kafka: per-tenant 'kafka' is not supported yet"),
-    (_tenants("    max-pending: 10\n"), None, "tenants.a.max-pending: per-tenant 'max-pending' is not supported yet"),
+    (_tenants("    max-pending: 0\n"), None, "tenants.a.max-pending: bad value: 0 is not a positive whole number"),
+    (_tenants("    max-pending: 1.5\n"), None, "tenants.a.max-pending: bad value"),
+    (_tenants("    max-delivery-rate: fast\n"), None, "tenants.a.max-delivery-rate: bad value: 'fast' is not a rate"),
+    (_tenants("    max-delivery-rate: 0\n"), None, "tenants.a.max-delivery-rate: bad value"),
+    (_tenants("    max-disk-bytes: lots\n"), None, "tenants.a.max-disk-bytes: bad value"),
+    (_tenants("    max-disk-bytes: 100MiB\n"), None,
+     "tenants.a.max-disk-bytes (100MiB) must be at least twice --segment-bytes (64MiB)"),
+    (_tenants("    disk-share: 10GiB\n"), None, "tenants.a.disk-share: not a setting"),
     (_tenants("    scheduler: levels\n"), None, "tenants.a.scheduler: a setting of the whole deployment"),
     (_tenants("    colour: red\n"), None, "tenants.a.colour: not a setting"),
     (_tenants("  b:\n    ingress-topic: a.in\n"), None, "tenants.b.ingress-topic 'a.in' is also the ingress topic of "
@@ -93,10 +100,17 @@ def test_bad_tenants_are_refused_naming_the_tenant_and_the_key(
 
 def test_a_bad_tenant_exits_like_any_bad_setting(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(_tenants("    max-delivery-rate: 5\n"))
+    cfg.write_text(_tenants("    max-delivery-rate: -5\n"))
     assert main(["run", "--config", str(cfg), "--bootstrap-servers", "127.0.0.1:9"]) == 2
     err = capsys.readouterr().err
-    assert "tenants.a.max-delivery-rate: per-tenant 'max-delivery-rate' is not supported yet" in err
+    assert "tenants.a.max-delivery-rate: bad value: -5 is not a rate in records per second" in err
+
+
+def test_quotas_are_a_tenants_own_with_no_limit_where_none_is_given(tmp_path: Path) -> None:
+    a, b = _load(tmp_path, _tenants("    max-pending: 1000\n    max-disk-bytes: 10GiB\n    max-delivery-rate: 2.5\n"
+                                    "  b:\n    ingress-topic: b.in\n"))
+    assert (a.max_pending, a.max_disk_bytes, a.max_delivery_rate) == (1000, 10 << 30, 2.5)
+    assert (b.max_pending, b.max_disk_bytes, b.max_delivery_rate) == (None, None, None)
 
 
 def test_the_run_acls_name_every_tenants_topics(tmp_path: Path) -> None:
