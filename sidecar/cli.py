@@ -74,7 +74,10 @@ def _run_parser(sub: Any) -> None:
                     "--config file; flags win.",
         epilog=f"DURATION: {DURATION_FORMS}. DURATIONS: durations separated by spaces or commas. "
                f"SIZE: {SIZE_FORMS}.")
-    p.add_argument("--config", metavar="FILE", help="YAML config file (keys: the flag names; kafka: librdkafka props)")
+    p.add_argument("--config", metavar="FILE",
+                   help="YAML config file (keys: the flag names; kafka: librdkafka props; tenants: each team's "
+                        "ingress-topic, dlq-topic, ..., and quotas max-pending, max-disk-bytes, "
+                        "max-delivery-rate: docs/operations.md#tenants)")
     for opt in OPTIONS:
         help_text = f"{opt.help} (default: {opt.default_text()})"
         p.add_argument(f"--{opt.name}", dest=opt.name.replace("-", "_"), metavar=opt.metavar,
