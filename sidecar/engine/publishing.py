@@ -297,11 +297,15 @@ class Publishing:
 
     # -- when to wake ---------------------------------------------------------------------------
     def next_due(self) -> int | None:
-        """The earliest due time any partition's scheduler has not handed out yet."""
+        """The earliest due time any partition's scheduler has not handed out yet (a paced tenant's: not
+        before its next token, ``engine/pacing.py``)."""
         nxt: int | None = None
-        now = self.clock.wall_ms() if self.pacing.buckets else 0
+        paced = self.pacing.buckets
+        now = self.clock.wall_ms() if paced else 0
         for store in self.stores.values():
-            d = self.pacing.wake(store.topic, store.sched.next_due_ms(), now)  # a paced tenant: its next token
+            d = store.sched.next_due_ms()
+            if paced:
+                d = self.pacing.wake(store.topic, d, now)  # a paced tenant: not before its next token
             if d is not None and (nxt is None or d < nxt):
                 nxt = d
         return nxt
