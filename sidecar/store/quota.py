@@ -83,19 +83,15 @@ class Quota:
         """Why one more pending record in ``store`` is refused (the dead letter's error), counted;
         None: it is taken."""
         pending, used = self._other(store, now_ms)
-        if self.max_pending is not None:
-            pending += _pending(store)
-            if pending >= self.max_pending:
-                self.rejected[PENDING] += 1
-                return (f"tenant {self.tenant!r} has {pending} records pending in this process's partitions, "
-                        f"its max-pending is {self.max_pending}")
-        if self.max_disk_bytes is not None:
-            used += _bytes(store)
-            if used >= self.max_disk_bytes:
-                self.rejected[DISK] += 1
-                return (f"tenant {self.tenant!r}'s commit logs in this process hold {used} bytes, "
-                        f"its max-disk-bytes is {self.max_disk_bytes}")
+        if self.max_pending is not None and (n := pending + _pending(store)) >= self.max_pending:
+            return self._refused(PENDING, f"{n} records pending in this process's partitions", self.max_pending)
+        if self.max_disk_bytes is not None and (n := used + _bytes(store)) >= self.max_disk_bytes:
+            return self._refused(DISK, f"its commit logs in this process hold {n} bytes", self.max_disk_bytes)
         return None
+
+    def _refused(self, limit: str, what: str, value: int) -> str:
+        self.rejected[limit] += 1
+        return f"tenant {self.tenant!r}: {what}, its {limit} is {value}"
 
     def headroom(self, store: PartitionStore, now_ms: int) -> int:
         """How many new pending records ``store`` may take before a check is due (the C intake's

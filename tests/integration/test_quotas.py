@@ -47,18 +47,13 @@ def test_quota_excess_goes_to_the_dlq_and_a_paced_tenant_keeps_its_rate(
         sc.start()
         p = producer(kafka_bootstrap)
         now = int(time.time() * 1000)
-        for i in range(60):
-            rid = f"q-{i}"
-            sent[rid] = now + 4000
-            p.produce(q_in, value=b"v", key=rid.encode(), headers=[
-                ("delay.target-topic", target.encode()), ("delay.deliver-at", str(now + 4000).encode()),
-                ("delay.id", rid.encode())])
-        for i in range(200):
-            rid = f"p-{i}"
-            sent[rid] = now + 3000
-            p.produce(p_in, value=b"v", key=rid.encode(), headers=[
-                ("delay.target-topic", target.encode()), ("delay.deliver-at", str(now + 3000).encode()),
-                ("delay.id", rid.encode())])
+        for topic, prefix, n, due in ((q_in, "q", 60, now + 4000), (p_in, "p", 200, now + 3000)):
+            for i in range(n):
+                rid = f"{prefix}-{i}"
+                sent[rid] = due
+                p.produce(topic, value=b"v", key=rid.encode(), headers=[
+                    ("delay.target-topic", target.encode()), ("delay.deliver-at", str(due).encode()),
+                    ("delay.id", rid.encode())])
         assert p.flush(30) == 0
         dead = consume_until(kafka_bootstrap, [f"{q_in}.dlq"], 20, 30, settle_s=0.5)
         got = consume_until(kafka_bootstrap, [target], 240, 60, settle_s=1)

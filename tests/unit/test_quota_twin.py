@@ -47,6 +47,8 @@ def test_records_over_max_pending_go_to_the_dlq_and_replaces_and_cancels_are_tak
     assert _pending(sc, A) == 20 and _pending(sc, B) == 30
     dead = _dead(w, A)
     assert set(dead.values()) == {c.QUOTA_EXCEEDED.encode()} and len(dead) == 10
+    error = dict(w.cluster.records(f"{A}.dlq")[0].headers() or [])[c.DLQ_ERROR] or b""
+    assert error.endswith(b"records pending in this process's partitions, its max-pending is 20"), error
     taken = sorted(i for i in range(30) if b"a%d" % i not in dead)
     # at the limit, a replace of a pending id and a cancel are taken (neither adds a pending record);
     # new records are not: the replaced and the cancelled entries count until their due time passes
