@@ -20,10 +20,11 @@ refused record's dead letter still passes through the commit log, due at once, a
 freed once the DLQ has it: the share bounds what waits, and the deployment's ``disk-max-bytes``
 pause stays the volume's backstop.
 
-**Bounds.** The check is made before each record, so pending never exceeds ``max-pending``. The
-disk share may be exceeded by the segment the last admitted record opened (one per store): a
-record is refused only once the segments reach the share (``tenants.check`` wants a share of at
-least two segments).
+**Bounds.** The check is made before each record, so no new record is taken once the count is at
+``max-pending`` (a replace's new entry and a dead letter's may take it beyond). The disk share
+may be exceeded by the segment the last admitted record opened (one per store): a record is
+refused only once the segments reach the share (``tenants.check`` wants a share of at least two
+segments).
 
 **The C intake** (``Intake.ingest_many``) takes only requests under new ids, each one more
 pending record: it is handed at most ``headroom`` records, none at the disk share (it never opens
