@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from typing import Final
 
+# Every Prometheus series the sidecar exports starts with this (dashboards and alerts name them).
+METRIC_PREFIX: Final = "delay_sidecar_"
+
 # -- ingress control headers -------------------------------------------------------------------
 # Every header whose name starts with PREFIX belongs to the sidecar: an ingress record carrying one
 # that is neither a control header nor in PASS_THROUGH goes to the DLQ as bad-header (a typo, or a

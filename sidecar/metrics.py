@@ -68,9 +68,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from sidecar.contract import METRIC_PREFIX as PREFIX
 from sidecar.contract import REASONS
-
-PREFIX = "delay_sidecar_"
 
 # Delivery lateness buckets, in seconds (1 ms .. 60 s). The same values in ms are used to bucket.
 LATENESS_BUCKETS_S: tuple[float, ...] = (

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from sidecar.contract import METRIC_PREFIX as PREFIX
 from sidecar.engine.pacing import Pacing
-from sidecar.metrics import PREFIX
 from sidecar.store.quota import Quota
 
 
