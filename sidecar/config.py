@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -348,8 +348,16 @@ class Settings:
         out: dict[str, Any] = {}
         for f in fields(self):
             out[f.name] = getattr(self, f.name)
-        out["kafka"] = {k: ("***" if SECRET_KEY.search(k) else v) for k, v in self.kafka.items()}
+        out["kafka"] = _masked_kafka(self.kafka.items())
+        out["tenant_specs"] = [
+            {**{f.name: getattr(t, f.name) for f in fields(t)}, "kafka": _masked_kafka(t.kafka)}
+            for t in self.tenant_specs
+        ]
         return out
+
+
+def _masked_kafka(props: Iterable[tuple[str, str]]) -> dict[str, str]:
+    return {k: ("***" if SECRET_KEY.search(k) else v) for k, v in props}
 
 
 def _apply(settings: Settings, name: str, raw: Any, source: str, given: set[str] | None = None) -> None:
@@ -407,7 +415,7 @@ def load_settings(
                 continue
             if key == "tenants":
                 try:
-                    s.tenant_specs = _tenants.parse_tenants(raw, f"config file {path}", _BY_NAME)
+                    s.tenant_specs = _tenants.parse_tenants(raw, f"config file {path}", _BY_NAME, env)
                 except _tenants.TenantError as e:
                     raise ConfigError(str(e)) from None
                 continue

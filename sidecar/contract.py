@@ -89,10 +89,11 @@ TOO_LARGE: Final = "too-large"
 DELIVERY_FAILED: Final = "delivery-failed"
 RETRIES_EXHAUSTED: Final = "retries-exhausted"
 QUOTA_EXCEEDED: Final = "quota-exceeded"  # over the tenant's max-pending or max-disk-bytes (store/quota.py)
+NOT_AUTHORIZED: Final = "not-authorized"  # the broker refused the delivery's principal Write on the target
 
 ONE_SHOT_REASONS: Final = (
     BAD_HEADER, CONFLICTING_DELAY, DELAY_OUT_OF_RANGE, UNKNOWN_LEVEL, MISSING_TARGET,
-    TARGET_IS_INTERNAL, TOO_LARGE, DELIVERY_FAILED, RETRIES_EXHAUSTED, QUOTA_EXCEEDED,
+    TARGET_IS_INTERNAL, TOO_LARGE, DELIVERY_FAILED, RETRIES_EXHAUSTED, QUOTA_EXCEEDED, NOT_AUTHORIZED,
 )
 
 MAX_ID_BYTES: Final = 255

@@ -17,7 +17,14 @@ top-level options::
 applies where a tenant gives none. The quotas ``max-pending`` (records), ``max-disk-bytes`` (a
 size: ``10GiB``) and ``max-delivery-rate`` (records/s) are a tenant's only, with no top-level
 value (none: no limit); ``sidecar/store/quota.py`` and ``sidecar/engine/pacing.py`` enforce them.
-A single-ingress deployment that wants a quota names its one tenant under ``tenants:``. Without
+A single-ingress deployment that wants a quota names its one tenant under ``tenants:``.
+``kafka:`` (optional) holds librdkafka properties applied over
+the deployment's ``kafka:`` for the producer that publishes the tenant's deliveries and dead
+letters (``sidecar/engine/tenant_producers.py``), typically the tenant's own
+``sasl.username``/``sasl.password`` so that the broker decides what the tenant may write. Each
+value is a string, ``{file: PATH}`` (the file's content, a trailing newline stripped) or
+``{env: NAME}`` (an environment variable), read at load; secrets are never logged (a tenant's
+repr leaves the properties out, ``Settings.masked`` shows secret ones as ``***``). Without
 ``tenants:`` the top-level ``ingress-topic`` is one implicit tenant named ``default``: today's
 single-ingress configuration. Everything else (the group, the data directory, the delivery mode,
 the store's tuning) belongs to the deployment.
@@ -30,15 +37,17 @@ are its tenant's.
 
 Checked at load (``check``; errors name the tenant and the key): ingress topics are distinct, and
 no tenant's ingress topic is any tenant's DLQ, changelog or history topic nor matches another
-tenant's target allowlist; changelog topics are distinct. Per-tenant ``kafka:`` overrides are
-refused as not supported yet, never accepted and ignored.
+tenant's target allowlist; changelog topics are distinct. ``kafka:`` overrides with ``delivery:
+exactly-once`` are refused (a tenant's own transactional producer is not built yet).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sidecar.durations import format_duration_ms, format_size, parse_size
@@ -50,8 +59,6 @@ DEFAULT_TENANT = "default"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")  # usable as a metric label and a log field
 # a tenant's own settings: (option name, its Settings attribute)
 TENANT_KEYS = ("ingress-topic", "dlq-topic", "target-allowlist", "max-delay", "changelog-topic")
-# planned per-tenant settings (the tenants issue): refused until they do something
-NOT_YET = ("kafka",)
 
 
 def _count(v: Any) -> int:
@@ -95,6 +102,7 @@ class TenantSpec:
     max_pending: int | None = None
     max_disk_bytes: int | None = None
     max_delivery_rate: float | None = None
+    kafka: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # librdkafka overrides, resolved
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +118,17 @@ class Tenant:
     max_pending: int | None = None  # quotas: None for no limit
     max_disk_bytes: int | None = None
     max_delivery_rate: float | None = None
+    # librdkafka properties over the deployment's, for the tenant's own producer (empty: the
+    # deployment's producer publishes its records); secrets: never in the repr
+    kafka: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+    def principal(self, deployment_kafka: Mapping[str, str]) -> str:
+        """Who the broker sees publishing this tenant's records, for error texts: ``User:NAME``
+        from ``sasl.username`` (the tenant's, else the deployment's), or a description."""
+        user = dict(self.kafka).get("sasl.username") or deployment_kafka.get("sasl.username")
+        if user:
+            return f"User:{user}"
+        return "the tenant's principal" if self.kafka else "the sidecar's principal"
 
 
 class TenantError(ValueError):
@@ -117,9 +136,50 @@ class TenantError(ValueError):
     (``sidecar.config`` raises it as its ``ConfigError``)."""
 
 
-def parse_tenants(raw: Any, source: str, options: Mapping[str, Any]) -> tuple[TenantSpec, ...]:
+KAFKA_FORMS = "a string, {file: PATH} or {env: NAME}"
+
+
+def parse_kafka(raw: Any, where: str, environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """A tenant's ``kafka:`` mapping, each value resolved (module docstring); ``where`` names the
+    tenant in errors, which never quote a value."""
+    if not isinstance(raw, dict) or not raw:
+        raise TenantError(f"{where}.kafka must be a mapping of librdkafka properties, each value {KAFKA_FORMS}")
+    out = []
+    for key, value in raw.items():
+        key = str(key)
+        at = f"{where}.kafka.{key}"
+        if key in ("bootstrap.servers", "transactional.id", "group.id"):
+            raise TenantError(f"{at}: a property of the deployment, not of a tenant's producer")
+        if isinstance(value, dict):
+            if len(value) != 1 or next(iter(value)) not in ("file", "env"):
+                raise TenantError(f"{at}: must be {KAFKA_FORMS} (got a mapping with keys "
+                                  f"{', '.join(map(str, value)) or 'none'})")
+            (form, ref), = value.items()
+            if not isinstance(ref, str) or not ref:
+                raise TenantError(f"{at}: {{{form}: ...}} needs a non-empty {'path' if form == 'file' else 'name'}")
+            if form == "file":
+                try:
+                    text = Path(ref).read_text()
+                except OSError as e:
+                    raise TenantError(f"{at}: cannot read {{file: {ref}}}: {e.strerror}") from None
+                value = text[:-1] if text.endswith("\n") else text
+            else:
+                found = environ.get(ref)
+                if found is None:
+                    raise TenantError(f"{at}: {{env: {ref}}}: the environment variable {ref} is not set")
+                value = found
+        elif isinstance(value, (list, type(None))):
+            raise TenantError(f"{at}: must be {KAFKA_FORMS}")
+        out.append((key, str(value)))
+    return tuple(out)
+
+
+def parse_tenants(raw: Any, source: str, options: Mapping[str, Any],
+                  environ: Mapping[str, str] | None = None) -> tuple[TenantSpec, ...]:
     """The ``tenants:`` mapping of a YAML file (``source`` names it in errors); ``options``: the
-    configuration's options by name (``config.options``: each with ``attr`` and ``parse``)."""
+    configuration's options by name (``config.options``: each with ``attr`` and ``parse``);
+    ``environ``: where ``{env: NAME}`` values are read (default ``os.environ``)."""
+    env = os.environ if environ is None else environ
     if not isinstance(raw, dict) or not raw:
         raise TenantError(f"{source}: 'tenants' must be a mapping of tenant names to their settings")
     out = []
@@ -133,8 +193,9 @@ def parse_tenants(raw: Any, source: str, options: Mapping[str, Any]) -> tuple[Te
         values: dict[str, Any] = {}
         for key, value in conf.items():
             key = str(key)
-            if key in NOT_YET:
-                raise TenantError(f"{where}.{key}: per-tenant {key!r} is not supported yet")
+            if key == "kafka":
+                values["kafka"] = parse_kafka(value, where, env)
+                continue
             if key in QUOTA_KEYS:
                 attr, parse = QUOTA_KEYS[key]
                 try:
@@ -145,7 +206,7 @@ def parse_tenants(raw: Any, source: str, options: Mapping[str, Any]) -> tuple[Te
             if key not in TENANT_KEYS:
                 kind = "a setting of the whole deployment" if key in options else "not a setting"
                 raise TenantError(f"{where}.{key}: {kind}, not of a tenant (a tenant takes "
-                                  f"{', '.join((*TENANT_KEYS, *QUOTA_KEYS))})")
+                                  f"{', '.join((*TENANT_KEYS, *QUOTA_KEYS))}, kafka)")
             opt = options[key]
             try:
                 values[opt.attr] = opt.parse(value)
@@ -172,6 +233,7 @@ def resolve(s: Settings) -> tuple[Tenant, ...]:
             max_delay_ms=t.max_delay_ms if t.max_delay_ms is not None else s.max_delay_ms,
             changelog_topic=(t.changelog_topic or f"{t.ingress_topic}.changelog") if on else None,
             max_pending=t.max_pending, max_disk_bytes=t.max_disk_bytes, max_delivery_rate=t.max_delivery_rate,
+            kafka=t.kafka,
         )
         for t in specs
     )
@@ -186,6 +248,11 @@ def check(s: Settings, given: set[str]) -> None:
             if name in given:
                 raise TenantError(f"{name} is set at the top level and 'tenants' is given: with tenants, each "
                                   f"tenant names its own {name} (tenants.<name>.{name})")
+    for t in tenants:
+        if t.kafka and s.exactly_once:
+            raise TenantError(f"tenants.{t.name}.kafka: per-tenant Kafka credentials with delivery: exactly-once "
+                              "are not supported yet (a tenant's own transactional producer is not built); use "
+                              "delivery: at-least-once, or drop the tenant's kafka: overrides")
     ingress: dict[str, str] = {}
     for t in tenants:
         other = ingress.get(t.ingress_topic)

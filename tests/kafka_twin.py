@@ -12,7 +12,9 @@ shutdown — with no broker, deterministically, in milliseconds.
   group, and one consumer group with cooperative rebalancing: members join and leave, the
   partitions are spread round-robin, a moved partition is revoked from its old owner (at that
   owner's next ``consume``) before the new owner is assigned it. ``down`` makes every produce
-  fail with a transport error, as an outage would.
+  fail with a transport error, as an outage would; ``refused`` topics refuse every write, and
+  ``denied`` those of one principal (a producer's ``sasl.username``), with
+  ``TOPIC_AUTHORIZATION_FAILED``, as an ACL missing on the broker would.
 - :class:`TwinClients`: the factory the loop gets (``consumer``, ``producer``, ``admin``).
 
 Transactions (a producer made with ``transactional.id``), as librdkafka and the broker run them:
@@ -205,6 +207,8 @@ class TwinCluster:
         self._member_ids = itertools.count(1)
         self.down = False  # a broker outage: produce reports fail with a transport error
         self.refused: set[str] = set()  # topics whose writes fail (e.g. no ACL to write them)
+        # principal (a producer's sasl.username, None without one) -> topics it may not write
+        self.denied: dict[str | None, set[str]] = {}
         self.leaderless = 0  # the next N offset queries (consumer or admin) fail: NOT_LEADER_FOR_PARTITION
         # transactions
         self.txn_owners: dict[str, TwinProducer] = {}  # transactional.id -> its current producer
@@ -616,6 +620,7 @@ class TwinProducer:
         self.queue_max = queue_max
         self.produced = 0
         self.transactional_id: str | None = conf.get("transactional.id")
+        self.user: str | None = conf.get("sasl.username")  # its principal (``TwinCluster.denied``)
         self.txn_timeout_ms = int(conf.get("transaction.timeout.ms", 60_000))
         self.state = INIT
         self.txn: _Txn | None = None
@@ -651,7 +656,7 @@ class TwinProducer:
             if self.cluster.down:
                 self._failed(p, KafkaError(KafkaError._MSG_TIMED_OUT, "Local: Message timed out"))
                 continue
-            if p.topic in self.cluster.refused:
+            if p.topic in self.cluster.refused or p.topic in self.cluster.denied.get(self.user, ()):
                 self._failed(p, KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "Broker: Topic authorization failed"))
                 continue
             if p.topic not in self.cluster.topics:

@@ -239,6 +239,7 @@ class Sidecar:
             self.s.group_instance_id = instance_id(self.s.data_path)
         self.kafka.start()
         self.pub.producer = self.kafka.producer
+        self.pub.tenants.start(self.kafka.clients.producer, self.kafka.producer_conf, self.kafka.should_warn)
         if self.txn is not None:
             self.txn.start()
             self.pub.topic_exists = self.kafka.topic_exists
@@ -399,6 +400,7 @@ class Sidecar:
         self.pub.drain(deadline)
         if self.kafka.producer is not None:
             self.kafka.producer.flush(max(0.0, deadline - self.clock.monotonic()))
+            self.pub.tenants.flush(max(0.0, deadline - self.clock.monotonic()))
             self.pub.poll(0)
         self.handover.drop_restoring(list(self.handover.held()))
         if self.standbys is not None:
@@ -409,6 +411,7 @@ class Sidecar:
             self.durability.checkpoint_now(store, sync=True)
         if self.kafka.consumer is not None:
             self.kafka.close()  # on_revoke closes the stores
+        self.pub.tenants.close()
         for store in self.stores.values():
             store.close()
         self.stores.clear()

@@ -28,6 +28,11 @@ owner delivers the record from its own checkpoint. A report saying the producer 
 is dead (librdkafka fatal error) asks the loop for a new producer (``producer_fatal``); the
 record is retried on it.
 
+**Tenant producers** (sidecar/engine/tenant_producers.py): a store's records go through its
+tenant's producer when the tenant has ``kafka:`` overrides (``tenants.of``), the deployment's
+otherwise; ``poll`` serves every producer's reports. A delivery refused for authorization is
+dead-lettered as ``not-authorized``, its error naming the topic and the principal.
+
 The C fast path (docs/storage.md 2.6) produces the plain records and handles plain successes;
 everything else comes back to the Python code here, the reference. Both share
 :class:`~sidecar.engine.publish_state.PublishState`.
@@ -68,6 +73,7 @@ from sidecar.engine.etf1 import Tombstones
 from sidecar.engine.pacing import Pacing
 from sidecar.engine.publish_state import PublishState
 from sidecar.engine.stores import Stores, store_key
+from sidecar.engine.tenant_producers import TenantProducers
 from sidecar.retry import (
     Backoff,
     ErrorKind,
@@ -130,6 +136,7 @@ class Publishing:
         self.rng = random.Random()
         self.on_broker = on_broker  # (up, source): the loop's readiness
         self.producer: Any = None  # set by the loop once the clients exist
+        self.tenants = TenantProducers(settings)  # the tenants' own producers, started by the loop
         self.producer_fatal = ""  # set by a report that the producer instance is dead
         self.produce_errors = produce_errors  # what ``produce`` raises for one record
         self._fast: Any = None
@@ -209,11 +216,12 @@ class Publishing:
         # written right after, in the same transaction (``_tombstones``)
         publish_due = _publish_due if self._fast is not None and (
             not self.exactly_once or self._targets_known(batch)) else None
+        producer = self.tenants.of(store.topic, self.producer)
         while i < n:
             refused = None
             if publish_due is not None:
                 start = i
-                i, refused = publish_due(self._fast, self.producer.produce, batch, i, store, now)
+                i, refused = publish_due(self._fast, producer.produce, batch, i, store, now)
                 if self.exactly_once and i > start:
                     self._tombstones(batch, start, i, store)
                     if self.etf1 is not None:
@@ -262,6 +270,8 @@ class Publishing:
                 raise
             if not self.producer_fatal:
                 self.producer_fatal = describe(err)
+        if self.tenants.own:
+            self.tenants.poll()
         if self._fast is not None:
             self._fast.sync()  # the in-flight counts its reports took down
         now = -1
@@ -360,7 +370,7 @@ class Publishing:
             # keyword name it looks up, about 2 us per call (measured). The order is the client's:
             # topic, value, key, partition (-1: its partitioner), callback, on_delivery (alias,
             # unused), timestamp (0: now), headers.
-            self.producer.produce(
+            self.tenants.of(store.topic, self.producer).produce(
                 topic, rec.value, rec.key, rec.target_partition,
                 partial(self._on_delivery, ref, rec, store, att, topic), None, 0, headers,
             )
@@ -453,9 +463,11 @@ class Publishing:
         kind = classify(err)
         if kind is ErrorKind.RETRIABLE and err.code() in (MSG_TIMED_OUT, TRANSPORT) and self.state.broker_up:
             self.on_broker(False, "delivery")
-        if producer_must_restart(err) and not self.producer_fatal:
+        if producer_must_restart(err) and not self.tenants.died(store.topic, describe(err)) and not self.producer_fatal:
             self.producer_fatal = describe(err)  # the loop replaces the producer at the end of the turn
-        decision = self.policy.decide(kind, att.attempt, att.first_failure_ms, now, self.rng, error=describe(err))
+        refusal = self.tenants.refusal(err, rec.topic.decode(), store.topic)  # names topic and principal
+        decision = self.policy.decide(kind, att.attempt, att.first_failure_ms, now, self.rng,
+                                      error=refusal or describe(err))
         if isinstance(decision, Retry):
             if att.attempt == 1 or att.attempt % 100 == 0:
                 log.warning("publish.retry", topic=rec.topic.decode(), error=err.str(), attempt=att.attempt)
@@ -466,4 +478,5 @@ class Publishing:
             # The DLQ itself refuses the record: keep retrying it rather than drop it.
             self._park(now + DLQ_RETRY_MS, ref, store, att)
             return
-        store.dead_letter(ref, rec, c.DELIVERY_FAILED, decision.error, att.attempt, now)
+        store.dead_letter(ref, rec, c.NOT_AUTHORIZED if refusal else c.DELIVERY_FAILED, decision.error, att.attempt,
+                          now)

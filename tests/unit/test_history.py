@@ -24,7 +24,7 @@ def _history(w: World) -> list[tuple[bytes, dict[str, Any]]]:
 
 
 def _scenario(w: World) -> None:
-    """4 records, one cancelled, one bad, one to a target it may not write (delivery-failed)."""
+    """4 records, one cancelled, one bad, one to a target it may not write (not-authorized)."""
     w.cluster.refused.add("missing")
     w.send(4, lambda i: 1000)
     w.cluster.append(INGRESS, 1, b"k1", None, [(c.CANCEL, b"r1")])  # r1 went to partition 1: same key order
@@ -53,7 +53,7 @@ def test_every_state_change_is_one_record_keyed_by_id(tmp_path: Path) -> None:
     assert acc["target"] == TARGET and acc["due_ms"] == w.sent[b"r0"] and acc["enqueued_ms"] == w.sent[b"r0"] - 1000
     assert acc["source"] == f"{INGRESS}:0:0" and done["at_ms"] >= done["due_ms"]
     dead = docs[(b"lost", "dead-lettered")]
-    assert dead["reason"] == c.DELIVERY_FAILED and dead["target"] == "missing"
+    assert dead["reason"] == c.NOT_AUTHORIZED and dead["target"] == "missing"
     assert docs[(bad[0], "dead-lettered")]["reason"] == c.BAD_HEADER
     assert sc.history is not None and sc.history.failed == 0
     sc.shutdown()

@@ -279,7 +279,7 @@ def test_history_records_each_firing_and_a_failed_firing_is_a_one_shot_dead_lett
     dead = [dict(m.headers() or []) for m in w.cluster.records(sc.s.dlq_topic)]
     assert len(dead) == 2, dead
     for n, h in enumerate(sorted(dead, key=lambda h: int(h[c.FIRE_SEQ] or b"0")), start=1):
-        assert h[c.ID] == b"bad" and h[c.DLQ_REASON] == c.DELIVERY_FAILED.encode()
+        assert h[c.ID] == b"bad" and h[c.DLQ_REASON] == c.NOT_AUTHORIZED.encode()  # the target refuses Write
         assert h[c.FIRE_SEQ] == b"%d" % n and h[c.DELIVER_AT] == h[c.FIRE_TIME]
         assert c.EVERY not in h and c.MAX_COUNT not in h and not any(k.startswith("delay.state.") for k in h)
     assert [num(h, c.FIRE_SEQ) for h in firings(w, b"ok")] == [1, 2, 3]

@@ -64,8 +64,6 @@ def _tenants(body: str) -> str:
     ("tenants:\n  a:\n    ingress-topic: ''\n", None, "tenants.a.ingress-topic: bad value"),
     (_tenants("    max-delay: soon\n"), None, "tenants.a.max-delay: bad value"),
     (_tenants("    target-allowlist: ['(']\n"), None, "tenants.a.target-allowlist: bad value"),
-    (_tenants("    kafka:\n      sasl.username: a\n"), None,
-     "tenants.a.kafka: per-tenant 'kafka' is not supported yet"),
     (_tenants("    max-pending: 0\n"), None, "tenants.a.max-pending: bad value: 0 is not a positive whole number"),
     (_tenants("    max-pending: 1.5\n"), None, "tenants.a.max-pending: bad value"),
     (_tenants("    max-delivery-rate: fast\n"), None, "tenants.a.max-delivery-rate: bad value: 'fast' is not a rate"),
