@@ -26,6 +26,16 @@ and DescribeConfigs imply Describe, so Describe is listed only where nothing imp
   * topic auto-creation (``--create-topics``): the sidecar creates the ingress, DLQ, changelog and
     history topics that are missing (Create on each, literal). Without it an admin creates them
     beforehand (docs/operations.md).
+  * a tenant with ``kafka:`` overrides (``tenants.<name>.kafka``: its own principal) publishes its
+    deliveries and dead letters as itself: the sidecar's principal then needs only Describe on
+    that tenant's DLQ (the start-up check finds it), and Write on the targets only while some
+    tenant publishes as the sidecar.
+``tenant`` (``--tenant NAME``, or every tenant): the principal of a tenant's ``kafka:``
+  overrides (engine/tenant_producers.py): Write on its DLQ (its dead letters) and on its targets
+  (its deliveries; ``--target``/``--target-prefix``, else the tenant's own ``target-allowlist``,
+  else the top-level one); nothing else: ingress, group, changelog and history stay the
+  sidecar's. In ``delivery: exactly-once`` tenants have no principal of their own yet (refused
+  at load): every tenant publishes as the sidecar (``run``).
 ``status``: describes the group and reads its committed offsets (Describe on the group, Describe
   on the ingress topic).
 ``dlq-list``: reads the DLQ and the redrive marker topic ``<dlq-topic>.redrive`` (Read), from an
@@ -61,11 +71,13 @@ import yaml
 
 from sidecar.config import Settings, load_settings
 from sidecar.dlq import DLQ_GROUP_PREFIX, MARKER_SUFFIX, TRANSACTIONAL_PREFIX
+from sidecar.tenants import Tenant
 
-COMMANDS = ("run", "status", "dlq-list", "dlq-redrive", "producer", "accuracy")
+COMMANDS = ("run", "tenant", "status", "dlq-list", "dlq-redrive", "producer", "accuracy")
 FORMATS = ("kafka-acls", "strimzi", "table")
 TOPIC, GROUP, TXN, CLUSTER = "topic", "group", "transactional-id", "cluster"
 LITERAL, PREFIXED = "literal", "prefixed"
+PRINCIPAL_DEFAULT = "User:delay-sidecar"
 _PLAIN = re.compile(r"(?:[A-Za-z0-9_-]|\\\.)+")  # a topic name as a regex: letters, digits, _, -, \.
 
 
@@ -124,8 +136,13 @@ def acls_for(command: str, s: Settings, targets: Iterable[Target] = (), *, creat
             add(TOPIC, ten.ingress_topic, "Read", "consume the ingress topic")
         add(GROUP, s.group_id, "Read", "join the group, commit offsets, describe it")
         for ten in tenants:
-            add(TOPIC, ten.dlq_topic, "Write", "dead letters")
-        write_targets()
+            if ten.kafka:
+                add(TOPIC, ten.dlq_topic, "Describe", "a tenant's DLQ (its own principal writes it)",
+                    when="tenant kafka: set")
+            else:
+                add(TOPIC, ten.dlq_topic, "Write", "dead letters")
+        if not all(ten.kafka for ten in tenants):  # some tenant publishes as the sidecar
+            write_targets()
         on = "changelog: on"
         for ten in tenants:
             if ten.changelog_topic is not None:
@@ -143,6 +160,8 @@ def acls_for(command: str, s: Settings, targets: Iterable[Target] = (), *, creat
                           s.history_topic):
                 if topic is not None:
                     add(TOPIC, topic, "Create", "create it when missing", when="--create-topics")
+    elif command == "tenant":
+        raise AclInputError("--for tenant: the ACLs of each tenant's principal come from tenant_acls")
     elif command == "status":
         add(GROUP, s.group_id, "Describe", "find the partition's owner")
         add(TOPIC, s.ingress_topic, "Describe", "partition count, committed offsets")
@@ -172,6 +191,25 @@ def acls_for(command: str, s: Settings, targets: Iterable[Target] = (), *, creat
     else:
         raise AclInputError(f"unknown command {command!r}: one of {', '.join(COMMANDS)}")
     return out
+
+
+def tenant_acls(s: Settings, tenant: Tenant, targets: Iterable[Target] = ()) -> list[Acl]:
+    """The bindings the principal of ``tenant``'s ``kafka:`` overrides needs (module docstring);
+    ``targets``: its targets, else those of its ``target-allowlist``."""
+    if s.exactly_once:
+        raise AclInputError(
+            f"--tenant {tenant.name}: with delivery: exactly-once a tenant has no principal of its own yet "
+            "(per-tenant kafka: is refused with exactly-once); every tenant publishes as the sidecar: --for run")
+    targets = list(targets) or targets_from_allowlist(tenant.target_allowlist)
+    out = [Acl(TOPIC, tenant.dlq_topic, LITERAL, "Write", "its dead letters")]
+    out += [Acl(TOPIC, t.name, t.pattern, "Write", "its deliveries", "each target") for t in targets]
+    return out
+
+
+def tenant_principal(tenant: Tenant) -> str:
+    """``User:<sasl.username>`` of the tenant's overrides, else a placeholder naming the tenant."""
+    user = dict(tenant.kafka).get("sasl.username")
+    return f"User:{user}" if user else f"User:{tenant.name}"
 
 
 def restore_group(group_id: str) -> str:
@@ -263,12 +301,16 @@ def add_parser(sub: Any) -> None:
         epilog="Targets: --target / --target-prefix, else target-allowlist entries that are a topic name or "
                r"PREFIX.* ('orders\\..*'). Without targets the sidecar may deliver nowhere.")
     p.add_argument("--config", metavar="FILE", help="the sidecar's YAML config file")
-    p.add_argument("--principal", default="User:delay-sidecar", metavar="User:NAME",
+    p.add_argument("--principal", default=PRINCIPAL_DEFAULT, metavar="User:NAME",
                    help="the principal the ACLs are for (default: %(default)s)")
     p.add_argument("--format", default="kafka-acls", choices=FORMATS, help="output form (default: %(default)s)")
     p.add_argument("--for", dest="acls_for", default="run", choices=COMMANDS,
-                   help="run: the sidecar; status, dlq-list, dlq-redrive, accuracy: those commands; producer: "
-                        "an application sending delayed records (default: %(default)s)")
+                   help="run: the sidecar; tenant: each tenant's own principal (tenants.<name>.kafka); status, "
+                        "dlq-list, dlq-redrive, accuracy: those commands; producer: an application sending delayed "
+                        "records (default: %(default)s)")
+    p.add_argument("--tenant", action="append", default=[], metavar="NAME",
+                   help="with --for tenant (implied): only this tenant (repeatable; default: every tenant); the "
+                        "principal is the tenant's sasl.username, else User:NAME, unless --principal is given")
     p.add_argument("--target", action="append", default=[], metavar="TOPIC", help="a target topic (repeatable)")
     p.add_argument("--target-prefix", action="append", default=[], metavar="PREFIX",
                    help="target topics starting with PREFIX (repeatable)")
@@ -284,13 +326,44 @@ def main(ns: argparse.Namespace) -> int:
     """``delay-sidecar acls``: the bindings, rendered, on stdout; a note on stderr without targets."""
     s = load_settings({"config": ns.config})
     targets = [Target(t) for t in ns.target] + [Target(t, PREFIXED) for t in ns.target_prefix]
+    if ns.tenant or ns.acls_for == "tenant":
+        return _tenants_main(ns, s, targets)
     if not targets:
         targets = targets_from_allowlist(s.target_allowlist)
     delivers = ns.acls_for in ("run", "accuracy") or (ns.acls_for == "dlq-redrive" and ns.redrive_to == "target")
+    if ns.acls_for == "run" and all(ten.kafka for ten in s.tenants):
+        delivers = False  # every tenant delivers as its own principal (--for tenant)
     if delivers and not targets:
         print("delay-sidecar acls: note: no target topics (--target, --target-prefix or target-allowlist): "
               "no ACL on any target is printed", file=sys.stderr)
     acls = acls_for(ns.acls_for, s, targets, create_topics=ns.create_topics, redrive_to=ns.redrive_to)
     sys.stdout.write(render(acls, ns.format, ns.principal, bootstrap=s.bootstrap_servers or "BOOTSTRAP",
                             cluster=ns.strimzi_cluster))
+    return 0
+
+
+def _tenants_main(ns: argparse.Namespace, s: Settings, targets: list[Target]) -> int:
+    """``acls --for tenant``: each tenant's bindings under a line naming it (a YAML document each
+    with ``--format strimzi``)."""
+    by_name = {t.name: t for t in s.tenants}
+    for name in ns.tenant:
+        if name not in by_name:
+            raise AclInputError(f"--tenant {name!r}: not a tenant of the configuration (its tenants: "
+                                f"{', '.join(by_name)})")
+    chosen = [by_name[n] for n in ns.tenant] if ns.tenant else list(by_name.values())
+    given_principal = ns.principal != PRINCIPAL_DEFAULT and len(chosen) == 1
+    parts = []
+    for ten in chosen:
+        principal = ns.principal if given_principal else tenant_principal(ten)
+        acls = tenant_acls(s, ten, targets)
+        text = render(acls, ns.format, principal, bootstrap=s.bootstrap_servers or "BOOTSTRAP",
+                      cluster=ns.strimzi_cluster)
+        if ns.format == "strimzi":
+            parts.append(text)
+        else:
+            note = "" if ten.kafka else " (no kafka: overrides yet: it publishes as the sidecar)"
+            head = f"tenant `{ten.name}`, {principal}{note}:\n\n" if ns.format == "table" else (
+                f"# tenant {ten.name}, {principal}{note}\n")
+            parts.append(head + text)
+    sys.stdout.write(("---\n" if ns.format == "strimzi" else "\n").join(parts))
     return 0

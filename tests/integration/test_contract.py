@@ -97,8 +97,9 @@ def test_every_dlq_reason_code(sidecar: SidecarProcess, kafka_bootstrap: str, un
         "unknown-time-zone": [T, ("delay.id", b"sched-2"), ("delay.cron", b"@daily"), ("delay.tz", b"Mars/Olympus")],
         "bad-schedule": [T, ("delay.id", b"sched-3"), ("delay.every", b"500")],
     }
-    # reasons that need a tenant's settings have their cases beside them
-    elsewhere = {"quota-exceeded"}  # tests/integration/test_quotas.py
+    # reasons that need a tenant's settings or an authorizer have their cases beside them
+    elsewhere = {"quota-exceeded",  # tests/integration/test_quotas.py
+                 "not-authorized"}  # tests/secure/test_tenant_authorization.py
     assert set(cases) | elsewhere == set(REASONS), "a case per reason code of the contract"
     p = producer(kafka_bootstrap)
     for reason, headers in cases.items():

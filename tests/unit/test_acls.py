@@ -97,16 +97,46 @@ def test_strimzi_kafka_user_merges_the_operations_of_a_resource() -> None:
         render([], "strimzi", "Group:x")
 
 
-def test_operations_md_shows_the_tables_the_command_prints(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_operations_md_shows_the_tables_the_command_prints(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """docs/operations.md, 'The ACLs each command needs': each table is the command's output."""
+    monkeypatch.setenv("PAYMENTS_PASSWORD", "secret")
     cfg = tmp_path / "c.yaml"
     cfg.write_text("delivery: exactly-once\nhistory-topic: delay.history\n")
     doc = (ROOT / "docs" / "operations.md").read_text()
     for command in acls.COMMANDS:
+        if command == "tenant":
+            continue  # its own configuration: below
         assert main(["acls", "--config", str(cfg), "--format", "table", "--target-prefix", "orders.",
                      "--create-topics", "--for", command]) == 0
         table = capsys.readouterr().out
         assert table in doc, f"docs/operations.md lacks the table of --for {command}:\n{table}"
+    cfg.write_text(TENANTS)
+    assert main(["acls", "--config", str(cfg), "--format", "table", "--for", "tenant"]) == 0
+    tables = capsys.readouterr().out
+    assert tables in doc, f"docs/operations.md lacks the tables of --for tenant:\n{tables}"
+    assert main(["acls", "--config", str(cfg), "--format", "table"]) == 0
+    table = capsys.readouterr().out
+    assert table in doc, f"docs/operations.md lacks the table of --for run with tenants:\n{table}"
+
+
+# the configuration of the docs' tenant tables (docs/operations.md, "Tenants' own principals")
+TENANTS = """changelog: "off"
+tenants:
+  payments:
+    ingress-topic: payments.delay
+    dlq-topic: payments.dlq
+    target-allowlist: ['payments\\..*']
+    kafka:
+      sasl.username: payments
+      sasl.password: {env: PAYMENTS_PASSWORD}
+  search:
+    ingress-topic: search.delay
+    dlq-topic: search.dlq
+    target-allowlist: ['search\\.index']
+    kafka:
+      sasl.username: search
+"""
 
 
 def test_cli_errors_name_the_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -142,3 +172,24 @@ def test_open_targets_warning(kafka: dict[str, str], allowlist: tuple[str, ...],
     assert (risk is not None) == warned
     if risk is not None:
         assert "delay.ingress" in risk["risk"] and "target-allowlist" in risk["action"]
+
+
+def test_tenant_acls_name_the_tenant_and_refuse_what_does_not_exist(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PAYMENTS_PASSWORD", "secret")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(TENANTS)
+    assert main(["acls", "--config", str(cfg), "--tenant", "search", "--principal", "User:srch"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# tenant search, User:srch\n") and "--topic search.index" in out
+    assert "payments" not in out and "secret" not in out
+    assert main(["acls", "--config", str(cfg), "--tenant", "nobody"]) == 2
+    assert "--tenant 'nobody': not a tenant of the configuration (its tenants: payments, search)" in (
+        capsys.readouterr().err)
+    assert main(["acls", "--config", str(cfg), "--for", "tenant", "--format", "strimzi"]) == 0
+    users = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [u["metadata"]["name"] for u in users] == ["payments", "search"]
+    cfg.write_text("delivery: exactly-once\ntenants:\n  a:\n    ingress-topic: a.in\n")
+    assert main(["acls", "--config", str(cfg), "--for", "tenant"]) == 2
+    assert "--tenant a: with delivery: exactly-once a tenant has no principal of its own yet" in (
+        capsys.readouterr().err)

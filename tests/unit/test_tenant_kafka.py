@@ -53,7 +53,8 @@ def test_secrets_are_never_in_the_dump_nor_the_repr(tmp_path: Path) -> None:
      "tenants.a.kafka.sasl.password: must be a string, {file: PATH} or {env: NAME} (got a mapping with keys vault)"),
     ("    kafka:\n      sasl.password: [a, b]\n",
      "tenants.a.kafka.sasl.password: must be a string, {file: PATH} or {env: NAME}"),
-    ("    kafka:\n      sasl.password: {env: ''}\n", "tenants.a.kafka.sasl.password: {env: ...} needs a non-empty name"),
+    ("    kafka:\n      sasl.password: {env: ''}\n",
+     "tenants.a.kafka.sasl.password: {env: ...} needs a non-empty name"),
     ("    kafka:\n      bootstrap.servers: elsewhere:9092\n",
      "tenants.a.kafka.bootstrap.servers: a property of the deployment, not of a tenant's producer"),
 ])
