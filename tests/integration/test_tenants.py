@@ -26,7 +26,8 @@ PARTITIONS = 3
 
 
 class TenantSidecar(SidecarProcess):
-    """A sidecar started with a config file of tenants (no top-level ingress topic)."""
+    """A sidecar started with a config file of tenants (no top-level ingress topic); ``extra``
+    flags and ``env`` as the harness's."""
 
     config: Path | None = None
 
@@ -39,9 +40,10 @@ class TenantSidecar(SidecarProcess):
             "--bootstrap-servers", self.bootstrap, "--data-dir", str(self.data_dir),
             "--group-id", f"sc-{self.ingress}", "--group-instance-id", f"sc-{self.ingress}-{self.instance}",
             "--stats-interval", "1s", "--commit-interval", "200ms", "--kafka", "session.timeout.ms=10000",
+            *self.extra,
         ]
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env})
         if wait_assigned:
             self.wait_for("partitions.assigned", timeout_s)
 

@@ -101,25 +101,30 @@ class Deployment:
 
     def read_all(self, topic: str) -> list[Received]:
         """Every committed record of ``topic`` now (as the admin)."""
-        cons = Consumer({**self.cluster.admin_conf, "group.id": f"t-{uuid.uuid4().hex[:8]}",
-                         "enable.partition.eof": True, "isolation.level": "read_committed"})
-        parts = len(cons.list_topics(topic, timeout=10).topics[topic].partitions)
-        cons.assign([TopicPartition(topic, p, 0) for p in range(parts)])
-        out: list[Received] = []
-        eof: set[int] = set()
-        try:
-            for _ in range(200):
-                for m in cons.consume(num_messages=1000, timeout=0.2):
-                    if m.error() is not None:
-                        eof.add(m.partition() or 0)
-                    else:
-                        out.append(_received(m))
-                if len(eof) == parts:
-                    return out
-        finally:
-            cons.close()
-        raise AssertionError(f"no end of {topic} within 40 s")
+        return read_all(self.cluster, topic)
 
     def stop(self) -> None:
         for sc in self.sidecars:
             sc.stop_quietly()
+
+
+def read_all(cluster: SecureCluster, topic: str) -> list[Received]:
+    """Every committed record of ``topic`` now (as the admin)."""
+    cons = Consumer({**cluster.admin_conf, "group.id": f"t-{uuid.uuid4().hex[:8]}",
+                     "enable.partition.eof": True, "isolation.level": "read_committed"})
+    parts = len(cons.list_topics(topic, timeout=10).topics[topic].partitions)
+    cons.assign([TopicPartition(topic, p, 0) for p in range(parts)])
+    out: list[Received] = []
+    eof: set[int] = set()
+    try:
+        for _ in range(200):
+            for m in cons.consume(num_messages=1000, timeout=0.2):
+                if m.error() is not None:
+                    eof.add(m.partition() or 0)
+                else:
+                    out.append(_received(m))
+            if len(eof) == parts:
+                return out
+    finally:
+        cons.close()
+    raise AssertionError(f"no end of {topic} within 40 s")

@@ -4,7 +4,7 @@
 recommend, one of two ways: its principal holds Write only on the targets of the producers it
 serves (``acls``), or it holds more but ``target-allowlist`` names only those targets
 (``allowlist``). Either way a record mallory aims at ``payments`` never reaches ``payments``: it
-is dead-lettered (``delivery-failed``: the broker refuses the sidecar; ``target-is-internal``: the
+is dead-lettered (``not-authorized``: the broker refuses the sidecar; ``target-is-internal``: the
 allowlist refuses it), and mallory's records after it, for an allowed target, still arrive.
 The start-up warning ``security.open_targets`` is logged once exactly when the allowlist is empty.
 """
@@ -54,7 +54,7 @@ def test_ingress_writer_cannot_reach_a_topic_it_may_not_write(deployment: Deploy
     letters = consume_until(dep.cluster.bootstrap, [dep.dlq], 1, 60, conf=dep.cluster.admin_conf)
     arrived = consume_until(dep.cluster.bootstrap, [dep.target], 3, 60, conf=dep.cluster.admin_conf)
     assert [r.value for r in letters] == [b"steal-0"]
-    reason = c.DELIVERY_FAILED if narrowed_by == "acls" else c.TARGET_IS_INTERNAL
+    reason = c.NOT_AUTHORIZED if narrowed_by == "acls" else c.TARGET_IS_INTERNAL
     assert letters[0].headers[c.DLQ_REASON] == reason.encode(), letters[0].headers
     assert sorted(r.value or b"" for r in arrived) == values
     assert dep.read_all(payments) == []

@@ -5,8 +5,9 @@ history; exactly-once for the transactional id and the targets), the sidecar sta
 the others: it must say so (exit, or log the broker's authorization error) and deliver nothing
 that it would later lose. Then the ACL is granted (and the sidecar started again if it exited):
 every record arrives, none early, and the bad record reaches the DLQ. A target without Write is
-the exception by design: its records are dead-lettered (``delivery-failed`` or, when the sidecar
-may not even see the topic, after ``delivery-grace``), never delivered and never dropped.
+the exception by design: its records are dead-lettered (at-least-once: ``not-authorized``, the
+broker's refusal; exactly-once: ``delivery-failed`` after ``delivery-grace``, the target never
+produced to), never delivered and never dropped.
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ def test_a_missing_acl_is_reported_and_loses_nothing(deployment: Deployment, ind
         # the target refuses the sidecar (or hides from it): dead-lettered, never delivered
         letters = consume_until(dep.cluster.bootstrap, [dep.dlq], 4, 60, settle_s=0.5, conf=admin)
         assert sorted(r.value or b"" for r in letters) == sorted([*values, b"bad"])
-        assert {(r.headers[c.DLQ_REASON] or b"").decode() for r in letters if r.value != b"bad"} == {c.DELIVERY_FAILED}
+        reason = c.DELIVERY_FAILED if dep.delivery == "exactly-once" else c.NOT_AUTHORIZED
+        assert {(r.headers[c.DLQ_REASON] or b"").decode() for r in letters if r.value != b"bad"} == {reason}
         assert dep.read_all(dep.target) == []
         return
     _said_so(sc, 30)
