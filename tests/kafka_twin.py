@@ -14,7 +14,8 @@ shutdown — with no broker, deterministically, in milliseconds.
   owner's next ``consume``) before the new owner is assigned it. ``down`` makes every produce
   fail with a transport error, as an outage would; ``refused`` topics refuse every write, and
   ``denied`` those of one principal (a producer's ``sasl.username``), with
-  ``TOPIC_AUTHORIZATION_FAILED``, as an ACL missing on the broker would.
+  ``TOPIC_AUTHORIZATION_FAILED``, as an ACL missing on the broker would; the produces of an
+  ``unreachable`` principal time out, as a refused login's would.
 - :class:`TwinClients`: the factory the loop gets (``consumer``, ``producer``, ``admin``).
 
 Transactions (a producer made with ``transactional.id``), as librdkafka and the broker run them:
@@ -209,6 +210,7 @@ class TwinCluster:
         self.refused: set[str] = set()  # topics whose writes fail (e.g. no ACL to write them)
         # principal (a producer's sasl.username, None without one) -> topics it may not write
         self.denied: dict[str | None, set[str]] = {}
+        self.unreachable: set[str | None] = set()  # principals whose produces time out (refused logins)
         self.leaderless = 0  # the next N offset queries (consumer or admin) fail: NOT_LEADER_FOR_PARTITION
         # transactions
         self.txn_owners: dict[str, TwinProducer] = {}  # transactional.id -> its current producer
@@ -653,7 +655,7 @@ class TwinProducer:
             if self.state == FATAL:  # librdkafka purges the queue on a fatal error
                 self._report(p, KafkaError(KafkaError._PURGE_QUEUE, "Local: Purged in queue"))
                 continue
-            if self.cluster.down:
+            if self.cluster.down or self.user in self.cluster.unreachable:
                 self._failed(p, KafkaError(KafkaError._MSG_TIMED_OUT, "Local: Message timed out"))
                 continue
             if p.topic in self.cluster.refused or p.topic in self.cluster.denied.get(self.user, ()):

@@ -461,7 +461,8 @@ class Publishing:
         if att.first_failure_ms == 0:
             att.first_failure_ms = now
         kind = classify(err)
-        if kind is ErrorKind.RETRIABLE and err.code() in (MSG_TIMED_OUT, TRANSPORT) and self.state.broker_up:
+        if (kind is ErrorKind.RETRIABLE and err.code() in (MSG_TIMED_OUT, TRANSPORT) and self.state.broker_up
+                and store.topic not in self.tenants.own):  # a tenant's own connection is not the deployment's
             self.on_broker(False, "delivery")
         if producer_must_restart(err) and not self.tenants.died(store.topic, describe(err)) and not self.producer_fatal:
             self.producer_fatal = describe(err)  # the loop replaces the producer at the end of the turn

@@ -135,3 +135,23 @@ def test_a_tenants_dead_producer_is_replaced_alone(tmp_path: Path) -> None:
     w.check(set(w.sent))
     assert sc.pub.producer is deployment and sc.pub.tenants.own[A] is not alice
     sc.shutdown()
+
+
+def test_a_tenant_whose_producer_cannot_get_through_holds_up_no_one(tmp_path: Path) -> None:
+    """alice's produces time out (a refused login): b is delivered meanwhile, the deployment stays
+    ready, and a's records are retried until alice gets through, then delivered: none lost."""
+    w = World(tmp_path, tenants=(A, B))
+    specs = (TenantSpec("a", A, dlq_topic=f"{A}.dlq", kafka=(("sasl.username", "alice"),)),
+             TenantSpec("b", B, dlq_topic=f"{B}.dlq"))
+    sc = w.sidecar("a", changelog="off", tenant_specs=specs)
+    w.cluster.unreachable.add("alice")
+    w.send(10, lambda i: 100 + 10 * i, prefix="a", topic=A)
+    w.send(10, lambda i: 100 + 10 * i, prefix="b", topic=B)
+    w.run([sc], lambda: len(w.delivered()) >= 10 and sc.counters.publish_retries >= 10)
+    assert {dict(m.headers() or [])[c.ID] for m in w.delivered()} == {b"b%d" % i for i in range(10)}
+    assert sc.pub.state.broker_up
+    w.cluster.unreachable.clear()
+    w.run([sc], lambda: len(w.delivered()) >= 20)
+    w.check(set(w.sent))
+    assert _dead(w, A) == []
+    sc.shutdown()
