@@ -2,7 +2,8 @@
 
 The sidecar owns a record until a delivery report says the target topic has it (docs/design.md
 section 5). A failed delivery report is therefore never the end of a record; it ends in one of
-two ways: published later, or published to the DLQ with reason ``delivery-failed``.
+two ways: published later, or published to the DLQ with reason ``delivery-failed`` (or
+``not-authorized`` when the broker refused the principal Write: engine/tenant_producers.py).
 
 Classification (:func:`classify`) sorts a ``confluent_kafka.KafkaError`` into three kinds:
 
