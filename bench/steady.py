@@ -200,7 +200,7 @@ def measure(workdir: Path, scheduler: str, rate: float, seconds: float) -> dict[
             time.sleep(wait)
         total = time.thread_time() - m0
         wall = time.monotonic() - t0
-        late = sorted(sc.pub.state.lateness_batch)
+        late = sorted(st.lateness)
         sc.durability.await_job(store_key(st), commit=False)
         st.close()
         us = 1e6 / n

@@ -176,7 +176,8 @@ def _serve(settings: Settings, ready: threading.Event | None = None, stop: threa
     from sidecar.health import HealthServer
     from sidecar.metrics import Metrics
 
-    metrics = Metrics(ingress_topic=settings.tenants[0].ingress_topic, scheduler=settings.scheduler)
+    metrics = Metrics(ingress_topic=settings.tenants[0].ingress_topic, scheduler=settings.scheduler,
+                      tenants=[t.name for t in settings.tenants])
     health = None
     if settings.http_port:
         health = HealthServer(settings.http_host, settings.http_port, metrics)

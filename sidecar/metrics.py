@@ -11,24 +11,33 @@ here takes a count or a list and touches each Prometheus object once per call
 per delivered record, is a small custom collector that buckets a whole batch (one sort, one
 ``bisect`` per bound) under one lock acquisition instead of ``Histogram.observe`` per value.
 
+Tenants (``sidecar/tenants.py``): the series that are per tenant carry a ``tenant`` label
+(``default`` for the one implicit tenant): delivered records, dead letters by reason, pending
+records by tier and delivery lateness. :meth:`Metrics.tenant` returns a tenant's
+:class:`TenantMetrics`, its labelled children resolved once, so the once-a-second sync does no
+label look-up per tenant and series; other per-tenant series (quota rejections, pacing lag) take
+the tenant name from ``sidecar.tenants.tenant_by_topic``.
+
 Series (all prefixed ``delay_sidecar_``; base units: seconds, bytes, records):
 
 =================================  =======  ===========================================================
 ``ingested_records_total``         counter  ingress records accepted into the store
 ``scheduled_records_total``        counter  ``{scheduler}`` (levels / wheel): records handed to a scheduler
-``delivered_records_total``        counter  records acknowledged by the target topic
+``delivered_records_total``        counter  ``{tenant}``: records acknowledged by the target topic
 ``cancelled_records_total``        counter  pending records removed by a ``delay.cancel``
 ``duplicate_records_total``        counter  records dropped because their ``delay.id`` was pending
 ``replaced_records_total``         counter  pending records replaced by a newer version (``delay.replace``)
 ``recurring_firings_total``        counter  firings of recurring schedules settled (delivered or dead-lettered)
 ``recurring_missed_total``         counter  nominal firing times a misfire left out (after downtime or a backlog)
-``dlq_records_total``              counter  ``{reason}``: every reason code of the contract exists at 0
+``dlq_records_total``              counter  ``{reason, tenant}``: every reason code of the contract
+                                            exists at 0 for every tenant
 ``publish_retries_total``          counter  publishes re-scheduled after a failed delivery report
 ``early_deliveries_total``         counter  deliveries before their due time; must stay 0
-``pending_records``                gauge    ``{tier}``: ``level-N`` / ``wheel`` / ``bucket`` / ``retry``;
+``pending_records``                gauge    ``{tier, tenant}``: ``level-N`` / ``wheel`` / ``bucket`` /
+                                            ``retry``;
                                             a cancelled record's entry counts until its due
                                             time passes (a cancel marks the entry in place)
-``delivery_lateness_seconds``      histo.   send time minus due time, 1 ms .. 60 s buckets
+``delivery_lateness_seconds``      histo.   ``{tenant}``: send time minus due time, 1 ms .. 60 s buckets
 ``consumer_lag_records``           gauge    ``{partition}``: ingress lag from librdkafka statistics, one
                                             series per assigned partition
 ``store_bytes``                    gauge    bytes the store's files hold on disk (allocated blocks)
@@ -70,6 +79,7 @@ from prometheus_client.registry import Collector
 
 from sidecar.contract import METRIC_PREFIX as PREFIX
 from sidecar.contract import REASONS
+from sidecar.tenants import DEFAULT_TENANT
 
 # Delivery lateness buckets, in seconds (1 ms .. 60 s). The same values in ms are used to bucket.
 LATENESS_BUCKETS_S: tuple[float, ...] = (
@@ -86,21 +96,18 @@ def level_tier(level: int) -> str:
     return f"level-{level}"
 
 
-class _LatenessHistogram(Collector):
-    """A histogram fed in batches of integer milliseconds, exposed in seconds.
+class _Buckets:
+    """One tenant's lateness histogram, fed in batches of integer milliseconds.
 
     Observations below 0 (early deliveries) are counted by the caller and recorded as 0 here,
     so the histogram's sum never decreases and ``rate(..._sum)`` stays meaningful.
     """
 
-    def __init__(self, name: str, documentation: str, buckets_s: Sequence[float]) -> None:
-        self._name = name
-        self._doc = documentation
-        self._bounds_s = tuple(buckets_s)
-        self._bounds_ms = tuple(round(b * 1000) for b in buckets_s)
-        self._counts = [0] * (len(self._bounds_ms) + 1)  # last one: above the highest bound
-        self._sum_ms = 0
-        self._lock = threading.Lock()
+    def __init__(self, bounds_ms: tuple[int, ...], lock: threading.Lock) -> None:
+        self._bounds_ms = bounds_ms
+        self.counts = [0] * (len(bounds_ms) + 1)  # last one: above the highest bound
+        self.sum_ms = 0
+        self._lock = lock
 
     def observe_ms(self, values: Iterable[int]) -> int:
         """Count a batch into the buckets; return how many values were negative (recorded as 0).
@@ -121,28 +128,49 @@ class _LatenessHistogram(Collector):
             prev = k
         local.append(len(vs) - prev)
         with self._lock:
-            counts = self._counts
+            counts = self.counts
             for i, c in enumerate(local):
                 if c:
                     counts[i] += c
-            self._sum_ms += total
+            self.sum_ms += total
         return neg
 
+
+class _LatenessHistogram(Collector):
+    """A histogram per tenant (``child``), exposed in seconds with a ``tenant`` label."""
+
+    def __init__(self, name: str, documentation: str, buckets_s: Sequence[float]) -> None:
+        self._name = name
+        self._doc = documentation
+        self._bounds_s = tuple(buckets_s)
+        self._bounds_ms = tuple(round(b * 1000) for b in buckets_s)
+        self._children: dict[str, _Buckets] = {}
+        self._lock = threading.Lock()
+
+    def child(self, tenant: str) -> _Buckets:
+        with self._lock:
+            b = self._children.get(tenant)
+            if b is None:
+                b = self._children[tenant] = _Buckets(self._bounds_ms, self._lock)
+            return b
+
     def describe(self) -> Iterable[Metric]:
-        return [HistogramMetricFamily(self._name, self._doc)]
+        return [HistogramMetricFamily(self._name, self._doc, labels=["tenant"])]
 
     def collect(self) -> Iterable[Metric]:
         with self._lock:
-            counts = list(self._counts)
-            sum_ms = self._sum_ms
-        cumulative = 0
-        buckets: list[tuple[str, float]] = []
-        for bound, c in zip(self._bounds_s, counts, strict=False):
-            cumulative += c
-            buckets.append((_float_str(bound), cumulative))
-        cumulative += counts[-1]
-        buckets.append(("+Inf", cumulative))
-        yield HistogramMetricFamily(self._name, self._doc, buckets=buckets, sum_value=sum_ms / 1000)
+            snap = [(t, list(b.counts), b.sum_ms) for t, b in self._children.items()]
+        family = HistogramMetricFamily(self._name, self._doc, labels=["tenant"])
+        for tenant, counts, sum_ms in snap:
+            cumulative = 0
+            buckets: list[tuple[str, float]] = []
+            for bound, c in zip(self._bounds_s, counts, strict=False):
+                cumulative += c
+                buckets.append((_float_str(bound), cumulative))
+            cumulative += counts[-1]
+            buckets.append(("+Inf", cumulative))
+            family.add_metric([tenant], buckets, sum_ms / 1000)
+        yield family
 
 
 def _float_str(v: float) -> str:
@@ -180,6 +208,7 @@ class Metrics:
         ingress_topic: str = "delay.ingress",
         scheduler: str = "levels",
         tiers: Iterable[str] = (),
+        tenants: Iterable[str] = (DEFAULT_TENANT,),
     ) -> None:
         self.ingress_topic = ingress_topic
         self.scheduler = scheduler
@@ -191,7 +220,7 @@ class Metrics:
         self._scheduled = Counter(PREFIX + "scheduled_records", "Records handed to a scheduler",
                                   ["scheduler"], registry=r)
         self._delivered = Counter(PREFIX + "delivered_records",
-                                  "Records acknowledged by their target topic", registry=r)
+                                  "Records acknowledged by their target topic, by tenant", ["tenant"], registry=r)
         self._cancelled = Counter(PREFIX + "cancelled_records",
                                   "Pending records removed by a delay.cancel command", registry=r)
         self._duplicates = Counter(PREFIX + "duplicate_records",
@@ -203,14 +232,15 @@ class Metrics:
                               "Firings of recurring schedules settled (delivered or dead-lettered)", registry=r)
         self._missed = Counter(PREFIX + "recurring_missed",
                                "Nominal firing times of recurring schedules a misfire left out", registry=r)
-        self._dlq = Counter(PREFIX + "dlq_records", "Records sent to the dead-letter topic, by reason code",
-                            ["reason"], registry=r)
+        self._dlq = Counter(PREFIX + "dlq_records",
+                            "Records sent to the dead-letter topic, by reason code and tenant",
+                            ["reason", "tenant"], registry=r)
         self._retries = Counter(PREFIX + "publish_retries",
                                 "Publishes re-scheduled after a failed delivery report", registry=r)
         self._early = Counter(PREFIX + "early_deliveries",
                               "Records delivered before their due time (must stay 0)", registry=r)
-        self._pending = Gauge(PREFIX + "pending_records", "Records waiting for their due time, by tier",
-                              ["tier"], registry=r)
+        self._pending = Gauge(PREFIX + "pending_records", "Records waiting for their due time, by tier and tenant",
+                              ["tier", "tenant"], registry=r)
         self._lag = Gauge(PREFIX + "consumer_lag_records",
                           "Ingress consumer lag (librdkafka consumer_lag: high watermark - committed offset)",
                           ["partition"], registry=r)
@@ -254,7 +284,7 @@ class Metrics:
                             registry=r)
         self._lateness = _LatenessHistogram(
             PREFIX + "delivery_lateness_seconds",
-            "Send time minus due time of delivered records (early deliveries recorded as 0)",
+            "Send time minus due time of delivered records, by tenant (early deliveries recorded as 0)",
             LATENESS_BUCKETS_S,
         )
         r.register(self._lateness)
@@ -263,10 +293,12 @@ class Metrics:
         self._scheduled.labels(scheduler=scheduler)
         for outcome in ("committed", "aborted"):
             self._transactions.labels(outcome=outcome)
-        for reason in REASONS:
-            self._dlq.labels(reason=reason)
-        for tier in tiers:
-            self._pending.labels(tier=tier).set(0)
+        self._tenants: dict[str, TenantMetrics] = {}
+        tiers = tuple(tiers)
+        for name in tenants:
+            t = self.tenant(name)
+            t.set_pending_many(dict.fromkeys(tiers, 0))
+        self.default = next(iter(self._tenants.values()), None) or self.tenant(DEFAULT_TENANT)
         self._pause_reasons: set[str] = set()
         self._lag_partitions: set[str] = set()
         self._paused.set(0)
@@ -282,9 +314,16 @@ class Metrics:
         if n:
             self._scheduled.labels(scheduler=scheduler or self.scheduler).inc(n)
 
+    def tenant(self, name: str) -> TenantMetrics:
+        """The series of tenant ``name`` (made at 0 the first time: every reason code's)."""
+        t = self._tenants.get(name)
+        if t is None:
+            t = self._tenants[name] = TenantMetrics(self, name)
+        return t
+
     def delivered(self, n: int) -> None:
-        if n:
-            self._delivered.inc(n)
+        """Of the first tenant (with one, the only one): ``tenant(name).delivered`` for others."""
+        self.default.delivered(n)
 
     def cancelled(self, n: int) -> None:
         if n:
@@ -305,36 +344,27 @@ class Metrics:
             self._missed.inc(missed)
 
     def dead_lettered(self, reason: str, n: int = 1) -> None:
-        """Count ``n`` DLQ records with ``reason`` (a code from ``sidecar.contract.REASONS``)."""
-        if n:
-            self._dlq.labels(reason=reason).inc(n)
+        """Count ``n`` DLQ records with ``reason`` (a code from ``sidecar.contract.REASONS``) of the
+        first tenant."""
+        self.default.dead_lettered(reason, n)
 
     def dead_lettered_by_reason(self, counts: Mapping[str, int]) -> None:
-        for reason, n in counts.items():
-            self.dead_lettered(reason, n)
+        self.default.dead_lettered_by_reason(counts)
 
     def publish_retries(self, n: int) -> None:
         if n:
             self._retries.inc(n)
 
     def observe_lateness_ms(self, values: Sequence[int]) -> None:
-        """Record one batch of delivery lateness values (send time - due time, in ms).
-
-        Negative values are early deliveries: counted in ``early_deliveries_total`` and recorded
-        in the histogram as 0."""
-        if not values:
-            return
-        early = self._lateness.observe_ms(values)
-        if early:
-            self._early.inc(early)
+        """Record one batch of the first tenant's delivery lateness (``TenantMetrics``)."""
+        self.default.observe_lateness_ms(values)
 
     # -- gauges ------------------------------------------------------------------------------
     def set_pending(self, tier: str, n: int) -> None:
-        self._pending.labels(tier=tier).set(n)
+        self.default.set_pending_many({tier: n})
 
     def set_pending_many(self, by_tier: Mapping[str, int]) -> None:
-        for tier, n in by_tier.items():
-            self._pending.labels(tier=tier).set(n)
+        self.default.set_pending_many(by_tier)
 
     def set_store_bytes(self, allocated: int, preallocated: int | None = None) -> None:
         """The store's files: bytes on disk, and (if known) their preallocated sizes."""
@@ -453,3 +483,51 @@ class Metrics:
     def collect(self) -> Iterator[Metric]:
         """The registry's metric families (for tests and custom exporters)."""
         return iter(self.registry.collect())
+
+
+class TenantMetrics:
+    """One tenant's series (``Metrics.tenant``): the labelled children resolved once."""
+
+    def __init__(self, m: Metrics, name: str) -> None:
+        self.name = name
+        self._delivered = m._delivered.labels(tenant=name)
+        self._dlq_family = m._dlq
+        self._dlq = {reason: m._dlq.labels(reason=reason, tenant=name) for reason in REASONS}
+        self._pending_family = m._pending
+        self._pending: dict[str, Any] = {}  # tier -> its gauge child
+        self._lateness = m._lateness.child(name)
+        self._early = m._early
+
+    def delivered(self, n: int) -> None:
+        if n:
+            self._delivered.inc(n)
+
+    def dead_lettered(self, reason: str, n: int = 1) -> None:
+        """Count ``n`` DLQ records with ``reason`` (a code from ``sidecar.contract.REASONS``)."""
+        if n:
+            c = self._dlq.get(reason)
+            if c is None:
+                c = self._dlq[reason] = self._dlq_family.labels(reason=reason, tenant=self.name)
+            c.inc(n)
+
+    def dead_lettered_by_reason(self, counts: Mapping[str, int]) -> None:
+        for reason, n in counts.items():
+            self.dead_lettered(reason, n)
+
+    def observe_lateness_ms(self, values: Sequence[int]) -> None:
+        """Record one batch of delivery lateness values (send time - due time, in ms).
+
+        Negative values are early deliveries: counted in ``early_deliveries_total`` and recorded
+        in the histogram as 0."""
+        if not values:
+            return
+        early = self._lateness.observe_ms(values)
+        if early:
+            self._early.inc(early)
+
+    def set_pending_many(self, by_tier: Mapping[str, int]) -> None:
+        for tier, n in by_tier.items():
+            g = self._pending.get(tier)
+            if g is None:
+                g = self._pending[tier] = self._pending_family.labels(tier=tier, tenant=self.name)
+            g.set(n)

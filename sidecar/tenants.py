@@ -290,3 +290,19 @@ def check(s: Settings, given: set[str]) -> None:
         if s.history_topic is not None and s.history_topic in (t.ingress_topic, t.dlq_topic, t.changelog_topic):
             raise TenantError(f"--history-topic {s.history_topic!r} must differ from tenant {t.name!r}'s ingress, "
                               "DLQ and changelog topics")
+
+
+def tenant_by_topic(s: Settings) -> dict[str, str]:
+    """Each ingress topic's tenant name: a store's tenant is ``tenant_by_topic(s)[store.topic]``
+    (the ``tenant`` label of its metrics and its ``stats`` counts)."""
+    return {t.ingress_topic: t.name for t in s.tenants}
+
+
+def named(s: Settings, name: str, flag: str = "--tenant") -> Tenant:
+    """The tenant called ``name`` (a command's ``--tenant``); an unknown name is an error naming
+    the accepted ones."""
+    for t in s.tenants:
+        if t.name == name:
+            return t
+    raise TenantError(f"{flag} {name!r}: no such tenant (the configuration has "
+                      f"{', '.join(repr(t.name) for t in s.tenants)})")

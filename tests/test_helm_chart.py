@@ -749,6 +749,9 @@ VARIANTS: dict[str, tuple[tuple[Path, ...], tuple[str, ...]]] = {
     "monitoring-on-defaults": ((), MONITORING_ON),
 }
 # Labels Prometheus attaches to every target of a ServiceMonitor scrape (not the sidecar's own).
+# the series with a tenant label (sidecar/metrics.py): the dashboard's $tenant narrows them
+PER_TENANT = ("delay_sidecar_pending_records", "delay_sidecar_delivered_records_total",
+              "delay_sidecar_delivery_lateness_seconds_bucket", "delay_sidecar_dlq_records_total")
 TARGET_LABELS = {"job", "instance", "namespace", "pod", "service", "endpoint", "container"}
 # Series the dashboard and alerts may use that are not the sidecar's: Prometheus' per-target `up`.
 PROMETHEUS_SERIES = {"up": TARGET_LABELS}
@@ -1061,7 +1064,7 @@ def test_dashboard_shape() -> None:
     doc = dashboard()
     assert doc["uid"] == "kafka-delay-sidecar"
     names = [v["name"] for v in doc["templating"]["list"]]
-    assert names == ["datasource", "namespace", "pod"]
+    assert names == ["datasource", "namespace", "pod", "tenant"]
     ids = [p["id"] for p in doc["panels"]]
     assert len(ids) == len(set(ids))
     titles = [p["title"] for p in doc["panels"]]
@@ -1074,7 +1077,11 @@ def test_dashboard_shape() -> None:
         refs = [t["refId"] for t in p["targets"]]
         assert len(refs) == len(set(refs)), p["title"]
         for t in p["targets"]:
-            assert '{namespace=~"$namespace", pod=~"$pod"}' in t["expr"], (p["title"], t["expr"])
+            assert '{namespace=~"$namespace", pod=~"$pod"' in t["expr"], (p["title"], t["expr"])
+            for name in PER_TENANT:  # a per-tenant series is narrowed to the chosen tenants
+                if name in t["expr"]:
+                    assert f'{name}{{namespace=~"$namespace", pod=~"$pod", tenant=~"$tenant"}}' in t["expr"], (
+                        p["title"], t["expr"])
     # no two panels overlap
     cells: set[tuple[int, int]] = set()
     for p in doc["panels"]:
@@ -1176,7 +1183,7 @@ def test_dashboard_queries_name_only_series_the_sidecar_renders() -> None:
             m = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", var["query"]["query"])
             assert m, var
             problems += [f"${var['name']}: {e}" for e in check_promql(m.group(1), series)]
-            assert m.group(2) in TARGET_LABELS
+            assert m.group(2) in TARGET_LABELS or m.group(2) in series[selectors(parse_promql(m.group(1)))[0].name]
     assert problems == []
 
 

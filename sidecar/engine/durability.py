@@ -44,12 +44,12 @@ Commit = Callable[[PartitionStore, "int | None", bool], None]
 
 class Durability:
     def __init__(
-        self, settings: Settings, stores: Stores, counters: Counters, clock: Clock,
+        self, settings: Settings, stores: Stores, counters: Callable[[], Counters], clock: Clock,
         commit: Commit, flush_changelog: Callable[[PartitionStore], bool] | None = None,
     ) -> None:
         self.s = settings
         self.stores = stores
-        self.counters = counters
+        self.counters = counters  # the loop's totals (engine/tenant_counts.py)
         self.clock = clock
         self.commit = commit
         # before a commit outside the jobs: wait for the store's changelog writes (changelog.wait_acked)
@@ -163,7 +163,7 @@ class Durability:
     def trim(self, mono: float) -> None:
         """Every ``TRIM_INTERVAL_S``: the stores' pages, then the heap if a burst is over."""
         self.trim_stores()
-        k = self.counters
+        k = self.counters()
         self.heap.tick(k.ingested + k.delivered + k.publish_retries + sum(k.dlq.values()), mono)
 
     def trim_stores(self) -> None:

@@ -82,6 +82,7 @@ from sidecar.engine.publishing import Publishing
 from sidecar.engine.reporting import Reporting
 from sidecar.engine.standbys import Standbys
 from sidecar.engine.stores import StoreKey, Stores
+from sidecar.engine.tenant_counts import TenantCounts
 from sidecar.engine.transactions import Transactions
 from sidecar.engine.turns import SLOW_TURN_S, TurnWatch
 from sidecar.levels.scheduler import LevelsScheduler
@@ -130,7 +131,7 @@ class Sidecar:
         space.check_budget(settings)  # a disk-max-bytes no partition fits in: refused at start (ConfigError)
         self.s = settings
         self.clock: Clock = clock if clock is not None else SystemClock()
-        self.counters = Counters()
+        self.counts = TenantCounts(settings.tenants)  # per tenant, and the totals (engine/tenant_counts.py)
         self.metrics = metrics
         self.health = health
         # each tenant's rules, by its ingress topic: a store takes its topic's (sidecar/tenants.py);
@@ -148,7 +149,7 @@ class Sidecar:
         clients = clients if clients is not None else ConfluentClients()
         self.kafka = KafkaIO(settings, clients, self)
         self.kafka.refusals.health = health  # /readyz names why Kafka refuses the sidecar (refusals.py)
-        self.pub = Publishing(settings, self.counters, self.stores, self.clock, clients.produce_errors,
+        self.pub = Publishing(settings, self.counts.loop, self.stores, self.clock, clients.produce_errors,
                               self.broker_status)
         quota_metrics.register(getattr(metrics, "registry", None), (r.quota for r in self.tenant_rules.values()),
                                self.pub.pacing)
@@ -156,7 +157,7 @@ class Sidecar:
         self.txn = (Transactions(self.kafka, settings.transaction_interval_ms, self.clock)
                     if settings.exactly_once else None)
         flush_s = min(settings.shutdown_timeout_ms / 1000, 30.0)
-        self.durability = Durability(settings, self.stores, self.counters, self.clock,
+        self.durability = Durability(settings, self.stores, self.counts.totals, self.clock,
                                      self.kafka.commit if self.txn is None else _in_transaction,
                                      lambda store: wait_acked(store, self.pub.poll, self.clock, flush_s))
         self.restorer = Restorer(self.kafka, self.clock) if self.kafka.changelogs else None
@@ -170,14 +171,14 @@ class Sidecar:
         self.turns = TurnWatch()
         self._helpers: HelperThreads | None = None
 
-        opener = StoreOpener(settings, self.tenant_rules, self.make_scheduler, self.counters, self.pages, self.history,
+        opener = StoreOpener(settings, self.tenant_rules, self.make_scheduler, self.counts, self.pages, self.history,
                              changelog=self.restorer is not None, exactly_once=self.txn is not None)
         self.page_waits = PageWaits(self.stores, self.kafka, self.clock)
         self.standbys = (Standbys(settings, self.stores, self.kafka, self.restorer, self.durability, opener,
                                   self.clock) if self.restorer is not None else None)
         self.backpressure = Backpressure(settings, self.stores, self.kafka, self.durability, metrics, health)
         self.reporting = Reporting(
-            self.stores, self.counters, self.pub, self.turns, self.backpressure, self.page_waits,
+            self.stores, self.counts, self.pub, self.turns, self.backpressure, self.page_waits,
             restorer=self.restorer, standbys=self.standbys, txn=self.txn, history=self.history, metrics=metrics,
             health=health)
         self.reporting.several_topics = len(self.kafka.topics) > 1
@@ -198,6 +199,11 @@ class Sidecar:
         self._last_index_step = 0.0
 
     # -- Kafka I/O events (kafka_io.Events; the rebalance callbacks run inside consume) ---------
+    @property
+    def counters(self) -> Counters:
+        """Every count of the loop, all tenants' (engine/tenant_counts.py)."""
+        return self.counts.totals()
+
     def partitions_assigned(self, partitions: list[StoreKey]) -> dict[StoreKey, int | None]:
         """Open (recover) each partition's store; its checkpoint names the offset to resume at."""
         with self.store_lock:

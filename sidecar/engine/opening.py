@@ -1,7 +1,7 @@
 """Opening a partition's store: the store made from the settings, then recovered from its files.
 
 Every store the loop holds, owned or standby, comes from :class:`StoreOpener`, so what a store is
-made of (the rules, the scheduler, the page thread, the shared counters, the history writer) is
+made of (the rules, the scheduler, the page thread, its tenant's counts, the history writer) is
 said once. ``open`` recovers it (``PartitionStore.open``) and returns the ingress offset its
 checkpoint names.
 
@@ -11,7 +11,7 @@ Kafka never committed, so it is wiped first and restored from the changelog's co
 (without a changelog that is refused: nothing else can restore it).
 
 Several ingress topics (``sidecar/tenants.py``): ``new`` takes the store's key (topic and
-partition); the store's rules are its topic's tenant's.
+partition); the store's rules and counts (engine/tenant_counts.py) are its topic's tenant's.
 """
 
 from __future__ import annotations
@@ -23,12 +23,13 @@ from typing import Any
 from sidecar import logs
 from sidecar.config import Settings
 from sidecar.engine.stores import StoreKey
+from sidecar.engine.tenant_counts import TenantCounts
 from sidecar.engine.transactions import is_dirty, mark_dirty, wipe
 from sidecar.headers import Rules
 from sidecar.scheduling import Scheduler
 from sidecar.store.log import CommitLog
 from sidecar.store.mapped import StoreError
-from sidecar.store.partition import Counters, PartitionStore
+from sidecar.store.partition import PartitionStore
 
 log = logs.get("sidecar")
 
@@ -36,12 +37,12 @@ log = logs.get("sidecar")
 class StoreOpener:
     def __init__(
         self, settings: Settings, rules: dict[str, Rules], make_scheduler: Callable[[Path, CommitLog], Scheduler],
-        counters: Counters, pages: Any, history: Any, *, changelog: bool, exactly_once: bool,
+        counts: TenantCounts, pages: Any, history: Any, *, changelog: bool, exactly_once: bool,
     ) -> None:
         self.s = settings
         self.rules = rules  # by ingress topic: each tenant's
         self.make_scheduler = make_scheduler
-        self.counters = counters
+        self.counts = counts
         self.pages = pages  # mapped.PageWorker: pages faulted in ahead and dropped, off the loop
         self.history = history  # the HistoryWriter, or None
         self.changelog = changelog
@@ -50,12 +51,14 @@ class StoreOpener:
     def new(self, key: StoreKey, standby: bool = False) -> PartitionStore:
         """The store held under ``key``, not opened yet."""
         s = self.s
+        tally = self.counts.by_topic[key.topic]
         store = PartitionStore(
             s.data_path, key.topic, key.partition, rules=self.rules[key.topic], scheduler_name=s.scheduler,
             make_scheduler=self.make_scheduler, segment_bytes=s.segment_bytes,
-            cancel_horizon_ms=s.cancel_horizon_ms, counters=self.counters, durable=s.fsync != "none",
+            cancel_horizon_ms=s.cancel_horizon_ms, counters=tally.counters, durable=s.fsync != "none",
             status_memory=s.status_memory, pages=self.pages,
         )
+        store.lateness = tally.lateness
         if not standby:
             store.history = self.history  # a standby applies the changelog: no state change of its own
         return store

@@ -25,9 +25,10 @@ Fields:
   bool; the C type refuses anything else).
 - ``stores``: partition -> its ``PartitionStore``, the assigned partitions; a delivery report
   whose store is no longer there (revoked) only counts down.
-- ``lateness_batch``: the lateness (delivery timestamp - due time, ms) of the deliveries the
-  metrics have not taken yet.
-- ``counters``: the ``Counters`` every store of the loop shares (C counts ``early`` there).
+- ``counters``: the loop's own ``Counters`` (C counts ``early`` there; engine/tenant_counts.py).
+
+A delivery's lateness (delivery timestamp - due time, ms) goes to its store's ``lateness`` list,
+its tenant's (engine/tenant_counts.py), until the metrics take it.
 """
 
 from __future__ import annotations
@@ -44,14 +45,13 @@ if TYPE_CHECKING:
 class PublishState:
     """The Python twin of ``_native.PublishState`` (see the module docstring)."""
 
-    __slots__ = ("broker_up", "counters", "in_flight", "lateness_batch", "stores", "topic_in_flight", "troubled")
+    __slots__ = ("broker_up", "counters", "in_flight", "stores", "topic_in_flight", "troubled")
 
     in_flight: int
     topic_in_flight: dict[str, int]
     troubled: dict[str, int]
     broker_up: bool
     stores: Stores
-    lateness_batch: list[int]
     counters: Counters
 
     def __init__(self, stores: Stores, counters: Counters) -> None:
@@ -60,7 +60,6 @@ class PublishState:
         self.troubled = {}
         self.broker_up = True
         self.stores = stores
-        self.lateness_batch = []
         self.counters = counters
 
 

@@ -447,7 +447,7 @@ class Publishing:
             lateness = msg.timestamp()[1] - rec.due_ms
             if lateness < 0:
                 self.counters.early += 1
-            st.lateness_batch.append(lateness)
+            store.lateness.append(lateness)
             store.acked.append((ref, rec))  # settled in a batch after the poll (``poll``)
             return
         self._failed(ref, rec, store, att, err)

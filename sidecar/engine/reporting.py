@@ -4,8 +4,12 @@ The hot path only bumps plain integers (``Counters``) and appends lateness sampl
 :meth:`Reporting.sync_metrics` pushes the deltas since the previous sync to the Prometheus
 metrics (with the pending records per tier, the changelog's and the restores' state, the
 transactions and the history writer), and every ``stats-interval`` :meth:`Reporting.stats` logs
-the totals as one ``stats`` event. Readiness (``/readyz``: partitions assigned, broker reachable)
-is pushed to the health server whenever either changes.
+the totals as one ``stats`` event. Tenants (``engine/tenant_counts.py``): delivered records, dead
+letters, pending records and lateness are synced per tenant (the metrics' ``tenant`` label), and
+the ``stats`` event names each tenant's counts (``tenants``: at most ``STATS_TENANTS`` of them,
+those with the most pending records first; ``tenants_omitted`` counts the rest). Readiness
+(``/readyz``: partitions assigned, broker reachable) is pushed to the health server whenever
+either changes.
 """
 
 from __future__ import annotations
@@ -20,9 +24,12 @@ from sidecar.engine.page_waits import PageWaits
 from sidecar.engine.publishing import Publishing
 from sidecar.engine.standbys import Standbys
 from sidecar.engine.stores import StoreKey, Stores
+from sidecar.engine.tenant_counts import TenantCounts
 from sidecar.engine.transactions import Transactions
 from sidecar.engine.turns import TurnWatch
 from sidecar.store.partition import Counters
+
+STATS_TENANTS = 20  # tenants a stats line names at most: the line stays bounded with many tenants
 
 _V = TypeVar("_V")
 
@@ -31,12 +38,12 @@ log = logs.get("sidecar")
 
 class Reporting:
     def __init__(
-        self, stores: Stores, counters: Counters, pub: Publishing, turns: TurnWatch, backpressure: Backpressure,
+        self, stores: Stores, counts: TenantCounts, pub: Publishing, turns: TurnWatch, backpressure: Backpressure,
         page_waits: PageWaits, *, restorer: Restorer | None, standbys: Standbys | None, txn: Transactions | None,
         history: HistoryWriter | None, metrics: Any, health: Any,
     ) -> None:
         self.stores = stores
-        self.counters = counters
+        self.counts = counts
         self.pub = pub
         self.turns = turns
         self.backpressure = backpressure
@@ -50,7 +57,8 @@ class Reporting:
         self.health = health
         self.assigned = False
         self._last = Counters()
-        self._tiers_seen: set[str] = set()
+        self._tiers_seen: dict[str, set[str]] = {name: set() for name in counts.by_name}  # by tenant
+        self._tenant_synced: dict[str, tuple[int, dict[str, int]]] = {}  # tenant -> (delivered, dlq) in the metrics
         self._restored_synced = 0  # restored records already counted in the metrics
         self._txn_synced = (0, 0)  # (committed, aborted) already counted in the metrics
         self._history_synced = (0, 0)  # (written, failed) already counted in the metrics
@@ -85,17 +93,44 @@ class Reporting:
 
     def pending(self) -> dict[str, int]:
         """Pending records by tier over the owned stores (a tier seen once stays, at 0)."""
-        pending = dict.fromkeys(self._tiers_seen, 0)
+        pending: dict[str, int] = {}
+        for by_tier in self.pending_by_tenant().values():
+            for tier, n in by_tier.items():
+                pending[tier] = pending.get(tier, 0) + n
+        return pending
+
+    def pending_by_tenant(self) -> dict[str, dict[str, int]]:
+        """Pending records by tenant and tier over the owned stores (a tier seen once stays, at 0)."""
+        out = {name: dict.fromkeys(seen, 0) for name, seen in self._tiers_seen.items()}
+        by_topic = self.counts.by_topic
         for store in self.stores.values():
+            pending = out[by_topic[store.topic].name]
             for tier, n in store.pending().items():
                 pending[tier] = pending.get(tier, 0) + n
-        self._tiers_seen.update(pending)
-        return pending
+        for name, pending in out.items():
+            self._tiers_seen[name].update(pending)
+        return out
+
+    def tenant_stats(self, pending: dict[str, dict[str, int]]) -> dict[str, Any]:
+        """The ``stats`` event's per-tenant fields (see the module docstring)."""
+        rows = sorted(((name, sum(pending[name].values()), t.counters) for name, t in self.counts.by_name.items()),
+                      key=lambda r: (-r[1], r[0]))
+        out: dict[str, Any] = {"tenants": {
+            name: {"pending": p, "delivered": k.delivered, "dlq": sum(k.dlq.values())}
+            for name, p, k in rows[:STATS_TENANTS]}}
+        if len(rows) > STATS_TENANTS:
+            out["tenants_omitted"] = len(rows) - STATS_TENANTS
+        return out
 
     def stats(self) -> None:
         """The ``stats`` event: totals since start, and the turns since the previous one."""
-        pending = {t: n for t, n in self.pending().items() if n}
-        k = self.counters
+        by_tenant = self.pending_by_tenant()
+        pending: dict[str, int] = {}
+        for by_tier in by_tenant.values():
+            for tier, n in by_tier.items():
+                if n:
+                    pending[tier] = pending.get(tier, 0) + n
+        k = self.counts.totals()
         turn_count, slow_turns, slowest_turn_ms = self.turns.take()
         late_wakes, latest_wake_ms = self.turns.take_wakes()
         log.info(
@@ -110,6 +145,7 @@ class Reporting:
                if self.txn is not None else {}),
             **({"standby_lag": {str(p): n for p, n in self._labelled(self.standbys.lag()).items()}}
                if self.standbys is not None and self.restorer is not None and self.restorer.standby else {}),
+            **self.tenant_stats(by_tenant),
         )
 
     def _labelled(self, by_key: dict[StoreKey, _V]) -> dict[int | str, _V]:
@@ -121,18 +157,17 @@ class Reporting:
 
     def sync_metrics(self) -> None:
         """Push counter deltas since the last sync (the hot path only bumps plain integers)."""
-        m, k, last = self.metrics, self.counters, self._last
+        m, last = self.metrics, self._last
         if m is None:
             return
+        k = self.counts.totals()
         m.ingested(k.ingested - last.ingested)
         m.scheduled(k.scheduled - last.scheduled)
-        m.delivered(k.delivered - last.delivered)
         m.cancelled(k.cancelled - last.cancelled)
         m.duplicates(k.duplicates - last.duplicates)
         m.replaced(k.replaced - last.replaced)
         m.recurring(k.fired - last.fired, k.missed - last.missed)
         m.publish_retries(k.publish_retries - last.publish_retries)
-        m.dead_lettered_by_reason({r: n - last.dlq.get(r, 0) for r, n in k.dlq.items()})
         if self.restorer is not None:
             mirrors = self._labelled({p: s.mirror for p, s in self.stores.items() if isinstance(s.mirror, StoreMirror)})
             m.set_changelog({p: x.produced - x.acked for p, x in mirrors.items()},
@@ -149,12 +184,24 @@ class Reporting:
             hw, hf = self.history.written, self.history.failed
             m.history(hw - self._history_synced[0], hf - self._history_synced[1])
             self._history_synced = (hw, hf)
-        st = self.pub.state
-        m.observe_lateness_ms(st.lateness_batch)
-        m.set_pending_many(self.pending())
-        st.lateness_batch = []
+        self.sync_tenants(m)
         self._last = Counters(
             ingested=k.ingested, scheduled=k.scheduled, delivered=k.delivered, cancelled=k.cancelled,
             duplicates=k.duplicates, replaced=k.replaced, publish_retries=k.publish_retries, dlq=dict(k.dlq),
             fired=k.fired, missed=k.missed,
         )
+
+    def sync_tenants(self, m: Any) -> None:
+        """The per-tenant series: counter deltas, the lateness taken since, pending by tier."""
+        pending = self.pending_by_tenant()
+        for name, tally in self.counts.by_name.items():
+            tm = m.tenant(name)
+            k = tally.counters
+            delivered, dlq = self._tenant_synced.get(name, (0, {}))
+            tm.delivered(k.delivered - delivered)
+            tm.dead_lettered_by_reason({r: n - dlq.get(r, 0) for r, n in k.dlq.items()})
+            self._tenant_synced[name] = (k.delivered, dict(k.dlq))
+            tm.observe_lateness_ms(tally.lateness)
+            tally.lateness.clear()  # in place: the stores (and the C delivery reports) hold this list
+            tm.set_pending_many(pending[name])
+

@@ -11,8 +11,9 @@
  * the loop after every producer poll (Publishing.poll), so Python reads exact counts everywhere
  * outside a poll; inside one, a delivery report of the reference path subtracts its own record
  * from counts that still include the C reports' records, never reaching zero early. The store and
- * the counters are Python objects: their fields (acked, topic_bytes, partition, early) are read
- * by name.
+ * the counters are Python objects: their fields (acked, lateness, topic_bytes, partition, early) are
+ * read by name; a store's lateness list is its tenant's (engine/tenant_counts.py), looked up once per
+ * publish_due call and held by each Delivery.
  *
  * Anything not plain goes back to Python: a record not due yet (the never-early check), a recurring
  * schedule's firing, a troubled
@@ -20,7 +21,7 @@
  * delivery, a revoked partition, the broker marked down. */
 #include "native.h"
 
-static PyObject *S_early, *S_acked, *S_topic_bytes, *S_key;
+static PyObject *S_early, *S_acked, *S_topic_bytes, *S_key, *S_lateness;
 
 /* ---------------------------------------------------------------------------------------------
  * PublishState: the loop's publish state (its Python twin and the field docs: publish_state.py). */
@@ -31,7 +32,6 @@ typedef struct {
     PyObject *troubled;                /* dict: target topic -> when its last publish failed */
     char broker_up;                    /* bool: no sign of a broker outage since the last success */
     PyObject *stores;                  /* dict: (topic, partition) -> its PartitionStore (the assigned ones) */
-    PyObject *lateness_batch;          /* list: lateness (ms) of the deliveries not yet in metrics */
     PyObject *counters;                /* partition.Counters, shared with the stores */
 } PublishStateObject;
 
@@ -45,7 +45,6 @@ static int PublishState_traverse(PublishStateObject *s, visitproc visit, void *a
     Py_VISIT(s->topic_in_flight);
     Py_VISIT(s->troubled);
     Py_VISIT(s->stores);
-    Py_VISIT(s->lateness_batch);
     Py_VISIT(s->counters);
     return 0;
 }
@@ -54,7 +53,6 @@ static int PublishState_clear(PublishStateObject *s) {
     Py_CLEAR(s->topic_in_flight);
     Py_CLEAR(s->troubled);
     Py_CLEAR(s->stores);
-    Py_CLEAR(s->lateness_batch);
     Py_CLEAR(s->counters);
     return 0;
 }
@@ -77,8 +75,7 @@ static PyObject *PublishState_new(PyTypeObject *type, PyObject *args, PyObject *
     s->counters = Py_NewRef(counters);
     s->topic_in_flight = PyDict_New();
     s->troubled = PyDict_New();
-    s->lateness_batch = PyList_New(0);
-    if (!s->topic_in_flight || !s->troubled || !s->lateness_batch) {
+    if (!s->topic_in_flight || !s->troubled) {
         Py_DECREF(s);
         return NULL;
     }
@@ -92,9 +89,7 @@ static PyMemberDef PublishState_members[] = {
     {"troubled", T_OBJECT_EX, offsetof(PublishStateObject, troubled), 0, "target topic -> when its publish failed"},
     {"broker_up", T_BOOL, offsetof(PublishStateObject, broker_up), 0, "no sign of a broker outage"},
     {"stores", T_OBJECT_EX, offsetof(PublishStateObject, stores), 0, "(topic, partition) -> its PartitionStore"},
-    {"lateness_batch", T_OBJECT_EX, offsetof(PublishStateObject, lateness_batch), 0,
-     "lateness (ms) of the deliveries not yet in the metrics"},
-    {"counters", T_OBJECT_EX, offsetof(PublishStateObject, counters), 0, "the Counters the stores share"},
+    {"counters", T_OBJECT_EX, offsetof(PublishStateObject, counters), 0, "the loop's own Counters"},
     {NULL}};
 
 static PyTypeObject PublishStateType = {
@@ -157,7 +152,7 @@ static PyObject *Publisher_new(PyTypeObject *type, PyObject *args, PyObject *kwd
 
 typedef struct {
     PyObject_HEAD PublisherObject *pub;
-    PyObject *ref, *rec, *store, *topic, *partition;
+    PyObject *ref, *rec, *store, *topic, *partition, *lateness; /* lateness: the store's tenant's list */
     vectorcallfunc vectorcall;
 } DeliveryObject;
 
@@ -168,6 +163,7 @@ static void Delivery_dealloc(DeliveryObject *d) {
     Py_XDECREF(d->store);
     Py_XDECREF(d->topic);
     Py_XDECREF(d->partition);
+    Py_XDECREF(d->lateness);
     Py_TYPE(d)->tp_free((PyObject *)d);
 }
 
@@ -294,14 +290,12 @@ static PyObject *Delivery_vectorcall(PyObject *self, PyObject *const *args, size
         Py_DECREF(ne);
         if (rc < 0) return NULL;
     }
-    PyObject *batch = ps_field(ps->lateness_batch, "lateness_batch");
-    if (!batch) return NULL;
     PyObject *lv = PyLong_FromLongLong(lateness);
     if (!lv) return NULL;
-    int rc = PyList_Check(batch) ? PyList_Append(batch, lv) : -1;
+    int rc = PyList_Check(d->lateness) ? PyList_Append(d->lateness, lv) : -1;
     Py_DECREF(lv);
     if (rc < 0) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "lateness_batch is not a list");
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "store.lateness is not a list");
         return NULL;
     }
     PyObject *acked = PyObject_GetAttr(d->store, S_acked);
@@ -367,8 +361,9 @@ static PyObject *native_publish_due(PyObject *self, PyObject *const *args, Py_ss
     if (!topic_bytes) return NULL;
     /* the key the stores map holds the store under (store.key: engine/stores.py StoreKey's fields) */
     PyObject *partition = PyObject_GetAttr(store, S_key), *refused = NULL;
-    if (!partition || !PyBytes_Check(topic_bytes)) {
-        if (partition) PyErr_SetString(PyExc_TypeError, "store.topic_bytes is not bytes");
+    PyObject *lateness = partition ? PyObject_GetAttr(store, S_lateness) : NULL;
+    if (!lateness || !PyBytes_Check(topic_bytes)) {
+        if (lateness) PyErr_SetString(PyExc_TypeError, "store.topic_bytes is not bytes");
         goto fail;
     }
     PyObject *zero = PyLong_FromLong(0);
@@ -408,6 +403,8 @@ static PyObject *native_publish_due(PyObject *self, PyObject *const *args, Py_ss
             cb->topic = topic;
             Py_INCREF(partition);
             cb->partition = partition;
+            Py_INCREF(lateness);
+            cb->lateness = lateness;
         }
         PyObject *res = NULL;
         if (tp) {
@@ -439,6 +436,7 @@ static PyObject *native_publish_due(PyObject *self, PyObject *const *args, Py_ss
     }
     Py_DECREF(topic_bytes);
     Py_DECREF(partition);
+    Py_DECREF(lateness);
     if (pub_sync(pub) < 0) {
         Py_XDECREF(refused);
         return NULL;
@@ -449,6 +447,7 @@ static PyObject *native_publish_due(PyObject *self, PyObject *const *args, Py_ss
 fail:
     Py_DECREF(topic_bytes);
     Py_XDECREF(partition);
+    Py_XDECREF(lateness);
     { /* the records produced before the failure are in flight: their topic counts too */
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
@@ -459,8 +458,8 @@ fail:
 }
 
 int kds_publish_init(PyObject *m) {
-    static const char *names[] = {"early", "acked", "topic_bytes", "key"};
-    PyObject **slots[] = {&S_early, &S_acked, &S_topic_bytes, &S_key};
+    static const char *names[] = {"early", "acked", "topic_bytes", "key", "lateness"};
+    PyObject **slots[] = {&S_early, &S_acked, &S_topic_bytes, &S_key, &S_lateness};
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
         if (!(*slots[k] = PyUnicode_InternFromString(names[k]))) return -1;
     PyTypeObject *types[] = {&PublishStateType, &PublisherType, &DeliveryType};

@@ -146,6 +146,9 @@ class PartitionStore:
         # delivered records not yet acked in the scheduler: the loop's delivery callbacks append
         # here and ``settle`` acks them in one batch after each producer poll
         self.acked: list[tuple[int, Record]] = []
+        # lateness (ms) of delivered records the metrics have not taken: the delivery reports append
+        # here; the loop gives every store of a tenant the tenant's list (engine/tenant_counts.py)
+        self.lateness: list[int] = []
         self.dir = root / f"{topic}-{partition}"
         self.rules = rules
         self.scheduler_name = scheduler_name

@@ -17,8 +17,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from sidecar.contract import REASONS
 from sidecar.health import HealthServer
 from sidecar.metrics import Metrics, _LatenessHistogram, level_tier
+from sidecar.tenants import DEFAULT_TENANT
 
 P = "delay_sidecar_"
+T = DEFAULT_TENANT  # the tenant label of the one implicit tenant
 
 
 def samples(text: str | bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -77,13 +79,14 @@ def server(metrics: Metrics, clock: FakeClock) -> Iterator[HealthServer]:
 def test_series_exist_at_zero_before_any_event(metrics: Metrics) -> None:
     text = metrics.render()
     for reason in REASONS:
-        assert value(text, P + "dlq_records_total", reason=reason) == 0
-    for counter in ("ingested_records", "delivered_records", "cancelled_records", "duplicate_records",
-                    "publish_retries", "early_deliveries"):
+        assert value(text, P + "dlq_records_total", reason=reason, tenant=T) == 0
+    for counter in ("ingested_records", "cancelled_records", "duplicate_records", "publish_retries",
+                    "early_deliveries"):
         assert value(text, P + counter + "_total") == 0
+    assert value(text, P + "delivered_records_total", tenant=T) == 0
     assert value(text, P + "scheduled_records_total", scheduler="wheel") == 0
-    assert value(text, P + "pending_records", tier="bucket") == 0
-    assert value(text, P + "delivery_lateness_seconds_count") == 0
+    assert value(text, P + "pending_records", tier="bucket", tenant=T) == 0
+    assert value(text, P + "delivery_lateness_seconds_count", tenant=T) == 0
     assert value(text, P + "up") == 1
     assert value(text, P + "ready") == 0
     assert value(text, P + "ingress_paused") == 0
@@ -108,16 +111,16 @@ def test_counters_and_gauges(metrics: Metrics) -> None:
     assert value(text, P + "ingested_records_total") == 5007
     assert value(text, P + "scheduled_records_total", scheduler="wheel") == 5007
     assert value(text, P + "scheduled_records_total", scheduler="levels") == 3
-    assert value(text, P + "delivered_records_total") == 4000
+    assert value(text, P + "delivered_records_total", tenant=T) == 4000
     assert value(text, P + "cancelled_records_total") == 2
     assert value(text, P + "duplicate_records_total") == 1
-    assert value(text, P + "dlq_records_total", reason="bad-header") == 4
-    assert value(text, P + "dlq_records_total", reason="too-large") == 2
-    assert value(text, P + "dlq_records_total", reason="retries-exhausted") == 0
+    assert value(text, P + "dlq_records_total", reason="bad-header", tenant=T) == 4
+    assert value(text, P + "dlq_records_total", reason="too-large", tenant=T) == 2
+    assert value(text, P + "dlq_records_total", reason="retries-exhausted", tenant=T) == 0
     assert value(text, P + "publish_retries_total") == 9
-    assert value(text, P + "pending_records", tier="level-3") == 12
-    assert value(text, P + "pending_records", tier="wheel") == 100
-    assert value(text, P + "pending_records", tier="bucket") == 2_000_000
+    assert value(text, P + "pending_records", tier="level-3", tenant=T) == 12
+    assert value(text, P + "pending_records", tier="wheel", tenant=T) == 100
+    assert value(text, P + "pending_records", tier="bucket", tenant=T) == 2_000_000
     assert value(text, P + "store_bytes") == 64 * 1024 * 1024
 
 
@@ -128,7 +131,7 @@ def test_lateness_histogram_in_seconds(metrics: Metrics) -> None:
     name = P + "delivery_lateness_seconds"
 
     def bucket(le: str) -> float:
-        return value(text, name + "_bucket", le=le)
+        return value(text, name + "_bucket", le=le, tenant=T)
 
     assert bucket("0.001") == 2  # 0 and 1 ms: buckets are "less than or equal"
     assert bucket("0.002") == 3
@@ -137,8 +140,8 @@ def test_lateness_histogram_in_seconds(metrics: Metrics) -> None:
     assert bucket("1.0") == 7
     assert bucket("60.0") == 8
     assert bucket("+Inf") == 10
-    assert value(text, name + "_count") == 10
-    assert value(text, name + "_sum") == pytest.approx(
+    assert value(text, name + "_count", tenant=T) == 10
+    assert value(text, name + "_sum", tenant=T) == pytest.approx(
         (0 + 1 + 2 + 3 + 10 + 999 + 1000 + 60_000 + 60_001 + 3_600_000) / 1000
     )
     les = [s.labels["le"] for f in text_string_to_metric_families(text.decode()) if f.name == name
@@ -151,8 +154,8 @@ def test_early_deliveries_are_counted_and_observed_as_zero(metrics: Metrics) -> 
     metrics.observe_lateness_ms([-5, -1, 3])
     text = metrics.render()
     assert value(text, P + "early_deliveries_total") == 2
-    assert value(text, P + "delivery_lateness_seconds_bucket", le="0.001") == 2
-    assert value(text, P + "delivery_lateness_seconds_sum") == pytest.approx(0.003)
+    assert value(text, P + "delivery_lateness_seconds_bucket", le="0.001", tenant=T) == 2
+    assert value(text, P + "delivery_lateness_seconds_sum", tenant=T) == pytest.approx(0.003)
 
 
 @settings(max_examples=300, deadline=None)
@@ -163,7 +166,7 @@ def test_early_deliveries_are_counted_and_observed_as_zero(metrics: Metrics) -> 
 def test_batch_bucketing_matches_one_value_at_a_time(bounds: list[int], batches: list[list[int]]) -> None:
     """The sorted batch count against the reference model: each value, negatives as 0, in the
     first bucket whose bound is >= it, else +Inf; the sum of the clamped values."""
-    h = _LatenessHistogram("x", "x", [b / 1000 for b in bounds])
+    h = _LatenessHistogram("x", "x", [b / 1000 for b in bounds]).child("t")
     want = [0] * (len(bounds) + 1)
     want_sum = 0
     for batch in batches:
@@ -172,8 +175,8 @@ def test_batch_bucketing_matches_one_value_at_a_time(bounds: list[int], batches:
             v = max(v, 0)
             want[next((i for i, b in enumerate(bounds) if v <= b), len(bounds))] += 1
             want_sum += v
-    assert h._counts == want
-    assert h._sum_ms == want_sum
+    assert h.counts == want
+    assert h.sum_ms == want_sum
 
 
 def _stats(partitions: dict[str, Any], topic: str = "delay.ingress") -> str:
@@ -250,8 +253,8 @@ def test_ingress_paused_and_reason(metrics: Metrics) -> None:
 def test_registries_are_independent() -> None:
     a, b = Metrics(), Metrics()
     a.delivered(3)
-    assert value(a.render(), P + "delivered_records_total") == 3
-    assert value(b.render(), P + "delivered_records_total") == 0
+    assert value(a.render(), P + "delivered_records_total", tenant=T) == 3
+    assert value(b.render(), P + "delivered_records_total", tenant=T) == 0
 
 
 # -- HTTP ------------------------------------------------------------------------------------
@@ -265,8 +268,8 @@ def test_metrics_endpoint(server: HealthServer, metrics: Metrics) -> None:
     assert status == 200
     assert headers["content-type"] == CONTENT_TYPE_LATEST
     assert value(body, P + "ingested_records_total") == 11
-    assert value(body, P + "dlq_records_total", reason="missing-target") == 1
-    assert value(body, P + "delivery_lateness_seconds_count") == 2
+    assert value(body, P + "dlq_records_total", reason="missing-target", tenant=T) == 1
+    assert value(body, P + "delivery_lateness_seconds_count", tenant=T) == 2
     status, _, body = get(server.port, "/metrics", method="HEAD")
     assert status == 200 and body == b""
 
@@ -364,3 +367,23 @@ def test_quiet_and_restartable(metrics: Metrics, clock: FakeClock, capfd: pytest
     assert "GET /" not in err and "HTTP/1" not in err
     with pytest.raises(OSError):
         get(port, "/healthz")
+
+
+def test_each_tenant_has_its_series_from_the_start() -> None:
+    m = Metrics(tiers=[level_tier(1)], tenants=["payments", "search"])
+    m.tenant("payments").delivered(3)
+    m.tenant("search").dead_lettered("too-large", 2)
+    m.tenant("search").observe_lateness_ms([5, -1])
+    text = m.render()
+    for t in ("payments", "search"):
+        assert value(text, P + "pending_records", tier="level-1", tenant=t) == 0
+        for reason in REASONS:
+            assert value(text, P + "dlq_records_total", reason=reason, tenant=t) == (
+                2 if (t, reason) == ("search", "too-large") else 0)
+    assert value(text, P + "delivered_records_total", tenant="payments") == 3
+    assert value(text, P + "delivered_records_total", tenant="search") == 0
+    assert value(text, P + "delivery_lateness_seconds_count", tenant="search") == 2
+    assert value(text, P + "delivery_lateness_seconds_count", tenant="payments") == 0
+    assert value(text, P + "early_deliveries_total") == 1
+    assert m.tenant("search") is m.tenant("search")  # the children resolved once
+    assert (P + "delivered_records_total", (("tenant", T),)) not in samples(text)  # no implicit tenant

@@ -157,7 +157,7 @@ def snapshot(sc: Sidecar, st: PartitionStore, producer: FakeProducer) -> dict[st
         "backlog": [(ref, rec.id, att is None) for ref, rec, _st, att in sc.pub.backlog],
         "retries": sorted((at, ref, None if att is None else att.attempt) for at, _q, ref, _s, att in sc.pub.retries),
         "counters": (sc.counters.delivered, sc.counters.early, sc.counters.publish_retries, dict(sc.counters.dlq)),
-        "lateness": list(sc.pub.state.lateness_batch),
+        "lateness": list(st.lateness),
         "acked_pending": [(ref, rec.id) for ref, rec in st.acked],
     }
 
@@ -278,7 +278,7 @@ def test_c_path_plain_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     producer.hold = False
     sc.pub.poll(0)
     assert sc.pub.state.in_flight == 0 and sc.pub.state.topic_in_flight == {}
-    assert sc.counters.delivered == 50 and sc.pub.state.lateness_batch == [10] * 50
+    assert sc.counters.delivered == 50 and st.lateness == [10] * 50
     assert len(seen.acked) == 50
 
 

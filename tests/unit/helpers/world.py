@@ -49,7 +49,7 @@ class World:
             ingress_partitions=self.partitions,
             **{"commit_interval_ms": 200, "helper_threads": "none", "tenant_specs": specs, **extra},
         )
-        metrics = Metrics(ingress_topic=INGRESS, scheduler=s.scheduler)
+        metrics = Metrics(ingress_topic=INGRESS, scheduler=s.scheduler, tenants=[t.name for t in s.tenants])
         health = HealthServer("127.0.0.1", 0, metrics, clock=self.clock.monotonic)
         sc = Sidecar(s, metrics=metrics, health=health, clock=self.clock, clients=self.clients)
         sc.start()
