@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
-from sidecar import acls, devtools
+from sidecar import acls, devtools, tenant_option
 from sidecar import contract as c
 from sidecar.client import AT_FORMS, LATEST_MS
 from sidecar.config import (
@@ -367,12 +367,14 @@ def _common_inputs(ns: argparse.Namespace) -> tuple[int, dict[str, str]]:
     if not 1000 <= timeout_ms <= 3_600_000:
         raise CliError(f"bad value for --timeout: {ns.timeout!r} is not between 1s and 1h")
     kafka: dict[str, str] = {}
+    settings = None
     if ns.config or any(k.startswith(KAFKA_ENV_PREFIX) for k in os.environ):
         # the librdkafka properties (and the brokers) of the sidecar's own configuration
         settings = load_settings({}, config_file=ns.config)
         kafka.update(settings.kafka)
         if ns.bootstrap_servers is None:
             ns.bootstrap_servers = settings.bootstrap_servers
+    tenant_option.apply(ns, settings if ns.config else None)  # --tenant: its topics from the file
     for item in ns.kafka:
         if "=" not in item:
             raise CliError(f"bad value for --kafka: {item!r} is not PROP=VALUE (e.g. security.protocol=SSL)")
@@ -542,7 +544,7 @@ def cmd_status(ns: argparse.Namespace) -> int:
         partition = status.default_id_partition(rid, ns.ingress_topic)
     try:
         members = status.group_members(admin, ns.group, ns.ingress_topic, timeout_s)
-        doc = status.find(members, rid, partition, ns.group, timeout_s)
+        doc = status.find(members, rid, partition, ns.group, timeout_s, ns.ingress_topic)
     except status.StatusError as e:
         raise Failed(str(e)) from None
     state = doc.get("state", "unknown")
@@ -841,6 +843,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Send a cancel for the pending record whose delay.id is ID.")
     p.add_argument("id", metavar="ID", help="the delay.id of the record to cancel")
     p.add_argument("--key", required=True, help="the message's key (routes the cancel to its partition)")
+    tenant_option.add(p)
 
     p = sub.add_parser(
         "status", parents=[common], help="look a delay.id up: pending, delivered, cancelled, dead-lettered",
@@ -860,6 +863,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partitioner", choices=["crc32", "murmur2"], default="crc32",
                    help="how the producer chose the partition for --key: crc32 (librdkafka/confluent-kafka "
                         "and delay-sidecar send; the default) or murmur2 (the Java client)")
+    tenant_option.add(p)
 
     p = sub.add_parser(
         "list", parents=[common], help="list the records pending in a due-time range, across the sidecars",
@@ -912,6 +916,7 @@ def _dlq_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                                                      "(default: the oldest)")
     rng.add_argument("--until", metavar="TIME", help="up to the first dead letter timestamped at or after TIME "
                                                      "(default: the newest at the start)")
+    tenant_option.add(rng, dlq=True)
     epilog = f"TIME: {TIME_FORMS}. Exit status 2: bad input; 1: Kafka did not answer or a transaction failed."
     p = dsub.add_parser("list", parents=[common, rng], epilog=epilog, help="dead letters per reason and hour",
                         description="Count the dead letters of the range per reason and per --bucket of their "

@@ -36,9 +36,10 @@ Kubernetes semantics:
 ``/metrics``
     :meth:`Metrics.render` with ``prometheus_client.CONTENT_TYPE_LATEST``.
 
-``/ids/<id>`` (``?partition=N`` optional)
+``/ids/<id>`` (``?partition=N`` and ``&topic=T`` optional)
     What this instance knows of a ``delay.id`` (percent-encoded bytes, as
-    ``urllib.parse.quote(id, safe="")`` makes them): 200 with the state (pending, delivered,
+    ``urllib.parse.quote(id, safe="")`` makes them), in the stores of ingress partition ``N`` of
+    ingress topic ``T`` (a tenant's; without: every topic's): 200 with the state (pending, delivered,
     cancelled, dead-lettered), its times and target; 404 (JSON, ``state: unknown``) when no store
     here knows it; 400 for an id that cannot be one (empty, over 255 bytes, a bad partition); 503
     while the loop holds the stores longer than a second; 404 with an error when no look-up is
@@ -172,8 +173,9 @@ class HealthServer:
         self.kafka_hold_s = 15.0
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
-        # (id, partition or None) -> (HTTP status, JSON document): set by the sidecar (its lookup)
-        self.lookup: Callable[[bytes, int | None], tuple[int, dict[str, Any]]] | None = None
+        # (id, partition or None, ingress topic or None) -> (HTTP status, JSON document): set by the
+        # sidecar (its lookup)
+        self.lookup: Callable[[bytes, int | None, str | None], tuple[int, dict[str, Any]]] | None = None
         # query string of GET /pending -> (HTTP status, JSON document): set by the sidecar (its listing)
         self.listing: Callable[[str], tuple[int, dict[str, Any]]] | None = None
         metrics.set_ready(False)
@@ -264,10 +266,11 @@ class HealthServer:
             if not given[-1].isdigit():
                 return 400, {"error": f"partition={given[-1]!r} is not a partition number (0 or more)"}
             partition = int(given[-1])
+        topics = parse_qs(query).get("topic")  # a tenant's ingress topic: its stores only
         lookup = self.lookup
         if lookup is None:
             return 404, {"error": "this process has no stores to look ids up in", "state": "unknown"}
-        return lookup(rid, partition)
+        return lookup(rid, partition, topics[-1] if topics else None)
 
     def list_pending(self, query: str) -> tuple[int, dict[str, Any]]:
         """``/pending?<query>``: asks :attr:`listing`."""

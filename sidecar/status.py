@@ -28,8 +28,11 @@ offset commit of its partitions (``KafkaIO.commit``; at every checkpoint, so wit
 interval of taking a partition): for a partition's owner the committed metadata's address wins,
 when the group's committed offsets have one (``committed_addresses``).
 
-A member answers from its stores (``GET /ids/<id>?partition=P``; ``Sidecar.lookup``): one id-index
-probe, verified against the stored record's id, then its memory of recent outcomes.
+A member answers from its stores (``GET /ids/<id>?partition=P&topic=T``; ``Sidecar.lookup``): one
+id-index probe, verified against the stored record's id, then its memory of recent outcomes. The
+partition is the ingress topic's (``--ingress-topic``, or ``--tenant``'s from the configuration),
+so the member looks in that topic's stores only: tenants' topics share partition numbers and a
+member may hold the same number of several.
 """
 
 from __future__ import annotations
@@ -199,9 +202,15 @@ def group_members(admin: Any, group: str, topic: str, timeout_s: float) -> list[
     return out
 
 
-def ask(address: str, rid: bytes, partition: int | None, timeout_s: float) -> tuple[int, dict[str, Any]]:
-    """``GET http://<address>/ids/<id>[?partition=P]`` -> (status, JSON document)."""
-    path = "/ids/" + quote(rid, safe="") + ("" if partition is None else f"?partition={partition}")
+def ask(address: str, rid: bytes, partition: int | None, timeout_s: float,
+        topic: str | None = None) -> tuple[int, dict[str, Any]]:
+    """``GET http://<address>/ids/<id>[?partition=P][&topic=T]`` -> (status, JSON document)."""
+    query = []
+    if partition is not None:
+        query.append(f"partition={partition}")
+    if topic:
+        query.append("topic=" + quote(topic, safe=""))
+    path = "/ids/" + quote(rid, safe="") + ("?" + "&".join(query) if query else "")
     return get_json(address, path, timeout_s)
 
 
@@ -224,9 +233,11 @@ def get_json(address: str, path: str, timeout_s: float) -> tuple[int, dict[str, 
 
 def find(
     members: list[Member], rid: bytes, partition: int | None, group: str, timeout_s: float,
+    topic: str | None = None,
 ) -> dict[str, Any]:
-    """Ask the owner of ``partition`` (or every member) about ``rid``: the first document with a
-    known state, else ``state: unknown``. Raises StatusError when no member could answer."""
+    """Ask the owner of ``partition`` (or every member) about ``rid``, in the stores of ingress
+    topic ``topic`` (None: every topic's): the first document with a known state, else ``state:
+    unknown``. Raises StatusError when no member could answer."""
     if partition is not None:
         owners = [m for m in members if partition in m.partitions]
         if not owners:
@@ -246,7 +257,7 @@ def find(
     def one(m: Member) -> tuple[Member, int, dict[str, Any]] | tuple[Member, Exception]:
         assert m.address is not None
         try:
-            return (m, *ask(m.address, rid, partition, timeout_s))
+            return (m, *ask(m.address, rid, partition, timeout_s, topic))
         except (OSError, http.client.HTTPException) as e:
             return m, e
 

@@ -62,9 +62,10 @@ class Lookup:
         self._waiting = False
         return True
 
-    def lookup(self, rid: bytes, partition: int | None = None) -> tuple[int, dict[str, Any]]:
+    def lookup(self, rid: bytes, partition: int | None = None, topic: str | None = None) -> tuple[int, dict[str, Any]]:
         """(HTTP status, JSON document) for ``rid`` in this instance's stores (``partition``:
-        that ingress partition only, of every tenant's topic). Called on an HTTP thread."""
+        that ingress partition only, of every tenant's topic unless ``topic`` names one tenant's
+        ingress topic). Called on an HTTP thread."""
         t0 = time.perf_counter()
         if not self.enter():
             return 503, {"error": f"the event loop did not free the stores within {LOOKUP_WAIT_S:g} s (a long "
@@ -73,7 +74,8 @@ class Lookup:
         try:
             owned_keys = sorted(self.stores)
             restoring_keys = sorted(self.held())
-            stores = [s for k, s in self.stores.items() if partition is None or k.partition == partition]
+            stores = [s for k, s in self.stores.items()
+                      if (partition is None or k.partition == partition) and (topic is None or k.topic == topic)]
             found = None
             now = self.clock.wall_ms()
             for store in stores:
@@ -84,8 +86,8 @@ class Lookup:
             self.lock.release()
         t2 = time.perf_counter()
         # where the time went: waiting for the loop to let go of the stores, and the look-up itself
-        owned = {k.partition for k in owned_keys}
-        restoring = {k.partition for k in restoring_keys}
+        owned = {k.partition for k in owned_keys if topic is None or k.topic == topic}
+        restoring = {k.partition for k in restoring_keys if topic is None or k.topic == topic}
         base = {"id": _text(rid), "ingress_topic": self.topics[0] if len(self.topics) == 1 else self.topics,
                 "instance": self.s.group_instance_id, "owned_partitions": named(owned_keys),
                 "wait_ms": round((t1 - t0) * 1000, 3),

@@ -67,7 +67,7 @@ def test_ids_endpoint_decodes_the_id_and_checks_the_request(server: HealthServer
     assert get(server, "/ids/x")[0] == 404  # no look-up wired
     asked: list[tuple[bytes, int | None]] = []
 
-    def lookup(rid: bytes, partition: int | None) -> tuple[int, dict[str, Any]]:
+    def lookup(rid: bytes, partition: int | None, _topic: str | None) -> tuple[int, dict[str, Any]]:
         asked.append((rid, partition))
         return 200, {"state": "pending"}
 
@@ -98,7 +98,7 @@ def test_find_asks_the_owner_over_http(server: HealthServer) -> None:
     from sidecar.status import Member, find
 
     answers = {b"known": (200, {"state": "pending", "partition": 1})}
-    server.lookup = lambda rid, partition: answers.get(rid, (404, {"state": "unknown", "error": "no"}))
+    server.lookup = lambda rid, partition, topic: answers.get(rid, (404, {"state": "unknown", "error": "no"}))
     owner = Member("m1", f"delay-sidecar@127.0.0.1:{server.port}", "/127.0.0.1", f"127.0.0.1:{server.port}", {1})
     doc = find([owner], b"known", 1, "g", 5)
     assert doc == {"state": "pending", "partition": 1, "member": f"127.0.0.1:{server.port}"}

@@ -111,3 +111,18 @@ def test_a_stats_line_names_a_bounded_number_of_tenants(monkeypatch: pytest.Monk
     assert len(out["tenants"]) == STATS_TENANTS and out["tenants_omitted"] == 7
     assert next(iter(out["tenants"])) == f"t{n - 1:02}"  # the most pending first
     assert counts.totals().delivered == sum(range(n))
+
+
+def test_a_lookup_narrowed_to_a_tenants_topic_sees_only_its_stores(tmp_path: Path) -> None:
+    """The same id pending in two tenants' topics: each topic's look-up finds its own record."""
+    w = World(tmp_path, tenants=(A, B))
+    sc = w.sidecar("a", changelog="off")
+    w.send(1, lambda i: 60_000, prefix="same", topic=A)
+    w.send(1, lambda i: 120_000, prefix="same", topic=B)
+    w.run([sc], lambda: sc.counters.ingested >= 2)
+    status_a, doc_a = sc.lookup(b"same0", None, A)
+    status_b, doc_b = sc.lookup(b"same0", None, B)
+    assert status_a == status_b == 200
+    assert doc_b["due_ms"] - doc_a["due_ms"] == 60_000
+    assert sc.lookup(b"same0", None, "nobody.in")[0] == 404
+    sc.shutdown()

@@ -1,0 +1,42 @@
+"""``--tenant NAME``: the commands that address one tenant's topics take them from the configuration.
+
+``status``, ``cancel``, ``dlq list`` and ``dlq redrive`` read and write a tenant's ingress topic
+(``status`` also asks the sidecars about that topic's partitions only) and ``dlq`` its DLQ topic.
+With ``--tenant`` those come from the sidecar's YAML file (``--config``: its ``tenants:``,
+``sidecar/tenants.py``) instead of ``--ingress-topic`` and ``--dlq-topic``, so an operator names
+the team, not its topics (``--tenant`` wins over those flags). An unknown name is an error
+naming the tenants the file has.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from sidecar import tenants
+from sidecar.config import ConfigError, Settings
+
+HELP = ("the tenant (a name under tenants: in --config) whose ingress topic{dlq} to use (instead of "
+        "--ingress-topic{dlq_flag})")
+
+
+def add(p: argparse.ArgumentParser, dlq: bool = False) -> None:
+    """Add ``--tenant`` to ``p`` (``dlq``: the command also uses the tenant's DLQ topic)."""
+    p.add_argument("--tenant", metavar="NAME", help=HELP.format(dlq=" and DLQ topic" if dlq else "",
+                                                                dlq_flag=" and --dlq-topic" if dlq else ""))
+
+
+def apply(ns: argparse.Namespace, settings: Settings | None) -> None:
+    """Set ``ns.ingress_topic`` (and ``ns.dlq_topic`` where the command has one) from ``--tenant``'s
+    entry in ``settings`` (the ``--config`` file's; None: no file given)."""
+    name = getattr(ns, "tenant", None)
+    if name is None:
+        return
+    if settings is None:
+        raise ConfigError(f"--tenant {name!r} needs --config FILE: the sidecar's configuration with its tenants")
+    try:
+        t = tenants.named(settings, name)
+    except tenants.TenantError as e:
+        raise ConfigError(str(e)) from None
+    ns.ingress_topic = t.ingress_topic
+    if hasattr(ns, "dlq_topic"):
+        ns.dlq_topic = t.dlq_topic
