@@ -52,6 +52,7 @@ CHART = ROOT / "helm" / "kafka-delay-sidecar"
 CI_TLS_SASL = CHART / "ci" / "tls-sasl-values.yaml"
 CI_THREE = CHART / "ci" / "three-replicas-values.yaml"
 CI_MONITORING = CHART / "ci" / "monitoring-values.yaml"
+CI_TENANTS = CHART / "ci" / "tenants-values.yaml"
 DASHBOARD = CHART / "dashboards" / "delay-sidecar.json"
 HELM_DOC = ROOT / "docs" / "helm.md"
 RELEASE = "kds"
@@ -181,7 +182,8 @@ def three_docs(helm: str) -> list[Doc]:
 
 
 @pytest.mark.parametrize(
-    "values", [None, CI_TLS_SASL, CI_THREE, CI_MONITORING], ids=["defaults", "tls-sasl", "three", "monitoring"]
+    "values", [None, CI_TLS_SASL, CI_THREE, CI_MONITORING, CI_TENANTS],
+    ids=["defaults", "tls-sasl", "three", "monitoring", "tenants"],
 )
 def test_helm_lint_strict(helm: str, values: Path | None) -> None:
     args = ["lint", "--strict", str(CHART)] + (["--values", str(values)] if values else [])
@@ -190,7 +192,7 @@ def test_helm_lint_strict(helm: str, values: Path | None) -> None:
 
 
 def test_ci_values_files_are_the_ones_ci_lints() -> None:
-    expected = [CI_TLS_SASL.name, CI_THREE.name, CI_MONITORING.name]
+    expected = [CI_TLS_SASL.name, CI_THREE.name, CI_MONITORING.name, CI_TENANTS.name]
     assert sorted(p.name for p in (CHART / "ci").glob("*.yaml")) == sorted(expected)
 
 
@@ -748,10 +750,10 @@ VARIANTS: dict[str, tuple[tuple[Path, ...], tuple[str, ...]]] = {
     **{p.stem: ((p,), ()) for p in sorted((CHART / "ci").glob("*.yaml"))},
     "monitoring-on-defaults": ((), MONITORING_ON),
 }
-# Labels Prometheus attaches to every target of a ServiceMonitor scrape (not the sidecar's own).
 # the series with a tenant label (sidecar/metrics.py): the dashboard's $tenant narrows them
 PER_TENANT = ("delay_sidecar_pending_records", "delay_sidecar_delivered_records_total",
               "delay_sidecar_delivery_lateness_seconds_bucket", "delay_sidecar_dlq_records_total")
+# Labels Prometheus attaches to every target of a ServiceMonitor scrape (not the sidecar's own).
 TARGET_LABELS = {"job", "instance", "namespace", "pod", "service", "endpoint", "container"}
 # Series the dashboard and alerts may use that are not the sidecar's: Prometheus' per-target `up`.
 PROMETHEUS_SERIES = {"up": TARGET_LABELS}
@@ -1411,3 +1413,68 @@ def test_kafka_user_holds_the_acls_delay_sidecar_acls_prints(helm: str, tmp_path
 def test_kafka_user_is_off_by_default_and_needs_targets(default_docs: list[Doc], helm: str) -> None:
     assert not [d for d in default_docs if d["kind"] == "KafkaUser"]
     assert "kafkaUser.targets or kafkaUser.targetPrefixes" in render_error(helm, "kafkaUser.enabled=true")
+
+
+# ---- tenants -------------------------------------------------------------------------------
+
+
+def test_tenants_render_the_config_and_project_each_tenants_secret(helm: str, tmp_path: Path) -> None:
+    docs = render(helm, CI_TENANTS)
+    doc = config_doc(docs)
+    assert "ingress-topic" not in doc  # each tenant names its own
+    creds = "/etc/delay-sidecar/tenants/payments"
+    assert doc["tenants"] == {
+        "payments": {
+            "ingress-topic": "payments.delay", "dlq-topic": "payments.delay.dlq",
+            "target-allowlist": [r"payments\..*"], "max-delay": "7d",
+            "kafka": {"sasl.username": {"file": f"{creds}/username"}, "sasl.password": {"file": f"{creds}/password"}},
+        },
+        "search": {"ingress-topic": "search.delay", "changelog-topic": "search.delay.cl"},
+    }
+    # the files the config names are the Secret's keys, projected into the config volume
+    pod = only(docs, "StatefulSet")["spec"]["template"]["spec"]
+    mount = next(m for m in container(docs)["volumeMounts"] if m["name"] == "config")
+    assert mount["mountPath"] == "/etc/delay-sidecar" and mount["readOnly"] is True
+    sources = next(v for v in pod["volumes"] if v["name"] == "config")["projected"]["sources"]
+    assert sources[0] == {"configMap": {"name": FULLNAME}}
+    [secret] = [s["secret"] for s in sources[1:]]
+    assert secret["name"] == "payments-kafka"
+    files = {f"{mount['mountPath']}/{i['path']}": i["key"] for i in secret["items"]}
+    assert files == {f"{creds}/username": "user", f"{creds}/password": "pass"}
+    assert all(i["mode"] & 0o007 == 0 for i in secret["items"])  # not world-readable
+    assert "payments-kafka" not in config_text(docs)  # no secret, nor its name, in the ConfigMap
+
+    # the sidecar's own loader takes the rest of the file: each tenant resolved with its topics
+    # (the credentials' {file: path} form is the tenant kafka: overrides' own parsing)
+    for t in doc["tenants"].values():
+        t.pop("kafka", None)
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(yaml.safe_dump(doc))
+    s = load_settings(config_file=cfg, environ={"DELAY_SIDECAR_KAFKA_SASL_USERNAME": "svc",
+                                               "DELAY_SIDECAR_KAFKA_SASL_PASSWORD": "pw"})
+    assert [(t.name, t.ingress_topic, t.dlq_topic, t.target_allowlist, t.max_delay_ms, t.changelog_topic)
+            for t in s.tenants] == [
+        ("payments", "payments.delay", "payments.delay.dlq", (r"payments\..*",), 7 * 86_400_000,
+         "payments.delay.changelog"),
+        ("search", "search.delay", "shared.delay.dlq", s.target_allowlist, s.max_delay_ms, "search.delay.cl"),
+    ]
+
+
+def test_without_tenants_the_config_volume_is_the_configmap_alone(helm: str) -> None:
+    docs = render(helm, sets=("tenants.a.ingressTopic=a.in",))
+    assert config_doc(docs)["tenants"] == {"a": {"ingress-topic": "a.in"}}
+    pod = only(docs, "StatefulSet")["spec"]["template"]["spec"]
+    assert next(v for v in pod["volumes"] if v["name"] == "config") == {"name": "config",
+                                                                        "configMap": {"name": FULLNAME}}
+
+
+@pytest.mark.parametrize(("sets", "needle"), [
+    (("tenants.a.ingressTopic=a.in", "config.changelogTopic=x.cl"),
+     "config.changelogTopic is set and tenants are given"),
+    (("tenants.a.dlqTopic=a.dlq",), "missing property 'ingressTopic'"),
+    (("tenants.a\\.b/c.ingressTopic=a.in",), "invalid propertyName 'a.b/c'"),  # not a tenant name
+    (("tenants.a.ingressTopic=a.in", "tenants.a.credentials.usernameKey=u"), "missing property 'existingSecret'"),
+    (("tenants.a.ingressTopic=a.in", "tenants.a.quota=1"), "additional properties 'quota' not allowed"),
+])
+def test_bad_tenants_are_refused(helm: str, sets: tuple[str, ...], needle: str) -> None:
+    assert needle in render_error(helm, *sets)

@@ -77,6 +77,7 @@ A sidecar duration (250ms, 5s, 1m, 2h, 1d, or bare milliseconds) in whole second
 Checks the schema cannot express; fails the render with a message naming the value.
 */}}
 {{- define "kds.validate" -}}
+{{- include "kds.validateTenants" . -}}
 {{- $bootstrap := .Values.config.bootstrapServers | default "" | toString | trim -}}
 {{- if not $bootstrap -}}
 {{- fail "config.bootstrapServers is required: the Kafka bootstrap servers (host:port[,host:port...]) of the cluster the sidecar runs beside" -}}
@@ -148,6 +149,11 @@ The sidecar's config file: the `config` options (camelCase -> flag names) + char
 {{- end -}}
 {{- $_ := set $doc (kebabcase $k) $v -}}
 {{- end -}}
+{{- end -}}
+{{- $tenants := include "kds.tenantsConfig" . | fromYaml -}}
+{{- if $tenants -}}
+{{- $_ := unset $doc "ingress-topic" -}}{{/* each tenant names its own */}}
+{{- $_ := set $doc "tenants" $tenants -}}
 {{- end -}}
 {{- $_ := set $doc "data-dir" (include "kds.dataDir" .) -}}
 {{- $_ := set $doc "http-host" "0.0.0.0" -}}
