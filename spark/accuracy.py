@@ -8,7 +8,7 @@ Reads, through Spark's Kafka connector with ``includeHeaders=true``:
   (``history_frame``) — and
 * the **delivered topics** (a subscribe pattern, e.g. ``orders\\..*``) from ``since`` to the end,
 
-joins them by ``delay.id`` and reports per target topic, per level and per minute.
+joins them by ``delay.id`` and reports per target topic, per level and per minute, and per tenant.
 
 Method (the wire contract of docs/design.md 1 is what is measured here):
 
@@ -39,6 +39,10 @@ Method (the wire contract of docs/design.md 1 is what is measured here):
   read — typically records sent before ``since``; a hint to widen the range.
 * **minute**: the due minute of the ingress record (UTC), so a record, its copies and its loss
   all fall in the same row, and ``sent = delivered + lost + pending`` holds in every row.
+* **tenant** (``by_tenant``): a deployment with tenants has one ingress topic per tenant; the
+  job reads them all (``ingress_topic``: a comma-separated list) and a sent record's tenant is
+  its ingress topic's, named by ``tenants`` (ingress topic -> tenant, from the sidecar's
+  configuration), else the topic itself (spark/tenancy.py).
 * percentiles are ``percentile_approx`` (nearest rank; exact while a group holds fewer values than
   its accuracy, 10 000).
 * **isolation level** (``isolation_level`` in the summary): every topic is read with the Kafka
@@ -419,15 +423,20 @@ def run_accuracy(
     details: bool = True,
     history_topic: str | None = None,
     read_committed: bool = False,
+    tenants: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run the batch job (see the module docstring) and return the summary (also written as JSON).
 
     ``read_committed``: read every topic with ``isolation.level=read_committed`` (else the level
     of ``kafka_options``, else ``read_uncommitted``); the summary's ``isolation_level`` says which.
+    ``ingress_topic``: one topic or several, comma-separated (tenants); ``tenants``: ingress topic
+    -> tenant name (``by_tenant``; a topic it does not name is its own tenant).
     """
     import orjson
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
+
+    from spark.tenancy import tenant_column
 
     if until_ms <= since_ms:
         raise ValueError(f"until ({until_ms}) must be after since ({since_ms})")
@@ -449,7 +458,8 @@ def run_accuracy(
     ing = ing.persist(StorageLevel.MEMORY_AND_DISK)
 
     raw_delivered = read_kafka(spark, bootstrap, pattern=target_pattern, since_ms=since_ms, kafka_options=kafka_options)
-    dl = delivered_frame(raw_delivered, since_ms, [ingress_topic, *exclude_topics, *filter(None, [history_topic])])
+    ingress_topics = [t.strip() for t in ingress_topic.split(",") if t.strip()]
+    dl = delivered_frame(raw_delivered, since_ms, [*ingress_topics, *exclude_topics, *filter(None, [history_topic])])
     dl = dl.persist(StorageLevel.MEMORY_AND_DISK)  # joined, unmatched and details read it
 
     # a recurring schedule's firings are measured apart (firings_stats), one-shot records here
@@ -463,7 +473,8 @@ def run_accuracy(
     sent = ing.where(
         F.col("in_range") & ~F.col("is_command") & F.col("is_valid") & ~F.col("is_cancelled")
         & F.col("is_target") & (F.col("id_rank") == 1) & ~F.col("is_recurring")
-    ).select("id", "topic", "level", "ingress_topic", "ingress_partition", "ingress_offset", "sent_ms", "due_ms")
+    ).select("id", "topic", "level", "ingress_topic", "ingress_partition", "ingress_offset", "sent_ms", "due_ms",
+             tenant_column(F.col("ingress_topic"), tenants).alias("tenant"))
 
     from pyspark.sql import Window
 
@@ -514,6 +525,9 @@ def run_accuracy(
         return -1 if level is None else level
 
     by_topic.sort(key=lambda r: r["topic"])
+    by_tenant = sorted(({"tenant": row["tenant"], **_stats_dict(row)}
+                        for row in joined.groupBy("tenant").agg(*_stats_columns()).collect()),
+                       key=lambda r: r["tenant"])
     by_level.sort(key=lambda r: (r["topic"], level_key(r["level"])))
     by_minute.sort(key=lambda r: (r["topic"], level_key(r["level"]), r["minute_ms"]))
 
@@ -540,7 +554,7 @@ def run_accuracy(
     if details:
         details_path = out / "details.parquet"
         detail_cols = [
-            "id", "topic", "level", "status", "minute_ms", "ingress_topic", "ingress_partition",
+            "id", "topic", "level", "status", "minute_ms", "tenant", "ingress_topic", "ingress_partition",
             "ingress_offset", "sent_ms", "due_ms", "delivered_topic", "delivered_partition",
             "delivered_offset", "delivered_ms", "deliver_at_ms", "lateness_ms", "copy",
         ]
@@ -585,6 +599,7 @@ def run_accuracy(
         "generated_at": iso(int(datetime.now(tz=UTC).timestamp() * 1000)),
         "totals": totals,
         "by_topic": by_topic,
+        "by_tenant": by_tenant,
         "by_topic_level": by_level,
         "by_minute": by_minute,
     }

@@ -6,7 +6,7 @@ connector with headers, and for every delivered record computes
     lateness_ms = record timestamp - delay.deliver-at header      (early: lateness_ms < 0)
 
 Event time is the delivered record's Kafka timestamp. Records are grouped into one-minute
-tumbling windows per topic, with a watermark (default 2 minutes) that bounds the state: a window
+tumbling windows per topic and tenant, with a watermark (default 2 minutes) that bounds the state: a window
 is final once the watermark passes its end, and records later than that are dropped. Per window
 and topic: ``deliveries`` (every copy counts), ``duplicates`` (copies beyond the first of a
 ``delay.id`` within the window and topic: deliveries with an id - distinct ids, exact; a copy of
@@ -20,12 +20,16 @@ Isolation level: the delivered topics are read with ``isolation.level=read_commi
 them), else ``read_uncommitted`` (the Kafka Java client's default, which Spark's connector keeps:
 aborted records are counted); every row carries it as ``isolation_level``.
 
+Tenant: the delivered record's ``delay.source`` header names its ingress topic, and the tenant is
+that topic's name in ``tenants`` (from the sidecar's configuration: ``--config``), else the topic
+itself (spark/tenancy.py); a record without the header has no tenant (null).
+
 Each row is written as JSON to a Kafka topic (default ``delay.accuracy``) with key
-``<topic>@<minute start ms>``. In the default ``update`` output mode a row is re-emitted whenever
-its window changes (a rolling table: the last record per key wins, so the topic can be compacted);
-in ``append`` mode each window is written once, when the watermark closes it. The output topic,
-the ingress and DLQ topics and ``__``-prefixed topics are never read, even if the pattern matches
-them.
+``<topic>@<minute start ms>@<tenant>`` (``<topic>@<minute start ms>`` for no tenant). In the
+default ``update`` output mode a row is re-emitted whenever its window changes (a rolling table:
+the last record per key wins, so the topic can be compacted); in ``append`` mode each window is
+written once, when the watermark closes it. The output topic, the ingress and DLQ topics and
+``__``-prefixed topics are never read, even if the pattern matches them.
 
 Bounded runs (tests, cron): ``available_now=True`` processes what is in the topics and stops;
 ``run_for_seconds=N`` runs with a processing-time trigger for N seconds and stops.
@@ -63,24 +67,28 @@ def lateness_table(
     window: str = "1 minute",
     watermark: str = "2 minutes",
     exclude_topics: Sequence[str] = (),
+    tenants: Mapping[str, str] | None = None,
 ) -> DataFrame:
-    """Per (window, topic) lateness aggregates over a Kafka source DataFrame (with headers)."""
+    """Per (window, topic, tenant) lateness aggregates over a Kafka source DataFrame (with headers);
+    ``tenants``: ingress topic -> tenant name (spark/tenancy.py)."""
     from pyspark.sql import functions as F
 
     from spark.accuracy import H_DELIVER_AT, H_ID, header
+    from spark.tenancy import H_SOURCE, source_topic, tenant_column
 
     d = delivered.where(~F.col("topic").isin(*exclude_topics) & ~F.col("topic").startswith("__")).select(
         "topic",
         "timestamp",
         header(H_ID).alias("id"),
         (F.expr("unix_millis(timestamp)") - header(H_DELIVER_AT).try_cast("bigint")).alias("lateness_ms"),
+        tenant_column(source_topic(header(H_SOURCE)), tenants).alias("tenant"),
     )
     lat = F.col("lateness_ms")
     # a streaming aggregation cannot count distinct values; the size of the set of ids can
     duplicates = F.count("id") - F.size(F.collect_set("id"))
     return (
         d.withWatermark("timestamp", watermark)
-        .groupBy(F.window("timestamp", window).alias("w"), "topic")
+        .groupBy(F.window("timestamp", window).alias("w"), "topic", "tenant")
         .agg(
             F.count(F.lit(1)).alias("deliveries"),
             duplicates.alias("duplicates"),
@@ -95,8 +103,8 @@ def lateness_table(
 
 
 def to_kafka_rows(table: DataFrame, *, isolation_level: str) -> DataFrame:
-    """``key`` = ``<topic>@<minute ms>``, ``value`` = the row as JSON, with the isolation level
-    the delivered topics were read with."""
+    """``key`` = ``<topic>@<minute ms>@<tenant>`` (no ``@<tenant>`` without one), ``value`` = the
+    row as JSON, with the isolation level the delivered topics were read with."""
     from pyspark.sql import functions as F
 
     start = F.expr("unix_millis(w.start)")
@@ -108,6 +116,7 @@ def to_kafka_rows(table: DataFrame, *, isolation_level: str) -> DataFrame:
     )
     value = F.struct(
         F.col("topic"),
+        F.col("tenant"),
         start.alias("minute_ms"),
         F.date_format("w.start", "yyyy-MM-dd'T'HH:mm:ss'Z'").alias("minute"),
         F.expr("unix_millis(w.end)").alias("window_end_ms"),
@@ -120,7 +129,7 @@ def to_kafka_rows(table: DataFrame, *, isolation_level: str) -> DataFrame:
         F.expr("unix_millis(current_timestamp())").alias("updated_at_ms"),
     )
     return table.select(
-        F.concat_ws("@", F.col("topic"), start.cast("string")).alias("key"),
+        F.concat_ws("@", F.col("topic"), start.cast("string"), F.col("tenant")).alias("key"),
         F.to_json(value).alias("value"),
     )
 
@@ -173,6 +182,7 @@ def start_stream(
     kafka_options: Mapping[str, str] | None = None,
     create_topic: bool = True,
     read_committed: bool = False,
+    tenants: Mapping[str, str] | None = None,
 ) -> StreamingQuery:
     """Start the streaming query (the caller waits on it / stops it). ``read_committed``: read the
     delivered topics with ``isolation.level=read_committed`` (else the level of ``kafka_options``,
@@ -202,7 +212,8 @@ def start_stream(
         reader = reader.option(key, value)
     reader = reader.option("kafka.isolation.level", level)
     table = lateness_table(
-        reader.load(), window=window, watermark=watermark, exclude_topics=[output_topic, *exclude_topics]
+        reader.load(), window=window, watermark=watermark, exclude_topics=[output_topic, *exclude_topics],
+        tenants=tenants,
     )
     writer = (
         to_kafka_rows(table, isolation_level=level)
@@ -281,6 +292,9 @@ def build_parser(prog: str = "accuracy_stream.py") -> argparse.ArgumentParser:
     p.add_argument("--run-for-seconds", type=float, default=None, help="stop after this many seconds")
     p.add_argument("--read-committed", action="store_true",
                    help=read_committed_help("the delivered topics", "every output row"))
+    p.add_argument("--config", default=None, metavar="FILE",
+                   help="the sidecar's YAML configuration: its tenants name the ingress topics (without, a row's "
+                        "tenant is the ingress topic its delay.source header names)")
     p.add_argument("--master", default=None, help="Spark master (default local[2], or spark-submit's)")
     return p
 
@@ -292,6 +306,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--bootstrap-servers is required (or set KAFKA_BOOTSTRAP_SERVERS)")
     if args.run_for_seconds is not None and args.run_for_seconds <= 0:
         parser.error("--run-for-seconds must be positive")
+    tenants = None
+    if args.config is not None:
+        from spark.tenancy import tenants_from_config
+
+        tenants = tenants_from_config(args.config)
     from spark.session import get_session
 
     session = get_session("kds-accuracy-stream", master=args.master)
@@ -309,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         available_now=args.available_now,
         run_for_seconds=args.run_for_seconds,
         read_committed=args.read_committed,
+        tenants=tenants,
     )
     print(f"accuracy stream stopped: batch {progress.get('batchId')}, "
           f"{progress.get('numInputRows')} input rows in the last batch "

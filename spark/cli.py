@@ -116,7 +116,12 @@ def build_parser(prog: str = "delay-sidecar accuracy") -> argparse.ArgumentParse
     )
     p.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"),
                    help="Kafka bootstrap servers (default: $KAFKA_BOOTSTRAP_SERVERS)")
-    p.add_argument("--ingress-topic", default="delay.ingress", help="ingress topic (default delay.ingress)")
+    p.add_argument("--ingress-topic", default=None, metavar="TOPIC[,TOPIC...]",
+                   help="ingress topic, or several comma-separated (tenants) (default: every tenant's of --config, "
+                        "else delay.ingress)")
+    p.add_argument("--config", default=None, metavar="FILE",
+                   help="the sidecar's YAML configuration: its tenants name the ingress topics in the per-tenant "
+                        "breakdown (without, each ingress topic is its own tenant)")
     p.add_argument("--history-topic", default=None, metavar="TOPIC",
                    help="read the sidecar's history topic (its history-topic setting) instead of the ingress "
                         "topic: no payloads, the committed due times")
@@ -181,6 +186,13 @@ def format_table(summary: dict[str, Any]) -> str:
     ignored = t.get("ignored") or {}
     if any(ignored.values()):
         lines.append("  not counted: " + "  ".join(f"{k} {v}" for k, v in ignored.items() if v))
+    by_tenant = summary.get("by_tenant") or []
+    if len(by_tenant) > 1:
+        for r in by_tenant:
+            tl = r["lateness_ms"]
+            lines.append(f"  tenant {r['tenant']}: sent {r['sent']}  delivered {r['delivered']}  lost {r['lost']}  "
+                         f"pending {r['pending']}  duplicates {r['duplicates']}  early {r['early']}  "
+                         f"lateness ms p99 {_fmt(tl['p99'])}  max {_fmt(tl['max'])}")
     header = ("topic", "level", "minute", "sent", "deliv", "lost", "pend", "dup", "early",
               "p50", "p90", "p99", "p99.9", "max")
     rows: list[tuple[str, ...]] = []
@@ -236,6 +248,17 @@ def accuracy_main(argv: Sequence[str] | None = None, *, prog: str = "delay-sidec
             isolation_level(dict(args.kafka), args.read_committed)
         except ValueError as exc:
             parser.error(f"--read-committed / --kafka: {exc}")
+        tenants = None
+        if args.config is not None:
+            from sidecar.config import ConfigError
+            from spark.tenancy import tenants_from_config
+
+            try:
+                tenants = tenants_from_config(args.config)
+            except (ConfigError, OSError) as exc:
+                parser.error(f"--config: {exc}")
+        if args.ingress_topic is None:
+            args.ingress_topic = ",".join(tenants) if tenants else "delay.ingress"
     except SystemExit as exc:  # argparse: --help (0) or a bad flag (2, message already printed)
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
 
@@ -276,6 +299,7 @@ def accuracy_main(argv: Sequence[str] | None = None, *, prog: str = "delay-sidec
         details=not args.no_details,
         history_topic=args.history_topic,
         read_committed=args.read_committed,
+        tenants=tenants,
     )
     if args.json:
         print(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
