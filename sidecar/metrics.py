@@ -15,8 +15,8 @@ Tenants (``sidecar/tenants.py``): the series that are per tenant carry a ``tenan
 (``default`` for the one implicit tenant): delivered records, dead letters by reason, pending
 records by tier and delivery lateness. :meth:`Metrics.tenant` returns a tenant's
 :class:`TenantMetrics`, its labelled children resolved once, so the once-a-second sync does no
-label look-up per tenant and series; other per-tenant series (quota rejections, pacing lag) take
-the tenant name from ``sidecar.tenants.tenant_by_topic``.
+label look-up per tenant and series. The quotas' per-tenant series (quota rejections, pacing lag)
+are ``engine/quota_metrics.py``'s; ``sidecar.tenants.tenant_by_topic`` names a store's tenant.
 
 Series (all prefixed ``delay_sidecar_``; base units: seconds, bytes, records):
 
