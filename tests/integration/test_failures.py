@@ -210,8 +210,8 @@ def test_sigterm_under_load_loses_and_duplicates_nothing(
                    "delay_sidecar_pending_records", "delay_sidecar_store_bytes",
                    "delay_sidecar_early_deliveries_total"):
         assert series in names, series
-    delivered = samples[("delay_sidecar_delivered_records_total", ())]
+    delivered = samples[("delay_sidecar_delivered_records_total", (("tenant", "default"),))]
     assert 0 < delivered <= n
     assert samples[("delay_sidecar_early_deliveries_total", ())] == 0
-    assert samples[("delay_sidecar_dlq_records_total", (("reason", "bad-header"),))] == 0
+    assert samples[("delay_sidecar_dlq_records_total", (("reason", "bad-header"), ("tenant", "default")))] == 0
     assert samples[("delay_sidecar_store_bytes", ())] > 0

@@ -56,13 +56,14 @@ def test_sidecar_delivery_measured_by_spark(
     t = summary["totals"]
     print(f"\nspark accuracy: {t}")
     assert (t["sent"], t["delivered"], t["lost"], t["early"], t["duplicates"]) == (n, n, 0, 0, 0)
-    assert metrics[("delay_sidecar_delivered_records_total", ())] == n
+    tenant = (("tenant", "default"),)  # the one implicit tenant
+    assert metrics[("delay_sidecar_delivered_records_total", tenant)] == n
     assert metrics[("delay_sidecar_early_deliveries_total", ())] == 0
     # Consistency with the sidecar's lateness histogram: the job's p99 and max fall in buckets that
     # the sidecar's own histogram says hold >= 99 % and 100 % of its observations.
     buckets = sorted((float(dict(k[1])["le"]), v) for k, v in metrics.items()
                      if k[0] == "delay_sidecar_delivery_lateness_seconds_bucket")
-    count = metrics[("delay_sidecar_delivery_lateness_seconds_count", ())]
+    count = metrics[("delay_sidecar_delivery_lateness_seconds_count", tenant)]
     assert count == n
     lat = t["lateness_ms"]
     le_p99 = next(le for le, c in buckets if c >= 0.99 * count)
