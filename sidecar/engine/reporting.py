@@ -91,14 +91,6 @@ class Reporting:
         if self.metrics is not None:
             self.metrics.update_from_stats(stats_json)
 
-    def pending(self) -> dict[str, int]:
-        """Pending records by tier over the owned stores (a tier seen once stays, at 0)."""
-        pending: dict[str, int] = {}
-        for by_tier in self.pending_by_tenant().values():
-            for tier, n in by_tier.items():
-                pending[tier] = pending.get(tier, 0) + n
-        return pending
-
     def pending_by_tenant(self) -> dict[str, dict[str, int]]:
         """Pending records by tenant and tier over the owned stores (a tier seen once stays, at 0)."""
         out = {name: dict.fromkeys(seen, 0) for name, seen in self._tiers_seen.items()}
