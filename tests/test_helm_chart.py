@@ -1444,10 +1444,15 @@ def test_tenants_render_the_config_and_project_each_tenants_secret(helm: str, tm
     assert all(i["mode"] & 0o007 == 0 for i in secret["items"])  # not world-readable
     assert "payments-kafka" not in config_text(docs)  # no secret, nor its name, in the ConfigMap
 
-    # the sidecar's own loader takes the rest of the file: each tenant resolved with its topics
-    # (the credentials' {file: path} form is the tenant kafka: overrides' own parsing)
-    for t in doc["tenants"].values():
-        t.pop("kafka", None)
+    # the sidecar's own loader reads the file as the pod would: the Secret's values projected where
+    # the config points (here under tmp_path, as the kubelet does under the mount path)
+    secret_data = {"user": "svc-payments", "pass": "p4ss\n"}  # a trailing newline is stripped
+    for path, key in files.items():
+        local = tmp_path / path.lstrip("/")
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.write_text(secret_data[key])
+    for prop in doc["tenants"]["payments"]["kafka"].values():
+        prop["file"] = str(tmp_path / prop["file"].lstrip("/"))
     cfg = tmp_path / "config.yaml"
     cfg.write_text(yaml.safe_dump(doc))
     s = load_settings(config_file=cfg, environ={"DELAY_SIDECAR_KAFKA_SASL_USERNAME": "svc",
@@ -1458,6 +1463,8 @@ def test_tenants_render_the_config_and_project_each_tenants_secret(helm: str, tm
          "payments.delay.changelog"),
         ("search", "search.delay", "shared.delay.dlq", s.target_allowlist, s.max_delay_ms, "search.delay.cl"),
     ]
+    assert dict(s.tenants[0].kafka) == {"sasl.username": "svc-payments", "sasl.password": "p4ss"}
+    assert s.tenants[1].kafka == ()  # the deployment's principal
 
 
 def test_without_tenants_the_config_volume_is_the_configmap_alone(helm: str) -> None:
