@@ -61,6 +61,9 @@ Transactions (a producer made with ``transactional.id``), as librdkafka and the 
   and ``abort_transaction`` wait their timeout and raise a retriable ``_TIMED_OUT`` (calling the
   same method again resumes it), ``send_offsets_to_transaction`` raises an abortable one, and
   records queued at a commit fail their delivery, so the commit raises an abortable error.
+  A transactional id in ``txn_refused`` (its Write ACL revoked) makes ``init_transactions``,
+  ``send_offsets_to_transaction`` and ``commit_transaction`` raise the broker's fatal
+  ``TRANSACTIONAL_ID_AUTHORIZATION_FAILED``; an open transaction is left to the coordinator's timeout.
   ``TwinCluster.fail_next_commit`` makes the next commits fail with an abortable error.
 
 Errors are real ``confluent_kafka.KafkaError`` objects (tests may import the client), so the
@@ -218,6 +221,7 @@ class TwinCluster:
         self.txn_parts: set[tuple[str, int]] = set()  # partitions holding transactional records
         self.commit_failures: list[KafkaError] = []  # what the next commit_transaction calls fail with
         self.offsets_hangs: list[threading.Event] = []  # what the next send_offsets_to_transaction waits for
+        self.txn_refused: set[str] = set()  # transactional ids the principal may not Write (ACL revoked)
 
     # -- topics ---------------------------------------------------------------------------------
     def create_topic(self, name: str, partitions: int, config: dict[str, str] | None = None) -> None:
@@ -728,6 +732,15 @@ class TwinProducer:
             raise KafkaException(self.txn_error)
         raise KafkaException(KafkaError(KafkaError._STATE, f"Operation not valid in state {self.state}"))
 
+    def _check_id(self, what: str) -> None:
+        """The broker refuses a transactional id without Write: a fatal error (as librdkafka)."""
+        if self.transactional_id in self.cluster.txn_refused:
+            self.state = FATAL
+            self.txn = None
+            self.txn_error = KafkaError(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                        f"Failed to {what}: Broker: Transactional Id authorization failed", fatal=True)
+            raise KafkaException(self.txn_error)
+
     def _timed_out(self, timeout: float, what: str, abortable: bool = False) -> KafkaException:
         """An outage: the call waits its timeout (virtual time) for the coordinator, then fails; an
         infinite one (negative) ends with the transaction's timeout here."""
@@ -746,6 +759,7 @@ class TwinProducer:
         self._require(INIT)
         if self.cluster.down:
             raise self._timed_out(timeout, "initialize the producer id")
+        self._check_id("find transaction coordinator")
         assert self.transactional_id is not None
         self.cluster.claim(self.transactional_id, self)
         self.state = READY
@@ -762,6 +776,7 @@ class TwinProducer:
         self._require(IN_TXN)
         if not isinstance(group_metadata, TwinGroupMetadata):
             raise TypeError("group_metadata must be what Consumer.consumer_group_metadata() returned")
+        self._check_id("add offsets to transaction")
         valid = [tp for tp in positions if tp.offset >= 0]  # logical and invalid offsets are ignored
         if not valid:
             return
@@ -781,6 +796,7 @@ class TwinProducer:
     def commit_transaction(self, timeout: float = -1, /) -> None:
         _seconds(timeout)
         self._require(IN_TXN, COMMITTING)
+        self._check_id("end transaction")
         self._deliver()  # the flush: a failed record makes the transaction abortable
         if self.state == ABORTABLE:
             assert self.txn_error is not None

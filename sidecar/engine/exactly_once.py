@@ -16,10 +16,15 @@ offsets. Nothing the aborted transaction held was visible to a ``read_committed`
 it is done again.
 
 A producer the broker fenced or that died is replaced (``new_producer``) and registered again
-(``Transactions.start``) before anything else is produced.
+(``Transactions.start``) before anything else is produced. If the broker refuses the registration
+because Write on the transactional id was revoked, the sidecar does not exit: it stops producing
+and waits until the ACL is back (``txn_refusal.TxnRefusal``), then registers a new producer
+(:meth:`ExactlyOnce.refused_step`); the loop publishes nothing meanwhile (:attr:`producing`).
 """
 
 from __future__ import annotations
+
+from confluent_kafka import KafkaException
 
 from sidecar import logs
 from sidecar.engine.changelog import StoreMirror
@@ -29,6 +34,7 @@ from sidecar.engine.page_waits import PageWaits
 from sidecar.engine.publishing import Publishing
 from sidecar.engine.stores import StoreKey, Stores, named, tp_key
 from sidecar.engine.transactions import TransactionFailed, Transactions
+from sidecar.engine.txn_refusal import WAIT_S, TxnRefusal
 
 log = logs.get("sidecar")
 
@@ -36,7 +42,7 @@ log = logs.get("sidecar")
 class ExactlyOnce:
     def __init__(
         self, txn: Transactions, stores: Stores, kafka: KafkaIO, pub: Publishing, handover: Handover,
-        page_waits: PageWaits,
+        page_waits: PageWaits, refusal: TxnRefusal,
     ) -> None:
         self.txn = txn
         self.stores = stores
@@ -44,13 +50,63 @@ class ExactlyOnce:
         self.pub = pub
         self.handover = handover
         self.page_waits = page_waits
+        self.refusal = refusal  # Write on the transactional id refused: waited out in place
         self.reset_wanted = ""  # why the committed state must be restored (at the next turn)
 
+    @property
+    def producing(self) -> bool:
+        """False while the transactional id is refused: nothing may be published."""
+        return not self.refusal.waiting
+
     def new_producer(self, reason: str) -> None:
-        """Replace the transactional producer (dead or fenced) and register the new one."""
+        """Replace the transactional producer (dead or fenced) and register the new one; while
+        the transactional id is refused, the dead one stays until the ACL is back."""
+        if self.refusal.waiting:
+            return
         self.kafka.replace_producer(reason)
         self.pub.producer = self.kafka.producer
-        self.txn.start()
+        try:
+            self.txn.start()
+        except KafkaException as e:
+            cause = self.refusal.cause_of(e)
+            if cause is None:
+                raise
+            self.refusal.refused(cause)
+
+    def producer_died(self, reason: str) -> None:
+        """A delivery report said the producer is dead: a new one, and the committed state
+        restored; while the transactional id is refused, the dead one's reports are expected."""
+        self.pub.producer_fatal = ""
+        if self.refusal.waiting:
+            return
+        self.new_producer(reason)
+        self.reset(f"producer replaced: {reason}", aborted=True)
+
+    def refused_step(self) -> None:
+        """A turn while the transactional id is refused: once the probe passes, a new producer
+        is made and registered, and the loop produces again (``txn_refusal.py``)."""
+        if not self.refusal.step():
+            return
+        self.kafka.replace_producer("the transactional id is authorized again", quiet=True)
+        self.pub.producer = self.kafka.producer
+        try:
+            self.txn.start()
+        except KafkaException as e:
+            cause = self.refusal.cause_of(e)
+            if cause is None:
+                self.refusal.failed(e)
+            else:
+                self.refusal.refused(cause)
+            return
+        self.refusal.resumed()
+
+    def wait_s(self, mono: float, timeout: float, restoring: bool) -> float:
+        """The loop's wait for records (``timeout``: to the next due record) capped at the next
+        commit; while refused, a short one (the probe's answer): records due meanwhile must not
+        make it spin, a restore still runs at full speed."""
+        if self.refusal.waiting:
+            return 0.0 if restoring else WAIT_S
+        return min(timeout, self.txn.wait_s(mono))
 
     # -- a turn -----------------------------------------------------------------------------------
     def must_reset(self) -> bool:
@@ -96,6 +152,8 @@ class ExactlyOnce:
         return self.commit(begin) if self.txn.open else "no transaction open"
 
     def _abort(self) -> None:
+        if self.refusal.waiting:  # the producer is dead: the broker aborts its transaction
+            return
         try:
             self.txn.abort()
         except TransactionFailed as e:

@@ -447,11 +447,13 @@ class KafkaIO:
             log.warning("consumer.close_failed", error=str(e))
         self.consumer = self._subscribe()
 
-    def replace_producer(self, reason: str) -> None:
+    def replace_producer(self, reason: str, quiet: bool = False) -> None:
         """A fatal producer error (e.g. the idempotent producer's sequence broke) leaves a producer
         that refuses everything: a new one takes over; what was in flight is retried on it (a
-        transactional one is registered by the loop, which also restores the committed state)."""
-        log.error("producer.fatal", error=reason, action="continuing with a new producer")
+        transactional one is registered by the loop, which also restores the committed state).
+        ``quiet``: the error was reported already (a refused transactional id, now healed)."""
+        if not quiet:
+            log.error("producer.fatal", error=reason, action="continuing with a new producer")
         old, self.producer = self.producer, self.clients.producer(self.producer_conf())
         old.purge()  # its reports come back as failures: retried on the new producer
         with contextlib.suppress(KafkaException):  # its fatal error, raised again by this poll: logged above

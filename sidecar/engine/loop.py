@@ -85,6 +85,7 @@ from sidecar.engine.stores import StoreKey, Stores
 from sidecar.engine.tenant_counts import TenantCounts
 from sidecar.engine.transactions import Transactions
 from sidecar.engine.turns import SLOW_TURN_S, TurnWatch
+from sidecar.engine.txn_refusal import TxnRefusal, txn_probe
 from sidecar.levels.scheduler import LevelsScheduler
 from sidecar.runtime.threads import HelperThreads
 from sidecar.scheduling import Scheduler
@@ -188,7 +189,9 @@ class Sidecar:
             readiness=self.reporting.set_assigned, space_check=self.backpressure.assigned)
         self.ingress = Ingress(settings, self.stores, self.kafka, self.handover, self.page_waits, self.clock)
         self.ownership = Ownership(self.stores, self.kafka, self.clock)
-        self.eos = (ExactlyOnce(self.txn, self.stores, self.kafka, self.pub, self.handover, self.page_waits)
+        self.eos = (ExactlyOnce(self.txn, self.stores, self.kafka, self.pub, self.handover, self.page_waits,
+                                TxnRefusal(self.kafka.refusals, self.kafka, self.clock, txn_probe(settings),
+                                           lambda: self.backpressure.paused))
                     if self.txn is not None else None)
         self.lookups = Lookup(settings, self.stores, self.clock, self.handover.held)
         self.lookup = self.lookups.lookup  # GET /ids/<id> (cli.py hands it to the health server)
@@ -276,9 +279,10 @@ class Sidecar:
         with self.store_lock:
             now = self.clock.wall_ms()
             # a restore in progress must not wait for ingress: its slices run once per turn
-            timeout = 0.0 if self.restorer is not None and self.restorer.restoring else self.pub.wait_s(now)
-            if self.txn is not None:
-                timeout = min(timeout, self.txn.wait_s(self.clock.monotonic()))
+            restoring = self.restorer is not None and bool(self.restorer.restoring)
+            timeout = 0.0 if restoring else self.pub.wait_s(now)
+            if self.eos is not None:
+                timeout = self.eos.wait_s(self.clock.monotonic(), timeout, restoring)
             if self.page_waits.held:
                 timeout = min(timeout, PAGE_WAIT_POLL_S)
         tw = clock()
@@ -301,8 +305,12 @@ class Sidecar:
         clock, turns = time.perf_counter, self.turns
         t1 = clock()
         turns.mark()  # also counts the turn
-        if self.eos is not None and self.eos.must_reset():
+        eos = self.eos
+        if eos is not None and eos.must_reset():
             msgs = []  # consumed again from the committed offsets
+        if eos is not None and not eos.producing:
+            eos.refused_step()  # the transactional id refused: waiting for its ACL (txn_refusal.py)
+        producing = eos is None or eos.producing
         if self.page_waits.held:
             self.page_waits.step()
         if msgs:
@@ -311,7 +319,7 @@ class Sidecar:
             ingest = self.ingress.ingest
             for i in range(0, len(msgs), INGEST_SLICE):
                 ingest(msgs[i : i + INGEST_SLICE])
-                if i + INGEST_SLICE < len(msgs) and self.pub.due_now():
+                if i + INGEST_SLICE < len(msgs) and producing and self.pub.due_now():
                     self.pub.publish()
         if self.kafka.consumer_fatal:
             self._replace_consumer()
@@ -320,7 +328,7 @@ class Sidecar:
         if self.standbys is not None and self.s.standby_replicas:
             self.standbys.step()
         t2 = clock()
-        if self.ownership.confirmed():
+        if producing and self.ownership.confirmed():
             self.pub.publish()
         self.pub.poll(0)
         if self.pub.producer_fatal:
@@ -375,11 +383,11 @@ class Sidecar:
         """A delivery report said the producer instance is dead (``Publishing.producer_fatal``):
         a new one; exactly-once: registered, and the committed state restored."""
         fatal = self.pub.producer_fatal
+        if self.eos is not None:
+            self.eos.producer_died(fatal)
+            return
         self.kafka.replace_producer(fatal)
         self.pub.producer, self.pub.producer_fatal = self.kafka.producer, ""
-        if self.eos is not None:
-            self.eos.txn.start()
-            self.eos.reset(f"producer replaced: {fatal}", aborted=True)
 
     def _replace_consumer(self) -> None:
         """A fatal consumer error (librdkafka: e.g. a static member fenced after its session

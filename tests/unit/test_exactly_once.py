@@ -297,3 +297,37 @@ def test_a_transaction_open_when_every_partition_is_lost_never_commits(tmp_path:
     a.turn()
     assert w.delivered() == [], "nothing of it became visible to read_committed readers"
     a.shutdown()
+
+
+def test_a_transactional_id_refused_while_running_is_waited_out(tmp_path: Path) -> None:
+    """Write on the transactional id revoked while records flow: no exit; nothing is published
+    or committed while refused (ingress paused, /readyz's cause set); once it is granted again a
+    new producer is registered and every record is seen once for read_committed, none early."""
+    w = EosWorld(tmp_path)
+    sc = w.sidecar("a", **EOS)
+    assert sc.eos is not None and sc.txn is not None
+    refusal = sc.eos.refusal
+    txn_id = sc.kafka.producer.transactional_id
+    refusal.probe = lambda: txn_id not in w.cluster.txn_refused  # the twin's answer, not a real client's
+    w.run([sc], lambda: len(sc.stores) == PARTITIONS)
+    w.send(40, lambda i: 200)
+    w.run([sc], lambda: len(w.delivered()) >= 40)
+    w.cluster.txn_refused.add(txn_id)
+    w.send(40, lambda i: 300, prefix="meanwhile")
+    w.run([sc], lambda: refusal.waiting)
+    assert refusal.cause is not None and refusal.cause.operation == "Write"
+    assert refusal.cause.resource == f"transactional id {txn_id}"
+    seen, written = len(w.delivered()), len(w.written())
+    dead = sc.kafka.producer
+    w.run([sc], lambda: w.clock.now_ms > w.sent[b"meanwhile39"] + 5_000)  # long past due, still refused
+    assert refusal.waiting and sc.kafka.paused
+    assert len(w.delivered()) == seen and len(w.written()) == written  # nothing produced meanwhile
+    assert sc.kafka.producer is dead
+    w.cluster.txn_refused.discard(txn_id)
+    w.run([sc], lambda: not refusal.waiting)
+    assert sc.kafka.producer is not dead and not sc.kafka.paused
+    w.send(20, lambda i: 100, prefix="after")
+    w.run([sc], lambda: len(w.delivered()) >= 100)
+    w.check(set(w.sent))  # each once, none early
+    assert refusal.refused_count == 1
+    sc.shutdown()

@@ -1,0 +1,161 @@
+"""Exactly-once: Write on the transactional id revoked while running, waited out in place.
+
+The start-up check (``connectivity.run_probe``) waits for Write on the transactional id
+``<group-id>.<instance-id>`` before the sidecar starts. Revoked while it runs, the broker refuses
+the id's next transactional request (``TRANSACTIONAL_ID_AUTHORIZATION_FAILED``, at the offsets'
+or the commit's request or when a produce adds a partition): a fatal error, so the producer is
+dead, and its replacement's ``init_transactions`` is refused too. Instead of exiting:
+
+1. :meth:`TxnRefusal.refused` (``ExactlyOnce`` met the refusal registering a new producer) stops
+   producing: while :attr:`TxnRefusal.waiting` the loop publishes and commits nothing and ingress
+   is paused (paused again each turn, should something else resume it). The open transaction is
+   abandoned (the coordinator aborts it after ``transaction-timeout``, or the next registration
+   fences it) and ``ExactlyOnce.reset`` restores the committed state: nothing it held is lost or
+   visible to a ``read_committed`` reader.
+2. ``/readyz`` answers 503 ``not-authorized`` naming Write on the transactional id and the
+   principal, and ``kafka.refused`` says so once a minute (``refusals.py``); the cause is set
+   again every turn so that it does not lapse (``HealthServer.kafka_hold_s``) while waiting.
+3. After a back-off (1 s doubling to 30 s, as the start-up check), a probe asks again on a thread
+   of its own: a throwaway producer's ``init_transactions`` with the same id, as the start-up
+   check asks (:func:`txn_probe`). The loop never blocks on it, and a refused client is
+   destroyed there too (that can take long).
+4. Once the probe passes, ``ExactlyOnce`` makes a new transactional producer and registers it
+   (its ``init_transactions`` fences whatever the dead one left open) and begins a transaction;
+   :meth:`TxnRefusal.resumed` clears ``/readyz`` and resumes ingress (unless backpressure holds
+   it). Refused or failing again (revoked meanwhile): back to 2, the back-off going on.
+
+Records that fall due meanwhile wait in their stores and are published after the resume, so none
+is early; the ingress records not committed are consumed again from the group's offsets.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from confluent_kafka import KafkaException
+
+from sidecar import logs
+from sidecar.config import Settings
+from sidecar.engine.clock import Clock
+from sidecar.engine.kafka_io import KafkaIO
+from sidecar.engine.refusals import Refusals
+from sidecar.engine.transactions import transactional_id
+from sidecar.kafka_errors import NOT_AUTHORIZED, Cause
+
+log = logs.get("sidecar")
+
+REFUSED = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+PROBE_TIMEOUT_S = 10.0
+BACKOFF_FIRST_S = 1.0  # the start-up check's back-off (connectivity.py)
+BACKOFF_MAX_S = 30.0
+WAIT_S = 0.2  # the loop's longest wait while refused: how soon a probe's answer is taken
+
+Probe = Callable[[], bool]
+
+
+def txn_probe(settings: Settings) -> Probe:
+    """The real probe: may a throwaway producer with the sidecar's transactional id and
+    properties (without the loop's callbacks) register it? Any failure is a no for now."""
+
+    def ask() -> bool:
+        from confluent_kafka import Producer
+
+        txn_id = transactional_id(settings.group_id, settings.group_instance_id or "")
+        producer = Producer({"bootstrap.servers": settings.bootstrap_servers, **settings.kafka,
+                             "transactional.id": txn_id})
+        try:
+            producer.init_transactions(PROBE_TIMEOUT_S)
+        except KafkaException:
+            return False
+        return True
+
+    return ask
+
+
+class TxnRefusal:
+    def __init__(self, refusals: Refusals, kafka: KafkaIO, clock: Clock, probe: Probe,
+                 ingress_held: Callable[[], bool]) -> None:
+        self.refusals = refusals
+        self.kafka = kafka
+        self.clock = clock
+        self.probe = probe
+        self.ingress_held = ingress_held  # backpressure keeps ingress paused (it resumes it itself)
+        self.waiting = False
+        self.cause: Cause | None = None
+        self.refused_count = 0
+        self._backoff = BACKOFF_FIRST_S
+        self._next_try = 0.0
+        self._answer: list[bool] = []  # the running probe's answer, once it has one
+        self._probing: threading.Thread | None = None
+
+    def cause_of(self, e: KafkaException) -> Cause | None:
+        """The refusal of the transactional id ``e`` names (Write on it, the principal); None
+        for any other error."""
+        err = e.args[0] if e.args else None
+        if err is None or not hasattr(err, "name") or err.name() != REFUSED:
+            return None
+        return self.refusals.cause(err)
+
+    def refused(self, cause: Cause) -> None:
+        """Stop producing and wait (see the module docstring)."""
+        if not self.waiting:
+            self.refused_count += 1
+            log.error("transactions.refused", **cause.as_dict(), message=cause.message(),
+                      action="deliveries stopped and ingress paused; retrying with back-off, "
+                             "resuming once the ACL is granted")
+        self.waiting = True
+        self.cause = cause
+        self.kafka.pause()
+        self.refusals.report(cause)
+        self._next_try = self.clock.monotonic() + self._backoff
+        self._backoff = min(BACKOFF_MAX_S, self._backoff * 2)
+
+    def failed(self, e: KafkaException) -> None:
+        """Registering the new producer failed otherwise (the broker unreachable meanwhile):
+        waited out like the refusal."""
+        log.warning("transactions.register_failed", error=str(e), action="retrying with back-off")
+        assert self.cause is not None
+        self.refused(self.cause)
+
+    def step(self) -> bool:
+        """A turn while waiting: hold the pause and ``/readyz``, start a probe when due; True
+        once a probe passed (the caller registers a new producer)."""
+        if not self.kafka.paused:
+            self.kafka.pause()
+        if self.cause is not None:
+            self.refusals.report(self.cause)
+        if self._probing is not None:
+            if not self._answer:
+                return False
+            self._probing = None
+            if self._answer.pop():
+                return True
+            self._next_try = self.clock.monotonic() + self._backoff
+            self._backoff = min(BACKOFF_MAX_S, self._backoff * 2)
+        elif self.clock.monotonic() >= self._next_try:
+            self._probing = threading.Thread(target=self._ask, name="kds-txn-probe", daemon=True)
+            self._probing.start()
+        return False
+
+    def _ask(self) -> None:
+        try:
+            self._answer.append(self.probe())
+        except Exception as e:  # a probe that failed otherwise is asked again later
+            log.warning("transactions.probe_failed", error=str(e))
+            self._answer.append(False)
+
+    def resumed(self) -> None:
+        """A new transactional producer is registered: ``/readyz`` cleared, ingress resumed."""
+        log.info("transactions.resumed", resource=self.cause.resource if self.cause else "",
+                 action="delivering again with a new transactional producer")
+        self.waiting = False
+        self.cause = None
+        self._backoff = BACKOFF_FIRST_S
+        health = self.refusals.health
+        if health is not None:
+            current = health.kafka_cause()
+            if current is not None and current.get("code") == NOT_AUTHORIZED:
+                health.set_kafka(None)
+        if not self.ingress_held():
+            self.kafka.resume()
