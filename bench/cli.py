@@ -20,7 +20,9 @@ when every scenario that can runs with it off (``failover`` and ``restore`` need
 The JSON report holds the machine facts, the settings, and per scenario its method, settings,
 ``results`` (every figure as ``{"value", "unit", "goal", "met"}``) and raw ``details``. It is
 rewritten after every scenario, so an interrupted run still leaves what was measured. A Markdown
-table of all figures is printed to stdout at the end. Exit status: 0 when every scenario
+table of all figures is printed to stdout at the end; ``--baseline FILE`` then prints each
+figure's change against a committed baseline and ``--update-baseline FILE`` writes this run's
+figures as one (:mod:`bench.compare`; CI prints the small comparison). Exit status: 0 when every scenario
 produced its report (goals met or not), 1 when a scenario failed, 2 on bad arguments.
 """
 
@@ -44,6 +46,7 @@ import orjson
 
 from bench import (
     append,
+    compare,
     exactly_once,
     failover,
     lateness,
@@ -134,6 +137,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="the collector of the broker the bench starts: g1 (Kafka's own scripts') or zgc "
                          "(pauses under 1 ms; the scale scenario's, docs/benchmarks.md)")
     ap.add_argument("--keep-workdir", action="store_true", help="keep the work directory (logs, stores)")
+    ap.add_argument("--baseline", metavar="FILE", default=None,
+                    help="print each figure's change against this baseline (bench/baseline-small.json); "
+                         "never changes the exit status")
+    ap.add_argument("--update-baseline", metavar="FILE", default=None,
+                    help="write this run's figures as the baseline FILE (commit it)")
     ap.add_argument("--profile", metavar="DIR", default=None,
                     help="run every sidecar under cProfile and write .prof files to DIR (slows it down)")
     ap.add_argument("--scale-pending", type=_count, default=None, metavar="N",
@@ -337,6 +345,11 @@ def bench_main(argv: list[str]) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
     print(markdown_pivot(report))
     log(f"report written to {out}")
+    if ns.baseline is not None:
+        print(compare.print_comparison(Path(ns.baseline), report))
+    if ns.update_baseline is not None and not failed:
+        compare.write_baseline(Path(ns.update_baseline), report)
+        log(f"baseline written to {ns.update_baseline}")
     return 1 if failed else 0
 
 
