@@ -739,6 +739,7 @@ class TwinProducer:
             self.txn = None
             self.txn_error = KafkaError(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                                         f"Failed to {what}: Broker: Transactional Id authorization failed", fatal=True)
+            self._fatal_unraised = True  # raised again by the next poll or flush (measured on a broker)
             raise KafkaException(self.txn_error)
 
     def _timed_out(self, timeout: float, what: str, abortable: bool = False) -> KafkaException:

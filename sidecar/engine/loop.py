@@ -412,7 +412,8 @@ class Sidecar:
         self.kafka.stop_logs()  # broker disconnects from here on are expected: debug, not errors
         deadline = self.clock.monotonic() + self.s.shutdown_timeout_ms / 1000
         self.pub.drain(deadline)
-        if self.kafka.producer is not None:
+        # a producer refused its transactional id is dead: nothing to flush (its flush raises)
+        if self.kafka.producer is not None and (self.eos is None or self.eos.producing):
             self.kafka.producer.flush(max(0.0, deadline - self.clock.monotonic()))
             self.pub.tenants.flush(max(0.0, deadline - self.clock.monotonic()))
             self.pub.poll(0)

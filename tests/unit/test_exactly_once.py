@@ -331,3 +331,26 @@ def test_a_transactional_id_refused_while_running_is_waited_out(tmp_path: Path) 
     w.check(set(w.sent))  # each once, none early
     assert refusal.refused_count == 1
     sc.shutdown()
+
+
+def test_a_stop_while_the_transactional_id_is_refused_loses_nothing(tmp_path: Path) -> None:
+    """Stopped while refused: a clean shutdown (no exception), the stores closed dirty; the next
+    start, with the id granted, delivers every record once."""
+    w = EosWorld(tmp_path)
+    sc = w.sidecar("a", **EOS)
+    assert sc.eos is not None
+    txn_id = sc.kafka.producer.transactional_id
+    sc.eos.refusal.probe = lambda: txn_id not in w.cluster.txn_refused
+    w.run([sc], lambda: len(sc.stores) == PARTITIONS)
+    w.send(30, lambda i: 200)
+    w.run([sc], lambda: len(w.delivered()) >= 10)
+    w.cluster.txn_refused.add(txn_id)
+    w.send(30, lambda i: 300, prefix="meanwhile")
+    w.run([sc], lambda: sc.eos is not None and sc.eos.refusal.waiting)
+    sc.shutdown()
+    assert all((tmp_path / "a" / f"{INGRESS}-{p}" / DIRTY).exists() for p in range(PARTITIONS))
+    w.cluster.txn_refused.discard(txn_id)
+    again = w.sidecar("a", **EOS)
+    w.run([again], lambda: len(w.delivered()) >= 60)
+    w.check(set(w.sent))
+    again.shutdown()
