@@ -61,17 +61,8 @@ class ExactlyOnce:
     def new_producer(self, reason: str) -> None:
         """Replace the transactional producer (dead or fenced) and register the new one; while
         the transactional id is refused, the dead one stays until the ACL is back."""
-        if self.refusal.waiting:
-            return
-        self.kafka.replace_producer(reason)
-        self.pub.producer = self.kafka.producer
-        try:
-            self.txn.start()
-        except KafkaException as e:
-            cause = self.refusal.cause_of(e)
-            if cause is None:
-                raise
-            self.refusal.refused(cause)
+        if not self.refusal.waiting:
+            self._register(reason)
 
     def producer_died(self, reason: str) -> None:
         """A delivery report said the producer is dead: a new one, and the committed state
@@ -85,20 +76,26 @@ class ExactlyOnce:
     def refused_step(self) -> None:
         """A turn while the transactional id is refused: once the probe passes, a new producer
         is made and registered, and the loop produces again (``txn_refusal.py``)."""
-        if not self.refusal.step():
-            return
-        self.kafka.replace_producer("the transactional id is authorized again", quiet=True)
+        if self.refusal.step() and self._register("the transactional id is authorized again", healing=True):
+            self.refusal.resumed()
+
+    def _register(self, reason: str, healing: bool = False) -> bool:
+        """A new producer made and registered (``init_transactions``, begin); False when the
+        broker refused the transactional id (waited out), or, ``healing``, failed otherwise."""
+        self.kafka.replace_producer(reason, quiet=healing)
         self.pub.producer = self.kafka.producer
         try:
             self.txn.start()
         except KafkaException as e:
             cause = self.refusal.cause_of(e)
-            if cause is None:
+            if cause is not None:
+                self.refusal.refused(cause)
+            elif healing:
                 self.refusal.failed(e)
             else:
-                self.refusal.refused(cause)
-            return
-        self.refusal.resumed()
+                raise
+            return False
+        return True
 
     def wait_s(self, mono: float, timeout: float, restoring: bool) -> float:
         """The loop's wait for records (``timeout``: to the next due record) capped at the next
