@@ -14,7 +14,8 @@ stores map, the Kafka I/O port, the clock) and calls them in order; it holds no 
   store made and recovered;
 - ``page_waits.PageWaits``: a partition held while an id-table page is read off the loop;
 - ``ownership.Ownership``: nothing published after a gap until the group confirms this member;
-- ``exactly_once.ExactlyOnce``: the transactions that replace the offset commits;
+- ``exactly_once.ExactlyOnce``: the transactions that replace the offset commits (nothing is
+  published while the broker refuses the transactional id: ``txn_refusal.TxnRefusal``);
 - ``backpressure.Backpressure``: ingress paused for disk space or a refusing changelog;
 - ``reporting.Reporting``: metrics, ``stats`` and readiness; ``lookup.Lookup``: ``GET /ids/<id>``;
   ``listing.Listing``: ``GET /pending``
