@@ -73,6 +73,7 @@ from sidecar.store.partition import PartitionStore
 log = logs.get("sidecar")
 
 LINGER_MS = 2  # at-least-once: a delivery is visible when produced, so it waits little
+PURGED_REPORTS_S = 1.0  # a replaced producer's purged records' reports are served this long at most
 EOS_LINGER_MS = 10  # exactly-once: see producer_conf
 
 # broker answers that a moment later are different (leadership moving or not yet elected)
@@ -456,8 +457,15 @@ class KafkaIO:
             log.error("producer.fatal", error=reason, action="continuing with a new producer")
         old, self.producer = self.producer, self.clients.producer(self.producer_conf())
         old.purge()  # its reports come back as failures: retried on the new producer
-        with contextlib.suppress(KafkaException):  # its fatal error, raised again by this poll: logged above
-            old.poll(0)
+        # The reports of purged records that were in flight to a broker come once its thread
+        # fails them, possibly after one poll: served until none is left (a second at most), or
+        # their in-flight count never came down (measured: a shutdown drain waiting its 30 s)
+        deadline = time.monotonic() + PURGED_REPORTS_S
+        while True:
+            with contextlib.suppress(KafkaException):  # its fatal error, raised again by a poll: logged above
+                old.poll(0.05)
+            if not len(old) or time.monotonic() > deadline:
+                break
 
     def stop_logs(self) -> None:
         """The sidecar is shutting down: broker disconnects from here on are expected."""

@@ -114,3 +114,5 @@ def test_transactional_id_revoked_while_running_heals(tmp_path: Path, secure_kaf
         rc = run.stop(60)
     assert rc == 0, "".join(run.out[-30:])
     assert not run.events("kafka.unusable")
+    # every record's report was served (by the dead producers too): nothing for the shutdown to wait on
+    assert run.events("sidecar.stopping")[0]["in_flight"] == 0
