@@ -24,6 +24,7 @@ always gets the same reason:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -107,3 +108,42 @@ def _parse(control: Mapping[str, bytes | None], ts: int) -> Schedule:
     if max_count is not None and max_count < 1:
         raise _Bad(c.BAD_SCHEDULE, f"{c.MAX_COUNT} is {max_count}; the least is 1")
     return Schedule(cron, every, tz, start, end, max_count, misfire)
+
+
+# -- a stored schedule, cheaply --------------------------------------------------------------------
+_TIMES = frozenset((c.START, c.END, c.MAX_COUNT))
+_ANY_ID = {c.ID: b"-"}  # parse_schedule asks only that an id is there
+
+
+def stored_schedule(spec: tuple[tuple[str, bytes | None], ...], record_ts_ms: int) -> Schedule | Rejection | None:
+    """``parse_schedule`` of a stored schedule's headers ``spec`` (with its ``delay.id``), the same
+    answer at a firing's cost. Schedules differ mostly in their times (``delay.start``, ``end``,
+    ``max-count``: a fleet of a few expressions with a start each), so the rest, the *shape*, is
+    parsed once per distinct shape (cached) and the times are checked here with the same rules;
+    anything out of the common case (a time that is not plain digits or is out of range, a shape
+    that does not parse) is parsed in full, so a bad spec gets ``parse_schedule``'s reason."""
+    shape: list[tuple[str, bytes | None]] = []
+    start, end, max_count = max(record_ts_ms, 0), None, None
+    common = True
+    for h in spec:
+        name, value = h
+        if name not in _TIMES:
+            shape.append(h)
+        elif value is None or not value.isdigit() or len(value) > 18:
+            common = False  # parse in full: its rules say which reason
+        elif name == c.START:
+            start = int(value)
+        elif name == c.END:
+            end = int(value)
+        else:
+            max_count = int(value)
+    template = _shape(tuple(shape))
+    if (common and isinstance(template, Schedule) and start <= MAX_EPOCH_MS
+            and (end is None or start <= end <= MAX_EPOCH_MS) and (max_count is None or max_count >= 1)):
+        return Schedule(template.cron, template.every_ms, template.tz, start, end, max_count, template.misfire)
+    return parse_schedule({**dict(spec), **_ANY_ID}, record_ts_ms)
+
+
+@functools.lru_cache(maxsize=4096)
+def _shape(shape: tuple[tuple[str, bytes | None], ...]) -> Schedule | Rejection | None:
+    return parse_schedule({**dict(shape), **_ANY_ID}, 0)

@@ -38,6 +38,9 @@ from sidecar.recurring import cronexpr, zones
 from sidecar.recurring.spec import Schedule
 
 _EPOCH = datetime(1970, 1, 1)
+# zone name -> zone, for names a Schedule holds (checked when it was parsed): ``zones.zone`` checks
+# the name against the tzdata list at each call, a cost per firing this look-up avoids
+_ZONES: dict[str, ZoneInfo] = {}
 
 
 def next_fire(schedule: Schedule, after_ms: int, fired: int = 0) -> int | None:
@@ -50,7 +53,10 @@ def next_fire(schedule: Schedule, after_ms: int, fired: int = 0) -> int | None:
         t: int | None = schedule.start_ms + ((after - schedule.start_ms) // schedule.every_ms + 1) * schedule.every_ms
     else:
         assert schedule.cron is not None
-        s = cron_fire_s(schedule.cron, zones.zone(schedule.tz), after // 1000 + 1)
+        tz = _ZONES.get(schedule.tz)
+        if tz is None:
+            tz = _ZONES[schedule.tz] = zones.zone(schedule.tz)
+        s = cron_fire_s(schedule.cron, tz, after // 1000 + 1)
         t = None if s is None else s * 1000
     if t is None or t > MAX_EPOCH_MS or (schedule.end_ms is not None and t > schedule.end_ms):
         return None

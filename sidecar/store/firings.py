@@ -12,9 +12,10 @@ schedule as they treat any record.
   first firing found (none at all between start and end: ``bad-schedule``), and the record stored
   as any request is (``Intake.schedule``: replace, duplicate and pre-cancel rules alike).
 - ``fire`` (publishing, at hand-out, with the publish call's clock reading ``now``):
-  ``misfire.catch_up`` says what fires: one firing stamped with its nominal time (after a
-  misfire, the latest due one and how many it stands for) and the headers it is delivered with;
-  or, with ``skip`` after a misfire, nothing: the record is re-armed at once without a publish.
+  ``decide`` (``misfire.catch_up``'s rules) says what fires: one firing stamped with its nominal
+  time (after a misfire, the latest due one and how many it stands for) and the headers it is
+  delivered with; or, with ``skip`` after a misfire, nothing: the record is re-armed at once
+  without a publish.
   The decision is kept per handed-out ref until its settle.
 - ``settle`` (the batch's settle, after the delivery reports): each delivered firing is replaced
   by its next one, appended and scheduled under the same id and written to the changelog in place
@@ -29,20 +30,22 @@ pending (``store.superseded``) or the schedule has ended (``ended``). A firing w
 fails for good is dead-lettered as a one-shot record (its firing headers, no schedule headers, so
 a redrive delivers that firing once) and the schedule goes on.
 
-The schedule is parsed again from the stored headers at each firing; ``_schedule`` caches the
-parse per spec, so a million schedules sharing a few expressions parse a few times.
+Per firing the work is kept small, since a fleet of schedules fires thousands of times a second
+(docs/benchmarks.md, ``recurring``): the schedule is rebuilt from its cached shape
+(``spec.stored_schedule``: a million schedules sharing a few expressions parse a few times, and
+each firing only checks its own times), and ``decide`` answers what fires now and the firing
+after it in one pass (arithmetic for ``delay.every``), the next firing kept for the re-arm.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sidecar import contract as c
 from sidecar.headers import Rejection, Request
-from sidecar.recurring.misfire import catch_up
-from sidecar.recurring.spec import Schedule, parse_schedule
+from sidecar.recurring.decide import decide
+from sidecar.recurring.spec import Schedule, parse_schedule, stored_schedule
 from sidecar.recurring.timeline import next_fire
 from sidecar.store import codec
 from sidecar.store.codec import Record, decode_headers, encode_headers
@@ -78,30 +81,27 @@ class Firing:
     missed: int
 
 
-@functools.lru_cache(maxsize=4096)
-def _schedule(spec: tuple[tuple[str, bytes | None], ...], rid: bytes, enqueue_ms: int) -> Schedule | Rejection | None:
-    return parse_schedule({**dict(spec), c.ID: rid}, enqueue_ms)
-
-
 def armed(rec: Record) -> Armed:
     """The schedule and state of a RECURRING record (stored by ``arm`` or ``_rearm``: valid)."""
     user: HeaderList = []
     spec: HeaderList = []
     last: int | None = None
     fired = 0
-    for name, value in decode_headers(rec.headers):
+    for h in decode_headers(rec.headers):
+        name = h[0]
         if name in _SPEC:
-            spec.append((name, value))
+            spec.append(h)
         elif name == c.STATE_LAST:
-            last = int(value or b"0")
+            last = int(h[1] or b"0")
         elif name == c.STATE_FIRED:
-            fired = int(value or b"0")
+            fired = int(h[1] or b"0")
         else:
-            user.append((name, value))
-    sched = _schedule(tuple(spec), rec.id, rec.enqueue_ms)
+            user.append(h)
+    spec_t = tuple(spec)
+    sched = stored_schedule(spec_t, rec.enqueue_ms)
     if not isinstance(sched, Schedule):  # only a record written by hand or a bug gets here
         raise codec.CorruptRecord(f"recurring record {rec.id!r} holds no valid schedule: {sched}")
-    return Armed(sched, last, fired, tuple(user), tuple(spec))
+    return Armed(sched, last, fired, tuple(user), spec_t)
 
 
 def firing_headers(rec: Record, a: Armed, f: Firing, source_topic: bytes) -> HeaderList:
@@ -178,21 +178,23 @@ class Firings:
         if handed is not None:
             return firing_headers(rec, handed[0], handed[1], store.topic_bytes)
         a = armed(rec)
-        cu = catch_up(a.schedule, a.last_ms, a.fired, now_ms)
-        if cu is None or cu.fire_ms is None:
+        d = decide(a.schedule, a.last_ms, a.fired, now_ms)
+        if d is None or d.fire_ms is None:
             # nothing fires now: the next firing after the latest due one (or, if nothing was due, the
             # same one again: its committed time came before its nominal one, never expected)
-            if cu is not None:
-                store.counters.missed += cu.missed  # (skipped: none fires)
             self._finish(ref, rec)
-            self._rearm(rec, a, a.last_ms if cu is None else cu.latest_ms, a.fired, now_ms)
+            if d is None:
+                after = a.schedule.start_ms - 1 if a.last_ms is None else a.last_ms
+                self._rearm(rec, a, a.last_ms, a.fired, next_fire(a.schedule, after, a.fired), now_ms)
+            else:
+                store.counters.missed += d.missed  # (skipped: none fires)
+                self._rearm(rec, a, d.latest_ms, a.fired, d.next_ms, now_ms)
             return None
-        seq = a.fired + 1
-        f = Firing(cu.fire_ms, seq, next_fire(a.schedule, cu.latest_ms, seq), cu.missed)
+        f = Firing(d.fire_ms, a.fired + 1, d.next_ms, d.missed)
         in_transaction = store.mirror is not None and not store.mirror.on_settle
         self._handed[ref] = (a, f, in_transaction)
         if in_transaction and f.next_ms is not None:
-            self._rearm(rec, a, f.fire_ms, f.seq, now_ms)
+            self._rearm(rec, a, f.fire_ms, f.seq, f.next_ms, now_ms)
         return firing_headers(rec, a, f, store.topic_bytes)
 
     def dead_letter_headers(self, ref: int, rec: Record) -> tuple[HeaderList, int]:
@@ -233,7 +235,7 @@ class Firings:
         counters.missed += f.missed
         if f.next_ms is None or armed_at_fire:
             return False
-        return self._rearm(rec, a, f.fire_ms, f.seq, now_ms)
+        return self._rearm(rec, a, f.fire_ms, f.seq, f.next_ms, now_ms)
 
     def forget(self, ref: int) -> None:
         """``ref`` left the store without a settle (dropped, superseded while waiting)."""
@@ -246,12 +248,11 @@ class Firings:
         store.ids.remove(id_hash(rec.id), ref)
         store.dirty = True
 
-    def _rearm(self, rec: Record, a: Armed, last_ms: int | None, fired: int, now_ms: int) -> bool:
-        """Append and schedule the firing after ``last_ms`` (``fired`` made), under ``rec``'s id;
-        False: there is none (the end), and the id's tombstone is written."""
+    def _rearm(self, rec: Record, a: Armed, last_ms: int | None, fired: int, nxt: int | None, now_ms: int) -> bool:
+        """Append and schedule ``nxt``, the firing after ``last_ms`` (``fired`` made), under
+        ``rec``'s id; False: there is none (``nxt`` None: the end), and the id's tombstone is
+        written."""
         store = self.store
-        after = a.schedule.start_ms - 1 if last_ms is None else last_ms
-        nxt = next_fire(a.schedule, after, fired)
         rid = rec.id
         h = id_hash(rid)
         planned = None if nxt is None else store.sched.plan("at", 0, nxt, now_ms)
