@@ -151,6 +151,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--lateness-rate", type=_count, default=None, metavar="R",
                     help="lateness: measure at R records/s instead of 50 %% of the measured maximum (a "
                          "point of the rate/lateness curve; no goal applies), e.g. 27000 or 27k")
+    ap.add_argument("--recurring-schedules", type=_count, default=None, metavar="N",
+                    help="recurring: schedules (default 3000 small, 1000000 full)")
+    ap.add_argument("--recurring-period", type=_period, default=None, metavar="DURATION",
+                    help="recurring: each schedule's delay.every (default 10s small, 1m full)")
+    ap.add_argument("--recurring-kills", type=int, default=None, metavar="K",
+                    help="recurring: SIGKILL the sidecar K times while the schedules fire, restarting it at once "
+                         "(default 0 small, 10 full)")
     ap.add_argument("--scale-layouts", type=_layouts, default=None, metavar="P,P",
                     help="scale: the fill's ingress partitions, one layout each (default 1,6)")
     ns = ap.parse_args(argv)
@@ -190,6 +197,17 @@ def _count(text: str) -> int:
     if not digits.isdigit() or int(digits) <= 0:
         raise argparse.ArgumentTypeError(f"{text!r}: give a positive count such as 2500000, 500k or 20M")
     return int(digits) * scale
+
+
+def _period(text: str) -> int:
+    """A recurring schedule's period: a duration with its unit, at least 1s (``delay.every``'s least)."""
+    try:
+        ms = parse_duration_ms(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
+    if ms < 1000:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a period of at least 1s, such as 10s or 1m")
+    return ms
 
 
 def _interval(text: str) -> int:
@@ -298,7 +316,8 @@ def bench_main(argv: list[str]) -> int:
                       changelog_modes=ns.changelog_modes, delivery_modes=ns.delivery_modes,
                       options={"scale_pending": ns.scale_pending, "scale_rate": ns.scale_rate,
                                "scale_layouts": ns.scale_layouts, "lateness_rate": ns.lateness_rate,
-                               "shapes": ns.shapes},
+                               "shapes": ns.shapes, "recurring_schedules": ns.recurring_schedules,
+                               "recurring_period_ms": ns.recurring_period, "recurring_kills": ns.recurring_kills},
                       broker=broker,
                       transaction_interval_ms=ns.transaction_interval or TRANSACTION_INTERVAL_MS)
         report["settings"]["shapes"] = shape.shapes_for(bench)

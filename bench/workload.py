@@ -371,6 +371,7 @@ class Delivered:
     partitions: list[int] = field(default_factory=list)  # the ingress partition (``delay.source``)
     seen_ms: list[int] = field(default_factory=list)  # CommittedReader only: wall ms the bench received it
     positions: list[int] = field(default_factory=list)  # ``position(partition, offset)`` of each, when asked
+    missed: list[int] = field(default_factory=list)  # with headers: ``delay.missed`` of each (0 if absent)
 
     def window_rate(self) -> float | None:
         if len(self.ts) < 2:
@@ -385,12 +386,16 @@ def position(partition: int, offset: int) -> int:
 
 
 def _add_headers(out: Delivered, m: Message) -> None:
-    """Append ``m``'s ``delay.deliver-at``, ``delay.id`` and ingress partition (``delay.source``)."""
+    """Append ``m``'s ``delay.deliver-at``, ``delay.id``, ingress partition (``delay.source``) and
+    ``delay.missed``."""
     da = src = -1
+    missed = 0
     rid = b""
     for k, v in cast(KHeaders, m.headers() or []):
         if k == c.DELIVER_AT and v is not None:
             da = int(v)
+        elif k == c.MISSED and v is not None:
+            missed = int(v)
         elif k == c.ID and v is not None:
             rid = v.encode() if isinstance(v, str) else bytes(v)
         elif k == c.SOURCE and v is not None:  # <topic>:<partition>:<offset>
@@ -399,6 +404,7 @@ def _add_headers(out: Delivered, m: Message) -> None:
     out.deliver_at.append(da)
     out.ids.append(rid)
     out.partitions.append(src)
+    out.missed.append(missed)
 
 
 # How the bench reads what was delivered: only committed records (librdkafka's default, said
