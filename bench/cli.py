@@ -151,6 +151,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--lateness-rate", type=_count, default=None, metavar="R",
                     help="lateness: measure at R records/s instead of 50 %% of the measured maximum (a "
                          "point of the rate/lateness curve; no goal applies), e.g. 27000 or 27k")
+    ap.add_argument("--list-pending", type=_count, default=None, metavar="N",
+                    help="list: records pending in the store (default 100000 small, 10000000 full)")
     ap.add_argument("--recurring-schedules", type=_count, default=None, metavar="N",
                     help="recurring: schedules (default 3000 small, 1000000 full)")
     ap.add_argument("--recurring-period", type=_period, default=None, metavar="DURATION",
@@ -317,7 +319,8 @@ def bench_main(argv: list[str]) -> int:
                       options={"scale_pending": ns.scale_pending, "scale_rate": ns.scale_rate,
                                "scale_layouts": ns.scale_layouts, "lateness_rate": ns.lateness_rate,
                                "shapes": ns.shapes, "recurring_schedules": ns.recurring_schedules,
-                               "recurring_period_ms": ns.recurring_period, "recurring_kills": ns.recurring_kills},
+                               "recurring_period_ms": ns.recurring_period, "recurring_kills": ns.recurring_kills,
+                               "list_pending": ns.list_pending},
                       broker=broker,
                       transaction_interval_ms=ns.transaction_interval or TRANSACTION_INTERVAL_MS)
         report["settings"]["shapes"] = shape.shapes_for(bench)

@@ -1,6 +1,6 @@
 """The ``recurring`` bench scenario's accounting and size flags (bench/recurring.py, bench/cli.py),
 without a broker: what counts as missed, covered by ``delay.missed``, doubled in flight at a kill
-or not, and how ``--recurring-*`` set the size."""
+or not, and how ``--recurring-*`` (and ``list``'s ``--list-pending``) set the size."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import recurring
+from bench import listing, recurring
 from bench.cli import parse_args
 from bench.workload import Bench, Delivered
 
@@ -71,3 +71,11 @@ def test_a_period_under_a_second_is_refused(capsys: pytest.CaptureFixture[str]) 
     with pytest.raises(SystemExit):
         parse_args(["recurring", "--json", "x.json", "--recurring-period", "500ms"])
     assert "--recurring-period" in capsys.readouterr().err
+
+
+def test_list_pending_flag(tmp_path: Path) -> None:
+    """``--list-pending`` sets the ``list`` scenario's N at either size (bench/listing.py)."""
+    ns = parse_args(["list", "--json", "x.json", "--list-pending", "3M"])
+    assert listing.records_for(Bench("", tmp_path, "small", ["wheel"], options={"list_pending": ns.list_pending})) \
+        == 3_000_000
+    assert listing.records_for(Bench("", tmp_path, "full", ["wheel"])) == 10_000_000
