@@ -7,10 +7,11 @@ Each loop turn calls :meth:`Publishing.publish`, which hands out what is due, in
 2. the **retry heap** ``(at_ms, seq, ref, store, attempts)``: records whose publish failed and
    whose backoff ran out, and records parked for a moment (not due yet, or a capped target);
 3. every partition's scheduler, ``due(now, room)``, in chunks of ``PUBLISH_CHUNK`` with a
-   producer poll between them, ``PUBLISH_BUDGET_PER_TURN`` records per turn across partitions
-   (rotating the starting partition), never more than ``max-in-flight`` unreported records;
-   a tenant with a ``max-delivery-rate`` gets no more than its token bucket holds
-   (``engine/pacing.py``: its lateness is its own).
+   producer poll between them, ``PUBLISH_BUDGET_PER_TURN`` records per turn, never more than
+   ``max-in-flight`` unreported records. The budget is shared fairly between tenants (the
+   partitions of one ingress topic; engine/fairness.py): each tenant with records due gets an
+   equal part, what one leaves goes to the others, the lightest goes first, and within a tenant
+   the starting partition rotates.
 
 **Never early**: ``_produce`` compares the record's due time with the clock reading taken for
 this publish call; a record that is not due (a scheduler bug) is counted ``early``, logged and
@@ -70,7 +71,7 @@ from sidecar import logs
 from sidecar.config import Settings
 from sidecar.engine.clock import Clock
 from sidecar.engine.etf1 import Tombstones
-from sidecar.engine.pacing import Pacing
+from sidecar.engine.fairness import FairTurns
 from sidecar.engine.publish_state import PublishState
 from sidecar.engine.stores import Stores, store_key
 from sidecar.engine.tenant_producers import TenantProducers
@@ -130,8 +131,8 @@ class Publishing:
         self.backlog: deque[BacklogEntry] = deque()
         self.retries: list[RetryEntry] = []
         self._seq = itertools.count()
-        self._rr = 0
-        self.pacing = Pacing(settings.tenants, clock.wall_ms())  # max-delivery-rate per tenant
+        self.fair: FairTurns[PartitionStore] = FairTurns()  # the turn order between tenants
+        self._halted = False  # this turn's publishing stopped: no in-flight room, or the queue full
         self.policy = PublishFailurePolicy.from_settings(settings, PUBLISH_BACKOFF)
         self.rng = random.Random()
         self.on_broker = on_broker  # (up, source): the loop's readiness
@@ -178,32 +179,48 @@ class Publishing:
             self.counters.publish_retries += 1
             if not self._produce(ref, again, store, att, now):
                 return
-        stores = list(self.stores.values())
-        if len(stores) > 1:  # rotate the starting partition so a busy one cannot starve the rest
-            self._rr = (self._rr + 1) % len(stores)
-            stores = stores[self._rr:] + stores[: self._rr]
         # Bounded work per turn, in chunks with a poll between them: a mass expiry starts
         # publishing at once (not after decoding 20,000 records) and intake keeps its turns.
-        budget = PUBLISH_BUDGET_PER_TURN
-        for store in stores:
-            while budget > 0:
-                room = min(max_in_flight - st.in_flight, PUBLISH_CHUNK, budget)
-                if room <= 0:
-                    return
-                room = self.pacing.room(store.topic, room, now)  # its tenant's max-delivery-rate
-                batch = store.sched.due(now, room) if room > 0 else None
-                if not batch:
-                    break
-                self.pacing.took(store.topic, batch, now)
-                budget -= len(batch)
-                if not self._publish_batch(batch, store, now):
-                    return
-                self.poll(0)
-                if len(batch) < room:
-                    # Nothing more is due (or the scheduler's scan budget ran out: then it still
-                    # reports a due time <= now and the next turn does not wait): asking again
-                    # would cost a whole empty ``due`` call per turn.
-                    break
+        # The budget is shared between tenants (engine/fairness.py): one tenant's mass expiry
+        # cannot take another's turn.
+        tenants: dict[str, list[PartitionStore]] = {}
+        for store in self.stores.values():
+            group = tenants.get(store.topic)
+            if group is None:
+                tenants[store.topic] = [store]
+            else:
+                group.append(store)
+        self._halted = False
+        self.fair.turn(PUBLISH_BUDGET_PER_TURN, tenants, partial(self._take, now=now), self._is_halted)
+
+    def _is_halted(self) -> bool:
+        return self._halted
+
+    def _take(self, store: PartitionStore, want: int, now: int) -> int:
+        """Hand out up to ``want`` of ``store``'s due records, in chunks with a producer poll
+        between them; fewer when nothing more is due or the producer cannot take more (then
+        ``_halted``: ``max-in-flight`` reached, or the queue full)."""
+        st, max_in_flight = self.state, self.s.max_in_flight
+        given = 0
+        while given < want:
+            room = min(max_in_flight - st.in_flight, PUBLISH_CHUNK, want - given)
+            if room <= 0:
+                self._halted = True
+                break
+            batch = store.sched.due(now, room)
+            if not batch:
+                break
+            given += len(batch)
+            if not self._publish_batch(batch, store, now):
+                self._halted = True
+                break
+            self.poll(0)
+            if len(batch) < room:
+                # Nothing more is due (or the scheduler's scan budget ran out: then it still
+                # reports a due time <= now and the next turn does not wait): asking again
+                # would cost a whole empty ``due`` call per turn.
+                break
+        return given
 
     def _publish_batch(self, batch: list[tuple[int, Record]], store: PartitionStore, now: int) -> bool:
         """Produce a due batch; False if the producer queue filled up (the rest waits in the
