@@ -1,7 +1,7 @@
 """``delay-sidecar bench SCENARIO [--size small|full] --json OUT [--bootstrap-servers B]``.
 
 SCENARIO is one of ``throughput``, ``lateness``, ``pending-memory``, ``lookup``, ``list``, ``restart``,
-``mass-expiry``, ``redis-zset``, ``append``, ``steady``, ``failover``, ``restore``, ``redrive``,
+``mass-expiry``, ``redis-zset``, ``append``, ``steady``, ``failover``, ``restore``, ``redrive``, ``tenants``,
 ``exactly-once``, ``scale``, ``all``, or a comma-separated list of them (``all`` is every one but ``scale``, which takes
 ``--scale-pending N`` and ``--scale-rate R`` and runs only when named). Without
 ``--bootstrap-servers`` the bench starts its own local broker (:class:`devkafka.local.LocalKafka`)
@@ -62,6 +62,7 @@ from bench import (
     scale,
     shape,
     steady,
+    tenants,
     throughput,
 )
 from bench.report import machine_facts, markdown_pivot, walk_figures
@@ -96,6 +97,7 @@ SCENARIOS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "scale": scale.run,
     "exactly-once": exactly_once.run,
     "recurring": recurring.run,
+    "tenants": tenants.run,
 }
 WARMUP_S = 45.0  # traffic through a broker started by the bench, before the first scenario (full size)
 

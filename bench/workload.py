@@ -736,12 +736,13 @@ class SidecarProc(LogProc):
 
     ``static_id``: ``True`` passes ``--group-instance-id <group>-0``, a string passes that id,
     ``False`` passes none (the sidecar then keeps the one it makes in ``<data-dir>/instance-id``).
-    ``session_timeout_ms`` (``None``: the sidecar's default) goes to ``--kafka``."""
+    ``session_timeout_ms`` (``None``: the sidecar's default) goes to ``--kafka``. ``config``: a
+    YAML file naming tenants (``ingress`` is then the first tenant's topic, for the logs)."""
 
     def __init__(self, bootstrap: str, workdir: Path, ingress: str, scheduler: str, *, tag: str = "",
                  extra: list[str] | None = None, profile: Path | None = None, group: str | None = None,
                  static_id: bool | str = True, partitions: int = 1, dlq: str | None = None,
-                 session_timeout_ms: int | None = 10_000) -> None:
+                 session_timeout_ms: int | None = 10_000, config: Path | None = None) -> None:
         name = f"sidecar-{scheduler}{'-' + tag if tag else ''}-{uid()}"
         super().__init__(name, workdir / f"{name}.log")
         self.bootstrap = bootstrap
@@ -756,6 +757,7 @@ class SidecarProc(LogProc):
         self.extra = list(extra or [])
         self.profile = profile
         self.starts = 0
+        self.config = config  # a YAML file of tenants: their ingress and DLQ topics in place of the flags
 
     def start(self, wait: bool = True, timeout_s: float = 120) -> None:
         self.starts += 1
@@ -765,7 +767,9 @@ class SidecarProc(LogProc):
             prefix += ["-m", "cProfile", "-o", str(self.profile.with_suffix(f".{self.starts}.prof"))]
         cmd = [
             *prefix, "-m", "sidecar", "run", "--bootstrap-servers", self.bootstrap,
-            "--ingress-topic", self.ingress, "--dlq-topic", self.dlq, "--data-dir", str(self.data_dir),
+            *(["--ingress-topic", self.ingress, "--dlq-topic", self.dlq] if self.config is None else
+              ["--config", str(self.config)]),
+            "--data-dir", str(self.data_dir),
             "--scheduler", self.scheduler, "--group-id", self.group,
             *(["--group-instance-id", self.static_id] if self.static_id else []),
             "--ingress-partitions", str(self.partitions), "--stats-interval", "250ms", "--log-level", "info",
@@ -919,6 +923,10 @@ class Bench:
             cons.close()
             delete_topics(self.bootstrap, [topic])
         return {"seconds": seconds, "rate": rate, "produced": prod.sent, "consumed": consumed}
+
+    def topics_to_delete(self, *names: str) -> None:
+        """Topics a sidecar creates itself (a tenant's DLQ, changelog), deleted by :meth:`cleanup_topics`."""
+        self._topics.extend(names)
 
     def cleanup_topics(self) -> None:
         """Delete the topics created so far (frees broker disk between scenarios)."""

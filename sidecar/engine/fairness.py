@@ -26,6 +26,19 @@ The order does not change how many each gets, only when: a light tenant (a paced
 records per turn) has its records handed out at the start of the turn's publishing, before a heavy
 neighbour's share, and finds the in-flight room the delivery reports freed since the last turn.
 A neighbour's mass expiry then adds about one turn to its lateness, not the neighbour's drain.
+
+**In-flight room** (``max-in-flight``) is shared too. Lateness is counted until a record is handed
+to the producer, so a tenant must find room when its records fall due, not only a place in the
+turn: a mass expiry fills the whole window within a turn or two, and the room the reports free
+would then always go to whoever asks first. While ``n`` > 1 tenants are *present* (records
+pending in their stores, or in flight), each is guaranteed ``max-in-flight // (2n)`` of the
+window: no tenant may take room that another present tenant's guarantee still needs (its
+guarantee minus what it has in flight). A tenant alone, or the only present one, may fill the
+whole window, so one tenant publishes exactly as before. ``in_flight`` per tenant is counted
+here from what the publisher says was handed out (``handed``) and settled (``settled``): an
+estimate, since a record handed out and then parked, dead-lettered or dropped with a revoked
+partition is never settled as a success. It is kept within the producer's exact total and reset
+when that is 0, so a drift only weakens a guarantee; it never blocks a tenant beyond the window.
 """
 
 from __future__ import annotations
@@ -66,22 +79,70 @@ class FairTurns(Generic[S]):
     """The turn order between tenants (see the module docstring); keeps only what the previous
     turn handed out per tenant and a rotation counter."""
 
-    __slots__ = ("_last", "_turns")
+    __slots__ = ("_last", "_turns", "in_flight", "window")
 
-    def __init__(self) -> None:
+    def __init__(self, window: int | None = None) -> None:
+        """``window``: ``max-in-flight`` (None: no in-flight sharing, the budget only)."""
         self._last: dict[str, int] = {}
         self._turns = 0
+        self.window = window
+        self.in_flight: dict[str, int] = {}  # tenant -> records handed out and not settled (an estimate)
+
+    def handed(self, tenant: str, n: int) -> None:
+        """``n`` of ``tenant``'s records went to the producer (``turn`` counts its own)."""
+        if n > 0:
+            self.in_flight[tenant] = self.in_flight.get(tenant, 0) + n
+
+    def settled(self, tenant: str, n: int) -> None:
+        """``n`` of ``tenant``'s records were delivered (their reports settled)."""
+        left = self.in_flight.get(tenant, 0) - n
+        if left > 0:
+            self.in_flight[tenant] = left
+        else:
+            self.in_flight.pop(tenant, None)
+
+    def _allowance(self, present: set[str], total_in_flight: Callable[[], int]) -> Callable[[str], int] | None:
+        """What a tenant may take of the in-flight window now (see the module docstring), or None
+        when there is nothing to share: one present tenant, or no window."""
+        window = self.window
+        if window is None:
+            return None
+        flight = self.in_flight
+        total = total_in_flight()
+        if total <= 0:
+            flight.clear()
+        else:
+            for t, n in flight.items():
+                if n > total:
+                    flight[t] = total
+        tenants = present | flight.keys()
+        if len(tenants) <= 1:
+            return None
+        guarantee = window // (2 * len(tenants))
+
+        def allowance(tenant: str) -> int:
+            held = sum(max(0, guarantee - flight.get(t, 0)) for t in tenants if t != tenant)
+            return window - total_in_flight() - held
+
+        return allowance
 
     def turn(self, budget: int, tenants: Mapping[str, Sequence[S]], take: Callable[[S, int], int],
-             halted: Callable[[], bool]) -> dict[str, int]:
+             halted: Callable[[], bool], present: set[str] | None = None,
+             total_in_flight: Callable[[], int] | None = None) -> dict[str, int]:
         """Share ``budget`` between ``tenants`` (name -> its sources, in a stable order); returns
-        what each tenant handed out."""
+        what each tenant handed out. ``present``: the tenants with records pending;
+        ``total_in_flight``: the producer's exact count (both for the window's sharing)."""
         self._turns += 1
         turns = self._turns
         names = list(tenants)
-        if len(names) == 1:  # one tenant: the whole budget, nothing to share
+        allowance = None
+        if present is not None and total_in_flight is not None:
+            allowance = self._allowance(present, total_in_flight)
+        if len(names) == 1 and allowance is None:  # one tenant: the whole budget, nothing to share
             name = names[0]
-            self._last = {name: _Cursor(tenants[name], turns).take(budget, take, halted)}
+            got = _Cursor(tenants[name], turns).take(budget, take, halted)
+            self.handed(name, got)
+            self._last = {name: got}
             return self._last
         last = self._last
         n = len(names)
@@ -94,17 +155,22 @@ class FairTurns(Generic[S]):
             share = max(1, left // len(active))
             still = []
             for name in active:
-                ask = min(share, left)
+                ask = full = min(share, left)
                 if ask <= 0:
                     still.append(name)  # the budget ran out before its part: it still has records
                     continue
+                if allowance is not None:
+                    ask = min(ask, allowance(name))  # what the others' guarantees leave it
+                    if ask <= 0:
+                        continue  # at its share of the window: done for this turn
                 got = cursors[name].take(ask, take, halted)
+                self.handed(name, got)
                 given[name] += got
                 left -= got
                 if halted():
                     self._last = given
                     return given
-                if got >= ask:
+                if got >= full:
                     still.append(name)
             active = still
         self._last = given

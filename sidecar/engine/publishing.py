@@ -11,7 +11,8 @@ Each loop turn calls :meth:`Publishing.publish`, which hands out what is due, in
    ``max-in-flight`` unreported records. The budget is shared fairly between tenants (the
    partitions of one ingress topic; engine/fairness.py): each tenant with records due gets an
    equal part, what one leaves goes to the others, the lightest goes first, and within a tenant
-   the starting partition rotates.
+   the starting partition rotates. While several tenants have records pending, a turn's
+   publishing also ends after ``SHARED_TURN_S``: a record falling due waits for a short turn.
 
 **Never early**: ``_produce`` compares the record's due time with the clock reading taken for
 this publish call; a record that is not due (a scheduler bug) is counted ``early``, logged and
@@ -94,6 +95,7 @@ log = logs.get("sidecar")
 
 PUBLISH_CHUNK = 1000  # records handed out by a scheduler per call
 PUBLISH_BUDGET_PER_TURN = 5000  # records published per loop turn, across partitions
+SHARED_TURN_S = 0.02  # several tenants with records pending: a turn's publishing ends after this long
 PUBLISH_BACKOFF = Backoff(base_ms=100, cap_ms=10_000)  # a failed publish's retry backoff
 PARK_MS = 200  # a capped target's record waits this long before it is tried again
 DLQ_RETRY_MS = 10_000  # the DLQ itself refused a dead letter: it is tried again after this
@@ -131,8 +133,10 @@ class Publishing:
         self.backlog: deque[BacklogEntry] = deque()
         self.retries: list[RetryEntry] = []
         self._seq = itertools.count()
-        self.fair: FairTurns[PartitionStore] = FairTurns()  # the turn order between tenants
-        self._halted = False  # this turn's publishing stopped: no in-flight room, or the queue full
+        # the turn order between tenants, and their shares of the in-flight window
+        self.fair: FairTurns[PartitionStore] = FairTurns(settings.max_in_flight)
+        self._halted = False  # this turn's publishing stopped: no in-flight room, the queue full, or its time
+        self._deadline = 0.0  # several tenants with records: when this turn's publishing ends (monotonic s)
         self.policy = PublishFailurePolicy.from_settings(settings, PUBLISH_BACKOFF)
         self.rng = random.Random()
         self.on_broker = on_broker  # (up, source): the loop's readiness
@@ -191,7 +195,16 @@ class Publishing:
             else:
                 group.append(store)
         self._halted = False
-        self.fair.turn(PUBLISH_BUDGET_PER_TURN, tenants, partial(self._take, now=now), self._is_halted)
+        present = {t for t, group in tenants.items() if any(s.sched.next_due_ms() is not None for s in group)} if (
+            len(tenants) > 1) else set(tenants)
+        # Several tenants with records: the turn's publishing also ends after SHARED_TURN_S, so
+        # that records falling due meanwhile wait for a short turn, not for a neighbour's 5,000.
+        self._deadline = self.clock.monotonic() + SHARED_TURN_S if len(present) > 1 else 0.0
+        self.fair.turn(PUBLISH_BUDGET_PER_TURN, tenants, partial(self._take, now=now), self._is_halted, present,
+                       self._total_in_flight)
+
+    def _total_in_flight(self) -> int:
+        return int(self.state.in_flight)
 
     def _is_halted(self) -> bool:
         return self._halted
@@ -215,6 +228,9 @@ class Publishing:
                 self._halted = True
                 break
             self.poll(0)
+            if self._deadline and self.clock.monotonic() >= self._deadline:
+                self._halted = True
+                break
             if len(batch) < room:
                 # Nothing more is due (or the scheduler's scan budget ran out: then it still
                 # reports a due time <= now and the next turn does not wait): asking again
@@ -298,6 +314,7 @@ class Publishing:
                     now = self.clock.wall_ms()
                 if self.etf1 is not None and not self.exactly_once:
                     self.etf1.write(self.producer, store.acked, store)
+                self.fair.settled(store.topic, len(store.acked))
                 store.settle(now)
 
     def flush_backlog(self, now: int) -> bool:

@@ -158,3 +158,79 @@ def test_a_tenant_with_many_partitions_gets_one_share() -> None:
     b = [Source("b", 0, 10_000)]
     prod = Producer()
     assert FairTurns[Source]().turn(5000, {"a": a, "b": b}, prod.take, prod.halted) == {"a": 2500, "b": 2500}
+
+
+class Window:
+    """The producer's in-flight window: ``size`` records at most, counted per tenant (exactly:
+    the test settles what it delivers)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.by: dict[str, int] = {}
+
+    @property
+    def total(self) -> int:
+        return sum(self.by.values())
+
+    def take(self, src: Source, n: int) -> int:
+        got = min(n, src.left, self.size - self.total)
+        src.left -= got
+        self.by[src.tenant] = self.by.get(src.tenant, 0) + got
+        return got
+
+    def halted(self) -> bool:
+        return self.total >= self.size
+
+
+@settings(max_examples=150, deadline=None)
+@given(tenants=st.integers(2, 5), size=st.integers(50, 5000), budget=st.integers(1, 5000),
+       turns=st.lists(st.tuples(st.lists(st.integers(0, 6000), min_size=5, max_size=5),
+                                st.lists(st.floats(0, 1), min_size=5, max_size=5)), min_size=1, max_size=8))
+def test_every_present_tenant_finds_its_guaranteed_room_in_the_window(
+        tenants: int, size: int, budget: int, turns: list[tuple[list[int], list[float]]]) -> None:
+    """Tenants with records pending share ``max-in-flight``: whatever the others hold or have due,
+    each finds at least its guarantee (window // (2 * tenants)) minus what it has in flight,
+    within its part of the budget; the window is never overrun."""
+    names = [f"t{i}" for i in range(tenants)]
+    srcs = {t: [Source(t, 0, 0)] for t in names}
+    win = Window(size)
+    fair = FairTurns[Source](size)
+    guarantee = size // (2 * tenants)
+    for arrivals, delivered in turns:
+        for i, t in enumerate(names):
+            srcs[t][0].left += arrivals[i]
+        due = {t: srcs[t][0].left for t in names}
+        held = dict(win.by)
+        busy = sum(1 for d in due.values() if d > 0)
+        given_ = fair.turn(budget, srcs, win.take, win.halted, set(names), lambda: win.total)
+        assert win.total <= size
+        for t in names:
+            if due[t] > 0:
+                floor = min(due[t], max(0, guarantee - held.get(t, 0)), budget // busy)
+                assert given_[t] >= floor, (t, given_, due, held, guarantee)
+        for i, t in enumerate(names):  # some of each tenant's records are delivered
+            n = int(win.by.get(t, 0) * delivered[i])
+            win.by[t] = win.by.get(t, 0) - n
+            fair.settled(t, n)
+
+
+def test_a_mass_expiry_leaves_a_present_neighbour_its_room() -> None:
+    """Tenant a's mass expiry with b present but nothing due: a fills the window but b's
+    guarantee; b's records falling due next turn find it, before a's reports come back."""
+    win = Window(20_000)
+    fair = FairTurns[Source](20_000)
+    a, b = [Source("a", 0, 1_000_000)], [Source("b", 0, 0)]
+    for _ in range(5):
+        fair.turn(5000, {"a": a, "b": b}, win.take, win.halted, {"a", "b"}, lambda: win.total)
+    assert win.by["a"] == 20_000 - 5000  # b's guarantee: 20,000 // 4
+    b[0].left = 40
+    assert fair.turn(5000, {"a": a, "b": b}, win.take, win.halted, {"a", "b"}, lambda: win.total)["b"] == 40
+
+
+def test_a_tenant_alone_fills_the_whole_window() -> None:
+    win = Window(20_000)
+    fair = FairTurns[Source](20_000)
+    a, b = [Source("a", 0, 1_000_000)], [Source("b", 0, 0)]
+    for _ in range(5):
+        fair.turn(5000, {"a": a, "b": b}, win.take, win.halted, {"a"}, lambda: win.total)
+    assert win.total == 20_000

@@ -1,0 +1,163 @@
+"""Scenario ``tenants``: no noisy neighbour. Tenant A's mass expiry beside tenant B's paced stream.
+
+Method: one sidecar serves two tenants (a ``tenants:`` config file: each its own one-partition
+ingress topic, DLQ and changelog; each delivers to its own target topic). N records (100 B) of
+tenant A are produced with one record timestamp T0 and ``delay.ms`` = D, so all of them fall due
+at T0 + D (as in ``mass-expiry``); the bench checks that all N are stored before then. From
+T0 + D - 3 s tenant B sends a paced stream of records with a 1 s delay, until 1.5 s after A's
+last record is delivered. Then every record of both target topics is read back.
+
+* B's lateness (delivery timestamp - ``delay.deliver-at``) p50 / p99 / p99.9 of B's records due
+  during A's drain (from T0 + D to A's last delivery), and of those due before it (B alone:
+  the reference for what the machine gives a stream without a neighbour);
+* A's drain rate = N / (A's last delivery timestamp - (T0 + D)), next to a single-tenant
+  ``mass-expiry`` drain of the same N records measured right after (``bench/mass_expiry.py``,
+  seconds apart: the machine's speed drifts over minutes), and their ratio;
+* early (delivered before the due time) and lost (sent, never delivered, by key) per tenant.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from bench import mass_expiry
+from bench.report import fig
+from bench.workload import (
+    Bench,
+    Delivered,
+    PacedProducer,
+    lateness_percentiles,
+    log,
+    preload,
+    read_range,
+    sleep_until_wall_ms,
+    uid,
+    wait_until,
+    wall_ms,
+)
+
+B_DELAY_MS = 1_000
+B_LEAD_MS = 3_000  # B's stream starts this long before A's due time: B alone for 2 s
+B_TAIL_S = 1.5  # and goes on this long after A's drain
+
+
+def params(bench: Bench) -> tuple[int, int, float]:
+    """(A's records, A's delay ms, B's rate records/s)."""
+    return (1_000_000, 240_000, 1_000.0) if bench.full else (20_000, 10_000, 500.0)
+
+
+def _config(a_in: str, b_in: str, b_out: str) -> str:
+    return (
+        "tenants:\n"
+        f"  a:\n    ingress-topic: {a_in}\n    dlq-topic: {a_in}.dlq\n"
+        f"  b:\n    ingress-topic: {b_in}\n    dlq-topic: {b_in}.dlq\n    target-allowlist: ['{b_out}']\n"
+    )
+
+
+def _counts(got: Delivered, sent: int) -> tuple[int, int]:
+    """(early, lost) of what a tenant's target topic holds, ``sent`` records with distinct keys."""
+    early = sum(1 for ts, da in zip(got.ts, got.deliver_at, strict=True) if ts < da)
+    return early, max(0, sent - len(set(got.keys)))
+
+
+def measure(bench: Bench, scheduler: str, n: int, delay_ms: int, b_rate: float) -> dict[str, Any]:
+    u = uid()
+    a_in, b_in, a_out, b_out = f"bench.ten.a.{u}", f"bench.ten.b.{u}", f"bench.ten.a.out.{u}", f"bench.ten.b.out.{u}"
+    bench.topics(a_in, b_in, a_out, b_out)
+    cfg = bench.workdir / f"tenants-{u}.yaml"
+    cfg.write_text(_config(a_in, b_in, b_out))
+    sc = bench.sidecar(a_in, scheduler, tag="tenants", changelog=bench.other_changelog, config=cfg)
+    bench.topics_to_delete(f"{a_in}.dlq", f"{b_in}.dlq", f"{b_in}.changelog")
+    sc.start()
+    b: PacedProducer | None = None
+    try:
+        t0 = wall_ms()
+        due = t0 + delay_ms
+        pre = preload(bench.bootstrap, a_in, n, 100, a_out, lambda _i: delay_ms, timestamp_ms=t0)
+        wait_until(f"{n} records of tenant a stored before their due time", lambda: sc.counter("ingested") >= n,
+                   max(1.0, (due - wall_ms()) / 1000), 0.1, sc.check_alive)
+        stored = wall_ms()
+        log(f"tenants {scheduler}: {n:,} of tenant a stored {(due - stored) / 1000:.1f} s before their due time")
+        sleep_until_wall_ms(due - B_LEAD_MS)
+        b = PacedProducer(bench.bootstrap, b_in, b_out, b_rate, 100, lambda _i: B_DELAY_MS)
+        b.start()
+        wait_until(f"{n} records of tenant a drained", lambda: bench.wm.total(a_out) >= n, 600, 0.1,
+                   sc.check_alive)
+        time.sleep(B_TAIL_S)
+        b.stop()
+        sent_b = b.accepted
+        wait_until(f"{sent_b} records of tenant b delivered", lambda: bench.wm.total(b_out) >= sent_b,
+                   60, 0.1, sc.check_alive)
+    finally:
+        if b is not None:
+            b.stop()
+        sc.stop()
+    got_a = read_range(bench.bootstrap, a_out, {}, bench.wm.high(a_out), headers=True, keys=True)
+    got_b = read_range(bench.bootstrap, b_out, {}, bench.wm.high(b_out), headers=True, keys=True)
+    last_a = max(got_a.ts)
+    drain_s = (last_a - due) / 1000
+    during = [ts - da for ts, da in zip(got_b.ts, got_b.deliver_at, strict=True) if due <= da <= last_a]
+    before = [ts - da for ts, da in zip(got_b.ts, got_b.deliver_at, strict=True) if da < due]
+    a_early, a_lost = _counts(got_a, n)
+    b_early, b_lost = _counts(got_b, sent_b)
+    return {
+        "a_records": n,
+        "a_preload_s": pre.seconds,
+        "a_stored_before_due_s": (due - stored) / 1000,
+        "a_drain_s": drain_s,
+        "a_drain_rate": n / drain_s if drain_s > 0 else None,
+        "a_delivered": len(got_a.ts),
+        "a_early": a_early,
+        "a_lost": a_lost,
+        "b_sent": sent_b,
+        "b_delivered": len(got_b.ts),
+        "b_early": b_early,
+        "b_lost": b_lost,
+        "b_due_during_drain": len(during),
+        "b_lateness_during_drain_ms": lateness_percentiles(during),
+        "b_lateness_before_drain_ms": lateness_percentiles(before),
+    }
+
+
+def run(bench: Bench) -> dict[str, Any]:
+    n, delay_ms, b_rate = params(bench)
+    results: dict[str, Any] = {}
+    details: dict[str, Any] = {}
+    for sched in bench.schedulers:
+        m = measure(bench, sched, n, delay_ms, b_rate)
+        # the single-tenant drain of the same N right after, seconds apart (the machine drifts)
+        single = mass_expiry.measure(bench, sched, n, delay_ms, b_rate)
+        m["single_tenant"] = single
+        rate, alone = m["a_drain_rate"], single["drain_rate"]
+        ratio = rate / alone if rate and alone else None
+        during, before = m["b_lateness_during_drain_ms"], m["b_lateness_before_drain_ms"]
+        log(f"tenants {sched}: a drained {n:,} at {rate or 0:,.0f}/s ({ratio or 0:.2f} of one tenant's "
+            f"{alone or 0:,.0f}/s); b late during it p50 {during['p50']} p99 {during['p99']} "
+            f"p99.9 {during['p999']} ms ({m['b_due_during_drain']} records)")
+        results[sched] = {
+            "b_lateness_during_drain_p50_ms": fig(during["p50"], "ms"),
+            "b_lateness_during_drain_p99_ms": fig(during["p99"], "ms", "<= 50"),
+            "b_lateness_during_drain_p999_ms": fig(during["p999"], "ms", "<= 100"),
+            "b_lateness_during_drain_max_ms": fig(during["max"], "ms"),
+            "b_lateness_before_drain_p99_ms": fig(before["p99"], "ms", note="tenant b alone, before a's due time"),
+            "a_drain_records_per_s": fig(rate, "records/s"),
+            "single_tenant_drain_records_per_s": fig(alone, "records/s",
+                                                     note="mass-expiry of the same N, measured right after"),
+            "a_drain_ratio_to_single_tenant": fig(ratio, "x", ">= 0.8"),
+            "a_early": fig(m["a_early"], "records", "== 0"),
+            "a_lost": fig(m["a_lost"], "records", "== 0"),
+            "b_early": fig(m["b_early"], "records", "== 0"),
+            "b_lost": fig(m["b_lost"], "records", "== 0"),
+        }
+        details[sched] = m
+    bench.cleanup_topics()
+    return {
+        "method": "one sidecar, two tenants: a's N records due in one millisecond while b sends a paced stream "
+                  "of 1 s delays; b's lateness for its records due during a's drain, a's drain rate vs a "
+                  "single-tenant mass-expiry of the same N measured right after",
+        "settings": {"a_records": n, "a_delay_ms": delay_ms, "b_rate": b_rate, "b_delay_ms": B_DELAY_MS,
+                     "record_bytes": 100, "schedulers": bench.schedulers},
+        "results": results,
+        "details": details,
+    }
