@@ -11,8 +11,9 @@ Each loop turn calls :meth:`Publishing.publish`, which hands out what is due, in
    ``max-in-flight`` unreported records. The budget is shared fairly between tenants (the
    partitions of one ingress topic; engine/fairness.py): each tenant with records due gets an
    equal part, what one leaves goes to the others, the lightest goes first, and within a tenant
-   the starting partition rotates. While several tenants have records pending, a turn's
-   publishing also ends after ``SHARED_TURN_S``: a record falling due waits for a short turn.
+   the starting partition rotates. While several tenants have records pending, the budget is
+   handed out in rounds of at most ``SHARED_TURN_S``, each from a fresh clock reading with the
+   lightest tenant first: a record falling due meanwhile waits for the round, not the turn.
 
 **Never early**: ``_produce`` compares the record's due time with the clock reading taken for
 this publish call; a record that is not due (a scheduler bug) is counted ``early``, logged and
@@ -95,7 +96,7 @@ log = logs.get("sidecar")
 
 PUBLISH_CHUNK = 1000  # records handed out by a scheduler per call
 PUBLISH_BUDGET_PER_TURN = 5000  # records published per loop turn, across partitions
-SHARED_TURN_S = 0.02  # several tenants with records pending: a turn's publishing ends after this long
+SHARED_TURN_S = 0.02  # several tenants with records pending: a round of a turn's publishing ends after this long
 PUBLISH_BACKOFF = Backoff(base_ms=100, cap_ms=10_000)  # a failed publish's retry backoff
 PARK_MS = 200  # a capped target's record waits this long before it is tried again
 DLQ_RETRY_MS = 10_000  # the DLQ itself refused a dead letter: it is tried again after this
@@ -136,7 +137,8 @@ class Publishing:
         # the turn order between tenants, and their shares of the in-flight window
         self.fair: FairTurns[PartitionStore] = FairTurns(settings.max_in_flight)
         self._halted = False  # this turn's publishing stopped: no in-flight room, the queue full, or its time
-        self._deadline = 0.0  # several tenants with records: when this turn's publishing ends (monotonic s)
+        self._deadline = 0.0  # several tenants with records: when a round of this turn's publishing ends
+        self._timed_out = False  # ... and it did: another round follows, from a fresh clock reading
         self.policy = PublishFailurePolicy.from_settings(settings, PUBLISH_BACKOFF)
         self.rng = random.Random()
         self.on_broker = on_broker  # (up, source): the loop's readiness
@@ -194,14 +196,21 @@ class Publishing:
                 tenants[store.topic] = [store]
             else:
                 group.append(store)
-        self._halted = False
         present = {t for t, group in tenants.items() if any(s.sched.next_due_ms() is not None for s in group)} if (
             len(tenants) > 1) else set(tenants)
-        # Several tenants with records: the turn's publishing also ends after SHARED_TURN_S, so
-        # that records falling due meanwhile wait for a short turn, not for a neighbour's 5,000.
-        self._deadline = self.clock.monotonic() + SHARED_TURN_S if len(present) > 1 else 0.0
-        self.fair.turn(PUBLISH_BUDGET_PER_TURN, tenants, partial(self._take, now=now), self._is_halted, present,
-                       self._total_in_flight)
+        budget = PUBLISH_BUDGET_PER_TURN
+        while True:
+            # Several tenants with records: a round of the budget's sharing ends after SHARED_TURN_S
+            # and the next starts from a fresh clock reading, the lightest tenant first, so that a
+            # record falling due meanwhile waits 20 ms, not for a neighbour's 5,000.
+            self._halted = self._timed_out = False
+            self._deadline = self.clock.monotonic() + SHARED_TURN_S if len(present) > 1 else 0.0
+            given = self.fair.turn(budget, tenants, partial(self._take, now=now), self._is_halted, present,
+                                   self._total_in_flight)
+            budget -= sum(given.values())
+            if not self._timed_out or budget <= 0:
+                return
+            now = self.clock.wall_ms()
 
     def _total_in_flight(self) -> int:
         return int(self.state.in_flight)
@@ -229,7 +238,7 @@ class Publishing:
                 break
             self.poll(0)
             if self._deadline and self.clock.monotonic() >= self._deadline:
-                self._halted = True
+                self._halted = self._timed_out = True
                 break
             if len(batch) < room:
                 # Nothing more is due (or the scheduler's scan budget ran out: then it still
