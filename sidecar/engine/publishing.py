@@ -14,6 +14,8 @@ Each loop turn calls :meth:`Publishing.publish`, which hands out what is due, in
    the starting partition rotates. While several tenants have records pending, the budget is
    handed out in rounds of at most ``SHARED_TURN_S``, each from a fresh clock reading with the
    lightest tenant first: a record falling due meanwhile waits for the round, not the turn.
+   A tenant with a ``max-delivery-rate`` gets no more than its token bucket holds
+   (``engine/pacing.py``: its lateness is its own).
 
 **Never early**: ``_produce`` compares the record's due time with the clock reading taken for
 this publish call; a record that is not due (a scheduler bug) is counted ``early``, logged and
@@ -74,6 +76,7 @@ from sidecar.config import Settings
 from sidecar.engine.clock import Clock
 from sidecar.engine.etf1 import Tombstones
 from sidecar.engine.fairness import FairTurns
+from sidecar.engine.pacing import Pacing
 from sidecar.engine.publish_state import PublishState
 from sidecar.engine.stores import Stores, store_key
 from sidecar.engine.tenant_producers import TenantProducers
@@ -139,6 +142,7 @@ class Publishing:
         self._halted = False  # this turn's publishing stopped: no in-flight room, the queue full, or its time
         self._deadline = 0.0  # several tenants with records: when a round of this turn's publishing ends
         self._timed_out = False  # ... and it did: another round follows, from a fresh clock reading
+        self.pacing = Pacing(settings.tenants, clock.wall_ms())  # max-delivery-rate per tenant
         self.policy = PublishFailurePolicy.from_settings(settings, PUBLISH_BACKOFF)
         self.rng = random.Random()
         self.on_broker = on_broker  # (up, source): the loop's readiness
@@ -229,9 +233,11 @@ class Publishing:
             if room <= 0:
                 self._halted = True
                 break
-            batch = store.sched.due(now, room)
+            room = self.pacing.room(store.topic, room, now)  # its tenant's max-delivery-rate
+            batch = store.sched.due(now, room) if room > 0 else None
             if not batch:
                 break
+            self.pacing.took(store.topic, batch, now)
             given += len(batch)
             if not self._publish_batch(batch, store, now):
                 self._halted = True
