@@ -28,7 +28,9 @@ from bench.report import fig
 from bench.workload import (
     Bench,
     PacedProducer,
+    Preloaded,
     RssSampler,
+    SidecarProc,
     log,
     preload,
     read_range,
@@ -65,6 +67,29 @@ def ingest_rate_between(events: list[dict[str, Any]], t0: int, t1: int) -> float
     return (b[1] - a[1]) / ((b[0] - a[0]) / 1000)
 
 
+def preload_due_at_once(bench: Bench, sc: SidecarProc, ingress: str, n: int, target: str, delay_ms: int,
+                        what: str) -> tuple[int, Preloaded, int]:
+    """Produce ``n`` records into ``ingress`` with one timestamp T0 and one delay, and wait until
+    the running sidecar ``sc`` stored them all: (their due time, the preload, when they were
+    stored). ``what`` names them in the log."""
+    t0 = wall_ms()
+    due = t0 + delay_ms
+    pre = preload(bench.bootstrap, ingress, n, 100, target, lambda _i: delay_ms, timestamp_ms=t0)
+    wait_until(f"{n} {what} stored before their due time", lambda: sc.counter("ingested") >= n,
+               max(1.0, (due - wall_ms()) / 1000), 0.1, sc.check_alive)
+    stored = wall_ms()
+    log(f"{what}: {n:,} stored {(due - stored) / 1000:.1f} s before their due time")
+    return due, pre, stored
+
+
+def drain_figures(n: int, pre: Preloaded, due: int, stored: int, last: int) -> dict[str, Any]:
+    """A drain's figures: ``n`` records due at ``due``, stored at ``stored``, the last one
+    delivered at ``last``."""
+    drain_s = (last - due) / 1000
+    return {"records": n, "preload_s": pre.seconds, "stored_before_due_s": (due - stored) / 1000,
+            "drain_s": drain_s, "drain_rate": n / drain_s if drain_s > 0 else None}
+
+
 def measure(bench: Bench, scheduler: str, n: int, delay_ms: int, bg_rate: float) -> dict[str, Any]:
     ingress, target, bg_target = f"bench.me.in.{uid()}", f"bench.me.out.{uid()}", f"bench.me.bg.{uid()}"
     bench.topics(ingress, target, bg_target)
@@ -73,13 +98,7 @@ def measure(bench: Bench, scheduler: str, n: int, delay_ms: int, bg_rate: float)
     sampler: RssSampler | None = None
     bg: PacedProducer | None = None
     try:
-        t0 = wall_ms()
-        due = t0 + delay_ms
-        pre = preload(bench.bootstrap, ingress, n, 100, target, lambda _i: delay_ms, timestamp_ms=t0)
-        wait_until(f"{n} records stored before their due time", lambda: sc.counter("ingested") >= n,
-                   max(1.0, (due - wall_ms()) / 1000), 0.1, sc.check_alive)
-        stored = wall_ms()
-        log(f"mass-expiry {scheduler}: {n:,} stored {(due - stored) / 1000:.1f} s before their due time")
+        due, pre, stored = preload_due_at_once(bench, sc, ingress, n, target, delay_ms, f"mass-expiry {scheduler}")
         sampler = RssSampler(sc.pid, 0.05)
         sampler.start()
         sleep_until_wall_ms(due - 2_000)
@@ -96,17 +115,12 @@ def measure(bench: Bench, scheduler: str, n: int, delay_ms: int, bg_rate: float)
         sc.stop()
     got = read_range(bench.bootstrap, target, {}, bench.wm.high(target), headers=True)
     last = max(got.ts)
-    drain_s = (last - due) / 1000
     before = [s for s in sampler.samples if due - 1_500 <= s[0] <= due - 500] or sampler.samples[:1]
     during = [s for s in sampler.samples if due - 500 <= s[0] <= last] or before
     rss0 = sum(s[1] for s in before) / len(before)
     anon0 = sum(s[2] for s in before) / len(before)
     return {
-        "records": n,
-        "preload_s": pre.seconds,
-        "stored_before_due_s": (due - stored) / 1000,
-        "drain_s": drain_s,
-        "drain_rate": n / drain_s if drain_s > 0 else None,
+        **drain_figures(n, pre, due, stored, last),
         "first_lateness_ms": min(got.ts) - due,
         "last_lateness_ms": last - due,
         "early": sum(1 for ts, da in zip(got.ts, got.deliver_at, strict=True) if ts < da),

@@ -29,12 +29,10 @@ from bench.workload import (
     PacedProducer,
     lateness_percentiles,
     log,
-    preload,
     read_range,
     sleep_until_wall_ms,
     uid,
     wait_until,
-    wall_ms,
 )
 
 B_DELAY_MS = 1_000
@@ -72,13 +70,8 @@ def measure(bench: Bench, scheduler: str, n: int, delay_ms: int, b_rate: float) 
     sc.start()
     b: PacedProducer | None = None
     try:
-        t0 = wall_ms()
-        due = t0 + delay_ms
-        pre = preload(bench.bootstrap, a_in, n, 100, a_out, lambda _i: delay_ms, timestamp_ms=t0)
-        wait_until(f"{n} records of tenant a stored before their due time", lambda: sc.counter("ingested") >= n,
-                   max(1.0, (due - wall_ms()) / 1000), 0.1, sc.check_alive)
-        stored = wall_ms()
-        log(f"tenants {scheduler}: {n:,} of tenant a stored {(due - stored) / 1000:.1f} s before their due time")
+        due, pre, stored = mass_expiry.preload_due_at_once(bench, sc, a_in, n, a_out, delay_ms,
+                                                           f"tenants {scheduler}, tenant a's records")
         sleep_until_wall_ms(due - B_LEAD_MS)
         b = PacedProducer(bench.bootstrap, b_in, b_out, b_rate, 100, lambda _i: B_DELAY_MS)
         b.start()
@@ -96,17 +89,12 @@ def measure(bench: Bench, scheduler: str, n: int, delay_ms: int, b_rate: float) 
     got_a = read_range(bench.bootstrap, a_out, {}, bench.wm.high(a_out), headers=True, keys=True)
     got_b = read_range(bench.bootstrap, b_out, {}, bench.wm.high(b_out), headers=True, keys=True)
     last_a = max(got_a.ts)
-    drain_s = (last_a - due) / 1000
     during = [ts - da for ts, da in zip(got_b.ts, got_b.deliver_at, strict=True) if due <= da <= last_a]
     before = [ts - da for ts, da in zip(got_b.ts, got_b.deliver_at, strict=True) if da < due]
     a_early, a_lost = _counts(got_a, n)
     b_early, b_lost = _counts(got_b, sent_b)
     return {
-        "a_records": n,
-        "a_preload_s": pre.seconds,
-        "a_stored_before_due_s": (due - stored) / 1000,
-        "a_drain_s": drain_s,
-        "a_drain_rate": n / drain_s if drain_s > 0 else None,
+        **{f"a_{k}": v for k, v in mass_expiry.drain_figures(n, pre, due, stored, last_a).items()},
         "a_delivered": len(got_a.ts),
         "a_early": a_early,
         "a_lost": a_lost,
