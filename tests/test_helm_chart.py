@@ -14,8 +14,8 @@ ObjectMeta schema and their spec through the subset of the operator's CRD schema
 The Grafana dashboard is decoded with grafana-foundation-sdk's generated models (Grafana 11.6) and
 must survive the round trip without losing a key, with every decoded field of its declared type.
 Every PromQL expression of the dashboard and the alerts is parsed with promql-parser (a port of
-Prometheus' parser) and may only name series that ``sidecar.metrics.Metrics`` really renders, with
-labels those series carry.
+Prometheus' parser) and may only name series that the sidecar really renders on /metrics (a
+``sidecar.metrics.Metrics`` with the quotas' collector registered), with labels those series carry.
 """
 
 from __future__ import annotations
@@ -44,7 +44,11 @@ from kubernetes_validate.utils import all_versions as k8s_schema_versions
 from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar.config import OPTIONS, ConfigError, Settings, load_settings
+from sidecar.engine.pacing import Pacing
+from sidecar.engine.quota_metrics import register as register_quota_series
 from sidecar.metrics import Metrics, level_tier
+from sidecar.store.quota import Quota
+from sidecar.tenants import Tenant
 from tests.infra import unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -752,7 +756,8 @@ VARIANTS: dict[str, tuple[tuple[Path, ...], tuple[str, ...]]] = {
 }
 # the series with a tenant label (sidecar/metrics.py): the dashboard's $tenant narrows them
 PER_TENANT = ("delay_sidecar_pending_records", "delay_sidecar_delivered_records_total",
-              "delay_sidecar_delivery_lateness_seconds_bucket", "delay_sidecar_dlq_records_total")
+              "delay_sidecar_delivery_lateness_seconds_bucket", "delay_sidecar_dlq_records_total",
+              "delay_sidecar_quota_rejections_total", "delay_sidecar_pacing_lag_seconds")
 # Labels Prometheus attaches to every target of a ServiceMonitor scrape (not the sidecar's own).
 TARGET_LABELS = {"job", "instance", "namespace", "pod", "service", "endpoint", "container"}
 # Series the dashboard and alerts may use that are not the sidecar's: Prometheus' per-target `up`.
@@ -1097,9 +1102,15 @@ def test_dashboard_shape() -> None:
 
 
 def exposed_series() -> dict[str, set[str]]:
-    """Sample name -> label names, from the text a real Metrics object renders on /metrics, with
+    """Sample name -> label names, from the text a real Metrics object renders on /metrics (with
+    the quotas' collector registered as the engine does, for a tenant with every limit), with
     every labelled family given a child so that no family renders without samples."""
     m = Metrics(ingress_topic="delay.ingress", scheduler="levels", tiers=[level_tier(1)])
+    limited = Tenant(name="team-a", ingress_topic="delay.ingress", dlq_topic="delay.dlq", target_allowlist=(),
+                     max_delay_ms=1000, changelog_topic=None, max_pending=10, max_disk_bytes=1 << 20,
+                     max_delivery_rate=5.0)
+    register_quota_series(m.registry, [Quota(limited.name, limited.max_pending, limited.max_disk_bytes, tuple)],
+                          Pacing([limited], 0))
     m.set_consumer_lag(0, 5)
     m.set_ingress_paused(True, "disk-full")
     m.observe_lateness_ms([3, -1])
@@ -1143,7 +1154,7 @@ def check_promql(expr: str, series: dict[str, set[str]]) -> list[str]:
         if name in NOT_YET_EXPOSED:
             continue
         if name not in known:
-            problems.append(f"{name}: not rendered by sidecar.metrics.Metrics")
+            problems.append(f"{name}: not rendered by the sidecar")
             continue
         for matcher in vs.matchers.matchers:
             if matcher.name != "__name__" and matcher.name not in known[name] | TARGET_LABELS:
@@ -1230,6 +1241,8 @@ def test_dashboard_covers_the_sidecar_series() -> None:
         "Restore rate",
         "Changelog unacknowledged writes",
         "Changelog refused writes (must stay 0)",
+        "Quota rejections by tenant and reason",
+        "Pacing lag by tenant (max-delivery-rate)",
     ):
         assert want in titles
 
