@@ -488,7 +488,7 @@ def cmd_cancel(ns: argparse.Namespace) -> int:
     except ValueError as e:
         raise _bad("ID", e) from None
     timeout_ms, kafka = _common_inputs(ns)
-    w = _Writer(ns, timeout_ms, kafka)
+    w = _Writer(ns, timeout_ms, tenant_option.producer_kafka(ns, kafka))  # --tenant: writes as the tenant
     w.check(ns.ingress_topic)
     msg = w.write(ns.ingress_topic, value=None, key=ns.key.encode(), headers=[(c.CANCEL, rid)])
     _emit(ns, {"action": "cancel", "id": ns.id, "ingress_topic": msg.topic(), "partition": msg.partition(),
@@ -985,6 +985,7 @@ def _dlq_job(ns: argparse.Namespace) -> Any:
     job.bootstrap = bs
     _require_kafka(bs, kafka, timeout_ms, (ns.dlq_topic,))
     job.kafka = {**kafka, "logger": _quiet_logger()}
+    job.producer_kafka = tenant_option.producer_kafka(ns, job.kafka)  # --tenant: writes as the tenant
     return job
 
 

@@ -325,6 +325,8 @@ class Job:
     rate: float = 0.0  # records/s at most (0: no limit)
     timeout_s: float = 30.0
     kafka: dict[str, Any] = field(default_factory=dict)  # librdkafka properties for every client
+    # the producer's properties instead of kafka (--tenant: the tenant's kafka: over them); None: kafka
+    producer_kafka: dict[str, Any] | None = None
 
     @property
     def marker_topic(self) -> str:
@@ -530,7 +532,7 @@ def redrive(job: Job, progress: TextIO | None = None) -> Summary:
         producer = Producer({
             "bootstrap.servers": job.bootstrap, "transactional.id": job.transactional_id,
             "linger.ms": 5, "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000,
-            "transaction.timeout.ms": 60_000, **job.kafka,
+            "transaction.timeout.ms": 60_000, **(job.kafka if job.producer_kafka is None else job.producer_kafka),
         })
         try:
             producer.init_transactions(job.timeout_s)  # fences an older run, aborts what it left open

@@ -6,11 +6,20 @@ With ``--tenant`` those come from the sidecar's YAML file (``--config``: its ``t
 ``sidecar/tenants.py``) instead of ``--ingress-topic`` and ``--dlq-topic``, so an operator names
 the team, not its topics (``--tenant`` wins over those flags). An unknown name is an error
 naming the tenants the file has.
+
+``cancel`` and ``dlq redrive`` also write as the tenant: their producer takes the tenant's
+``kafka:`` properties (its own ``sasl.username``/``sasl.password``, say) over the ones the command
+uses otherwise (``--config``'s ``kafka:`` and ``--kafka``), built as the sidecar builds the
+tenant's producer (``engine/tenant_producers.over``), so the broker authorizes the tenant's
+principal for what the command writes. The command's other clients (metadata checks, the DLQ's
+consumer) stay on the command's own properties. Property values are never printed.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
+from typing import Any
 
 from sidecar import tenants
 from sidecar.config import ConfigError, Settings
@@ -40,3 +49,13 @@ def apply(ns: argparse.Namespace, settings: Settings | None) -> None:
     ns.ingress_topic = t.ingress_topic
     if hasattr(ns, "dlq_topic"):
         ns.dlq_topic = t.dlq_topic
+    ns.tenant_settings = t
+
+
+def producer_kafka(ns: argparse.Namespace, kafka: Mapping[str, Any]) -> dict[str, Any]:
+    """The librdkafka properties of the command's producer: ``kafka`` (the command's own), with the
+    ``--tenant``'s ``kafka:`` over them once ``apply`` found one."""
+    from sidecar.engine.tenant_producers import over  # the engine's clients: only when writing
+
+    t: tenants.Tenant | None = getattr(ns, "tenant_settings", None)
+    return dict(kafka) if t is None else over(kafka, t)

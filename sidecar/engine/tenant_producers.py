@@ -33,7 +33,7 @@ never logged.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -49,6 +49,15 @@ log = logs.get("sidecar")
 # delivery report codes meaning "this principal may not write that topic"
 AUTHORIZATION_CODES = frozenset(CODES[n] for n in ("TOPIC_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED")
                                 if n in CODES)
+
+
+def over(base: Mapping[str, Any], t: Tenant) -> dict[str, Any]:
+    """The configuration of ``t``'s producer: ``base`` (the deployment producer's) with the tenant's
+    ``kafka:`` properties over it. The sidecar's tenant producers and the commands that write for
+    a tenant (``--tenant``, ``sidecar/tenant_option.py``) both build theirs here."""
+    conf = dict(base)
+    conf.update(t.kafka)
+    return conf
 
 
 class TenantProducers:
@@ -76,8 +85,7 @@ class TenantProducers:
 
     def conf_for(self, t: Tenant) -> dict[str, Any]:
         assert self._base is not None
-        conf = self._base()
-        conf.update(dict(t.kafka))
+        conf = over(self._base(), t)
         conf["error_cb"] = lambda err: self._on_error(t.name, err)
         return conf
 
