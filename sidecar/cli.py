@@ -175,9 +175,10 @@ def _serve(settings: Settings, ready: threading.Event | None = None, stop: threa
     from sidecar.engine.loop import Sidecar
     from sidecar.health import HealthServer
     from sidecar.metrics import Metrics
+    from sidecar.tenants import tenant_by_topic
 
     metrics = Metrics(ingress_topic=settings.tenants[0].ingress_topic, scheduler=settings.scheduler,
-                      tenants=[t.name for t in settings.tenants])
+                      tenants=[t.name for t in settings.tenants], ingress_topics=tenant_by_topic(settings))
     health = None
     if settings.http_port:
         health = HealthServer(settings.http_host, settings.http_port, metrics)

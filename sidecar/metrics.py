@@ -38,8 +38,9 @@ Series (all prefixed ``delay_sidecar_``; base units: seconds, bytes, records):
                                             a cancelled record's entry counts until its due
                                             time passes (a cancel marks the entry in place)
 ``delivery_lateness_seconds``      histo.   ``{tenant}``: send time minus due time, 1 ms .. 60 s buckets
-``consumer_lag_records``           gauge    ``{partition}``: ingress lag from librdkafka statistics, one
-                                            series per assigned partition
+``consumer_lag_records``           gauge    ``{partition, tenant}``: ingress lag from librdkafka
+                                            statistics, one series per assigned partition of every
+                                            tenant's ingress topic
 ``store_bytes``                    gauge    bytes the store's files hold on disk (allocated blocks)
 ``store_preallocated_bytes``       gauge    the same files' sizes: preallocated, sparse until written
 ``ingress_paused``                 gauge    1 while ingress consumption is paused (backpressure)
@@ -209,8 +210,14 @@ class Metrics:
         scheduler: str = "levels",
         tiers: Iterable[str] = (),
         tenants: Iterable[str] = (DEFAULT_TENANT,),
+        ingress_topics: Mapping[str, str] | None = None,
     ) -> None:
+        """``ingress_topics``: each tenant's ingress topic -> its name (``tenants.tenant_by_topic``),
+        the topics whose consumer lag is read; None: ``ingress_topic``, of the first tenant."""
+        tenants = tuple(tenants)
         self.ingress_topic = ingress_topic
+        self.ingress_topics = dict(ingress_topics) if ingress_topics is not None else {
+            ingress_topic: tenants[0] if tenants else DEFAULT_TENANT}
         self.scheduler = scheduler
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
@@ -242,8 +249,8 @@ class Metrics:
         self._pending = Gauge(PREFIX + "pending_records", "Records waiting for their due time, by tier and tenant",
                               ["tier", "tenant"], registry=r)
         self._lag = Gauge(PREFIX + "consumer_lag_records",
-                          "Ingress consumer lag (librdkafka consumer_lag: high watermark - committed offset)",
-                          ["partition"], registry=r)
+                          "Ingress consumer lag (librdkafka consumer_lag: high watermark - committed offset), "
+                          "by partition of each tenant's ingress topic", ["partition", "tenant"], registry=r)
         self._store_bytes = Gauge(PREFIX + "store_bytes",
                                   "Bytes the store's files hold on disk (allocated blocks)", registry=r)
         self._store_prealloc = Gauge(PREFIX + "store_preallocated_bytes",
@@ -300,7 +307,7 @@ class Metrics:
             t.set_pending_many(dict.fromkeys(tiers, 0))
         self.default = next(iter(self._tenants.values()), None) or self.tenant(DEFAULT_TENANT)
         self._pause_reasons: set[str] = set()
-        self._lag_partitions: set[str] = set()
+        self._lag_partitions: set[tuple[str, str]] = set()  # (partition, tenant) of the series
         self._paused.set(0)
         self._up.set(1)
         self._ready.set(0)
@@ -431,15 +438,18 @@ class Metrics:
         if n:
             self._restored.inc(n)
 
-    def set_consumer_lag(self, partition: int, lag: int) -> None:
-        key = str(partition)
+    def set_consumer_lag(self, partition: int, lag: int, tenant: str | None = None) -> None:
+        """``tenant``: None for the first tenant's topic (``ingress_topic``)."""
+        key = (str(partition), tenant or self.ingress_topics.get(self.ingress_topic, DEFAULT_TENANT))
         self._lag_partitions.add(key)
-        self._lag.labels(partition=key).set(lag)
+        self._lag.labels(*key).set(lag)
 
     def update_from_stats(self, stats_json: str | bytes) -> None:
         """Set ``consumer_lag_records`` from a librdkafka statistics document (``stats_cb``).
 
-        Read: ``topics.<ingress topic>.partitions.<p>``. ``consumer_lag`` is librdkafka's
+        Read: ``topics.<ingress topic>.partitions.<p>`` of every tenant's ingress topic (one
+        consumer reads them all: one document has them all), the series labelled with the
+        topic's tenant (partition numbers repeat across topics). ``consumer_lag`` is librdkafka's
         "difference between (hi_offset or ls_offset) and committed_offset" (``ls_offset`` under
         ``isolation.level=read_committed``). The sidecar commits an ingress offset only once the
         record is durable in the store, so this is "ingress records not yet safely stored".
@@ -457,22 +467,25 @@ class Metrics:
         loop).
         """
         try:
-            doc = orjson.loads(stats_json)
-            partitions = doc["topics"][self.ingress_topic]["partitions"]
-            items = list(partitions.items())
+            topics = orjson.loads(stats_json)["topics"]
+            items = [(tenant, list(topics[topic]["partitions"].items()))
+                     for topic, tenant in self.ingress_topics.items() if topic in topics]
         except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
             return
-        seen: dict[str, int] = {}
-        for key, part in items:
-            if key == "-1" or not isinstance(part, dict):
-                continue
-            lag = _lag(part)
-            if lag is not None:
-                seen[str(key)] = lag
-        for key in self._lag_partitions - seen.keys():
-            self._lag.remove(key)
-        for key, lag in seen.items():
-            self._lag.labels(partition=key).set(lag)
+        if not items:
+            return  # none of the ingress topics yet (before the first assignment): as malformed
+        seen: dict[tuple[str, str], int] = {}
+        for tenant, parts in items:
+            for key, part in parts:
+                if key == "-1" or not isinstance(part, dict):
+                    continue
+                lag = _lag(part)
+                if lag is not None:
+                    seen[(str(key), tenant)] = lag
+        for gone in self._lag_partitions - seen.keys():
+            self._lag.remove(*gone)
+        for labels, lag in seen.items():
+            self._lag.labels(*labels).set(lag)
         self._lag_partitions = set(seen)
 
     # -- exposition --------------------------------------------------------------------------

@@ -757,7 +757,8 @@ VARIANTS: dict[str, tuple[tuple[Path, ...], tuple[str, ...]]] = {
 # the series with a tenant label (sidecar/metrics.py): the dashboard's $tenant narrows them
 PER_TENANT = ("delay_sidecar_pending_records", "delay_sidecar_delivered_records_total",
               "delay_sidecar_delivery_lateness_seconds_bucket", "delay_sidecar_dlq_records_total",
-              "delay_sidecar_quota_rejections_total", "delay_sidecar_pacing_lag_seconds")
+              "delay_sidecar_quota_rejections_total", "delay_sidecar_pacing_lag_seconds",
+              "delay_sidecar_consumer_lag_records")
 # Labels Prometheus attaches to every target of a ServiceMonitor scrape (not the sidecar's own).
 TARGET_LABELS = {"job", "instance", "namespace", "pod", "service", "endpoint", "container"}
 # Series the dashboard and alerts may use that are not the sidecar's: Prometheus' per-target `up`.

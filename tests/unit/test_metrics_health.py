@@ -203,7 +203,7 @@ def test_consumer_lag_from_librdkafka_stats(metrics: Metrics) -> None:
     # malformed or foreign documents never raise and leave the gauge alone
     for bad in ("not json", "[]", "{}", json.dumps({"topics": {"delay.ingress": {"partitions": []}}})):
         metrics.update_from_stats(bad)
-    assert value(metrics.render(), P + "consumer_lag_records", partition="1") == 5
+    assert value(metrics.render(), P + "consumer_lag_records", partition="1", tenant=T) == 5
 
 
 def test_every_assigned_partition_has_a_lag_series(metrics: Metrics) -> None:
@@ -224,6 +224,30 @@ def test_every_assigned_partition_has_a_lag_series(metrics: Metrics) -> None:
     s = samples(metrics.render())
     lag = {dict(k[1])["partition"]: v for k, v in s.items() if k[0] == P + "consumer_lag_records"}
     assert lag == {"0": 0, "1": 5, "2": 3, "5": 2}
+
+
+def test_consumer_lag_covers_every_tenants_ingress_topic() -> None:
+    """One consumer reads every tenant's ingress topic: each topic's partitions have series,
+    labelled with the topic's tenant (partition numbers repeat across topics)."""
+    m = Metrics(ingress_topic="payments.delay", tenants=["payments", "search"],
+                ingress_topics={"payments.delay": "payments", "search.delay": "search"})
+    doc = {"topics": {
+        "payments.delay": {"partitions": {"0": {"consumer_lag": 4}, "1": {"consumer_lag": 0}}},
+        "search.delay": {"partitions": {"0": {"consumer_lag": 9}, "-1": {"consumer_lag": 3}}},
+        "other": {"partitions": {"0": {"consumer_lag": 999}}},  # not an ingress topic
+    }}
+    m.update_from_stats(json.dumps(doc))
+
+    def lag() -> dict[tuple[str, str], float]:
+        return {(dict(k[1])["tenant"], dict(k[1])["partition"]): v for k, v in samples(m.render()).items()
+                if k[0] == P + "consumer_lag_records"}
+
+    assert lag() == {("payments", "0"): 4, ("payments", "1"): 0, ("search", "0"): 9}
+    # search's partitions revoked (its topic gone from the document): its series disappear only
+    del doc["topics"]["search.delay"]
+    doc["topics"]["payments.delay"]["partitions"]["0"] = {"consumer_lag": 1}
+    m.update_from_stats(json.dumps(doc))
+    assert lag() == {("payments", "0"): 1, ("payments", "1"): 0}
 
 
 def test_store_bytes_allocated_and_preallocated(metrics: Metrics) -> None:
