@@ -99,7 +99,11 @@ def test_firings_survive_sigkills_never_early_never_silently_missed(
             first_ts.setdefault(key, r.timestamp_ms)
         unique_rs = [r for i, r in enumerate(rs)
                      if i == 0 or _num(r, "delay.fire-time") != _num(rs[i - 1], "delay.fire-time")]
-        assert len(unique_rs) >= 10, f"{rid!r} fired {len(unique_rs)} times in ~18 s"
+        # it went on firing through every kill (a slow restart collapses the nominal times it
+        # missed into one firing, so the count of firings depends on restart times: the nominal
+        # times in between are checked below, through delay.missed)
+        assert len(unique_rs) >= KILLS + 1, f"{rid!r} fired {len(unique_rs)} times in ~18 s"
+        assert _num(unique_rs[-1], "delay.fire-time") >= kills[-1], f"{rid!r} stopped firing before the last kill"
         for a, b in itertools.pairwise(unique_rs):
             gap = _num(b, "delay.fire-time") - _num(a, "delay.fire-time")
             missed = _num(b, "delay.missed") if "delay.missed" in b.headers else 0
