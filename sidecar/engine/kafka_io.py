@@ -164,6 +164,21 @@ def _described(admin: Any, topic: str, timeout: float) -> Any:
         time.sleep(0.1)
 
 
+def retire_producer(old: Any) -> None:
+    """Purge a replaced producer: its records' reports come back as failures, retried on the new
+    one. The reports of purged records that were in flight to a broker come once its thread fails
+    them, possibly after one poll: served until none is left (a second at most), or their
+    in-flight count never came down (measured: a shutdown drain waiting its 30 s). Used for the
+    deployment's producer and for a tenant's (``tenant_producers.py``)."""
+    old.purge()
+    deadline = time.monotonic() + PURGED_REPORTS_S
+    while True:
+        with contextlib.suppress(KafkaException):  # its fatal error, raised again by a poll: logged by the caller
+            old.poll(0.05)
+        if not len(old) or time.monotonic() > deadline:
+            break
+
+
 class KafkaIO:
     """The engine's port to Kafka's clients (module docstring). One job although it is long: each
     method is one client call (consume, commit, assign, describe, create) with the handling of its
@@ -456,16 +471,7 @@ class KafkaIO:
         if not quiet:
             log.error("producer.fatal", error=reason, action="continuing with a new producer")
         old, self.producer = self.producer, self.clients.producer(self.producer_conf())
-        old.purge()  # its reports come back as failures: retried on the new producer
-        # The reports of purged records that were in flight to a broker come once its thread
-        # fails them, possibly after one poll: served until none is left (a second at most), or
-        # their in-flight count never came down (measured: a shutdown drain waiting its 30 s)
-        deadline = time.monotonic() + PURGED_REPORTS_S
-        while True:
-            with contextlib.suppress(KafkaException):  # its fatal error, raised again by a poll: logged above
-                old.poll(0.05)
-            if not len(old) or time.monotonic() > deadline:
-                break
+        retire_producer(old)
 
     def stop_logs(self) -> None:
         """The sidecar is shutting down: broker disconnects from here on are expected."""

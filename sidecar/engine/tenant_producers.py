@@ -32,7 +32,6 @@ never logged.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -40,6 +39,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from sidecar import logs
 from sidecar.config import Settings
+from sidecar.engine.kafka_io import retire_producer
 from sidecar.retry import KafkaErrorLike, describe
 from sidecar.retry.codes import CODES
 from sidecar.tenants import Tenant
@@ -137,9 +137,7 @@ class TenantProducers:
         log.error("producer.fatal", tenant=t.name, error=why, action="continuing with a new producer for the tenant")
         old = self.own[topic]
         self.own[topic] = self._make(self.conf_for(t))
-        old.purge()  # its reports come back as failures: retried on the new producer
-        with contextlib.suppress(KafkaException):
-            old.poll(0)
+        retire_producer(old)
 
     def flush(self, timeout: float) -> None:
         for producer in self.own.values():
