@@ -11,8 +11,9 @@ What reads the process's clocks directly measures or bounds real work, which vir
 not: the durations reported in logs and metrics (``turns.py``, the loop's turn phases, a store's
 open, a transaction's commit, the rebalance callbacks' time in ``kafka_io.py``), the real-time
 budget of a restore slice per turn (``changelog.py``), the waits for the broker outside the loop
-(``kafka_io.py``: topics and metadata at start-up) and the look-up thread's hand-over of the
-store lock (``lookup.py``).
+(``kafka_io.py``: topics and metadata at start-up), the look-up thread's hand-over of the
+store lock (``lookup.py``) and the time a listing held and waited for it (``listing.py``), and
+how long a TLS diagnosis is kept (``refusals.py``: it asks the broker, not the engine).
 """
 
 from __future__ import annotations

@@ -124,6 +124,15 @@ RetryEntry = tuple[int, int, int, PartitionStore, Attempts | None]  # (at_ms, se
 
 
 class Publishing:
+    """Due records to the producers and their reports back to the stores (module docstring).
+
+    One job although it is long: the backlog, the retry heap, the turn order between tenants and
+    the in-flight counts are one queue of work seen from its two ends, the hand-out (``publish``)
+    and the reports (``poll``); every path that produces or settles a record reads and moves them
+    together. What decides without this state lives apart: the turn order's arithmetic
+    (fairness.py), pacing (pacing.py), the retry policy (sidecar/retry), the tenants' producers
+    (tenant_producers.py), the C fast path (native/publish.c)."""
+
     def __init__(
         self, settings: Settings, counters: Counters, stores: Stores, clock: Clock,
         produce_errors: tuple[type[BaseException], ...], on_broker: Callable[[bool, str], None],

@@ -113,6 +113,14 @@ class Truncation:
 
 
 class CommitLog:
+    """One partition's commit log (module docstring): its segments, appends, reads and releases.
+
+    One job although it is long: every method reads or moves the same segment map, live counts
+    and head together (an append, a release, a recovery's replay, a trim and a reclaim all keep
+    ``head``, ``flushed`` and the live counts consistent with one another). What can live apart
+    does: the record format (codec.py), the segments' mapping and read-ahead (mapped.py), the
+    C appends (native/intake.c)."""
+
     def __init__(self, directory: Path, segment_bytes: int, pages: PageWorker | None = None) -> None:
         self.dir = directory / "log"
         self.pages = pages  # None: the loop faults its own pages in (so do the scheduler's files)
