@@ -1,9 +1,9 @@
 """``delay-sidecar bench SCENARIO [--size small|full] --json OUT [--bootstrap-servers B]``.
 
 SCENARIO is one of ``throughput``, ``lateness``, ``pending-memory``, ``lookup``, ``list``, ``restart``,
-``mass-expiry``, ``redis-zset``, ``append``, ``steady``, ``failover``, ``restore``, ``redrive``, ``tenants``,
-``exactly-once``, ``scale``, ``all``, or a comma-separated list of them (``all`` is every one but ``scale``, which takes
-``--scale-pending N`` and ``--scale-rate R`` and runs only when named). Without
+``mass-expiry``, ``redis-zset``, ``pg-poll``, ``append``, ``steady``, ``failover``, ``restore``, ``redrive``,
+``tenants``, ``exactly-once``, ``scale``, ``all``, or a comma-separated list of them (``all`` is every one but
+``scale``, which takes ``--scale-pending N`` and ``--scale-rate R`` and runs only when named). Without
 ``--bootstrap-servers`` the bench starts its own local broker (:class:`devkafka.local.LocalKafka`)
 in the work directory and stops it at the end, unless every scenario asked for runs in-process
 without one (``append``, ``steady``). The schedulers measured are every one that runs: ``levels`` always,
@@ -54,6 +54,7 @@ from bench import (
     lookup,
     mass_expiry,
     pending_memory,
+    pg_poll,
     recurring,
     redis_zset,
     redrive,
@@ -89,6 +90,7 @@ SCENARIOS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "restart": restart.run,
     "mass-expiry": mass_expiry.run,
     "redis-zset": redis_zset.run,
+    "pg-poll": pg_poll.run,
     "append": append.run,
     "steady": steady.run,
     "failover": failover.run,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything the project needs, idempotently: a virtualenv with the package and its
-# extras, then every scripts/setup.d/*.sh (Kafka jars, Spark connector, helm, redis, ...).
+# extras, then every scripts/setup.d/*.sh (Kafka jars, Spark connector, helm, redis, postgresql, ...).
 # Caches live outside the repo in $KDS_CACHE (default ~/.cache/kafka-delay-sidecar).
 # KDS_EXTRAS picks the extras (default "test,spark"; "" for the package alone, as the demo does);
 # KDS_SETUP_STEPS the setup.d steps (default: all).

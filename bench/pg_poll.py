@@ -1,0 +1,272 @@
+"""Scenario ``pg-poll``: the PostgreSQL polling delay queue (:mod:`bench.pg_worker`) beside the
+sidecar on the same machine and load, with equal durability.
+
+A PostgreSQL server of its own (:mod:`bench.pg_server`: fsync and synchronous commit on, as the
+sidecar's default ``fsync: batch``); ``WORKERS`` worker processes claim due rows with ``FOR UPDATE
+SKIP LOCKED`` in batches of ``pg_worker.BATCH``, publish them (acks=all, idempotent) and delete
+them in the same transaction after the Kafka flush (at-least-once).
+
+* Throughput (a backlog due now): N rows of 100 B, due 0-10 s before the workers start (the
+  ``throughput`` scenario's workload), inserted in 10 000-row ``COPY`` transactions and
+  ``ANALYZE``d (what autovacuum does after a bulk load); the workers drain the table; the rate is
+  taken over the delivered records' timestamps, as for every system in the bench. In the same
+  rotated rounds the sidecar (each scheduler) drains the same N from a pre-loaded topic; the ratio
+  is taken within a round and the figure is its median. The spread of the queue's own rate over
+  the rounds, ``(max - min) / median``, is reported beside it (issue goal: <= 15 %).
+* Lateness at 50 % of the queue's own measured maximum: a producer thread inserts rows at that
+  rate (a transaction per 10 ms tick, delays uniform 1-10 s) while the workers poll; lateness is
+  the delivered record's timestamp minus its due time (``delay.deliver-at``).
+* Disk per pending record: M rows due in 30 min; table + index size after a ``CHECKPOINT``
+  (``pg_total_relation_size``) and the WAL written by their insert, each over M. Memory is not
+  per record here: PostgreSQL's shared buffers are sized up front (256 MB) and the table is
+  cached in them and in the page cache.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from typing import Any
+
+from bench import throughput
+from bench.lateness import WHEEL_DELAYS
+from bench.pg_server import SETTINGS, PgServer
+from bench.pg_worker import BATCH, POLL_INTERVAL_MS, SCHEMA, TABLE, Row, insert_rows
+from bench.report import fig
+from bench.throughput import MAX_DELAY_MS
+from bench.workload import (
+    Bench,
+    BenchError,
+    ScriptProc,
+    lateness_percentiles,
+    log,
+    read_range,
+    uid,
+    value_of,
+    wall_ms,
+)
+from sidecar.store.codec import encode_headers
+
+PG = "pg"
+WORKERS = 2  # one per core of the bench machine; a third only adds lock and CPU contention
+INSERT_BATCH = 10_000
+PENDING_DELAY_MS = 1_800_000
+NO_HEADERS = encode_headers([])
+
+
+def sizes(bench: Bench) -> tuple[int, int, float]:
+    """(throughput records, pending records for the disk figure, lateness seconds)."""
+    return (throughput.records_for(bench), 1_000_000, 60.0) if bench.full else (20_000, 100_000, 10.0)
+
+
+def rows(target: str, n: int, due: Any, start: int = 0) -> list[Row]:
+    value = value_of(100)
+    return [(due(i), target, b"k%d" % i, value, NO_HEADERS) for i in range(start, start + n)]
+
+
+def load(srv: PgServer, target: str, n: int, due: Any) -> float:
+    """Empty the table, insert ``n`` rows in ``INSERT_BATCH`` transactions, ANALYZE; rows/s."""
+    with srv.connect() as conn:
+        conn.execute(f"TRUNCATE {TABLE}")
+        t0 = time.monotonic()
+        for start in range(0, n, INSERT_BATCH):
+            insert_rows(conn, rows(target, min(INSERT_BATCH, n - start), due, start))
+        secs = time.monotonic() - t0
+        conn.execute(f"ANALYZE {TABLE}")
+    return n / secs if secs > 0 else 0.0
+
+
+def run_workers(bench: Bench, srv: PgServer, count: int, until_ms: int, tag: str) -> list[dict[str, Any]]:
+    timeout = throughput.timeout_for(count) + max(0, until_ms - wall_ms()) / 1000
+    procs = [ScriptProc("bench.pg_worker", bench.workdir,
+                        ["--conninfo", srv.conninfo, "--bootstrap", bench.bootstrap, "--until-ms", str(until_ms),
+                         "--timeout", str(timeout)], tag=tag) for _ in range(WORKERS)]
+    for p in procs:
+        p.start()
+    return [p.result(timeout + 60) for p in procs]
+
+
+def delivered(bench: Bench, target: str, start: dict[int, int], res: list[dict[str, Any]], n: int) -> dict[str, Any]:
+    got = read_range(bench.bootstrap, target, start, bench.wm.high(target), headers=True)
+    return {"records_per_s": got.window_rate(), "delivered": len(got.ts), "expected": n,
+            "duplicates": len(got.ids) - len(set(got.ids)), "lost": n - len(set(got.ids)),
+            "early": sum(1 for ts, da in zip(got.ts, got.deliver_at, strict=True) if ts < da),
+            "late_ms": [ts - da for ts, da in zip(got.ts, got.deliver_at, strict=True)],
+            "cpu_us_per_record": sum(r["cpu_s"] for r in res) * 1e6 / n if n else None,
+            "rolled_back_batches": sum(r["rolled_back"] for r in res)}
+
+
+def measure_pg(bench: Bench, srv: PgServer, n: int, target: str) -> dict[str, Any]:
+    base = wall_ms() - MAX_DELAY_MS - 1_000
+    rnd = random.Random(8)
+    dues = [base + rnd.randrange(MAX_DELAY_MS) for _ in range(n)]
+    insert_rate = load(srv, target, n, dues.__getitem__)
+    start = bench.wm.high(target)
+    res = run_workers(bench, srv, n, 0, "tp")
+    out = delivered(bench, target, start, res, n)
+    del out["late_ms"]
+    return {**out, "insert_rows_per_s": insert_rate}
+
+
+def measure_round(bench: Bench, srv: PgServer, pre: Any, target: str, n: int, r: int) -> dict[str, Any]:
+    mode = bench.other_changelog
+    one = throughput.one_round(bench, r, PG, lambda: measure_pg(bench, srv, n, target),
+                               lambda s: throughput.measure_sidecar(bench, pre, target, s, tag="pg", changelog=mode),
+                               "ratio_to_pg")
+    log(f"pg-poll round {r + 1}: PostgreSQL queue {one[PG]['records_per_s'] or 0:,.0f} records/s, " + ", ".join(
+        f"{s} {one[s]['records_per_s'] or 0:,.0f} ({one[s]['ratio_to_pg'] or 0:.2f}x)" for s in bench.schedulers))
+    return one
+
+
+class PacedInserter(threading.Thread):
+    """Inserts ``rate`` rows/s for ``seconds``, one transaction per 10 ms tick, each due
+    ``delay(i)`` ms after its insert."""
+
+    def __init__(self, srv: PgServer, target: str, rate: float, seconds: float) -> None:
+        super().__init__(daemon=True)
+        self.srv, self.target, self.rate, self.seconds = srv, target, rate, seconds
+        self.sent = 0
+        self.last_due = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        rnd = random.Random(8)
+        lo, hi = WHEEL_DELAYS
+        value = value_of(100)
+        try:
+            with self.srv.connect(autocommit=True) as conn:
+                t0 = time.monotonic()
+                while (elapsed := time.monotonic() - t0) < self.seconds:
+                    want = int(elapsed * self.rate) - self.sent
+                    if want > 0:
+                        now = wall_ms()
+                        batch: list[Row] = []
+                        for i in range(self.sent, self.sent + want):
+                            due = now + rnd.randint(lo, hi)
+                            self.last_due = max(self.last_due, due)
+                            batch.append((due, self.target, b"p%d" % i, value, NO_HEADERS))
+                        self.sent += insert_rows(conn, batch)
+                    time.sleep(0.01)
+        except BaseException as e:  # reported by the scenario, not lost in a thread
+            self.error = e
+
+
+def measure_lateness(bench: Bench, srv: PgServer, rate: float, seconds: float) -> dict[str, Any]:
+    target = f"bench.pg.lat.{uid()}"
+    bench.topics(target)
+    with srv.connect() as conn:
+        conn.execute(f"TRUNCATE {TABLE}")
+    ins = PacedInserter(srv, target, rate, seconds)
+    # the workers run until every row the inserter can write is due (its last due time is at most
+    # the end of its run plus the longest delay), then exit on the first empty poll
+    until = wall_ms() + int(seconds * 1000) + WHEEL_DELAYS[1] + 500
+    holder: list[list[dict[str, Any]]] = []
+    workers = threading.Thread(target=lambda: holder.append(run_workers(bench, srv, int(rate * seconds), until, "lat")))
+    workers.start()
+    ins.start()
+    ins.join(seconds + 120)
+    workers.join(seconds + WHEEL_DELAYS[1] / 1000 + 300)
+    if ins.error is not None:
+        raise BenchError(f"pg-poll: the paced inserter failed: {ins.error}")
+    if not holder:
+        raise BenchError("pg-poll: the lateness workers did not finish")
+    out = delivered(bench, target, {}, holder[0], ins.sent)
+    late = out.pop("late_ms")
+    return {"offered_rate": rate, "sent": ins.sent, **out, **lateness_percentiles(late)}
+
+
+def measure_disk(bench: Bench, srv: PgServer, m: int) -> dict[str, Any]:
+    with srv.connect() as conn:
+        conn.execute(f"TRUNCATE {TABLE}")
+        conn.execute("CHECKPOINT")
+        lsn0 = conn.execute("SELECT pg_current_wal_lsn()").fetchone()
+    now = wall_ms()
+    insert_rate = load(srv, f"bench.pg.pending.{uid()}", m, lambda _i: now + PENDING_DELAY_MS)
+    with srv.connect() as conn:
+        conn.execute("CHECKPOINT")
+        row = conn.execute(f"SELECT (SELECT count(*) FROM {TABLE}), pg_table_size('{TABLE}'), "
+                           f"pg_indexes_size('{TABLE}'), pg_total_relation_size('{TABLE}'), "
+                           "pg_wal_lsn_diff(pg_current_wal_lsn(), %s)",
+                           (lsn0[0] if lsn0 else None,)).fetchone()
+    assert row is not None
+    count, table, indexes, total, wal = (int(str(v)) for v in row)
+    if count != m:
+        raise BenchError(f"PostgreSQL holds {count} pending rows, expected {m}")
+    return {"pending": m, "table_bytes": table, "index_bytes": indexes, "total_bytes": total, "wal_bytes": wal,
+            "insert_rows_per_s": insert_rate}
+
+
+def spread(rates: list[float | None]) -> float | None:
+    known = [r for r in rates if r]
+    med = throughput.median(list(known))
+    return (max(known) - min(known)) / med if known and med else None
+
+
+def run(bench: Bench) -> dict[str, Any]:
+    n, m, seconds = sizes(bench)
+    rounds_n = throughput.rounds_for(bench)
+    srv = PgServer(bench.workdir)
+    results: dict[str, Any] = {}
+    details: dict[str, Any] = {"postgres_version": srv.version()}
+    try:
+        with srv.connect() as conn:
+            conn.execute(SCHEMA)
+        # -- throughput ---------------------------------------------------------------------------
+        pre, target = throughput.preload_workload(bench, n, 100, "100B")
+        rounds = [measure_round(bench, srv, pre, target, n, r) for r in range(rounds_n)]
+        details["rounds"] = rounds
+        rates = [one[PG]["records_per_s"] for one in rounds]
+        pg_rate = throughput.median(rates)
+        note = f"median of {rounds_n} rounds" if rounds_n > 1 else None
+        results["pg"] = {
+            "records_per_s": fig(pg_rate, "records/s", note=note),
+            "rate_spread": fig(spread(rates), "x", "<= 0.15", note="(max - min) / median over rounds"),
+            "early": fig(sum(one[PG]["early"] for one in rounds), "records", "== 0"),
+            "lost": fig(sum(one[PG]["lost"] for one in rounds), "records", "== 0"),
+            "duplicates": fig(sum(one[PG]["duplicates"] for one in rounds), "records",
+                              note="at-least-once: a batch rolled back after a failed flush is published again"),
+        }
+        for sched in bench.schedulers:
+            ratio = throughput.median([one[sched]["ratio_to_pg"] for one in rounds])
+            log(f"pg-poll: sidecar {sched} median {ratio or 0:.2f}x the PostgreSQL queue")
+            results[sched] = {"records_per_s": fig(throughput.one_median(rounds, sched), "records/s"),
+                              "ratio_to_pg": fig(ratio, "x", ">= 2", note=note)}
+        # -- lateness at 50 % of the queue's own maximum ----------------------------------------
+        rate = max(100.0, (pg_rate or 0) / 2)
+        lat = measure_lateness(bench, srv, rate, seconds)
+        details["lateness"] = lat
+        log(f"pg-poll lateness at {rate:,.0f}/s: p50 {lat['p50']} ms, p99 {lat['p99']} ms, early {lat['early']}")
+        results["pg_lateness"] = {
+            "offered_rate": fig(rate, "records/s"),
+            **{f"{k}_ms": fig(lat[k], "ms") for k in ("p50", "p99", "p999", "max")},
+            "early": fig(lat["early"], "records", "== 0"),
+            "lost": fig(lat["lost"], "records", "== 0"),
+            "duplicates": fig(lat["duplicates"], "records"),
+        }
+        # -- disk per pending record ------------------------------------------------------------
+        disk = measure_disk(bench, srv, m)
+        details["disk"] = disk
+        results["pg_disk"] = {
+            "bytes_per_pending": fig(disk["total_bytes"] / m, "B", note="table + indexes after CHECKPOINT"),
+            "wal_bytes_per_pending": fig(disk["wal_bytes"] / m, "B", note="WAL written by the insert"),
+            "insert_rows_per_s": fig(disk["insert_rows_per_s"], "records/s",
+                                     note=f"{INSERT_BATCH}-row COPY transactions, one producer"),
+        }
+    finally:
+        srv.stop()
+        bench.cleanup_topics()
+    return {
+        "method": "PostgreSQL table (id, due_ms, target, key, value, headers; index on due_ms) polled by "
+                  f"{WORKERS} workers with SELECT ... WHERE due_ms <= now ORDER BY due_ms LIMIT {BATCH} FOR UPDATE "
+                  "SKIP LOCKED, publish (acks=all, idempotent), flush, DELETE, COMMIT (at-least-once); the same "
+                  "all-due backlog as throughput, back to back with the sidecar in rotated rounds; lateness at 50 % "
+                  "of its own maximum; table + index bytes per pending row",
+        "settings": {"records": n, "rounds": rounds_n, "workers": WORKERS, "batch": BATCH,
+                     "poll_interval_ms": POLL_INTERVAL_MS, "insert_batch": INSERT_BATCH, "pending_records": m,
+                     "lateness_seconds": seconds, "lateness_delays_ms": WHEEL_DELAYS, "postgres": SETTINGS,
+                     "indexes": ["primary key (id)", "btree (due_ms)"], "schedulers": bench.schedulers},
+        "results": results,
+        "details": details,
+    }
+

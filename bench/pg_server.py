@@ -1,0 +1,106 @@
+"""A throwaway PostgreSQL server for the ``pg-poll`` peer: ``initdb`` in a temp dir, ``postgres`` on
+a free loopback port, stopped (fast shutdown) and removed at the end.
+
+Binaries: ``initdb`` and ``postgres`` on PATH (``scripts/setup.d/50-postgresql.sh`` puts Debian's
+into the project cache when the machine has none). Durability is PostgreSQL's default and is said
+explicitly so that no configuration file can lower it: ``fsync=on``, ``synchronous_commit=on``,
+``full_page_writes=on`` (a commit returns once its WAL is flushed to disk, as the sidecar's
+``fsync: batch`` checkpoint does). Tuning beyond the defaults: ``shared_buffers=256MB`` (the whole
+benchmark table and its index stay cached) and ``max_wal_size=2GB`` (no checkpoint forced by WAL
+volume mid-round); autovacuum stays on, as every queue-table library relies on it to reclaim
+deleted rows.
+
+PostgreSQL refuses to run as root; as root both programs run in a new user namespace
+(``unshare --user --map-user``) where the process is an ordinary user that owns its data dir.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+import psycopg
+
+from bench.workload import BenchError, spawn, stop_proc, wait_until
+
+SETTINGS = {
+    "fsync": "on",
+    "synchronous_commit": "on",
+    "full_page_writes": "on",
+    "shared_buffers": "256MB",
+    "max_wal_size": "2GB",
+    "autovacuum": "on",
+}
+USER = "postgres"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def installed() -> bool:
+    return shutil.which("initdb") is not None and shutil.which("postgres") is not None
+
+
+def _as_user() -> list[str]:
+    """The command prefix that runs a program as a non-root user (empty when not root)."""
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("unshare") is None:
+        raise BenchError("running as root and no unshare(1) to leave it: postgres refuses to run as root")
+    return ["unshare", "--user", "--map-user=1000", "--map-group=1000"]
+
+
+class PgServer:
+    def __init__(self, workdir: Path) -> None:
+        if not installed():
+            raise BenchError("PostgreSQL (initdb, postgres) is not installed "
+                             "(scripts/setup.d/50-postgresql.sh installs it)")
+        self.dir = Path(tempfile.mkdtemp(prefix="pg-", dir=workdir))
+        data = self.dir / "data"
+        init = subprocess.run([*_as_user(), "initdb", "-D", str(data), "-U", USER, "--auth=trust", "-E", "UTF8",
+                               "--no-locale", "--no-sync"], capture_output=True, text=True, check=False)
+        if init.returncode != 0:
+            raise BenchError(f"initdb failed: {init.stderr[-500:]}")
+        self.port = _free_port()
+        conf = [f"--{k}={v}" for k, v in SETTINGS.items()]
+        self.proc = spawn([*_as_user(), "postgres", "-D", str(data), "-p", str(self.port),
+                           "--listen_addresses=127.0.0.1", f"--unix_socket_directories={self.dir}", *conf],
+                          self.dir / "postgres.log")
+        self.conninfo = f"host=127.0.0.1 port={self.port} user={USER} dbname=postgres"
+
+        def up() -> bool:
+            if self.proc.poll() is not None:
+                raise BenchError(f"postgres exited: {self.log_tail()}")
+            try:
+                with psycopg.connect(self.conninfo, connect_timeout=2):
+                    return True
+            except psycopg.OperationalError:
+                return False
+
+        wait_until("postgres to accept connections", up, 60, 0.1)
+
+    def log_tail(self) -> str:
+        return (self.dir / "postgres.log").read_text(errors="replace")[-500:]
+
+    def connect(self, autocommit: bool = True) -> psycopg.Connection[tuple[object, ...]]:
+        return psycopg.connect(self.conninfo, autocommit=autocommit)
+
+    def version(self) -> str:
+        with self.connect() as conn:
+            row = conn.execute("SHOW server_version").fetchone()
+        return str(row[0]) if row else "?"
+
+    def stop(self) -> None:
+        # SIGINT: PostgreSQL's fast shutdown (sessions ended, a final checkpoint)
+        with contextlib.suppress(OSError):
+            stop_proc(self.proc, signal.SIGINT, timeout_s=60)
+        shutil.rmtree(self.dir, ignore_errors=True)
