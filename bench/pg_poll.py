@@ -31,6 +31,7 @@ from typing import Any
 
 from bench import throughput
 from bench.lateness import WHEEL_DELAYS
+from bench.peers import peer_round
 from bench.pg_server import SETTINGS, PgServer
 from bench.pg_worker import BATCH, POLL_INTERVAL_MS, SCHEMA, TABLE, Row, insert_rows
 from bench.report import fig
@@ -38,6 +39,7 @@ from bench.throughput import MAX_DELAY_MS
 from bench.workload import (
     Bench,
     BenchError,
+    Preloaded,
     ScriptProc,
     lateness_percentiles,
     log,
@@ -109,14 +111,9 @@ def measure_pg(bench: Bench, srv: PgServer, n: int, target: str) -> dict[str, An
     return {**out, "insert_rows_per_s": insert_rate}
 
 
-def measure_round(bench: Bench, srv: PgServer, pre: Any, target: str, n: int, r: int) -> dict[str, Any]:
-    mode = bench.other_changelog
-    one = throughput.one_round(bench, r, PG, lambda: measure_pg(bench, srv, n, target),
-                               lambda s: throughput.measure_sidecar(bench, pre, target, s, tag="pg", changelog=mode),
-                               "ratio_to_pg")
-    log(f"pg-poll round {r + 1}: PostgreSQL queue {one[PG]['records_per_s'] or 0:,.0f} records/s, " + ", ".join(
-        f"{s} {one[s]['records_per_s'] or 0:,.0f} ({one[s]['ratio_to_pg'] or 0:.2f}x)" for s in bench.schedulers))
-    return one
+def measure_round(bench: Bench, srv: PgServer, pre: Preloaded, target: str, n: int, r: int) -> dict[str, Any]:
+    return peer_round(bench, r, "pg-poll", PG, "PostgreSQL queue", lambda: measure_pg(bench, srv, n, target),
+                      pre, target, "pg")
 
 
 class PacedInserter(threading.Thread):

@@ -32,10 +32,10 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-import orjson
 import psycopg
 from confluent_kafka import Producer
 
+from bench.passthrough import emit
 from bench.workload import DELIVERY_PRODUCER, KHeaders
 from sidecar import contract as c
 from sidecar.store.codec import decode_headers
@@ -70,11 +70,6 @@ def insert_rows(conn: psycopg.Connection[Any], rows: Iterable[Row]) -> int:
             cp.write_row(row)
             n += 1
     return n
-
-
-def emit(event: str, **kw: Any) -> None:
-    sys.stdout.buffer.write(orjson.dumps({"event": event, "ts_ms": time.time_ns() // 1_000_000, **kw}) + b"\n")
-    sys.stdout.flush()
 
 
 def main(argv: list[str] | None = None) -> int:

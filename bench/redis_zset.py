@@ -31,6 +31,7 @@ from typing import Any
 import redis
 
 from bench import throughput
+from bench.peers import peer_round
 from bench.report import fig
 from bench.workload import (
     Bench,
@@ -124,13 +125,8 @@ def measure_redis(bench: Bench, srv: RedisServer, pre: Preloaded, target: str) -
 def measure_round(bench: Bench, srv: RedisServer, pre: Preloaded, target: str, r: int) -> dict[str, Any]:
     """The Redis queue and every scheduler back to back on one pre-loaded topic (a ``throughput``
     round); ratios against this round's Redis rate."""
-    mode = bench.other_changelog
-    one = throughput.one_round(bench, r, REDIS, lambda: measure_redis(bench, srv, pre, target),
-                               lambda s: throughput.measure_sidecar(bench, pre, target, s, tag="rz", changelog=mode),
-                               "ratio_to_redis")
-    log(f"redis-zset round {r + 1}: Redis queue {one[REDIS]['records_per_s'] or 0:,.0f} records/s, " + ", ".join(
-        f"{s} {one[s]['records_per_s'] or 0:,.0f} ({one[s]['ratio_to_redis'] or 0:.2f}x)" for s in bench.schedulers))
-    return one
+    return peer_round(bench, r, "redis-zset", REDIS, "Redis queue", lambda: measure_redis(bench, srv, pre, target),
+                      pre, target, "rz")
 
 
 def run(bench: Bench) -> dict[str, Any]:
