@@ -105,10 +105,12 @@ def measure_pg(bench: Bench, srv: PgServer, n: int, target: str) -> dict[str, An
     dues = [base + rnd.randrange(MAX_DELAY_MS) for _ in range(n)]
     insert_rate = load(srv, target, n, dues.__getitem__)
     start = bench.wm.high(target)
+    cpu0 = srv.cpu_seconds()
     res = run_workers(bench, srv, n, 0, "tp")
+    server_cpu = srv.cpu_seconds() - cpu0
     out = delivered(bench, target, start, res, n)
     del out["late_ms"]
-    return {**out, "insert_rows_per_s": insert_rate}
+    return {**out, "server_cpu_us_per_record": server_cpu * 1e6 / n, "insert_rows_per_s": insert_rate}
 
 
 def measure_round(bench: Bench, srv: PgServer, pre: Preloaded, target: str, n: int, r: int) -> dict[str, Any]:
@@ -220,6 +222,10 @@ def run(bench: Bench) -> dict[str, Any]:
             "records_per_s": fig(pg_rate, "records/s", note=note),
             "rate_spread": fig(spread(rates), "x", "<= 0.15", note="(max - min) / median over rounds"),
             "early": fig(sum(one[PG]["early"] for one in rounds), "records", "== 0"),
+            "cpu_us_per_record": fig(throughput.median([one[PG]["cpu_us_per_record"] for one in rounds]), "us",
+                                     note="the workers' CPU, median over rounds"),
+            "server_cpu_us_per_record": fig(throughput.median([one[PG]["server_cpu_us_per_record"] for one in rounds]),
+                                            "us", note="the PostgreSQL server's CPU, median over rounds"),
             "lost": fig(sum(one[PG]["lost"] for one in rounds), "records", "== 0"),
             "duplicates": fig(sum(one[PG]["duplicates"] for one in rounds), "records",
                               note="at-least-once: a batch rolled back after a failed flush is published again"),
@@ -228,7 +234,9 @@ def run(bench: Bench) -> dict[str, Any]:
             ratio = throughput.median([one[sched]["ratio_to_pg"] for one in rounds])
             log(f"pg-poll: sidecar {sched} median {ratio or 0:.2f}x the PostgreSQL queue")
             results[sched] = {"records_per_s": fig(throughput.one_median(rounds, sched), "records/s"),
-                              "ratio_to_pg": fig(ratio, "x", ">= 2", note=note)}
+                              "ratio_to_pg": fig(ratio, "x", ">= 2", note=note),
+                              "cpu_us_per_record": fig(throughput.median(
+                                  [one[sched]["cpu_us_per_record"] for one in rounds]), "us")}
         # -- lateness at 50 % of the queue's own maximum ----------------------------------------
         rate = max(100.0, (pg_rate or 0) / 2)
         lat = measure_lateness(bench, srv, rate, seconds)

@@ -25,6 +25,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import psutil
 import psycopg
 
 from bench.workload import BenchError, spawn, stop_proc, wait_until
@@ -98,6 +99,19 @@ class PgServer:
         with self.connect() as conn:
             row = conn.execute("SHOW server_version").fetchone()
         return str(row[0]) if row else "?"
+
+    def cpu_seconds(self) -> float:
+        """CPU time of the whole server so far: the postmaster, its live processes (backends,
+        WAL writer, checkpointer, autovacuum) and the ones that exited (counted in the
+        postmaster's children times once reaped)."""
+        main = psutil.Process(self.proc.pid)
+        t = main.cpu_times()
+        total = t.user + t.system + t.children_user + t.children_system
+        for child in main.children():
+            with contextlib.suppress(psutil.Error):
+                c = child.cpu_times()
+                total += c.user + c.system
+        return float(total)
 
     def stop(self) -> None:
         # SIGINT: PostgreSQL's fast shutdown (sessions ended, a final checkpoint)

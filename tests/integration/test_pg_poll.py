@@ -47,17 +47,24 @@ def test_every_row_delivered_once_and_never_early(pg: PgServer, kafka_bootstrap:
     target = f"pg-poll-out-{unique}"
     create_topics(kafka_bootstrap, [target])
     now = int(time.time() * 1000)
-    # a backlog already due and rows due 0.5-1.5 s from now; small batches so that the two workers
-    # contend for the same rows many times
-    backlog = [(now - 5_000 + i, target, b"b%d" % i, b"v%d" % i, encode_headers([("trace", b"%d" % i)]))
-               for i in range(1_500)]
-    future = [(now + 500 + i * 2, target, b"f%d" % i, None, encode_headers([])) for i in range(500)]
-    rows: list[Row] = [*backlog, *future]
+    # a backlog already due before the workers start, then, once both poll, rows due 0.3-1.3 s
+    # later; small batches so that the two workers contend for the same rows many times
+    backlog: list[Row] = [(now - 5_000 + i, target, b"b%d" % i, b"v%d" % i, encode_headers([("trace", b"%d" % i)]))
+                          for i in range(1_500)]
     with pg.connect() as conn:
-        insert_rows(conn, rows)
-    procs = workers(pg, kafka_bootstrap, 2, now + 2_000, 100)
+        insert_rows(conn, backlog)
+    until = now + 8_000  # the workers stop at their first empty poll after this
+    procs = workers(pg, kafka_bootstrap, 2, until, 100)
+    for p in procs:
+        assert p.stdout is not None and b'"ready"' in p.stdout.readline()
+    now = int(time.time() * 1000)
+    future: list[Row] = [(now + 300 + i * 2, target, b"f%d" % i, None, encode_headers([])) for i in range(500)]
+    assert future[-1][0] < until, "the workers took too long to start"
+    with pg.connect() as conn:
+        insert_rows(conn, future)
     outs = [p.communicate(timeout=90)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
+    rows = [*backlog, *future]
     got = consume_until(kafka_bootstrap, [target], len(rows), timeout_s=30, settle_s=1.0)
     assert sorted(r.key or b"" for r in got) == sorted(r[2] or b"" for r in rows)  # each once, none lost
     assert len({r.headers["delay.id"] for r in got}) == len(rows)
