@@ -31,7 +31,7 @@ from typing import Any
 
 from bench import throughput
 from bench.lateness import WHEEL_DELAYS
-from bench.peers import peer_round
+from bench.peers import peer_round, spread_figure
 from bench.pg_server import SETTINGS, PgServer
 from bench.pg_worker import BATCH, POLL_INTERVAL_MS, SCHEMA, TABLE, Row, insert_rows
 from bench.report import fig
@@ -196,12 +196,6 @@ def measure_disk(bench: Bench, srv: PgServer, m: int) -> dict[str, Any]:
             "insert_rows_per_s": insert_rate}
 
 
-def spread(rates: list[float | None]) -> float | None:
-    known = [r for r in rates if r]
-    med = throughput.median(list(known))
-    return (max(known) - min(known)) / med if known and med else None
-
-
 def run(bench: Bench) -> dict[str, Any]:
     n, m, seconds = sizes(bench)
     rounds_n = throughput.rounds_for(bench)
@@ -220,7 +214,7 @@ def run(bench: Bench) -> dict[str, Any]:
         note = f"median of {rounds_n} rounds" if rounds_n > 1 else None
         results["pg"] = {
             "records_per_s": fig(pg_rate, "records/s", note=note),
-            "rate_spread": fig(spread(rates), "x", "<= 0.15", note="(max - min) / median over rounds"),
+            "rate_spread": spread_figure(rates),
             "early": fig(sum(one[PG]["early"] for one in rounds), "records", "== 0"),
             "cpu_us_per_record": fig(throughput.median([one[PG]["cpu_us_per_record"] for one in rounds]), "us",
                                      note="the workers' CPU, median over rounds"),

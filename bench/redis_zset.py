@@ -31,7 +31,7 @@ from typing import Any
 import redis
 
 from bench import throughput
-from bench.peers import peer_round
+from bench.peers import peer_round, spread_figure
 from bench.report import fig
 from bench.workload import (
     Bench,
@@ -142,7 +142,8 @@ def run(bench: Bench) -> dict[str, Any]:
         details["rounds"] = rounds
         redis_rate = throughput.median([one[REDIS]["records_per_s"] for one in rounds])
         early = sum(one[REDIS]["early"] for one in rounds)
-        results["redis"] = {"records_per_s": fig(redis_rate, "records/s"), "early": fig(early, "records", "== 0")}
+        results["redis"] = {"records_per_s": fig(redis_rate, "records/s"), "early": fig(early, "records", "== 0"),
+                            "rate_spread": spread_figure([one[REDIS]["records_per_s"] for one in rounds])}
         note = f"median of {len(rounds)} rounds" if len(rounds) > 1 else None
         for sched in bench.schedulers:
             ratio = throughput.median([one[sched]["ratio_to_redis"] for one in rounds])
