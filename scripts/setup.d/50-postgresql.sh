@@ -30,12 +30,26 @@ skip() {
 }
 command -v apt-get >/dev/null && command -v apt-cache >/dev/null && command -v dpkg-deb >/dev/null \
   || skip "no apt-get/dpkg-deb on this machine"
-# the newest server package this machine's apt sources offer (bookworm: postgresql-15)
-pkg=$(apt-cache pkgnames postgresql- 2>/dev/null | grep -E '^postgresql-[0-9]+$' | sort -t- -k2 -n | tail -1 || true)
-[ -n "$pkg" ] || skip "apt knows no postgresql-NN package (run apt-get update?)"
+newest() {  # the newest server package apt offers (bookworm: postgresql-15)
+  apt-cache "${apt_opts[@]}" pkgnames postgresql- 2>/dev/null | grep -E '^postgresql-[0-9]+$' | sort -t- -k2 -n | tail -1 || true
+}
+apt_opts=()
+pkg=$(newest)
+if [ -z "$pkg" ]; then
+  # a machine whose package lists were cleaned (container images are): read the sources' lists
+  # into the cache, as any user, without touching the machine's own lists
+  lists="$KDS_CACHE/apt/lists"
+  mkdir -p "$lists/partial" "$KDS_CACHE/apt/archives/partial"
+  apt_opts=(-o "Dir::State::Lists=$lists" -o "Dir::Cache=$KDS_CACHE/apt" -o "Dir::Cache::archives=$KDS_CACHE/apt/archives"
+            -o Debug::NoLocking=true)
+  echo "setup(postgresql): apt knows no postgresql-NN package; reading the package lists into $lists" >&2
+  apt-get -q "${apt_opts[@]}" update >&2 || skip "apt-get update failed (no network?)"
+  pkg=$(newest)
+fi
+[ -n "$pkg" ] || skip "apt knows no postgresql-NN package"
 major=${pkg#postgresql-}
 # library dependencies of the server that are not installed here (the others are the machine's)
-libs=$(apt-cache depends "$pkg" | awk '/^ *\|?Depends: lib/ {print $2}' | sort -u)
+libs=$(apt-cache "${apt_opts[@]}" depends "$pkg" | awk '/^ *\|?Depends: lib/ {print $2}' | sort -u)
 want=("$pkg")
 for l in $libs; do
   dpkg-query -W -f='${Status}' "$l" 2>/dev/null | grep -q "install ok installed" || want+=("$l")
@@ -44,7 +58,7 @@ dl=$(mktemp -d)
 trap 'rm -rf "$dl"' EXIT
 chmod 755 "$dl"  # apt's _apt user writes the downloads when this runs as root
 echo "setup(postgresql): fetching ${want[*]} from Debian's packages into $dest" >&2
-(cd "$dl" && apt-get download -q "${want[@]}" >&2) || skip "apt-get download ${want[*]} failed (no network?)"
+(cd "$dl" && apt-get download -q "${apt_opts[@]}" "${want[@]}" >&2) || skip "apt-get download ${want[*]} failed (no network?)"
 rm -rf "$dest.tmp"
 mkdir -p "$dest.tmp" "$bin"
 for deb in "$dl"/*.deb; do dpkg-deb -x "$deb" "$dest.tmp"; done
