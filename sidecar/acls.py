@@ -33,9 +33,14 @@ and DescribeConfigs imply Describe, so Describe is listed only where nothing imp
 ``tenant`` (``--tenant NAME``, or every tenant): the principal of a tenant's ``kafka:``
   overrides (engine/tenant_producers.py): Write on its DLQ (its dead letters) and on its targets
   (its deliveries; ``--target``/``--target-prefix``, else the tenant's own ``target-allowlist``,
-  else the top-level one); nothing else: ingress, group, changelog and history stay the
-  sidecar's. In ``delivery: exactly-once`` tenants have no principal of their own yet (refused
-  at load): every tenant publishes as the sidecar (``run``).
+  else the top-level one). Then what the tenant's own commands do when they run as it
+  (sidecar/tenant_option.py: their producer takes the tenant's ``kafka:``; their readers too
+  when the tenant's credentials are given in ``--kafka``): ``cancel --tenant`` writes its
+  ingress topic (Write; ``dlq redrive --to ingress`` too); ``dlq list``/``dlq redrive
+  --tenant`` are ``dlq-redrive`` on the tenant's DLQ, with both destinations. The ingress
+  topic's group, changelog and history stay the sidecar's. In ``delivery: exactly-once``
+  tenants have no principal of their own yet (refused at load): every tenant publishes as the
+  sidecar (``run``).
 ``status``: describes the group and reads its committed offsets (Describe on the group, Describe
   on the ingress topic).
 ``dlq-list``: reads the DLQ and the redrive marker topic ``<dlq-topic>.redrive`` (Read), from an
@@ -70,7 +75,7 @@ from typing import Any
 import yaml
 
 from sidecar.config import Settings, load_settings
-from sidecar.dlq import DLQ_GROUP_PREFIX, MARKER_SUFFIX, TRANSACTIONAL_PREFIX
+from sidecar.dlq import DESTINATIONS, DLQ_GROUP_PREFIX, MARKER_SUFFIX, TRANSACTIONAL_PREFIX
 from sidecar.tenants import Tenant
 
 COMMANDS = ("run", "tenant", "status", "dlq-list", "dlq-redrive", "producer", "accuracy")
@@ -166,20 +171,8 @@ def acls_for(command: str, s: Settings, targets: Iterable[Target] = (), *, creat
         add(GROUP, s.group_id, "Describe", "find the partition's owner")
         add(TOPIC, s.ingress_topic, "Describe", "partition count, committed offsets")
     elif command in ("dlq-list", "dlq-redrive"):
-        marker = s.dlq_topic + MARKER_SUFFIX
-        add(TOPIC, s.dlq_topic, "Read", "read the dead letters")
-        add(TOPIC, marker, "Read", "what was redriven")
-        add(GROUP, DLQ_GROUP_PREFIX, "Describe", "the readers' groups (never joined)", PREFIXED)
-        if command == "dlq-redrive":
-            add(TOPIC, marker, "Write", "record what is redriven")
-            add(TXN, TRANSACTIONAL_PREFIX + s.dlq_topic, "Write", "the redrive's transactions")
-            if redrive_to == "ingress":
-                add(TOPIC, s.ingress_topic, "Write", "re-send through the sidecar", when="--to ingress")
-            else:
-                for t in targets:
-                    add(TOPIC, t.name, "Write", "re-send to the target", t.pattern, "--to target")
-            if create_topics:
-                add(TOPIC, marker, "Create", "create it when missing", when="--create-topics")
+        out.extend(dlq_acls(s.dlq_topic, s.ingress_topic, targets, redrive=command == "dlq-redrive",
+                            to=(redrive_to,), create_topics=create_topics))
     elif command == "producer":
         add(TOPIC, s.ingress_topic, "Write", "send delayed records")
     elif command == "accuracy":
@@ -193,7 +186,8 @@ def acls_for(command: str, s: Settings, targets: Iterable[Target] = (), *, creat
     return out
 
 
-def tenant_acls(s: Settings, tenant: Tenant, targets: Iterable[Target] = ()) -> list[Acl]:
+def tenant_acls(s: Settings, tenant: Tenant, targets: Iterable[Target] = (), *, create_topics: bool = False
+                ) -> list[Acl]:
     """The bindings the principal of ``tenant``'s ``kafka:`` overrides needs (module docstring);
     ``targets``: its targets, else those of its ``target-allowlist``."""
     if s.exactly_once:
@@ -202,7 +196,50 @@ def tenant_acls(s: Settings, tenant: Tenant, targets: Iterable[Target] = ()) -> 
             "(per-tenant kafka: is refused with exactly-once); every tenant publishes as the sidecar: --for run")
     targets = list(targets) or targets_from_allowlist(tenant.target_allowlist)
     out = [Acl(TOPIC, tenant.dlq_topic, LITERAL, "Write", "its dead letters")]
-    out += [Acl(TOPIC, t.name, t.pattern, "Write", "its deliveries", "each target") for t in targets]
+    out += [Acl(TOPIC, t.name, t.pattern, "Write", "its deliveries (and dlq redrive --to target)", "each target")
+            for t in targets]
+    out.append(Acl(TOPIC, tenant.ingress_topic, LITERAL, "Write", "cancel records (and dlq redrive --to ingress)",
+                   "cancel --tenant"))
+    return _unique(out + dlq_acls(tenant.dlq_topic, tenant.ingress_topic, targets, redrive=True,
+                                  to=DESTINATIONS, create_topics=create_topics, tenant=True))
+
+
+def dlq_acls(dlq_topic: str, ingress_topic: str, targets: Iterable[Target], *, redrive: bool,
+             to: Iterable[str] = ("target",), create_topics: bool = False, tenant: bool = False) -> list[Acl]:
+    """What ``dlq list`` (``redrive``: ``dlq redrive``, re-sending ``to`` these destinations) does
+    to ``dlq_topic`` (sidecar/dlq.py); ``tenant``: as a tenant's principal (``--tenant``), which
+    the "when" column names (else what no flag conditions says "always")."""
+    marker = dlq_topic + MARKER_SUFFIX
+    reading, writing = ("dlq --tenant", "dlq redrive --tenant") if tenant else ("always", "always")
+
+    def when(flag: str) -> str:
+        return f"{writing} {flag}" if tenant else flag
+
+    out = [Acl(TOPIC, dlq_topic, LITERAL, "Read", "read the dead letters", reading),
+           Acl(TOPIC, marker, LITERAL, "Read", "what was redriven", reading),
+           Acl(GROUP, DLQ_GROUP_PREFIX, PREFIXED, "Describe", "the readers' groups (never joined)", reading)]
+    if redrive:
+        out += [Acl(TOPIC, marker, LITERAL, "Write", "record what is redriven", writing),
+                Acl(TXN, TRANSACTIONAL_PREFIX + dlq_topic, LITERAL, "Write", "the redrive's transactions", writing)]
+        if "ingress" in to:
+            out.append(Acl(TOPIC, ingress_topic, LITERAL, "Write", "re-send through the sidecar", when("--to ingress")))
+        if "target" in to:
+            out += [Acl(TOPIC, t.name, t.pattern, "Write", "re-send to the target", when("--to target"))
+                    for t in targets]
+        if create_topics:
+            out.append(Acl(TOPIC, marker, LITERAL, "Create", "create it when missing", when("--create-topics")))
+    return _unique(out)
+
+
+def _unique(acls: Iterable[Acl]) -> list[Acl]:
+    """``acls`` without a binding already listed (the first one, and its why, stays)."""
+    seen: set[tuple[str, str, str, str]] = set()
+    out = []
+    for a in acls:
+        key = (a.resource, a.name, a.pattern, a.operation)
+        if key not in seen:
+            seen.add(key)
+            out.append(a)
     return out
 
 
@@ -355,7 +392,7 @@ def _tenants_main(ns: argparse.Namespace, s: Settings, targets: list[Target]) ->
     parts = []
     for ten in chosen:
         principal = ns.principal if given_principal else tenant_principal(ten)
-        acls = tenant_acls(s, ten, targets)
+        acls = tenant_acls(s, ten, targets, create_topics=ns.create_topics)
         text = render(acls, ns.format, principal, bootstrap=s.bootstrap_servers or "BOOTSTRAP",
                       cluster=ns.strimzi_cluster)
         if ns.format == "strimzi":

@@ -304,7 +304,7 @@ class _Writer:
     def check(self, topic: str) -> None:
         from confluent_kafka import KafkaError, KafkaException
 
-        _require_kafka(self.bootstrap, self.kafka, self.timeout_ms, (topic,))
+        _require_kafka(self.bootstrap, self.kafka, self.timeout_ms, (topic,), write=(topic,))
         try:
             md = self.producer.list_topics(topic=topic, timeout=self.timeout_ms / 1000)
         except KafkaException as e:
@@ -384,14 +384,17 @@ def _common_inputs(ns: argparse.Namespace) -> tuple[int, dict[str, str]]:
     return timeout_ms, kafka
 
 
-def _require_kafka(bootstrap: str, kafka: dict[str, Any], timeout_ms: int, topics: tuple[str, ...] = (),
-                   group: str | None = None) -> None:
-    """One line naming the cause and the setting when Kafka cannot be used (``sidecar.connectivity``):
-    exit status 2 for a bad property, 1 for the rest."""
+def _require_kafka(bootstrap: str, kafka: dict[str, Any], timeout_ms: int, topics: tuple[str, ...] = (), *,
+                   group: str | None = None, groups: tuple[str, ...] = (), read: tuple[str, ...] = (),
+                   write: tuple[str, ...] = ()) -> None:
+    """One line naming the cause and the setting when Kafka cannot be used (``sidecar.connectivity``:
+    ``topics``, ``groups``, ``read``, ``write`` as its ``probe`` takes them): exit status 2 for a bad
+    property, 1 for the rest."""
     from sidecar import connectivity
     from sidecar.kafka_errors import BAD_CONFIG, UNREACHABLE
 
-    cause = connectivity.probe({"bootstrap.servers": bootstrap, **kafka}, timeout_ms / 1000, topics, group)
+    cause = connectivity.probe({"bootstrap.servers": bootstrap, **kafka}, timeout_ms / 1000, topics, group,
+                               groups=groups, read=read, write=write)
     if cause is None:
         return
     if cause.code == BAD_CONFIG:
@@ -530,7 +533,7 @@ def cmd_status(ns: argparse.Namespace) -> int:
         raise CliError("bad value for --key: an empty key is partitioned at random; give --partition instead")
     timeout_ms, kafka, bs = _group_inputs(ns)
     timeout_s = timeout_ms / 1000
-    _require_kafka(bs, kafka, timeout_ms, (ns.ingress_topic,) if ns.key is not None else (), ns.group)
+    _require_kafka(bs, kafka, timeout_ms, (ns.ingress_topic,) if ns.key is not None else (), group=ns.group)
     admin = AdminClient({"bootstrap.servers": bs, **kafka})
     if ns.key is not None:
         try:
@@ -625,7 +628,7 @@ def cmd_list(ns: argparse.Namespace) -> int:
     q = _list_query(ns)
     timeout_ms, kafka, bs = _group_inputs(ns)
     timeout_s = timeout_ms / 1000
-    _require_kafka(bs, kafka, timeout_ms, (), ns.group)
+    _require_kafka(bs, kafka, timeout_ms, (), group=ns.group)
     admin = AdminClient({"bootstrap.servers": bs, **kafka})
     try:
         members = status.group_members(admin, ns.group, ns.ingress_topic, timeout_s)
@@ -984,7 +987,16 @@ def _dlq_job(ns: argparse.Namespace) -> Any:
     if not bs:
         raise CliError("--bootstrap-servers is required (or set KAFKA_BOOTSTRAP_SERVERS)")
     job.bootstrap = bs
-    _require_kafka(bs, kafka, timeout_ms, (ns.dlq_topic,))
+    # what the command reads, and (unless --dry-run) what its producer writes before any target
+    read = (job.dlq_topic, job.marker_topic)
+    write = () if ns.dlq_command != "redrive" or job.dry_run else (
+        job.marker_topic, *((job.ingress_topic,) if job.to == "ingress" else ()))
+    producer_kafka = tenant_option.producer_kafka(ns, kafka)
+    same = producer_kafka == kafka  # else --tenant: another principal writes
+    _require_kafka(bs, kafka, timeout_ms, (ns.dlq_topic,), groups=(job.group_id,), read=read,
+                   write=write if same else ())
+    if write and not same:
+        _require_kafka(bs, producer_kafka, timeout_ms, write=write)
     job.kafka = {**kafka, "logger": _quiet_logger()}
     job.producer_kafka = tenant_option.producer_kafka(ns, job.kafka)  # --tenant: writes as the tenant
     return job

@@ -11,8 +11,9 @@ comes, it checks what the command needs next: Describe on its topics (a topic's 
 Create for the topics that are missing (a validate-only ``CreateTopics``), Describe on its
 groups, then what ``run`` needs only later, so that its absence shows now rather than at the
 first failover or as a crash: Read on the topics it will read only when restoring a store (the
-changelog: the operations the broker reports the principal may do on the topic, KIP-430), and
-the transactional id of exactly-once (one ``InitProducerId`` from a throwaway transactional
+changelog: the operations the broker reports the principal may do on the topic, KIP-430; the
+commands' Read and Write on the topics they read and write the same way, before they touch
+them), and the transactional id of exactly-once (one ``InitProducerId`` from a throwaway transactional
 producer with the sidecar's own id: exactly what the sidecar's producer does first, and it
 fences the same predecessors that producer would fence a moment later). A refused operation is
 named with the principal (``User:<sasl.username>``) that lacks it.
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from sidecar import kafka_errors as ke
@@ -76,14 +77,17 @@ def _first_error(exc: BaseException) -> Any:
 
 def probe(conf: dict[str, Any], timeout_s: float, topics: Iterable[str] = (), group: str | None = None,
           create_missing: bool = False, *, groups: Iterable[str] = (), read: Iterable[str] = (),
-          transactional_id: str | None = None) -> Cause | None:
+          write: Iterable[str] = (), transactional_id: str | None = None) -> Cause | None:
     """None when Kafka answers with ``conf`` and allows what is asked, else the cause (see the
     module docstring). ``topics``: Describe is needed on each (and, with ``create_missing``,
-    Create for those that do not exist); ``group`` and ``groups``: Describe on each; ``read``:
-    Read on each of these topics that exists; ``transactional_id``: Write on it."""
+    Create for those that do not exist); ``group`` and ``groups``: Describe on each; ``read`` and
+    ``write``: Read, Write on each of these topics that exists (a refused Describe on one of them
+    is reported as the Read or Write that would include it: that is the ACL the command's list
+    has); ``transactional_id``: Write on it."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
+    read, write = list(read), list(write)
     errors: list[Any] = []
     lines = _Lines()
     conf = {"socket.connection.setup.timeout.ms": max(1000, int(timeout_s * 1000)), **conf,
@@ -119,7 +123,8 @@ def probe(conf: dict[str, Any], timeout_s: float, topics: Iterable[str] = (), gr
             continue  # no answer now: the command's own request will say
         err = getattr(found, "error", None) if found is not None else None
         if err is not None and err.name() == "TOPIC_AUTHORIZATION_FAILED":
-            return _denied(err, "Describe", f"topic {topic}")
+            needed = "Write" if topic in write else "Read" if topic in read else "Describe"
+            return _denied(err, needed, f"topic {topic}", conf)
         if found is None or (err is not None and err.name() == "UNKNOWN_TOPIC_OR_PART"):
             missing.append(topic)
     if create_missing and missing:
@@ -133,36 +138,42 @@ def probe(conf: dict[str, Any], timeout_s: float, topics: Iterable[str] = (), gr
             err = _first_error(e)
             if err is not None and err.name() == "GROUP_AUTHORIZATION_FAILED":
                 return _denied(err, "Describe", f"group {name}", conf)
-    for topic in read:
-        if topic not in missing and (cause := _can_read(admin, topic, timeout_s, conf)) is not None:
-            return cause
+    for operation, names in (("Read", read), ("Write", write)):
+        for topic in names:
+            if topic not in missing and (cause := refused(admin, operation, topic, timeout_s, conf)) is not None:
+                return cause
     if transactional_id is not None:
         return _can_transact(conf, transactional_id, timeout_s)
     return None
 
 
-def _denied(err: Any, operation: str, resource: str, conf: dict[str, Any] | None = None) -> Cause:
+def _denied(err: Any, operation: str, resource: str, conf: Mapping[str, Any] | None = None) -> Cause:
     cause = ke.classify(err.name(), err.str())
     assert cause is not None
     return cause.about(operation, resource, ke.principal_of(conf or {}))
 
 
-def _can_read(admin: Any, topic: str, timeout_s: float, conf: dict[str, Any]) -> Cause | None:
-    """Read on ``topic``, from the operations the broker says the principal may do on it (a
-    fetch would need a partition with records to tell)."""
+def refused(admin: Any, operation: str, topic: str, timeout_s: float, conf: Mapping[str, Any]) -> Cause | None:
+    """The cause when ``conf``'s principal may not do ``operation`` (Read, Write) on ``topic``,
+    from the operations the broker says it may do there (a fetch would need a partition with
+    records to tell; a produce would write): None when it may, when the topic does not exist, or
+    when the broker does not answer now or does not say (the command's own request will tell)."""
     from confluent_kafka import KafkaException, TopicCollection
     from confluent_kafka.admin import AclOperation  # type: ignore[attr-defined]
 
     try:
         described = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s,
                                           include_authorized_operations=True)[topic].result(timeout=timeout_s)
-    except KafkaException:
-        return None  # no answer now, or gone meanwhile: the command's own request will say
-    allowed = described.authorized_operations or []
-    if AclOperation.READ in allowed or AclOperation.ALL in allowed:
-        return None
-    return Cause(ke.NOT_AUTHORIZED, "", True, f"the broker lists no Read on topic {topic} for this principal",
-                 error="TOPIC_AUTHORIZATION_FAILED").about("Read", f"topic {topic}", ke.principal_of(conf))
+    except KafkaException as e:
+        err = _first_error(e)
+        if err is None or err.name() != "TOPIC_AUTHORIZATION_FAILED":
+            return None
+        return _denied(err, operation, f"topic {topic}", conf)  # not even Describe, which it would include
+    allowed = described.authorized_operations
+    if allowed is None or getattr(AclOperation, operation.upper()) in allowed or AclOperation.ALL in allowed:
+        return None  # None: a broker older than KIP-430 does not say
+    return Cause(ke.NOT_AUTHORIZED, "", True, f"the broker lists no {operation} on topic {topic} for this principal",
+                 error="TOPIC_AUTHORIZATION_FAILED").about(operation, f"topic {topic}", ke.principal_of(conf))
 
 
 def _can_transact(conf: dict[str, Any], transactional_id: str, timeout_s: float) -> Cause | None:

@@ -85,6 +85,7 @@ PROGRESS_INTERVAL_S = 0.2
 
 # what a redrive does with a dead letter of the range
 SENT, ALREADY, SKIPPED, REFUSED = "sent", "already-redriven", "skipped", "refused"
+NO_TARGET, NOT_WRITABLE = "target topic does not exist", "target not writable"  # skip reasons
 _EOF = -191  # KafkaError._PARTITION_EOF
 _FENCED = (-144, 47, 90)  # KafkaError._FENCED, INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
 _DELAY_HEADERS = frozenset({c.DELAY_MS, c.DELIVER_AT, c.LEVEL, c.RETRY_COUNT, c.KMS_EPOCH})
@@ -327,6 +328,8 @@ class Job:
     kafka: dict[str, Any] = field(default_factory=dict)  # librdkafka properties for every client
     # the producer's properties instead of kafka (--tenant: the tenant's kafka: over them); None: kafka
     producer_kafka: dict[str, Any] | None = None
+    # the readers' group: never joined, nothing committed, but librdkafka looks its coordinator up
+    group_id: str = field(default_factory=lambda: f"{DLQ_GROUP_PREFIX}{uuid.uuid4().hex[:8]}")
 
     @property
     def marker_topic(self) -> str:
@@ -348,10 +351,32 @@ def check_destination(job: Job) -> None:
                             f"the DLQ topic (--dlq-topic {job.dlq_topic!r}) or its marker topic")
 
 
-def _admin(job: Job) -> Any:
+def _admin(job: Job, kafka: dict[str, Any] | None = None) -> Any:
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({"bootstrap.servers": job.bootstrap, **job.kafka})
+    return AdminClient({"bootstrap.servers": job.bootstrap, **(job.kafka if kafka is None else kafka)})
+
+
+def _producer_kafka(job: Job) -> dict[str, Any]:
+    return job.kafka if job.producer_kafka is None else job.producer_kafka
+
+
+def _refusal(err: Any, operation: str, resource: str, kafka: dict[str, Any]) -> str:
+    """A refused operation in the words of the start-up checks: what, on what, for whom, the fix."""
+    from sidecar import kafka_errors as ke
+
+    cause = ke.classify(err.name(), err.str())
+    return err.str() if cause is None else cause.about(operation, resource, ke.principal_of(kafka)).message()
+
+
+def _unwritable(admin: Any, job: Job, topic: str) -> str:
+    """Why the producer's principal may not write ``topic`` ("": it may, or the broker does not say):
+    asked before the first record to it, since a refused record fails its whole transaction with
+    no word of which topic it was."""
+    from sidecar.connectivity import refused
+
+    cause = refused(admin, "Write", topic, job.timeout_s, _producer_kafka(job))
+    return "" if cause is None else f"{NOT_WRITABLE}: {cause.setting}"
 
 
 def _topics(admin: Any, job: Job) -> dict[str, int]:
@@ -387,7 +412,7 @@ def _consumer(job: Job) -> Any:
     from confluent_kafka import Consumer
 
     return Consumer({
-        "bootstrap.servers": job.bootstrap, "group.id": f"{DLQ_GROUP_PREFIX}{uuid.uuid4().hex[:8]}",
+        "bootstrap.servers": job.bootstrap, "group.id": job.group_id,
         "enable.auto.commit": False, "enable.partition.eof": True, "isolation.level": "read_committed",
         "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 16 * 1024 * 1024, **job.kafka,
     })
@@ -532,12 +557,16 @@ def redrive(job: Job, progress: TextIO | None = None) -> Summary:
         producer = Producer({
             "bootstrap.servers": job.bootstrap, "transactional.id": job.transactional_id,
             "linger.ms": 5, "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000,
-            "transaction.timeout.ms": 60_000, **(job.kafka if job.producer_kafka is None else job.producer_kafka),
+            "transaction.timeout.ms": 60_000, **_producer_kafka(job),
         })
         try:
             producer.init_transactions(job.timeout_s)  # fences an older run, aborts what it left open
         except KafkaException as e:
-            raise DlqFailed(f"could not start the redrive's transactions: {e.args[0].str()}") from None
+            err = e.args[0]
+            why = err.str()
+            if err.name() == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED":
+                why = _refusal(err, "Write", f"transactional-id {job.transactional_id}", _producer_kafka(job))
+            raise DlqFailed(f"could not start the redrive's transactions: {why}") from None
         topics[job.marker_topic] = 1
     markers = read_markers(job, topics)
     cons = _consumer(job)
@@ -557,6 +586,8 @@ def redrive(job: Job, progress: TextIO | None = None) -> Summary:
         cons.assign([TopicPartition(job.dlq_topic, p, a) for p, (a, _b) in ranges.items()])
         dlq_b = job.dlq_topic.encode()
         checked: dict[tuple[str, int], str] = {}  # (target, partition) -> why it is refused ("": it is not)
+        writers: Any = None  # an admin client as the producer's principal: may it write a target?
+        unwritable: dict[str, str] = {}  # target -> why the producer's principal may not write it ("": it may)
         uncommitted = 0
         last_commit = time.monotonic()
         if producer is not None:
@@ -645,7 +676,15 @@ def redrive(job: Job, progress: TextIO | None = None) -> Summary:
                     if isinstance(out, Outgoing):
                         why = checked.get((out.topic, out.partition))
                         if why is None:
-                            why = checked[(out.topic, out.partition)] = _check_target(out, job, topics)
+                            why = _check_target(out, job, topics)
+                            # a topic the reader cannot see may be missing or refused to it: which?
+                            if why in ("", NO_TARGET) and producer is not None:
+                                if out.topic not in unwritable:
+                                    if writers is None:
+                                        writers = _admin(job, _producer_kafka(job))
+                                    unwritable[out.topic] = _unwritable(writers, job, out.topic)
+                                why = unwritable[out.topic] or why
+                            checked[(out.topic, out.partition)] = why
                         if why:
                             out = why
                 if isinstance(out, str):
@@ -707,7 +746,7 @@ def _check_target(out: Outgoing, job: Job, topics: dict[str, int]) -> str:
         return "target is internal"
     n = topics.get(out.topic)
     if n is None:
-        return "target topic does not exist"
+        return NO_TARGET
     if out.partition >= n:
         return "target partition does not exist"
     return ""

@@ -69,12 +69,21 @@ class SecureCluster:
 
     def grant(self, principal: str, acls: Iterable[Acl]) -> list[Any]:
         """Create ALLOW bindings for ``acls``; returns them (for :meth:`revoke`) once listed."""
-        bindings = [acl_binding(principal, _resource(a), a.name, a.pattern.upper(), _operation(a)) for a in acls]
+        bindings = self.bindings(principal, acls)
         if bindings:
             for fut in self.admin.create_acls(bindings).values():
                 fut.result()
             self._wait_listed(principal, bindings, present=True)
         return bindings
+
+    @staticmethod
+    def bindings(principal: str, acls: Iterable[Acl]) -> list[Any]:
+        """The ALLOW bindings of ``acls`` for ``principal``."""
+        return [acl_binding(principal, _resource(a), a.name, a.pattern.upper(), _operation(a)) for a in acls]
+
+    def revoke_acls(self, principal: str, acls: Iterable[Acl]) -> None:
+        """Delete the bindings of ``acls`` (:meth:`grant` gave them) once they are gone."""
+        self.revoke(principal, self.bindings(principal, acls))
 
     def revoke(self, principal: str, bindings: list[Any]) -> None:
         filters = [AclBindingFilter(b.restype, b.name, b.resource_pattern_type, b.principal, b.host, b.operation,

@@ -127,7 +127,7 @@ def test_missing_acl_heals_once_granted(tmp_path: Path, secure_kafka: SecureClus
         assert run.stop() == 0
     line = cli_fails(capsys, ["dlq", "list", "--dlq-topic", "nobody-may-read", *kafka_flags(user)], 1,
                      "not-authorized")
-    assert "Describe on topic nobody-may-read" in line
+    assert "Read on topic nobody-may-read" in line
 
 
 def test_acl_revoked_while_running(tmp_path: Path, secure_kafka: SecureCluster, user: dict[str, str]) -> None:
