@@ -14,10 +14,23 @@ last record is delivered. Then every record of both target topics is read back.
   ``mass-expiry`` drain of the same N records measured right after (``bench/mass_expiry.py``,
   seconds apart: the machine's speed drifts over minutes), and their ratio;
 * early (delivered before the due time) and lost (sent, never delivered, by key) per tenant.
+
+Ten tenants (``measure_ten``): the same total load split over ten tenants, against one. M records
+(100 B, ``delay.ms`` 0: all due on arrival, a backlog) are pre-loaded into one ingress topic, and
+M / 10 into each of ten tenants' ingress topics (one partition each), all aimed at one target
+topic per run. Then, back to back, a sidecar with no ``tenants:`` (one implicit tenant) reads the
+one topic and a sidecar with ten tenants (a ``tenants:`` file) reads the ten, each from the
+beginning with its own group and changelog topics; each rate is ``(M - 1) / (last - first
+delivered record timestamp)``, as in ``throughput`` (start-up and the group join not counted).
+``TEN_ROUNDS_FULL`` rounds, the order swapped each round (neither always runs first after the
+preload), and the median of the rounds' ratios (ten / one): the machine's speed drifts over
+minutes, the two rates of a round are seconds apart. Early and lost (by key) per run, each == 0.
+Full size only (``ten_params``).
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Any
 
@@ -29,6 +42,7 @@ from bench.workload import (
     PacedProducer,
     lateness_percentiles,
     log,
+    preload,
     read_range,
     sleep_until_wall_ms,
     uid,
@@ -38,6 +52,17 @@ from bench.workload import (
 B_DELAY_MS = 1_000
 B_LEAD_MS = 3_000  # B's stream starts this long before A's due time: B alone for 2 s
 B_TAIL_S = 1.5  # and goes on this long after A's drain
+
+
+TENANTS = 10
+TEN_ROUNDS_FULL = 3
+
+
+def ten_params(bench: Bench) -> tuple[int, int]:
+    """(records in all, rounds) of the ten-tenant comparison: full size only. At small size two more
+    sidecars with their start-up (about 18 s in all, a third of the scenario) in CI's smoke run
+    would buy a rate that 10k records cannot measure (a window of 1-2 s)."""
+    return (300_000, TEN_ROUNDS_FULL) if bench.full else (0, 0)
 
 
 def params(bench: Bench) -> tuple[int, int, float]:
@@ -108,8 +133,75 @@ def measure(bench: Bench, scheduler: str, n: int, delay_ms: int, b_rate: float) 
     }
 
 
+def _ten_config(ingress: list[str], u: str) -> str:
+    """Ten tenants, each its own DLQ and (fresh for each run) changelog topic."""
+    lines = ["tenants:"]
+    for j, topic in enumerate(ingress):
+        lines.append(f"  t{j}:\n    ingress-topic: {topic}\n    dlq-topic: {topic}.dlq.{u}\n"
+                     f"    changelog-topic: {topic}.cl.{u}")
+    return "\n".join(lines) + "\n"
+
+
+def _drain(bench: Bench, scheduler: str, ingress: list[str], target: str, n: int) -> dict[str, Any]:
+    """One sidecar reads the pre-loaded ``ingress`` topics (several: one tenant each) from the
+    beginning until ``target`` has their ``n`` records; its rate and correctness figures."""
+    u = uid()
+    cfg = None
+    if len(ingress) > 1:
+        cfg = bench.workdir / f"ten-{u}.yaml"
+        cfg.write_text(_ten_config(ingress, u))
+        bench.topics_to_delete(*(f"{t}.{k}.{u}" for t in ingress for k in ("dlq", "cl")))
+    sc = bench.sidecar(ingress[0], scheduler, tag="tenants-ten", changelog=bench.other_changelog,
+                       changelog_topic=None if cfg else f"bench.ten.cl.{u}", config=cfg)
+    start = bench.wm.high(target)
+    want = sum(start.values()) + n
+    sc.start()
+    try:
+        wait_until(f"{n} records from {len(ingress)} tenant(s) delivered", lambda: bench.wm.total(target) >= want,
+                   120 + n / 1_000, 0.2, sc.check_alive)
+    finally:
+        sc.stop()
+    got = read_range(bench.bootstrap, target, start, bench.wm.high(target), headers=True, keys=True)
+    early, lost = _counts(got, n)
+    return {"tenants": len(ingress), "records_per_s": got.window_rate(), "delivered": len(got.ts),
+            "early": early, "lost": lost,
+            "window_s": (max(got.ts) - min(got.ts)) / 1000 if got.ts else None}
+
+
+def measure_ten(bench: Bench, scheduler: str, n: int, rounds: int) -> dict[str, Any]:
+    """The ten-tenant comparison (module docstring): every round's runs and the median ratio."""
+    n = n // TENANTS * TENANTS
+    u = uid()
+    one_in, target = f"bench.ten.one.{u}", f"bench.ten.out.{u}"
+    ten_in = [f"bench.ten.t{j}.{u}" for j in range(TENANTS)]
+    bench.topics(one_in, *ten_in, target)
+    preload(bench.bootstrap, one_in, n, 100, target, lambda _i: 0)
+    for j, topic in enumerate(ten_in):
+        preload(bench.bootstrap, topic, n // TENANTS, 100, target, lambda _i: 0, key_prefix=f"t{j}-")
+    runs: list[dict[str, Any]] = []
+    for r in range(rounds):
+        order = [[one_in], ten_in] if r % 2 == 0 else [ten_in, [one_in]]
+        by = {len(topics): _drain(bench, scheduler, topics, target, n) for topics in order}
+        one, ten = by[1], by[TENANTS]
+        ratio = ten["records_per_s"] / one["records_per_s"] if ten["records_per_s"] and one["records_per_s"] \
+            else None
+        log(f"tenants {scheduler} round {r + 1}/{rounds}: one tenant {one['records_per_s'] or 0:,.0f}/s, "
+            f"ten {ten['records_per_s'] or 0:,.0f}/s ({ratio or 0:.2f})")
+        runs.append({"one": one, "ten": ten, "ratio": ratio})
+    ratios = sorted(x["ratio"] for x in runs if x["ratio"] is not None)
+    return {
+        "records": n, "rounds": runs,
+        "one_records_per_s": statistics.median([x["one"]["records_per_s"] or 0 for x in runs]),
+        "ten_records_per_s": statistics.median([x["ten"]["records_per_s"] or 0 for x in runs]),
+        "ratio": statistics.median(ratios) if ratios else None,
+        "early": sum(x[k]["early"] for x in runs for k in ("one", "ten")),
+        "lost": sum(x[k]["lost"] for x in runs for k in ("one", "ten")),
+    }
+
+
 def run(bench: Bench) -> dict[str, Any]:
     n, delay_ms, b_rate = params(bench)
+    ten_n, ten_rounds = ten_params(bench)
     results: dict[str, Any] = {}
     details: dict[str, Any] = {}
     for sched in bench.schedulers:
@@ -138,14 +230,30 @@ def run(bench: Bench) -> dict[str, Any]:
             "b_early": fig(m["b_early"], "records", "== 0"),
             "b_lost": fig(m["b_lost"], "records", "== 0"),
         }
+        if not ten_rounds:
+            details[sched] = m
+            continue
+        ten = m["ten_tenants"] = measure_ten(bench, sched, ten_n, ten_rounds)
+        results[sched].update({
+            "ten_tenants_records_per_s": fig(ten["ten_records_per_s"], "records/s",
+                                             note=f"{TENANTS} tenants' backlogs, the same total"),
+            "one_tenant_records_per_s": fig(ten["one_records_per_s"], "records/s",
+                                            note="one tenant's backlog, measured in the same rounds"),
+            "ten_tenants_ratio_to_one": fig(ten["ratio"], "x", ">= 0.9"),
+            "ten_tenants_early": fig(ten["early"], "records", "== 0"),
+            "ten_tenants_lost": fig(ten["lost"], "records", "== 0"),
+        })
         details[sched] = m
     bench.cleanup_topics()
     return {
         "method": "one sidecar, two tenants: a's N records due in one millisecond while b sends a paced stream "
                   "of 1 s delays; b's lateness for its records due during a's drain, a's drain rate vs a "
-                  "single-tenant mass-expiry of the same N measured right after",
+                  "single-tenant mass-expiry of the same N measured right after; and ten tenants' "
+                  "backlogs (M / 10 each, due on arrival) drained by one sidecar vs one tenant's M, back "
+                  "to back in each round (median ratio)",
         "settings": {"a_records": n, "a_delay_ms": delay_ms, "b_rate": b_rate, "b_delay_ms": B_DELAY_MS,
-                     "record_bytes": 100, "schedulers": bench.schedulers},
+                     "record_bytes": 100, "schedulers": bench.schedulers, "ten_tenants_records": ten_n,
+                     "ten_tenants_rounds": ten_rounds},
         "results": results,
         "details": details,
     }
