@@ -342,7 +342,8 @@ def add_parser(sub: Any) -> None:
                    help="the principal the ACLs are for (default: %(default)s)")
     p.add_argument("--format", default="kafka-acls", choices=FORMATS, help="output form (default: %(default)s)")
     p.add_argument("--for", dest="acls_for", default="run", choices=COMMANDS,
-                   help="run: the sidecar; tenant: each tenant's own principal (tenants.<name>.kafka); status, "
+                   help="run: the sidecar; tenant: each tenant's own principal (tenants.<name>.kafka), its "
+                        "deliveries and its own cancel/dlq --tenant; status, "
                         "dlq-list, dlq-redrive, accuracy: those commands; producer: an application sending delayed "
                         "records (default: %(default)s)")
     p.add_argument("--tenant", action="append", default=[], metavar="NAME",
