@@ -75,6 +75,7 @@ from typing import Any
 import yaml
 
 from sidecar.config import Settings, load_settings
+from sidecar.contract import restore_group
 from sidecar.dlq import DESTINATIONS, DLQ_GROUP_PREFIX, MARKER_SUFFIX, TRANSACTIONAL_PREFIX
 from sidecar.tenants import Tenant
 
@@ -247,11 +248,6 @@ def tenant_principal(tenant: Tenant) -> str:
     """``User:<sasl.username>`` of the tenant's overrides, else a placeholder naming the tenant."""
     user = dict(tenant.kafka).get("sasl.username")
     return f"User:{user}" if user else f"User:{tenant.name}"
-
-
-def restore_group(group_id: str) -> str:
-    """The group the changelog reader names (never joined; librdkafka looks its coordinator up)."""
-    return f"{group_id}.restore"
 
 
 def open_targets(s: Settings) -> dict[str, str] | None:

@@ -253,7 +253,7 @@ def run_probe(settings: Settings, timeout_s: float = RUN_PROBE_TIMEOUT_S) -> Cal
     (Read on the changelog, Describe on the restore reader's group ``<group-id>.restore``);
     in exactly-once, its transactional id ``<group-id>.<group-instance-id>`` (the instance id
     is the one kept in the data directory, made here on a first start as the sidecar would)."""
-    from sidecar.acls import restore_group
+    from sidecar.contract import restore_group
 
     conf = {"bootstrap.servers": settings.bootstrap_servers, **settings.kafka}
     changelogs = [t.changelog_topic for t in settings.tenants if t.changelog_topic is not None]

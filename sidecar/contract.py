@@ -10,6 +10,12 @@ from typing import Final
 # Every Prometheus series the sidecar exports starts with this (dashboards and alerts name them).
 METRIC_PREFIX: Final = "delay_sidecar_"
 
+
+def restore_group(group_id: str) -> str:
+    """The group the changelog reader names (never joined; librdkafka looks its coordinator up):
+    ACLs grant Describe on it (sidecar/acls.py)."""
+    return f"{group_id}.restore"
+
 # -- ingress control headers -------------------------------------------------------------------
 # Every header whose name starts with PREFIX belongs to the sidecar: an ingress record carrying one
 # that is neither a control header nor in PASS_THROUGH goes to the DLQ as bad-header (a typo, or a

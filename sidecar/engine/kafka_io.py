@@ -60,6 +60,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
+from sidecar import contract as c
 from sidecar import kafka_errors, logs
 from sidecar.config import ConfigError, Settings
 from sidecar.engine.refusals import Refusals
@@ -317,7 +318,7 @@ class KafkaIO:
         if self._restore is None:
             conf = self._common()
             conf.update({
-                "group.id": f"{self.s.group_id}.restore",  # never joined: partitions are assigned by hand
+                "group.id": c.restore_group(self.s.group_id),  # never joined: partitions are assigned by hand
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
                 "auto.offset.reset": "earliest",

@@ -19,6 +19,7 @@ from confluent_kafka import Producer
 
 from sidecar import acls, client
 from sidecar.config import load_settings
+from sidecar.contract import restore_group
 from tests.integration.harness import consume_until
 from tests.integration.refusals import Run, kafka_flags
 from tests.secure.cluster import SecureCluster
@@ -42,7 +43,7 @@ def _refused_then_granted(tmp_path: Path, cluster: SecureCluster, delivery: str,
     [missing] = [a for a in printed if {
         "txn": a.resource == acls.TXN,
         "read": a.resource == acls.TOPIC and a.name == changelog and a.operation == "Read",
-        "restore": a.resource == acls.GROUP and a.name == acls.restore_group(settings.group_id),
+        "restore": a.resource == acls.GROUP and a.name == restore_group(settings.group_id),
     }[missing_of]]
     cluster.grant(principal, [a for a in printed if a != missing])
     run = Run(tmp_path, ["--delivery", delivery, "--changelog", "on", "--transaction-interval", "100ms",
