@@ -1,4 +1,6 @@
-"""Test harness: the sidecar as a real subprocess, plus plain confluent-kafka helpers.
+"""Test harness: the sidecar as a real subprocess (``SidecarProcess``; ``TenantSidecar`` with a
+config file of tenants), plain confluent-kafka helpers, ``free_port`` and ``scrape`` (its
+``/metrics`` as a dict).
 
 Integration tests run ``python -m sidecar run ...`` exactly as an operator would (so SIGTERM and
 SIGKILL hit a real process), against the session's real broker, and talk to it only through
@@ -14,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -22,6 +25,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from prometheus_client.parser import text_string_to_metric_families
 
 
 def free_port() -> int:
@@ -158,3 +162,36 @@ class SidecarProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+
+class TenantSidecar(SidecarProcess):
+    """A sidecar started with a config file of tenants (no top-level ingress topic); ``extra``
+    flags and ``env`` as the harness's."""
+
+    config: Path | None = None
+
+    def start(self, wait_assigned: bool = True, timeout_s: float = 60) -> None:
+        assert self.config is not None
+        self.starts += 1
+        self.log_path = self.data_dir.parent / f"{self.data_dir.name}-run{self.starts}.log"
+        cmd = [
+            sys.executable, "-m", "sidecar", "run", "--config", str(self.config),
+            "--bootstrap-servers", self.bootstrap, "--data-dir", str(self.data_dir),
+            "--group-id", f"sc-{self.ingress}", "--group-instance-id", f"sc-{self.ingress}-{self.instance}",
+            "--stats-interval", "1s", "--commit-interval", "200ms", "--kafka", "session.timeout.ms=10000",
+            *self.extra,
+        ]
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env})
+        if wait_assigned:
+            self.wait_for("partitions.assigned", timeout_s)
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of the sidecar's ``/metrics`` on ``port``: (name, sorted labels) -> value."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        body = r.read().decode()
+    out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for family in text_string_to_metric_families(body):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out

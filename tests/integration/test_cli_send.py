@@ -6,7 +6,6 @@ within seconds with one line on stderr (no librdkafka log lines) and exit status
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ from datetime import datetime
 import pytest
 from confluent_kafka import Consumer, Message, TopicPartition
 
-from tests.integration.harness import create_topics
+from tests.integration.harness import create_topics, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -115,16 +114,10 @@ def test_send_to_a_missing_ingress_topic(kafka_bootstrap: str, unique: str) -> N
     assert r.stderr.count("\n") == 1 and f"the ingress topic 'nope-{unique}' does not exist" in r.stderr, r.stderr
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.parametrize("command", [["send", "--topic", "t", "--delay", "5s", "--value", "x"],
                                      ["cancel", "some-id", "--key", "k"]])
 def test_unreachable_broker_fails_fast_with_one_line(command: list[str]) -> None:
-    port = _free_port()  # nothing listens there once the probe socket is closed
+    port = free_port()  # nothing listens there once the probe socket is closed
     r, took = run_cli(*command, "--bootstrap-servers", f"127.0.0.1:{port}")
     assert r.returncode == 1 and r.stdout == ""
     assert took < 10, took

@@ -7,7 +7,6 @@ sent = delivered + dead-lettered + cancelled, zero early, duplicates counted.
 from __future__ import annotations
 
 import random
-import socket
 import threading
 import time
 import urllib.error
@@ -24,15 +23,9 @@ from sidecar import client
 from sidecar.config import DEFAULT_LEVELS
 from sidecar.durations import parse_duration_list
 from sidecar.levels.table import plan as level_plan
-from tests.integration.harness import SidecarProcess, consume_until, create_topics, producer
+from tests.integration.harness import SidecarProcess, consume_until, create_topics, free_port, producer
 
 pytestmark = pytest.mark.integration
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _status(port: int, path: str) -> int:
@@ -56,7 +49,7 @@ def _wait_status(port: int, path: str, want: int, timeout_s: float) -> float:
 
 @pytest.fixture
 def http_port() -> int:
-    return _free_port()
+    return free_port()
 
 
 @pytest.fixture

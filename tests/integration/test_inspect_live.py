@@ -9,37 +9,18 @@ old loop wrote no checkpoint and inspect kept counting them), partition 2 never 
 
 from __future__ import annotations
 
-import socket
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar.inspect import inspect_data_dir
-from tests.integration.harness import SidecarProcess, consume_until, create_topics, producer
+from tests.integration.harness import SidecarProcess, consume_until, create_topics, free_port, producer, scrape
 
 pytestmark = pytest.mark.integration
 
 P = "delay_sidecar_"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        body = r.read().decode()
-    out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
-    for family in text_string_to_metric_families(body):
-        for s in family.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
 
 
 def live_pending(m: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> dict[str, int]:

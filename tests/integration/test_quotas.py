@@ -8,23 +8,16 @@ both (``quota_rejections_total``, ``pacing_lag_seconds``).
 
 from __future__ import annotations
 
-import socket
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import consume_until, create_topics, producer
+from tests.integration.harness import consume_until, create_topics, free_port, producer
 from tests.integration.test_tenants import TenantSidecar
 
 pytestmark = pytest.mark.integration
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_quota_excess_goes_to_the_dlq_and_a_paced_tenant_keeps_its_rate(
@@ -32,7 +25,7 @@ def test_quota_excess_goes_to_the_dlq_and_a_paced_tenant_keeps_its_rate(
     q_in, p_in, target = f"quota-q-{unique}", f"quota-p-{unique}", f"quota-out-{unique}"
     create_topics(kafka_bootstrap, [q_in, p_in], 2)
     create_topics(kafka_bootstrap, [target], 2)
-    port = _free_port()
+    port = free_port()
     cfg = tmp_path / "tenants.yaml"
     cfg.write_text(
         f"ingress-partitions: 2\nhttp-port: {port}\nhttp-host: 127.0.0.1\n"

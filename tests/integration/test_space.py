@@ -10,7 +10,6 @@ in ``/readyz`` and an ``ingress.stalled`` event with the fix, never a silent sta
 from __future__ import annotations
 
 import json
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -24,7 +23,7 @@ import pytest
 from sidecar.config import Settings
 from sidecar.inspect import inspect_data_dir
 from sidecar.store import space
-from tests.integration.harness import SidecarProcess, consume_until, create_topics, producer
+from tests.integration.harness import SidecarProcess, consume_until, create_topics, free_port, producer
 
 pytestmark = pytest.mark.integration
 
@@ -56,12 +55,6 @@ def send(
 
 def events(sc: SidecarProcess, name: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in sc.log_text().splitlines() if f'"event":"{name}"' in line]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def readyz(port: int) -> tuple[int, dict[str, Any]]:

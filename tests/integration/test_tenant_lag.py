@@ -12,9 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import create_topics, producer
-from tests.integration.test_inspect_live import free_port, scrape
-from tests.integration.test_tenants import TenantSidecar
+from tests.integration.harness import TenantSidecar, create_topics, free_port, producer, scrape
 
 pytestmark = pytest.mark.integration
 

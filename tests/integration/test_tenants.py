@@ -9,43 +9,17 @@ delivered, none early, none twice; each tenant's bad input lands in its own DLQ.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import SidecarProcess, consume_until, create_topics, producer
+from tests.integration.harness import TenantSidecar, consume_until, create_topics, producer
 
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 3
-
-
-class TenantSidecar(SidecarProcess):
-    """A sidecar started with a config file of tenants (no top-level ingress topic); ``extra``
-    flags and ``env`` as the harness's."""
-
-    config: Path | None = None
-
-    def start(self, wait_assigned: bool = True, timeout_s: float = 60) -> None:
-        assert self.config is not None
-        self.starts += 1
-        self.log_path = self.data_dir.parent / f"{self.data_dir.name}-run{self.starts}.log"
-        cmd = [
-            sys.executable, "-m", "sidecar", "run", "--config", str(self.config),
-            "--bootstrap-servers", self.bootstrap, "--data-dir", str(self.data_dir),
-            "--group-id", f"sc-{self.ingress}", "--group-instance-id", f"sc-{self.ingress}-{self.instance}",
-            "--stats-interval", "1s", "--commit-interval", "200ms", "--kafka", "session.timeout.ms=10000",
-            *self.extra,
-        ]
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env})
-        if wait_assigned:
-            self.wait_for("partitions.assigned", timeout_s)
 
 
 def test_two_tenants_two_processes_one_group(kafka_bootstrap: str, tmp_path: Path, unique: str) -> None:
