@@ -155,6 +155,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--lateness-rate", type=_count, default=None, metavar="R",
                     help="lateness: measure at R records/s instead of 50 %% of the measured maximum (a "
                          "point of the rate/lateness curve; no goal applies), e.g. 27000 or 27k")
+    ap.add_argument("--throughput-records", type=_count, default=None, metavar="N",
+                    help="throughput: records pre-loaded per record size (default 20000 small, 300000 full)")
+    ap.add_argument("--lateness-seconds", type=_count, default=None, metavar="S",
+                    help="lateness: seconds of paced load per variant (default 5 small, 60 full)")
+    ap.add_argument("--lateness-max-delay", type=_max_delay, default=None, metavar="DURATION",
+                    help="lateness: the longest delay sent, 1s to 10s (default 10s): levels then sends the "
+                         "level times up to it, wheel uniform delays up to it (the smoke test's 2s)")
     ap.add_argument("--list-pending", type=_count, default=None, metavar="N",
                     help="list: records pending in the store (default 100000 small, 10000000 full)")
     ap.add_argument("--recurring-schedules", type=_count, default=None, metavar="N",
@@ -213,6 +220,17 @@ def _period(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
     if ms < 1000:
         raise argparse.ArgumentTypeError(f"{text!r}: give a period of at least 1s, such as 10s or 1m")
+    return ms
+
+
+def _max_delay(text: str) -> int:
+    """The lateness scenario's longest delay: a duration with its unit, 1s (the first level) to 10s."""
+    try:
+        ms = parse_duration_ms(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
+    if not 1_000 <= ms <= 10_000:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a duration from 1s to 10s, such as 2s")
     return ms
 
 
@@ -322,6 +340,9 @@ def bench_main(argv: list[str]) -> int:
                       changelog_modes=ns.changelog_modes, delivery_modes=ns.delivery_modes,
                       options={"scale_pending": ns.scale_pending, "scale_rate": ns.scale_rate,
                                "scale_layouts": ns.scale_layouts, "lateness_rate": ns.lateness_rate,
+                               "lateness_seconds": ns.lateness_seconds,
+                               "lateness_max_delay_ms": ns.lateness_max_delay,
+                               "throughput_records": ns.throughput_records,
                                "shapes": ns.shapes, "recurring_schedules": ns.recurring_schedules,
                                "recurring_period_ms": ns.recurring_period, "recurring_kills": ns.recurring_kills,
                                "list_pending": ns.list_pending},

@@ -12,8 +12,11 @@ After the last record is due and delivered, every delivered record is read back 
 ``lateness = record timestamp - delay.deliver-at`` (the record timestamp is the sidecar's send
 time) gives p50 / p99 / p99.9 / max and the early count (lateness < 0).
 
-``--lateness-rate R`` measures every variant at R records/s instead (one point of the
-rate/lateness curve, for comparing variants or commits at the same load); no goal applies then.
+``--lateness-seconds S`` sets the load's duration and ``--lateness-max-delay D`` the longest delay
+(levels: the level times up to D; wheel: uniform 1 s to D, or all D when it is 1 s): the smoke
+test's short run of the same method. ``--lateness-rate R`` measures every variant at R records/s
+instead (one point of the rate/lateness curve, for comparing variants or commits at the same
+load); no goal applies then.
 
 Changelog: every mode of ``bench.changelog_modes`` (``--changelog``) is measured, each at 50 % of
 its own maximum: ``on`` (the default flags) in ``results.<scheduler>``, ``off`` (``--changelog
@@ -53,6 +56,7 @@ from bench.report import fig
 from bench.workload import (
     Bench,
     CommittedReader,
+    DelayFn,
     KHeaders,
     PacedProducer,
     ScriptProc,
@@ -97,6 +101,22 @@ def max_rate(bench: Bench, scheduler: str, mode: str = "on", shape_name: str = s
     return float(res["records_per_s"]), f"measured here (fixed N = {n}, all due)"
 
 
+def delays_for(bench: Bench, scheduler: str) -> tuple[tuple[int, ...], DelayFn]:
+    """The delays ``scheduler`` is sent (levels: level times, chosen; wheel: uniform between the
+    two), cut at ``--lateness-max-delay``."""
+    top = bench.options.get("lateness_max_delay_ms")
+    if scheduler == "levels":
+        levels = tuple(d for d in LEVEL_DELAYS if top is None or d <= top) or LEVEL_DELAYS[:1]
+        return levels, choice_delays(levels)
+    lo, hi = WHEEL_DELAYS if top is None else (min(WHEEL_DELAYS[0], top), top)
+    return (lo, hi), uniform_delays(lo, hi)
+
+
+def tail_s(bench: Bench) -> float:
+    """The longest delay sent, seconds: the time after the load until the last record is due."""
+    return max(max(delays_for(bench, s)[0]) for s in ("levels", "wheel")) / 1000
+
+
 def shape_args(shape_name: str) -> tuple[int, Callable[[int], KHeaders] | None]:
     """(ingress partitions, each record's headers beside the schedule ones) of a shape."""
     return (1, None) if shape_name == shape.PLAIN else (shape.COMMON_PARTITIONS, shape.common_headers)
@@ -107,7 +127,7 @@ def measure(bench: Bench, scheduler: str, rate: float, seconds: float, changelog
     ingress, target = f"bench.lat.in.{uid()}", f"bench.lat.out.{uid()}"
     partitions, extra = shape_args(shape_name)
     bench.topics(ingress, target, partitions=partitions)
-    delays = choice_delays(LEVEL_DELAYS) if scheduler == "levels" else uniform_delays(*WHEEL_DELAYS)
+    delays = delays_for(bench, scheduler)[1]
     sc = bench.sidecar(ingress, scheduler, tag="lat", changelog=changelog, delivery=delivery)
     sc.start()
     reader = None
@@ -162,7 +182,7 @@ def measure(bench: Bench, scheduler: str, rate: float, seconds: float, changelog
         **lateness_percentiles(late),
         "lateness": VISIBLE if reader is not None else "record timestamp - delay.deliver-at",
         "early": sum(1 for ts, da in zip(got.ts, got.deliver_at, strict=True) if ts < da),
-        "sidecar_cpu_share": cpu / (seconds + max(WHEEL_DELAYS) / 1000),
+        "sidecar_cpu_share": cpu / (seconds + tail_s(bench)),
         "cpu_us_per_record": cpu * 1e6 / sent if sent else None,
         "main_thread_cpu_s": run1 - run0,
         "main_thread_runqueue_wait_s": wait1 - wait0,
@@ -210,7 +230,7 @@ def passthrough_latency(bench: Bench, rate: float, seconds: float, shape_name: s
 
 
 def run(bench: Bench) -> dict[str, Any]:
-    seconds = 60.0 if bench.full else SMALL_SECONDS
+    seconds = float(bench.options.get("lateness_seconds") or (60.0 if bench.full else SMALL_SECONDS))
     results: dict[str, Any] = {}
     details: dict[str, Any] = {}
     shapes = shape.shapes_for(bench)
@@ -221,9 +241,10 @@ def run(bench: Bench) -> dict[str, Any]:
         "method": "steady paced producer at 50 % of the measured maximum, lateness = delivered record "
                   "timestamp - delay.deliver-at over every delivered record; exactly-once: read_committed "
                   "receipt wall ms - delay.deliver-at (the timestamp one as produce_*)",
-        "settings": {"seconds": seconds, "shapes": shapes, "record_bytes": 100, "levels_delays_ms": LEVEL_DELAYS,
+        "settings": {"seconds": seconds, "shapes": shapes, "record_bytes": 100,
+                     "levels_delays_ms": delays_for(bench, "levels")[0],
                      **({shape.COMMON: shape.describe()} if shape.COMMON in shapes else {}),
-                     "wheel_delays_ms": WHEEL_DELAYS, "schedulers": bench.schedulers,
+                     "wheel_delays_ms": delays_for(bench, "wheel")[0], "schedulers": bench.schedulers,
                      "changelog_modes": bench.changelog_modes, "delivery_modes": bench.delivery_modes,
                      "modes": throughput.modes(bench),
                      **({"transaction_interval_ms": bench.transaction_interval_ms}
@@ -276,7 +297,7 @@ def run_shape(bench: Bench, shape_name: str, seconds: float, results: dict[str, 
             **figures,
             "early": fig(m["early"], "records", "== 0"),
             "lost": fig(max(0, m["sent"] - (m["delivered"] - m["duplicates"])), "records", "== 0"),
-            "runqueue_wait_share": fig(m["main_thread_runqueue_wait_s"] / (seconds + WHEEL_DELAYS[1] / 1000), "x",
+            "runqueue_wait_share": fig(m["main_thread_runqueue_wait_s"] / (seconds + tail_s(bench)), "x",
                                        note="time the sidecar's main thread was runnable but waiting for a CPU"),
             "cpu_us_per_record": fig(m["cpu_us_per_record"], "µs",
                                      note="sidecar CPU from its start until every record was delivered / records"),

@@ -136,7 +136,8 @@ def variants(bench: Bench) -> list[tuple[str, str, str]]:
 
 
 def records_for(bench: Bench) -> int:
-    return 300_000 if bench.full else 20_000
+    """N: ``--throughput-records``, else the size's."""
+    return int(bench.options.get("throughput_records") or (300_000 if bench.full else 20_000))
 
 
 def rounds_for(bench: Bench) -> int:

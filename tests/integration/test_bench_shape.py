@@ -1,9 +1,10 @@
 """The bench's common producer shape (issue 54, bench/shape.py): ``throughput`` and ``lateness``
 with ``--shape common`` at ``--size small``, one scheduler, changelog on, at least once (the
-configuration the CPU goal is about), on the session's broker. Figures are not asserted against
-their goals (the machine is shared); only that the records had the shape (their explicit
-``delay.id`` delivered, every ingress partition served) and that the CPU per record of the sidecar
-and the passthrough and their ratio are reported, side by side, under ``results.common``."""
+configuration the CPU goal is about), on the session's broker, at the smoke tests' shortest
+(``bench_runner.SHORT``). Figures are not asserted against their goals (the machine is shared);
+only that the records had the shape (their explicit ``delay.id`` delivered, every ingress
+partition served) and that the CPU per record of the sidecar and the passthrough and their ratio
+are reported, side by side, under ``results.common``."""
 
 from __future__ import annotations
 
@@ -14,15 +15,15 @@ import pytest
 from bench import shape
 from bench.cli import parse_args
 from bench.workload import Bench
-from tests.integration.bench_runner import check_shape, run_bench
+from tests.integration.bench_runner import SHORT, check_shape, run_bench
 
 pytestmark = pytest.mark.integration
 
 
 def test_bench_common_shape(kafka_bootstrap: str, tmp_path: Path) -> None:
     report = run_bench(["throughput,lateness", "--bootstrap-servers", kafka_bootstrap, "--shape", "common",
-                     "--schedulers", "levels", "--changelog", "on", "--delivery", "at-least-once"],
-                    tmp_path / "bench.json", timeout_s=300)
+                        "--schedulers", "levels", "--changelog", "on", "--delivery", "at-least-once", *SHORT],
+                       tmp_path / "bench.json", timeout_s=300)
     check_shape(report, ["throughput", "lateness"])
     assert report["settings"]["shapes"] == ["common"]
     tp = report["scenarios"]["throughput"]

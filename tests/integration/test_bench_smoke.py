@@ -15,7 +15,7 @@ import pytest
 
 from sidecar import cli
 from tests.infra import needs
-from tests.integration.bench_runner import check_shape, run_bench
+from tests.integration.bench_runner import SHORT, check_shape, run_bench
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +38,8 @@ def test_bench_throughput_and_lateness(kafka_bootstrap: str, tmp_path: Path) -> 
     on) under ``exactly_once``, each with its own goal. Exactly-once lateness is what a
     read_committed consumer sees, so never before the record's own timestamp."""
     out = tmp_path / "bench.json"
-    report = run_bench(["throughput,lateness", "--bootstrap-servers", kafka_bootstrap, *BOTH], out, timeout_s=600)
+    report = run_bench(["throughput,lateness", "--bootstrap-servers", kafka_bootstrap, *BOTH, *SHORT], out,
+                       timeout_s=600)
     check_shape(report, ["throughput", "lateness"])
     assert report["settings"]["changelog_modes"] == ["on", "off"]
     assert report["settings"]["delivery_modes"] == ["at-least-once", "exactly-once"]
@@ -58,8 +59,12 @@ def test_bench_throughput_and_lateness(kafka_bootstrap: str, tmp_path: Path) -> 
             eos = throughput["details"][size]["rounds"][0][f"{sched}-exactly-once"]
             assert eos["delivered"] == n and eos["duplicates"] == 0
             assert eos["target_offsets_not_records"] >= 1  # at least one commit marker
+    assert n == 5000
     lateness = report["scenarios"]["lateness"]
     assert lateness["settings"]["transaction_interval_ms"] == 100
+    assert lateness["settings"]["seconds"] == 2
+    assert lateness["settings"]["levels_delays_ms"] == [1000]
+    assert lateness["settings"]["wheel_delays_ms"] == [1000, 2000]
     for sched in scheds:
         for name, lat in ((sched, lateness["results"][sched]),
                           (f"{sched}-changelog-off", lateness["results"]["changelog_off"][sched]),
@@ -312,6 +317,14 @@ def test_bench_rejects_bad_transaction_interval(capsys: pytest.CaptureFixture[st
 def test_bench_rejects_bad_lateness_rate(capsys: pytest.CaptureFixture[str], tmp_path: Path, value: str) -> None:
     err = _rejected(capsys, tmp_path, "lateness", f"--lateness-rate={value}")
     assert f"--lateness-rate: {value!r}: give a positive count" in err, err
+
+
+@pytest.mark.parametrize("value", ["500ms", "11s", "long"])
+def test_bench_rejects_bad_lateness_max_delay(capsys: pytest.CaptureFixture[str], tmp_path: Path, value: str) -> None:
+    err = _rejected(capsys, tmp_path, "lateness", f"--lateness-max-delay={value}")
+    assert f"--lateness-max-delay: {value!r}" in err, err
+    if value != "long":
+        assert "give a duration from 1s to 10s, such as 2s" in err, err
 
 
 def test_bench_rejects_unknown_scenario(tmp_path: Path) -> None:
