@@ -157,6 +157,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                          "point of the rate/lateness curve; no goal applies), e.g. 27000 or 27k")
     ap.add_argument("--throughput-records", type=_count, default=None, metavar="N",
                     help="throughput: records pre-loaded per record size (default 20000 small, 300000 full)")
+    ap.add_argument("--restore-pending", type=_count, default=None, metavar="N",
+                    help="restore: changelog records pending (default 200000 small, 10000000 full)")
     ap.add_argument("--lateness-seconds", type=_count, default=None, metavar="S",
                     help="lateness: seconds of paced load per variant (default 5 small, 60 full)")
     ap.add_argument("--lateness-max-delay", type=_max_delay, default=None, metavar="DURATION",
@@ -343,6 +345,7 @@ def bench_main(argv: list[str]) -> int:
                                "lateness_seconds": ns.lateness_seconds,
                                "lateness_max_delay_ms": ns.lateness_max_delay,
                                "throughput_records": ns.throughput_records,
+                               "restore_pending": ns.restore_pending,
                                "shapes": ns.shapes, "recurring_schedules": ns.recurring_schedules,
                                "recurring_period_ms": ns.recurring_period, "recurring_kills": ns.recurring_kills,
                                "list_pending": ns.list_pending},

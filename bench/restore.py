@@ -80,7 +80,8 @@ STANDBY_CAUGHT_UP = 100  # standby lag (records) that counts as caught up
 
 
 def counts_for(bench: Bench) -> int:
-    return 10_000_000 if bench.full else 200_000
+    """N: ``--restore-pending``, else the size's."""
+    return int(bench.options.get("restore_pending") or (10_000_000 if bench.full else 200_000))
 
 
 def read_raw(bootstrap: str, topic: str, end: int, timeout_s: float = 60) -> list[tuple[bytes, bytes | None]]:

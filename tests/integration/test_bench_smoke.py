@@ -143,10 +143,13 @@ def test_bench_restore(kafka_bootstrap: str, tmp_path: Path) -> None:
     (lost == 0 via _check_shape), and the sidecar then delivers on time; a second one keeping a
     standby takes over when the first is killed and delivers on time too."""
     out = tmp_path / "bench.json"
-    report = run_bench(["restore", "--bootstrap-servers", kafka_bootstrap, *BOTH], out, timeout_s=420)
+    # 20,000 pending, not --size small's 200,000: the same restore, standby and failover paths
+    report = run_bench(["restore", "--bootstrap-servers", kafka_bootstrap, *BOTH, "--restore-pending", "20000"], out,
+                       timeout_s=420)
     check_shape(report, ["restore"])
     sc = report["scenarios"]["restore"]
     n = sc["settings"]["pending"]
+    assert n == 20_000
     for sched in report["settings"]["schedulers"]:
         res, d = sc["results"][sched], sc["details"][sched]
         assert res["pending"]["value"] == n and d["restored_records"] == n and d["restored_pending"] == n
