@@ -161,9 +161,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="restore: changelog records pending (default 200000 small, 10000000 full)")
     ap.add_argument("--lateness-seconds", type=_count, default=None, metavar="S",
                     help="lateness: seconds of paced load per variant (default 5 small, 60 full)")
-    ap.add_argument("--lateness-max-delay", type=_max_delay, default=None, metavar="DURATION",
-                    help="lateness: the longest delay sent, 1s to 10s (default 10s): levels then sends the "
-                         "level times up to it, wheel uniform delays up to it (the smoke test's 2s)")
+    ap.add_argument("--max-delay", type=_max_delay, default=None, metavar="DURATION",
+                    help="lateness, steady: the longest delay sent, 1s to 10s (default 10s): levels then gets the "
+                         "level times up to it, wheel uniform delays up to it (the smoke tests' 2s)")
     ap.add_argument("--list-pending", type=_count, default=None, metavar="N",
                     help="list: records pending in the store (default 100000 small, 10000000 full)")
     ap.add_argument("--recurring-schedules", type=_count, default=None, metavar="N",
@@ -226,7 +226,8 @@ def _period(text: str) -> int:
 
 
 def _max_delay(text: str) -> int:
-    """The lateness scenario's longest delay: a duration with its unit, 1s (the first level) to 10s."""
+    """The lateness and steady scenarios' longest delay: a duration with its unit, 1s (the first
+    level) to 10s."""
     try:
         ms = parse_duration_ms(text)
     except ValueError as e:
@@ -343,7 +344,7 @@ def bench_main(argv: list[str]) -> int:
                       options={"scale_pending": ns.scale_pending, "scale_rate": ns.scale_rate,
                                "scale_layouts": ns.scale_layouts, "lateness_rate": ns.lateness_rate,
                                "lateness_seconds": ns.lateness_seconds,
-                               "lateness_max_delay_ms": ns.lateness_max_delay,
+                               "max_delay_ms": ns.max_delay,
                                "throughput_records": ns.throughput_records,
                                "restore_pending": ns.restore_pending,
                                "shapes": ns.shapes, "recurring_schedules": ns.recurring_schedules,

@@ -12,7 +12,7 @@ After the last record is due and delivered, every delivered record is read back 
 ``lateness = record timestamp - delay.deliver-at`` (the record timestamp is the sidecar's send
 time) gives p50 / p99 / p99.9 / max and the early count (lateness < 0).
 
-``--lateness-seconds S`` sets the load's duration and ``--lateness-max-delay D`` the longest delay
+``--lateness-seconds S`` sets the load's duration and ``--max-delay D`` the longest delay
 (levels: the level times up to D; wheel: uniform 1 s to D, or all D when it is 1 s): the smoke
 test's short run of the same method. ``--lateness-rate R`` measures every variant at R records/s
 instead (one point of the rate/lateness curve, for comparing variants or commits at the same
@@ -101,15 +101,19 @@ def max_rate(bench: Bench, scheduler: str, mode: str = "on", shape_name: str = s
     return float(res["records_per_s"]), f"measured here (fixed N = {n}, all due)"
 
 
+def capped_delays(bench: Bench) -> tuple[tuple[int, ...], tuple[int, int]]:
+    """(the level times levels is sent, the wheel's uniform range), cut at ``--max-delay`` (the
+    levels keep at least the first level; the wheel's range starts at 1 s or at the cap)."""
+    top = bench.options.get("max_delay_ms")
+    if top is None:
+        return LEVEL_DELAYS, WHEEL_DELAYS
+    return (tuple(d for d in LEVEL_DELAYS if d <= top) or LEVEL_DELAYS[:1]), (min(WHEEL_DELAYS[0], top), top)
+
+
 def delays_for(bench: Bench, scheduler: str) -> tuple[tuple[int, ...], DelayFn]:
-    """The delays ``scheduler`` is sent (levels: level times, chosen; wheel: uniform between the
-    two), cut at ``--lateness-max-delay``."""
-    top = bench.options.get("lateness_max_delay_ms")
-    if scheduler == "levels":
-        levels = tuple(d for d in LEVEL_DELAYS if top is None or d <= top) or LEVEL_DELAYS[:1]
-        return levels, choice_delays(levels)
-    lo, hi = WHEEL_DELAYS if top is None else (min(WHEEL_DELAYS[0], top), top)
-    return (lo, hi), uniform_delays(lo, hi)
+    """The delays ``scheduler`` is sent: level times, chosen (levels); uniform in a range (wheel)."""
+    levels, wheel = capped_delays(bench)
+    return (levels, choice_delays(levels)) if scheduler == "levels" else (wheel, uniform_delays(*wheel))
 
 
 def tail_s(bench: Bench) -> float:

@@ -22,7 +22,8 @@ all the same: a page they wrote back is write-protected again, so the next write
 (the id index is written at random places by both schedulers; the wheel took ~1.1 faults per
 record with its acks inside the timer-log entries, ~0.8 since its timer log keeps the states
 apart). The garbage collector is set as ``Sidecar.run`` sets it (``quiet_gc``).
-The run ends when every record was acked.
+The run ends when every record was acked. ``--max-delay D`` cuts the delays as it does for
+``lateness`` (the smoke test's short run).
 
 Figures per scheduler: main-thread CPU (``time.thread_time``) per record over the whole run, split
 into ingest (consumed record -> store -> scheduler), publish (``due`` + produce calls + delivery
@@ -42,6 +43,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.lateness import capped_delays
 from bench.report import fig
 from bench.workload import Bench, log, percentile, value_of, wall_ms
 from sidecar import contract as c
@@ -129,7 +131,10 @@ class _Producer:
         return len(pending)
 
 
-def measure(workdir: Path, scheduler: str, rate: float, seconds: float) -> dict[str, Any]:
+def measure(workdir: Path, scheduler: str, rate: float, seconds: float,
+            delays_ms: tuple[tuple[int, ...], tuple[int, int]] = (LEVEL_DELAYS, WHEEL_DELAYS)) -> dict[str, Any]:
+    """One scheduler's run; ``delays_ms``: (the level times, the wheel's uniform range)."""
+    levels, wheel = delays_ms
     d = Path(tempfile.mkdtemp(prefix=f"steady-{scheduler}-", dir=workdir))
     saved_gc = gc.get_threshold()
     sc: Sidecar | None = None
@@ -147,7 +152,7 @@ def measure(workdir: Path, scheduler: str, rate: float, seconds: float) -> dict[
         rng = random.Random(8)
         value = value_of(100)
         target = (c.TARGET_TOPIC, TARGET)
-        delays = [str(rng.choice(LEVEL_DELAYS) if scheduler == "levels" else rng.randint(*WHEEL_DELAYS)).encode()
+        delays = [str(rng.choice(levels) if scheduler == "levels" else rng.randint(*wheel)).encode()
                   for _ in range(n)]
         msgs = [_Msg(i, b"s%d" % i, value, [target, (c.DELAY_MS, delays[i])]) for i in range(n)]
         del delays
@@ -161,7 +166,7 @@ def measure(workdir: Path, scheduler: str, rate: float, seconds: float) -> dict[
         turns = i = 0
         t0 = last = last_trim = time.monotonic()
         m0 = time.thread_time()
-        deadline = t0 + seconds + max(WHEEL_DELAYS) / 1000 + 120
+        deadline = t0 + seconds + max(wheel) / 1000 + 120
         while sc.counters.delivered < n:
             now_m = time.monotonic()
             if now_m > deadline:
@@ -227,11 +232,12 @@ def measure(workdir: Path, scheduler: str, rate: float, seconds: float) -> dict[
 
 def run(bench: Bench) -> dict[str, Any]:
     rate, seconds = plan(bench)
+    delays_ms = capped_delays(bench)  # --max-delay: the smoke test's short tail
     results: dict[str, Any] = {}
     details: dict[str, Any] = {}
     for sched in bench.schedulers:
         log(f"steady {sched}: {rate:,.0f} records/s for {seconds:.0f} s, in-process")
-        m = details[sched] = measure(bench.workdir, sched, rate, seconds)
+        m = details[sched] = measure(bench.workdir, sched, rate, seconds, delays_ms)
         log(f"steady {sched}: {m['cpu_us_per_record']} us/record (ingest {m['ingest_us_per_record']}, "
             f"publish {m['publish_us_per_record']}, checkpoint {m['checkpoint_us_per_record']}), {m['turns']} turns")
         results[sched] = {
@@ -245,7 +251,7 @@ def run(bench: Bench) -> dict[str, Any]:
                   "records over at a steady rate in 5 ms ticks (delays 1-10 s) and a stand-in producer acking at "
                   "the next poll; main-thread CPU per record over arrivals + drain",
         "settings": {"rate": rate, "seconds": seconds, "tick_s": TICK_S, "record_bytes": 100,
-                     "level_delays_ms": list(LEVEL_DELAYS), "wheel_delays_ms": list(WHEEL_DELAYS),
+                     "level_delays_ms": list(delays_ms[0]), "wheel_delays_ms": list(delays_ms[1]),
                      "schedulers": bench.schedulers},
         "results": results,
         "details": details,
