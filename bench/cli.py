@@ -214,39 +214,32 @@ def _count(text: str) -> int:
     return int(digits) * scale
 
 
-def _period(text: str) -> int:
-    """A recurring schedule's period: a duration with its unit, at least 1s (``delay.every``'s least)."""
+def _duration_in(text: str, lo_ms: float, hi_ms: float, accepted: str) -> int:
+    """A duration with its unit (``parse_duration_ms``) from ``lo_ms`` to ``hi_ms``; else the error
+    names the value and ``accepted``."""
     try:
         ms = parse_duration_ms(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
-    if ms < 1000:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a period of at least 1s, such as 10s or 1m")
+    if not lo_ms <= ms <= hi_ms:
+        raise argparse.ArgumentTypeError(f"{text!r}: {accepted}")
     return ms
+
+
+def _period(text: str) -> int:
+    """A recurring schedule's period: at least 1s (``delay.every``'s least)."""
+    return _duration_in(text, 1000, float("inf"), "give a period of at least 1s, such as 10s or 1m")
 
 
 def _max_delay(text: str) -> int:
-    """The lateness and steady scenarios' longest delay: a duration with its unit, 1s (the first
-    level) to 10s."""
-    try:
-        ms = parse_duration_ms(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
-    if not 1_000 <= ms <= 10_000:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a duration from 1s to 10s, such as 2s")
-    return ms
+    """The lateness and steady scenarios' longest delay: 1s (the first level) to 10s."""
+    return _duration_in(text, 1_000, 10_000, "give a duration from 1s to 10s, such as 2s")
 
 
 def _interval(text: str) -> int:
-    """A transaction interval: a duration with its unit, 1ms to 5s (the sidecar refuses more than
-    half its 10 s transaction timeout)."""
-    try:
-        ms = parse_duration_ms(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
-    if not 1 <= ms <= 5_000:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a duration from 1ms to 5s, such as 50ms, 500ms or 1s")
-    return ms
+    """A transaction interval: 1ms to 5s (the sidecar refuses more than half its 10 s transaction
+    timeout)."""
+    return _duration_in(text, 1, 5_000, "give a duration from 1ms to 5s, such as 50ms, 500ms or 1s")
 
 
 def _layouts(text: str) -> list[int]:
