@@ -134,6 +134,8 @@ def probe(conf: dict[str, Any], timeout_s: float, topics: Iterable[str] = (), gr
     for name in ([group] if group is not None else []) + list(groups):
         try:
             admin.describe_consumer_groups([name], request_timeout=timeout_s)[name].result(timeout=timeout_s)
+        except TimeoutError:
+            continue  # no answer now (a broker just started, a loaded machine): the command's own request will say
         except KafkaException as e:
             err = _first_error(e)
             if err is not None and err.name() == "GROUP_AUTHORIZATION_FAILED":
@@ -164,6 +166,8 @@ def refused(admin: Any, operation: str, topic: str, timeout_s: float, conf: Mapp
     try:
         described = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s,
                                           include_authorized_operations=True)[topic].result(timeout=timeout_s)
+    except TimeoutError:
+        return None  # the future's own wait ran out (concurrent.futures' TimeoutError is the builtin)
     except KafkaException as e:
         err = _first_error(e)
         if err is None or err.name() != "TOPIC_AUTHORIZATION_FAILED":
@@ -201,6 +205,8 @@ def _can_create(admin: Any, topics: list[str], timeout_s: float) -> Cause | None
     for topic, fut in futures.items():
         try:
             fut.result(timeout=timeout_s)
+        except TimeoutError:
+            continue
         except KafkaException as e:
             err = _first_error(e)
             if err is not None and err.name() in ("TOPIC_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED"):
