@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import consume_until, create_topics, free_port, producer
-from tests.integration.test_tenants import TenantSidecar
+from tests.integration.harness import TenantSidecar, consume_until, create_topics, free_port, producer
 
 pytestmark = pytest.mark.integration
 

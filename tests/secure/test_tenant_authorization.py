@@ -19,8 +19,7 @@ from confluent_kafka import Producer
 from sidecar import contract as c
 from sidecar.acls import Target, acls_for, tenant_acls
 from sidecar.config import load_settings
-from tests.integration.harness import consume_until
-from tests.integration.test_tenants import TenantSidecar
+from tests.integration.harness import TenantSidecar, consume_until
 from tests.secure.cluster import SecureCluster
 from tests.secure.deploy import kafka_flags, read_all
 
