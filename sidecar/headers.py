@@ -368,10 +368,12 @@ def kms_delete(
 # sidecar/native/parse.c) and returns None for everything else, which then goes through ``_parse``:
 # also every record with a ``delay.*`` header it has no code for (``setup_parser`` gets the prefix
 # from here), so an unknown one is rejected by ``_parse`` alone and no list of names lives in C.
-# Its codes: which control headers it handles; 0 sends the record to the full parser.
+# Its codes: which control headers it handles; 0 sends the record to the full parser. ``delay.every``
+# and ``delay.start`` (6, 7) are taken only by the intake's C run (``Intake.ingest_many``: the common
+# recurring record, stored as store/firings.py ``arm`` stores it); ``parse_request`` leaves them here.
 _FAST_CODES = {
     **dict.fromkeys(_CONTROL, 0),
-    c.TARGET_TOPIC: 1, c.DELAY_MS: 2, c.DELIVER_AT: 3, c.TARGET_PARTITION: 4, c.ID: 5,
+    c.TARGET_TOPIC: 1, c.DELAY_MS: 2, c.DELIVER_AT: 3, c.TARGET_PARTITION: 4, c.ID: 5, c.EVERY: 6, c.START: 7,
 }
 FastRequest = tuple[str, int, bytes | None, int, str, tuple[tuple[str, bytes | None], ...]]
 
@@ -396,10 +398,10 @@ def py_parse_request(
     ):
         return None
     parsed = parse_ingress(headers, ts, now, size, rules, headers_in_size=False)
-    if not isinstance(parsed, Request):
+    if not isinstance(parsed, Request) or parsed.mode == "recurring":
         return None
     return (parsed.target_topic, parsed.target_partition, parsed.id, parsed.due_ms, parsed.mode, parsed.user_headers)
 
 
 if NATIVE:
-    _native.setup_parser(_FAST_CODES, _PREFIX)
+    _native.setup_parser(_FAST_CODES, _PREFIX, c.MIN_EVERY_MS)

@@ -2,7 +2,8 @@
  * Intake.ingest_many): the common consumed record stored and scheduled in one C loop over
  * the consumer's Message list. The Python path (Ingress.ingest -> Intake.ingest_fields) is
  * the reference: this loop handles a record only when that path would run its plain branch (no
- * error, this store's partition, a request the fast parser accepts, no id-index entry under its
+ * error, this store's partition, a request the fast parser accepts (with the common recurring
+ * record: delay.every and a start, stored as a RECURRING record, firings.py arm), no id-index entry under its
  * id's hash, a plan, room in the current commit-log segment, the scheduler's plain append, no index
  * growth), with every check made before the first write; at the first other record it stops and
  * returns its index, and Python runs that one through the reference path. The state the Python
@@ -452,7 +453,7 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
         if (!(value = in_call(m, M_VALUE)) || (value != Py_None && !PyBytes_CheckExact(value))) goto next;
         if (!(headers = in_call(m, M_HEADERS))) goto next;
         long long size = (key == Py_None ? 0 : PyBytes_GET_SIZE(key)) + (value == Py_None ? 0 : PyBytes_GET_SIZE(value));
-        int prc = kds_parse_core(headers, ts, now, size, maxb, maxd, checked, &memo, &req);
+        int prc = kds_parse_core(headers, ts, now, size, maxb, maxd, checked, &memo, 1, &req);
         if (prc < 0) PyErr_Clear();
         if (prc <= 0) goto next;
         parsed = 1;
@@ -504,8 +505,17 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
                 due = ts + st[IN_L_BASE + IN_L_STRIDE * level + IN_LV_DELAY_MS];
             }
         }
-        /* the record: fits the rest of the current segment */
-        if (PyTuple_GET_SIZE(user)) {
+        /* the record: fits the rest of the current segment. A recurring one (req.spec) is stored
+         * at its first firing with the user's headers and then its schedule's (firings.py arm). */
+        if (req.spec) {
+            PyObject *all = PySequence_Concat(user, req.spec);
+            blob = all ? kds_encode_headers(NULL, all) : NULL;
+            Py_XDECREF(all);
+            if (!blob) {
+                PyErr_Clear();
+                goto next;
+            }
+        } else if (PyTuple_GET_SIZE(user)) {
             if (!(blob = kds_encode_headers(NULL, user))) {
                 PyErr_Clear();
                 goto next;
@@ -532,7 +542,8 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
         /* the scheduler's plain append, then the record */
         long long ref = in_sched_add(r, due, level, head);
         if (ref < 0) goto next;
-        kds_write_record((uint8_t *)r->segv.buf + soff_log, (uint32_t)length, (uint32_t)body, 1, due, ts, offset,
+        kds_write_record((uint8_t *)r->segv.buf + soff_log, (uint32_t)length, (uint32_t)body,
+                         req.spec ? REC_RECURRING : REC_MESSAGE, due, ts, offset,
                          (int32_t)partition, (int32_t)tpart, 0, (int)level, fs);
         in_stored(r, length, at, tomb, h, ref);
         st[IN_NEXT_OFFSET] = offset + 1;
@@ -548,6 +559,7 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
         if (parsed) {
             Py_DECREF(req.topic);
             Py_DECREF(req.user);
+            Py_XDECREF(req.spec);
         }
         Py_XDECREF(blob);
         if (!ok) break;

@@ -133,8 +133,9 @@ extern PyMethodDef kds_pages_methods[];   /* populate */
 
 /* -- parse.c: the common ingress request (headers.py) ------------------------------------------ */
 
-typedef struct { /* parse_core's answer: topic and user new references, rid and mode borrowed */
-    PyObject *topic, *rid, *mode, *user;
+typedef struct { /* parse_core's answer: topic, user and spec (NULL: one-shot) new references, rid
+                  and mode borrowed */
+    PyObject *topic, *rid, *mode, *user, *spec;
     long long partition, due;
 } Request;
 
@@ -143,9 +144,10 @@ typedef struct { /* the last target topic parse_core checked: bytes and str, str
 } TopicMemo;
 
 extern PyObject *kds_MODE_NOW; /* "now": the mode of a request with no delay header */
-/* 1 and *out filled for the common request, 0 for any other (the full parser answers), -1 error */
+/* 1 and *out filled for the common request, 0 for any other (the full parser answers), -1 error;
+ * recurring_ok: the common recurring record too (out->spec set) */
 int kds_parse_core(PyObject *headers, long long ts, long long now, long long size, long long max_bytes,
-                   long long max_delay, PyObject *checked, TopicMemo *memo, Request *out);
+                   long long max_delay, PyObject *checked, TopicMemo *memo, int recurring_ok, Request *out);
 extern PyMethodDef kds_parse_methods[]; /* parse_request, setup_parser */
 
 /* -- wheel.c: the timer wheel's files (wheel/layout.py) ---------------------------------------- */

@@ -21,6 +21,10 @@ static PyObject *MODE_MS, *MODE_AT;
 #define C_AT 3
 #define C_PARTITION 4
 #define C_ID 5
+#define C_EVERY 6 /* delay.every: a recurring record, taken only by the intake's run (recurring_ok) */
+#define C_START 7 /* delay.start: its start, with delay.every only */
+#define C_COUNT 8
+static long long min_every_ms = 1000; /* contract.MIN_EVERY_MS, from setup_parser */
 #define MAX_EPOCH_MS 253402300799999LL
 
 /* strict decimal: 1..18 ASCII digits (headers.py's _int fast case) */
@@ -62,14 +66,22 @@ static int has_prefix(PyObject *name) {
  * parser answers), -1 with an exception set. out->topic and out->user are new references, rid
  * (the delay.id value, or NULL) and mode borrowed. `memo` may be NULL: else the last target topic
  * checked (ingest_run keeps one per call, and releases it), so the same bytes give the same str,
- * already found in checked_targets, without a decode and a set lookup per record. */
+ * already found in checked_targets, without a decode and a set lookup per record.
+ * With `recurring_ok`, the common recurring record is taken too: delay.every (>= the least
+ * interval) with a delay.id, an optional delay.start (default: the record's timestamp, or 0),
+ * beside none of delay.ms / delay.deliver-at, and no other recurring header (delay.cron, tz, end,
+ * max-count, misfire: code 0, the full parser). Its first firing is its start (store/firings.py
+ * ``arm``: the first of start + k * every after start - 1), its due time that, in mode "at";
+ * out->spec is then a new tuple of its schedule headers as given, in contract.RECURRING_HEADERS
+ * order (delay.every, delay.start), which the stored headers carry after the user's. */
 int kds_parse_core(PyObject *headers, long long ts, long long now, long long size, long long max_bytes,
-                   long long max_delay, PyObject *checked, TopicMemo *memo, Request *out) {
+                   long long max_delay, PyObject *checked, TopicMemo *memo, int recurring_ok, Request *out) {
     if (!control_codes) {
         PyErr_SetString(PyExc_RuntimeError, "sidecar._native.setup_parser() was not called");
         return -1;
     }
-    PyObject *found[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+    PyObject *found[C_COUNT] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    PyObject *spec_item[C_COUNT] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     unsigned char control[PARSE_MAX_HEADERS];
     Py_ssize_t n = 0;
     PyObject **items = NULL;
@@ -99,10 +111,13 @@ int kds_parse_core(PyObject *headers, long long ts, long long now, long long siz
             continue;
         }
         long code = PyLong_AsLong(code_o);
-        if (code <= 0 || code > 5 || found[code] || !ascii_nonempty(value)) return 0;
+        if (code <= 0 || code >= C_COUNT || found[code] || !ascii_nonempty(value)) return 0;
         found[code] = value;
+        spec_item[code] = it;
     }
     if (size > max_bytes || !found[C_TOPIC] || (found[C_MS] && found[C_AT])) return 0;
+    int recurring = found[C_EVERY] || found[C_START];
+    if (recurring && (!recurring_ok || !found[C_EVERY] || !found[C_ID] || found[C_MS] || found[C_AT])) return 0;
     PyObject *tb = found[C_TOPIC], *topic;
     if (memo && memo->bytes && PyBytes_GET_SIZE(memo->bytes) == PyBytes_GET_SIZE(tb) &&
         !memcmp(PyBytes_AS_STRING(memo->bytes), PyBytes_AS_STRING(tb), PyBytes_GET_SIZE(tb))) {
@@ -133,15 +148,30 @@ int kds_parse_core(PyObject *headers, long long ts, long long now, long long siz
         ok = digits(found[C_AT], &x);
         due = x;
         mode = MODE_AT;
+    } else if (ok && recurring) {
+        ok = digits(found[C_EVERY], &x) && x >= min_every_ms;
+        due = ts > 0 ? ts : 0;
+        if (ok && found[C_START]) ok = digits(found[C_START], &due);
+        mode = MODE_AT;
     }
     if (ok) ok = due <= MAX_EPOCH_MS && due - (now > ts ? now : ts) <= max_delay;
     if (!ok) {
         Py_DECREF(topic);
         return 0;
     }
+    PyObject *spec = NULL;
+    if (recurring) {
+        spec = found[C_START] ? PyTuple_Pack(2, spec_item[C_EVERY], spec_item[C_START])
+                              : PyTuple_Pack(1, spec_item[C_EVERY]);
+        if (!spec) {
+            Py_DECREF(topic);
+            return -1;
+        }
+    }
     PyObject *user = PyTuple_New(n_user);
     if (!user) {
         Py_DECREF(topic);
+        Py_XDECREF(spec);
         return -1;
     }
     for (Py_ssize_t i = 0, k = 0; i < n; i++) {
@@ -153,6 +183,7 @@ int kds_parse_core(PyObject *headers, long long ts, long long now, long long siz
     out->rid = found[C_ID];
     out->mode = mode;
     out->user = user;
+    out->spec = spec;
     out->partition = partition;
     out->due = due;
     return 1;
@@ -171,19 +202,22 @@ static PyObject *native_parse_request(PyObject *self, PyObject *const *args, Py_
               max_bytes = PyLong_AsLongLong(args[4]), max_delay = PyLong_AsLongLong(args[5]);
     if (PyErr_Occurred()) return NULL;
     Request r;
-    int rc = kds_parse_core(args[0], ts, now, size, max_bytes, max_delay, args[6], NULL, &r);
+    int rc = kds_parse_core(args[0], ts, now, size, max_bytes, max_delay, args[6], NULL, 0, &r);
     if (rc < 0) return NULL;
     if (rc == 0) Py_RETURN_NONE;
     return Py_BuildValue("(NLOLON)", r.topic, r.partition, r.rid ? r.rid : Py_None, r.due, r.mode, r.user);
 }
 
-/* setup_parser(codes, prefix): {control header name: code}, 1 target topic, 2 delay.ms, 3
- * deliver-at, 4 target partition, 5 id, 0 any other control header; prefix: the contract's
- * ("delay."), a name starting with it and not in codes is left to the full parser (headers.py owns
- * the names and the prefix). */
+/* setup_parser(codes, prefix[, min_every_ms]): {control header name: code}, 1 target topic, 2
+ * delay.ms, 3 deliver-at, 4 target partition, 5 id, 6 delay.every, 7 delay.start, 0 any other
+ * control header; prefix: the contract's ("delay."), a name starting with it and not in codes is
+ * left to the full parser (headers.py owns the names and the prefix); min_every_ms: the least
+ * delay.every (contract.MIN_EVERY_MS). */
 static PyObject *native_setup_parser(PyObject *self, PyObject *args) {
     PyObject *codes, *pfx;
-    if (!PyArg_ParseTuple(args, "O!U:setup_parser", &PyDict_Type, &codes, &pfx)) return NULL;
+    long long least = 1000;
+    if (!PyArg_ParseTuple(args, "O!U|L:setup_parser", &PyDict_Type, &codes, &pfx, &least)) return NULL;
+    min_every_ms = least;
     Py_ssize_t plen = PyUnicode_GET_LENGTH(pfx);
     if (plen < 1 || plen > (Py_ssize_t)(sizeof prefix / sizeof prefix[0])) {
         PyErr_SetString(PyExc_ValueError, "setup_parser: the prefix must be 1..16 characters");

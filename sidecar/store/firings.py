@@ -10,7 +10,11 @@ schedule as they treat any record.
 
 - ``arm`` (intake): the schedule parsed (a ``Rejection`` goes to the DLQ with its reason), its
   first firing found (none at all between start and end: ``bad-schedule``), and the record stored
-  as any request is (``Intake.schedule``: replace, duplicate and pre-cancel rules alike).
+  as any request is (``Intake.schedule``: replace, duplicate and pre-cancel rules alike). The
+  schedule's shape is parsed once per distinct shape (``spec.stored_schedule``, as at a firing).
+  The common record (``delay.every`` with an id and at most a ``delay.start``) skips all of this:
+  the intake's C run stores it the same way (``_native.ingest_run``; a test compares the bytes),
+  at ~1/5 of this path's CPU.
 - ``fire`` (publishing, at hand-out, with the publish call's clock reading ``now``):
   ``decide`` (``misfire.catch_up``'s rules) says what fires: one firing stamped with its nominal
   time (after a misfire, the latest due one and how many it stands for) and the headers it is
@@ -58,6 +62,7 @@ if TYPE_CHECKING:
 HeaderList = list[tuple[str, bytes | None]]
 _SPEC = frozenset(c.RECURRING_HEADERS)
 _STATE = frozenset((c.STATE_LAST, c.STATE_FIRED))
+_ONE_SHOT = (c.DELAY_MS, c.DELIVER_AT, c.LEVEL)  # beside a recurring header: parse_schedule's conflicting-delay
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,9 +147,14 @@ class Firings:
         """Store a recurring request (``parsed.mode == "recurring"``) at its first firing."""
         store = self.store
         intake = store.intake
-        assert parsed.control is not None
+        control = parsed.control
+        assert control is not None
         rid = parsed.id
-        sched = parse_schedule(parsed.control, ts)
+        spec = tuple((name, control[name]) for name in c.RECURRING_HEADERS if name in control)
+        # the common record (an id, no one-shot header beside the schedule): its shape parsed once per
+        # distinct shape, as at each firing; any fault is parsed in full there, with the same reason
+        common = rid is not None and not any(name in control for name in _ONE_SHOT)
+        sched = stored_schedule(spec, ts) if common else parse_schedule(control, ts)
         if sched is None or rid is None:  # unreachable: mode "recurring" has a recurring header
             sched = Rejection(c.BAD_SCHEDULE, f"a recurring record needs {c.ID}")
         if isinstance(sched, Schedule):
@@ -159,7 +169,6 @@ class Firings:
                           sched.error, now_ms)
             return
         assert rid is not None and first is not None
-        spec = [(name, parsed.control[name]) for name in c.RECURRING_HEADERS if name in parsed.control]
         blob = encode_headers([*parsed.user_headers, *spec])
         intake.schedule(
             topic, offset, ts, key, value, headers, parsed.target_topic, parsed.target_partition, rid, first, "at",

@@ -26,9 +26,10 @@ A pre-cancel stays in the id index until its horizon expires, even after it canc
 message: the message is not in the log, so if the process dies before the next checkpoint the
 message is consumed again and must be cancelled again.
 
-The common request (a plain ``delay.ms``/``delay.deliver-at`` request with no id-index entry
-under its id's hash, fitting the current segment and the scheduler's plain append) takes a C fast
-path: ``ingest_many`` stores a run of such consumed messages in one ``_native.ingest_run`` call,
+The common request (a plain ``delay.ms``/``delay.deliver-at`` request, or the common recurring
+record: ``delay.every`` with an id and an optional ``delay.start``, stored at its start as
+store/firings.py ``arm`` stores it; with no id-index entry under its id's hash, fitting the
+current segment and the scheduler's plain append) takes a C fast path: ``ingest_many`` stores a run of such consumed messages in one ``_native.ingest_run`` call,
 which checks each record is that case before writing anything for it and stops at the first that
 is not; the loop runs that one through ``ingest_fields`` (the reference for everything) and calls
 again. Both leave the same bytes and the same state (docs/storage.md 2.6).
