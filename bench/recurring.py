@@ -41,6 +41,7 @@ from bench.workload import (
     Bench,
     Delivered,
     PacedProducer,
+    cpu_seconds,
     lateness_percentiles,
     log,
     memory_of,
@@ -56,7 +57,7 @@ from sidecar import contract as c
 
 GOAL_P99_MS = "<= 50"
 IN_FLIGHT_MS = 5_000  # a firing written this long before a kill may be in flight (not settled) at it
-STORE_MS_PER_SCHEDULE = 1  # the preload's wait: see measure
+STORE_US_PER_SCHEDULE = 100  # the preload's wait: see measure
 RECOVERY_MS = 5_000  # after a restart: the firings due meanwhile are late by the restart, not by the path
 
 
@@ -84,9 +85,12 @@ def measure(bench: Bench, scheduler: str, n: int, period_ms: int, periods: int, 
     stream: PacedProducer | None = None
     try:
         anon0, rss0 = rss_of(sc.pid)
-        # the first firings after the preload: a recurring record is stored by the Python intake (the
-        # C one leaves it), about 1,000 a second on a loaded 2-core machine
-        t0 = wall_ms() + 10_000 + n * STORE_MS_PER_SCHEDULE
+        cpu0 = cpu_seconds(sc.pid)
+        # the first firings after the preload: the bench's schedules (delay.every and delay.start) are
+        # stored by the C intake, ~20,000 a second on a loaded 2-core machine (the producer's pace);
+        # 10,000 a second is assumed, and stored_after_first_firing_ms says if that was not enough
+        fill0 = wall_ms()
+        t0 = fill0 + 10_000 + n * STORE_US_PER_SCHEDULE // 1000
         starts = [t0 + i * period_ms // n for i in range(n)]
         pre = preload(bench.bootstrap, ingress, n, 100, target, lambda _i: 0, key_prefix="s",
                       schedule=lambda i: [(c.ID, b"sched-%d" % i), (c.EVERY, b"%d" % period_ms),
@@ -94,10 +98,13 @@ def measure(bench: Bench, scheduler: str, n: int, period_ms: int, periods: int, 
         wait_until(f"{n} schedules stored", lambda: sc.counter("ingested") >= n, 300, 0.2, sc.check_alive)
         anon1, rss1 = rss_of(sc.pid)
         stored_ms = wall_ms()
-        log(f"recurring {scheduler}: {n:,} schedules stored in {pre.seconds:.1f} s, "
+        store_cpu_us = (cpu_seconds(sc.pid) - cpu0) * 1e6 / n
+        log(f"recurring {scheduler}: {n:,} schedules produced in {pre.seconds:.1f} s, stored after "
+            f"{(stored_ms - fill0) / 1000:.1f} s ({store_cpu_us:.1f} us sidecar CPU each), "
             f"{(anon1 - anon0) / n:.1f} B anon each")
         stream = PacedProducer(bench.bootstrap, ingress, stream_target, rate, 100, lambda _i: 1_000)
         stream.start()
+        cpu1, fired1 = cpu_seconds(sc.pid), sc.counter("fired")
         end = t0 + periods * period_ms
         restarts: list[tuple[int, int]] = []  # (kill ms, partitions assigned again ms)
         first_kill, last_kill = max(t0, stored_ms) + period_ms // 2, end - period_ms // 2
@@ -110,6 +117,9 @@ def measure(bench: Bench, scheduler: str, n: int, period_ms: int, periods: int, 
             log(f"recurring {scheduler}: kill {k + 1}/{kills}, partition assigned again after "
                 f"{restarts[-1][1] - killed} ms")
         sleep_until_wall_ms(end)
+        fired2 = sc.counter("fired")
+        # the loop's whole CPU (the 1 s stream's records too) per firing settled; a kill restarts the count
+        fire_cpu_us = (cpu_seconds(sc.pid) - cpu1) * 1e6 / max(1, fired2 - fired1) if not kills else None
         stream.stop()
         p = producer(bench.bootstrap)
         for i in range(n):
@@ -132,7 +142,9 @@ def measure(bench: Bench, scheduler: str, n: int, period_ms: int, periods: int, 
     stream_late = [ts - da for ts, da in zip(s.ts, s.deliver_at, strict=True)]
     return {
         "schedules": n, "period_ms": period_ms, "periods": periods, "firings": len(got.ts),
-        "firings_per_s": n * 1000 / period_ms, "stored_after_first_firing_ms": max(0, stored_ms - t0), **acc,
+        "firings_per_s": n * 1000 / period_ms, "stored_after_first_firing_ms": max(0, stored_ms - t0),
+        "store_s": (stored_ms - fill0) / 1000, "store_cpu_us_per_schedule": store_cpu_us,
+        "fire_cpu_us_per_firing": fire_cpu_us, **acc,
         "kills": kills, "restart_ms": [r - k for k, r in restarts],
         "delay_missed_total": sum(got.missed), "stream_rate": rate, "stream_records": len(s.ts),
         "stream_lateness_ms": lateness_percentiles(stream_late),
@@ -185,7 +197,8 @@ def run(bench: Bench) -> dict[str, Any]:
         log(f"recurring {sched}: {m['firings']:,} firings, lateness p99 {lat['p99']} ms "
             f"(outside restarts {m['lateness_outside_restarts_ms']['p99']}), early {m['early']}, "
             f"missed {m['missed']}, doubled {m['doubled']} ({m['doubled_not_in_flight']} not in flight, "
-            f"{kills} kills); 1 s stream p99 {slat['p99']} ms; {m['anon_bytes_per_schedule']:.1f} B anon/schedule")
+            f"{kills} kills); 1 s stream p99 {slat['p99']} ms; {m['anon_bytes_per_schedule']:.1f} B anon/schedule; "
+            f"sidecar CPU per firing {m['fire_cpu_us_per_firing']} us")
         results[sched] = {
             "firing_lateness_p99_ms": fig(lat["p99"], "ms", GOAL_P99_MS),
             "firing_lateness_p999_ms": fig(lat["p999"], "ms"),
