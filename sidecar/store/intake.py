@@ -29,10 +29,11 @@ message is consumed again and must be cancelled again.
 The common request (a plain ``delay.ms``/``delay.deliver-at`` request, or the common recurring
 record: ``delay.every`` with an id and an optional ``delay.start``, stored at its start as
 store/firings.py ``arm`` stores it; with no id-index entry under its id's hash, fitting the
-current segment and the scheduler's plain append) takes a C fast path: ``ingest_many`` stores a run of such consumed messages in one ``_native.ingest_run`` call,
-which checks each record is that case before writing anything for it and stops at the first that
-is not; the loop runs that one through ``ingest_fields`` (the reference for everything) and calls
-again. Both leave the same bytes and the same state (docs/storage.md 2.6).
+current segment and the scheduler's plain append) takes a C fast path: ``ingest_many`` stores a
+run of such consumed messages in one ``_native.ingest_run`` call, which checks each record is that
+case before writing anything for it and stops at the first that is not; the loop runs that one
+through ``ingest_fields`` (the reference for everything) and calls again. Both leave the same
+bytes and the same state (docs/storage.md 2.6).
 
 A check that decides whether a consumed record is taken at all (a quota, a per-topic rule) belongs
 here, before ``schedule``: on the reference path in ``ingest_fields``, and as a reason for the C
