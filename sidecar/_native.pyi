@@ -3,7 +3,8 @@
 # and sidecar/levels/queue.py; the intake fast path's (ingest_run) is Intake.ingest_fields
 # (sidecar/store/intake.py), the restore's (restore_run) Restore.put (sidecar/store/restore.py); the publish
 # fast path's (Publisher, Delivery, publish_due) are Sidecar._produce / _on_delivery
-# (sidecar/engine/loop.py).
+# (sidecar/engine/loop.py); the changelog writes' (MirrorReport, mirror_puts, mirror_tombstones)
+# StoreMirror.put / remove / _on_delivery (sidecar/engine/changelog.py).
 from collections.abc import Callable, MutableSequence, Sequence
 from typing import Any
 
@@ -125,6 +126,25 @@ class Delivery:
 
 def publish_due(
     pub: Publisher, produce: Callable[..., Any], batch: list[tuple[int, Record]], i: int, store: Any, now: int, /
+) -> tuple[int, BaseException | None]: ...
+class MirrorReport:
+    """The delivery-report callable of a ``StoreMirror``'s changelog writes (one per mirror): a
+    success is ``StoreMirror._acked``'s work, anything else goes to its ``_on_delivery``."""
+
+    def __init__(self, mirror: Any, /) -> None: ...
+    def __call__(self, err: Any, msg: Any, /) -> None: ...
+
+def mirror_puts(
+    report: Callable[[Any, Any], None], produce: Callable[..., Any], buf: Any, off: int, count: int,
+    refused: tuple[type[BaseException], ...], held: dict[bytes, bytes] | None, now: int, /,
+) -> tuple[int, int, BaseException | None]: ...
+def mirror_tombstones(
+    report: Callable[[Any, Any], None], produce: Callable[..., Any], acked: list[tuple[int, Record]], i: int,
+    refused: tuple[type[BaseException], ...], held: dict[bytes, bytes], /,
+) -> tuple[int, BaseException | None]: ...
+def mirror_writes(
+    report: Callable[[Any, Any], None], produce: Callable[..., Any], writes: list[tuple[bytes, bytes | None]], i: int,
+    refused: tuple[type[BaseException], ...], held: None, /,
 ) -> tuple[int, BaseException | None]: ...
 def crc32c(data: bytes | bytearray | memoryview, /) -> int: ...
 def crc32c_software(data: bytes | bytearray | memoryview, /) -> int: ...

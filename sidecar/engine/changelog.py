@@ -24,6 +24,25 @@ committed only once every changelog write made before the checkpoint was acknowl
 (``acked >= needed``, durability.py). A failed write is sent again and ingress pauses until the
 changelog acknowledges again: nothing is committed meanwhile, so nothing is lost.
 
+**Held puts**: the put of a record already due when stored is held back (``held``) and dropped
+when the record is settled or cancelled before anything needed it: its tombstone alone is
+written (an older version of the id may be in the changelog). At-least-once the held puts are
+written, in the order the records were stored, before a checkpoint snapshots the writes its
+commit waits for (durability.py), before an offset commit outside the jobs (``wait_acked``) and
+before the put of a record due later. So a commit never covers a record the changelog lacks,
+and every record stored before an acknowledged put is in the changelog or settled: a new owner
+that resumes ingress after ``changelog_ingress`` skips nothing pending. A crash loses only held
+puts of records whose ingress offsets are not committed: consumed again (delivered again if they
+were, which at-least-once allows). Exactly-once holds them until its transaction commits.
+
+**The C path** (``sidecar/native/mirror.c``, with the extension): every write's delivery report
+is the store's one ``_native.MirrorReport``, which does ``_acked``'s work in C and hands a
+failure to ``_on_delivery``; the puts of a run of the C intake (``put_run``: held or produced),
+the tombstones of a settled batch (``remove_run``) and the held puts' flush are produced by C
+loops calling the producer's ``produce``. A produce the producer refuses (a full queue, a dead
+producer) is handed back and written through ``put`` / ``remove`` / ``_send``, the reference
+(``in_c=False``: the Python path throughout, tests/unit/test_changelog_native.py compares them).
+
 **Restore** (:class:`Restorer`): a partition assigned to this instance opens its local store and
 reads the changelog from the offset its checkpoint covers (``changelog`` in checkpoint.json; from
 the beginning when it has no store) up to the end offset seen when the restore started, applying
@@ -51,6 +70,7 @@ from confluent_kafka import KafkaException
 
 from sidecar import logs
 from sidecar.engine.stores import StoreKey, store_key, topic_runs
+from sidecar.store.codec import NATIVE, Record, native
 from sidecar.store.partition import PartitionStore
 
 log = logs.get("sidecar")
@@ -59,6 +79,7 @@ _K = TypeVar("_K", int, StoreKey)  # a partition (its key: stores.StoreKey)
 
 _SRC_OFFSET = struct.Struct("<q")  # a record's source (ingress) offset, at byte 32 (store/codec.py)
 _SRC_AT = 32
+_REFUSED = (BufferError, KafkaException)  # what a C write hands back to the reference path
 RESTORE_BATCH = 10_000  # changelog records fetched per consume call
 RESTORE_SLICE_S = 0.05  # restore work per loop turn, so owned partitions keep being delivered
 
@@ -66,10 +87,12 @@ RESTORE_SLICE_S = 0.05  # restore work per loop turn, so owned partitions keep b
 class StoreMirror:
     """A store's changelog writer (its ``Mirror``)."""
 
-    __slots__ = ("acked", "active", "failed", "held", "holds_due", "in_transactions", "kafka", "on_settle", "partition",
-                 "produced", "retry", "store", "topic")
+    __slots__ = ("acked", "active", "failed", "held", "holds_due", "in_c", "in_transactions", "kafka", "on_settle",
+                 "partition", "produced", "put_run", "remove_run", "report", "retry", "store", "topic")
 
-    def __init__(self, kafka: Any, topic: str, store: PartitionStore, in_transactions: bool = False) -> None:
+    def __init__(
+        self, kafka: Any, topic: str, store: PartitionStore, in_transactions: bool = False, in_c: bool = NATIVE,
+    ) -> None:
         self.kafka = kafka  # KafkaIO: its producer may be replaced
         self.topic = topic
         self.store = store
@@ -83,43 +106,89 @@ class StoreMirror:
         # write dooms the transaction instead of being sent again (engine/transactions.py)
         self.in_transactions = in_transactions
         self.on_settle = not in_transactions  # PartitionStore.settle writes the tombstones
-        # exactly-once: the puts of records already due when accepted, held back until the open
-        # transaction commits (``flush_held``). Such a record is usually delivered in the very
-        # transaction that accepted it (a backlog: every record is due at once), and then needs
-        # no put at all: its delivery, its tombstone and the ingress offset commit together, so
-        # no committed state ever lacks it. One still pending at the commit is written then,
-        # before the offsets. Records due later are written at once: holding them too would make
-        # every commit wait for a whole interval's puts (measured: p99 3.4 s at half the rate).
-        self.held: dict[bytes, bytes] | None = {} if in_transactions else None
-        self.holds_due = in_transactions
+        # The puts of records already due when stored, held back (``flush_held``). Such a record
+        # is usually delivered and settled before anything needs its put (a backlog: every
+        # record is due at once), and then needs none: its tombstone alone is written.
+        # Exactly-once: until the open transaction commits; its delivery, its tombstone and the
+        # ingress offset commit together, so no committed state ever lacks it. At-least-once:
+        # until a checkpoint snapshots the writes its commit waits for (durability.py), an offset
+        # commit outside the jobs (``wait_acked``), or a put of a record due later (``put``: the
+        # changelog keeps the ingress order, see the module docstring). Records due later are
+        # written at once: holding them too would make every commit wait for a whole interval's
+        # puts (measured, exactly-once: p99 3.4 s at half the rate).
+        self.held: dict[bytes, bytes] = {}
+        self.holds_due = True
         self.active = True  # False once the store is dropped: the reports of its purged writes are ignored
+        # every write's delivery-report callable: with the extension one C object per mirror,
+        # whose success is _acked's work in C (native/mirror.c), its failures _on_delivery's
+        # (``in_c`` False: the Python reference throughout, as without the extension)
+        self.in_c = in_c
+        self.report: Callable[[Any, Any], None] = native.MirrorReport(self) if in_c else self._on_delivery
+        # the C batch writes (exactly-once writes its tombstones when produced, through remove)
+        self.put_run: Callable[[Any, int, int, int], tuple[int, int]] | None = self._put_run if in_c else None
+        fast = in_c and not in_transactions
+        self.remove_run: Callable[[list[tuple[int, Record]]], None] | None = self._remove_run if fast else None
 
     def put(self, rid: bytes, raw: bytes, due_now: bool = False) -> None:
         held = self.held
-        if held is not None:
-            if due_now:
-                held[rid] = raw
-                return
-            if held:
-                held.pop(rid, None)  # an older version held back must not be written after this one
+        if due_now:
+            held[rid] = raw
+            return
+        if held:
+            held.pop(rid, None)  # an older version held back must not be written after this one
+            if not self.in_transactions:
+                self.flush_held()  # at-least-once: every record stored before this one is written first
         self._send(raw, rid)
 
     def remove(self, rid: bytes) -> None:
         held = self.held
         if held:
-            held.pop(rid, None)
+            held.pop(rid, None)  # delivered (or cancelled) before its put was needed: none is written
         # the tombstone is written even when the put never was: an older version of the id (one
         # replaced) may be in the changelog
         self._send(None, rid)
 
+    def _put_run(self, buf: Any, off: int, count: int, now_ms: int) -> tuple[int, int]:
+        """The puts of ``count`` records back to back in ``buf`` from ``off`` (a run of the C
+        intake, store/mirroring.py), in C: those due at ``now_ms`` held, the others produced. It
+        stops before a record whose produce was refused, or one due later while puts are held
+        (the caller writes that one with ``put``). Returns (records taken, the next one's
+        offset)."""
+        done, off, _refused = native.mirror_puts(self.report, self.kafka.producer.produce, buf, off, count, _REFUSED,
+                                                 self.held, now_ms)
+        return done, off
+
+    def _remove_run(self, acked: list[tuple[int, Record]]) -> None:
+        """The tombstones of the settled records ``acked`` ((ref, Record) pairs), produced in C,
+        each id's held put dropped as ``remove`` drops it."""
+        self._in_c(native.mirror_tombstones, acked, lambda item: self.remove(item[1].id), self.held)
+
+    def _in_c(
+        self, write: Callable[..., tuple[int, Any]], items: list[Any], one: Callable[[Any], None],
+        held: dict[bytes, bytes] | None,
+    ) -> None:
+        """``items`` written by ``write`` (``_native.mirror_tombstones`` / ``mirror_writes``,
+        given ``held``); one whose produce was refused by ``one``, the reference path (its
+        retries, its failure), and C goes on after it."""
+        i, n = 0, len(items)
+        while i < n:
+            i, _refused = write(self.report, self.kafka.producer.produce, items, i, _REFUSED, held)
+            if i < n:
+                one(items[i])
+                i += 1
+
     def flush_held(self) -> int:
-        """Exactly-once: write the held puts of records not delivered in this transaction (called
-        before the commit sends its offsets: a put is in the transaction that commits the ingress
-        offset covering it). Returns how many."""
+        """Write the held puts: exactly-once, of the records not delivered in this transaction
+        (called before the commit sends its offsets: a put is in the transaction that commits
+        the ingress offset covering it); at-least-once, before a checkpoint's snapshot, an
+        offset commit outside the jobs or a put of a record due later. Returns how many."""
         held = self.held
         if not held:
             return 0
         self.held = {}
+        if self.in_c:
+            self._in_c(native.mirror_writes, list(held.items()), lambda item: self._send(item[1], item[0]), None)
+            return len(held)
         for rid, raw in held.items():
             self._send(raw, rid)
         return len(held)
@@ -130,7 +199,7 @@ class StoreMirror:
         while True:
             try:
                 # positional, as in publishing.py: topic, value, key, partition, callback
-                producer.produce(self.topic, value, key, self.partition, callback or self._on_delivery)
+                producer.produce(self.topic, value, key, self.partition, callback or self.report)
                 break
             except BufferError:
                 producer.poll(0.01)  # the queue is full: serve reports until there is room
@@ -188,6 +257,7 @@ class StoreMirror:
             self._send(value, key, self._on_retry)
 
     def _acked(self, msg: Any) -> None:
+        """A write acknowledged (the reference of ``_native.MirrorReport``'s success)."""
         self.acked += 1
         off = msg.offset()
         store = self.store
@@ -205,8 +275,11 @@ def wait_acked(store: PartitionStore, poll: Callable[[float], None], clock: Any,
     mirror = store.mirror
     if mirror is None:
         return True
-    if isinstance(mirror, StoreMirror) and not mirror.active:
-        return mirror.acked >= mirror.produced  # its writes were purged: no report is coming
+    if isinstance(mirror, StoreMirror):
+        if not mirror.active:
+            return mirror.acked >= mirror.produced  # its writes were purged: no report is coming
+        if not mirror.in_transactions:
+            mirror.flush_held()  # the commit covers the records whose puts are held back
     deadline = clock.monotonic() + timeout_s
     while mirror.acked < mirror.produced and clock.monotonic() < deadline:
         poll(0.05)

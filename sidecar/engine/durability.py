@@ -31,6 +31,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import psutil
 
 from sidecar.config import Settings
+from sidecar.engine.changelog import StoreMirror
 from sidecar.engine.clock import Clock
 from sidecar.engine.stores import StoreKey, Stores, store_key
 from sidecar.runtime.heap import HeapReleaser
@@ -93,6 +94,8 @@ class Durability:
         if not self.fsync:
             self.checkpoint_now(store)  # no disk wait: nothing to hand off
         elif store.mirror is not None:
+            if isinstance(store.mirror, StoreMirror) and not store.mirror.in_transactions:
+                store.mirror.flush_held()  # the job's commit covers the records whose puts are held back
             self.needed[key] = store.mirror.produced
             job = store.begin_checkpoint(fsync=True)
             self.jobs[key] = (store, job, self.flusher.submit(job.syncs.run), False)

@@ -3,11 +3,13 @@
  * The loop thread's hot paths run here: the intake of the common consumed record (ingest_run:
  * parse, store, schedule, index, one C loop per consumer batch), the schedulers' per-entry walks
  * over their mmapped files (the wheel's wl_*, the levels' lv_*), the publish of a due batch and
- * its delivery reports (publish_due, Delivery), and the byte work under all of them (the record
+ * its delivery reports (publish_due, Delivery), the changelog's puts, tombstones and their reports
+ * (mirror_puts, mirror_tombstones, MirrorReport), and the byte work under all of them (the record
  * codec with its CRC32C, the header blob, the id hash and the id index's probes). Every path
  * keeps a Python reference that decides everything the C path does not take: the C code handles
  * only the plain case, checks it before its first write, and hands any other record back (the
- * intake to PartitionStore.ingest_fields, the publish to Publishing._produce / _on_delivery), so
+ * intake to PartitionStore.ingest_fields, the publish to Publishing._produce / _on_delivery, a
+ * changelog write to StoreMirror.put / remove / _on_delivery), so
  * both paths leave the same bytes and the same state; where the extension is not built (or
  * KDS_PURE_PYTHON=1) the Python twins run everything. The twins are tested against this code
  * record for record (tests/unit/test_native*.py, test_ingest_fast.py, test_publish_path.py).
@@ -23,6 +25,7 @@
  *   levels.c   the delay levels' queue walks         (sidecar/levels/queue.py)
  *   intake.c   ingest_run, the intake fast path      (PartitionStore.ingest_fields)
  *   publish.c  PublishState, Publisher, Delivery     (sidecar/engine/publish_state.py, loop.py)
+ *   mirror.c   MirrorReport, the changelog writes    (sidecar/engine/changelog.py StoreMirror)
  *   module.c   this file: the module and its init
  * Byte layouts are documented where the Python twins live; the C code follows them byte for byte.
  * Their sizes, states and flags are declared once, in sidecar/store/native_layouts.py, which
@@ -80,7 +83,8 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (!m) return NULL;
     PyMethodDef *tables[] = {kds_codec_methods, kds_hash_methods, kds_idindex_methods, kds_merge_methods, kds_pages_methods,
                              kds_parse_methods,
-                             kds_wheel_methods, kds_levels_methods, kds_intake_methods, kds_publish_methods};
+                             kds_wheel_methods, kds_levels_methods, kds_intake_methods, kds_publish_methods,
+                             kds_mirror_methods};
     for (size_t k = 0; k < sizeof tables / sizeof tables[0]; k++)
         if (PyModule_AddFunctions(m, tables[k]) < 0) goto fail;
     Py_INCREF(&kds_RecordType);
@@ -89,6 +93,7 @@ PyMODINIT_FUNC PyInit__native(void) {
         goto fail;
     }
     if (kds_publish_init(m) < 0) goto fail;
+    if (kds_mirror_init(m) < 0) goto fail;
 #define KDS_ADD_ARGS_TYPE(name) \
     if (PyType_Ready(&kds_##name##Type) < 0) goto fail; \
     Py_INCREF(&kds_##name##Type); \

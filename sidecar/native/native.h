@@ -188,6 +188,11 @@ extern PyMethodDef kds_intake_methods[];    /* ingest_run */
 int kds_publish_init(PyObject *m);        /* PublishState, Publisher, Delivery */
 extern PyMethodDef kds_publish_methods[]; /* publish_due */
 
+/* -- mirror.c: the changelog writes' fast path (engine/changelog.py) ---------------------------- */
+
+int kds_mirror_init(PyObject *m);        /* MirrorReport */
+extern PyMethodDef kds_mirror_methods[]; /* mirror_puts, mirror_tombstones, mirror_writes */
+
 /* -- the id index's journal records (sidecar/store/idslot.py) ------------------------------------
  * 16 bytes each, the slot layout: (hash, ref) an insert; a remove is two records, the marker
  * (TOMB, 0) then (hash, ref). Every ref bit is some scheduler's (pre-cancels use bit 63, bucket refs

@@ -18,7 +18,8 @@ segment) and reports each one as the reference path would have (``Intake.schedul
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sidecar.store import codec
 from sidecar.store.codec import Record
@@ -45,6 +46,12 @@ class Mirror(Protocol):
 
     on_settle: bool  # settle() writes the tombstones (False: the publisher does, exactly-once)
     holds_due: bool  # put() uses ``due_now`` (exactly-once); False: the intake need not work it out
+    # batch writes (None: one put / remove per record): put_run(buf, off, count, now_ms) takes
+    # the puts of a run of records back to back in buf from off as put would, stopping before one
+    # it leaves to put, and returns (taken, the next one's offset); remove_run(acked)
+    # writes the tombstones of a settled batch of (ref, Record) pairs
+    put_run: Callable[[Any, int, int, int], tuple[int, int]] | None
+    remove_run: Callable[[list[tuple[int, Record]]], None] | None
 
     def put(self, rid: bytes, raw: bytes, due_now: bool = False) -> None: ...
     def remove(self, rid: bytes) -> None: ...
@@ -115,13 +122,19 @@ def _mirror_run(store: PartitionStore, pos: int, count: int, now_ms: int) -> Non
     buf, off = _run_start(store, pos)
     mirror = store.mirror
     assert mirror is not None
-    put, holds = mirror.put, mirror.holds_due
-    for _ in range(count):
+    put, holds, put_run = mirror.put, mirror.holds_due, mirror.put_run
+    while count:
+        if put_run is not None:
+            done, off = put_run(buf, off, count, now_ms)  # all of them, or up to one it leaves to put
+            count -= done
+            if not count:
+                return
         length, id_len = _LEN.unpack_from(buf, off)[0], _ID_LEN.unpack_from(buf, off + _ID_LEN_AT)[0]
         due_now = holds and _DUE.unpack_from(buf, off + _DUE_AT)[0] <= now_ms
         put(bytes(buf[off + codec.HEAD_SIZE : off + codec.HEAD_SIZE + id_len]), bytes(buf[off : off + length]),
             due_now)
         off += length
+        count -= 1
 
 
 def _history_run(store: PartitionStore, pos: int, count: int, now_ms: int) -> None:

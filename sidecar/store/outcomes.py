@@ -118,12 +118,15 @@ class Outcomes:
         if mirror is not None:
             superseded = store.superseded
             tombstones = mirror.on_settle  # False: written when produced, in its transaction (exactly-once)
-            for ref, rec in acked:
-                if superseded and ref in superseded:
-                    superseded.discard(ref)  # replaced while being delivered: its id's newest version is pending
-                    continue
-                if tombstones and not (rearmed and ref in rearmed):
-                    mirror.remove(rec.id)
+            if tombstones and not superseded and not rearmed and mirror.remove_run is not None:
+                mirror.remove_run(acked)  # the common batch: a tombstone each, in C
+            elif tombstones or superseded:
+                for ref, rec in acked:
+                    if superseded and ref in superseded:
+                        superseded.discard(ref)  # replaced while being delivered: its id's newest version is pending
+                        continue
+                    if tombstones and not (rearmed and ref in rearmed):
+                        mirror.remove(rec.id)
         if store.history is not None:
             record_history(store, acked)  # a DEAD record reaching the DLQ was reported when it died
         store.ids.remove_delivered(acked)

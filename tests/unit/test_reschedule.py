@@ -228,6 +228,7 @@ def test_restore_put_the_dead_letter_of_a_pending_record_replaces_it(sim: Sim) -
 class _Mirror:
     on_settle = True
     holds_due = False
+    put_run = remove_run = None
 
     def __init__(self) -> None:
         self.produced = self.acked = 0

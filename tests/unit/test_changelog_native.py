@@ -1,0 +1,121 @@
+"""The changelog writes' C path (native/mirror.c) against the Python reference (StoreMirror with
+``in_c=False``): the same sequence of puts, held puts, tombstones and flushes, on the Kafka twin,
+leaves the same changelog records, the same counts and the same offsets the store covers; and a
+refused produce or a failed write takes the reference's way (sent again, counted as failed)."""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import pytest
+
+from sidecar.engine.changelog import StoreMirror
+from sidecar.store import codec
+from sidecar.store.codec import NATIVE
+from tests.kafka_twin import TwinCluster, TwinProducer, VirtualClock
+
+pytestmark = pytest.mark.skipif(not NATIVE, reason="the C extension is not built")
+
+TOPIC = "in.changelog"
+NOW = 1_000_000
+
+
+class _Store:
+    """What a mirror reads and moves of its store (PartitionStore's fields and ``covered``)."""
+
+    def __init__(self) -> None:
+        self.partition = 0
+        self.changelog_offset: int | None = None
+        self.changelog_ingress: int | None = None
+
+    def covered(self, src_offset: int) -> None:
+        if self.changelog_ingress is None or src_offset >= self.changelog_ingress:
+            self.changelog_ingress = src_offset + 1
+
+
+def _raw(i: int, due: int) -> bytes:
+    return codec.encode(codec.MESSAGE, due, NOW, 100 + i, 0, -1, 0, 0, b"id-%d" % i, b"out", b"k", b"v" * i, b"")
+
+
+def _mirror(in_c: bool, queue_max: int = 100_000) -> tuple[StoreMirror, TwinCluster, TwinProducer]:
+    cluster = TwinCluster(VirtualClock())
+    cluster.create_topic(TOPIC, 1)
+    producer = TwinProducer(cluster, queue_max=queue_max)
+    kafka = types.SimpleNamespace(producer=producer, should_warn=lambda _key: False)
+    store: Any = _Store()
+    return StoreMirror(kafka, TOPIC, store, in_c=in_c), cluster, producer
+
+
+def _drive(m: StoreMirror, producer: TwinProducer) -> None:
+    """Records 0-5 due now (held), 6 due later (the held ones written first), 7-9 due now (held);
+    0-2 and 7 delivered (tombstones; 7's held put never written); a flush (a checkpoint)."""
+    raws = [_raw(i, NOW + (60_000 if i == 6 else 0)) for i in range(10)]
+    recs = [codec.decode(r, 0) for r in raws]
+    if m.put_run is not None:
+        buf, off, count = memoryview(b"".join(raws)), 0, len(raws)
+        while count:
+            done, off = m.put_run(buf, off, count, NOW)
+            count -= done
+            if count:  # what _mirror_run does with the record C leaves to put
+                rec = codec.decode(buf, off)
+                m.put(bytes(rec.id), bytes(buf[off:off + rec.length]), rec.due_ms <= NOW)
+                off += rec.length
+                count -= 1
+    else:
+        for rec, raw in zip(recs, raws, strict=True):
+            m.put(bytes(rec.id), raw, rec.due_ms <= NOW)
+    producer.poll(0)
+    acked = [(k, recs[k]) for k in (0, 1, 2, 7)]
+    if m.remove_run is not None:
+        m.remove_run(acked)
+    else:
+        for _ref, rec in acked:
+            m.remove(rec.id)
+    m.flush_held()
+    producer.poll(0)
+
+
+def _state(m: StoreMirror, cluster: TwinCluster) -> dict[str, Any]:
+    log = [(msg.offset(), msg.key(), msg.value()) for msg in cluster.topics[TOPIC][0]]
+    return {"log": log, "produced": m.produced, "acked": m.acked, "failed": m.failed, "held": dict(m.held),
+            "retry": list(m.retry), "changelog_offset": m.store.changelog_offset,
+            "changelog_ingress": m.store.changelog_ingress}
+
+
+@pytest.mark.parametrize("queue_max", [100_000, 2])  # 2: produces refused (BufferError) and handed back
+def test_the_c_writes_and_reports_match_the_reference(queue_max: int) -> None:
+    out = []
+    for in_c in (True, False):
+        m, cluster, producer = _mirror(in_c, queue_max)
+        assert (m.put_run is not None) == in_c
+        _drive(m, producer)
+        out.append(_state(m, cluster))
+    fast, ref = out
+    assert fast == ref
+    keys = [(k.decode(), "tomb" if v is None else "put") for _o, k, v in ref["log"]]
+    assert keys == [*((f"id-{i}", "put") for i in range(7)),  # the held puts of 0-5 before 6's
+                    *((f"id-{i}", "tomb") for i in (0, 1, 2, 7)),  # 7's put dropped, never written
+                    ("id-8", "put"), ("id-9", "put")]  # the flush
+    assert ref["acked"] == ref["produced"] == len(ref["log"])
+    assert ref["changelog_offset"] == len(ref["log"])
+    assert ref["changelog_ingress"] == 100 + 9 + 1  # the highest source offset put: record 9's (flushed)
+    assert ref["held"] == {}
+
+
+def test_a_failed_write_is_sent_again_on_either_path() -> None:
+    out = []
+    for in_c in (True, False):
+        m, cluster, producer = _mirror(in_c)
+        cluster.refused.add(TOPIC)
+        _drive(m, producer)
+        failed = _state(m, cluster)
+        assert failed["acked"] == 0 and failed["failed"] == failed["produced"] > 0
+        assert len(failed["retry"]) == failed["produced"]
+        cluster.refused.clear()
+        m.resend()
+        producer.poll(0)
+        out.append((failed, _state(m, cluster)))
+    assert out[0] == out[1]
+    after = out[1][1]
+    assert after["failed"] == 0 and after["acked"] == after["produced"] and after["retry"] == []
