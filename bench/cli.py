@@ -162,8 +162,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--lateness-seconds", type=_count, default=None, metavar="S",
                     help="lateness: seconds of paced load per variant (default 5 small, 60 full)")
     ap.add_argument("--max-delay", type=_max_delay, default=None, metavar="DURATION",
-                    help="lateness, steady: the longest delay sent, 1s to 10s (default 10s): levels then gets the "
-                         "level times up to it, wheel uniform delays up to it (the smoke tests' 2s)")
+                    help="lateness, steady, failover, exactly-once: the longest delay sent, 1s to 10s (default "
+                         "10s; 5s failover, exactly-once): levels then gets the level times up to it, wheel uniform "
+                         "delays up to it; mass-expiry: its one delay, the longest level time up to it (default "
+                         "10s small); the smoke tests' 2s (mass-expiry 5s)")
     ap.add_argument("--list-pending", type=_count, default=None, metavar="N",
                     help="list: records pending in the store (default 100000 small, 10000000 full)")
     ap.add_argument("--recurring-schedules", type=_count, default=None, metavar="N",

@@ -72,6 +72,7 @@ from bench.workload import (
     PacedProducer,
     SidecarProc,
     choice_delays,
+    cut_delays,
     log,
     percentile,
     read_range,
@@ -214,12 +215,24 @@ def handovers_of(members: list[Member], kills: list[Handover]) -> list[Handover]
     return sorted(out, key=lambda h: h.at_ms)
 
 
-def delays_for(scheduler: str) -> Any:
-    return choice_delays(LEVEL_DELAYS) if scheduler == "levels" else uniform_delays(*WHEEL_DELAYS)
+def delays(bench: Bench) -> tuple[tuple[int, ...], tuple[int, int]]:
+    """(the level times levels is sent, the wheel's uniform range): 1 s and 5 s, cut at
+    ``--max-delay`` (the smoke test's shorter tail)."""
+    return cut_delays(LEVEL_DELAYS, WHEEL_DELAYS, bench.options.get("max_delay_ms"))
+
+
+def delays_for(bench: Bench, scheduler: str) -> Any:
+    levels, wheel = delays(bench)
+    return choice_delays(levels) if scheduler == "levels" else uniform_delays(*wheel)
+
+
+def longest_delay_ms(bench: Bench) -> int:
+    levels, wheel = delays(bench)
+    return max(*levels, wheel[1])
 
 
 def start_load(bench: Bench, ingress: str, target: str, scheduler: str) -> PacedProducer:
-    prod = PacedProducer(bench.bootstrap, ingress, target, RATE[bench.size], 100, delays_for(scheduler),
+    prod = PacedProducer(bench.bootstrap, ingress, target, RATE[bench.size], 100, delays_for(bench, scheduler),
                          key_prefix=f"f{uid()}-")
     prod.start()
     return prod
@@ -241,7 +254,7 @@ def finish_load(bench: Bench, prod: PacedProducer, target: str, members: list[Me
     """Stop the load, wait (``timeout_s`` at most) until ``delivered()`` (default: the target's
     high watermarks) reaches what the broker accepted, stop the instances (SIGTERM)."""
     prod.stop()
-    sleep_until_wall_ms(prod.stopped_ms + max(LEVEL_DELAYS + WHEEL_DELAYS))
+    sleep_until_wall_ms(prod.stopped_ms + longest_delay_ms(bench))
     waited: dict[str, Any] = {"complete": True}
     count = delivered or (lambda: bench.wm.total(target))
     try:
@@ -553,8 +566,8 @@ def run(bench: Bench) -> dict[str, Any]:
                   "and per membership change the time to the moved partitions' partition.restored",
         "settings": {"partitions": PARTITIONS, "rate": RATE[bench.size], "dwell_s": DWELL_S[bench.size],
                      "session_timeout_ms": SESSION_MS[bench.size], "crashes": CRASHES[bench.size],
-                     "crash_every_s": CRASH_EVERY_S, "lead_s": LEAD_S[bench.size], "levels_delays_ms": LEVEL_DELAYS,
-                     "wheel_delays_ms": WHEEL_DELAYS, "duplicate_window_ms": DUP_WINDOW_MS, "record_bytes": 100,
+                     "crash_every_s": CRASH_EVERY_S, "lead_s": LEAD_S[bench.size], "levels_delays_ms": delays(bench)[0],
+                     "wheel_delays_ms": delays(bench)[1], "duplicate_window_ms": DUP_WINDOW_MS, "record_bytes": 100,
                      "schedulers": bench.schedulers},
         "results": results,
         "details": details,

@@ -62,6 +62,7 @@ from bench.workload import (
     ScriptProc,
     choice_delays,
     cpu_seconds,
+    cut_delays,
     lateness_percentiles,
     log,
     read_range,
@@ -104,10 +105,7 @@ def max_rate(bench: Bench, scheduler: str, mode: str = "on", shape_name: str = s
 def capped_delays(bench: Bench) -> tuple[tuple[int, ...], tuple[int, int]]:
     """(the level times levels is sent, the wheel's uniform range), cut at ``--max-delay`` (the
     levels keep at least the first level; the wheel's range starts at 1 s or at the cap)."""
-    top = bench.options.get("max_delay_ms")
-    if top is None:
-        return LEVEL_DELAYS, WHEEL_DELAYS
-    return (tuple(d for d in LEVEL_DELAYS if d <= top) or LEVEL_DELAYS[:1]), (min(WHEEL_DELAYS[0], top), top)
+    return cut_delays(LEVEL_DELAYS, WHEEL_DELAYS, bench.options.get("max_delay_ms"))
 
 
 def delays_for(bench: Bench, scheduler: str) -> tuple[tuple[int, ...], DelayFn]:

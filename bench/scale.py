@@ -53,6 +53,7 @@ from bench.report import fig
 from bench.workload import (
     Bench,
     KHeaders,
+    SidecarProc,
     broker_gc_pauses,
     disk_usage,
     log,
@@ -76,6 +77,7 @@ PRECANCEL_EVERY = 1000
 HORIZON = "5s"
 HORIZON_MS = 5000
 WINDOW_S = 10
+STATS_S = 0.25  # the bench's sidecars' --stats-interval
 ON_TIME_MS = 50
 LAYOUTS = (1, 6)
 SWEPT_WITHIN_S = 120  # an expired pre-cancel older than this (past its horizon) should be swept
@@ -179,6 +181,22 @@ def expired_precancels(data_dir: Path, ingress: str, partitions: int, before_ms:
     return n
 
 
+def next_stats(sc: SidecarProc, timeout_s: float = 60) -> None:
+    """Wait until the sidecar has logged two more ``stats`` lines (``STATS_S`` apart): the second
+    was written after the call, a loop turn that began after it."""
+    seen = sum(1 for e in sc.poll_events() if e.get("event") == "stats")
+    wait_until(f"{sc.name}: a stats line", lambda: sum(1 for e in sc.poll_events() if e.get("event") == "stats")
+               >= seen + 2, timeout_s, 0.05, sc.check_alive)
+
+
+def first_on_time(bench: Bench, topic: str, start: dict[int, int], due_from: int) -> int | None:
+    """The record timestamp of the first record of ``topic`` after ``start`` due at ``due_from``
+    or later and delivered on time (lateness 0 to ``ON_TIME_MS``), if any yet."""
+    got = read_range(bench.bootstrap, topic, start, bench.wm.high(topic), headers=True)
+    return min((t for t, d in zip(got.ts, got.deliver_at, strict=True) if d >= due_from and 0 <= t - d <= ON_TIME_MS),
+               default=None)
+
+
 def one_layout(bench: Bench, sched: str, fill_parts: int, n: int, rate: float) -> dict[str, Any]:
     ingress = f"bench.sc.in.{uid()}"
     target = f"bench.sc.out.{uid()}"
@@ -189,7 +207,7 @@ def one_layout(bench: Bench, sched: str, fill_parts: int, n: int, rate: float) -
     sc = bench.sidecar(ingress, sched, tag=f"scale{fill_parts}", partitions=parts,
                        extra=["--cancel-horizon", HORIZON], changelog=bench.other_changelog)
     sc.start(timeout_s=300)
-    time.sleep(2)
+    next_stats(sc)  # the baseline once the loop turns over its open partitions
     base = memory_of(sc.pid)
     tgt, stgt = target.encode(), stream_target.encode()
     fill_h: KHeaders = [(c.TARGET_TOPIC, tgt), (c.DELAY_MS, str(FILL_DELAY_MS).encode())]
@@ -204,7 +222,8 @@ def one_layout(bench: Bench, sched: str, fill_parts: int, n: int, rate: float) -
     fill = Paced(bench.bootstrap, ingress, list(range(fill_parts)), rate, n, fill_headers, b"f")
     started = wall_ms()
     stream.start()
-    time.sleep(2)
+    # the fill starts beside a stream that flows: its first record delivered
+    wait_until("the stream's first delivery", lambda: bench.wm.total(stream_target) > 0, 120, 0.1, sc.check_alive)
     fill_t0 = wall_ms()
     fill.start()
     precancels = n // PRECANCEL_EVERY
@@ -219,9 +238,9 @@ def one_layout(bench: Bench, sched: str, fill_parts: int, n: int, rate: float) -
             break
         if time.monotonic() > deadline:
             raise RuntimeError(f"the sidecar holds {st.get('pending')} of {want} pending in time")
-        time.sleep(1)
+        time.sleep(STATS_S)
     fill_t1 = wall_ms()
-    time.sleep(2)
+    next_stats(sc)  # memory and disk once the loop has reported a turn after the fill's last record
     after = memory_of(sc.pid)
     alloc, apparent = disk_usage(sc.data_dir)
     stats = [e for e in sc.poll_events() if e.get("event") == "stats"]
@@ -240,11 +259,14 @@ def one_layout(bench: Bench, sched: str, fill_parts: int, n: int, rate: float) -
     migrations = [e for e in sc.poll_events() if e.get("event") == "ids.grown"]
     # restart: SIGKILL with the stream running, start again, first on-time stream delivery
     sc.stop(signal.SIGKILL)
+    from_offsets = bench.wm.high(stream_target)
     sc.start(wait=False)
     spawned = sc.started_ms
     sc.wait_event("partitions.assigned", 600)  # logged once every partition of the assignment is open
     recovered = [e for e in sc.poll_events() if e.get("event") == "partition.recovered"]
-    time.sleep(5)
+    wait_until("an on-time stream delivery due after the restart",
+               lambda: first_on_time(bench, stream_target, from_offsets, spawned) is not None, 120, 0.5,
+               sc.check_alive)
     stream.stop()
     stream_sent = stream.sent
     wait_until("the stream delivered", lambda: bench.wm.total(stream_target) >= stream_sent - 5, 120, 0.2,

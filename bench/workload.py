@@ -192,6 +192,16 @@ def choice_delays(choices: tuple[int, ...], seed: int = 8) -> DelayFn:
     return lambda _i: rng.choice(choices)
 
 
+def cut_delays(levels: tuple[int, ...], wheel: tuple[int, int],
+               top: int | None) -> tuple[tuple[int, ...], tuple[int, int]]:
+    """A scenario's delays (the level times levels is sent, the wheel's uniform range) cut at
+    ``--max-delay`` ``top`` (None: as they are): the levels keep at least the first level, the
+    wheel's range starts at 1 s or at the cap and ends at the cap at the latest."""
+    if top is None:
+        return levels, wheel
+    return (tuple(d for d in levels if d <= top) or levels[:1]), (min(wheel[0], top), min(wheel[1], top))
+
+
 def ingress_headers(target: str, delay_ms: int) -> KHeaders:
     return [(c.TARGET_TOPIC, target.encode()), (c.DELAY_MS, str(delay_ms).encode())]
 

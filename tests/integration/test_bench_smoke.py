@@ -89,10 +89,13 @@ def test_bench_failover(kafka_bootstrap: str, tmp_path: Path) -> None:
     delivered (lost, early == 0 via _check_shape), each membership change gets its handover time,
     and the crash loop's instance keeps the id it made in its data directory."""
     out = tmp_path / "bench.json"
-    report = run_bench(["failover", "--bootstrap-servers", kafka_bootstrap, *FAILOVER_SCHEDULER], out, timeout_s=600)
+    # delays of 1 s (levels' first level), not 1 s and 5 s: each of its two runs waits out its longest delay
+    report = run_bench(["failover", "--bootstrap-servers", kafka_bootstrap, *FAILOVER_SCHEDULER, "--max-delay", "2s"],
+                       out, timeout_s=600)
     check_shape(report, ["failover"])
     assert report["settings"]["schedulers"] == ["levels"]
     sc = report["scenarios"]["failover"]
+    assert sc["settings"]["levels_delays_ms"] == [1000] and sc["settings"]["wheel_delays_ms"] == [1000, 2000]
     changes = ["start_1", "scale_out_1_2", "scale_out_2_3", "scale_in_3_1", "rejoin_1_2", "node_loss_2_1",
                "replace_1_2"]
     for sched in report["settings"]["schedulers"]:
@@ -118,10 +121,13 @@ def test_bench_exactly_once(tmp_path: Path) -> None:
     reading read_committed, agrees. Its own broker: the scenario restarts it."""
     out = tmp_path / "bench.json"
     work = tmp_path / "work"
-    report = run_bench(["exactly-once", "--workdir", str(work), *EOS_SCHEDULER], out, timeout_s=900)
+    # delays of 1-2 s, not 1-5 s: the wait for the last record due after the load is shorter
+    report = run_bench(["exactly-once", "--workdir", str(work), *EOS_SCHEDULER, "--max-delay", "2s"], out,
+                       timeout_s=900)
     check_shape(report, ["exactly-once"])
     assert report["settings"]["schedulers"] == ["wheel"]
     sc = report["scenarios"]["exactly-once"]
+    assert sc["settings"]["wheel_delays_ms"] == [1000, 2000]
     assert sc["settings"]["broker_restart"] is True
     # the bench's own broker logs its GC pauses (the scale scenario reports them)
     assert any("Pause" in p.read_text() for p in (work / "kafka").glob("gc.log*")), "the broker's GC log"
@@ -167,12 +173,15 @@ def test_bench_mass_expiry(kafka_bootstrap: str, tmp_path: Path) -> None:
     against a passthrough of the same records measured right after its own drain. Without
     ``--schedulers`` (the one test that leaves it out): the bench finds out that the wheel runs."""
     out = tmp_path / "bench.json"
-    report = run_bench(["mass-expiry", "--bootstrap-servers", kafka_bootstrap], out, timeout_s=420)
+    # due 5 s after their timestamp (a level time), not 10 s: each scheduler's run waits for it
+    report = run_bench(["mass-expiry", "--bootstrap-servers", kafka_bootstrap, "--max-delay", "5s"], out,
+                       timeout_s=420)
     check_shape(report, ["mass-expiry"])
     assert report["settings"]["wheel_detected"] is True
     assert report["settings"]["schedulers"] == ["levels", "wheel"]
     sc = report["scenarios"]["mass-expiry"]
     n = sc["settings"]["records"]
+    assert sc["settings"]["delay_ms"] == 5000
     for sched in report["settings"]["schedulers"]:
         res, d = sc["results"][sched], sc["details"][sched]
         assert d["delivered"] == n and d["early"] == 0

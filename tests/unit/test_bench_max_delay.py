@@ -1,0 +1,44 @@
+"""``--max-delay`` as the failover, exactly-once and mass-expiry scenarios read it (no broker):
+it only cuts their delays, and without it they are the ones their methods state."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from bench import exactly_once, failover, lateness, mass_expiry
+from bench.workload import cut_delays
+
+
+def bench(max_delay_ms: int | None, full: bool = False) -> Any:
+    return SimpleNamespace(options={"max_delay_ms": max_delay_ms}, full=full, size="full" if full else "small")
+
+
+def test_cut_keeps_the_first_level_and_ends_the_wheel_range_at_the_cap() -> None:
+    assert cut_delays((1_000, 5_000), (1_000, 5_000), None) == ((1_000, 5_000), (1_000, 5_000))
+    assert cut_delays((1_000, 5_000), (1_000, 5_000), 2_000) == ((1_000,), (1_000, 2_000))
+    assert cut_delays((1_000, 5_000), (1_000, 5_000), 10_000) == ((1_000, 5_000), (1_000, 5_000))  # never longer
+    assert cut_delays((5_000,), (2_000, 5_000), 1_000) == ((5_000,), (1_000, 1_000))
+
+
+@pytest.mark.parametrize("top", [None, 2_000, 10_000])
+def test_failover_and_exactly_once_delays(top: int | None) -> None:
+    want = ((1_000, 5_000), (1_000, 5_000)) if top != 2_000 else ((1_000,), (1_000, 2_000))
+    assert failover.delays(bench(top)) == want
+    assert exactly_once.delays_ms(bench(top)) == want
+    assert failover.longest_delay_ms(bench(top)) == max(*want[0], want[1][1])
+
+
+def test_lateness_delays_as_before() -> None:
+    assert lateness.capped_delays(bench(None)) == ((1_000, 5_000, 10_000), (1_000, 10_000))
+    assert lateness.capped_delays(bench(2_000)) == ((1_000,), (1_000, 2_000))
+
+
+@pytest.mark.parametrize(("top", "full", "delay_ms"), [
+    (None, False, 10_000), (5_000, False, 5_000), (7_000, False, 5_000), (2_000, False, 1_000),
+    (None, True, 240_000), (10_000, True, 10_000),
+])
+def test_mass_expiry_delay_is_a_level_time_up_to_the_cap(top: int | None, full: bool, delay_ms: int) -> None:
+    assert mass_expiry.params(bench(top, full))[1] == delay_ms
