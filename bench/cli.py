@@ -166,6 +166,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                          "10s; 5s failover, exactly-once): levels then gets the level times up to it, wheel uniform "
                          "delays up to it; mass-expiry: its one delay, the longest level time up to it (default "
                          "10s small); the smoke tests' 2s (mass-expiry 5s)")
+    ap.add_argument("--dwell", type=_dwell, default=None, metavar="DURATION",
+                    help="failover, exactly-once: the load after each membership change or phase, 0s to 10m "
+                         "(default 0.5s failover, 3s exactly-once small; 30s, 20s full)")
     ap.add_argument("--list-pending", type=_count, default=None, metavar="N",
                     help="list: records pending in the store (default 100000 small, 10000000 full)")
     ap.add_argument("--recurring-schedules", type=_count, default=None, metavar="N",
@@ -236,6 +239,11 @@ def _period(text: str) -> int:
 def _max_delay(text: str) -> int:
     """The lateness and steady scenarios' longest delay: 1s (the first level) to 10s."""
     return _duration_in(text, 1_000, 10_000, "give a duration from 1s to 10s, such as 2s")
+
+
+def _dwell(text: str) -> int:
+    """The failover and exactly-once scenarios' load after each change: 0s to 10m."""
+    return _duration_in(text, 0, 600_000, "give a duration from 0s to 10m, such as 1s")
 
 
 def _interval(text: str) -> int:
@@ -339,7 +347,7 @@ def bench_main(argv: list[str]) -> int:
                       options={"scale_pending": ns.scale_pending, "scale_rate": ns.scale_rate,
                                "scale_layouts": ns.scale_layouts, "lateness_rate": ns.lateness_rate,
                                "lateness_seconds": ns.lateness_seconds,
-                               "max_delay_ms": ns.max_delay,
+                               "max_delay_ms": ns.max_delay, "dwell_ms": ns.dwell,
                                "throughput_records": ns.throughput_records,
                                "restore_pending": ns.restore_pending,
                                "shapes": ns.shapes, "recurring_schedules": ns.recurring_schedules,

@@ -8,8 +8,8 @@ exactly-once``, the sidecar's default ``transaction-interval`` of 100 ms unless 
 topic of ``PARTITIONS`` partitions, target topic, DLQ and changelog. A paced producer (``RATE``
 records/s of 100 B, unique keys; levels: ``delay.ms`` 1 s or 5 s, level times; wheel: uniform
 1-5 s) runs from the moment the first instance serves every partition until the last phase has
-settled and ``DWELL_S`` more seconds have passed. A ``read_committed`` consumer of the target
-tails it from the start and notes each record's arrival (wall clock): that is when a consumer
+settled and ``DWELL_S`` (``--dwell``) more seconds have passed. A ``read_committed`` consumer of
+the target tails it from the start and notes each record's arrival (wall clock): that is when a consumer
 could act on it, which in this mode is the commit of the transaction that delivered it.
 
 1. *crash loop*: instance A with default flags (no ``--group-instance-id``: it keeps the id it
@@ -64,6 +64,7 @@ from bench.workload import (
     PacedProducer,
     choice_delays,
     cut_delays,
+    dwell_s,
     log,
     percentile,
     sleep_until_wall_ms,
@@ -166,6 +167,7 @@ def chaos_run(bench: Bench, scheduler: str) -> dict[str, Any]:
     delays = choice_delays(levels) if scheduler == "levels" else uniform_delays(*wheel)
     max_delay = max(*levels, wheel[1])
     phases: dict[str, Any] = {}
+    dwell = dwell_s(bench, DWELL_S)
 
     alive = alive_check(members)
     a.start()
@@ -186,7 +188,7 @@ def chaos_run(bench: Bench, scheduler: str) -> dict[str, Any]:
                                 "last_kill_to_serving_s": (ready - a.sc.started_ms) / 1000}
         log(f"exactly-once {scheduler}: {KILLS[bench.size]} SIGKILLs; serving again {(ready - t0) / 1000:.1f} s "
             "after the first")
-        time.sleep(DWELL_S[bench.size])
+        time.sleep(dwell)
         # 2. broker restart
         if bench.broker is None:
             phases["broker_restart"] = {"skipped": "external broker (--bootstrap-servers): not restarted"}
@@ -202,14 +204,14 @@ def chaos_run(bench: Bench, scheduler: str) -> dict[str, Any]:
                                         "broker_up_to_delivery_s": (resumed - up) / 1000}
             log(f"exactly-once {scheduler}: broker restarted in {(up - t0) / 1000:.1f} s; deliveries seen again "
                 f"{(resumed - up) / 1000:.1f} s later")
-        time.sleep(DWELL_S[bench.size])
+        time.sleep(dwell)
         # 3. scale-out
         t0 = wall_ms()
         b.start()
         ready = wait_serving(members)
         phases["scale_out"] = {"seconds": (ready - t0) / 1000}
         log(f"exactly-once {scheduler}: scale-out 1 -> 2 served in {(ready - t0) / 1000:.1f} s")
-        time.sleep(DWELL_S[bench.size])
+        time.sleep(dwell)
     except BaseException:
         prod.stop()
         reader.stop()
@@ -299,7 +301,7 @@ def run(bench: Bench) -> dict[str, Any]:
                   "broker restarts and a second instance joins; a read_committed consumer of the target counts "
                   "lost, duplicates and early deliveries, and the Spark accuracy job (--read-committed) confirms",
         "settings": {"partitions": PARTITIONS, "rate": RATE[bench.size], "kills": KILLS[bench.size],
-                     "crash_every_s": CRASH_EVERY_S, "lead_s": LEAD_S[bench.size], "dwell_s": DWELL_S[bench.size],
+                     "crash_every_s": CRASH_EVERY_S, "lead_s": LEAD_S[bench.size], "dwell_s": dwell_s(bench, DWELL_S),
                      "levels_delays_ms": delays_ms(bench)[0], "wheel_delays_ms": delays_ms(bench)[1],
                      "record_bytes": 100,
                      "transaction_interval_ms": bench.transaction_interval_ms,

@@ -8,7 +8,7 @@ default ``ingress-partitions``), its own target topic, and the changelog topic t
 create (``<ingress>.changelog``). A paced producer (``RATE`` records/s of 100 B, unique keys;
 levels: ``delay.ms`` of 1 s or 5 s, level times; wheel: uniform 1-5 s) runs from the moment the
 first instance serves every partition until the last membership change has settled and
-``DWELL_S`` more seconds have passed.
+``DWELL_S`` (``--dwell``) more seconds have passed.
 
 1. *membership*: instances of one consumer group, each with its own data directory and static
    id (``--group-instance-id``), ``session.timeout.ms`` = ``SESSION_MS``. Changes, each followed
@@ -73,6 +73,7 @@ from bench.workload import (
     SidecarProc,
     choice_delays,
     cut_delays,
+    dwell_s,
     log,
     percentile,
     read_range,
@@ -424,7 +425,7 @@ def membership_run(bench: Bench, scheduler: str) -> dict[str, Any]:
         for label in ("A", "B", "C")
     ]
     a, b, c = members
-    dwell = DWELL_S[bench.size]
+    dwell = dwell_s(bench, DWELL_S)
     changes: list[dict[str, Any]] = []
     kills: list[Handover] = []
 
@@ -564,7 +565,7 @@ def run(bench: Bench) -> dict[str, Any]:
                   "with their disk (SIGKILL + data dir deleted) and crash-loop (SIGKILL x N, default flags); the "
                   "target is read at the end: lost, early, duplicates against the handover windows, lateness, "
                   "and per membership change the time to the moved partitions' partition.restored",
-        "settings": {"partitions": PARTITIONS, "rate": RATE[bench.size], "dwell_s": DWELL_S[bench.size],
+        "settings": {"partitions": PARTITIONS, "rate": RATE[bench.size], "dwell_s": dwell_s(bench, DWELL_S),
                      "session_timeout_ms": SESSION_MS[bench.size], "crashes": CRASHES[bench.size],
                      "crash_every_s": CRASH_EVERY_S, "lead_s": LEAD_S[bench.size], "levels_delays_ms": delays(bench)[0],
                      "wheel_delays_ms": delays(bench)[1], "duplicate_window_ms": DUP_WINDOW_MS, "record_bytes": 100,

@@ -202,6 +202,13 @@ def cut_delays(levels: tuple[int, ...], wheel: tuple[int, int],
     return (tuple(d for d in levels if d <= top) or levels[:1]), (min(wheel[0], top), min(wheel[1], top))
 
 
+def dwell_s(bench: Bench, default: dict[str, float]) -> float:
+    """The seconds of load after each change of the failover and exactly-once scenarios:
+    ``--dwell``, else ``default`` of the size."""
+    ms = bench.options.get("dwell_ms")
+    return default[bench.size] if ms is None else ms / 1000
+
+
 def ingress_headers(target: str, delay_ms: int) -> KHeaders:
     return [(c.TARGET_TOPIC, target.encode()), (c.DELAY_MS, str(delay_ms).encode())]
 

@@ -121,13 +121,14 @@ def test_bench_exactly_once(tmp_path: Path) -> None:
     reading read_committed, agrees. Its own broker: the scenario restarts it."""
     out = tmp_path / "bench.json"
     work = tmp_path / "work"
-    # delays of 1-2 s, not 1-5 s: the wait for the last record due after the load is shorter
-    report = run_bench(["exactly-once", "--workdir", str(work), *EOS_SCHEDULER, "--max-delay", "2s"], out,
-                       timeout_s=900)
+    # delays of 1-2 s, not 1-5 s (the wait for the last record due after the load is shorter), and
+    # 1 s of load after each phase, not 3 s
+    report = run_bench(["exactly-once", "--workdir", str(work), *EOS_SCHEDULER, "--max-delay", "2s", "--dwell", "1s"],
+                       out, timeout_s=900)
     check_shape(report, ["exactly-once"])
     assert report["settings"]["schedulers"] == ["wheel"]
     sc = report["scenarios"]["exactly-once"]
-    assert sc["settings"]["wheel_delays_ms"] == [1000, 2000]
+    assert sc["settings"]["wheel_delays_ms"] == [1000, 2000] and sc["settings"]["dwell_s"] == 1.0
     assert sc["settings"]["broker_restart"] is True
     # the bench's own broker logs its GC pauses (the scale scenario reports them)
     assert any("Pause" in p.read_text() for p in (work / "kafka").glob("gc.log*")), "the broker's GC log"
@@ -339,6 +340,12 @@ def test_bench_rejects_bad_max_delay(capsys: pytest.CaptureFixture[str], tmp_pat
     assert f"--max-delay: {value!r}" in err, err
     if value != "long":
         assert "give a duration from 1s to 10s, such as 2s" in err, err
+
+
+@pytest.mark.parametrize("value", ["11m", "-1s", "a while"])
+def test_bench_rejects_bad_dwell(capsys: pytest.CaptureFixture[str], tmp_path: Path, value: str) -> None:
+    err = _rejected(capsys, tmp_path, "failover", f"--dwell={value}")
+    assert f"--dwell: {value!r}" in err, err
 
 
 def test_bench_rejects_unknown_scenario(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """``--max-delay`` as the failover, exactly-once and mass-expiry scenarios read it (no broker):
-it only cuts their delays, and without it they are the ones their methods state."""
+it only cuts their delays, and without it they are the ones their methods state; ``--dwell``
+likewise."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from typing import Any
 import pytest
 
 from bench import exactly_once, failover, lateness, mass_expiry
-from bench.workload import cut_delays
+from bench.workload import cut_delays, dwell_s
 
 
-def bench(max_delay_ms: int | None, full: bool = False) -> Any:
-    return SimpleNamespace(options={"max_delay_ms": max_delay_ms}, full=full, size="full" if full else "small")
+def bench(max_delay_ms: int | None, full: bool = False, dwell_ms: int | None = None) -> Any:
+    return SimpleNamespace(options={"max_delay_ms": max_delay_ms, "dwell_ms": dwell_ms}, full=full,
+                           size="full" if full else "small")
 
 
 def test_cut_keeps_the_first_level_and_ends_the_wheel_range_at_the_cap() -> None:
@@ -42,3 +44,10 @@ def test_lateness_delays_as_before() -> None:
 ])
 def test_mass_expiry_delay_is_a_level_time_up_to_the_cap(top: int | None, full: bool, delay_ms: int) -> None:
     assert mass_expiry.params(bench(top, full))[1] == delay_ms
+
+
+def test_dwell_is_the_sizes_unless_given() -> None:
+    assert dwell_s(bench(None), exactly_once.DWELL_S) == 3.0
+    assert dwell_s(bench(None, full=True), failover.DWELL_S) == 30.0
+    assert dwell_s(bench(None, dwell_ms=1_000), exactly_once.DWELL_S) == 1.0
+    assert dwell_s(bench(None, full=True, dwell_ms=0), failover.DWELL_S) == 0.0
