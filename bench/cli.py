@@ -169,6 +169,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--dwell", type=_dwell, default=None, metavar="DURATION",
                     help="failover, exactly-once: the load after each membership change or phase, 0s to 10m "
                          "(default 0.5s failover, 3s exactly-once small; 30s, 20s full)")
+    ap.add_argument("--crashes", type=_count, default=None, metavar="K",
+                    help="failover: the crash loop's SIGKILLs (default 4 small, 10 full)")
     ap.add_argument("--list-pending", type=_count, default=None, metavar="N",
                     help="list: records pending in the store (default 100000 small, 10000000 full)")
     ap.add_argument("--recurring-schedules", type=_count, default=None, metavar="N",
@@ -347,7 +349,7 @@ def bench_main(argv: list[str]) -> int:
                       options={"scale_pending": ns.scale_pending, "scale_rate": ns.scale_rate,
                                "scale_layouts": ns.scale_layouts, "lateness_rate": ns.lateness_rate,
                                "lateness_seconds": ns.lateness_seconds,
-                               "max_delay_ms": ns.max_delay, "dwell_ms": ns.dwell,
+                               "max_delay_ms": ns.max_delay, "dwell_ms": ns.dwell, "crashes": ns.crashes,
                                "throughput_records": ns.throughput_records,
                                "restore_pending": ns.restore_pending,
                                "shapes": ns.shapes, "recurring_schedules": ns.recurring_schedules,

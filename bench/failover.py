@@ -23,8 +23,8 @@ first instance serves every partition until the last membership change has settl
    alone).
 2. *crash loop*: one instance with default flags (no ``--group-instance-id``: it keeps the id it
    made in ``<data-dir>/instance-id``; the sidecar's own session timeout), SIGKILLed ``CRASHES``
-   times and restarted at once on the same data directory, a kill every ``CRASH_EVERY_S`` s after
-   the previous spawn (and not before the new process has joined the group: it logged
+   times (``--crashes``) and restarted at once on the same data directory, a kill every
+   ``CRASH_EVERY_S`` s after the previous spawn (and not before the new process has joined the group: it logged
    ``partitions.assigned``), after ``LEAD_S`` s of load; ``LEAD_S`` s of load after it serves every
    partition again.
 
@@ -225,6 +225,12 @@ def delays(bench: Bench) -> tuple[tuple[int, ...], tuple[int, int]]:
 def delays_for(bench: Bench, scheduler: str) -> Any:
     levels, wheel = delays(bench)
     return choice_delays(levels) if scheduler == "levels" else uniform_delays(*wheel)
+
+
+def crashes(bench: Bench) -> int:
+    """The crash loop's SIGKILLs: ``--crashes``, else ``CRASHES`` of the size."""
+    k = bench.options.get("crashes")
+    return CRASHES[bench.size] if k is None else int(k)
 
 
 def longest_delay_ms(bench: Bench) -> int:
@@ -489,7 +495,7 @@ def crash_run(bench: Bench, scheduler: str) -> dict[str, Any]:
     kills: list[Handover] = []
     try:
         time.sleep(LEAD_S[bench.size])
-        for _k in range(CRASHES[bench.size]):
+        for _k in range(crashes(bench)):
             sleep_until_wall_ms(m.sc.started_ms + int(CRASH_EVERY_S * 1000))
             m.sc.wait_event("partitions.assigned", 120)
             kills.append(sigkill(m, "SIGKILL"))
@@ -523,7 +529,7 @@ def run(bench: Bench) -> dict[str, Any]:
         mr = membership_run(bench, sched)
         log(f"failover {sched}: membership: sent {mr['sent']}, lost {mr['lost']}, early {mr['early']}, "
             f"duplicates {mr['duplicates']} (bound {mr['duplicates_bound']}, outside {mr['duplicates_outside_bound']})")
-        log(f"failover {sched}: crash loop, {CRASHES[bench.size]} SIGKILLs, default flags ...")
+        log(f"failover {sched}: crash loop, {crashes(bench)} SIGKILLs, default flags ...")
         cr = crash_run(bench, sched)
         log(f"failover {sched}: crash loop: lateness p99 {cr['window_lateness_ms']['p99']} ms while crashing, "
             f"lost {cr['lost']}, early {cr['early']}, duplicates {cr['duplicates']}")
@@ -566,7 +572,7 @@ def run(bench: Bench) -> dict[str, Any]:
                   "target is read at the end: lost, early, duplicates against the handover windows, lateness, "
                   "and per membership change the time to the moved partitions' partition.restored",
         "settings": {"partitions": PARTITIONS, "rate": RATE[bench.size], "dwell_s": dwell_s(bench, DWELL_S),
-                     "session_timeout_ms": SESSION_MS[bench.size], "crashes": CRASHES[bench.size],
+                     "session_timeout_ms": SESSION_MS[bench.size], "crashes": crashes(bench),
                      "crash_every_s": CRASH_EVERY_S, "lead_s": LEAD_S[bench.size], "levels_delays_ms": delays(bench)[0],
                      "wheel_delays_ms": delays(bench)[1], "duplicate_window_ms": DUP_WINDOW_MS, "record_bytes": 100,
                      "schedulers": bench.schedulers},

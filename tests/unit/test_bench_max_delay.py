@@ -1,6 +1,6 @@
 """``--max-delay`` as the failover, exactly-once and mass-expiry scenarios read it (no broker):
-it only cuts their delays, and without it they are the ones their methods state; ``--dwell``
-likewise."""
+it only cuts their delays, and without it they are the ones their methods state; ``--dwell`` and
+``--crashes`` likewise."""
 
 from __future__ import annotations
 
@@ -51,3 +51,10 @@ def test_dwell_is_the_sizes_unless_given() -> None:
     assert dwell_s(bench(None, full=True), failover.DWELL_S) == 30.0
     assert dwell_s(bench(None, dwell_ms=1_000), exactly_once.DWELL_S) == 1.0
     assert dwell_s(bench(None, full=True, dwell_ms=0), failover.DWELL_S) == 0.0
+
+
+def test_crashes_are_the_sizes_unless_given() -> None:
+    assert failover.crashes(bench(None)) == 4 and failover.crashes(bench(None, full=True)) == 10
+    b = bench(None)
+    b.options["crashes"] = 2
+    assert failover.crashes(b) == 2
