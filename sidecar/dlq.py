@@ -379,6 +379,38 @@ def _unwritable(admin: Any, job: Job, topic: str) -> str:
     return "" if cause is None else f"{NOT_WRITABLE}: {cause.setting}"
 
 
+class _Targets:
+    """Why a redrive's target (topic, partition) is refused ("": it is not), asked once each: the
+    reader's view (``_check_target``), then, for a topic it finds or cannot see, whether the
+    producer's principal may write it (``_unwritable``, through one admin client as that
+    principal, made at the first such question)."""
+
+    def __init__(self, job: Job, topics: dict[str, int], asks_writes: bool) -> None:
+        self.job = job
+        self.topics = topics
+        self.asks_writes = asks_writes  # False: a dry run, which writes nothing
+        self.checked: dict[tuple[str, int], str] = {}
+        self.unwritable: dict[str, str] = {}  # target -> why the producer's principal may not write it
+        self.writers: Any = None
+
+    def refused(self, out: Outgoing) -> str:
+        why = self.checked.get((out.topic, out.partition))
+        if why is None:
+            why = self.checked[(out.topic, out.partition)] = self._why(out)
+        return why
+
+    def _why(self, out: Outgoing) -> str:
+        why = _check_target(out, self.job, self.topics)
+        # a topic the reader cannot see may be missing or refused to it: which?
+        if why not in ("", NO_TARGET) or not self.asks_writes:
+            return why
+        if out.topic not in self.unwritable:
+            if self.writers is None:
+                self.writers = _admin(self.job, _producer_kafka(self.job))
+            self.unwritable[out.topic] = _unwritable(self.writers, self.job, out.topic)
+        return self.unwritable[out.topic] or why
+
+
 def _topics(admin: Any, job: Job) -> dict[str, int]:
     """Partition counts of every topic (one metadata request)."""
     from confluent_kafka import KafkaException
@@ -585,9 +617,7 @@ def redrive(job: Job, progress: TextIO | None = None) -> Summary:
         open_parts = set(ranges)
         cons.assign([TopicPartition(job.dlq_topic, p, a) for p, (a, _b) in ranges.items()])
         dlq_b = job.dlq_topic.encode()
-        checked: dict[tuple[str, int], str] = {}  # (target, partition) -> why it is refused ("": it is not)
-        writers: Any = None  # an admin client as the producer's principal: may it write a target?
-        unwritable: dict[str, str] = {}  # target -> why the producer's principal may not write it ("": it may)
+        targets = _Targets(job, topics, asks_writes=producer is not None)
         uncommitted = 0
         last_commit = time.monotonic()
         if producer is not None:
@@ -673,20 +703,8 @@ def redrive(job: Job, progress: TextIO | None = None) -> Summary:
                                      plan)
                 else:
                     out = to_target(headers, m.key(), rid, plan)
-                    if isinstance(out, Outgoing):
-                        why = checked.get((out.topic, out.partition))
-                        if why is None:
-                            why = _check_target(out, job, topics)
-                            # a topic the reader cannot see may be missing or refused to it: which?
-                            if why in ("", NO_TARGET) and producer is not None:
-                                if out.topic not in unwritable:
-                                    if writers is None:
-                                        writers = _admin(job, _producer_kafka(job))
-                                    unwritable[out.topic] = _unwritable(writers, job, out.topic)
-                                why = unwritable[out.topic] or why
-                            checked[(out.topic, out.partition)] = why
-                        if why:
-                            out = why
+                    if isinstance(out, Outgoing) and (why := targets.refused(out)):
+                        out = why
                 if isinstance(out, str):
                     what = REFUSED if out.startswith("target is the DLQ") else SKIPPED
                     summary.add(reason, what, out)

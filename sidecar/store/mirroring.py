@@ -45,7 +45,7 @@ class Mirror(Protocol):
     acked: int
 
     on_settle: bool  # settle() writes the tombstones (False: the publisher does, exactly-once)
-    holds_due: bool  # put() uses ``due_now`` (exactly-once); False: the intake need not work it out
+    holds_due: bool  # put() uses ``due_now`` (held back: engine/changelog.py); False: the intake need not work it out
     # batch writes (None: one put / remove per record): put_run(buf, off, count, now_ms) takes
     # the puts of a run of records back to back in buf from off as put would, stopping before one
     # it leaves to put, and returns (taken, the next one's offset); remove_run(acked)
