@@ -171,9 +171,13 @@ def measure_log(directory: Path, n: int, value_size: int, cadence: Cadence, budg
         now = wall_ms()
         due = now + DELAY_MS
         for off, rid in batch:
-            lg.append(rtype=codec.MESSAGE, due_ms=due, enqueue_ms=now, src_offset=off, src_partition=0,
-                      target_partition=-1, retry_count=0, level=0, rid=rid, topic=TARGET, key=KEY, value=value,
-                      headers_blob=blob)
+            lg.append(
+                codec.head(
+                    rtype=codec.MESSAGE, due_ms=due, enqueue_ms=now, src_offset=off, src_partition=0,
+                    target_partition=-1, retry_count=0, level=0,
+                ),
+                rid, TARGET, KEY, value, blob,
+            )
         offset = batch[-1][0] + 1
 
     def sync() -> None:

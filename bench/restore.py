@@ -127,9 +127,14 @@ def template(bench: Bench, scheduler: str) -> Any:
         if raw is None:
             raise BenchError(f"the template's changelog holds a tombstone for {key!r}")
         rec = codec.decode(memoryview(raw), 0)
-        again = codec.encode(rec.rtype, rec.due_ms, rec.enqueue_ms, rec.src_offset, rec.src_partition,
-                             rec.target_partition, rec.retry_count, rec.level, rec.id, rec.topic, rec.key, rec.value,
-                             rec.headers)
+        again = codec.encode(
+            codec.head(
+                rtype=rec.rtype, due_ms=rec.due_ms, enqueue_ms=rec.enqueue_ms, src_offset=rec.src_offset,
+                src_partition=rec.src_partition, target_partition=rec.target_partition, retry_count=rec.retry_count,
+                level=rec.level,
+            ),
+            rec.id, rec.topic, rec.key, rec.value, rec.headers,
+        )
         if rec.id != key or again != raw:
             raise BenchError("a changelog record does not re-encode to the same bytes: the bench's copy of the "
                              "format (sidecar/store/codec.py encode, key = delay.id) is out of date")
@@ -157,8 +162,13 @@ def fill(bench: Bench, topic: str, ingress: str, tpl: Any, n: int) -> dict[str, 
         off = OFFSET_BASE + i
         rid = prefix + b"%d" % off
         shift = i // 1000
-        raw = encode(rtype, due + shift, enq + shift, off, 0, tpart, retry, level, rid, target, b"r%d" % i, value,
-                     headers)
+        raw = encode(
+            codec.head(
+                rtype=rtype, due_ms=due + shift, enqueue_ms=enq + shift, src_offset=off, src_partition=0,
+                target_partition=tpart, retry_count=retry, level=level,
+            ),
+            rid, target, b"r%d" % i, value, headers,
+        )
         nbytes += len(raw)
         while True:
             try:

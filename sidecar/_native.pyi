@@ -16,6 +16,7 @@ from sidecar.store.codec import Record as Record
 # The argument structs of the schedulers' walks: C types generated from these classes
 # (sidecar/store/native_args.py), with the same fields.
 from sidecar.store.native_args import LvDue as LvDue
+from sidecar.store.native_args import RecordHead as RecordHead
 from sidecar.store.native_args import WlAck as WlAck
 from sidecar.store.native_args import WlDone as WlDone
 from sidecar.store.native_args import WlLink as WlLink
@@ -32,13 +33,10 @@ def decode(
     buf: memoryview | bytes | bytearray, offset: int, limit: int | None = None, verify: bool = True
 ) -> Record: ...
 def encode(
-    rtype: int, due_ms: int, enqueue_ms: int, src_offset: int, src_partition: int, target_partition: int,
-    retry_count: int, level: int, rid: bytes, topic: bytes, key: bytes | None, value: bytes | None,
-    headers_blob: bytes, /,
+    head: RecordHead, rid: bytes, topic: bytes, key: bytes | None, value: bytes | None, headers_blob: bytes, /
 ) -> bytes: ...
 def append(
-    buf: memoryview | bytearray, offset: int, limit: int, rtype: int, due_ms: int, enqueue_ms: int, src_offset: int,
-    src_partition: int, target_partition: int, retry_count: int, level: int, rid: bytes, topic: bytes,
+    buf: memoryview | bytearray, offset: int, limit: int, head: RecordHead, rid: bytes, topic: bytes,
     key: bytes | None, value: bytes | None, headers_blob: bytes, /,
 ) -> int: ...
 def encode_headers(headers: Sequence[tuple[str, bytes | None]], /) -> bytes: ...

@@ -290,25 +290,29 @@ void kds_write_record(uint8_t *dst, uint32_t length, uint32_t body_len, int rtyp
     wr32(p + 4, kds_crc32c(p + 8, body_len));
 }
 
-/* The arguments of encode/encode_into after the buffer ones:
- * rtype, due_ms, enqueue_ms, src_offset, src_partition, target_partition, retry_count, level,
- * rid, topic, key, value, headers_blob */
+/* The arguments of encode/append after the buffer ones: head (a RecordHead: the eight integer
+ * fields, named, sidecar/store/native_args.py), rid, topic, key, value, headers_blob */
 typedef struct {
     long long due, enq, srco;
-    long rtype, srcp, tgtp, retry, level;
+    long long rtype, srcp, tgtp, retry, level;
     Field fs[5];
     uint32_t length, body_len;
 } EncodeArgs;
 
 static int encode_args(PyObject *const *a, EncodeArgs *e) {
-    e->rtype = PyLong_AsLong(a[0]);
-    e->due = PyLong_AsLongLong(a[1]);
-    e->enq = PyLong_AsLongLong(a[2]);
-    e->srco = PyLong_AsLongLong(a[3]);
-    e->srcp = PyLong_AsLong(a[4]);
-    e->tgtp = PyLong_AsLong(a[5]);
-    e->retry = PyLong_AsLong(a[6]);
-    e->level = PyLong_AsLong(a[7]);
+    if (!PyObject_TypeCheck(a[0], &kds_RecordHeadType)) {
+        PyErr_SetString(PyExc_TypeError, "the record's head must be a RecordHead (sidecar.store.codec.head)");
+        return -1;
+    }
+    KdsRecordHead *h = (KdsRecordHead *)a[0];
+    e->rtype = kds_arg(h->rtype);
+    e->due = kds_arg(h->due_ms);
+    e->enq = kds_arg(h->enqueue_ms);
+    e->srco = kds_arg(h->src_offset);
+    e->srcp = kds_arg(h->src_partition);
+    e->tgtp = kds_arg(h->target_partition);
+    e->retry = kds_arg(h->retry_count);
+    e->level = kds_arg(h->level);
     if (PyErr_Occurred()) return -1;
     if (e->rtype < 0 || e->rtype > 255 || e->srcp < INT32_MIN || e->srcp > INT32_MAX || e->tgtp < INT32_MIN ||
         e->tgtp > INT32_MAX || e->retry < 0 || e->retry > 0xffff || e->level < 0 || e->level > 0xffff) {
@@ -318,7 +322,7 @@ static int encode_args(PyObject *const *a, EncodeArgs *e) {
     static const char *names[5] = {"rid", "topic", "key", "value", "headers_blob"};
     int i;
     for (i = 0; i < 5; i++)
-        if (field_get(a[8 + i], &e->fs[i], i == 2 || i == 3, names[i]) < 0) goto fail;
+        if (field_get(a[1 + i], &e->fs[i], i == 2 || i == 3, names[i]) < 0) goto fail;
     if (e->fs[0].view.len > 0xffff || e->fs[1].view.len > 0xffff || e->fs[2].view.len > 0xffffffffLL ||
         e->fs[3].view.len > 0xffffffffLL || e->fs[4].view.len > 0xffffffffLL) {
         PyErr_SetString(PyExc_ValueError, "record field too long");
@@ -343,10 +347,10 @@ static void encode_release(EncodeArgs *e) {
     for (int i = 0; i < 5; i++) field_release(&e->fs[i]);
 }
 
-/* encode(rtype, due_ms, ..., headers_blob) -> bytes: codec.encode */
+/* encode(head, rid, topic, key, value, headers_blob) -> bytes: codec.encode */
 static PyObject *native_encode(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 13) {
-        PyErr_SetString(PyExc_TypeError, "encode() takes 13 positional arguments");
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "encode(head, rid, topic, key, value, headers_blob)");
         return NULL;
     }
     EncodeArgs e;
@@ -359,12 +363,12 @@ static PyObject *native_encode(PyObject *self, PyObject *const *args, Py_ssize_t
     return out;
 }
 
-/* append(buf, offset, limit, rtype, ..., headers_blob) -> int: write the record at buf[offset:]
+/* append(buf, offset, limit, head, rid, topic, key, value, headers_blob) -> int: write the record at buf[offset:]
  * if it ends at or before `limit` and return its length; else write nothing and return minus
  * its length (the caller rolls to a new segment). */
 static PyObject *native_append(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 16) {
-        PyErr_SetString(PyExc_TypeError, "append() takes 16 positional arguments");
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "append(buf, offset, limit, head, rid, topic, key, value, headers_blob)");
         return NULL;
     }
     Py_ssize_t offset = PyLong_AsSsize_t(args[1]), limit = PyLong_AsSsize_t(args[2]);

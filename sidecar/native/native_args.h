@@ -1,5 +1,5 @@
 /* Generated from sidecar/store/native_args.py (python -m sidecar.store.native_args): do not
- * edit. The argument structs of the schedulers' walks; that module says what each is. */
+ * edit. The argument structs of the C calls with many integers; that module says what each is. */
 #ifndef KDS_NATIVE_ARGS_H
 #define KDS_NATIVE_ARGS_H
 
@@ -95,13 +95,28 @@ typedef struct {
 } KdsLvDue;
 extern PyTypeObject kds_LvDueType;
 
+/* encode, append: a commit-log record's integer fields (docs/storage.md 2.2). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *rtype; /* int: record type: MESSAGE, CANCEL, DEAD, RECURRING (u8) */
+    PyObject *due_ms; /* int: committed due time, epoch ms */
+    PyObject *enqueue_ms; /* int: the ingress record's timestamp, epoch ms */
+    PyObject *src_offset; /* int: ingress offset */
+    PyObject *src_partition; /* int: ingress partition (i32) */
+    PyObject *target_partition; /* int: target partition, -1: the producer's partitioner (i32) */
+    PyObject *retry_count; /* int: consumer-retry count (u16) */
+    PyObject *level; /* int: delay level, or a CANCEL's outcome (u16) */
+} KdsRecordHead;
+extern PyTypeObject kds_RecordHeadType;
+
 /* every struct's type, for X-macros (module.c adds them to the module) */
 #define KDS_NATIVE_ARGS(X) \
     X(WlLink) \
     X(WlSend) \
     X(WlDone) \
     X(WlAck) \
-    X(LvDue)
+    X(LvDue) \
+    X(RecordHead)
 
 /* a field's value (-1 with an error set if it is not an int in range, or was deleted) */
 static inline long long kds_arg(PyObject *v) { return PyLong_AsLongLong(v); }
@@ -118,10 +133,14 @@ static inline int kds_arg_set(PyObject **field, long long v) {
 #define KDS_ARGS_FIELDS(o) ((PyObject **)((char *)(o) + sizeof(PyObject)))
 #define KDS_ARGS_COUNT(t) \
     (((t)->tp_basicsize - (Py_ssize_t)sizeof(PyObject)) / (Py_ssize_t)sizeof(PyObject *))
-/* every field starts at 0; arguments are refused (fields are set by name) */
-static PyObject *kds_args_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
-    if (PyTuple_GET_SIZE(args) || (kw && PyDict_GET_SIZE(kw))) {
-        PyErr_Format(PyExc_TypeError, "%s() takes no arguments: set its fields by name", type->tp_name);
+/* every field starts at 0 unless named; positional arguments are refused. Called through
+ * vectorcall (no keyword dict); a name is first tried against the member in its own place,
+ * as callers name the fields in declaration order. */
+static PyObject *kds_args_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
+                                     PyObject *kwnames) {
+    PyTypeObject *type = (PyTypeObject *)callable;
+    if (PyVectorcall_NARGS(nargsf)) {
+        PyErr_Format(PyExc_TypeError, "%s() takes no positional arguments: name its fields", type->tp_name);
         return NULL;
     }
     PyObject *o = type->tp_alloc(type, 0);
@@ -131,8 +150,42 @@ static PyObject *kds_args_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
         Py_DECREF(o);
         return NULL;
     }
-    for (Py_ssize_t k = 0; k < KDS_ARGS_COUNT(type); k++) KDS_ARGS_FIELDS(o)[k] = Py_NewRef(zero);
+    Py_ssize_t count = KDS_ARGS_COUNT(type), named = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t k = 0; k < count; k++) KDS_ARGS_FIELDS(o)[k] = Py_NewRef(zero);
     Py_DECREF(zero);
+    for (Py_ssize_t i = 0; i < named; i++) {
+        const char *name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, i));
+        if (!name) goto fail;
+        Py_ssize_t k = i < count && strcmp(type->tp_members[i].name, name) == 0 ? i : 0;
+        while (k < count && strcmp(type->tp_members[k].name, name) != 0) k++;
+        if (k == count) {
+            PyErr_Format(PyExc_TypeError, "%s() got an unexpected field: %s", type->tp_name, name);
+            goto fail;
+        }
+        Py_XSETREF(KDS_ARGS_FIELDS(o)[k], Py_NewRef(args[i]));
+    }
+    return o;
+fail:
+    Py_DECREF(o);
+    return NULL;
+}
+/* the same through tp_new (a subclass, or a call that is not a vectorcall) */
+static PyObject *kds_args_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    Py_ssize_t n = kw ? PyDict_GET_SIZE(kw) : 0, pos = 0, i = 0;
+    PyObject *names = PyTuple_New(n), *values[64], *key, *value;
+    if (!names) return NULL;
+    if (n > 64) {
+        PyErr_Format(PyExc_TypeError, "%s() has fewer fields than that", type->tp_name);
+        Py_DECREF(names);
+        return NULL;
+    }
+    while (kw && PyDict_Next(kw, &pos, &key, &value)) {
+        PyTuple_SET_ITEM(names, i, Py_NewRef(key));
+        values[i++] = value;
+    }
+    size_t nargs = (size_t)PyTuple_GET_SIZE(args);
+    PyObject *o = kds_args_vectorcall((PyObject *)type, values, nargs, n ? names : NULL);
+    Py_DECREF(names);
     return o;
 }
 static void kds_args_dealloc(PyObject *o) {
@@ -145,6 +198,7 @@ static void kds_args_dealloc(PyObject *o) {
                                      .tp_flags = Py_TPFLAGS_DEFAULT, \
                                      .tp_doc = #fn "'s arguments (sidecar/store/native_args.py).", \
                                      .tp_new = kds_args_new, \
+                                     .tp_vectorcall = kds_args_vectorcall, \
                                      .tp_dealloc = kds_args_dealloc, \
                                      .tp_members = kds_##name##_members};
 
@@ -229,6 +283,18 @@ static PyMemberDef kds_LvDue_members[] = {
     {"seg_bytes", T_OBJECT_EX, offsetof(KdsLvDue, seg_bytes), 0, "commit-log segment size"},
     {NULL, 0, 0, 0, NULL}};
 KDS_ARGS_TYPE(LvDue, lv_due)
+
+static PyMemberDef kds_RecordHead_members[] = {
+    {"rtype", T_OBJECT_EX, offsetof(KdsRecordHead, rtype), 0, "record type: MESSAGE, CANCEL, DEAD, RECURRING (u8)"},
+    {"due_ms", T_OBJECT_EX, offsetof(KdsRecordHead, due_ms), 0, "committed due time, epoch ms"},
+    {"enqueue_ms", T_OBJECT_EX, offsetof(KdsRecordHead, enqueue_ms), 0, "the ingress record's timestamp, epoch ms"},
+    {"src_offset", T_OBJECT_EX, offsetof(KdsRecordHead, src_offset), 0, "ingress offset"},
+    {"src_partition", T_OBJECT_EX, offsetof(KdsRecordHead, src_partition), 0, "ingress partition (i32)"},
+    {"target_partition", T_OBJECT_EX, offsetof(KdsRecordHead, target_partition), 0, "target partition, -1: the producer's partitioner (i32)"},
+    {"retry_count", T_OBJECT_EX, offsetof(KdsRecordHead, retry_count), 0, "consumer-retry count (u16)"},
+    {"level", T_OBJECT_EX, offsetof(KdsRecordHead, level), 0, "delay level, or a CANCEL's outcome (u16)"},
+    {NULL, 0, 0, 0, NULL}};
+KDS_ARGS_TYPE(RecordHead, encode)
 #endif
 
 #endif

@@ -270,12 +270,7 @@ class BucketStore:
         """Re-encode a decoded record: the same bytes as the commit log's (the codec is
         deterministic, so the CRC is the same too). For callers without the raw bytes."""
         buf = bytearray(rec.length)
-        n = codec.encode_into(
-            buf, 0, rtype=rec.rtype, due_ms=rec.due_ms, enqueue_ms=rec.enqueue_ms,
-            src_offset=rec.src_offset, src_partition=rec.src_partition, target_partition=rec.target_partition,
-            retry_count=rec.retry_count, level=rec.level, rid=rec.id, topic=rec.topic,
-            key=rec.key, value=rec.value, headers_blob=rec.headers,
-        )
+        n = codec.encode_into(buf, 0, codec.head_of(rec), rec.id, rec.topic, rec.key, rec.value, rec.headers)
         if n != rec.length:
             raise StoreError(f"re-encoded record is {n} bytes, the commit log's is {rec.length}")
         return buf

@@ -51,7 +51,9 @@ from dataclasses import dataclass
 from crc32c import crc32c as _crc
 
 from sidecar import contract as c
+from sidecar.store import native_args as _args
 from sidecar.store import native_layouts as _layouts
+from sidecar.store.native_args import RecordHead
 
 MESSAGE = _layouts.REC_MESSAGE
 CANCEL = _layouts.REC_CANCEL
@@ -150,51 +152,56 @@ def encoded_size(id_len: int, topic_len: int, key_len: int, value_len: int, head
     return (body_end + ALIGN - 1) & ~(ALIGN - 1)
 
 
+def head(
+    *, rtype: int, due_ms: int, enqueue_ms: int, src_offset: int, src_partition: int, target_partition: int,
+    retry_count: int, level: int,
+) -> RecordHead:
+    """A record's integer fields, named (``encode`` and ``append`` take them in one object, so two
+    of them cannot be swapped): the extension's ``RecordHead`` where it is built, else the class.
+    Rebound to the type itself at the end of this module (one C call, no Python frame)."""
+    return _args.RecordHead(
+        rtype=rtype, due_ms=due_ms, enqueue_ms=enqueue_ms, src_offset=src_offset, src_partition=src_partition,
+        target_partition=target_partition, retry_count=retry_count, level=level,
+    )
+
+
+def head_of(rec: Record) -> RecordHead:
+    """A decoded record's head again: what re-encoding it (the codec is deterministic) takes."""
+    return head(
+        rtype=rec.rtype, due_ms=rec.due_ms, enqueue_ms=rec.enqueue_ms, src_offset=rec.src_offset,
+        src_partition=rec.src_partition, target_partition=rec.target_partition, retry_count=rec.retry_count,
+        level=rec.level,
+    )
+
+
 def encode_into(
-    buf: memoryview | bytearray,
-    offset: int,
-    *,
-    rtype: int,
-    due_ms: int,
-    enqueue_ms: int,
-    src_offset: int,
-    src_partition: int,
-    target_partition: int,
-    retry_count: int,
-    level: int,
-    rid: bytes,
-    topic: bytes,
-    key: bytes | None,
-    value: bytes | None,
-    headers_blob: bytes,
+    buf: memoryview | bytearray, offset: int, h: RecordHead, rid: bytes, topic: bytes, key: bytes | None,
+    value: bytes | None, headers_blob: bytes,
 ) -> int:
     """Write one record at ``buf[offset:]``; return its length. The caller has checked the room
     with ``encoded_size``."""
-    data = encode(
-        rtype, due_ms, enqueue_ms, src_offset, src_partition, target_partition, retry_count, level, rid, topic,
-        key, value, headers_blob,
-    )
+    data = encode(h, rid, topic, key, value, headers_blob)
     buf[offset : offset + len(data)] = data
     return len(data)
 
 
 def encode(
-    rtype: int, due_ms: int, enqueue_ms: int, src_offset: int, src_partition: int, target_partition: int,
-    retry_count: int, level: int, rid: bytes, topic: bytes, key: bytes | None, value: bytes | None,
-    headers_blob: bytes, /,
+    h: RecordHead, rid: bytes, topic: bytes, key: bytes | None, value: bytes | None, headers_blob: bytes, /
 ) -> bytes:
-    """One record as ``bytes`` (positional arguments, one join and one CRC pass): the intake
-    writes it into the segment with a single copy; ``encode_into`` writes it at an offset."""
+    """One record as ``bytes`` (one join and one CRC pass): the intake writes it into the segment
+    with a single copy; ``encode_into`` writes it at an offset."""
+    if not isinstance(h, _HEADS):
+        raise TypeError("the record's head must be a RecordHead (sidecar.store.codec.head)")
     flags = (FLAG_KEY_NULL if key is None else 0) | (FLAG_VALUE_NULL if value is None else 0)
     k = b"" if key is None else key
     v = b"" if value is None else value
     body_len = HEAD_SIZE - 8 + len(rid) + len(topic) + len(k) + len(v) + len(headers_blob)
     length = (8 + body_len + ALIGN - 1) & ~(ALIGN - 1)
-    head = _HEAD_BODY.pack(
-        rtype, VERSION, flags, body_len, due_ms, enqueue_ms, src_offset, src_partition, target_partition,
-        retry_count, level, len(rid), len(topic), len(k), len(v), len(headers_blob), 0,
+    head_body = _HEAD_BODY.pack(
+        h.rtype, VERSION, flags, body_len, h.due_ms, h.enqueue_ms, h.src_offset, h.src_partition,
+        h.target_partition, h.retry_count, h.level, len(rid), len(topic), len(k), len(v), len(headers_blob), 0,
     )
-    body = b"".join((head, rid, topic, k, v, headers_blob, _ZERO_PAD[: length - 8 - body_len]))
+    body = b"".join((head_body, rid, topic, k, v, headers_blob, _ZERO_PAD[: length - 8 - body_len]))
     crc = _crc(memoryview(body)[:body_len])
     return _LEN_CRC.pack(length, crc) + body
 
@@ -304,16 +311,12 @@ def decode(buf: memoryview, offset: int, limit: int | None = None, verify: bool 
 
 
 def append(
-    buf: memoryview | bytearray, offset: int, limit: int, rtype: int, due_ms: int, enqueue_ms: int, src_offset: int,
-    src_partition: int, target_partition: int, retry_count: int, level: int, rid: bytes, topic: bytes,
+    buf: memoryview | bytearray, offset: int, limit: int, h: RecordHead, rid: bytes, topic: bytes,
     key: bytes | None, value: bytes | None, headers_blob: bytes, /,
 ) -> int:
     """Write one record at ``buf[offset:]`` if it ends at or before ``limit`` and return its
     length; else write nothing and return minus its length (the caller rolls to a new segment)."""
-    data = encode(
-        rtype, due_ms, enqueue_ms, src_offset, src_partition, target_partition, retry_count, level, rid, topic,
-        key, value, headers_blob,
-    )
+    data = encode(h, rid, topic, key, value, headers_blob)
     if offset + len(data) > limit:
         return -len(data)
     buf[offset : offset + len(data)] = data
@@ -342,8 +345,12 @@ except ImportError:
 NATIVE = native is not None
 if NATIVE:
     native.setup(CorruptRecord, c.ID, c.DELIVER_AT, c.ENQUEUED_AT, c.SOURCE, c.RETRY_COUNT)
+# the head object encode and append take: the C type where the extension runs (its C twins accept
+# only that), else the class; the Python twins accept either
+_HEADS: tuple[type, ...] = (_args.RecordHead,) if native is None else (_args.RecordHead, native.RecordHead)
 if NATIVE:
     Record = native.Record  # type: ignore[misc]
+    head = native.RecordHead  # the same keywords (mypy checks them against the function above)
     encode, decode, append = native.encode, native.decode, native.append
     encode_headers, decode_headers, delivery_headers = (
         native.encode_headers, native.decode_headers, native.delivery_headers,

@@ -273,8 +273,11 @@ class Firings:
         state: HeaderList = [(c.STATE_FIRED, b"%d" % fired)]
         if last_ms is not None:
             state.insert(0, (c.STATE_LAST, b"%d" % last_ms))
-        pos = store.log.append_record(
-            codec.RECURRING, due, rec.enqueue_ms, rec.src_offset, rec.src_partition, rec.target_partition, 0, level,
+        pos = store.log.append(
+            codec.head(
+                rtype=codec.RECURRING, due_ms=due, enqueue_ms=rec.enqueue_ms, src_offset=rec.src_offset,
+                src_partition=rec.src_partition, target_partition=rec.target_partition, retry_count=0, level=level,
+            ),
             rid, rec.topic, rec.key, rec.value, encode_headers([*a.user, *a.spec, *state]),
         )
         store.ids.put(h, store.sched.add(due, level, pos))

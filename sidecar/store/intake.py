@@ -349,9 +349,12 @@ class Intake:
             rtype, blob = codec.RECURRING, recurring_blob
         else:
             rtype, blob = codec.MESSAGE, encode_headers(user_headers) if user_headers else _NO_HEADERS
-        pos = store.log.append_record(
-            rtype, due, ts, offset, store.partition, target_partition, retry_count, level, rid,
-            target.encode(), key, value, blob,
+        pos = store.log.append(
+            codec.head(
+                rtype=rtype, due_ms=due, enqueue_ms=ts, src_offset=offset, src_partition=store.partition,
+                target_partition=target_partition, retry_count=retry_count, level=level,
+            ),
+            rid, target.encode(), key, value, blob,
         )
         new = store.sched.add(due, level, pos)
         for ref in old:
@@ -396,8 +399,12 @@ class Intake:
     def append_cancel(self, offset: int, cid: bytes, now_ms: int, matches: bool) -> int:
         """The CANCEL record, with what it did in its level field (``Restore.replay`` does the same)."""
         outcome = LEVEL_MATCHED if matches else LEVEL_REMEMBERED
-        return self.store.log.append_record(
-            codec.CANCEL, now_ms, now_ms, offset, self.store.partition, -1, 0, outcome, cid, b"", None, None, b"",
+        return self.store.log.append(
+            codec.head(
+                rtype=codec.CANCEL, due_ms=now_ms, enqueue_ms=now_ms, src_offset=offset,
+                src_partition=self.store.partition, target_partition=-1, retry_count=0, level=outcome,
+            ),
+            cid, b"", None, None, b"",
         )
 
     def apply_cancel(self, cid: bytes, now_ms: int) -> int:

@@ -56,6 +56,7 @@ from sidecar.store.mapped import (
     headerless,
     unborn,
 )
+from sidecar.store.native_args import RecordHead
 
 MAGIC = b"KDSLOG\x00\x01"
 VERSION = 1
@@ -343,35 +344,11 @@ class CommitLog:
 
     # -- append / read --------------------------------------------------------------------------
     def append(
-        self,
-        *,
-        rtype: int,
-        due_ms: int,
-        enqueue_ms: int,
-        src_offset: int,
-        src_partition: int,
-        target_partition: int,
-        retry_count: int,
-        level: int,
-        rid: bytes,
-        topic: bytes,
-        key: bytes | None,
-        value: bytes | None,
-        headers_blob: bytes,
+        self, h: RecordHead, rid: bytes, topic: bytes, key: bytes | None, value: bytes | None, headers_blob: bytes
     ) -> int:
-        return self.append_record(
-            rtype, due_ms, enqueue_ms, src_offset, src_partition, target_partition, retry_count, level, rid, topic,
-            key, value, headers_blob,
-        )
-
-    def append_record(
-        self, rtype: int, due_ms: int, enqueue_ms: int, src_offset: int, src_partition: int, target_partition: int,
-        retry_count: int, level: int, rid: bytes, topic: bytes, key: bytes | None, value: bytes | None,
-        headers_blob: bytes,
-    ) -> int:
-        """Append one record (``codec`` layout); return its position. The record is encoded
-        straight into the mapped segment (``codec.append``), rolling to a new segment when it
-        does not fit the rest of this one."""
+        """Append one record (``codec`` layout; ``h`` its integer fields: ``codec.head``); return its
+        position. The record is encoded straight into the mapped segment (``codec.append``),
+        rolling to a new segment when it does not fit the rest of this one."""
         sb = self.segment_bytes
         index, off = divmod(self.head, sb)
         if off < HEADER_SIZE:  # a new segment starts after its header
@@ -382,10 +359,7 @@ class CommitLog:
             if seg is None:
                 seg = self.segments[index] = self._map(index, create=True)
                 self.live[index] = 0
-            size = codec.append(
-                seg.buf, off, sb, rtype, due_ms, enqueue_ms, src_offset, src_partition, target_partition,
-                retry_count, level, rid, topic, key, value, headers_blob,
-            )
+            size = codec.append(seg.buf, off, sb, h, rid, topic, key, value, headers_blob)
             if size >= 0:
                 break
             if off == HEADER_SIZE or HEADER_SIZE - size > sb:

@@ -76,10 +76,7 @@ HISTORY_ACCEPTED, HISTORY_REPLACED, HISTORY_CANCELLED, HISTORY_DELIVERED, HISTOR
 def raw_of(rec: Record) -> bytes:
     """A decoded record's commit-log bytes again (the codec is deterministic): what a changelog put
     of a record the store already holds carries."""
-    return codec.encode(
-        rec.rtype, rec.due_ms, rec.enqueue_ms, rec.src_offset, rec.src_partition, rec.target_partition,
-        rec.retry_count, rec.level, rec.id, rec.topic, rec.key, rec.value, rec.headers,
-    )
+    return codec.encode(codec.head_of(rec), rec.id, rec.topic, rec.key, rec.value, rec.headers)
 
 
 def history_record(

@@ -1,10 +1,12 @@
-"""The schedulers' C walks take their integer arguments in a declared struct: its one declaration.
+"""C calls that take many integers take them in a declared struct: its one declaration.
 
 The timer wheel's per-entry walks (``wl_link``, ``wl_send``, ``wl_done``, ``wl_ack``:
 sidecar/wheel/layout.py, native/wheel.c) and the delay levels' dequeue walk (``lv_due``:
 sidecar/levels/queue.py, native/levels.c) read ten to fourteen integers each and move some of
-them. Passed positionally, two of them swapped would type-check and run; so each call takes its
-buffers and lists positionally and its integers in one argument object, whose fields are named.
+them; the codec's ``encode`` and ``append`` (sidecar/store/codec.py, native/codec.c) write a
+record head of eight. Passed positionally, two of them swapped would type-check and run; so each
+call takes its buffers, bytes and lists positionally and its integers in one argument object,
+whose fields are named.
 The classes below are that object's declaration and the Python twins' type: each field is an
 int, annotated with what it holds (its member's doc in C); "(moved)" marks the fields the call
 writes back, the rest it only reads.
@@ -22,8 +24,10 @@ tests/unit/test_native_args.py fails when the committed header differs from ``he
 built type's members differ from the class's fields.
 
 A caller makes the object once (``make``: the C type where the extension runs, else the class)
-and keeps it: per call it sets only the fields that changed, and reads back the moved ones. Both
-refuse constructor arguments (every field starts at 0), so a positional call cannot come back.
+and keeps it: per call it sets only the fields that changed, and reads back the moved ones; or,
+for a record's head (``codec.head``), makes one per call with every field named. Both refuse
+positional constructor arguments (a field not named starts at 0), so a positional call cannot
+come back.
 Like native_layouts, this module imports only the standard library and that module, so setup.py
 runs it before anything is built.
 """
@@ -40,13 +44,15 @@ MOVED = "(moved)"
 
 
 class _Args:
-    """What every argument struct shares: no constructor values, every field 0."""
+    """What every argument struct shares: every field 0 unless named; no positional values."""
 
     __slots__ = ()
 
-    def __init__(self) -> None:
+    def __init__(self, **named: int) -> None:
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
-            setattr(self, f.name, 0)
+            setattr(self, f.name, named.pop(f.name, 0))
+        if named:
+            raise TypeError(f"{type(self).__name__}() got unexpected fields: {', '.join(named)}")
 
 
 @dataclass(slots=True, init=False)
@@ -136,9 +142,24 @@ class LvDue(_Args):
     seg_bytes: Annotated[int, "commit-log segment size"] = 0
 
 
+@dataclass(slots=True, init=False)
+class RecordHead(_Args):
+    """encode, append: a commit-log record's integer fields (docs/storage.md 2.2)."""
+
+    rtype: Annotated[int, "record type: MESSAGE, CANCEL, DEAD, RECURRING (u8)"] = 0
+    due_ms: Annotated[int, "committed due time, epoch ms"] = 0
+    enqueue_ms: Annotated[int, "the ingress record's timestamp, epoch ms"] = 0
+    src_offset: Annotated[int, "ingress offset"] = 0
+    src_partition: Annotated[int, "ingress partition (i32)"] = 0
+    target_partition: Annotated[int, "target partition, -1: the producer's partitioner (i32)"] = 0
+    retry_count: Annotated[int, "consumer-retry count (u16)"] = 0
+    level: Annotated[int, "delay level, or a CANCEL's outcome (u16)"] = 0
+
+
 # every argument struct, in the header's order, with the C function that takes it
 STRUCTS: tuple[tuple[type, str], ...] = (
     (WlLink, "wl_link"), (WlSend, "wl_send"), (WlDone, "wl_done"), (WlAck, "wl_ack"), (LvDue, "lv_due"),
+    (RecordHead, "encode"),
 )
 HEADER = Path(__file__).resolve().parents[1] / "native" / "native_args.h"
 
@@ -164,7 +185,7 @@ def header() -> str:
     ``KDS_NATIVE_ARGS_IMPL`` defined (module.c only) the member tables and the types."""
     lines = [
         "/* Generated from sidecar/store/native_args.py (python -m sidecar.store.native_args): do not",
-        " * edit. The argument structs of the schedulers' walks; that module says what each is. */",
+        " * edit. The argument structs of the C calls with many integers; that module says what each is. */",
         "#ifndef KDS_NATIVE_ARGS_H",
         "#define KDS_NATIVE_ARGS_H",
     ]
@@ -194,10 +215,14 @@ def header() -> str:
         "#define KDS_ARGS_FIELDS(o) ((PyObject **)((char *)(o) + sizeof(PyObject)))",
         "#define KDS_ARGS_COUNT(t) \\",
         "    (((t)->tp_basicsize - (Py_ssize_t)sizeof(PyObject)) / (Py_ssize_t)sizeof(PyObject *))",
-        "/* every field starts at 0; arguments are refused (fields are set by name) */",
-        "static PyObject *kds_args_new(PyTypeObject *type, PyObject *args, PyObject *kw) {",
-        "    if (PyTuple_GET_SIZE(args) || (kw && PyDict_GET_SIZE(kw))) {",
-        '        PyErr_Format(PyExc_TypeError, "%s() takes no arguments: set its fields by name", type->tp_name);',
+        "/* every field starts at 0 unless named; positional arguments are refused. Called through",
+        " * vectorcall (no keyword dict); a name is first tried against the member in its own place,",
+        " * as callers name the fields in declaration order. */",
+        "static PyObject *kds_args_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,",
+        "                                     PyObject *kwnames) {",
+        "    PyTypeObject *type = (PyTypeObject *)callable;",
+        "    if (PyVectorcall_NARGS(nargsf)) {",
+        '        PyErr_Format(PyExc_TypeError, "%s() takes no positional arguments: name its fields", type->tp_name);',
         "        return NULL;",
         "    }",
         "    PyObject *o = type->tp_alloc(type, 0);",
@@ -207,8 +232,42 @@ def header() -> str:
         "        Py_DECREF(o);",
         "        return NULL;",
         "    }",
-        "    for (Py_ssize_t k = 0; k < KDS_ARGS_COUNT(type); k++) KDS_ARGS_FIELDS(o)[k] = Py_NewRef(zero);",
+        "    Py_ssize_t count = KDS_ARGS_COUNT(type), named = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;",
+        "    for (Py_ssize_t k = 0; k < count; k++) KDS_ARGS_FIELDS(o)[k] = Py_NewRef(zero);",
         "    Py_DECREF(zero);",
+        "    for (Py_ssize_t i = 0; i < named; i++) {",
+        "        const char *name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, i));",
+        "        if (!name) goto fail;",
+        "        Py_ssize_t k = i < count && strcmp(type->tp_members[i].name, name) == 0 ? i : 0;",
+        "        while (k < count && strcmp(type->tp_members[k].name, name) != 0) k++;",
+        "        if (k == count) {",
+        '            PyErr_Format(PyExc_TypeError, "%s() got an unexpected field: %s", type->tp_name, name);',
+        "            goto fail;",
+        "        }",
+        "        Py_XSETREF(KDS_ARGS_FIELDS(o)[k], Py_NewRef(args[i]));",
+        "    }",
+        "    return o;",
+        "fail:",
+        "    Py_DECREF(o);",
+        "    return NULL;",
+        "}",
+        "/* the same through tp_new (a subclass, or a call that is not a vectorcall) */",
+        "static PyObject *kds_args_new(PyTypeObject *type, PyObject *args, PyObject *kw) {",
+        "    Py_ssize_t n = kw ? PyDict_GET_SIZE(kw) : 0, pos = 0, i = 0;",
+        "    PyObject *names = PyTuple_New(n), *values[64], *key, *value;",
+        "    if (!names) return NULL;",
+        "    if (n > 64) {",
+        '        PyErr_Format(PyExc_TypeError, "%s() has fewer fields than that", type->tp_name);',
+        "        Py_DECREF(names);",
+        "        return NULL;",
+        "    }",
+        "    while (kw && PyDict_Next(kw, &pos, &key, &value)) {",
+        "        PyTuple_SET_ITEM(names, i, Py_NewRef(key));",
+        "        values[i++] = value;",
+        "    }",
+        "    size_t nargs = (size_t)PyTuple_GET_SIZE(args);",
+        "    PyObject *o = kds_args_vectorcall((PyObject *)type, values, nargs, n ? names : NULL);",
+        "    Py_DECREF(names);",
         "    return o;",
         "}",
         "static void kds_args_dealloc(PyObject *o) {",
@@ -223,6 +282,7 @@ def header() -> str:
         "                                     .tp_flags = Py_TPFLAGS_DEFAULT, \\",
         "                                     .tp_doc = #fn \"'s arguments (sidecar/store/native_args.py).\", \\",
         "                                     .tp_new = kds_args_new, \\",
+        "                                     .tp_vectorcall = kds_args_vectorcall, \\",
         "                                     .tp_dealloc = kds_args_dealloc, \\",
         "                                     .tp_members = kds_##name##_members};",
     ]

@@ -72,9 +72,11 @@ class Outcomes:
         store = self.store
         level, due = store.sched.plan("now", 0, now_ms, now_ms) or (0, now_ms)
         pos = store.log.append(
-            rtype=codec.DEAD, due_ms=due, enqueue_ms=enqueue_ms, src_offset=src_offset,
-            src_partition=store.partition, target_partition=-1, retry_count=0, level=level, rid=rid,
-            topic=store.rules.dlq_topic.encode(), key=key, value=value, headers_blob=encode_headers(headers),
+            codec.head(
+                rtype=codec.DEAD, due_ms=due, enqueue_ms=enqueue_ms, src_offset=src_offset,
+                src_partition=store.partition, target_partition=-1, retry_count=0, level=level,
+            ),
+            rid, store.rules.dlq_topic.encode(), key, value, encode_headers(headers),
         )
         ref = store.sched.add(due, level, pos)
         if store.mirror is not None:

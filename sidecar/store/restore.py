@@ -144,10 +144,7 @@ class Restore:
                 if store.replayed and _version(held) == rank:
                     store.in_changelog.add(rid)
                 return  # the same record, or a newer version of it, is held
-        pos = store.log.append_record(
-            rec.rtype, rec.due_ms, rec.enqueue_ms, rec.src_offset, rec.src_partition, rec.target_partition,
-            rec.retry_count, rec.level, rec.id, rec.topic, rec.key, rec.value, rec.headers,
-        )
+        pos = store.log.append(codec.head_of(rec), rec.id, rec.topic, rec.key, rec.value, rec.headers)
         new = store.sched.add(rec.due_ms, rec.level, pos)
         for ref in refs:
             if store.sched.cancel(ref):

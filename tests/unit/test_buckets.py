@@ -27,9 +27,11 @@ H = 3_600_000
 
 def _record(log: CommitLog, due: int, value: bytes = b"v", i: int = 0) -> codec.Record:
     pos = log.append(
-        rtype=codec.MESSAGE, due_ms=due, enqueue_ms=T0, src_offset=i, src_partition=1, target_partition=2,
-        retry_count=0, level=0, rid=b"id%d" % i, topic=b"topic", key=None, value=value,
-        headers_blob=codec.encode_headers([("a", b"1")]),
+        codec.head(
+            rtype=codec.MESSAGE, due_ms=due, enqueue_ms=T0, src_offset=i, src_partition=1, target_partition=2,
+            retry_count=0, level=0,
+        ),
+        b"id%d" % i, b"topic", None, value, codec.encode_headers([("a", b"1")]),
     )
     return log.read(pos)
 

@@ -35,7 +35,13 @@ class _Store:
 
 
 def _raw(i: int, due: int) -> bytes:
-    return codec.encode(codec.MESSAGE, due, NOW, 100 + i, 0, -1, 0, 0, b"id-%d" % i, b"out", b"k", b"v" * i, b"")
+    return codec.encode(
+        codec.head(
+            rtype=codec.MESSAGE, due_ms=due, enqueue_ms=NOW, src_offset=100 + i, src_partition=0,
+            target_partition=-1, retry_count=0, level=0,
+        ),
+        b"id-%d" % i, b"out", b"k", b"v" * i, b"",
+    )
 
 
 def _mirror(in_c: bool, queue_max: int = 100_000) -> tuple[StoreMirror, TwinCluster, TwinProducer]:

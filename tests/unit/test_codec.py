@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sidecar.store import codec
+from sidecar.store import codec, native_args
 from tests.unit.helpers.records import HEADERS, records
 
 
@@ -19,7 +19,8 @@ def encode(fields: dict[str, Any], offset: int = 0, fill: int = 0) -> tuple[byte
         len(f["rid"]), len(f["topic"]), len(f["key"] or b""), len(f["value"] or b""), len(headers_blob)
     )
     buf = bytearray([fill]) * (offset + size + 16)
-    n = codec.encode_into(buf, offset, headers_blob=headers_blob, **f)
+    head = codec.head(**{name: f.pop(name) for name in native_args.fields(native_args.RecordHead)})
+    n = codec.encode_into(buf, offset, head, f["rid"], f["topic"], f["key"], f["value"], headers_blob)
     assert n == size and n % codec.ALIGN == 0
     return buf, n
 
@@ -120,8 +121,12 @@ def test_encode_round_trips(fields: dict[str, Any]) -> None:
     f = dict(fields)
     blob = codec.encode_headers(f.pop("headers"))
     data = codec.encode(
-        f["rtype"], f["due_ms"], f["enqueue_ms"], f["src_offset"], f["src_partition"], f["target_partition"],
-        f["retry_count"], f["level"], f["rid"], f["topic"], f["key"], f["value"], blob,
+        codec.head(
+            rtype=f["rtype"], due_ms=f["due_ms"], enqueue_ms=f["enqueue_ms"], src_offset=f["src_offset"],
+            src_partition=f["src_partition"], target_partition=f["target_partition"], retry_count=f["retry_count"],
+            level=f["level"],
+        ),
+        f["rid"], f["topic"], f["key"], f["value"], blob,
     )
     assert len(data) % codec.ALIGN == 0
     assert_same(codec.decode(memoryview(bytearray(data)), 0), fields)

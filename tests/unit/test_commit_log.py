@@ -22,9 +22,11 @@ DATA = SEG - HEADER_SIZE  # 4032 = 7 * 576
 
 def append(log: CommitLog, n: int, value_len: int = 100, rtype: int = codec.MESSAGE) -> int:
     return log.append(
-        rtype=rtype, due_ms=1000 + n, enqueue_ms=n, src_offset=n, src_partition=0, target_partition=-1,
-        retry_count=0, level=1, rid=b"r", topic=b"t", key=None, value=bytes([n % 251 + 1]) * value_len,
-        headers_blob=b"",
+        codec.head(
+            rtype=rtype, due_ms=1000 + n, enqueue_ms=n, src_offset=n, src_partition=0, target_partition=-1,
+            retry_count=0, level=1,
+        ),
+        b"r", b"t", None, bytes([n % 251 + 1]) * value_len, b"",
     )
 
 

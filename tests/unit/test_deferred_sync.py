@@ -6,12 +6,19 @@ import os
 import threading
 from pathlib import Path
 
+from sidecar.store import codec
 from sidecar.store.log import CommitLog
 from sidecar.store.mapped import deferred_sync, fsync_dir
 
 
 def _append(log: CommitLog, i: int) -> int:
-    return log.append_record(1, 1000 + i, 1000, i, 0, -1, 0, 0, b"id%d" % i, b"t", b"k", b"v" * 50, b"")
+    return log.append(
+        codec.head(
+            rtype=1, due_ms=1000 + i, enqueue_ms=1000, src_offset=i, src_partition=0, target_partition=-1,
+            retry_count=0, level=0,
+        ),
+        b"id%d" % i, b"t", b"k", b"v" * 50, b"",
+    )
 
 
 def test_flushes_inside_the_block_are_collected_and_run_later(tmp_path: Path) -> None:

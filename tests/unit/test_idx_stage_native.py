@@ -345,8 +345,13 @@ def changelog(n: int, seed: int) -> list[Any]:
         if rng.random() < 0.05:
             msgs.append(Msg(0, off, (1, T0), rid, None, None))
             continue
-        raw = codec.encode(codec.MESSAGE, T0 + rng.choice((40, 999, 30_000)), T0, off, 0, -1, 0, 0, rid, b"out",
-                           b"k", bytes(rng.randint(0, 200)), b"\x00\x00")
+        raw = codec.encode(
+            codec.head(
+                rtype=codec.MESSAGE, due_ms=T0 + rng.choice((40, 999, 30_000)), enqueue_ms=T0, src_offset=off,
+                src_partition=0, target_partition=-1, retry_count=0, level=0,
+            ),
+            rid, b"out", b"k", bytes(rng.randint(0, 200)), b"\x00\x00",
+        )
         msgs.append(Msg(0, off, (1, T0), rid, raw, None))
     return msgs
 
@@ -447,7 +452,13 @@ def plain_msgs(n: int, restore: bool) -> list[Any]:
     out = []
     for off in range(n):
         rid = b"in:0:%d" % off
-        raw = codec.encode(codec.MESSAGE, T0 + 40, T0, off, 0, -1, 0, 0, rid, b"out", b"k", b"v", b"\x00\x00")
+        raw = codec.encode(
+            codec.head(
+                rtype=codec.MESSAGE, due_ms=T0 + 40, enqueue_ms=T0, src_offset=off, src_partition=0,
+                target_partition=-1, retry_count=0, level=0,
+            ),
+            rid, b"out", b"k", b"v", b"\x00\x00",
+        )
         out.append(Msg(0, off, (1, T0), rid, raw, None))
     return out
 

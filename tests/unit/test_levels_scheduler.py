@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from sidecar.levels.queue import DELIVERED, NO_POS, PENDING
 from sidecar.levels.scheduler import _IDX_BITS, _IDX_MASK, LevelsScheduler
+from sidecar.store import codec
 from sidecar.store.codec import MESSAGE
 from sidecar.store.log import CommitLog
 
@@ -27,9 +28,11 @@ SEGMENT = 1024  # a handful of records per segment
 
 def _append(log: CommitLog, due: int, level: int) -> int:
     return log.append(
-        rtype=MESSAGE, due_ms=due, enqueue_ms=0, src_offset=log.appended, src_partition=0, target_partition=-1,
-        retry_count=0, level=level, rid=b"id-%d" % log.appended, topic=b"out", key=None, value=b"v" * 40,
-        headers_blob=b"\x00\x00",
+        codec.head(
+            rtype=MESSAGE, due_ms=due, enqueue_ms=0, src_offset=log.appended, src_partition=0, target_partition=-1,
+            retry_count=0, level=level,
+        ),
+        b"id-%d" % log.appended, b"out", None, b"v" * 40, b"\x00\x00",
     )
 
 

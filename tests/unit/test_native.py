@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from sidecar import contract as c
 from sidecar.headers import Rejection, Request, Rules, parse_ingress, py_parse_request
-from sidecar.store import codec
+from sidecar.store import codec, native_args
 from sidecar.store.idindex import PRECANCEL, IdIndex
 from sidecar.store.idprobe import py_id_hash
 from tests.infra import needs_native
@@ -36,10 +36,32 @@ def test_built_in_ci() -> None:
 
 
 def args_of(f: dict[str, Any]) -> tuple[Any, ...]:
-    return (
-        f["rtype"], f["due_ms"], f["enqueue_ms"], f["src_offset"], f["src_partition"], f["target_partition"],
-        f["retry_count"], f["level"], f["rid"], f["topic"], f["key"], f["value"], codec.py_encode_headers(f["headers"]),
+    head = codec.head(
+        rtype=f["rtype"], due_ms=f["due_ms"], enqueue_ms=f["enqueue_ms"], src_offset=f["src_offset"],
+        src_partition=f["src_partition"], target_partition=f["target_partition"], retry_count=f["retry_count"],
+        level=f["level"],
     )
+    return (head, f["rid"], f["topic"], f["key"], f["value"], codec.py_encode_headers(f["headers"]))
+
+
+@needs_native
+def test_encode_takes_its_integers_by_name_only() -> None:
+    """The eight integers of a record travel in a RecordHead (native_args): a positional call of
+    the old shape is refused by both twins, and so is any other object in the head's place."""
+    assert native is not None
+    old = (codec.MESSAGE, 2, 1, 0, 0, -1, 0, 0, b"id", b"t", None, b"v", b"\x00\x00")
+    for fn in (native.encode, codec.py_encode):
+        with pytest.raises(TypeError):
+            fn(*old)
+        with pytest.raises(TypeError):
+            fn((codec.MESSAGE, 2, 1, 0, 0, -1, 0, 0), b"id", b"t", None, b"v", b"\x00\x00")
+    head = native_args.RecordHead()
+    head.rtype, head.due_ms = codec.MESSAGE, 5
+    with pytest.raises(TypeError):
+        native.encode(head, b"id", b"t", None, b"v", b"\x00\x00")  # the C twin takes only its own type
+    fields = dict(zip(native_args.fields(native_args.RecordHead), (codec.DEAD, 9, 8, 7, 6, 5, 4, 3), strict=True))
+    again = codec.head_of(native.decode(native.encode(codec.head(**fields), b"r", b"t", None, None, b"\x00\x00"), 0))
+    assert {name: getattr(again, name) for name in fields} == fields
 
 
 @needs_native

@@ -59,21 +59,25 @@ def test_a_field_out_of_range_is_refused_by_the_call() -> None:
 
 @pytest.mark.parametrize("cls", [cls for cls, _fn in native_args.STRUCTS], ids=lambda c: c.__name__)
 def test_fields_are_set_by_name_only(cls: type) -> None:
-    """Neither the class nor the C type takes constructor values: a positional call would bring
-    back what the struct replaced. A misspelt field is refused too (both have fixed slots)."""
+    """Neither the class nor the C type takes positional values: a positional call would bring
+    back what the struct replaced. Named fields are set, the rest start at 0; a misspelt field is
+    refused, at construction and later (both have fixed slots)."""
     types = [cls] + ([getattr(native, cls.__name__)] if native is not None else [])
+    first, *rest = native_args.fields(cls)
     for t in types:
         with pytest.raises(TypeError):
             t(1)
         with pytest.raises(TypeError):
-            t(hs=1)
+            t(not_a_field=1)
+        a = t(**{first: 7})
+        assert getattr(a, first) == 7 and all(getattr(a, name) == 0 for name in rest)
         with pytest.raises(AttributeError):
             t().not_a_field = 1
 
 
 def test_each_struct_names_its_function_and_its_moved_fields() -> None:
     fns = [fn for _cls, fn in native_args.STRUCTS]
-    assert fns == ["wl_link", "wl_send", "wl_done", "wl_ack", "lv_due"]
+    assert fns == ["wl_link", "wl_send", "wl_done", "wl_ack", "lv_due", "encode"]
     assert native_args.moved(native_args.WlSend) == ("i", "e", "nxt", "after", "budget", "room", "lo", "hi")
     assert native_args.moved(native_args.LvDue) == ("idx", "done", "room")
     assert native_args.moved(native_args.WlLink) == ()

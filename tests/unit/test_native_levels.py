@@ -42,8 +42,11 @@ def _segments(n_records: int) -> tuple[dict[int, bytes], list[int]]:
         off = HS
         for k in range(n_records):
             rec = codec.encode(
-                codec.MESSAGE, 1000 + k, 7, g * 100 + k, 0, -1, 0, k % 3, b"id-%d-%d" % (g, k), b"out", None,
-                b"v" * k, b"\x00\x00",
+                codec.head(
+                    rtype=codec.MESSAGE, due_ms=1000 + k, enqueue_ms=7, src_offset=g * 100 + k, src_partition=0,
+                    target_partition=-1, retry_count=0, level=k % 3,
+                ),
+                b"id-%d-%d" % (g, k), b"out", None, b"v" * k, b"\x00\x00",
             )
             b[off : off + len(rec)] = rec
             positions.append(g * SEG + off)

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sidecar.store import native_args
+from sidecar.store import codec, native_args
 from sidecar.store.codec import native
 from sidecar.store.native_args import WlAck, WlDone, WlLink, WlSend
 from sidecar.wheel import layout
@@ -266,9 +266,13 @@ def test_wl_read_decodes_runs_and_leaves_the_rest_to_the_caller(mod: str, tmp_pa
     log = CommitLog(tmp_path, 4096)
     list(log.recover(None, None))
     pos = [
-        log.append(rtype=MESSAGE, due_ms=BASE + n, enqueue_ms=BASE, src_offset=n, src_partition=0,
-                   target_partition=-1, retry_count=0, level=0, rid=b"r%d" % n, topic=b"t", key=None,
-                   value=bytes([n]) * 700, headers_blob=b"")
+        log.append(
+            codec.head(
+                rtype=MESSAGE, due_ms=BASE + n, enqueue_ms=BASE, src_offset=n, src_partition=0, target_partition=-1,
+                retry_count=0, level=0,
+            ),
+            b"r%d" % n, b"t", None, bytes([n]) * 700, b"",
+        )
         for n in range(12)
     ]
     assert len({p // 4096 for p in pos}) == 3

@@ -50,8 +50,11 @@ def random_read(path: Path) -> bool:
 
 def append(log: CommitLog, n: int) -> int:
     return log.append(
-        rtype=codec.MESSAGE, due_ms=1000 + n, enqueue_ms=n, src_offset=n, src_partition=0, target_partition=-1,
-        retry_count=0, level=1, rid=b"r", topic=b"t", key=None, value=b"v" * 300, headers_blob=b"",
+        codec.head(
+            rtype=codec.MESSAGE, due_ms=1000 + n, enqueue_ms=n, src_offset=n, src_partition=0, target_partition=-1,
+            retry_count=0, level=1,
+        ),
+        b"r", b"t", None, b"v" * 300, b"",
     )
 
 

@@ -201,7 +201,13 @@ def test_replace_header_values_and_errors() -> None:
 
 # -- the changelog restore ----------------------------------------------------------------------------
 def _raw(rid: bytes, src_offset: int, value: bytes, due: int, rtype: int = codec.MESSAGE) -> bytes:
-    return codec.encode(rtype, due, T0, src_offset, 0, -1, 0, 0, rid, b"target", b"k", value, codec.encode_headers(()))
+    return codec.encode(
+        codec.head(
+            rtype=rtype, due_ms=due, enqueue_ms=T0, src_offset=src_offset, src_partition=0, target_partition=-1,
+            retry_count=0, level=0,
+        ),
+        rid, b"target", b"k", value, codec.encode_headers(()),
+    )
 
 
 def test_restore_put_a_newer_version_replaces_an_older_one_is_ignored(sim: Sim) -> None:

@@ -103,8 +103,11 @@ def test_drop_pages_lowers_rss(tmp_path: Path, msync: bool) -> None:
 
 def append(log: CommitLog, n: int, value: bytes) -> int:
     return log.append(
-        rtype=codec.MESSAGE, due_ms=1000 + n, enqueue_ms=n, src_offset=n, src_partition=0, target_partition=-1,
-        retry_count=0, level=1, rid=b"r%d" % n, topic=b"t", key=None, value=value, headers_blob=b"",
+        codec.head(
+            rtype=codec.MESSAGE, due_ms=1000 + n, enqueue_ms=n, src_offset=n, src_partition=0, target_partition=-1,
+            retry_count=0, level=1,
+        ),
+        b"r%d" % n, b"t", None, value, b"",
     )
 
 

@@ -72,7 +72,13 @@ def record(rng: random.Random, rid: bytes, now: int, scheduler: str, src: int) -
     kind = rng.choices((codec.MESSAGE, codec.DEAD, codec.CANCEL), (80, 8, 12))[0]
     if kind == codec.CANCEL:
         enq = now - rng.choice((0, 1000, HORIZON_MS + 5000))  # fresh, or past the horizon
-        return codec.encode(codec.CANCEL, enq, enq, src, 0, -1, 0, 0, rid, b"", None, None, b"")
+        return codec.encode(
+            codec.head(
+                rtype=codec.CANCEL, due_ms=enq, enqueue_ms=enq, src_offset=src, src_partition=0, target_partition=-1,
+                retry_count=0, level=0,
+            ),
+            rid, b"", None, None, b"",
+        )
     due = now + rng.choice((-60_000, -5, 0, 40, 999, 4000, 30_000, 3 * 3_600_000))  # due, soon, beyond the ring
     # (the wheel's own records have level 0; a level kept in its timer-log entry all the same)
     level = rng.choice((0, 0, 0, 2)) if scheduler == "wheel" else rng.randint(0, len(LEVELS))
@@ -80,8 +86,13 @@ def record(rng: random.Random, rid: bytes, now: int, scheduler: str, src: int) -
     value = None if rng.random() < 0.05 else bytes(rng.randint(0, 700))
     headers = codec.encode_headers([("app", b"x" * rng.randint(0, 30))] if rng.random() < 0.3 else [])
     topic = b"dlq" if kind == codec.DEAD else b"out"
-    return codec.encode(kind, due, now - rng.randint(0, 3000), src, 0, rng.choice((-1, 0, 2)), rng.randint(0, 3),
-                        level, rid, topic, key, value, headers)
+    return codec.encode(
+        codec.head(
+            rtype=kind, due_ms=due, enqueue_ms=now - rng.randint(0, 3000), src_offset=src, src_partition=0,
+            target_partition=rng.choice((-1, 0, 2)), retry_count=rng.randint(0, 3), level=level,
+        ),
+        rid, topic, key, value, headers,
+    )
 
 
 def batches(seed: int, n_batches: int, scheduler: str) -> tuple[list[tuple[int, list[Any]]], int]:
@@ -224,7 +235,13 @@ def _store(root: Path, scheduler: str) -> PartitionStore:
 
 def _put(i: int, rtype: int = codec.MESSAGE, rid: bytes | None = None) -> Msg:
     rid = rid or b"in:0:%d" % i
-    raw = codec.encode(rtype, T0 + 30_000, T0, i, 0, -1, 0, 0, rid, b"out", b"k", b"v" * 50, b"\x00\x00")
+    raw = codec.encode(
+        codec.head(
+            rtype=rtype, due_ms=T0 + 30_000, enqueue_ms=T0, src_offset=i, src_partition=0, target_partition=-1,
+            retry_count=0, level=0,
+        ),
+        rid, b"out", b"k", b"v" * 50, b"\x00\x00",
+    )
     return Msg(0, i, (1, T0), rid, raw, None)
 
 

@@ -195,8 +195,11 @@ SEG = 1 << 14
 
 def _append(log: CommitLog, n: int) -> int:
     return log.append(
-        rtype=codec.MESSAGE, due_ms=1000 + n, enqueue_ms=n, src_offset=n, src_partition=0, target_partition=-1,
-        retry_count=0, level=1, rid=b"r", topic=b"t", key=None, value=bytes([n % 251 + 1]) * 300, headers_blob=b"",
+        codec.head(
+            rtype=codec.MESSAGE, due_ms=1000 + n, enqueue_ms=n, src_offset=n, src_partition=0, target_partition=-1,
+            retry_count=0, level=1,
+        ),
+        b"r", b"t", None, bytes([n % 251 + 1]) * 300, b"",
     )
 
 

@@ -28,9 +28,11 @@ class Env(WheelEnv):
 
     def add(self, due: int, value: bytes = b"payload") -> int:
         pos = self.log.append(
-            rtype=codec.MESSAGE, due_ms=due, enqueue_ms=self.now, src_offset=self.n, src_partition=3,
-            target_partition=7, retry_count=2, level=0, rid=b"id-%d" % self.n, topic=b"target", key=b"key",
-            value=value, headers_blob=codec.encode_headers([("h", b"v"), ("n", None)]),
+            codec.head(
+                rtype=codec.MESSAGE, due_ms=due, enqueue_ms=self.now, src_offset=self.n, src_partition=3,
+                target_partition=7, retry_count=2, level=0,
+            ),
+            b"id-%d" % self.n, b"target", b"key", value, codec.encode_headers([("h", b"v"), ("n", None)]),
         )
         self.n += 1
         return self.w.add(due, 0, pos)

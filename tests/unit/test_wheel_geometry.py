@@ -31,8 +31,11 @@ def _wheel(root: Path, log: CommitLog, precision: int = 10, window: int = 2_000,
 
 def _add(w: WheelScheduler, log: CommitLog, due: int) -> int:
     pos = log.append(
-        rtype=codec.MESSAGE, due_ms=due, enqueue_ms=T0, src_offset=0, src_partition=0, target_partition=-1,
-        retry_count=0, level=0, rid=b"a", topic=b"t", key=None, value=None, headers_blob=b"",
+        codec.head(
+            rtype=codec.MESSAGE, due_ms=due, enqueue_ms=T0, src_offset=0, src_partition=0, target_partition=-1,
+            retry_count=0, level=0,
+        ),
+        b"a", b"t", None, None, b"",
     )
     return w.add(due, 0, pos)
 

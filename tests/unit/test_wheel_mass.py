@@ -47,8 +47,11 @@ def test_mass_expiry_in_chunks_and_a_crash_mid_slot(tmp_path: Path) -> None:
     t = time.perf_counter()
     for i in range(N):
         pos = log.append(
-            rtype=codec.MESSAGE, due_ms=due, enqueue_ms=T0, src_offset=i, src_partition=0, target_partition=-1,
-            retry_count=0, level=0, rid=b"%d" % i, topic=b"t", key=None, value=None, headers_blob=b"",
+            codec.head(
+                rtype=codec.MESSAGE, due_ms=due, enqueue_ms=T0, src_offset=i, src_partition=0, target_partition=-1,
+                retry_count=0, level=0,
+            ),
+            b"%d" % i, b"t", None, None, b"",
         )
         w.add(due, 0, pos)
     add_s = time.perf_counter() - t

@@ -108,9 +108,12 @@ class Rig:
     # -- operations ---------------------------------------------------------------------------
     def _append(self, rtype: int, due: int, rid: bytes) -> int:
         return self.log.append(
-            rtype=rtype, due_ms=due, enqueue_ms=self.clock.t, src_offset=self.next_id, src_partition=0,
-            target_partition=-1, retry_count=0, level=0, rid=rid, topic=b"t" if rtype == codec.MESSAGE else b"",
-            key=None, value=b"v" * (self.next_id % 7) if rtype == codec.MESSAGE else None, headers_blob=b"",
+            codec.head(
+                rtype=rtype, due_ms=due, enqueue_ms=self.clock.t, src_offset=self.next_id, src_partition=0,
+                target_partition=-1, retry_count=0, level=0,
+            ),
+            rid, b"t" if rtype == codec.MESSAGE else b"", None,
+            b"v" * (self.next_id % 7) if rtype == codec.MESSAGE else None, b"",
         )
 
     def add(self, due: int) -> None:

@@ -32,8 +32,11 @@ class Env:
 
     def add(self, due: int, now: int = T0) -> int:
         pos = self.log.append(
-            rtype=codec.MESSAGE, due_ms=due, enqueue_ms=now, src_offset=self.n, src_partition=0, target_partition=-1,
-            retry_count=0, level=0, rid=b"r%d" % self.n, topic=b"t", key=None, value=b"x", headers_blob=b"",
+            codec.head(
+                rtype=codec.MESSAGE, due_ms=due, enqueue_ms=now, src_offset=self.n, src_partition=0,
+                target_partition=-1, retry_count=0, level=0,
+            ),
+            b"r%d" % self.n, b"t", None, b"x", b"",
         )
         self.n += 1
         return self.w.add(due, 0, pos)
