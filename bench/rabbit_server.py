@@ -1,0 +1,175 @@
+"""A throwaway RabbitMQ node for the ``rabbit-ttl`` peer: its own data, log and config directory,
+Erlang cookie, node name, epmd, distribution and AMQP ports on loopback; stopped (SIGTERM, RabbitMQ's
+orderly shutdown) and removed at the end.
+
+Binaries: ``rabbitmq-server`` on PATH (``scripts/setup.d/60-rabbitmq.sh`` puts Debian's, with the
+Erlang runtime it needs, into the project cache). The node is started with RabbitMQ's own
+environment variables, so no file outside the temp dir is read or written:
+
+* ``HOME`` is the temp dir, which holds the ``.erlang.cookie`` (mode 0400) that the node and
+  ``rabbitmqctl`` share;
+* ``ERL_EPMD_PORT``: a private epmd (the Erlang port mapper) that this class starts itself on a free
+  loopback port and stops afterwards, so the node neither uses nor leaves behind a machine-wide
+  epmd on 4369;
+* ``RABBITMQ_NODENAME`` ``kds-<uid>@localhost``, ``RABBITMQ_DIST_PORT`` and the AMQP listener
+  (``listeners.tcp.1 = 127.0.0.1:<port>``) on free ports;
+* ``RABBITMQ_MNESIA_BASE``, ``RABBITMQ_LOG_BASE``, ``RABBITMQ_CONFIG_FILE``,
+  ``RABBITMQ_ENABLED_PLUGINS_FILE`` (no plugins: the management UI is not needed),
+  ``RABBITMQ_CONF_ENV_FILE`` (an empty one instead of /etc/rabbitmq/rabbitmq-env.conf).
+
+Durability is RabbitMQ's own: durable queues, persistent messages, and publisher confirms, which a
+node sends for a persistent message only once the queues it was routed to have written it to disk
+(https://www.rabbitmq.com/docs/confirms#when-publishes-are-confirmed); quorum queues fsync their log
+before confirming. Nothing in the config lowers it; the one setting beyond the defaults is the
+memory high watermark (:data:`CONFIG`), raised so a benchmark backlog is not throttled by
+publisher flow control on a shared machine (the default 0.4 of RAM is the same order here).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pika
+import psutil
+
+from bench.workload import BenchError, spawn, stop_proc, uid, wait_until
+
+CONFIG = {
+    "loopback_users": "none",
+    "vm_memory_high_watermark.relative": "0.6",
+    "log.console": "false",
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def installed() -> bool:
+    return shutil.which("rabbitmq-server") is not None
+
+
+def _epmd() -> str:
+    """The ``epmd`` of the Erlang runtime ``rabbitmq-server`` runs: the unpacked one in the cache
+    (the wrapper names it), or the machine's."""
+    wrapper = shutil.which("rabbitmq-server")
+    if wrapper is not None:
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            for part in Path(wrapper).read_text().split('"'):
+                if part.endswith("/erlang/bin:$PATH"):
+                    candidate = Path(part.removesuffix(":$PATH")) / "epmd"
+                    if candidate.exists():
+                        return str(candidate)
+    found = shutil.which("epmd")
+    if found is None:
+        raise BenchError("no epmd next to rabbitmq-server (scripts/setup.d/60-rabbitmq.sh installs both)")
+    return found
+
+
+class RabbitServer:
+    def __init__(self, workdir: Path) -> None:
+        if not installed():
+            raise BenchError("RabbitMQ (rabbitmq-server) is not installed (scripts/setup.d/60-rabbitmq.sh installs it)")
+        self.dir = Path(tempfile.mkdtemp(prefix="rabbit-", dir=workdir))
+        cookie = self.dir / ".erlang.cookie"
+        cookie.write_text(uid() + uid())
+        cookie.chmod(0o400)
+        self.port = _free_port()
+        self.epmd_port = _free_port()
+        self.node = f"kds-{uid()}@localhost"
+        conf = self.dir / "rabbitmq.conf"
+        conf.write_text("".join(f"{k} = {v}\n" for k, v in
+                                {"listeners.tcp.1": f"127.0.0.1:{self.port}", **CONFIG}.items()))
+        (self.dir / "enabled_plugins").write_text("[].\n")
+        (self.dir / "rabbitmq-env.conf").write_text("")
+        self.env = {
+            "HOME": str(self.dir),
+            "ERL_EPMD_PORT": str(self.epmd_port),
+            "ERL_EPMD_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODENAME": self.node,
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_DIST_PORT": str(_free_port()),
+            "RABBITMQ_MNESIA_BASE": str(self.dir / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(self.dir / "log"),
+            "RABBITMQ_CONFIG_FILE": str(conf),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.dir / "enabled_plugins"),
+            "RABBITMQ_CONF_ENV_FILE": str(self.dir / "rabbitmq-env.conf"),
+        }
+        # epmd in the foreground (-port, no -daemon): our child, stopped with the node
+        self.epmd = spawn([_epmd(), "-port", str(self.epmd_port), "-address", "127.0.0.1"], self.dir / "epmd.log",
+                          env=self.env)
+        self.proc = spawn(["rabbitmq-server"], self.dir / "rabbitmq.out", env=self.env)
+        self.params = pika.ConnectionParameters(host="127.0.0.1", port=self.port, connection_attempts=1,
+                                                socket_timeout=5, blocked_connection_timeout=300, heartbeat=0)
+        self.url = f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
+
+        def up() -> bool:
+            if self.proc.poll() is not None:
+                raise BenchError(f"rabbitmq-server exited: {self.log_tail()}")
+            try:
+                pika.BlockingConnection(self.params).close()
+                return True
+            except pika.exceptions.AMQPConnectionError:
+                return False
+
+        wait_until("RabbitMQ to accept AMQP connections", up, 120, 0.25)
+
+    def log_tail(self) -> str:
+        logs = [*sorted((self.dir / "log").glob("*.log")), self.dir / "rabbitmq.out"]
+        return "\n".join(p.read_text(errors="replace")[-400:] for p in logs if p.exists())
+
+    def connect(self) -> pika.BlockingConnection:
+        return pika.BlockingConnection(self.params)
+
+    def ctl(self, *args: str) -> str:
+        """``rabbitmqctl`` against this node (same cookie, node name and epmd)."""
+        out = subprocess.run(["rabbitmqctl", "-n", self.node, *args], capture_output=True, text=True, check=False,
+                             env={**os.environ, **self.env}, timeout=120)
+        if out.returncode != 0:
+            raise BenchError(f"rabbitmqctl {' '.join(args)} failed: {out.stderr[-400:]}")
+        return out.stdout
+
+    def version(self) -> str:
+        with self.connect() as conn:
+            props = conn._impl.server_properties  # the server's connection.start properties
+        v = props.get("version", b"?")
+        return v.decode() if isinstance(v, bytes) else str(v)
+
+    def beam(self) -> psutil.Process | None:
+        """The node's Erlang VM (``beam.smp``: the script ``exec``s into it, or runs it as a child)."""
+        with contextlib.suppress(psutil.Error):
+            main = psutil.Process(self.proc.pid)
+            for p in [main, *main.children(recursive=True)]:
+                if p.name().startswith("beam"):
+                    return p
+        return None
+
+    def cpu_seconds(self) -> float:
+        """CPU time of the node's Erlang VM so far."""
+        vm = self.beam()
+        if vm is None:
+            return 0.0
+        t = vm.cpu_times()
+        return float(t.user + t.system)
+
+    def rss_bytes(self) -> int:
+        vm = self.beam()
+        return int(vm.memory_info().rss) if vm is not None else 0
+
+    def stop(self) -> None:
+        # SIGTERM: RabbitMQ stops the node in order (queues closed, message stores flushed)
+        with contextlib.suppress(OSError):
+            stop_proc(self.proc, signal.SIGTERM, timeout_s=60)
+        # the private epmd only maps this node's name: it goes with it
+        with contextlib.suppress(OSError):
+            stop_proc(self.epmd, signal.SIGTERM, timeout_s=10)
+        shutil.rmtree(self.dir, ignore_errors=True)
