@@ -42,7 +42,7 @@ from bench.rabbit_queues import DELIVER_AT, DUE_QUEUE, HEADERS, KEY, TARGET, que
 from bench.workload import DELIVERY_PRODUCER, KHeaders
 from sidecar import contract as c
 
-PREFETCH = 2_000
+PREFETCH = 1_000
 IDLE_MS = 300
 
 

@@ -1,0 +1,277 @@
+"""Scenario ``rabbit-ttl``: the RabbitMQ TTL + dead-letter-exchange delay queue
+(:mod:`bench.rabbit_queues`, :mod:`bench.rabbit_bridge`) beside the sidecar on the same machine and
+load, with equal durability.
+
+A RabbitMQ node of its own (:mod:`bench.rabbit_server`); the sidecar's level table as durable
+quorum TTL queues dead-lettering at-least-once into a durable due queue (:data:`QUEUE_TYPE`);
+persistent messages published with confirms; ``WORKERS`` bridge processes (prefetch
+``rabbit_bridge.PREFETCH``) publishing to Kafka (acks=all, idempotent) and acking each message
+after Kafka did.
+
+* Throughput (a backlog due now): N records of 100 B published with a 1 s delay (the first level)
+  while no bridge runs, so all N expire into the due queue (the backlog a bridge finds after an
+  outage: the dead-letter exchange moves records as they expire, whether or not a bridge
+  consumes); then the bridges start and drain it. The rate is taken over the delivered records'
+  timestamps, as for every system in the bench; the publish rate with confirms and the time the
+  node took to dead-letter the last record after its TTL are reported beside it. In the same
+  rotated rounds the sidecar (each scheduler) drains the same N from a pre-loaded topic
+  (:func:`bench.peers.peer_round`); the ratio is taken within a round and the figure is its
+  median. The spread of the queue's own rate over the rounds, ``(max - min) / median``, is
+  reported beside it (issue goal: <= 15 %).
+* Lateness at 50 % of the queue's own measured maximum (capped by what the confirming publisher
+  sustains): a publisher thread offers that rate with delays uniform 1-10 s (the levels 1 s, 5 s and
+  10 s) while the bridges run; lateness is the delivered record's timestamp minus its level's due
+  time (``delay.deliver-at``: the queue's own precision), and, separately, minus the requested due
+  time (the rounding up to a level included).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from bench import throughput
+from bench.lateness import WHEEL_DELAYS
+from bench.peers import peer_round, spread_figure
+from bench.rabbit_bridge import PREFETCH
+from bench.rabbit_queues import (
+    CONFIRM_WINDOW,
+    DUE_QUEUE,
+    LEVELS_MS,
+    ConfirmingPublisher,
+    Record,
+    declare,
+    level_queue,
+    queue_depth,
+    type_args,
+)
+from bench.rabbit_server import CONFIG, RabbitServer
+from bench.report import fig
+from bench.workload import (
+    Bench,
+    BenchError,
+    Preloaded,
+    ScriptProc,
+    lateness_percentiles,
+    log,
+    read_range,
+    uid,
+    value_of,
+    wait_until,
+    wall_ms,
+)
+
+RABBIT = "rabbit"
+QUEUE_TYPE = "quorum"
+WORKERS = 2  # one per core of the bench machine, as for pg-poll
+BACKLOG_DELAY_MS = LEVELS_MS[0]
+
+
+def sizes(bench: Bench) -> tuple[int, float]:
+    """(throughput records, lateness seconds)."""
+    return (throughput.records_for(bench), 60.0) if bench.full else (20_000, 10.0)
+
+
+def reset(srv: RabbitServer) -> None:
+    with srv.connect() as conn:
+        ch = conn.channel()
+        for q in (DUE_QUEUE, *map(level_queue, LEVELS_MS)):
+            ch.queue_purge(q)
+
+
+def run_bridges(bench: Bench, srv: RabbitServer, count: int, until_ms: int, tag: str) -> list[dict[str, Any]]:
+    timeout = throughput.timeout_for(count) + max(0, until_ms - wall_ms()) / 1000
+    procs = [ScriptProc("bench.rabbit_bridge", bench.workdir,
+                        ["--port", str(srv.port), "--bootstrap", bench.bootstrap, "--until-ms", str(until_ms),
+                         "--timeout", str(timeout)], tag=tag) for _ in range(WORKERS)]
+    for p in procs:
+        p.start()
+    return [p.result(timeout + 60) for p in procs]
+
+
+def delivered(bench: Bench, target: str, start: dict[int, int], res: list[dict[str, Any]], n: int) -> dict[str, Any]:
+    got = read_range(bench.bootstrap, target, start, bench.wm.high(target), headers=True)
+    return {"records_per_s": got.window_rate(), "delivered": len(got.ts), "expected": n,
+            "duplicates": len(got.ids) - len(set(got.ids)), "lost": n - len(set(got.ids)),
+            "early": sum(1 for ts, da in zip(got.ts, got.deliver_at, strict=True) if ts < da),
+            "late_ms": [ts - da for ts, da in zip(got.ts, got.deliver_at, strict=True)],
+            "ids": got.ids, "ts": got.ts,
+            "cpu_us_per_record": sum(r["cpu_s"] for r in res) * 1e6 / n if n else None,
+            "redelivered": sum(r["redelivered"] for r in res)}
+
+
+def backlog(target: str, n: int) -> Iterator[list[Record]]:
+    value = value_of(100)
+    for start in range(0, n, 1_000):
+        yield [Record(f"r{i}", target, b"k%d" % i, value, BACKLOG_DELAY_MS)
+               for i in range(start, min(n, start + 1_000))]
+
+
+def measure_rabbit(bench: Bench, srv: RabbitServer, n: int, target: str) -> dict[str, Any]:
+    reset(srv)
+    t0 = time.monotonic()
+    ConfirmingPublisher(srv.params).run(backlog(target, n))
+    publish_s = time.monotonic() - t0
+    last_due = time.monotonic() + BACKLOG_DELAY_MS / 1000  # the last record's TTL ends at most then
+    with srv.connect() as conn:
+        ch = conn.channel()
+        wait_until("the TTL queue to dead-letter the backlog", lambda: queue_depth(ch, DUE_QUEUE) >= n,
+                   throughput.timeout_for(n), 0.05)
+    dead_letter_lag_s = max(0.0, time.monotonic() - last_due)
+    start = bench.wm.high(target)
+    cpu0 = srv.cpu_seconds()
+    res = run_bridges(bench, srv, n, 0, "tp")
+    server_cpu = srv.cpu_seconds() - cpu0
+    out = delivered(bench, target, start, res, n)
+    for k in ("late_ms", "ids", "ts"):
+        del out[k]
+    return {**out, "server_cpu_us_per_record": server_cpu * 1e6 / n, "publish_per_s": n / publish_s,
+            "dead_letter_lag_s": dead_letter_lag_s}
+
+
+def measure_round(bench: Bench, srv: RabbitServer, pre: Preloaded, target: str, n: int, r: int) -> dict[str, Any]:
+    return peer_round(bench, r, "rabbit-ttl", RABBIT, "RabbitMQ TTL queues",
+                      lambda: measure_rabbit(bench, srv, n, target), pre, target, "rabbit")
+
+
+class PacedPublisher(threading.Thread):
+    """Publishes ``rate`` records/s for ``seconds`` (what the clock allows every 5 ms), each with a
+    requested delay uniform in :data:`WHEEL_DELAYS`; remembers each record's requested due time."""
+
+    def __init__(self, srv: RabbitServer, target: str, rate: float, seconds: float) -> None:
+        super().__init__(daemon=True)
+        self.srv, self.target, self.rate, self.seconds = srv, target, rate, seconds
+        self.requested: dict[bytes, int] = {}
+        self.error: BaseException | None = None
+        self.sent = 0
+
+    def batches(self) -> Iterator[list[Record]]:
+        rnd = random.Random(8)
+        lo, hi = WHEEL_DELAYS
+        value = value_of(100)
+        t0 = time.monotonic()
+        while (elapsed := time.monotonic() - t0) < self.seconds:
+            want = int(elapsed * self.rate) - self.sent
+            batch = [Record(f"p{i}", self.target, b"p%d" % i, value, rnd.randint(lo, hi))
+                     for i in range(self.sent, self.sent + max(0, want))]
+            self.sent += len(batch)
+            yield batch
+
+    def on_publish(self, rec: Record, deliver_at: int) -> None:
+        # deliver_at is the publish clock plus the level: the requested due is that clock plus the delay
+        level = next(ms for ms in LEVELS_MS if ms >= rec.delay_ms)
+        self.requested[rec.id.encode()] = deliver_at - level + rec.delay_ms
+
+    def run(self) -> None:
+        try:
+            ConfirmingPublisher(self.srv.params, on_publish=self.on_publish).run(self.batches())
+        except BaseException as e:  # reported by the scenario, not lost in a thread
+            self.error = e
+
+
+def measure_lateness(bench: Bench, srv: RabbitServer, rate: float, seconds: float) -> dict[str, Any]:
+    target = f"bench.rabbit.lat.{uid()}"
+    bench.topics(target)
+    reset(srv)
+    pub = PacedPublisher(srv, target, rate, seconds)
+    # the bridges run until every record the publisher can send is due (the end of its run plus
+    # the longest level it uses), then exit once the due queue stays empty
+    longest = next(ms for ms in LEVELS_MS if ms >= WHEEL_DELAYS[1])
+    until = wall_ms() + int(seconds * 1000) + longest + 2_000
+    holder: list[list[dict[str, Any]]] = []
+    bridges = threading.Thread(target=lambda: holder.append(run_bridges(bench, srv, int(rate * seconds), until,
+                                                                        "lat")))
+    bridges.start()
+    pub.start()
+    pub.join(seconds + 300)
+    bridges.join(seconds + longest / 1000 + 300)
+    if pub.error is not None:
+        raise BenchError(f"rabbit-ttl: the paced publisher failed: {pub.error}")
+    if not holder:
+        raise BenchError("rabbit-ttl: the lateness bridges did not finish")
+    out = delivered(bench, target, {}, holder[0], pub.sent)
+    late = out.pop("late_ms")
+    ids, ts = out.pop("ids"), out.pop("ts")
+    vs_requested = [t - pub.requested[i] for i, t in zip(ids, ts, strict=True) if i in pub.requested]
+    return {"offered_rate": rate, "sent": pub.sent, **out, **lateness_percentiles(late),
+            "vs_requested": lateness_percentiles(vs_requested)}
+
+
+def run(bench: Bench) -> dict[str, Any]:
+    n, seconds = sizes(bench)
+    rounds_n = throughput.rounds_for(bench)
+    srv = RabbitServer(bench.workdir)
+    results: dict[str, Any] = {}
+    details: dict[str, Any] = {"rabbitmq_version": srv.version()}
+    try:
+        with srv.connect() as conn:
+            declare(conn.channel(), QUEUE_TYPE)
+        # -- throughput ---------------------------------------------------------------------------
+        pre, target = throughput.preload_workload(bench, n, 100, "100B")
+        rounds = [measure_round(bench, srv, pre, target, n, r) for r in range(rounds_n)]
+        details["rounds"] = rounds
+        rates = [one[RABBIT]["records_per_s"] for one in rounds]
+        rabbit_rate = throughput.median(rates)
+        note = f"median of {rounds_n} rounds" if rounds_n > 1 else None
+
+        def med(key: str) -> float | None:
+            return throughput.median([one[RABBIT][key] for one in rounds])
+
+        results["rabbit"] = {
+            "records_per_s": fig(rabbit_rate, "records/s", note=note),
+            "rate_spread": spread_figure(rates),
+            "early": fig(sum(one[RABBIT]["early"] for one in rounds), "records", "== 0"),
+            "lost": fig(sum(one[RABBIT]["lost"] for one in rounds), "records", "== 0"),
+            "duplicates": fig(sum(one[RABBIT]["duplicates"] for one in rounds), "records",
+                              note="at-least-once: a message nacked after a failed Kafka report is delivered again"),
+            "cpu_us_per_record": fig(med("cpu_us_per_record"), "us", note="the bridges' CPU, median over rounds"),
+            "server_cpu_us_per_record": fig(med("server_cpu_us_per_record"), "us",
+                                            note="the RabbitMQ node's CPU while the bridges drain, median over rounds"),
+            "publish_per_s": fig(med("publish_per_s"), "records/s",
+                                 note=f"one publisher, confirms, {CONFIRM_WINDOW} unconfirmed at most"),
+            "dead_letter_lag_s": fig(med("dead_letter_lag_s"), "s",
+                                     note="last record's TTL end to the whole backlog in the due queue"),
+        }
+        for sched in bench.schedulers:
+            ratio = throughput.median([one[sched]["ratio_to_rabbit"] for one in rounds])
+            log(f"rabbit-ttl: sidecar {sched} median {ratio or 0:.2f}x the RabbitMQ TTL queues")
+            results[sched] = {"records_per_s": fig(throughput.one_median(rounds, sched), "records/s"),
+                              "ratio_to_rabbit": fig(ratio, "x", ">= 2", note=note),
+                              "cpu_us_per_record": fig(throughput.median(
+                                  [one[sched]["cpu_us_per_record"] for one in rounds]), "us")}
+        # -- lateness at 50 % of the queue's own maximum ----------------------------------------
+        rate = max(100.0, min(rabbit_rate or 0, med("publish_per_s") or 0) / 2)
+        lat = measure_lateness(bench, srv, rate, seconds)
+        details["lateness"] = lat
+        log(f"rabbit-ttl lateness at {rate:,.0f}/s: p50 {lat['p50']} ms, p99 {lat['p99']} ms, early {lat['early']}")
+        req = lat["vs_requested"]
+        results["rabbit_lateness"] = {
+            "offered_rate": fig(rate, "records/s"),
+            **{f"{k}_ms": fig(lat[k], "ms", note="after the level's due time") for k in ("p50", "p99", "p999", "max")},
+            **{f"requested_{k}_ms": fig(req[k], "ms", note="after the requested due time (level rounding included)")
+               for k in ("p50", "p99", "max")},
+            "early": fig(lat["early"], "records", "== 0"),
+            "lost": fig(lat["lost"], "records", "== 0"),
+            "duplicates": fig(lat["duplicates"], "records"),
+        }
+    finally:
+        srv.stop()
+        bench.cleanup_topics()
+    return {
+        "method": "RabbitMQ TTL + dead-letter exchange: one durable quorum queue per sidecar level "
+                  "(x-message-ttl, x-dead-letter-exchange, at-least-once dead-lettering) into a durable due queue; "
+                  "persistent messages published with confirms; "
+                  f"{WORKERS} bridges (prefetch {PREFETCH}) publishing to Kafka (acks=all, idempotent) and acking each "
+                  "message after Kafka did; the backlog dead-lettered before the bridges start, back to back with the "
+                  "sidecar in rotated rounds; lateness at 50 % of its own maximum",
+        "settings": {"records": n, "rounds": rounds_n, "workers": WORKERS, "prefetch": PREFETCH,
+                     "confirm_window": CONFIRM_WINDOW, "queue_type": QUEUE_TYPE,
+                     "queue_arguments": type_args(QUEUE_TYPE),
+                     "levels_ms": LEVELS_MS, "backlog_delay_ms": BACKLOG_DELAY_MS, "lateness_seconds": seconds,
+                     "lateness_delays_ms": WHEEL_DELAYS, "rabbitmq": CONFIG, "schedulers": bench.schedulers},
+        "results": results,
+        "details": details,
+    }
