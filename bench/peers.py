@@ -1,9 +1,11 @@
-"""One throughput round of a peer design (a Redis or PostgreSQL delay queue) beside the sidecar:
+"""One throughput round of a peer design (a Redis, PostgreSQL or RabbitMQ delay queue) beside the sidecar:
 the peer and every scheduler back to back on one pre-loaded workload, in the order
 :func:`bench.throughput.one_round` rotates by round, each scheduler's ``ratio_to_<peer>`` taken
 against this round's peer rate (the machine's speed drifts between rounds, less within one).
 A peer's own rate over the rounds is summed up by its spread, ``(max - min) / median``: issue
-#55 asks each baseline to vary by at most 15 % between the rounds of one run."""
+#55 asks each baseline to vary by at most 15 % between the rounds of one run. The helpers below
+are what the peers' scenarios share: running their worker processes, reading back and counting
+what they delivered, and the sidecar's and the lateness run's figures."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from typing import Any
 
 from bench import throughput
 from bench.report import Figure, fig
-from bench.workload import Bench, Preloaded, log
+from bench.workload import Bench, Delivered, Preloaded, ScriptProc, log, read_range, wall_ms
 
 
 def peer_round(bench: Bench, r: int, scenario: str, peer: str, label: str, measure_peer: Callable[[], dict[str, Any]],
@@ -26,6 +28,53 @@ def peer_round(bench: Bench, r: int, scenario: str, peer: str, label: str, measu
     log(f"{scenario} round {r + 1}: {label} {one[peer]['records_per_s'] or 0:,.0f} records/s, " + ", ".join(
         f"{s} {one[s]['records_per_s'] or 0:,.0f} ({one[s][key] or 0:.2f}x)" for s in bench.schedulers))
     return one
+
+
+def run_workers(bench: Bench, module: str, args: list[str], workers: int, count: int, until_ms: int,
+                tag: str) -> list[dict[str, Any]]:
+    """``workers`` processes of a peer's worker ``module`` (``python -m``) with ``args`` plus the
+    bootstrap, ``--until-ms`` and a timeout sized for ``count`` records; their ``done`` events."""
+    timeout = throughput.timeout_for(count) + max(0, until_ms - wall_ms()) / 1000
+    procs = [ScriptProc(module, bench.workdir, [*args, "--bootstrap", bench.bootstrap, "--until-ms", str(until_ms),
+                                                "--timeout", str(timeout)], tag=tag) for _ in range(workers)]
+    for p in procs:
+        p.start()
+    return [p.result(timeout + 60) for p in procs]
+
+
+def delivered(bench: Bench, target: str, start: dict[int, int], n: int,
+              res: list[dict[str, Any]]) -> tuple[Delivered, dict[str, Any]]:
+    """What a peer delivered to ``target`` since ``start``, of ``n`` expected: the records and the
+    figures every peer reports (rate, losses, early ones, lateness, the workers' CPU per record)."""
+    got = read_range(bench.bootstrap, target, start, bench.wm.high(target), headers=True)
+    return got, {"records_per_s": got.window_rate(), "delivered": len(got.ts), "expected": n,
+                 "duplicates": len(got.ids) - len(set(got.ids)), "lost": n - len(set(got.ids)),
+                 "early": sum(1 for ts, da in zip(got.ts, got.deliver_at, strict=True) if ts < da),
+                 "late_ms": [ts - da for ts, da in zip(got.ts, got.deliver_at, strict=True)],
+                 "cpu_us_per_record": sum(r["cpu_s"] for r in res) * 1e6 / n if n else None}
+
+
+def sidecar_figures(bench: Bench, rounds: list[dict[str, Any]], scenario: str, peer: str, label: str,
+                    note: str | None) -> dict[str, Any]:
+    """Each scheduler's figures beside a peer: its median rate, ratio and CPU over the rounds."""
+    out: dict[str, Any] = {}
+    for sched in bench.schedulers:
+        ratio = throughput.median([one[sched][f"ratio_to_{peer}"] for one in rounds])
+        log(f"{scenario}: sidecar {sched} median {ratio or 0:.2f}x the {label}")
+        out[sched] = {"records_per_s": fig(throughput.one_median(rounds, sched), "records/s"),
+                      f"ratio_to_{peer}": fig(ratio, "x", ">= 2", note=note),
+                      "cpu_us_per_record": fig(throughput.median(
+                          [one[sched]["cpu_us_per_record"] for one in rounds]), "us")}
+    return out
+
+
+def lateness_figures(lat: dict[str, Any], note: str | None = None) -> dict[str, Figure]:
+    """A peer's lateness run: offered rate, percentiles, early, lost, duplicates."""
+    return {"offered_rate": fig(lat["offered_rate"], "records/s"),
+            **{f"{k}_ms": fig(lat[k], "ms", note=note) for k in ("p50", "p99", "p999", "max")},
+            "early": fig(lat["early"], "records", "== 0"),
+            "lost": fig(lat["lost"], "records", "== 0"),
+            "duplicates": fig(lat["duplicates"], "records")}
 
 
 def spread(rates: list[float | None]) -> float | None:

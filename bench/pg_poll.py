@@ -29,7 +29,7 @@ import threading
 import time
 from typing import Any
 
-from bench import throughput
+from bench import peers, throughput
 from bench.lateness import WHEEL_DELAYS
 from bench.peers import peer_round, spread_figure
 from bench.pg_server import SETTINGS, PgServer
@@ -40,10 +40,8 @@ from bench.workload import (
     Bench,
     BenchError,
     Preloaded,
-    ScriptProc,
     lateness_percentiles,
     log,
-    read_range,
     uid,
     value_of,
     wall_ms,
@@ -80,23 +78,12 @@ def load(srv: PgServer, target: str, n: int, due: Any) -> float:
 
 
 def run_workers(bench: Bench, srv: PgServer, count: int, until_ms: int, tag: str) -> list[dict[str, Any]]:
-    timeout = throughput.timeout_for(count) + max(0, until_ms - wall_ms()) / 1000
-    procs = [ScriptProc("bench.pg_worker", bench.workdir,
-                        ["--conninfo", srv.conninfo, "--bootstrap", bench.bootstrap, "--until-ms", str(until_ms),
-                         "--timeout", str(timeout)], tag=tag) for _ in range(WORKERS)]
-    for p in procs:
-        p.start()
-    return [p.result(timeout + 60) for p in procs]
+    return peers.run_workers(bench, "bench.pg_worker", ["--conninfo", srv.conninfo], WORKERS, count, until_ms, tag)
 
 
 def delivered(bench: Bench, target: str, start: dict[int, int], res: list[dict[str, Any]], n: int) -> dict[str, Any]:
-    got = read_range(bench.bootstrap, target, start, bench.wm.high(target), headers=True)
-    return {"records_per_s": got.window_rate(), "delivered": len(got.ts), "expected": n,
-            "duplicates": len(got.ids) - len(set(got.ids)), "lost": n - len(set(got.ids)),
-            "early": sum(1 for ts, da in zip(got.ts, got.deliver_at, strict=True) if ts < da),
-            "late_ms": [ts - da for ts, da in zip(got.ts, got.deliver_at, strict=True)],
-            "cpu_us_per_record": sum(r["cpu_s"] for r in res) * 1e6 / n if n else None,
-            "rolled_back_batches": sum(r["rolled_back"] for r in res)}
+    _got, out = peers.delivered(bench, target, start, n, res)
+    return {**out, "rolled_back_batches": sum(r["rolled_back"] for r in res)}
 
 
 def measure_pg(bench: Bench, srv: PgServer, n: int, target: str) -> dict[str, Any]:
@@ -224,25 +211,13 @@ def run(bench: Bench) -> dict[str, Any]:
             "duplicates": fig(sum(one[PG]["duplicates"] for one in rounds), "records",
                               note="at-least-once: a batch rolled back after a failed flush is published again"),
         }
-        for sched in bench.schedulers:
-            ratio = throughput.median([one[sched]["ratio_to_pg"] for one in rounds])
-            log(f"pg-poll: sidecar {sched} median {ratio or 0:.2f}x the PostgreSQL queue")
-            results[sched] = {"records_per_s": fig(throughput.one_median(rounds, sched), "records/s"),
-                              "ratio_to_pg": fig(ratio, "x", ">= 2", note=note),
-                              "cpu_us_per_record": fig(throughput.median(
-                                  [one[sched]["cpu_us_per_record"] for one in rounds]), "us")}
+        results.update(peers.sidecar_figures(bench, rounds, "pg-poll", PG, "PostgreSQL queue", note))
         # -- lateness at 50 % of the queue's own maximum ----------------------------------------
         rate = max(100.0, (pg_rate or 0) / 2)
         lat = measure_lateness(bench, srv, rate, seconds)
         details["lateness"] = lat
         log(f"pg-poll lateness at {rate:,.0f}/s: p50 {lat['p50']} ms, p99 {lat['p99']} ms, early {lat['early']}")
-        results["pg_lateness"] = {
-            "offered_rate": fig(rate, "records/s"),
-            **{f"{k}_ms": fig(lat[k], "ms") for k in ("p50", "p99", "p999", "max")},
-            "early": fig(lat["early"], "records", "== 0"),
-            "lost": fig(lat["lost"], "records", "== 0"),
-            "duplicates": fig(lat["duplicates"], "records"),
-        }
+        results["pg_lateness"] = peers.lateness_figures(lat)
         # -- disk per pending record ------------------------------------------------------------
         disk = measure_disk(bench, srv, m)
         details["disk"] = disk

@@ -2,7 +2,8 @@
 consumes the due queue and publishes each message to Kafka, acknowledging it to RabbitMQ only after
 Kafka acknowledged the record (at-least-once, like the sidecar's default).
 
-Run as ``python -m bench.rabbit_bridge --port P --bootstrap B [--prefetch N] [--until-ms T]``; a
+Run as ``python -m bench.rabbit_bridge --port P --bootstrap B [--prefetch N] [--until-ms T]
+[--wait-queue Q ...]``; a
 bridge is one process, one AMQP connection and channel, one Kafka producer, one loop:
 
 1. ``basic.qos(prefetch_count=N)`` and ``basic.consume`` on ``kds.due`` with manual
@@ -22,7 +23,8 @@ bridge is one process, one AMQP connection and channel, one Kafka producer, one 
    duplicates are possible, losses are not.
 
 The bridge exits once the wall clock is past ``until-ms`` (0: at once), nothing is in flight and
-the due queue has been empty for :data:`IDLE_MS` (a passive declare counts its ready messages).
+the due queue and every ``--wait-queue`` (the TTL queues, whose messages are still to expire) have
+been empty for :data:`IDLE_MS` (a passive declare counts a queue's ready messages).
 JSON event lines on stdout: ``ready``, ``done`` (published, redelivered, CPU seconds).
 """
 
@@ -97,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prefetch", type=int, default=PREFETCH)
     ap.add_argument("--until-ms", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--wait-queue", action="append", default=[])
     ns = ap.parse_args(argv)
+    watched = [DUE_QUEUE, *ns.wait_queue]
 
     prod = Producer({"bootstrap.servers": ns.bootstrap, **DELIVERY_PRODUCER})
     conn = pika.BlockingConnection(pika.ConnectionParameters(host="127.0.0.1", port=ns.port, heartbeat=0))
@@ -141,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         if idle_since is None:
             idle_since = now
         elif (now - idle_since) * 1000 >= IDLE_MS and time.time_ns() // 1_000_000 >= ns.until_ms \
-                and queue_depth(ch, DUE_QUEUE) == 0:
+                and all(queue_depth(ch, q) == 0 for q in watched):
             break
     prod.flush(60)
     settler.flush()

@@ -33,7 +33,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from bench import throughput
+from bench import peers, throughput
 from bench.lateness import WHEEL_DELAYS
 from bench.peers import peer_round, spread_figure
 from bench.rabbit_bridge import PREFETCH
@@ -54,10 +54,8 @@ from bench.workload import (
     Bench,
     BenchError,
     Preloaded,
-    ScriptProc,
     lateness_percentiles,
     log,
-    read_range,
     uid,
     value_of,
     wait_until,
@@ -83,24 +81,9 @@ def reset(srv: RabbitServer) -> None:
 
 
 def run_bridges(bench: Bench, srv: RabbitServer, count: int, until_ms: int, tag: str) -> list[dict[str, Any]]:
-    timeout = throughput.timeout_for(count) + max(0, until_ms - wall_ms()) / 1000
-    procs = [ScriptProc("bench.rabbit_bridge", bench.workdir,
-                        ["--port", str(srv.port), "--bootstrap", bench.bootstrap, "--until-ms", str(until_ms),
-                         "--timeout", str(timeout)], tag=tag) for _ in range(WORKERS)]
-    for p in procs:
-        p.start()
-    return [p.result(timeout + 60) for p in procs]
-
-
-def delivered(bench: Bench, target: str, start: dict[int, int], res: list[dict[str, Any]], n: int) -> dict[str, Any]:
-    got = read_range(bench.bootstrap, target, start, bench.wm.high(target), headers=True)
-    return {"records_per_s": got.window_rate(), "delivered": len(got.ts), "expected": n,
-            "duplicates": len(got.ids) - len(set(got.ids)), "lost": n - len(set(got.ids)),
-            "early": sum(1 for ts, da in zip(got.ts, got.deliver_at, strict=True) if ts < da),
-            "late_ms": [ts - da for ts, da in zip(got.ts, got.deliver_at, strict=True)],
-            "ids": got.ids, "ts": got.ts,
-            "cpu_us_per_record": sum(r["cpu_s"] for r in res) * 1e6 / n if n else None,
-            "redelivered": sum(r["redelivered"] for r in res)}
+    waits = [a for ms in LEVELS_MS for a in ("--wait-queue", level_queue(ms))]
+    return peers.run_workers(bench, "bench.rabbit_bridge", ["--port", str(srv.port), *waits], WORKERS, count,
+                             until_ms, tag)
 
 
 def backlog(target: str, n: int) -> Iterator[list[Record]]:
@@ -125,10 +108,10 @@ def measure_rabbit(bench: Bench, srv: RabbitServer, n: int, target: str) -> dict
     cpu0 = srv.cpu_seconds()
     res = run_bridges(bench, srv, n, 0, "tp")
     server_cpu = srv.cpu_seconds() - cpu0
-    out = delivered(bench, target, start, res, n)
-    for k in ("late_ms", "ids", "ts"):
-        del out[k]
-    return {**out, "server_cpu_us_per_record": server_cpu * 1e6 / n, "publish_per_s": n / publish_s,
+    _got, out = peers.delivered(bench, target, start, n, res)
+    del out["late_ms"]
+    return {**out, "redelivered": sum(r["redelivered"] for r in res),
+            "server_cpu_us_per_record": server_cpu * 1e6 / n, "publish_per_s": n / publish_s,
             "dead_letter_lag_s": dead_letter_lag_s}
 
 
@@ -177,8 +160,8 @@ def measure_lateness(bench: Bench, srv: RabbitServer, rate: float, seconds: floa
     bench.topics(target)
     reset(srv)
     pub = PacedPublisher(srv, target, rate, seconds)
-    # the bridges run until every record the publisher can send is due (the end of its run plus
-    # the longest level it uses), then exit once the due queue stays empty
+    # the bridges run at least until every record the publisher sends on time is due (the end of its
+    # run plus the longest level it uses), then exit once every queue stays empty
     longest = next(ms for ms in LEVELS_MS if ms >= WHEEL_DELAYS[1])
     until = wall_ms() + int(seconds * 1000) + longest + 2_000
     holder: list[list[dict[str, Any]]] = []
@@ -192,10 +175,9 @@ def measure_lateness(bench: Bench, srv: RabbitServer, rate: float, seconds: floa
         raise BenchError(f"rabbit-ttl: the paced publisher failed: {pub.error}")
     if not holder:
         raise BenchError("rabbit-ttl: the lateness bridges did not finish")
-    out = delivered(bench, target, {}, holder[0], pub.sent)
+    got, out = peers.delivered(bench, target, {}, pub.sent, holder[0])
     late = out.pop("late_ms")
-    ids, ts = out.pop("ids"), out.pop("ts")
-    vs_requested = [t - pub.requested[i] for i, t in zip(ids, ts, strict=True) if i in pub.requested]
+    vs_requested = [t - pub.requested[i] for i, t in zip(got.ids, got.ts, strict=True) if i in pub.requested]
     return {"offered_rate": rate, "sent": pub.sent, **out, **lateness_percentiles(late),
             "vs_requested": lateness_percentiles(vs_requested)}
 
@@ -235,13 +217,7 @@ def run(bench: Bench) -> dict[str, Any]:
             "dead_letter_lag_s": fig(med("dead_letter_lag_s"), "s",
                                      note="last record's TTL end to the whole backlog in the due queue"),
         }
-        for sched in bench.schedulers:
-            ratio = throughput.median([one[sched]["ratio_to_rabbit"] for one in rounds])
-            log(f"rabbit-ttl: sidecar {sched} median {ratio or 0:.2f}x the RabbitMQ TTL queues")
-            results[sched] = {"records_per_s": fig(throughput.one_median(rounds, sched), "records/s"),
-                              "ratio_to_rabbit": fig(ratio, "x", ">= 2", note=note),
-                              "cpu_us_per_record": fig(throughput.median(
-                                  [one[sched]["cpu_us_per_record"] for one in rounds]), "us")}
+        results.update(peers.sidecar_figures(bench, rounds, "rabbit-ttl", RABBIT, "RabbitMQ TTL queues", note))
         # -- lateness at 50 % of the queue's own maximum ----------------------------------------
         rate = max(100.0, min(rabbit_rate or 0, med("publish_per_s") or 0) / 2)
         lat = measure_lateness(bench, srv, rate, seconds)
@@ -249,13 +225,9 @@ def run(bench: Bench) -> dict[str, Any]:
         log(f"rabbit-ttl lateness at {rate:,.0f}/s: p50 {lat['p50']} ms, p99 {lat['p99']} ms, early {lat['early']}")
         req = lat["vs_requested"]
         results["rabbit_lateness"] = {
-            "offered_rate": fig(rate, "records/s"),
-            **{f"{k}_ms": fig(lat[k], "ms", note="after the level's due time") for k in ("p50", "p99", "p999", "max")},
+            **peers.lateness_figures(lat, note="after the level's due time"),
             **{f"requested_{k}_ms": fig(req[k], "ms", note="after the requested due time (level rounding included)")
                for k in ("p50", "p99", "max")},
-            "early": fig(lat["early"], "records", "== 0"),
-            "lost": fig(lat["lost"], "records", "== 0"),
-            "duplicates": fig(lat["duplicates"], "records"),
         }
     finally:
         srv.stop()

@@ -40,7 +40,8 @@ def rabbit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitServer]:
 def bridges(srv: RabbitServer, bootstrap: str, n: int, until_ms: int) -> list[subprocess.Popen[bytes]]:
     # a small prefetch, so that the two bridges share the queue and settle many windows
     return [subprocess.Popen([sys.executable, "-m", "bench.rabbit_bridge", "--port", str(srv.port), "--bootstrap",
-                              bootstrap, "--until-ms", str(until_ms), "--prefetch", "50", "--timeout", "60"],
+                              bootstrap, "--until-ms", str(until_ms), "--prefetch", "50", "--timeout", "60",
+                              *(a for ms in LEVELS for a in ("--wait-queue", level_queue(ms)))],
                              stdout=subprocess.PIPE) for _ in range(n)]
 
 
@@ -59,7 +60,7 @@ def test_every_record_delivered_once_and_never_early(rabbit: RabbitServer, kafka
                for i in range(1_200)]
     records.append(Record("id-nokey", target, None, b"", 1_000))
     due: dict[str, int] = {}
-    procs = bridges(rabbit, kafka_bootstrap, 2, int(time.time() * 1000) + 4_000)
+    procs = bridges(rabbit, kafka_bootstrap, 2, int(time.time() * 1000) + 5_000)
     for p in procs:
         assert p.stdout is not None and b'"ready"' in p.stdout.readline()
     pub = ConfirmingPublisher(rabbit.params, LEVELS, window=200,
