@@ -86,6 +86,7 @@ class RabbitServer:
         self.port = _free_port()
         self.epmd_port = _free_port()
         self.node = f"kds-{uid()}@localhost"
+        self.data_dir = self.dir / "mnesia"  # the node's queues, message stores and logs
         conf = self.dir / "rabbitmq.conf"
         conf.write_text("".join(f"{k} = {v}\n" for k, v in
                                 {"listeners.tcp.1": f"127.0.0.1:{self.port}", **CONFIG}.items()))
@@ -98,7 +99,7 @@ class RabbitServer:
             "RABBITMQ_NODENAME": self.node,
             "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
             "RABBITMQ_DIST_PORT": str(_free_port()),
-            "RABBITMQ_MNESIA_BASE": str(self.dir / "mnesia"),
+            "RABBITMQ_MNESIA_BASE": str(self.data_dir),
             "RABBITMQ_LOG_BASE": str(self.dir / "log"),
             "RABBITMQ_CONFIG_FILE": str(conf),
             "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.dir / "enabled_plugins"),

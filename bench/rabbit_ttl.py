@@ -23,6 +23,9 @@ after Kafka did.
   10 s) while the bridges run; lateness is the delivered record's timestamp minus its level's due
   time (``delay.deliver-at``: the queue's own precision), and, separately, minus the requested due
   time (the rounding up to a level included).
+* Memory and disk per pending record: M records of 100 B published into the 30 min level; the
+  node's RSS growth and its data directory's growth (the quorum queues' write-ahead log and
+  segments), each over M.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from bench.workload import (
     Bench,
     BenchError,
     Preloaded,
+    disk_usage,
     lateness_percentiles,
     log,
     uid,
@@ -66,11 +70,12 @@ RABBIT = "rabbit"
 QUEUE_TYPE = "quorum"
 WORKERS = 2  # one per core of the bench machine, as for pg-poll
 BACKLOG_DELAY_MS = LEVELS_MS[0]
+PENDING_DELAY_MS = 1_800_000  # a level of the default table: 30 min
 
 
-def sizes(bench: Bench) -> tuple[int, float]:
-    """(throughput records, lateness seconds)."""
-    return (throughput.records_for(bench), 60.0) if bench.full else (20_000, 10.0)
+def sizes(bench: Bench) -> tuple[int, int, float]:
+    """(throughput records, pending records for the memory and disk figures, lateness seconds)."""
+    return (throughput.records_for(bench), 1_000_000, 60.0) if bench.full else (20_000, 50_000, 10.0)
 
 
 def reset(srv: RabbitServer) -> None:
@@ -182,8 +187,30 @@ def measure_lateness(bench: Bench, srv: RabbitServer, rate: float, seconds: floa
             "vs_requested": lateness_percentiles(vs_requested)}
 
 
+def measure_pending(srv: RabbitServer, m: int) -> dict[str, Any]:
+    """``m`` records of 100 B published into the 30 min level (none expires while measured): the
+    node's RSS and its data directory's growth, each over ``m``."""
+    reset(srv)
+    time.sleep(1)  # let the purge's memory and segment files go before the baseline
+    rss0, (disk0, _a) = srv.rss_bytes(), disk_usage(srv.data_dir)
+    value = value_of(100)
+    t0 = time.monotonic()
+    ConfirmingPublisher(srv.params).run(
+        [Record(f"m{i}", "bench.rabbit.pending", b"k%d" % i, value, PENDING_DELAY_MS)
+         for i in range(start, min(m, start + 1_000))] for start in range(0, m, 1_000))
+    publish_s = time.monotonic() - t0
+    with srv.connect() as conn:
+        count = queue_depth(conn.channel(), level_queue(PENDING_DELAY_MS))
+    if count != m:
+        raise BenchError(f"RabbitMQ holds {count} pending messages, expected {m}")
+    rss1, (disk1, _a) = srv.rss_bytes(), disk_usage(srv.data_dir)
+    reset(srv)
+    return {"pending": m, "rss_bytes": rss1 - rss0, "disk_bytes": disk1 - disk0, "rss_total": rss1,
+            "publish_per_s": m / publish_s}
+
+
 def run(bench: Bench) -> dict[str, Any]:
-    n, seconds = sizes(bench)
+    n, m, seconds = sizes(bench)
     rounds_n = throughput.rounds_for(bench)
     srv = RabbitServer(bench.workdir)
     results: dict[str, Any] = {}
@@ -224,6 +251,13 @@ def run(bench: Bench) -> dict[str, Any]:
         details["lateness"] = lat
         log(f"rabbit-ttl lateness at {rate:,.0f}/s: p50 {lat['p50']} ms, p99 {lat['p99']} ms, early {lat['early']}")
         req = lat["vs_requested"]
+        # -- memory and disk per pending record ---------------------------------------------------
+        pend = measure_pending(srv, m)
+        details["pending"] = pend
+        results["rabbit_pending"] = {
+            "rss_bytes_per_pending": fig(pend["rss_bytes"] / m, "B", note="the node's RSS growth"),
+            "disk_bytes_per_pending": fig(pend["disk_bytes"] / m, "B", note="the node's data directory growth"),
+        }
         results["rabbit_lateness"] = {
             **peers.lateness_figures(lat, note="after the level's due time"),
             **{f"requested_{k}_ms": fig(req[k], "ms", note="after the requested due time (level rounding included)")
@@ -243,7 +277,8 @@ def run(bench: Bench) -> dict[str, Any]:
                      "confirm_window": CONFIRM_WINDOW, "queue_type": QUEUE_TYPE,
                      "queue_arguments": type_args(QUEUE_TYPE),
                      "levels_ms": LEVELS_MS, "backlog_delay_ms": BACKLOG_DELAY_MS, "lateness_seconds": seconds,
-                     "lateness_delays_ms": WHEEL_DELAYS, "rabbitmq": CONFIG, "schedulers": bench.schedulers},
+                     "lateness_delays_ms": WHEEL_DELAYS, "pending_records": m, "rabbitmq": CONFIG,
+                     "schedulers": bench.schedulers},
         "results": results,
         "details": details,
     }
