@@ -28,42 +28,24 @@ skip() {
        "PostgreSQL: put initdb and postgres on PATH to run them)" >&2
   exit 0
 }
-command -v apt-get >/dev/null && command -v apt-cache >/dev/null && command -v dpkg-deb >/dev/null \
-  || skip "no apt-get/dpkg-deb on this machine"
+DEB_STEP=postgresql
+# shellcheck source=scripts/lib/debian-packages.sh
+. "$(dirname "$0")/../lib/debian-packages.sh"
+deb_tools || skip "no apt-get/dpkg-deb on this machine"
 newest() {  # the newest server package apt offers (bookworm: postgresql-15)
   apt-cache "${apt_opts[@]}" pkgnames postgresql- 2>/dev/null | grep -E '^postgresql-[0-9]+$' | sort -t- -k2 -n | tail -1 || true
 }
-apt_opts=()
 pkg=$(newest)
 if [ -z "$pkg" ]; then
-  # a machine whose package lists were cleaned (container images are): read the sources' lists
-  # into the cache, as any user, without touching the machine's own lists
-  lists="$KDS_CACHE/apt/lists"
-  mkdir -p "$lists/partial" "$KDS_CACHE/apt/archives/partial"
-  apt_opts=(-o "Dir::State::Lists=$lists" -o "Dir::Cache=$KDS_CACHE/apt" -o "Dir::Cache::archives=$KDS_CACHE/apt/archives"
-            -o Debug::NoLocking=true)
-  echo "setup(postgresql): apt knows no postgresql-NN package; reading the package lists into $lists" >&2
-  apt-get -q "${apt_opts[@]}" update >&2 || skip "apt-get update failed (no network?)"
+  deb_private_lists "postgresql-NN package"
   pkg=$(newest)
 fi
 [ -n "$pkg" ] || skip "apt knows no postgresql-NN package"
 major=${pkg#postgresql-}
-# library dependencies of the server that are not installed here (the others are the machine's)
-libs=$(apt-cache "${apt_opts[@]}" depends "$pkg" | awk '/^ *\|?Depends: lib/ {print $2}' | sort -u)
-want=("$pkg")
-for l in $libs; do
-  dpkg-query -W -f='${Status}' "$l" 2>/dev/null | grep -q "install ok installed" || want+=("$l")
-done
-dl=$(mktemp -d)
-trap 'rm -rf "$dl"' EXIT
-chmod 755 "$dl"  # apt's _apt user writes the downloads when this runs as root
-echo "setup(postgresql): fetching ${want[*]} from Debian's packages into $dest" >&2
-(cd "$dl" && apt-get download -q "${apt_opts[@]}" "${want[@]}" >&2) || skip "apt-get download ${want[*]} failed (no network?)"
-rm -rf "$dest.tmp"
-mkdir -p "$dest.tmp" "$bin"
-for deb in "$dl"/*.deb; do dpkg-deb -x "$deb" "$dest.tmp"; done
-rm -rf "$dest"
-mv "$dest.tmp" "$dest"
+# the server, with the library dependencies that are not installed here (the others are the machine's)
+# shellcheck disable=SC2046  # one word per package
+deb_unpack "$dest" "$pkg" $(deb_missing_libs "$pkg")
+mkdir -p "$bin"
 pgbin="$dest/usr/lib/postgresql/$major/bin"
 libdir="$dest/usr/lib/x86_64-linux-gnu:$dest/usr/lib/postgresql/$major/lib"
 for tool in initdb postgres pg_ctl; do

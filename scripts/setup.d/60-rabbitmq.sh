@@ -27,41 +27,23 @@ skip() {
        "RabbitMQ: put rabbitmq-server and erl on PATH to run them)" >&2
   exit 0
 }
-command -v apt-get >/dev/null && command -v apt-cache >/dev/null && command -v dpkg-deb >/dev/null \
-  || skip "no apt-get/dpkg-deb on this machine"
-apt_opts=()
+DEB_STEP=rabbitmq
+# shellcheck source=scripts/lib/debian-packages.sh
+. "$(dirname "$0")/../lib/debian-packages.sh"
+deb_tools || skip "no apt-get/dpkg-deb on this machine"
 known() { apt-cache "${apt_opts[@]}" show rabbitmq-server >/dev/null 2>&1; }
 if ! known; then
-  # a machine whose package lists were cleaned (container images are): read the sources' lists
-  # into the cache, as any user, without touching the machine's own lists
-  lists="$KDS_CACHE/apt/lists"
-  mkdir -p "$lists/partial" "$KDS_CACHE/apt/archives/partial"
-  apt_opts=(-o "Dir::State::Lists=$lists" -o "Dir::Cache=$KDS_CACHE/apt" -o "Dir::Cache::archives=$KDS_CACHE/apt/archives"
-            -o Debug::NoLocking=true)
-  echo "setup(rabbitmq): apt knows no rabbitmq-server package; reading the package lists into $lists" >&2
-  apt-get -q "${apt_opts[@]}" update >&2 || skip "apt-get update failed (no network?)"
+  deb_private_lists "rabbitmq-server package"
   known || skip "apt knows no rabbitmq-server package"
 fi
 # rabbitmq-server and every erlang-* package below it (the rest of its dependencies -- adduser,
-# logrotate, socat, python3 -- serve the system service, which is not used)
+# logrotate, socat, python3 -- serve the system service, which is not used), and the library
+# dependencies of the Erlang runtime that are not installed here (the others are the machine's)
 erlang=$(apt-cache "${apt_opts[@]}" depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
            --no-replaces --no-enhances rabbitmq-server | grep -E '^erlang-[a-z0-9-]+$' | sort -u)
-want=(rabbitmq-server $erlang)
-# library dependencies of the Erlang runtime that are not installed here (the others are the machine's)
-libs=$(apt-cache "${apt_opts[@]}" depends $erlang | awk '/^ *\|?Depends: lib/ {print $2}' | sort -u)
-for l in $libs; do
-  dpkg-query -W -f='${Status}' "$l" 2>/dev/null | grep -q "install ok installed" || want+=("$l")
-done
-dl=$(mktemp -d)
-trap 'rm -rf "$dl"' EXIT
-chmod 755 "$dl"  # apt's _apt user writes the downloads when this runs as root
-echo "setup(rabbitmq): fetching ${want[*]} from Debian's packages into $dest" >&2
-(cd "$dl" && apt-get download -q "${apt_opts[@]}" "${want[@]}" >&2) || skip "apt-get download ${want[*]} failed (no network?)"
-rm -rf "$dest.tmp"
-mkdir -p "$dest.tmp" "$bin"
-for deb in "$dl"/*.deb; do dpkg-deb -x "$deb" "$dest.tmp"; done
-rm -rf "$dest"
-mv "$dest.tmp" "$dest"
+# shellcheck disable=SC2086  # one word per package
+deb_unpack "$dest" rabbitmq-server $erlang $(deb_missing_libs $erlang)
+mkdir -p "$bin"
 root="$dest/usr/lib/erlang"
 sbin=$(ls -d "$dest"/usr/lib/rabbitmq/lib/rabbitmq_server-*/sbin | tail -1)
 [ -x "$sbin/rabbitmq-server" ] || skip "the unpacked rabbitmq-server has no sbin/rabbitmq-server"
