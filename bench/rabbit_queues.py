@@ -65,7 +65,7 @@ def type_args(queue_type: str) -> dict[str, Any]:
     if queue_type == "quorum":
         return {"x-queue-type": "quorum", "x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}
     if queue_type == "classic":
-        # version 2: the classic queue storage RabbitMQ made the default in 3.12 (opt-in in 3.10)
+        # version 2 storage: opt-in in 3.10, the default of newer RabbitMQ releases
         return {"x-queue-type": "classic", "x-queue-version": 2}
     raise ValueError(f"queue type must be one of {', '.join(QUEUE_TYPES)}: {queue_type!r}")
 
