@@ -37,8 +37,10 @@ are its tenant's.
 
 Checked at load (``check``; errors name the tenant and the key): ingress topics are distinct, and
 no tenant's ingress topic is any tenant's DLQ, changelog or history topic nor matches another
-tenant's target allowlist; changelog topics are distinct. ``kafka:`` overrides with ``delivery:
-exactly-once`` are refused (a tenant's own transactional producer is not built yet).
+tenant's target allowlist; changelog topics are distinct. With ``delivery: exactly-once`` a tenant
+with ``kafka:`` overrides runs its own transactions (engine/txn_lanes.py); ``etf1-tombstones: on``
+is refused beside it (the tombstones are the deployment's writes: they would commit in another
+transaction than the deliveries they follow).
 """
 
 from __future__ import annotations
@@ -249,10 +251,11 @@ def check(s: Settings, given: set[str]) -> None:
                 raise TenantError(f"{name} is set at the top level and 'tenants' is given: with tenants, each "
                                   f"tenant names its own {name} (tenants.<name>.{name})")
     for t in tenants:
-        if t.kafka and s.exactly_once:
-            raise TenantError(f"tenants.{t.name}.kafka: per-tenant Kafka credentials with delivery: exactly-once "
-                              "are not supported yet (a tenant's own transactional producer is not built); use "
-                              "delivery: at-least-once, or drop the tenant's kafka: overrides")
+        if t.kafka and s.exactly_once and s.etf1_tombstones == "on":
+            raise TenantError(f"tenants.{t.name}.kafka: per-tenant Kafka credentials with delivery: exactly-once and "
+                              "etf1-tombstones: on are not supported (the tombstones would commit in the deployment's "
+                              "transactions, not in the tenant's with its deliveries); use etf1-tombstones: off, or "
+                              "drop the tenant's kafka: overrides")
     ingress: dict[str, str] = {}
     for t in tenants:
         other = ingress.get(t.ingress_topic)

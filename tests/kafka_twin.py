@@ -89,7 +89,7 @@ from confluent_kafka import (
     KafkaException,
     TopicPartition,
 )
-from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
+from confluent_kafka.admin import AclOperation, OffsetSpec  # type: ignore[attr-defined]
 
 EPOCH_MS = 1_800_000_000_000
 
@@ -859,15 +859,19 @@ class _Entry:
 
 
 class TwinAdmin:
-    def __init__(self, cluster: TwinCluster) -> None:
+    def __init__(self, cluster: TwinCluster, user: str | None = None) -> None:
         self.cluster = cluster
+        self.user = user  # its principal: the topics ``TwinCluster.denied`` it are not writable
 
     def list_topics(self, topic: str | None = None, timeout: float = 0) -> _TopicsMeta:
         return _TopicsMeta(dict(self.cluster.topics))
 
     def describe_topics(self, topics: Any, **_kw: Any) -> dict[str, _Done]:
-        """No ACLs here: the broker does not say which operations are authorized (None)."""
-        return {t: _Done(SimpleNamespace(authorized_operations=None)) for t in topics.topic_names}
+        """The broker does not say which operations are authorized (None), except for a topic its
+        principal is denied (``TwinCluster.denied``): Describe and Read, no Write."""
+        denied = self.cluster.denied.get(self.user, ()) if self.user is not None else ()
+        return {t: _Done(SimpleNamespace(authorized_operations=[AclOperation.DESCRIBE, AclOperation.READ]
+                                         if t in denied else None)) for t in topics.topic_names}
 
     def create_topics(self, new_topics: list[Any], operation_timeout: float = 0) -> dict[str, _Done]:
         for t in new_topics:
@@ -926,4 +930,4 @@ class TwinClients:
         return p
 
     def admin(self, conf: dict[str, Any]) -> TwinAdmin:
-        return TwinAdmin(self.cluster)
+        return TwinAdmin(self.cluster, conf.get("sasl.username"))

@@ -20,78 +20,157 @@ A producer the broker fenced or that died is replaced (``new_producer``) and reg
 because Write on the transactional id was revoked, the sidecar does not exit: it stops producing
 and waits until the ACL is back (``txn_refusal.TxnRefusal``), then registers a new producer
 (:meth:`ExactlyOnce.refused_step`); the loop publishes nothing meanwhile (:attr:`producing`).
+
+**Lanes** (engine/txn_lanes.py): each tenant with its own principal has its own transactional
+producer, whose transactions hold its partitions' deliveries, dead letters, changelog writes and
+ingress offsets; every other partition is in the deployment's lane. Each lane commits, aborts,
+resets (only its own partitions: :meth:`ExactlyOnce.reset`, the records consumed for the others
+are kept: :meth:`ExactlyOnce.kept`), replaces its producer and waits out a refused transactional
+id on its own; a lost partition or a fenced consumer concerns every lane.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from confluent_kafka import KafkaException
 
 from sidecar import logs
+from sidecar.config import Settings
 from sidecar.engine.changelog import StoreMirror
+from sidecar.engine.clock import Clock
+from sidecar.engine.eos_targets import Writable
 from sidecar.engine.handover import Handover
 from sidecar.engine.kafka_io import KafkaIO
 from sidecar.engine.page_waits import PageWaits
 from sidecar.engine.publishing import Publishing
-from sidecar.engine.stores import StoreKey, Stores, named, tp_key
+from sidecar.engine.stores import StoreKey, Stores, named, record_key, tp_key
 from sidecar.engine.transactions import TransactionFailed, Transactions
-from sidecar.engine.txn_refusal import WAIT_S, TxnRefusal
+from sidecar.engine.txn_lanes import Lane, TenantPort
+from sidecar.engine.txn_refusal import WAIT_S, TxnRefusal, txn_probe
 
 log = logs.get("sidecar")
 
 
+def lanes_of(settings: Settings, txn: Transactions, kafka: KafkaIO, pub: Publishing, clock: Clock,
+             ingress_held: Callable[[], bool]) -> list[Lane]:
+    """The deployment's lane (``txn``, on ``kafka``'s producer), then one per tenant with ``kafka:``
+    overrides (its producer: ``pub.tenants``; its target checks asked as the tenant)."""
+    own = [t for t in settings.tenants if t.kafka]
+    lanes = [Lane("", kafka, txn, TxnRefusal(kafka.refusals, kafka, clock, txn_probe(settings), ingress_held),
+                  frozenset(t.ingress_topic for t in own), rest=True)]
+    pub.targets.default.ask = kafka.target_state
+    for t in own:
+        topic = t.ingress_topic
+        port = TenantPort(pub.tenants, topic, kafka)
+        principal = t.principal(settings.kafka)
+        about = (pub.tenants.transactional_id(t), principal)
+        lanes.append(Lane(t.name, port, Transactions(port, settings.transaction_interval_ms, clock, tally=txn),
+                          TxnRefusal(kafka.refusals, kafka, clock, txn_probe(settings, t), ingress_held, about),
+                          frozenset((topic,))))
+
+        def ask(target: str, topic: str = topic, principal: str = principal) -> str | None:
+            return kafka.target_state(target, pub.tenants.admin(topic, kafka.clients.admin), principal)
+
+        pub.targets.by_topic[topic] = Writable(ask, principal)
+    return lanes
+
+
 class ExactlyOnce:
     def __init__(
-        self, txn: Transactions, stores: Stores, kafka: KafkaIO, pub: Publishing, handover: Handover,
-        page_waits: PageWaits, refusal: TxnRefusal,
+        self, lanes: list[Lane], stores: Stores, kafka: KafkaIO, pub: Publishing, handover: Handover,
+        page_waits: PageWaits,
     ) -> None:
-        self.txn = txn
+        self.lanes = lanes  # the deployment's first
+        self.txn = lanes[0].txn
+        self.refusal = lanes[0].refusal
         self.stores = stores
         self.kafka = kafka
         self.pub = pub
         self.handover = handover
         self.page_waits = page_waits
-        self.refusal = refusal  # Write on the transactional id refused: waited out in place
-        self.reset_wanted = ""  # why the committed state must be restored (at the next turn)
+        self.reset_wanted = ""  # why every lane's committed state must be restored (at the next turn)
+        self.rewound: set[StoreKey] = set()  # the partitions the last reset consumes again
+
+    def start(self) -> None:
+        """Register every lane's transactional id and begin (the deployment's as before: a refusal
+        stops the start; a tenant's refusal is waited out like one while running)."""
+        self.txn.start()
+        for lane in self.lanes[1:]:
+            self._register(lane, "", start=True)
+
+    def lane_of(self, topic: str) -> Lane:
+        for lane in self.lanes[1:]:
+            if topic in lane.topics:
+                return lane
+        return self.lanes[0]
+
+    def port_of(self, topic: str) -> Any:
+        """What the changelog writer of a store of ingress topic ``topic`` produces with."""
+        return self.lane_of(topic).port
 
     @property
     def producing(self) -> bool:
-        """False while the transactional id is refused: nothing may be published."""
-        return not self.refusal.waiting
+        """False while a transactional id is refused: nothing may be published."""
+        return not any(lane.refusal.waiting for lane in self.lanes)
 
-    def new_producer(self, reason: str) -> None:
-        """Replace the transactional producer (dead or fenced) and register the new one; while
-        the transactional id is refused, the dead one stays until the ACL is back."""
-        if not self.refusal.waiting:
-            self._register(reason)
+    def new_producer(self, reason: str, lane: Lane | None = None) -> None:
+        """Replace a lane's transactional producer (dead or fenced) and register the new one;
+        while its transactional id is refused, the dead one stays until the ACL is back."""
+        lane = lane or self.lanes[0]
+        if not lane.refusal.waiting:
+            self._register(lane, reason)
 
     def producer_died(self, reason: str) -> None:
-        """A delivery report said the producer is dead: a new one, and the committed state
-        restored; while the transactional id is refused, the dead one's reports are expected."""
+        """A delivery report said the deployment's producer is dead: a new one, and its lane's
+        committed state restored; while the transactional id is refused, the dead one's reports
+        are expected."""
         self.pub.producer_fatal = ""
-        if self.refusal.waiting:
+        lane = self.lanes[0]
+        if lane.refusal.waiting:
             return
-        self.new_producer(reason)
-        self.reset(f"producer replaced: {reason}", aborted=True)
+        self.new_producer(reason, lane)
+        self.reset(lane, f"producer replaced: {reason}", aborted=True)
+
+    def _tenant_deaths(self) -> None:
+        """A tenant producer's fatal error (``TenantProducers.fatal``): as ``producer_died``, for its lane."""
+        for topic, why in list(self.pub.tenants.fatal.items()):
+            lane = self.lane_of(topic)
+            if lane.refusal.waiting:
+                continue
+            self.new_producer(why, lane)
+            self.reset(lane, f"producer replaced: {why}", aborted=True)
 
     def refused_step(self) -> None:
-        """A turn while the transactional id is refused: once the probe passes, a new producer
-        is made and registered, and the loop produces again (``txn_refusal.py``)."""
-        if self.refusal.step() and self._register("the transactional id is authorized again", healing=True):
-            self.refusal.resumed()
+        """A turn while a transactional id is refused: once the probe passes, a new producer is
+        made and registered, and the loop produces again (``txn_refusal.py``)."""
+        for lane in self.lanes:
+            if lane.refusal.waiting and lane.refusal.step() and self._register(
+                    lane, "the transactional id is authorized again", healing=True):
+                lane.refusal.resumed()
 
-    def _register(self, reason: str, healing: bool = False) -> bool:
-        """A new producer made and registered (``init_transactions``, begin); False when the
-        broker refused the transactional id (waited out), or, ``healing``, failed otherwise."""
-        self.kafka.replace_producer(reason, quiet=healing)
-        self.pub.producer = self.kafka.producer
+    def _replace(self, lane: Lane, reason: str, quiet: bool) -> None:
+        if lane.name:
+            self.pub.tenants.replace(next(iter(lane.topics)), reason, quiet)
+        else:
+            self.kafka.replace_producer(reason, quiet=quiet)
+            self.pub.producer = self.kafka.producer
+
+    def _register(self, lane: Lane, reason: str, healing: bool = False, start: bool = False) -> bool:
+        """A new producer made (not at ``start``: the first is) and registered
+        (``init_transactions``, begin); False when the broker refused the transactional id
+        (waited out), or, ``healing``, failed otherwise."""
+        if not start:
+            self._replace(lane, reason, quiet=healing)
         try:
-            self.txn.start()
+            lane.txn.start()
         except KafkaException as e:
-            cause = self.refusal.cause_of(e)
+            cause = lane.refusal.cause_of(e)
             if cause is not None:
-                self.refusal.refused(cause)
+                lane.refusal.refused(cause)
             elif healing:
-                self.refusal.failed(e)
+                lane.refusal.failed(e)
             else:
                 raise
             return False
@@ -101,110 +180,145 @@ class ExactlyOnce:
         """The loop's wait for records (``timeout``: to the next due record) capped at the next
         commit; while refused, a short one (the probe's answer): records due meanwhile must not
         make it spin, a restore still runs at full speed."""
-        if self.refusal.waiting:
+        if not self.producing:
             return 0.0 if restoring else WAIT_S
-        return min(timeout, self.txn.wait_s(mono))
+        return min(timeout, *(lane.txn.wait_s(mono) for lane in self.lanes))
 
     # -- a turn -----------------------------------------------------------------------------------
+    def _doomed(self, lane: Lane) -> str:
+        return next((why for topic, why in self.pub.doomed.items() if lane.covers(topic)), "")
+
     def must_reset(self) -> bool:
-        """Restore the committed state now if the open transaction cannot commit (a failed
-        delivery or changelog write, a lost partition, an abort in a rebalance callback)."""
-        why = self.reset_wanted or self.pub.doomed
-        if not why:
-            failed = sum(s.mirror.failed for s in self.stores.values() if isinstance(s.mirror, StoreMirror))
-            why = f"{failed} changelog writes failed" if failed else ""
-        if not why:
-            return False
-        self.reset(why, aborted=False)
-        return True
+        """Restore the committed state of each lane whose open transaction cannot commit (a failed
+        delivery or changelog write, a lost partition, an abort in a rebalance callback, a dead
+        tenant producer); True when some partitions are consumed again (:meth:`kept`)."""
+        self.rewound = set()
+        if self.pub.tenants.fatal:
+            self._tenant_deaths()
+        for lane in self.lanes:
+            why = self.reset_wanted or lane.reset_wanted or self._doomed(lane)
+            if not why:
+                failed = sum(s.mirror.failed for s in self.stores.values()
+                             if isinstance(s.mirror, StoreMirror) and lane.covers(s.topic))
+                why = f"{failed} changelog writes failed" if failed else ""
+            if why:
+                self.reset(lane, why, aborted=False)
+        self.reset_wanted = ""
+        return bool(self.rewound)
+
+    def kept(self, msgs: list[Any]) -> list[Any]:
+        """The consumed records not consumed again after the last reset (of other lanes' partitions)."""
+        rewound = self.rewound
+        return [m for m in msgs if m.error() is not None or record_key(m) not in rewound]
 
     def commit_due(self, mono: float) -> None:
-        """Commit the open transaction if ``transaction-interval`` has passed; reset if it aborts."""
-        if self.txn.due(mono):
-            why = self.commit()
-            if why:
-                self.reset(why, aborted=True)
+        """Commit each lane's open transaction if ``transaction-interval`` has passed; reset a lane
+        whose transaction aborts."""
+        for lane in self.lanes:
+            if lane.txn.due(mono):
+                why = self.commit(begin=True, lane=lane)
+                if why:
+                    self.reset(lane, why, aborted=True)
 
-    def commit(self, begin: bool = True) -> str:
-        """Commit the open transaction with the owned partitions' ingress offsets; "" when it
-        committed, else why it aborted (a dead producer replaced and registered again)."""
-        if self.pub.doomed:
-            return self.pub.doomed
-        for store in self.stores.values():  # the puts held back (StoreMirror.held), before the offsets
+    def commit(self, begin: bool = True, lane: Lane | None = None) -> str:
+        """Commit a lane's open transaction (the deployment's by default) with its partitions'
+        ingress offsets; "" when it committed, else why it aborted (a dead producer replaced and
+        registered again)."""
+        lane = lane or self.lanes[0]
+        doomed = self._doomed(lane)
+        if doomed:
+            return doomed
+        stores = [s for s in self.stores.values() if lane.covers(s.topic)]
+        for store in stores:  # the puts held back (StoreMirror.held), before the offsets
             if isinstance(store.mirror, StoreMirror):
                 store.mirror.flush_held()
-        offsets = self.kafka.offsets_of(list(self.stores.values()))
+        offsets = self.kafka.offsets_of(stores)
         try:
-            self.txn.commit(offsets, self.kafka.group_metadata() if offsets else None, begin)
+            lane.txn.commit(offsets, self.kafka.group_metadata() if offsets else None, begin)
         except TransactionFailed as e:
             if e.fatal:
-                self.new_producer(e.reason)
+                self.new_producer(e.reason, lane)
             return e.reason
         for tp in offsets:
             self.kafka.committed[tp_key(tp)] = tp.offset
         self.pub.poll(0)  # settle what the commit's flush reported
         return ""
 
-    def _commit_open(self, begin: bool = True) -> str:
-        return self.commit(begin) if self.txn.open else "no transaction open"
+    def _commit_open(self, lanes: list[Lane], begin: bool = True) -> str:
+        """Commit the open transactions of ``lanes``; "" when all committed, else the first
+        reason (a lane that failed is reset next turn)."""
+        first = ""
+        for lane in lanes:
+            why = self.commit(begin, lane) if lane.txn.open else "no transaction open"
+            if why:
+                lane.reset_wanted = lane.reset_wanted or why
+                first = first or why
+        return first
 
-    def _abort(self) -> None:
-        if self.refusal.waiting:  # the producer is dead: the broker aborts its transaction
+    def _abort(self, lane: Lane) -> None:
+        if lane.refusal.waiting:  # the producer is dead: the broker aborts its transaction
             return
         try:
-            self.txn.abort()
+            lane.txn.abort()
         except TransactionFailed as e:
-            self.new_producer(e.reason)
+            self.new_producer(e.reason, lane)
 
-    def reset(self, why: str, aborted: bool) -> None:
-        """The open transaction cannot commit (``aborted``: it was aborted already): see the
-        module docstring."""
+    def reset(self, lane: Lane, why: str, aborted: bool) -> None:
+        """``lane``'s open transaction cannot commit (``aborted``: it was aborted already): see
+        the module docstring. Only its partitions are restored and consumed again."""
         handover = self.handover
-        self.reset_wanted = ""
-        partitions = sorted(set(self.stores) | handover.held())
-        log.error("transaction.aborted", reason=why, partitions=named(partitions),
+        lane.reset_wanted = ""
+        held = [k for k in handover.held() if lane.covers(k.topic)]
+        owned = [k for k in self.stores if lane.covers(k.topic)]
+        partitions = sorted(set(owned) | set(held))
+        log.error("transaction.aborted", reason=why, partitions=named(partitions), **lane.log_fields(),
                   action="restoring the partitions' committed state from the changelog")
-        handover.drop_restoring(list(handover.held()))
-        self.page_waits.clear()  # consumed again from the committed offsets (rewind, below)
-        for key in list(self.stores):
+        handover.drop_restoring(held)
+        for key in partitions:
+            self.page_waits.drop(key)  # consumed again from the committed offsets (rewind, below)
+        for key in owned:
             handover.skip.pop(key, None)
             handover.discard(self.stores.pop(key))
-        self.pub.forget()
+        self.pub.forget(lane.covers)
         if not aborted:  # (a failed commit aborted, or registered a new producer, and began anew)
-            self._abort()
+            self._abort(lane)
         self.pub.poll(0)  # the purged records' reports: their stores are gone, only counted down
         if partitions:
             handover.assigned(partitions)
             self.kafka.rewind(partitions)
+            self.rewound.update(partitions)
 
     # -- the group's callbacks --------------------------------------------------------------------
     def revoked(self, partitions: list[StoreKey]) -> None:
-        """Commit the transaction (it holds the revoked partitions' last deliveries and offsets),
-        then close their stores clean; if it aborts, they close dirty (their next owner restores
-        the committed state) and the rest are restored next turn."""
-        why = self.handover.revoked(partitions, self._commit_open)
-        if why and self.stores:
-            self.reset_wanted = why
+        """Commit the transactions holding the revoked partitions' last deliveries and offsets,
+        then close their stores clean; if one aborts, they close dirty (their next owner restores
+        the committed state) and its lane's other partitions are restored next turn."""
+        topics = {k.topic for k in partitions}
+        lanes = [lane for lane in self.lanes if any(lane.covers(t) for t in topics)]
+        self.handover.revoked(partitions, lambda: self._commit_open(lanes))
 
     def lost(self) -> None:
-        """Partitions were lost: the open transaction holds records of partitions no longer ours,
-        so it cannot commit. That holds when every partition was lost too: committing it later, for
-        partitions assigned again, would publish the lost ones' deliveries beside their new owner's."""
-        if self.stores or self.txn.open:
+        """Partitions were lost: the open transactions hold records of partitions no longer ours,
+        so they cannot commit. That holds when every partition was lost too: committing one later,
+        for partitions assigned again, would publish the lost ones' deliveries beside their new
+        owner's."""
+        if self.stores or any(lane.txn.open for lane in self.lanes):
             self.reset_wanted = "partitions lost"
 
     def fenced(self) -> None:
-        """The consumer was replaced: the open transaction holds deliveries of partitions this
+        """The consumer was replaced: the open transactions hold deliveries of partitions this
         member may not own now."""
         self.pub.forget()
-        if self.txn.open:
-            self._abort()
+        for lane in self.lanes:
+            if lane.txn.open:
+                self._abort(lane)
 
     def close_all(self) -> None:
-        """Shutdown: the last transaction, then every store closed clean (or dirty, if it aborted)."""
-        why = self._commit_open(begin=False)
+        """Shutdown: the last transactions, then every store closed clean (or dirty, if its
+        lane's aborted)."""
+        failed = [lane for lane in self.lanes if self._commit_open([lane], begin=False)]
         for store in self.stores.values():
-            if why:
+            if any(lane.covers(store.topic) for lane in failed):
                 self.handover.discard(store)
             else:
                 self.handover.close_clean(store)

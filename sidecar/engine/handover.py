@@ -75,6 +75,9 @@ class Handover:
         # restoring -> the first ingress offset consumed while it had no store: read again from
         # there once it is restored (``consumed_unowned``)
         self.refetch: dict[StoreKey, int] = {}
+        # what a store's changelog writer produces with, by its ingress topic: the deployment's
+        # producer, or under exactly-once its lane's (a tenant's own: engine/txn_lanes.py)
+        self.port_of: Callable[[str], Any] = lambda _topic: self.kafka
 
     # -- what is held -----------------------------------------------------------------------------
     def held(self) -> set[StoreKey]:
@@ -129,7 +132,7 @@ class Handover:
         return resume
 
     def _mirror(self, store: PartitionStore) -> StoreMirror:
-        return StoreMirror(self.kafka, self.kafka.changelog_of(store.topic), store, self.exactly_once)
+        return StoreMirror(self.port_of(store.topic), self.kafka.changelog_of(store.topic), store, self.exactly_once)
 
     def revoked(self, partitions: list[StoreKey], commit: Callable[[], str] | None = None) -> str:
         """Finish what is in flight, then checkpoint, commit and close each revoked store.

@@ -576,35 +576,45 @@ class KafkaIO:
         elif held:
             self.consumer.pause([tp for tp in tps if tp_key(tp) in held])
 
-    def topic_exists(self, topic: str) -> bool | None:
-        """Does the cluster have ``topic``, and may this principal write it? (a metadata request,
-        then a describe with the principal's authorized operations; None: no answer). A topic
-        it may see but not write would fail its produce, and in a transaction that dooms the
-        whole transaction, again after each abort: it counts as missing instead."""
+    def target_state(self, topic: str, admin: Any = None, principal: str = "") -> str | None:
+        """Exactly-once, before a target's first produce (engine/eos_targets.py): ``writable``
+        (the cluster has ``topic`` and the principal's authorized operations include Write),
+        ``missing``, ``refused`` (there, but not writable, or not even describable: the broker
+        answers both alike), or None (no answer). ``admin``: the client of the principal that
+        publishes (a tenant's, engine/txn_lanes.py), else the deployment's; ``principal`` names it
+        in the log."""
+        from sidecar.engine.eos_targets import MISSING, REFUSED, WRITABLE
+
+        admin = admin if admin is not None else self._admin()
         try:
-            found = self._admin().list_topics(topic=topic, timeout=5).topics.get(topic)
+            found = admin.list_topics(topic=topic, timeout=5).topics.get(topic)
         except KafkaException:
             return None
         if found is None:
-            return False
+            return MISSING
         err = getattr(found, "error", None)
         if err is not None:
-            return None if err.retriable() else False
-        return bool(found.partitions) and self._may_write(topic)
+            if err.retriable():
+                return None
+            return REFUSED if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED else MISSING
+        if not found.partitions:
+            return MISSING
+        return WRITABLE if self._may_write(admin, topic, principal) else REFUSED
 
-    def _may_write(self, topic: str) -> bool:
+    def _may_write(self, admin: Any, topic: str, principal: str) -> bool:
         try:
-            fut = self._admin().describe_topics(TopicCollection([topic]), request_timeout=5,
-                                                include_authorized_operations=True)[topic]
+            fut = admin.describe_topics(TopicCollection([topic]), request_timeout=5,
+                                        include_authorized_operations=True)[topic]
             ops = fut.result().authorized_operations
         except KafkaException:
             return True  # no answer about the ACLs: the produce tells
         if ops is None or AclOperation.WRITE in ops or AclOperation.ALL in ops:
             return True  # None: the broker did not say
-        if self.should_warn(f"not_writable:{topic}", 300):
-            log.warning("target.not_writable", topic=topic,
-                        action="its records go to the DLQ (delivery-failed); grant this principal Write on the "
-                               "topic if it is a target of the producers this sidecar serves")
+        who = principal or kafka_errors.principal_of(self.s.kafka) or "the sidecar's principal"
+        if self.should_warn(f"not_writable:{who}:{topic}", 300):
+            log.warning("target.not_writable", topic=topic, principal=who,
+                        action=f"its records go to the DLQ (not-authorized); grant {who} Write on the topic if it "
+                               "is a target of the producers this sidecar serves")
         return False
 
     def _tp(self, topic: str, partition: int, offset: int) -> TopicPartition:

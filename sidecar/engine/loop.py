@@ -68,7 +68,7 @@ from sidecar.engine.backpressure import Backpressure
 from sidecar.engine.changelog import Restorer, wait_acked
 from sidecar.engine.clock import Clock, SystemClock
 from sidecar.engine.durability import Durability
-from sidecar.engine.exactly_once import ExactlyOnce
+from sidecar.engine.exactly_once import ExactlyOnce, lanes_of
 from sidecar.engine.handover import Handover
 from sidecar.engine.history import HistoryWriter
 from sidecar.engine.identity import DataDirLock, instance_id
@@ -86,7 +86,6 @@ from sidecar.engine.stores import StoreKey, Stores
 from sidecar.engine.tenant_counts import TenantCounts
 from sidecar.engine.transactions import Transactions
 from sidecar.engine.turns import SLOW_TURN_S, TurnWatch
-from sidecar.engine.txn_refusal import TxnRefusal, txn_probe
 from sidecar.levels.scheduler import LevelsScheduler
 from sidecar.runtime.threads import HelperThreads
 from sidecar.scheduling import Scheduler
@@ -190,10 +189,13 @@ class Sidecar:
             readiness=self.reporting.set_assigned, space_check=self.backpressure.assigned)
         self.ingress = Ingress(settings, self.stores, self.kafka, self.handover, self.page_waits, self.clock)
         self.ownership = Ownership(self.stores, self.kafka, self.clock)
-        self.eos = (ExactlyOnce(self.txn, self.stores, self.kafka, self.pub, self.handover, self.page_waits,
-                                TxnRefusal(self.kafka.refusals, self.kafka, self.clock, txn_probe(settings),
-                                           lambda: self.backpressure.paused))
+        # one lane of transactions per principal: the deployment's, each tenant's own (txn_lanes.py)
+        self.eos = (ExactlyOnce(lanes_of(settings, self.txn, self.kafka, self.pub, self.clock,
+                                         lambda: self.backpressure.paused),
+                                self.stores, self.kafka, self.pub, self.handover, self.page_waits)
                     if self.txn is not None else None)
+        if self.eos is not None:
+            self.handover.port_of = self.eos.port_of
         self.lookups = Lookup(settings, self.stores, self.clock, self.handover.held)
         self.lookup = self.lookups.lookup  # GET /ids/<id> (cli.py hands it to the health server)
         self.listing = Listing(settings, self.stores, self.clock, self.lookups).answer  # GET /pending (as lookup)
@@ -250,9 +252,8 @@ class Sidecar:
         self.kafka.start()
         self.pub.producer = self.kafka.producer
         self.pub.tenants.start(self.kafka.clients.producer, self.kafka.producer_conf, self.kafka.should_warn)
-        if self.txn is not None:
-            self.txn.start()
-            self.pub.topic_exists = self.kafka.topic_exists
+        if self.eos is not None:
+            self.eos.start()
         if self.health is not None:
             self.health.set_recovered(True)
         quiet_gc()
@@ -308,7 +309,7 @@ class Sidecar:
         turns.mark()  # also counts the turn
         eos = self.eos
         if eos is not None and eos.must_reset():
-            msgs = []  # consumed again from the committed offsets
+            msgs = eos.kept(msgs)  # the reset partitions' are consumed again from the committed offsets
         if eos is not None and not eos.producing:
             eos.refused_step()  # the transactional id refused: waiting for its ACL (txn_refusal.py)
         producing = eos is None or eos.producing

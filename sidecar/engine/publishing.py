@@ -47,10 +47,11 @@ tombstone is written when it is produced, inside the same transaction (``_produc
 run, ``_tombstones``). A target topic is produced to only once the cluster's metadata has it and
 this principal may write it (``KafkaIO.topic_exists``; a produce to a missing topic would abort
 the whole transaction when it times out, one to a topic it may not write at once, after every
-abort again): a batch with a target not known yet takes the reference path, where an unknown
-target takes the missing-target path (``delivery-grace``, then the DLQ) without a produce. A
-failed delivery report cannot be retried inside the transaction: it dooms it (``doomed``), and
-the loop aborts and restores the committed state.
+abort again; asked as the principal that publishes the store's records: engine/eos_targets.py):
+a batch with a target not known yet takes the reference path, where an unknown target fails
+without a produce (missing: ``delivery-grace``, then the DLQ; not writable: ``not-authorized``).
+A failed delivery report cannot be retried inside the transaction: it dooms the transaction of
+the store's ingress topic (``doomed``), and the loop aborts it and restores the committed state.
 
 **etf1 tombstones** (``etf1-tombstones: on``, sidecar/engine/etf1.py): a record delivered in
 kafka-message-scheduler mode gets a tombstone under its key on its ingress partition, as etf1
@@ -68,12 +69,13 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaException
 
 from sidecar import contract as c
 from sidecar import logs
 from sidecar.config import Settings
 from sidecar.engine.clock import Clock
+from sidecar.engine.eos_targets import Targets
 from sidecar.engine.etf1 import Tombstones
 from sidecar.engine.fairness import FairTurns
 from sidecar.engine.pacing import Pacing
@@ -103,7 +105,6 @@ SHARED_TURN_S = 0.02  # several tenants with records pending: a round of a turn'
 PUBLISH_BACKOFF = Backoff(base_ms=100, cap_ms=10_000)  # a failed publish's retry backoff
 PARK_MS = 200  # a capped target's record waits this long before it is tried again
 DLQ_RETRY_MS = 10_000  # the DLQ itself refused a dead letter: it is tried again after this
-TARGET_ASK_MS = 1_000  # exactly-once: an unknown target topic's metadata is asked at most this often
 # The publish fast path in C: ``_produce`` and ``_on_delivery`` stay the reference and take
 # every record it hands back.
 _publish_due = native.publish_due if NATIVE else None
@@ -163,20 +164,16 @@ class Publishing:
         self.exactly_once = settings.exactly_once
         if NATIVE:
             self._fast = native.Publisher(self.state, self._on_delivery, produce_errors)
-        # exactly-once: (topic -> exists?) from the cluster's metadata (KafkaIO.topic_exists), the
-        # targets known to exist, when an unknown one was last asked, and why the open
-        # transaction must abort ("" while it may commit)
-        self.topic_exists: Callable[[str], bool | None] | None = None
-        self._known: set[str] = set()
-        self._known_b: set[bytes] = set()  # the same topics, as records name them (the fast path's check)
-        self._asked: dict[str, int] = {}
-        self.doomed = ""
+        # exactly-once: the targets each principal may write (eos_targets.py), and why an open
+        # transaction must abort, by the ingress topic of the failed record ("": the deployment's)
+        self.targets = Targets()
+        self.doomed: dict[str, str] = {}
         self.etf1 = Tombstones(settings.ingress_topic, self._etf1_rejected, produce_errors) if (
             settings.etf1_tombstones == "on") else None
 
     def _etf1_rejected(self, error: str) -> None:
-        if self.exactly_once and not self.doomed:
-            self.doomed = error  # it was in the open transaction, which cannot commit now
+        if self.exactly_once:
+            self.doomed.setdefault("", error)  # it was in the open transaction, which cannot commit now
 
     @property
     def in_flight(self) -> int:
@@ -272,7 +269,7 @@ class Publishing:
         # transaction: ``_produce`` asks for it), and the tombstones of what it produced are
         # written right after, in the same transaction (``_tombstones``)
         publish_due = _publish_due if self._fast is not None and (
-            not self.exactly_once or self._targets_known(batch)) else None
+            not self.exactly_once or self.targets.of(store.topic).all_known(batch)) else None
         producer = self.tenants.of(store.topic, self.producer)
         while i < n:
             refused = None
@@ -297,10 +294,6 @@ class Publishing:
                     self.backlog.append((ref2, rec2, store, None))
                 return False
         return True
-
-    def _targets_known(self, batch: list[tuple[int, Record]]) -> bool:
-        known = self._known_b
-        return all(rec.topic in known for _ref, rec in batch)
 
     @staticmethod
     def _tombstones(batch: list[tuple[int, Record]], start: int, end: int, store: PartitionStore) -> None:
@@ -411,10 +404,8 @@ class Publishing:
             headers = None
         topic = rec.topic.decode()
         st = self.state
-        if self.exactly_once and topic not in self._known and not self._target_known(topic, now):
-            self._failed(ref, rec, store, att, KafkaError(
-                KafkaError._UNKNOWN_TOPIC, f"target topic {topic!r} is not in the cluster's metadata or this principal "
-                "may not write it (not produced: exactly-once)"))
+        if self.exactly_once and (unwritable := self.targets.of(store.topic).refusal(topic, now)) is not None:
+            self._failed(ref, rec, store, att, unwritable)  # missing, or its principal may not write it
             return True
         if st.troubled and topic in st.troubled and st.topic_in_flight.get(topic, 0) >= self.topic_cap:
             # A failing (slow, missing) target must not take the whole in-flight budget from the
@@ -444,24 +435,19 @@ class Publishing:
             self.etf1.write(self.producer, ((ref, rec),), store)
         return True
 
-    def _target_known(self, topic: str, now: int) -> bool:
-        """Exactly-once: may ``topic`` be produced to? Asked of the cluster at most every
-        ``TARGET_ASK_MS`` per unknown topic; a topic found is known from then on."""
-        if now - self._asked.get(topic, -TARGET_ASK_MS) < TARGET_ASK_MS or self.topic_exists is None:
-            return False
-        self._asked[topic] = now
-        if self.topic_exists(topic):
-            self._known.add(topic)
-            self._known_b.add(topic.encode())
-            del self._asked[topic]
-            return True
-        return False
-
-    def forget(self) -> None:
-        """Drop the backlog and the retries (their stores are gone: an aborted transaction)."""
-        self.backlog.clear()
-        self.retries.clear()
-        self.doomed = ""
+    def forget(self, covers: Callable[[str], bool] | None = None) -> None:
+        """Drop the backlog, the retries and the doom of the ingress topics ``covers`` accepts
+        (all without it): their stores are gone, an aborted transaction."""
+        if covers is None:
+            self.backlog.clear()
+            self.retries.clear()
+            self.doomed.clear()
+            return
+        self.backlog = deque(e for e in self.backlog if not covers(e[2].topic))
+        self.retries = [e for e in self.retries if not covers(e[3].topic)]
+        heapq.heapify(self.retries)
+        for topic in [t for t in self.doomed if covers(t)]:
+            del self.doomed[topic]
 
     def _refused(
         self, ref: int, rec: Record, store: PartitionStore, att: Attempts | None, e: BaseException,
@@ -492,10 +478,8 @@ class Publishing:
         if err is not None and self.exactly_once:
             # the transaction cannot commit with a failed record in it: the loop aborts it and
             # restores the committed state (retried from there; a topic is asked for again)
-            self._known.discard(topic)
-            self._known_b.discard(topic.encode())
-            if not self.doomed:
-                self.doomed = f"delivery to {topic} failed: {describe(err)}"
+            self.targets.of(store.topic).forget(topic)
+            self.doomed.setdefault(store.topic, f"delivery to {topic} failed: {describe(err)}")
             return
         if err is None:
             if st.troubled and topic in st.troubled:

@@ -5,8 +5,8 @@ A tenant's ``kafka:`` properties (``sidecar/tenants.py``; typically its own ``sa
 (``KafkaIO.producer_conf``: idempotent, ``acks=all``, the deployment's ``kafka:``), and that
 producer publishes the tenant's deliveries and dead letters: the broker, not the sidecar, decides
 which targets the tenant may write (Kafka Connect's ``producer.override.*`` is the model). A
-tenant without overrides, and every other write (changelog, history, etf1 tombstones, offset
-commits), stays on the deployment's clients.
+tenant without overrides, and every other write (at-least-once: the changelog and the offset
+commits; history, etf1 tombstones), stays on the deployment's clients.
 
 How the engine uses it:
 
@@ -18,6 +18,13 @@ How the engine uses it:
 * a fatal error of a tenant's producer (a fatal delivery report, or ``poll`` raising it) replaces
   that producer only, at the next poll; its in-flight records come back purged and are retried on
   the new one. The deployment's producer and the other tenants' are untouched.
+* exactly-once (``delivery: exactly-once``): each tenant producer is transactional, with the
+  tenant's own transactional id ``<group-id>.<tenant>:<instance-id>``
+  (``transactions.tenant_transactional_id``); its transactions also hold the changelog writes and
+  the ingress offsets of the tenant's partitions (engine/txn_lanes.py). A fatal error is not
+  replaced here but by ``ExactlyOnce``, which registers the new producer and restores the tenant's
+  committed state (``replace``). Each tenant's target checks are asked as the tenant
+  (``admin``, engine/eos_targets.py).
 * ``refusal``: a delivery report refused for authorization (:data:`AUTHORIZATION_CODES`) becomes
   a DLQ error text naming the topic and the principal (``User:<sasl.username>``); ``Publishing``
   dead-letters the record as ``not-authorized`` once the failure policy gives up on it
@@ -40,6 +47,7 @@ from confluent_kafka import KafkaError, KafkaException
 from sidecar import logs
 from sidecar.config import Settings
 from sidecar.engine.kafka_io import retire_producer
+from sidecar.engine.transactions import tenant_transactional_id
 from sidecar.retry import KafkaErrorLike, describe
 from sidecar.retry.codes import CODES
 from sidecar.tenants import Tenant
@@ -71,6 +79,8 @@ class TenantProducers:
         self._make: Callable[[dict[str, Any]], Any] | None = None
         self._base: Callable[[], dict[str, Any]] | None = None
         self._should_warn: Callable[[str], bool] = lambda key: True
+        self._admins: dict[str, Any] = {}  # ingress topic -> an admin client as its tenant (exactly-once)
+        self.transactional = settings.exactly_once  # replaced by ExactlyOnce, not at the next poll
 
     def start(self, make: Callable[[dict[str, Any]], Any], base_conf: Callable[[], dict[str, Any]],
               should_warn: Callable[[str], bool]) -> None:
@@ -87,7 +97,23 @@ class TenantProducers:
         assert self._base is not None
         conf = over(self._base(), t)
         conf["error_cb"] = lambda err: self._on_error(t.name, err)
+        if self.transactional:
+            conf["transactional.id"] = self.transactional_id(t)
         return conf
+
+    def transactional_id(self, t: Tenant) -> str:
+        return tenant_transactional_id(self.s.group_id, t.name, self.s.group_instance_id or "")
+
+    def admin(self, topic: str, make: Callable[[dict[str, Any]], Any]) -> Any:
+        """An admin client authenticated as the tenant of ingress topic ``topic`` (made by
+        ``make`` when first needed): exactly-once asks it which targets the tenant may write."""
+        found = self._admins.get(topic)
+        if found is None:
+            t = self.tenant_of[topic]
+            conf = {"bootstrap.servers": self.s.bootstrap_servers, **self.s.kafka, **dict(t.kafka),
+                    "error_cb": lambda err: self._on_error(t.name, err)}
+            found = self._admins[topic] = make(conf)
+        return found
 
     def of(self, topic: str, deployment: Any) -> Any:
         """The producer that publishes the records of ingress topic ``topic``."""
@@ -126,15 +152,19 @@ class TenantProducers:
                 if err is None or not hasattr(err, "fatal") or not err.fatal():
                     raise
                 self.fatal.setdefault(topic, describe(err))
-        if self.fatal:
+        if self.fatal and not self.transactional:
             for topic, why in list(self.fatal.items()):
-                self._replace(topic, why)
-            self.fatal.clear()
+                self.replace(topic, why)
 
-    def _replace(self, topic: str, why: str) -> None:
+    def replace(self, topic: str, why: str, quiet: bool = False) -> None:
+        """A new producer for the tenant of ``topic`` (its records in flight are purged: retried
+        on it, or, exactly-once, restored by the caller); ``quiet``: reported already."""
         assert self._make is not None
+        self.fatal.pop(topic, None)
         t = self.tenant_of[topic]
-        log.error("producer.fatal", tenant=t.name, error=why, action="continuing with a new producer for the tenant")
+        if not quiet:
+            log.error("producer.fatal", tenant=t.name, error=why,
+                      action="continuing with a new producer for the tenant")
         old = self.own[topic]
         self.own[topic] = self._make(self.conf_for(t))
         retire_producer(old)

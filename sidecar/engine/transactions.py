@@ -17,7 +17,9 @@ A ``read_committed`` consumer of the target, DLQ and changelog topics sees all o
 transaction commits, or none of it. So the changelog's committed records, and the group's
 committed offsets, always describe exactly the deliveries that consumers can see.
 
-**Fencing.** The transactional id is ``<group-id>.<group-instance-id>``: a restarted instance
+**Fencing.** The transactional id is ``<group-id>.<group-instance-id>`` (a tenant with its own
+principal has a producer and transactions of its own, ``<group-id>.<tenant>:<group-instance-id>``:
+engine/txn_lanes.py): a restarted instance
 (same data directory, same instance id) fences its previous incarnation and aborts what it left
 open (``init_transactions``). A member the group expelled (a zombie: paused past its session) has
 an older group generation: its ``send_offsets_to_transaction`` is refused
@@ -68,6 +70,15 @@ T = TypeVar("T")
 
 def transactional_id(group_id: str, instance_id: str) -> str:
     return f"{group_id}.{instance_id}"
+
+
+def tenant_transactional_id(group_id: str, tenant: str, instance_id: str) -> str:
+    """The transactional id of the producer of a tenant with ``kafka:`` overrides (its own
+    principal): ``<group-id>.<tenant>:<instance-id>``. The instance id keeps the fencing of a
+    restarted instance per tenant; the tenant's name comes first, ended by ``:`` (which no tenant
+    name holds), so that one prefixed ACL ``<group-id>.<tenant>:`` covers every instance of that
+    tenant and no other tenant's ids (``payments`` and ``payments.eu`` do not share a prefix)."""
+    return f"{group_id}.{tenant}:{instance_id}"
 
 
 def is_dirty(store_dir: Path) -> bool:
@@ -160,8 +171,8 @@ def bounded(call: Callable[[], T], what: str, timeout_s: float) -> T:
 class Transactions:
     """The transaction cycle of one transactional producer (made by :class:`KafkaIO`)."""
 
-    def __init__(self, kafka: Any, interval_ms: int, clock: Any) -> None:
-        self.kafka = kafka  # KafkaIO: its producer may be replaced
+    def __init__(self, kafka: Any, interval_ms: int, clock: Any, tally: Transactions | None = None) -> None:
+        self.kafka = kafka  # KafkaIO (or a tenant's port, engine/txn_lanes.py): its producer may be replaced
         self.interval_s = interval_ms / 1000
         self.clock = clock
         self.open = False
@@ -169,6 +180,7 @@ class Transactions:
         self.committed = 0
         self.aborted = 0
         self.commit_s: list[float] = []  # durations of the commits since the metrics took them
+        self.tally = self if tally is None else tally  # where the counts go: a tenant's, to the deployment's
 
     def start(self) -> None:
         """Register the transactional id (fencing any earlier producer with it) and begin."""
@@ -210,27 +222,27 @@ class Transactions:
                         raise
         except TransactionFailed:  # a call that did not return (bounded): the producer is given up
             self.open = False
-            self.aborted += 1
+            self.tally.aborted += 1
             raise
         except KafkaException as e:
             self.open = False
             why, err = _describe(e)
             if err is not None and err.fatal():
-                self.aborted += 1
+                self.tally.aborted += 1
                 raise TransactionFailed(why, fatal=True) from e
             self.abort()
             raise TransactionFailed(why) from e
         self.open = False
-        self.committed += 1
-        if len(self.commit_s) < 10_000:  # taken every second by the metrics, when there are metrics
-            self.commit_s.append(time.perf_counter() - t0)
+        self.tally.committed += 1
+        if len(self.tally.commit_s) < 10_000:  # taken every second by the metrics, when there are metrics
+            self.tally.commit_s.append(time.perf_counter() - t0)
         if begin:
             self.begin()
 
     def abort(self, begin: bool = True) -> None:
         """Abort the open transaction (what it produced is never visible to ``read_committed``)
         and begin the next (``begin``). The records it purged report failures at the next poll."""
-        self.aborted += 1
+        self.tally.aborted += 1
         self.open = False
         producer = self.kafka.producer
         for attempt in range(COMMIT_RETRIES + 1):

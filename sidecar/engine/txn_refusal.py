@@ -26,6 +26,11 @@ dead, and its replacement's ``init_transactions`` is refused too. Instead of exi
 
 Records that fall due meanwhile wait in their stores and are published after the resume, so none
 is early; the ingress records not committed are consumed again from the group's offsets.
+
+A tenant with its own principal has its own transactional id (engine/txn_lanes.py) and its own
+``TxnRefusal``: the cause names the tenant's id and principal (``about``), the probe asks as the
+tenant (:func:`txn_probe` with the tenant). While it waits the whole loop waits as above: the
+other tenants' deliveries resume with it.
 """
 
 from __future__ import annotations
@@ -40,8 +45,9 @@ from sidecar.config import Settings
 from sidecar.engine.clock import Clock
 from sidecar.engine.kafka_io import KafkaIO
 from sidecar.engine.refusals import Refusals
-from sidecar.engine.transactions import transactional_id
+from sidecar.engine.transactions import tenant_transactional_id, transactional_id
 from sidecar.kafka_errors import NOT_AUTHORIZED, Cause
+from sidecar.tenants import Tenant
 
 log = logs.get("sidecar")
 
@@ -54,16 +60,19 @@ WAIT_S = 0.2  # the loop's longest wait while refused: how soon a probe's answer
 Probe = Callable[[], bool]
 
 
-def txn_probe(settings: Settings) -> Probe:
+def txn_probe(settings: Settings, tenant: Tenant | None = None) -> Probe:
     """The real probe: may a throwaway producer with the sidecar's transactional id and
-    properties (without the loop's callbacks) register it? Any failure is a no for now."""
+    properties (without the loop's callbacks) register it? With ``tenant``: the tenant's id, its
+    ``kafka:`` properties over the sidecar's. Any failure is a no for now."""
 
     def ask() -> bool:
         from confluent_kafka import Producer
 
-        txn_id = transactional_id(settings.group_id, settings.group_instance_id or "")
+        instance = settings.group_instance_id or ""
+        txn_id = (transactional_id(settings.group_id, instance) if tenant is None
+                  else tenant_transactional_id(settings.group_id, tenant.name, instance))
         producer = Producer({"bootstrap.servers": settings.bootstrap_servers, **settings.kafka,
-                             "transactional.id": txn_id})
+                             **dict(tenant.kafka if tenant is not None else ()), "transactional.id": txn_id})
         try:
             producer.init_transactions(PROBE_TIMEOUT_S)
         except KafkaException:
@@ -75,8 +84,9 @@ def txn_probe(settings: Settings) -> Probe:
 
 class TxnRefusal:
     def __init__(self, refusals: Refusals, kafka: KafkaIO, clock: Clock, probe: Probe,
-                 ingress_held: Callable[[], bool]) -> None:
+                 ingress_held: Callable[[], bool], about: tuple[str, str] | None = None) -> None:
         self.refusals = refusals
+        self.about = about  # a tenant's: (its transactional id, its principal) for the cause
         self.kafka = kafka
         self.clock = clock
         self.probe = probe
@@ -95,7 +105,10 @@ class TxnRefusal:
         err = e.args[0] if e.args else None
         if err is None or not hasattr(err, "name") or err.name() != REFUSED:
             return None
-        return self.refusals.cause(err)
+        cause = self.refusals.cause(err)
+        if cause is not None and self.about is not None:
+            cause = cause.about("Write", f"transactional id {self.about[0]}", self.about[1])
+        return cause
 
     def refused(self, cause: Cause) -> None:
         """Stop producing and wait (see the module docstring)."""

@@ -66,12 +66,16 @@ def test_bad_values_are_refused_naming_the_tenant_the_key_and_the_forms(tmp_path
     assert SECRET not in str(e.value)
 
 
-def test_exactly_once_with_tenant_credentials_is_refused_until_it_is_built(tmp_path: Path) -> None:
+def test_exactly_once_with_tenant_credentials_and_etf1_tombstones_is_refused(tmp_path: Path) -> None:
+    """The tombstones are the deployment's writes: they would not commit with the tenant's deliveries."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("delivery: exactly-once\netf1-tombstones: 'on'\ntenants:\n  a:\n    ingress-topic: a.in\n"
+                   "    kafka:\n      sasl.username: alice\n")
     with pytest.raises(ConfigError) as e:
-        _load(tmp_path, "    kafka:\n      sasl.username: alice\n", delivery="exactly-once")
-    assert "tenants.a.kafka: per-tenant Kafka credentials with delivery: exactly-once are not supported yet" in str(
+        load_settings({}, config_file=cfg, environ={})
+    assert "tenants.a.kafka: per-tenant Kafka credentials with delivery: exactly-once and etf1-tombstones: on" in str(
         e.value)
-    _load(tmp_path, "    max-delay: 30d\n", delivery="exactly-once")  # without kafka: fine
+    _load(tmp_path, "    kafka:\n      sasl.username: alice\n", delivery="exactly-once")  # without etf1: fine
 
 
 A, B = "a.in", "b.in"
