@@ -29,7 +29,8 @@ and DescribeConfigs imply Describe, so Describe is listed only where nothing imp
   * a tenant with ``kafka:`` overrides (``tenants.<name>.kafka``: its own principal) publishes its
     deliveries and dead letters as itself: the sidecar's principal then needs only Describe on
     that tenant's DLQ (the start-up check finds it), and Write on the targets only while some
-    tenant publishes as the sidecar.
+    tenant publishes as the sidecar; in exactly-once the tenant also writes its changelog (in its
+    own transactions): the sidecar keeps only Read and DescribeConfigs on it.
 ``tenant`` (``--tenant NAME``, or every tenant): the principal of a tenant's ``kafka:``
   overrides (engine/tenant_producers.py): Write on its DLQ (its dead letters) and on its targets
   (its deliveries; ``--target``/``--target-prefix``, else the tenant's own ``target-allowlist``,
@@ -38,9 +39,12 @@ and DescribeConfigs imply Describe, so Describe is listed only where nothing imp
   when the tenant's credentials are given in ``--kafka``): ``cancel --tenant`` writes its
   ingress topic (Write; ``dlq redrive --to ingress`` too); ``dlq list``/``dlq redrive
   --tenant`` are ``dlq-redrive`` on the tenant's DLQ, with both destinations. The ingress
-  topic's group, changelog and history stay the sidecar's. In ``delivery: exactly-once``
-  tenants have no principal of their own yet (refused at load): every tenant publishes as the
-  sidecar (``run``).
+  topic's group and history stay the sidecar's. In ``delivery: exactly-once`` the tenant runs its
+  own transactions (engine/txn_lanes.py): Write on its transactional ids (prefixed
+  ``<group-id>.<tenant>:``, one per instance), Write on its changelog topic (its partitions' store
+  changes), and Read on the group and on its ingress topic (its partitions' ingress offsets go
+  in its transactions: the broker's TxnOffsetCommit asks Read on both). No IdempotentWrite: a
+  transactional producer's id is allowed by the Write on its transactional id.
 ``status``: describes the group and reads its committed offsets (Describe on the group, Describe
   on the ingress topic).
 ``dlq-list``: reads the DLQ and the redrive marker topic ``<dlq-topic>.redrive`` (Read), from an
@@ -77,6 +81,7 @@ import yaml
 from sidecar.config import Settings, load_settings
 from sidecar.contract import restore_group
 from sidecar.dlq import DESTINATIONS, DLQ_GROUP_PREFIX, MARKER_SUFFIX, TRANSACTIONAL_PREFIX
+from sidecar.engine.transactions import tenant_transactional_id
 from sidecar.tenants import Tenant
 
 COMMANDS = ("run", "tenant", "status", "dlq-list", "dlq-redrive", "producer", "accuracy")
@@ -152,7 +157,8 @@ def acls_for(command: str, s: Settings, targets: Iterable[Target] = (), *, creat
         on = "changelog: on"
         for ten in tenants:
             if ten.changelog_topic is not None:
-                add(TOPIC, ten.changelog_topic, "Write", "mirror store changes", when=on)
+                if not (s.exactly_once and ten.kafka):  # else the tenant writes it, in its transactions
+                    add(TOPIC, ten.changelog_topic, "Write", "mirror store changes", when=on)
                 add(TOPIC, ten.changelog_topic, "Read", "restore and standbys", when=on)
                 add(TOPIC, ten.changelog_topic, "DescribeConfigs", "check cleanup.policy=compact", when=on)
         if s.changelog == "on":
@@ -191,14 +197,19 @@ def tenant_acls(s: Settings, tenant: Tenant, targets: Iterable[Target] = (), *, 
                 ) -> list[Acl]:
     """The bindings the principal of ``tenant``'s ``kafka:`` overrides needs (module docstring);
     ``targets``: its targets, else those of its ``target-allowlist``."""
-    if s.exactly_once:
-        raise AclInputError(
-            f"--tenant {tenant.name}: with delivery: exactly-once a tenant has no principal of its own yet "
-            "(per-tenant kafka: is refused with exactly-once); every tenant publishes as the sidecar: --for run")
     targets = list(targets) or targets_from_allowlist(tenant.target_allowlist)
     out = [Acl(TOPIC, tenant.dlq_topic, LITERAL, "Write", "its dead letters")]
     out += [Acl(TOPIC, t.name, t.pattern, "Write", "its deliveries (and dlq redrive --to target)", "each target")
             for t in targets]
+    if s.exactly_once:
+        eos = "exactly-once"
+        out.append(Acl(TXN, tenant_transactional_id(s.group_id, tenant.name, ""), PREFIXED, "Write",
+                       "its transactions, one transactional id per instance", eos))
+        if tenant.changelog_topic is not None:
+            out.append(Acl(TOPIC, tenant.changelog_topic, LITERAL, "Write", "its store changes, in its transactions",
+                           eos))
+        out += [Acl(GROUP, s.group_id, LITERAL, "Read", "its ingress offsets, in its transactions", eos),
+                Acl(TOPIC, tenant.ingress_topic, LITERAL, "Read", "its ingress offsets, in its transactions", eos)]
     out.append(Acl(TOPIC, tenant.ingress_topic, LITERAL, "Write", "cancel records (and dlq redrive --to ingress)",
                    "cancel --tenant"))
     return _unique(out + dlq_acls(tenant.dlq_topic, tenant.ingress_topic, targets, redrive=True,

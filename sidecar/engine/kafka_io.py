@@ -583,7 +583,7 @@ class KafkaIO:
         answers both alike), or None (no answer). ``admin``: the client of the principal that
         publishes (a tenant's, engine/txn_lanes.py), else the deployment's; ``principal`` names it
         in the log."""
-        from sidecar.engine.eos_targets import MISSING, REFUSED, WRITABLE
+        from sidecar.engine.eos_targets import MISSING, WRITABLE
 
         admin = admin if admin is not None else self._admin()
         try:
@@ -596,26 +596,33 @@ class KafkaIO:
         if err is not None:
             if err.retriable():
                 return None
-            return REFUSED if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED else MISSING
+            if err.code() != KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                return MISSING
+            return self._not_writable(topic, principal)
         if not found.partitions:
             return MISSING
-        return WRITABLE if self._may_write(admin, topic, principal) else REFUSED
+        return WRITABLE if self._may_write(admin, topic) else self._not_writable(topic, principal)
 
-    def _may_write(self, admin: Any, topic: str, principal: str) -> bool:
+    @staticmethod
+    def _may_write(admin: Any, topic: str) -> bool:
         try:
             fut = admin.describe_topics(TopicCollection([topic]), request_timeout=5,
                                         include_authorized_operations=True)[topic]
             ops = fut.result().authorized_operations
         except KafkaException:
             return True  # no answer about the ACLs: the produce tells
-        if ops is None or AclOperation.WRITE in ops or AclOperation.ALL in ops:
-            return True  # None: the broker did not say
+        # None: the broker did not say
+        return ops is None or AclOperation.WRITE in ops or AclOperation.ALL in ops
+
+    def _not_writable(self, topic: str, principal: str) -> str:
+        from sidecar.engine.eos_targets import REFUSED
+
         who = principal or kafka_errors.principal_of(self.s.kafka) or "the sidecar's principal"
         if self.should_warn(f"not_writable:{who}:{topic}", 300):
             log.warning("target.not_writable", topic=topic, principal=who,
                         action=f"its records go to the DLQ (not-authorized); grant {who} Write on the topic if it "
                                "is a target of the producers this sidecar serves")
-        return False
+        return REFUSED
 
     def _tp(self, topic: str, partition: int, offset: int) -> TopicPartition:
         """An offset to commit, with this owner's address as its metadata when it has one."""
