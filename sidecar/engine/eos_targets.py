@@ -40,7 +40,7 @@ class Writable:
 
     __slots__ = ("_answers", "ask", "known", "known_b", "principal")
 
-    def __init__(self, ask: Ask | None = None, principal: str = "this principal") -> None:
+    def __init__(self, ask: Ask | None = None, principal: str = "the sidecar's principal") -> None:
         self.ask = ask
         self.principal = principal
         self.known: set[str] = set()
@@ -67,8 +67,8 @@ class Writable:
             self._answers[topic] = asked
         if asked[1] == REFUSED:
             return KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED,
-                              f"{self.principal} may not write topic {topic!r} (its authorized operations lack "
-                              "Write; not produced: exactly-once)")
+                              f"the authorized operations of {self.principal} on topic {topic!r} lack Write "
+                              "(not produced: exactly-once)")
         return KafkaError(KafkaError._UNKNOWN_TOPIC, f"target topic {topic!r} is not in the cluster's metadata "
                           "(not produced: exactly-once)")
 

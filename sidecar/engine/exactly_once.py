@@ -49,6 +49,7 @@ from sidecar.engine.stores import StoreKey, Stores, named, record_key, tp_key
 from sidecar.engine.transactions import TransactionFailed, Transactions
 from sidecar.engine.txn_lanes import Lane, TenantPort
 from sidecar.engine.txn_refusal import WAIT_S, TxnRefusal, txn_probe
+from sidecar.kafka_errors import principal_of
 
 log = logs.get("sidecar")
 
@@ -61,6 +62,7 @@ def lanes_of(settings: Settings, txn: Transactions, kafka: KafkaIO, pub: Publish
     lanes = [Lane("", kafka, txn, TxnRefusal(kafka.refusals, kafka, clock, txn_probe(settings), ingress_held),
                   frozenset(t.ingress_topic for t in own), rest=True)]
     pub.targets.default.ask = kafka.target_state
+    pub.targets.default.principal = principal_of(settings.kafka) or pub.targets.default.principal
     for t in own:
         topic = t.ingress_topic
         port = TenantPort(pub.tenants, topic, kafka)

@@ -67,7 +67,8 @@ def test_exactly_once_dead_letters_a_target_it_may_see_but_not_write(secure_kafk
     """A principal that may Describe ``payments`` but not Write it (a Describe granted on every
     topic, say): in a transaction such a produce would abort it, and again after every abort,
     stalling the partition. The sidecar asks which operations it may do on a new target first:
-    the record goes to the DLQ, the records after it arrive."""
+    the record goes to the DLQ as ``not-authorized`` without a produce, the records after it
+    arrive."""
     dep = Deployment(secure_kafka, tmp_path, delivery="exactly-once", changelog="on",
                      extra=["--delivery-attempts", "2"])
     try:
@@ -83,7 +84,7 @@ def test_exactly_once_dead_letters_a_target_it_may_see_but_not_write(secure_kafk
         letters = consume_until(dep.cluster.bootstrap, [dep.dlq], 1, 60, conf=dep.cluster.admin_conf)
         arrived = consume_until(dep.cluster.bootstrap, [dep.target], 3, 60, conf=dep.cluster.admin_conf)
         assert [r.value for r in letters] == [b"steal-0"]
-        assert letters[0].headers[c.DLQ_REASON] == c.DELIVERY_FAILED.encode()
+        assert letters[0].headers[c.DLQ_REASON] == c.NOT_AUTHORIZED.encode()
         assert sorted(r.value or b"" for r in arrived) == values
         assert dep.read_all(payments) == []
         assert '"event":"target.not_writable"' in sc.log_text()

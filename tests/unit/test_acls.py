@@ -118,6 +118,11 @@ def test_operations_md_shows_the_tables_the_command_prints(tmp_path: Path, capsy
     assert main(["acls", "--config", str(cfg), "--format", "table"]) == 0
     table = capsys.readouterr().out
     assert table in doc, f"docs/operations.md lacks the table of --for run with tenants:\n{table}"
+    cfg.write_text(TENANTS.replace('changelog: "off"', "delivery: exactly-once"))  # each tenant's transactions
+    for command in ("tenant", "run"):
+        assert main(["acls", "--config", str(cfg), "--format", "table", "--for", command]) == 0
+        tables = capsys.readouterr().out
+        assert tables in doc, f"docs/operations.md lacks the exactly-once tables of --for {command}:\n{tables}"
 
 
 # the configuration of the docs' tenant tables (docs/operations.md, "Tenants' own principals")
@@ -189,7 +194,9 @@ def test_tenant_acls_name_the_tenant_and_refuse_what_does_not_exist(
     assert main(["acls", "--config", str(cfg), "--for", "tenant", "--format", "strimzi"]) == 0
     users = list(yaml.safe_load_all(capsys.readouterr().out))
     assert [u["metadata"]["name"] for u in users] == ["payments", "search"]
-    cfg.write_text("delivery: exactly-once\ntenants:\n  a:\n    ingress-topic: a.in\n")
-    assert main(["acls", "--config", str(cfg), "--for", "tenant"]) == 2
-    assert "--tenant a: with delivery: exactly-once a tenant has no principal of its own yet" in (
-        capsys.readouterr().err)
+    cfg.write_text("delivery: exactly-once\ngroup-id: grp\ntenants:\n  a:\n    ingress-topic: a.in\n")
+    assert main(["acls", "--config", str(cfg), "--for", "tenant"]) == 0
+    out = capsys.readouterr().out
+    assert "--operation Write --transactional-id grp.a: --resource-pattern-type prefixed" in out, out
+    assert "--operation Write --topic a.in.changelog " in out and "--operation Read --group grp " in out
+    assert "--operation Read --topic a.in " in out and "IdempotentWrite" not in out
