@@ -50,6 +50,7 @@ from sidecar.engine.transactions import TransactionFailed, Transactions
 from sidecar.engine.txn_lanes import Lane, TenantPort
 from sidecar.engine.txn_refusal import WAIT_S, TxnRefusal, txn_probe
 from sidecar.kafka_errors import principal_of
+from sidecar.tenants import Tenant
 
 log = logs.get("sidecar")
 
@@ -67,7 +68,10 @@ def lanes_of(settings: Settings, txn: Transactions, kafka: KafkaIO, pub: Publish
         topic = t.ingress_topic
         port = TenantPort(pub.tenants, topic, kafka)
         principal = t.principal(settings.kafka)
-        about = (pub.tenants.transactional_id(t), principal)
+
+        def about(t: Tenant = t, principal: str = principal) -> tuple[str, str]:
+            return pub.tenants.transactional_id(t), principal
+
         lanes.append(Lane(t.name, port, Transactions(port, settings.transaction_interval_ms, clock, tally=txn),
                           TxnRefusal(kafka.refusals, kafka, clock, txn_probe(settings, t), ingress_held, about),
                           frozenset((topic,))))

@@ -84,9 +84,11 @@ def txn_probe(settings: Settings, tenant: Tenant | None = None) -> Probe:
 
 class TxnRefusal:
     def __init__(self, refusals: Refusals, kafka: KafkaIO, clock: Clock, probe: Probe,
-                 ingress_held: Callable[[], bool], about: tuple[str, str] | None = None) -> None:
+                 ingress_held: Callable[[], bool], about: Callable[[], tuple[str, str]] | None = None) -> None:
         self.refusals = refusals
-        self.about = about  # a tenant's: (its transactional id, its principal) for the cause
+        # a tenant's: (its transactional id, its principal) for the cause, asked when refused (the
+        # instance id is known once the sidecar has started)
+        self.about = about
         self.kafka = kafka
         self.clock = clock
         self.probe = probe
@@ -107,7 +109,8 @@ class TxnRefusal:
             return None
         cause = self.refusals.cause(err)
         if cause is not None and self.about is not None:
-            cause = cause.about("Write", f"transactional id {self.about[0]}", self.about[1])
+            txn_id, principal = self.about()
+            cause = cause.about("Write", f"transactional id {txn_id}", principal)
         return cause
 
     def refused(self, cause: Cause) -> None:

@@ -106,3 +106,33 @@ def test_a_tenants_aborted_transaction_restores_its_partitions_only(tmp_path: Pa
     assert all(sc.stores[k] is s for k, s in b_stores.items())  # b's partitions were not restored
     assert all(sc.stores[k] is not s for k, s in a_stores.items())  # a's were, from the changelog
     sc.shutdown()
+
+
+def test_a_tenants_transactional_id_refused_while_running_is_waited_out(tmp_path: Path) -> None:
+    """Write on a's transactional id revoked while records flow: a's lane waits (the cause names
+    a's id and alice), nothing is published meanwhile; once granted, a new producer of a's is
+    registered and every record of both tenants is seen once, none early."""
+    w = _world(tmp_path)
+    sc = w.sidecar("x", delivery="exactly-once", tenant_specs=SPECS)
+    assert sc.eos is not None
+    lane = sc.eos.lanes[1]
+    txn_id = sc.pub.tenants.own[A].transactional_id
+    lane.refusal.probe = lambda: txn_id not in w.cluster.txn_refused  # the twin's answer, not a real client's
+    w.run([sc], lambda: len(sc.stores) == 2 * w.partitions)
+    w.send(10, lambda i: 200, prefix="a", topic=A)
+    w.send(10, lambda i: 200, prefix="b", topic=B)
+    w.run([sc], lambda: len(w.delivered()) >= 20)
+    w.cluster.txn_refused.add(txn_id)
+    w.send(10, lambda i: 300, prefix="meanwhile-a", topic=A)
+    w.run([sc], lambda: lane.refusal.waiting)
+    cause = lane.refusal.cause
+    assert cause is not None and cause.operation == "Write" and cause.principal == "User:alice"
+    assert cause.resource == f"transactional id {txn_id}" and txn_id.startswith(f"{GROUP}.a:")
+    assert not sc.eos.producing and sc.kafka.paused
+    w.cluster.txn_refused.discard(txn_id)
+    w.run([sc], lambda: not lane.refusal.waiting)
+    assert sc.eos.producing and not sc.kafka.paused
+    w.send(10, lambda i: 100, prefix="after-b", topic=B)
+    w.run([sc], lambda: len(w.delivered()) >= 40)
+    w.check(set(w.sent))
+    sc.shutdown()
