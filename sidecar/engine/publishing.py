@@ -45,7 +45,7 @@ everything else comes back to the Python code here, the reference. Both share
 **Exactly-once** (``delivery: exactly-once``, engine/transactions.py): a record's changelog
 tombstone is written when it is produced, inside the same transaction (``_produce``; after a C
 run, ``_tombstones``). A target topic is produced to only once the cluster's metadata has it and
-this principal may write it (``KafkaIO.topic_exists``; a produce to a missing topic would abort
+this principal may write it (``KafkaIO.target_state``; a produce to a missing topic would abort
 the whole transaction when it times out, one to a topic it may not write at once, after every
 abort again; asked as the principal that publishes the store's records: engine/eos_targets.py):
 a batch with a target not known yet takes the reference path, where an unknown target fails
@@ -443,8 +443,10 @@ class Publishing:
             self.retries.clear()
             self.doomed.clear()
             return
-        self.backlog = deque(e for e in self.backlog if not covers(e[2].topic))
-        self.retries = [e for e in self.retries if not covers(e[3].topic)]
+        kept = [e for e in self.backlog if not covers(e[2].topic)]
+        self.backlog.clear()
+        self.backlog.extend(kept)
+        self.retries[:] = [e for e in self.retries if not covers(e[3].topic)]
         heapq.heapify(self.retries)
         for topic in [t for t in self.doomed if covers(t)]:
             del self.doomed[topic]
