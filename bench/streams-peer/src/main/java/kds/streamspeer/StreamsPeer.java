@@ -1,0 +1,147 @@
+package kds.streamspeer;
+
+import java.lang.management.ManagementFactory;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.HashMap;
+import java.util.Map;
+import java.util.Properties;
+import java.util.concurrent.CountDownLatch;
+
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.streams.KafkaStreams;
+import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.Topology;
+import org.apache.kafka.streams.state.Stores;
+
+/**
+ * The Kafka Streams delay queue a Kafka team writes itself, as the Kafka Streams documentation's
+ * Processor API guide lays it out ("Defining a Stream Processor", "Connecting Processors and
+ * State Stores"): one source (the ingress topic), one {@link DelayProcessor} with two persistent
+ * (RocksDB) key-value stores, changelogged (the Streams default), and one sink whose
+ * topic is picked per record ({@link TargetExtractor}, "dynamic routing").
+ *
+ * <p>Usage: {@code java -cp 'DIR/*' kds.streamspeer.StreamsPeer --bootstrap B --ingress TOPIC
+ * --application-id ID --state-dir DIR [--punctuate-ms 20] [--guarantee at_least_once]}.
+ * It prints JSON lines on stdout: {@code ready} once the application is RUNNING (its partitions
+ * assigned, its stores restored), {@code done} with its counters when it stops (SIGTERM).
+ *
+ * <p>Settings (each stated because the benchmark compares durability and batching with the
+ * sidecar's): processing.guarantee at_least_once (the sidecar's default delivery), the producer
+ * with acks=all and idempotence (the sidecar's), linger.ms 2 (the sidecar's), batch.size 256 KiB
+ * (a backlog goes out in large batches, as librdkafka's batch.num.messages 10 000 lets the
+ * sidecar's); the changelog topics take the broker's default replication factor
+ * (replication.factor -1), as the sidecar's changelog does; commit.interval.ms and the record
+ * cache (statestore.cache.max.bytes) are the Streams defaults for at_least_once.
+ */
+public final class StreamsPeer {
+    static final String PENDING_STORE = "pending";
+    static final String IDS_STORE = "ids";
+
+    private StreamsPeer() {
+    }
+
+    static Map<String, String> parse(String[] args) {
+        Map<String, String> out = new HashMap<>();
+        out.put("punctuate-ms", "20");
+        out.put("guarantee", StreamsConfig.AT_LEAST_ONCE);
+        for (int i = 0; i < args.length; i += 2) {
+            if (!args[i].startsWith("--") || i + 1 >= args.length) {
+                throw new IllegalArgumentException("expected --name value pairs, got " + args[i]);
+            }
+            out.put(args[i].substring(2), args[i + 1]);
+        }
+        for (String need : new String[] {"bootstrap", "ingress", "application-id", "state-dir"}) {
+            if (!out.containsKey(need)) {
+                throw new IllegalArgumentException("--" + need + " is required");
+            }
+        }
+        return out;
+    }
+
+    static Topology topology(String ingress, long punctuateMs) {
+        Topology t = new Topology();
+        t.addSource("ingress", new ByteArrayDeserializer(), new ByteArrayDeserializer(), ingress);
+        t.addProcessor("delay", () -> new DelayProcessor(punctuateMs), "ingress");
+        t.addStateStore(Stores.keyValueStoreBuilder(Stores.persistentKeyValueStore(PENDING_STORE),
+                Serdes.Bytes(), Serdes.ByteArray()), "delay");
+        t.addStateStore(Stores.keyValueStoreBuilder(Stores.persistentKeyValueStore(IDS_STORE),
+                Serdes.Bytes(), Serdes.ByteArray()), "delay");
+        t.addSink("targets", new TargetExtractor(), new ByteArraySerializer(), new ByteArraySerializer(), "delay");
+        return t;
+    }
+
+    static Properties config(Map<String, String> a) {
+        Properties p = new Properties();
+        p.put(StreamsConfig.APPLICATION_ID_CONFIG, a.get("application-id"));
+        p.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, a.get("bootstrap"));
+        p.put(StreamsConfig.STATE_DIR_CONFIG, Path.of(a.get("state-dir")).toAbsolutePath().toString());
+        p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, a.get("guarantee"));
+        p.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, -1);
+        p.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
+        p.put(StreamsConfig.producerPrefix(ProducerConfig.ACKS_CONFIG), "all");
+        p.put(StreamsConfig.producerPrefix(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG), true);
+        p.put(StreamsConfig.producerPrefix(ProducerConfig.LINGER_MS_CONFIG), 2);
+        p.put(StreamsConfig.producerPrefix(ProducerConfig.BATCH_SIZE_CONFIG), 262_144);
+        return p;
+    }
+
+    static String json(String event, Map<String, Object> fields) {
+        StringBuilder sb = new StringBuilder("{\"event\":\"").append(event).append("\",\"ts_ms\":")
+                .append(System.currentTimeMillis());
+        for (Map.Entry<String, Object> e : fields.entrySet()) {
+            sb.append(",\"").append(e.getKey()).append("\":");
+            Object v = e.getValue();
+            sb.append(v instanceof Number ? v.toString() : "\"" + v + "\"");
+        }
+        return sb.append('}').toString();
+    }
+
+    static synchronized void emit(String event, Map<String, Object> fields) {
+        System.out.println(json(event, fields));
+        System.out.flush();
+    }
+
+    public static void main(String[] args) throws Exception {
+        System.setProperty("org.slf4j.simpleLogger.defaultLogLevel", "warn");
+        System.setProperty("org.slf4j.simpleLogger.logFile", "System.err");
+        Map<String, String> a = parse(args);
+        long punctuateMs = Long.parseLong(a.get("punctuate-ms"));
+        KafkaStreams streams = new KafkaStreams(topology(a.get("ingress"), punctuateMs), config(a));
+        CountDownLatch stopped = new CountDownLatch(1);
+        boolean[] failed = {false};
+        streams.setStateListener((now, before) -> {
+            if (now == KafkaStreams.State.RUNNING) {
+                emit("ready", Map.of("punctuate_ms", punctuateMs));
+            } else if (now == KafkaStreams.State.ERROR) {
+                emit("failed", Map.of("state", now.toString()));
+                failed[0] = true;
+                stopped.countDown();
+            }
+        });
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            streams.close(Duration.ofSeconds(60));
+            Map<String, Object> done = new HashMap<>(Counters.snapshot());
+            done.put("cpu_s", cpuSeconds());
+            emit("done", done);
+            stopped.countDown();
+        }));
+        streams.start();
+        stopped.await();
+        if (failed[0]) {
+            System.exit(1);
+        }
+    }
+
+    static double cpuSeconds() {
+        java.lang.management.OperatingSystemMXBean os = ManagementFactory.getOperatingSystemMXBean();
+        if (os instanceof com.sun.management.OperatingSystemMXBean sun) {
+            return sun.getProcessCpuTime() / 1e9;
+        }
+        return -1;
+    }
+}

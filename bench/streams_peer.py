@@ -1,0 +1,72 @@
+"""The Kafka Streams delay queue (the Java application in bench/streams-peer/, built into the
+cache by scripts/setup.d/60-kafka-streams.sh) as a process the bench and its smoke test start.
+
+:class:`StreamsPeerProc` runs one instance: ``java -cp 'lib/*:streams-peer.jar'
+kds.streamspeer.StreamsPeer`` on an ingress topic, with an application id of its own (a fresh
+consumer group reading from the earliest offset, fresh changelog topics ``<id>-pending-changelog``
+and ``<id>-ids-changelog``) and a state directory in the bench's work directory. It logs JSON
+lines: ``ready`` once Kafka Streams is RUNNING, ``done`` with its counters when stopped (SIGTERM
+closes Kafka Streams: the last commit, then the counters).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from pathlib import Path
+from typing import Any
+
+from bench.workload import BenchError, LogProc, uid
+
+MAIN_CLASS = "kds.streamspeer.StreamsPeer"
+# The punctuator's wall-clock interval: a due record waits for the next punctuation, so this is
+# the floor of the lateness (uniform 0..interval, mean interval / 2), and each punctuation costs a
+# RocksDB iterator over the store's head even when nothing is due. 20 ms keeps that scan under
+# 1 % of a core at rest (a few us per empty scan, 50 a second) and the added lateness at 10 ms
+# mean, the order of the sidecar's wheel tick.
+PUNCTUATE_MS = 20
+# Heap: the record cache (10 MB, the Streams default) and producer buffers (32 MB) fit many times
+# over; RocksDB's block cache and memtables live outside the heap.
+JVM_OPTS = ["-Xms256m", "-Xmx1g"]
+STORES = ("pending", "ids")
+
+
+def home() -> Path:
+    cache = Path(os.environ.get("KDS_CACHE") or Path.home() / ".cache" / "kafka-delay-sidecar")
+    return cache / "streams-peer"
+
+
+def installed() -> bool:
+    return (home() / "streams-peer.jar").is_file() and shutil.which("java") is not None
+
+
+def changelog_topics(app_id: str) -> list[str]:
+    """The topics Kafka Streams creates for the application's stores."""
+    return [f"{app_id}-{store}-changelog" for store in STORES]
+
+
+class StreamsPeerProc(LogProc):
+    """One instance of the application on ``ingress`` (not started)."""
+
+    def __init__(self, workdir: Path, bootstrap: str, ingress: str, tag: str = "",
+                 punctuate_ms: int = PUNCTUATE_MS) -> None:
+        self.app_id = f"kds-streams-peer-{uid()}"
+        name = f"streams-peer{'-' + tag if tag else ''}-{uid()}"
+        super().__init__(name, workdir / f"{name}.log")
+        lib = home()
+        self.cmd = ["java", *JVM_OPTS, "-cp", f"{lib / 'lib'}/*:{lib / 'streams-peer.jar'}", MAIN_CLASS,
+                    "--bootstrap", bootstrap, "--ingress", ingress, "--application-id", self.app_id,
+                    "--state-dir", str(workdir / f"{name}.state"), "--punctuate-ms", str(punctuate_ms)]
+
+    def start(self) -> None:
+        self._spawn(self.cmd)
+
+    def finish(self, timeout_s: float = 90) -> dict[str, Any]:
+        """SIGTERM, and the ``done`` event it then logs (its counters, its CPU seconds)."""
+        self.stop(signal.SIGTERM, timeout_s)
+        done = self.last("done")
+        if done is None:
+            tail = self.log_path.read_text(errors="replace")[-3000:] if self.log_path.exists() else ""
+            raise BenchError(f"{self.name} stopped without its done line:\n{tail}")
+        return done
