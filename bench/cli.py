@@ -64,6 +64,7 @@ from bench import (
     scale,
     shape,
     steady,
+    streams_punctuator,
     tenants,
     throughput,
 )
@@ -93,6 +94,7 @@ SCENARIOS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "redis-zset": redis_zset.run,
     "pg-poll": pg_poll.run,
     "rabbit-ttl": rabbit_ttl.run,
+    "streams-punctuator": streams_punctuator.run,
     "append": append.run,
     "steady": steady.run,
     "failover": failover.run,

@@ -34,6 +34,15 @@ import org.apache.kafka.streams.state.KeyValueStore;
  * Anything else (another {@code delay.*} header, an unparsable value, no target) is counted as
  * invalid and dropped (the sidecar sends it to its DLQ).
  *
+ * <p>A record already due when it is read is forwarded at once and never stored (what the
+ * sidecar does with a due-now record too): a backlog that is all due costs no store write.
+ *
+ * <p>A scan starts at the last key it forwarded (or at a lower key put since), never at due 0:
+ * the keys it forwarded are deleted, and a delete in RocksDB (and in the Streams record cache until
+ * its next flush) is a tombstone that every iterator over it steps across until a compaction drops
+ * it. A scan from due 0 therefore costs every record already delivered: quadratic in the records
+ * delivered between two compactions (a backlog of 20 000 drained at 480 records/s that way).
+ *
  * <p>The punctuator (Streams docs, Processor API, "punctuate": {@code ProcessorContext#schedule}
  * with {@link PunctuationType#WALL_CLOCK_TIME}) runs every {@code punctuateMs} of wall-clock time
  * on the stream thread, between batches of polled records: it scans {@code pending} from due 0 to
@@ -56,6 +65,9 @@ final class DelayProcessor implements Processor<byte[], byte[], byte[], byte[]> 
     private ProcessorContext<byte[], byte[]> ctx;
     private KeyValueStore<Bytes, byte[]> pending;
     private KeyValueStore<Bytes, byte[]> ids;
+    // where the next scan starts: the last key forwarded, or a lower key put since (null: the
+    // start of the store, as after a restore)
+    private Bytes scanFrom;
 
     DelayProcessor(long punctuateMs) {
         this.punctuateMs = punctuateMs;
@@ -110,8 +122,9 @@ final class DelayProcessor implements Processor<byte[], byte[], byte[], byte[]> 
         }
         long due = Math.max(0, deliverAt != null ? deliverAt : r.timestamp() + (delayMs != null ? delayMs : 0));
         boolean ownId = id != null;
+        Bytes idKey = null;
         if (ownId) {
-            Bytes idKey = Bytes.wrap(id);
+            idKey = Bytes.wrap(id);
             byte[] old = ids.get(idKey);
             if (old != null) {
                 if (!replace) {
@@ -119,14 +132,30 @@ final class DelayProcessor implements Processor<byte[], byte[], byte[], byte[]> 
                     return;
                 }
                 pending.delete(pendingKey(ByteBuffer.wrap(old).getLong(), id));
+                ids.delete(idKey);
             }
-            ids.put(idKey, ByteBuffer.allocate(8).putLong(due).array());
         } else {
             RecordMetadata m = ctx.recordMetadata().orElseThrow();
             id = (m.topic() + ":" + m.partition() + ":" + m.offset()).getBytes(StandardCharsets.UTF_8);
         }
-        pending.put(pendingKey(due, id), encode(ownId, target, r.key(), r.value(), user));
         Counters.SCHEDULED.incrementAndGet();
+        if (due <= System.currentTimeMillis()) {
+            // due already: forwarded now, never stored (the input offset is committed only after it
+            // is acknowledged, as for a forward from the store)
+            Headers headers = new RecordHeaders();
+            user.forEach(headers::add);
+            send(id, due, target, r.key(), r.value(), headers);
+            Counters.FORWARDED.incrementAndGet();
+            return;
+        }
+        if (ownId) {
+            ids.put(idKey, ByteBuffer.allocate(8).putLong(due).array());
+        }
+        Bytes key = pendingKey(due, id);
+        pending.put(key, encode(ownId, target, r.key(), r.value(), user));
+        if (scanFrom != null && key.compareTo(scanFrom) < 0) {
+            scanFrom = key;
+        }
     }
 
     private void cancel(Bytes id) {
@@ -142,8 +171,8 @@ final class DelayProcessor implements Processor<byte[], byte[], byte[], byte[]> 
         List<Bytes> forwarded = new ArrayList<>();
         // range() is inclusive of both ends: every key is longer than 8 bytes, so the upper bound
         // (now + 1, no id) admits exactly the keys due at or before now
-        try (KeyValueIterator<Bytes, byte[]> it = pending.range(pendingKey(0, new byte[0]),
-                pendingKey(now + 1, new byte[0]))) {
+        Bytes from = scanFrom != null ? scanFrom : pendingKey(0, new byte[0]);
+        try (KeyValueIterator<Bytes, byte[]> it = pending.range(from, pendingKey(now + 1, new byte[0]))) {
             while (it.hasNext() && forwarded.size() < MAX_PER_PUNCTUATION) {
                 KeyValue<Bytes, byte[]> kv = it.next();
                 forward(kv.key.get(), kv.value);
@@ -153,6 +182,9 @@ final class DelayProcessor implements Processor<byte[], byte[], byte[], byte[]> 
         // deleted after the scan: the iterator is not written to while it is open
         for (Bytes k : forwarded) {
             pending.delete(k);
+        }
+        if (!forwarded.isEmpty()) {
+            scanFrom = forwarded.get(forwarded.size() - 1);
         }
         Counters.FORWARDED.addAndGet(forwarded.size());
         Counters.PUNCTUATIONS.incrementAndGet();
@@ -173,14 +205,18 @@ final class DelayProcessor implements Processor<byte[], byte[], byte[], byte[]> 
         for (int n = v.getInt(); n > 0; n--) {
             headers.add(new String(bytes(v), StandardCharsets.UTF_8), bytes(v));
         }
-        headers.add(ID, id);
-        headers.add(DELIVER_AT, Long.toString(due).getBytes(StandardCharsets.UTF_8));
-        headers.add(TargetExtractor.HEADER, target);
         if (ownId) {
             ids.delete(Bytes.wrap(id));
         }
+        send(id, due, target, recKey, value, headers);
+    }
+
+    private void send(byte[] id, long due, byte[] target, byte[] key, byte[] value, Headers headers) {
+        headers.add(ID, id);
+        headers.add(DELIVER_AT, Long.toString(due).getBytes(StandardCharsets.UTF_8));
+        headers.add(TargetExtractor.HEADER, target);
         // the record's timestamp is its send time, as the sidecar's: lateness = timestamp - due
-        ctx.forward(new Record<>(recKey, value, System.currentTimeMillis(), headers));
+        ctx.forward(new Record<>(key, value, System.currentTimeMillis(), headers));
     }
 
     static Bytes pendingKey(long due, byte[] id) {

@@ -1,0 +1,188 @@
+"""Scenario ``streams-punctuator``: the Kafka Streams delay queue (:mod:`bench.streams_peer`, the
+Java application in bench/streams-peer/) beside the sidecar on the same machine and load, with
+equal durability: both stores changelogged (the Streams default, as the sidecar's changelog is on
+by default), at_least_once, the producer with acks=all and idempotence.
+
+The application reads the same ingress records the sidecar reads (``delay.*`` headers), keeps
+them in a RocksDB store keyed by big-endian due ms + id, and a wall-clock punctuator every
+:data:`bench.streams_peer.PUNCTUATE_MS` ms forwards what is due to its target and deletes it.
+
+* Throughput (a backlog due now): the ``throughput`` scenario's workload (N records of 100 B,
+  delays 0-10 s, pre-loaded and all due before the application starts), read by a fresh
+  application (its own id: a fresh consumer group from the earliest offset, fresh changelogs); the
+  rate is taken over the delivered records' timestamps, as for every system in the bench, so the
+  JVM's start and the group's rebalance are outside it. In the same rotated rounds the sidecar
+  (each scheduler) drains the same topic; the ratio is taken within a round and the figure is its
+  median; the spread of the peer's own rate over the rounds, ``(max - min) / median``, is
+  reported beside it. CPU per record is the JVM's from ``ready`` (RUNNING) on, its start left out.
+  The changelog records per delivered record are the two changelog topics' end offsets over N:
+  Kafka Streams' record cache (10 MB by default) absorbs a put and its delete when both fall
+  between two flushes, so a record can cost fewer than two changelog writes.
+* Lateness at 50 % of the peer's own measured maximum: a paced producer writes ingress records
+  (delays uniform 1-10 s) to a fresh application for the lateness time; lateness is the delivered
+  record's timestamp minus its ``delay.deliver-at``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from bench import throughput
+from bench.lateness import WHEEL_DELAYS
+from bench.peers import peer_round, spread_figure
+from bench.report import fig
+from bench.streams_peer import JVM_OPTS, PUNCTUATE_MS, StreamsPeerProc, changelog_topics, installed
+from bench.workload import (
+    Bench,
+    BenchError,
+    PacedProducer,
+    Preloaded,
+    cpu_seconds,
+    lateness_percentiles,
+    log,
+    read_range,
+    uid,
+    uniform_delays,
+    wait_until,
+)
+
+STREAMS = "streams"
+READY_TIMEOUT_S = 120  # a JVM start, RocksDB, the group's first rebalance, on a loaded machine
+
+
+def sizes(bench: Bench) -> tuple[int, float]:
+    """(throughput records, lateness seconds)."""
+    return throughput.records_for(bench), 60.0 if bench.full else 10.0
+
+
+def start_peer(bench: Bench, ingress: str, tag: str) -> StreamsPeerProc:
+    proc = StreamsPeerProc(bench.workdir, bench.bootstrap, ingress, tag=tag)
+    bench.topics_to_delete(*changelog_topics(proc.app_id))
+    proc.start()
+    proc.wait_event("ready", READY_TIMEOUT_S)
+    return proc
+
+
+def changelog_records(bench: Bench, app_id: str) -> int:
+    total = 0
+    for topic in changelog_topics(app_id):
+        with contextlib.suppress(BenchError):  # a store never written has no topic yet
+            total += bench.wm.total(topic)
+    return total
+
+
+def measure_streams(bench: Bench, pre: Preloaded, target: str) -> dict[str, Any]:
+    start = bench.wm.high(target)
+    want = sum(start.values()) + pre.n
+    proc = start_peer(bench, pre.topic, "tp")
+    try:
+        cpu0 = cpu_seconds(proc.pid)
+        wait_until(f"{pre.n} records delivered by Kafka Streams", lambda: bench.wm.total(target) >= want,
+                   throughput.timeout_for(pre.n), 0.2, proc.check_alive)
+        cpu = cpu_seconds(proc.pid) - cpu0
+    finally:
+        done = proc.finish()
+    got = read_range(bench.bootstrap, target, start, bench.wm.high(target), headers=True)
+    return {"records_per_s": got.window_rate(), "delivered": len(got.ts), "expected": pre.n,
+            "duplicates": len(got.ids) - len(set(got.ids)), "lost": pre.n - len(set(got.ids)),
+            "early": sum(1 for ts, da in zip(got.ts, got.deliver_at, strict=True) if ts < da),
+            "cpu_us_per_record": cpu * 1e6 / pre.n,
+            "changelog_records_per_record": changelog_records(bench, proc.app_id) / pre.n,
+            "counters": {k: v for k, v in done.items() if k not in ("event", "ts_ms", "_seen_ms")}}
+
+
+def measure_round(bench: Bench, pre: Preloaded, target: str, r: int) -> dict[str, Any]:
+    return peer_round(bench, r, "streams-punctuator", STREAMS, "Kafka Streams",
+                      lambda: measure_streams(bench, pre, target), pre, target, "streams")
+
+
+def measure_lateness(bench: Bench, rate: float, seconds: float) -> dict[str, Any]:
+    ingress, target = f"bench.sp.lat.in.{uid()}", f"bench.sp.lat.out.{uid()}"
+    bench.topics(ingress, target)
+    proc = start_peer(bench, ingress, "lat")
+    try:
+        prod = PacedProducer(bench.bootstrap, ingress, target, rate, 100, uniform_delays(*WHEEL_DELAYS),
+                             duration_s=seconds)
+        prod.start()
+        prod.join(seconds + 120)
+        if prod.is_alive():
+            prod.stop()
+        sent = prod.accepted  # what the broker refused never reached the application: not "lost"
+        wait_until(f"{sent} records delivered by Kafka Streams", lambda: bench.wm.total(target) >= sent,
+                   max(WHEEL_DELAYS) / 1000 + 120, 0.25, proc.check_alive)
+    finally:
+        proc.finish()
+    got = read_range(bench.bootstrap, target, {}, bench.wm.high(target), headers=True)
+    late = [ts - da for ts, da in zip(got.ts, got.deliver_at, strict=True)]
+    return {"offered_rate": rate, "sent": sent, "delivered": len(got.ts), "lost": sent - len(set(got.ids)),
+            "duplicates": len(got.ids) - len(set(got.ids)), "early": sum(1 for lt in late if lt < 0),
+            **lateness_percentiles(late)}
+
+
+def run(bench: Bench) -> dict[str, Any]:
+    if not installed():
+        raise BenchError("streams-punctuator needs java and the Kafka Streams peer built into the cache: run "
+                         "scripts/setup.sh (step 60-kafka-streams)")
+    n, seconds = sizes(bench)
+    rounds_n = throughput.rounds_for(bench)
+    results: dict[str, Any] = {}
+    details: dict[str, Any] = {}
+    try:
+        # -- throughput ---------------------------------------------------------------------------
+        pre, target = throughput.preload_workload(bench, n, 100, "100B")
+        rounds = [measure_round(bench, pre, target, r) for r in range(rounds_n)]
+        details["rounds"] = rounds
+        rates = [one[STREAMS]["records_per_s"] for one in rounds]
+        rate = throughput.median(rates)
+        note = f"median of {rounds_n} rounds" if rounds_n > 1 else None
+        results[STREAMS] = {
+            "records_per_s": fig(rate, "records/s", note=note),
+            "rate_spread": spread_figure(rates),
+            "early": fig(sum(one[STREAMS]["early"] for one in rounds), "records", "== 0"),
+            "lost": fig(sum(one[STREAMS]["lost"] for one in rounds), "records", "== 0"),
+            "duplicates": fig(sum(one[STREAMS]["duplicates"] for one in rounds), "records",
+                              note="at-least-once: records forwarded again after a crash (none here)"),
+            "cpu_us_per_record": fig(throughput.median([one[STREAMS]["cpu_us_per_record"] for one in rounds]), "us",
+                                     note="the JVM's CPU from RUNNING on, median over rounds"),
+            "changelog_records_per_record": fig(throughput.median(
+                [one[STREAMS]["changelog_records_per_record"] for one in rounds]), "records",
+                note="both stores' changelog topics, over N"),
+        }
+        for sched in bench.schedulers:
+            ratio = throughput.median([one[sched]["ratio_to_streams"] for one in rounds])
+            log(f"streams-punctuator: sidecar {sched} median {ratio or 0:.2f}x Kafka Streams")
+            results[sched] = {"records_per_s": fig(throughput.one_median(rounds, sched), "records/s"),
+                              "ratio_to_streams": fig(ratio, "x", ">= 2", note=note),
+                              "cpu_us_per_record": fig(throughput.median(
+                                  [one[sched]["cpu_us_per_record"] for one in rounds]), "us")}
+        # -- lateness at 50 % of the peer's own maximum -----------------------------------------
+        offered = max(100.0, (rate or 0) / 2)
+        lat = measure_lateness(bench, offered, seconds)
+        details["lateness"] = lat
+        log(f"streams-punctuator lateness at {offered:,.0f}/s: p50 {lat['p50']} ms, p99 {lat['p99']} ms, "
+            f"early {lat['early']}, lost {lat['lost']}")
+        results["streams_lateness"] = {
+            "offered_rate": fig(offered, "records/s"),
+            **{f"{k}_ms": fig(lat[k], "ms") for k in ("p50", "p99", "p999", "max")},
+            "early": fig(lat["early"], "records", "== 0"),
+            "lost": fig(lat["lost"], "records", "== 0"),
+            "duplicates": fig(lat["duplicates"], "records"),
+        }
+    finally:
+        bench.cleanup_topics()
+    return {
+        "method": "Kafka Streams (Processor API) application: a RocksDB store keyed by big-endian due ms + id "
+                  f"and an id -> due store, both changelogged; a WALL_CLOCK_TIME punctuator every {PUNCTUATE_MS} ms "
+                  "range-scans what is due, forwards it to its target (acks=all, idempotent) and deletes it; "
+                  "at_least_once; the same all-due backlog as throughput, back to back with the sidecar in rotated "
+                  "rounds; lateness at 50 % of its own maximum",
+        "settings": {"records": n, "rounds": rounds_n, "punctuate_ms": PUNCTUATE_MS, "lateness_seconds": seconds,
+                     "lateness_delays_ms": WHEEL_DELAYS, "processing_guarantee": "at_least_once",
+                     "producer": {"acks": "all", "enable.idempotence": True, "linger.ms": 2, "batch.size": 262_144},
+                     "commit_interval_ms": "Streams default (30 000 for at_least_once)",
+                     "statestore_cache_max_bytes": "Streams default (10 MB)", "jvm": JVM_OPTS,
+                     "schedulers": bench.schedulers},
+        "results": results,
+        "details": details,
+    }
