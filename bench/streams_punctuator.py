@@ -72,6 +72,11 @@ def changelog_records(bench: Bench, app_id: str) -> int:
     return total
 
 
+def counters(done: dict[str, Any]) -> dict[str, Any]:
+    """The application's own counts from its ``done`` line (scheduled, forwarded, punctuations, ...)."""
+    return {k: v for k, v in done.items() if k not in ("event", "ts_ms", "_seen_ms")}
+
+
 def measure_streams(bench: Bench, pre: Preloaded, target: str) -> dict[str, Any]:
     start = bench.wm.high(target)
     want = sum(start.values()) + pre.n
@@ -89,7 +94,7 @@ def measure_streams(bench: Bench, pre: Preloaded, target: str) -> dict[str, Any]
             "early": sum(1 for ts, da in zip(got.ts, got.deliver_at, strict=True) if ts < da),
             "cpu_us_per_record": cpu * 1e6 / pre.n,
             "changelog_records_per_record": changelog_records(bench, proc.app_id) / pre.n,
-            "counters": {k: v for k, v in done.items() if k not in ("event", "ts_ms", "_seen_ms")}}
+            "counters": counters(done)}
 
 
 def measure_round(bench: Bench, pre: Preloaded, target: str, r: int) -> dict[str, Any]:
@@ -112,12 +117,12 @@ def measure_lateness(bench: Bench, rate: float, seconds: float) -> dict[str, Any
         wait_until(f"{sent} records delivered by Kafka Streams", lambda: bench.wm.total(target) >= sent,
                    max(WHEEL_DELAYS) / 1000 + 120, 0.25, proc.check_alive)
     finally:
-        proc.finish()
+        done = proc.finish()
     got = read_range(bench.bootstrap, target, {}, bench.wm.high(target), headers=True)
     late = [ts - da for ts, da in zip(got.ts, got.deliver_at, strict=True)]
     return {"offered_rate": rate, "sent": sent, "delivered": len(got.ts), "lost": sent - len(set(got.ids)),
             "duplicates": len(got.ids) - len(set(got.ids)), "early": sum(1 for lt in late if lt < 0),
-            **lateness_percentiles(late)}
+            **lateness_percentiles(late), "counters": counters(done)}
 
 
 def run(bench: Bench) -> dict[str, Any]:

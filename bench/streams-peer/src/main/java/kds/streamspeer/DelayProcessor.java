@@ -40,8 +40,8 @@ import org.apache.kafka.streams.state.KeyValueStore;
  * <p>A scan starts at the last key it forwarded (or at a lower key put since), never at due 0:
  * the keys it forwarded are deleted, and a delete in RocksDB (and in the Streams record cache until
  * its next flush) is a tombstone that every iterator over it steps across until a compaction drops
- * it. A scan from due 0 therefore costs every record already delivered: quadratic in the records
- * delivered between two compactions (a backlog of 20 000 drained at 480 records/s that way).
+ * it. A scan from due 0 therefore costs every record already delivered between two compactions
+ * (docs/benchmarks.md, streams-punctuator).
  *
  * <p>The punctuator (Streams docs, Processor API, "punctuate": {@code ProcessorContext#schedule}
  * with {@link PunctuationType#WALL_CLOCK_TIME}) runs every {@code punctuateMs} of wall-clock time
