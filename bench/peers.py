@@ -85,3 +85,19 @@ def spread(rates: list[float | None]) -> float | None:
 
 def spread_figure(rates: list[float | None]) -> Figure:
     return fig(spread(rates), "x", "<= 0.15", note=f"(max - min) / median over {len(rates)} rounds")
+
+
+def peer_figures(rounds: list[dict[str, Any]], peer: str, rate: float | None, note: str | None,
+                 duplicates_note: str) -> dict[str, Figure]:
+    """A peer's throughput figures over the rounds: its median rate, the spread of its rate, and the
+    early, lost and duplicate records summed over every run."""
+    rates = [one[peer]["records_per_s"] for one in rounds]
+
+    def total(key: str) -> int:
+        return sum(int(one[peer][key]) for one in rounds)
+
+    return {"records_per_s": fig(rate, "records/s", note=note),
+            "rate_spread": spread_figure(rates),
+            "early": fig(total("early"), "records", "== 0"),
+            "lost": fig(total("lost"), "records", "== 0"),
+            "duplicates": fig(total("duplicates"), "records", note=duplicates_note)}

@@ -1,5 +1,5 @@
 """The Kafka Streams delay queue (the Java application in bench/streams-peer/, built into the
-cache by scripts/setup.d/60-kafka-streams.sh) as a process the bench and its smoke test start.
+cache by scripts/setup.d/70-kafka-streams.sh) as a process the bench and its smoke test start.
 
 :class:`StreamsPeerProc` runs one instance: ``java -cp 'lib/*:streams-peer.jar'
 kds.streamspeer.StreamsPeer`` on an ingress topic, with an application id of its own (a fresh

@@ -30,7 +30,7 @@ from typing import Any
 
 from bench import throughput
 from bench.lateness import WHEEL_DELAYS
-from bench.peers import peer_round, spread_figure
+from bench.peers import peer_figures, peer_round
 from bench.report import fig
 from bench.streams_peer import JVM_OPTS, PUNCTUATE_MS, StreamsPeerProc, changelog_topics, installed
 from bench.workload import (
@@ -128,7 +128,7 @@ def measure_lateness(bench: Bench, rate: float, seconds: float) -> dict[str, Any
 def run(bench: Bench) -> dict[str, Any]:
     if not installed():
         raise BenchError("streams-punctuator needs java and the Kafka Streams peer built into the cache: run "
-                         "scripts/setup.sh (step 60-kafka-streams)")
+                         "scripts/setup.sh (step 70-kafka-streams)")
     n, seconds = sizes(bench)
     rounds_n = throughput.rounds_for(bench)
     results: dict[str, Any] = {}
@@ -142,12 +142,8 @@ def run(bench: Bench) -> dict[str, Any]:
         rate = throughput.median(rates)
         note = f"median of {rounds_n} rounds" if rounds_n > 1 else None
         results[STREAMS] = {
-            "records_per_s": fig(rate, "records/s", note=note),
-            "rate_spread": spread_figure(rates),
-            "early": fig(sum(one[STREAMS]["early"] for one in rounds), "records", "== 0"),
-            "lost": fig(sum(one[STREAMS]["lost"] for one in rounds), "records", "== 0"),
-            "duplicates": fig(sum(one[STREAMS]["duplicates"] for one in rounds), "records",
-                              note="at-least-once: records forwarded again after a crash (none here)"),
+            **peer_figures(rounds, STREAMS, rate, note,
+                           "at-least-once: records forwarded again after a crash (none here)"),
             "cpu_us_per_record": fig(throughput.median([one[STREAMS]["cpu_us_per_record"] for one in rounds]), "us",
                                      note="the JVM's CPU from RUNNING on, median over rounds"),
             "changelog_records_per_record": fig(throughput.median(

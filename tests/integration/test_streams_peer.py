@@ -3,7 +3,7 @@ on the session's broker: correctness only, never speed. Every scheduled record i
 the target its ``delay.target-topic`` names, none before its due time, with its key, value, user
 headers, ``delay.id`` and ``delay.deliver-at``; a cancel by ``delay.id`` removes its record; a
 second pending record with the same id is dropped, a ``delay.replace`` moves it. Needs the built
-application (scripts/setup.d/60-kafka-streams.sh): skipped without it, failed under ``CI=true``.
+application (scripts/setup.d/70-kafka-streams.sh): skipped without it, failed under ``CI=true``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from tests.infra import needs
 from tests.integration.harness import consume_until, create_topics, producer
 
 pytestmark = [pytest.mark.integration,
-              needs(streams_peer.installed(), "the Kafka Streams peer (scripts/setup.d/60-kafka-streams.sh)")]
+              needs(streams_peer.installed(), "the Kafka Streams peer (scripts/setup.d/70-kafka-streams.sh)")]
 
 
 def test_delivered_once_never_early_and_cancelled(tmp_path: Path, kafka_bootstrap: str, unique: str) -> None:
