@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench import streams_peer
-from bench.streams_peer import StreamsPeerProc
+from bench.streams_peer import QUICK_START_OPTS, StreamsPeerProc
 from sidecar import contract as c
 from tests.infra import needs
 from tests.integration.harness import consume_until, create_topics, producer
@@ -33,7 +33,7 @@ def test_delivered_once_never_early_and_cancelled(tmp_path: Path, kafka_bootstra
         p.produce(ingress, key=b"b%d" % i, value=b"v%d" % i, timestamp=t0 - 5_000 + i,
                   headers=[(c.TARGET_TOPIC, target.encode()), (c.DELAY_MS, b"100"), ("trace", b"%d" % i)])
     p.flush(30)
-    proc = StreamsPeerProc(tmp_path, kafka_bootstrap, ingress, punctuate_ms=10)
+    proc = StreamsPeerProc(tmp_path, kafka_bootstrap, ingress, punctuate_ms=10, jvm_opts=QUICK_START_OPTS)
     proc.start()
     try:
         proc.wait_event("ready", 60)
