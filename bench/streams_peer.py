@@ -26,8 +26,8 @@ MAIN_CLASS = "kds.streamspeer.StreamsPeer"
 # 1 % of a core at rest (a few us per empty scan, 50 a second) and the added lateness at 10 ms
 # mean, the order of the sidecar's wheel tick.
 PUNCTUATE_MS = 20
-# Heap: the record cache (10 MB, the Streams default) and producer buffers (32 MB) fit many times
-# over; RocksDB's block cache and memtables live outside the heap.
+# Heap: the producer's buffers (32 MB) fit many times over (the stores have no record cache);
+# RocksDB's block cache and memtables live outside the heap.
 JVM_OPTS = ["-Xms256m", "-Xmx1g"]
 # For a short correctness run (the smoke test): the C1 compiler alone and the serial collector
 # start the JVM on less CPU, where the benchmark wants the fully optimised steady state.

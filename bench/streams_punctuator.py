@@ -15,9 +15,9 @@ them in a RocksDB store keyed by big-endian due ms + id, and a wall-clock punctu
   (each scheduler) drains the same topic; the ratio is taken within a round and the figure is its
   median; the spread of the peer's own rate over the rounds, ``(max - min) / median``, is
   reported beside it. CPU per record is the JVM's from ``ready`` (RUNNING) on, its start left out.
-  The changelog records per delivered record are the two changelog topics' end offsets over N:
-  Kafka Streams' record cache (10 MB by default) absorbs a put and its delete when both fall
-  between two flushes, so a record can cost fewer than two changelog writes.
+  The changelog records per delivered record are the two changelog topics' end offsets over N: a
+  stored record costs a put and a delete (a Processor API store has no record cache unless asked,
+  so none is absorbed), a record due on arrival none.
 * Lateness at 50 % of the peer's own measured maximum: a paced producer writes ingress records
   (delays uniform 1-10 s) to a fresh application for the lateness time; lateness is the delivered
   record's timestamp minus its ``delay.deliver-at``.
@@ -182,7 +182,7 @@ def run(bench: Bench) -> dict[str, Any]:
                      "lateness_delays_ms": WHEEL_DELAYS, "processing_guarantee": "at_least_once",
                      "producer": {"acks": "all", "enable.idempotence": True, "linger.ms": 2, "batch.size": 262_144},
                      "commit_interval_ms": "Streams default (30 000 for at_least_once)",
-                     "statestore_cache_max_bytes": "Streams default (10 MB)", "jvm": JVM_OPTS,
+                     "record_cache": "none (the Processor API store default)", "jvm": JVM_OPTS,
                      "schedulers": bench.schedulers},
         "results": results,
         "details": details,

@@ -38,10 +38,9 @@ import org.apache.kafka.streams.state.KeyValueStore;
  * sidecar does with a due-now record too): a backlog that is all due costs no store write.
  *
  * <p>A scan starts at the last key it forwarded (or at a lower key put since), never at due 0:
- * the keys it forwarded are deleted, and a delete in RocksDB (and in the Streams record cache until
- * its next flush) is a tombstone that every iterator over it steps across until a compaction drops
- * it. A scan from due 0 therefore costs every record already delivered between two compactions
- * (docs/benchmarks.md, streams-punctuator).
+ * the keys it forwarded are deleted, and a delete in RocksDB is a tombstone that every iterator
+ * over it steps across until a compaction drops it. A scan from due 0 therefore costs every
+ * record already delivered between two compactions (docs/benchmarks.md, streams-punctuator).
  *
  * <p>The punctuator (Streams docs, Processor API, "punctuate": {@code ProcessorContext#schedule}
  * with {@link PunctuationType#WALL_CLOCK_TIME}) runs every {@code punctuateMs} of wall-clock time

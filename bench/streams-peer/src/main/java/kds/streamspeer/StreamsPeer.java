@@ -35,8 +35,9 @@ import org.apache.kafka.streams.state.Stores;
  * with acks=all and idempotence (the sidecar's), linger.ms 2 (the sidecar's), batch.size 256 KiB
  * (a backlog goes out in large batches, as librdkafka's batch.num.messages 10 000 lets the
  * sidecar's); the changelog topics take the broker's default replication factor
- * (replication.factor -1), as the sidecar's changelog does; commit.interval.ms and the record
- * cache (statestore.cache.max.bytes) are the Streams defaults for at_least_once.
+ * (replication.factor -1), as the sidecar's changelog does; commit.interval.ms is the Streams
+ * default for at_least_once (30 s); the stores have no record cache (a Processor API store's
+ * default), so every put and delete reaches RocksDB and its changelog.
  */
 public final class StreamsPeer {
     static final String PENDING_STORE = "pending";
