@@ -1,21 +1,20 @@
 """``delay-sidecar bench SCENARIO [--size small|full] --json OUT [--bootstrap-servers B]``.
 
 SCENARIO is one of ``throughput``, ``lateness``, ``pending-memory``, ``lookup``, ``list``, ``restart``,
-``mass-expiry``, ``redis-zset``, ``pg-poll``, ``append``, ``steady``, ``failover``, ``restore``, ``redrive``,
-``tenants``, ``exactly-once``, ``scale``, ``all``, or a comma-separated list of them (``all`` is every one but
-``scale``, which takes ``--scale-pending N`` and ``--scale-rate R`` and runs only when named). Without
-``--bootstrap-servers`` the bench starts its own local broker (:class:`devkafka.local.LocalKafka`)
-in the work directory and stops it at the end, unless every scenario asked for runs in-process
-without one (``append``, ``steady``). The schedulers measured are every one that runs: ``levels`` always,
-``wheel`` once ``python -m sidecar run --scheduler wheel`` starts (detected by trying), or the ones
-given with ``--schedulers``; in-process scenarios alone measure both unless told otherwise. ``throughput``
-and ``lateness`` measure every changelog mode given with ``--changelog`` (default ``on,off``: the
-sidecar's default, and ``--changelog off``) and every delivery mode given with ``--delivery``
-(default ``at-least-once,exactly-once``: the changelog modes, then ``--delivery exactly-once``
-with the changelog on), with the record shapes given with ``--shape`` (``plain``, ``common``:
-see :mod:`bench.shape`; default both at full size, ``plain`` at small size); the other scenarios
-run the sidecar's default (changelog on, at least once), except with ``--changelog off`` alone,
-when every scenario that can runs with it off (``failover`` and ``restore`` need it).
+``mass-expiry``, ``redis-zset``, ``pg-poll``, ``rabbit-ttl``, ``streams-punctuator``, ``append``, ``steady``,
+``failover``, ``restore``, ``redrive``, ``tenants``, ``recurring``, ``exactly-once``, ``scale``, ``all``, or a
+comma-separated list of them (``all`` is every one but ``scale``, which takes ``--scale-pending N`` and
+``--scale-rate R`` and runs only when named). Without ``--bootstrap-servers`` the bench starts its own local broker
+(:class:`devkafka.local.LocalKafka`) in the work directory and stops it at the end, unless every scenario asked for
+runs in-process without one (``append``, ``steady``). The schedulers measured are every one that runs: ``levels``
+always, ``wheel`` once ``python -m sidecar run --scheduler wheel`` starts (detected by trying), or the ones given
+with ``--schedulers``; in-process scenarios alone measure both unless told otherwise. ``throughput`` and
+``lateness`` measure every changelog mode given with ``--changelog`` (default ``on,off``: the sidecar's default, and
+``--changelog off``) and every delivery mode given with ``--delivery`` (default ``at-least-once,exactly-once``: the
+changelog modes, then ``--delivery exactly-once`` with the changelog on), with the record shapes given with
+``--shape`` (``plain``, ``common``: see :mod:`bench.shape`; default both at full size, ``plain`` at small size); the
+other scenarios run the sidecar's default (changelog on, at least once), except with ``--changelog off`` alone, when
+every scenario that can runs with it off (``failover`` and ``restore`` need it).
 
 The JSON report holds the machine facts, the settings, and per scenario its method, settings,
 ``results`` (every figure as ``{"value", "unit", "goal", "met"}``) and raw ``details``. It is
