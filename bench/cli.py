@@ -173,7 +173,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="failover, exactly-once: the load after each membership change or phase, 0s to 10m "
                          "(default 0.5s failover, 3s exactly-once small; 30s, 20s full)")
     ap.add_argument("--crashes", type=_count, default=None, metavar="K",
-                    help="failover: the crash loop's SIGKILLs (default 4 small, 10 full)")
+                    help="failover, exactly-once: the crash loop's SIGKILLs (default 4, 3 small; 10 full)")
     ap.add_argument("--list-pending", type=_count, default=None, metavar="N",
                     help="list: records pending in the store (default 100000 small, 10000000 full)")
     ap.add_argument("--recurring-schedules", type=_count, default=None, metavar="N",

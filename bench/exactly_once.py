@@ -14,8 +14,8 @@ could act on it, which in this mode is the commit of the transaction that delive
 
 1. *crash loop*: instance A with default flags (no ``--group-instance-id``: it keeps the id it
    made in ``<data-dir>/instance-id``, so its restart fences its previous incarnation's
-   transactional id), SIGKILLed ``KILLS`` times and restarted at once on the same data directory,
-   a kill every ``CRASH_EVERY_S`` s after the previous spawn (and not before the new process has
+   transactional id), SIGKILLed ``KILLS`` times (``--crashes``) and restarted at once on the same
+   data directory, a kill every ``CRASH_EVERY_S`` s after the previous spawn (and not before the new process has
    joined the group), after ``LEAD_S`` s of load; then until it serves every partition again.
 2. *broker restart*: the broker the bench started is stopped (controlled shutdown) and started
    again on the same port and data directory, under load; the phase ends when the reader sees
@@ -147,6 +147,12 @@ def delays_ms(bench: Bench) -> tuple[tuple[int, ...], tuple[int, int]]:
     return cut_delays(LEVEL_DELAYS, WHEEL_DELAYS, bench.options.get("max_delay_ms"))
 
 
+def kills(bench: Bench) -> int:
+    """The crash loop's SIGKILLs: ``--crashes``, else ``KILLS`` of the size."""
+    k = bench.options.get("crashes")
+    return KILLS[bench.size] if k is None else int(k)
+
+
 def _sidecar(bench: Bench, label: str, ingress: str, scheduler: str, group: str, dlq: str) -> Member:
     sc = bench.sidecar(ingress, scheduler, tag=f"eos-{label}", delivery="exactly-once", group=group,
                        static_id=False, partitions=PARTITIONS, dlq=dlq, session_timeout_ms=None)
@@ -178,15 +184,15 @@ def chaos_run(bench: Bench, scheduler: str) -> dict[str, Any]:
         time.sleep(LEAD_S[bench.size])
         # 1. crash loop
         t0 = wall_ms()
-        for _k in range(KILLS[bench.size]):
+        for _k in range(kills(bench)):
             sleep_until_wall_ms(a.sc.started_ms + int(CRASH_EVERY_S * 1000))
             a.sc.wait_event("partitions.assigned", 120)
             a.end(signal.SIGKILL)
             a.start()
         ready = wait_serving([a])
-        phases["crash_loop"] = {"kills": KILLS[bench.size], "seconds": (ready - t0) / 1000,
+        phases["crash_loop"] = {"kills": kills(bench), "seconds": (ready - t0) / 1000,
                                 "last_kill_to_serving_s": (ready - a.sc.started_ms) / 1000}
-        log(f"exactly-once {scheduler}: {KILLS[bench.size]} SIGKILLs; serving again {(ready - t0) / 1000:.1f} s "
+        log(f"exactly-once {scheduler}: {kills(bench)} SIGKILLs; serving again {(ready - t0) / 1000:.1f} s "
             "after the first")
         time.sleep(dwell)
         # 2. broker restart
@@ -272,7 +278,7 @@ def run(bench: Bench) -> dict[str, Any]:
     results: dict[str, Any] = {}
     details: dict[str, Any] = {}
     for sched in bench.schedulers:
-        log(f"exactly-once {sched}: {KILLS[bench.size]} SIGKILLs, a broker restart, a scale-out, under load ...")
+        log(f"exactly-once {sched}: {kills(bench)} SIGKILLs, a broker restart, a scale-out, under load ...")
         r = chaos_run(bench, sched)
         log(f"exactly-once {sched}: sent {r['sent']}, lost {r['lost']}, duplicates {r['duplicates']}, early "
             f"{r['early']} (read_committed); {r['aborted_records']} records in aborted transactions; spark "
@@ -300,7 +306,7 @@ def run(bench: Bench) -> dict[str, Any]:
         "method": "a paced load through sidecars in exactly-once mode while one crash-loops (SIGKILL x N), the "
                   "broker restarts and a second instance joins; a read_committed consumer of the target counts "
                   "lost, duplicates and early deliveries, and the Spark accuracy job (--read-committed) confirms",
-        "settings": {"partitions": PARTITIONS, "rate": RATE[bench.size], "kills": KILLS[bench.size],
+        "settings": {"partitions": PARTITIONS, "rate": RATE[bench.size], "kills": kills(bench),
                      "crash_every_s": CRASH_EVERY_S, "lead_s": LEAD_S[bench.size], "dwell_s": dwell_s(bench, DWELL_S),
                      "levels_delays_ms": delays_ms(bench)[0], "wheel_delays_ms": delays_ms(bench)[1],
                      "record_bytes": 100,
