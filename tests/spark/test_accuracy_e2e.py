@@ -26,6 +26,21 @@ def _metrics(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
             for fam in text_string_to_metric_families(text) for s in fam.samples}
 
 
+def _synced(port: int, n: int, timeout_s: float = 30) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The metrics once the sidecar's periodic sync (once a second) has counted all ``n``
+    deliveries and their lateness (or as they are at the timeout: the assertions then say what is
+    missing), instead of sleeping a sync period."""
+    tenant = (("tenant", "default"),)
+    keys = [("delay_sidecar_delivered_records_total", tenant),
+            ("delay_sidecar_delivery_lateness_seconds_count", tenant)]
+    deadline = time.monotonic() + timeout_s
+    metrics = _metrics(port)
+    while any(metrics.get(k) != n for k in keys) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        metrics = _metrics(port)
+    return metrics
+
+
 def test_sidecar_delivery_measured_by_spark(
     spark: Any, kafka_bootstrap: str, tmp_path: Path, unique: str
 ) -> None:
@@ -46,8 +61,7 @@ def test_sidecar_delivery_measured_by_spark(
             p.produce(sc.ingress, key=str(i).encode(), value=b"v", headers=headers)
         assert p.flush(30) == 0
         assert len(consume_until(kafka_bootstrap, targets, want=n, timeout_s=60)) == n
-        time.sleep(2.5)  # one metrics sync period
-        metrics = _metrics(port)
+        metrics = _synced(port, n)
     finally:
         sc.stop_quietly()
     until = int(time.time() * 1000)
