@@ -39,7 +39,7 @@ from sidecar.wheel import WheelScheduler
 from tests.infra import needs_native
 from tests.kafka_twin import VirtualClock
 from tests.unit.helpers.id_passes import NextPollPass
-from tests.unit.helpers.intake import TOPIC, Msg, fields, files, ingest_store, state
+from tests.unit.helpers.intake import TOPIC, WHEEL_WINDOW_MS, Msg, fields, files, ingest_store, state
 
 pytestmark = needs_native
 
@@ -122,7 +122,7 @@ def run(root: Path, scheduler: str, seed: int, fast: bool, monkeypatch: pytest.M
     sc = loop.Sidecar(s, clock=clock)
     if scheduler == "wheel":
         def make(d: Path, lg: Any) -> Any:
-            return WheelScheduler(d, lg, precision_ms=10, window_ms=3_600_000, bucket_width_ms=3_600_000,
+            return WheelScheduler(d, lg, precision_ms=10, window_ms=WHEEL_WINDOW_MS, bucket_width_ms=WHEEL_WINDOW_MS,
                                   levels_ms=LEVELS, entries_per_file=32)
     else:
         def make(d: Path, lg: Any) -> Any:

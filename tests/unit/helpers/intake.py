@@ -19,6 +19,12 @@ from sidecar.store.partition import PartitionStore
 from sidecar.wheel import WheelScheduler
 
 TOPIC = "in"
+# The wheel's ring in the fast-path-against-reference tests: 10 min at 10 ms, a 1.9 MB slot file.
+# Every delay their batches draw lies either within it (up to 200 s, plus the cursor's lag behind the
+# clock, which moves at most 6 min in a run) or an hour and more beyond it (a bucket), so each record
+# takes the branch it took under a 1 h ring. The state compared after every batch copies the slot
+# file; an 11.5 MB one (a 1 h ring) made those copies most of each test's time on a loaded machine.
+WHEEL_WINDOW_MS = 600_000
 
 
 class _Err:
