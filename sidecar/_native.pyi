@@ -134,15 +134,15 @@ class MirrorReport:
 
 def mirror_puts(
     report: Callable[[Any, Any], None], produce: Callable[..., Any], buf: Any, off: int, count: int,
-    refused: tuple[type[BaseException], ...], held: dict[bytes, bytes] | None, now: int, /,
+    refused: tuple[type[BaseException], ...], held: dict[bytes, bytes] | None, now: int, fresh: set[bytes] | None, /,
 ) -> tuple[int, int, BaseException | None]: ...
 def mirror_tombstones(
     report: Callable[[Any, Any], None], produce: Callable[..., Any], acked: list[tuple[int, Record]], i: int,
-    refused: tuple[type[BaseException], ...], held: dict[bytes, bytes], /,
+    refused: tuple[type[BaseException], ...], held: dict[bytes, bytes], fresh: set[bytes] | None, /,
 ) -> tuple[int, BaseException | None]: ...
 def mirror_writes(
     report: Callable[[Any, Any], None], produce: Callable[..., Any], writes: list[tuple[bytes, bytes | None]], i: int,
-    refused: tuple[type[BaseException], ...], held: None, /,
+    refused: tuple[type[BaseException], ...], held: None, fresh: None, /,
 ) -> tuple[int, BaseException | None]: ...
 def crc32c(data: bytes | bytearray | memoryview, /) -> int: ...
 def crc32c_software(data: bytes | bytearray | memoryview, /) -> int: ...

@@ -26,7 +26,10 @@ changelog acknowledges again: nothing is committed meanwhile, so nothing is lost
 
 **Held puts**: the put of a record already due when stored is held back (``held``) and dropped
 when the record is settled or cancelled before anything needed it: its tombstone alone is
-written (an older version of the id may be in the changelog). At-least-once the held puts are
+written (an older version of the id may be in the changelog), or nothing at all for a record
+that is its id's only version (``fresh``, at-least-once: one the C intake stored, which takes
+only an id with no entry in the id index, so no version of it is pending and any earlier one
+was tombstoned before; nothing under the id is in the changelog). At-least-once the held puts are
 written, in the order the records were stored, before a checkpoint snapshots the writes its
 commit waits for (durability.py), before an offset commit outside the jobs (``wait_acked``) and
 before the put of a record due later. So a commit never covers a record the changelog lacks,
@@ -87,8 +90,8 @@ RESTORE_SLICE_S = 0.05  # restore work per loop turn, so owned partitions keep b
 class StoreMirror:
     """A store's changelog writer (its ``Mirror``)."""
 
-    __slots__ = ("acked", "active", "failed", "held", "holds_due", "in_c", "in_transactions", "kafka", "on_settle",
-                 "partition", "produced", "put_run", "remove_run", "report", "retry", "store", "topic")
+    __slots__ = ("acked", "active", "failed", "fresh", "held", "holds_due", "in_c", "in_transactions", "kafka",
+                 "on_settle", "partition", "produced", "put_run", "remove_run", "report", "retry", "store", "topic")
 
     def __init__(
         self, kafka: Any, topic: str, store: PartitionStore, in_transactions: bool = False, in_c: bool = NATIVE,
@@ -117,6 +120,10 @@ class StoreMirror:
         # written at once: holding them too would make every commit wait for a whole interval's
         # puts (measured, exactly-once: p99 3.4 s at half the rate).
         self.held: dict[bytes, bytes] = {}
+        # The ids in ``held`` whose put is their store's only version (module docstring, held
+        # puts): settled before the flush, such a record needs neither its put nor a tombstone.
+        # A backlog's records then cost the changelog nothing. Exactly-once keeps none.
+        self.fresh: set[bytes] = set()
         self.holds_due = True
         self.active = True  # False once the store is dropped: the reports of its purged writes are ignored
         # every write's delivery-report callable: with the extension one C object per mirror,
@@ -129,21 +136,32 @@ class StoreMirror:
         fast = in_c and not in_transactions
         self.remove_run: Callable[[list[tuple[int, Record]]], None] | None = self._remove_run if fast else None
 
-    def put(self, rid: bytes, raw: bytes, due_now: bool = False) -> None:
+    def put(self, rid: bytes, raw: bytes, due_now: bool = False, fresh: bool = False) -> None:
+        """Write (or hold, ``due_now``) the put of a stored record; ``fresh``: it is its id's only
+        version (the C intake's records: ``fresh``)."""
         held = self.held
         if due_now:
             held[rid] = raw
+            if fresh and not self.in_transactions:
+                self.fresh.add(rid)
+            elif self.fresh:
+                self.fresh.discard(rid)  # a later version of the id (a replace, a dead letter, a firing)
             return
         if held:
             held.pop(rid, None)  # an older version held back must not be written after this one
+            self.fresh.discard(rid)
             if not self.in_transactions:
                 self.flush_held()  # at-least-once: every record stored before this one is written first
         self._send(raw, rid)
 
     def remove(self, rid: bytes) -> None:
         held = self.held
-        if held:
-            held.pop(rid, None)  # delivered (or cancelled) before its put was needed: none is written
+        if held and held.pop(rid, None) is not None:
+            # delivered (or cancelled) before its put was needed: none is written
+            fresh = self.fresh
+            if fresh and rid in fresh:
+                fresh.discard(rid)
+                return  # nor a tombstone: nothing under the id is in the changelog
         # the tombstone is written even when the put never was: an older version of the id (one
         # replaced) may be in the changelog
         self._send(None, rid)
@@ -155,24 +173,24 @@ class StoreMirror:
         (the caller writes that one with ``put``). Returns (records taken, the next one's
         offset)."""
         done, off, _refused = native.mirror_puts(self.report, self.kafka.producer.produce, buf, off, count, _REFUSED,
-                                                 self.held, now_ms)
+                                                 self.held, now_ms, None if self.in_transactions else self.fresh)
         return done, off
 
     def _remove_run(self, acked: list[tuple[int, Record]]) -> None:
         """The tombstones of the settled records ``acked`` ((ref, Record) pairs), produced in C,
-        each id's held put dropped as ``remove`` drops it."""
-        self._in_c(native.mirror_tombstones, acked, lambda item: self.remove(item[1].id), self.held)
+        each id's held put dropped as ``remove`` drops it (and none written for a ``fresh`` one)."""
+        self._in_c(native.mirror_tombstones, acked, lambda item: self.remove(item[1].id), self.held, self.fresh)
 
     def _in_c(
         self, write: Callable[..., tuple[int, Any]], items: list[Any], one: Callable[[Any], None],
-        held: dict[bytes, bytes] | None,
+        held: dict[bytes, bytes] | None, fresh: set[bytes] | None = None,
     ) -> None:
         """``items`` written by ``write`` (``_native.mirror_tombstones`` / ``mirror_writes``,
-        given ``held``); one whose produce was refused by ``one``, the reference path (its
-        retries, its failure), and C goes on after it."""
+        given ``held`` and ``fresh``); one whose produce was refused by ``one``, the reference path
+        (its retries, its failure), and C goes on after it."""
         i, n = 0, len(items)
         while i < n:
-            i, _refused = write(self.report, self.kafka.producer.produce, items, i, _REFUSED, held)
+            i, _refused = write(self.report, self.kafka.producer.produce, items, i, _REFUSED, held, fresh)
             if i < n:
                 one(items[i])
                 i += 1
@@ -186,6 +204,7 @@ class StoreMirror:
         if not held:
             return 0
         self.held = {}
+        self.fresh.clear()  # written now: a tombstone each from here on
         if self.in_c:
             self._in_c(native.mirror_writes, list(held.items()), lambda item: self._send(item[1], item[0]), None)
             return len(held)

@@ -13,6 +13,13 @@
  * Both add what they produced to the mirror's `produced` before they return, so Python reads the
  * exact count outside them (the durability order reads it at a checkpoint: durability.py).
  *
+ * `fresh` (StoreMirror.fresh, a set; None exactly-once): the ids of held puts that are their
+ * store's only version, the records of a C intake run (it takes only an id with no entry in the
+ * id index, so nothing under the id is pending and any earlier version was tombstoned). Such a
+ * record settled while its put is still held needs no tombstone either: nothing under its id is
+ * in the changelog (StoreMirror.remove). mirror_puts adds the ids it holds, mirror_tombstones
+ * drops them and writes nothing for them.
+ *
  * Every write, of either path, gets the store's one MirrorReport as its delivery-report callable
  * (one object per mirror, not one per write): a success does _acked's work here (acked += 1, the
  * store's changelog_offset past the write's offset, and for a put its changelog_ingress past the
@@ -214,19 +221,20 @@ static int args_check(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want, 
     return 0;
 }
 
-/* mirror_puts(report, produce, buf, off, count, refused, held, now) -> (done, off, refused)
+/* mirror_puts(report, produce, buf, off, count, refused, held, now, fresh) -> (done, off, refused)
  *
  * The puts of the `count` records back to back in buf from off: done of them written, off the next
  * one's offset; refused the exception that record's produce raised (None otherwise). With `held` a
- * dict (StoreMirror.held), a record due at `now` is held there (id -> bytes) instead of produced,
- * and the walk stops before a record due later while held is not empty (StoreMirror.put decides
- * what to write first). */
+ * dict (StoreMirror.held), a record due at `now` is held there (id -> bytes) instead of produced
+ * (its id also added to `fresh` when that is a set), and the walk stops before a record due later
+ * while held is not empty (StoreMirror.put decides what to write first). */
 static PyObject *native_mirror_puts(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    const char *usage = "mirror_puts(report: MirrorReport, produce, buf, off, count, refused, held, now)";
-    if (args_check(args, nargs, 8, usage) < 0) return NULL;
+    const char *usage = "mirror_puts(report: MirrorReport, produce, buf, off, count, refused, held, now, fresh)";
+    if (args_check(args, nargs, 9, usage) < 0) return NULL;
     MirrorReportObject *r = (MirrorReportObject *)args[0];
     PyObject *held = args[6] == Py_None ? NULL : args[6];
-    if (held && !PyDict_Check(held)) {
+    PyObject *fresh = args[8] == Py_None ? NULL : args[8];
+    if ((held && !PyDict_Check(held)) || (fresh && !PySet_Check(fresh))) {
         PyErr_SetString(PyExc_TypeError, usage);
         return NULL;
     }
@@ -255,7 +263,7 @@ static PyObject *native_mirror_puts(PyObject *self, PyObject *const *args, Py_ss
         PyObject *key = PyBytes_FromStringAndSize((const char *)p + HEAD_SIZE, id_len);
         PyObject *value = key ? PyBytes_FromStringAndSize((const char *)p, length) : NULL;
         int rc = !value ? -1
-                 : hold ? PyDict_SetItem(held, key, value)
+                 : hold ? (PyDict_SetItem(held, key, value) < 0 || (fresh && PySet_Add(fresh, key) < 0) ? -1 : 0)
                         : produce_one(r, args[1], &t, value, key, args[5], &refused);
         sent += rc == 0 && !hold;
         Py_XDECREF(key);
@@ -276,30 +284,34 @@ bad:
     return loop_end(r, &t, sent, 1, NULL);
 }
 
-/* mirror_tombstones(report, produce, acked, i, refused, held) -> (j, refused)
+/* mirror_tombstones(report, produce, acked, i, refused, held, fresh) -> (j, refused)
  *
  * The tombstones of the records of acked[i:] ((ref, Record) pairs), each id's held put dropped
- * first (StoreMirror.remove: a put held back must never be written after its tombstone): j the
- * first not produced (len(acked) when all went), refused the exception its produce raised (None
- * when all went). mirror_writes(report, produce, writes, i, refused, None) -> (j, refused): the
- * same for a list of (key, value) pairs, each written as it is (StoreMirror.flush_held's). */
+ * first (StoreMirror.remove: a put held back must never be written after its tombstone), none for
+ * an id in `fresh` (dropped from it): j the first not taken (len(acked) when all went), refused the
+ * exception its produce raised (None when all went). mirror_writes(report, produce, writes, i,
+ * refused, None, None) -> (j, refused): the same for a list of (key, value) pairs, each written as
+ * it is (StoreMirror.flush_held's). */
 static PyObject *mirror_list(PyObject *const *args, Py_ssize_t nargs, int tombstones) {
-    const char *usage = tombstones ? "mirror_tombstones(report: MirrorReport, produce, acked: list, i, refused, held)"
-                                   : "mirror_writes(report: MirrorReport, produce, writes: list, i, refused, None)";
-    if (args_check(args, nargs, 6, usage) < 0) return NULL;
+    const char *usage = tombstones
+                            ? "mirror_tombstones(report: MirrorReport, produce, acked: list, i, refused, held, fresh)"
+                            : "mirror_writes(report: MirrorReport, produce, writes: list, i, refused, None, None)";
+    if (args_check(args, nargs, 7, usage) < 0) return NULL;
     PyObject *held = args[5] == Py_None ? NULL : args[5];
-    if (!PyList_Check(args[2]) || (held && !PyDict_Check(held))) {
+    PyObject *fresh = args[6] == Py_None ? NULL : args[6];
+    if (!PyList_Check(args[2]) || (held && !PyDict_Check(held)) || (fresh && !PySet_Check(fresh))) {
         PyErr_SetString(PyExc_TypeError, usage);
         return NULL;
     }
     MirrorReportObject *r = (MirrorReportObject *)args[0];
     PyObject *acked = args[2];
-    Py_ssize_t i = PyLong_AsSsize_t(args[3]), i0 = i;
+    Py_ssize_t i = PyLong_AsSsize_t(args[3]);
     if (i == -1 && PyErr_Occurred()) return NULL;
     Target t;
     if (target_get(r, &t) < 0) return NULL;
     PyObject *refused = NULL;
     int failed = 0;
+    Py_ssize_t sent = 0;
     for (; i < PyList_GET_SIZE(acked); i++) {
         PyObject *pair = PyList_GET_ITEM(acked, i);
         if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
@@ -315,12 +327,19 @@ static PyObject *mirror_list(PyObject *const *args, Py_ssize_t nargs, int tombst
             rid = PyObject_TypeCheck(rec, &kds_RecordType) ? Py_NewRef(((RecordObject *)rec)->id)
                                                            : PyObject_GetAttrString(rec, "id");
         }
-        int rc = rid ? 0 : -1;
+        int rc = rid ? 0 : -1, skip = 0;
         if (rid && held && PyDict_GET_SIZE(held)) {
             int has = PyDict_Contains(held, rid);
             rc = has < 0 ? -1 : has ? PyDict_DelItem(held, rid) : 0;
+            if (rc == 0 && has && fresh && PySet_GET_SIZE(fresh)) { /* its store's only version, never written */
+                skip = PySet_Discard(fresh, rid);
+                rc = skip < 0 ? -1 : 0;
+            }
         }
-        if (rc == 0) rc = produce_one(r, args[1], &t, value, rid, args[4], &refused);
+        if (rc == 0 && !skip) {
+            rc = produce_one(r, args[1], &t, value, rid, args[4], &refused);
+            sent += rc == 0;
+        }
         Py_XDECREF(rid);
         if (rc < 0) {
             failed = 1;
@@ -328,7 +347,7 @@ static PyObject *mirror_list(PyObject *const *args, Py_ssize_t nargs, int tombst
         }
         if (rc) break;
     }
-    return loop_end(r, &t, i - i0, failed,
+    return loop_end(r, &t, sent, failed,
                     failed ? NULL : Py_BuildValue("(nN)", i, refused ? refused : Py_NewRef(Py_None)));
 }
 

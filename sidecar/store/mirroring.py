@@ -53,7 +53,7 @@ class Mirror(Protocol):
     put_run: Callable[[Any, int, int, int], tuple[int, int]] | None
     remove_run: Callable[[list[tuple[int, Record]]], None] | None
 
-    def put(self, rid: bytes, raw: bytes, due_now: bool = False) -> None: ...
+    def put(self, rid: bytes, raw: bytes, due_now: bool = False, fresh: bool = False) -> None: ...
     def remove(self, rid: bytes) -> None: ...
 
 
@@ -127,9 +127,11 @@ def _mirror_run(store: PartitionStore, pos: int, count: int, now_ms: int) -> Non
             if not count:
                 return
         length, id_len = _LEN.unpack_from(buf, off)[0], _ID_LEN.unpack_from(buf, off + _ID_LEN_AT)[0]
-        due_now = holds and _DUE.unpack_from(buf, off + _DUE_AT)[0] <= now_ms
-        put(bytes(buf[off + codec.HEAD_SIZE : off + codec.HEAD_SIZE + id_len]), bytes(buf[off : off + length]),
-            due_now)
+        rid, raw = bytes(buf[off + codec.HEAD_SIZE : off + codec.HEAD_SIZE + id_len]), bytes(buf[off : off + length])
+        if holds and _DUE.unpack_from(buf, off + _DUE_AT)[0] <= now_ms:
+            put(rid, raw, True, fresh=True)  # the C intake took it: its id's only version
+        else:
+            put(rid, raw)
         off += length
         count -= 1
 

@@ -55,7 +55,8 @@ def _mirror(in_c: bool, queue_max: int = 100_000) -> tuple[StoreMirror, TwinClus
 
 def _drive(m: StoreMirror, producer: TwinProducer) -> None:
     """Records 0-5 due now (held), 6 due later (the held ones written first), 7-9 due now (held);
-    0-2 and 7 delivered (tombstones; 7's held put never written); a flush (a checkpoint)."""
+    0-2 and 7 delivered (tombstones of 0-2; 7, its id's only version, settled while its put was
+    held: neither is written); a flush (a checkpoint)."""
     raws = [_raw(i, NOW + (60_000 if i == 6 else 0)) for i in range(10)]
     recs = [codec.decode(r, 0) for r in raws]
     if m.put_run is not None:
@@ -65,12 +66,12 @@ def _drive(m: StoreMirror, producer: TwinProducer) -> None:
             count -= done
             if count:  # what _mirror_run does with the record C leaves to put
                 rec = codec.decode(buf, off)
-                m.put(bytes(rec.id), bytes(buf[off:off + rec.length]), rec.due_ms <= NOW)
+                m.put(bytes(rec.id), bytes(buf[off:off + rec.length]), rec.due_ms <= NOW, fresh=True)
                 off += rec.length
                 count -= 1
     else:
         for rec, raw in zip(recs, raws, strict=True):
-            m.put(bytes(rec.id), raw, rec.due_ms <= NOW)
+            m.put(bytes(rec.id), raw, rec.due_ms <= NOW, fresh=True)  # as store/mirroring.py _mirror_run
     producer.poll(0)
     acked = [(k, recs[k]) for k in (0, 1, 2, 7)]
     if m.remove_run is not None:
@@ -101,7 +102,7 @@ def test_the_c_writes_and_reports_match_the_reference(queue_max: int) -> None:
     assert fast == ref
     keys = [(k.decode(), "tomb" if v is None else "put") for _o, k, v in ref["log"]]
     assert keys == [*((f"id-{i}", "put") for i in range(7)),  # the held puts of 0-5 before 6's
-                    *((f"id-{i}", "tomb") for i in (0, 1, 2, 7)),  # 7's put dropped, never written
+                    *((f"id-{i}", "tomb") for i in (0, 1, 2)),  # 7: its held put dropped, no tombstone
                     ("id-8", "put"), ("id-9", "put")]  # the flush
     assert ref["acked"] == ref["produced"] == len(ref["log"])
     assert ref["changelog_offset"] == len(ref["log"])
@@ -125,3 +126,45 @@ def test_a_failed_write_is_sent_again_on_either_path() -> None:
     assert out[0] == out[1]
     after = out[1][1]
     assert after["failed"] == 0 and after["acked"] == after["produced"] and after["retry"] == []
+
+
+def _settle(m: StoreMirror, rec: codec.Record) -> None:
+    if m.remove_run is not None:
+        m.remove_run([(0, rec)])
+    else:
+        m.remove(rec.id)
+
+
+@pytest.mark.parametrize("in_c", [True, False])
+def test_a_fresh_record_settled_while_held_writes_nothing_else_a_tombstone(in_c: bool) -> None:
+    """Settled while its put is held: a fresh record (its id's only version) leaves the changelog
+    untouched; a held replace (not fresh: an older version may be in the changelog) and a fresh
+    record whose put a flush wrote get their tombstones."""
+    m, cluster, producer = _mirror(in_c)
+    raws = [_raw(i, NOW) for i in range(3)]
+    recs = [codec.decode(r, 0) for r in raws]
+    m.put(bytes(recs[0].id), raws[0], True, fresh=True)
+    m.put(bytes(recs[1].id), raws[1], True)  # e.g. a replace held back
+    _settle(m, recs[0])
+    _settle(m, recs[1])
+    m.put(bytes(recs[2].id), raws[2], True, fresh=True)
+    m.flush_held()  # a checkpoint: record 2's put is written, so its settle needs a tombstone
+    _settle(m, recs[2])
+    producer.poll(0)
+    log = [(msg.key(), msg.value() is None) for msg in cluster.topics[TOPIC][0]]
+    assert log == [(b"id-1", True), (b"id-2", False), (b"id-2", True)]
+    assert m.produced == m.acked == 3 and m.held == {} and m.fresh == set()
+
+
+def test_exactly_once_keeps_no_fresh_ids() -> None:
+    """In transactions every settled record's tombstone is written (its held put waits for the
+    commit): ``fresh`` stays empty."""
+    m, cluster, producer = _mirror(False)
+    m.in_transactions = True
+    raw = _raw(0, NOW)
+    rec = codec.decode(raw, 0)
+    m.put(bytes(rec.id), raw, True, fresh=True)
+    assert m.fresh == set()
+    m.remove(rec.id)
+    producer.poll(0)
+    assert [(msg.key(), msg.value()) for msg in cluster.topics[TOPIC][0]] == [(b"id-0", None)]
