@@ -30,9 +30,10 @@ written (an older version of the id may be in the changelog), or nothing at all 
 that is its id's only version (``fresh``, at-least-once: one the C intake stored, which takes
 only an id with no entry in the id index, so no version of it is pending and any earlier one
 was tombstoned before; nothing under the id is in the changelog). At-least-once the held puts are
-written, in the order the records were stored, before a checkpoint snapshots the writes its
-commit waits for (durability.py), before an offset commit outside the jobs (``wait_acked``) and
-before the put of a record due later. So a commit never covers a record the changelog lacks,
+written, in the order the records were stored, when a checkpoint job's syncs are done (before
+its checkpoint file and commit, which wait for them: durability.py; the records delivered
+between its snapshot and then need none), before an offset commit outside the jobs
+(``wait_acked``) and before the put of a record due later. So a commit never covers a record the changelog lacks,
 and every record stored before an acknowledged put is in the changelog or settled: a new owner
 that resumes ingress after ``changelog_ingress`` skips nothing pending. A crash loses only held
 puts of records whose ingress offsets are not committed: consumed again (delivered again if they
@@ -114,7 +115,7 @@ class StoreMirror:
         # record is due at once), and then needs none: its tombstone alone is written.
         # Exactly-once: until the open transaction commits; its delivery, its tombstone and the
         # ingress offset commit together, so no committed state ever lacks it. At-least-once:
-        # until a checkpoint snapshots the writes its commit waits for (durability.py), an offset
+        # until a checkpoint job's syncs are done (its commit waits for them: durability.py), an offset
         # commit outside the jobs (``wait_acked``), or a put of a record due later (``put``: the
         # changelog keeps the ingress order, see the module docstring). Records due later are
         # written at once: holding them too would make every commit wait for a whole interval's
@@ -198,8 +199,8 @@ class StoreMirror:
     def flush_held(self) -> int:
         """Write the held puts: exactly-once, of the records not delivered in this transaction
         (called before the commit sends its offsets: a put is in the transaction that commits
-        the ingress offset covering it); at-least-once, before a checkpoint's snapshot, an
-        offset commit outside the jobs or a put of a record due later. Returns how many."""
+        the ingress offset covering it); at-least-once, once a checkpoint job's syncs are done,
+        before an offset commit outside the jobs or a put of a record due later. Returns how many."""
         held = self.held
         if not held:
             return 0

@@ -41,6 +41,7 @@ from sidecar.store.partition import CheckpointJob, Counters, PartitionStore
 
 # commit(store, offset, sync): the ingress offset commit (Kafka I/O)
 Commit = Callable[[PartitionStore, "int | None", bool], None]
+FLUSH_LATE = -1  # Durability.needed: the job's held changelog puts are written when its syncs are done
 
 
 class Durability:
@@ -55,7 +56,8 @@ class Durability:
         self.commit = commit
         # before a commit outside the jobs: wait for the store's changelog writes (changelog.wait_acked)
         self.flush_changelog = flush_changelog
-        # changelog writes a job's commit waits for (StoreMirror.produced at its snapshot)
+        # changelog writes a job's commit waits for (StoreMirror.produced once its held puts are
+        # written; FLUSH_LATE until then: see checkpoint_soon)
         self.needed: dict[StoreKey, int] = {}
         self.fsync = settings.fsync != "none"
         # SCHED_BATCH: a finished sync must not preempt the loop (runtime/threads.py)
@@ -74,7 +76,8 @@ class Durability:
         """Start a checkpoint job for every store with something new (see the module docstring).
 
         With the changelog, a job has two flusher steps: the syncs, then (once every changelog
-        write its snapshot covers is acknowledged, ``reap``) the checkpoint file. A checkpoint thus
+        write its snapshot covers is acknowledged, ``reap``; at-least-once the puts held back are
+        written when the syncs are done) the checkpoint file. A checkpoint thus
         never names a record whose changelog write could still be lost; the records after it are
         replayed from the local log at the next open and written to the changelog again."""
         mono = self.clock.monotonic()
@@ -94,9 +97,12 @@ class Durability:
         if not self.fsync:
             self.checkpoint_now(store)  # no disk wait: nothing to hand off
         elif store.mirror is not None:
-            if isinstance(store.mirror, StoreMirror) and not store.mirror.in_transactions:
-                store.mirror.flush_held()  # the job's commit covers the records whose puts are held back
-            self.needed[key] = store.mirror.produced
+            # At-least-once the job's commit covers the records whose puts are held back: they are
+            # written once its syncs are done (``reap``), not at the snapshot. A record delivered
+            # meanwhile (in flight at the snapshot) is settled by then and its put dropped: one
+            # still held is written then, before the checkpoint and the commit, as at the snapshot.
+            late = isinstance(store.mirror, StoreMirror) and not store.mirror.in_transactions
+            self.needed[key] = FLUSH_LATE if late else store.mirror.produced
             job = store.begin_checkpoint(fsync=True)
             self.jobs[key] = (store, job, self.flusher.submit(job.syncs.run), False)
         else:
@@ -111,15 +117,29 @@ class Durability:
                 continue
             if written:
                 self.await_job(partition, commit=True)
-            elif self._mirrored(store):
+                continue
+            self._flush_late(partition, store)
+            if self._mirrored(store):
                 fut.result()
                 self.jobs[partition] = (store, job, self.flusher.submit(job.publish), True)
+
+    def _flush_late(self, key: StoreKey, store: PartitionStore) -> None:
+        """Write the held puts of a job whose syncs are done, if its snapshot left them
+        (``checkpoint_soon``): its checkpoint and commit wait for them."""
+        if self.needed.get(key) == FLUSH_LATE:
+            mirror = store.mirror
+            assert isinstance(mirror, StoreMirror)
+            mirror.flush_held()
+            self.needed[key] = mirror.produced
 
     def _mirrored(self, store: PartitionStore) -> bool:
         """The durability order with the changelog: every changelog write made before the job's
         snapshot is acknowledged before its checkpoint is written and its offset committed."""
         mirror = store.mirror
-        return mirror is None or mirror.acked >= self.needed.get(store_key(store), 0)
+        if mirror is None:
+            return True
+        needed = self.needed.get(store_key(store), 0)
+        return needed != FLUSH_LATE and mirror.acked >= needed  # FLUSH_LATE: held puts not written yet
 
     def _flushed(self, store: PartitionStore) -> bool:
         """Wait (bounded) for the store's changelog writes; True without a changelog."""
@@ -135,6 +155,7 @@ class Durability:
         store, job, fut, written = entry
         fut.result()  # a failed sync (EIO, ENOSPC) is fatal, as it is on the loop thread
         if not written:
+            self._flush_late(partition, store)
             if not (self._mirrored(store) or self._flushed(store)):
                 store.dirty = True  # the next checkpoint covers it
                 return
