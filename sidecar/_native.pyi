@@ -4,7 +4,8 @@
 # (sidecar/store/intake.py), the restore's (restore_run) Restore.put (sidecar/store/restore.py); the publish
 # fast path's (Publisher, Delivery, publish_due) are Sidecar._produce / _on_delivery
 # (sidecar/engine/loop.py); the changelog writes' (MirrorReport, mirror_puts, mirror_tombstones)
-# StoreMirror.put / remove / _on_delivery (sidecar/engine/changelog.py).
+# StoreMirror.put / remove / _on_delivery (sidecar/engine/changelog.py); the firing's (fire_every,
+# rearm_blob, rearm_run) Firings.fire / _rearm (sidecar/store/firings.py).
 from collections.abc import Callable, MutableSequence, Sequence
 from typing import Any
 
@@ -100,6 +101,18 @@ def restore_run(
     idx_old2_buf: memoryview | None = None, idx_jnl_buf: memoryview | bytearray | None = None,
     idx_tags_buf: Any = None, /,
 ) -> int: ...
+def rearm_run(
+    items: list[tuple[Any, int | None, int, int | None]], start: int, seg_buf: memoryview | None,
+    idx_buf: memoryview, st: list[int], sched_bufs: tuple[Any, ...], idx_old_buf: memoryview | None = None,
+    idx_old2_buf: memoryview | None = None, idx_jnl_buf: memoryview | bytearray | None = None,
+    idx_tags_buf: Any = None, /,
+) -> int: ...
+def firing_setup(
+    firing_cls: Any, names: tuple[str, ...], stored_names: tuple[bytes, ...], grace_ms: int, max_epoch_ms: int,
+    min_every_ms: int, /,
+) -> None: ...
+def fire_every(store: Any, ref: int, rec: Any, now: int, /) -> list[tuple[str, bytes | None]] | None: ...
+def rearm_blob(blob: bytes, last_ms: int | None, fired: int, /) -> bytes: ...
 def lv_due(
     buf: memoryview, segments: dict[int, Any], segs: dict[int, int], out: list[tuple[int, Any]], a: LvDue, /
 ) -> int: ...

@@ -12,7 +12,7 @@
  * indexes) is declared in sidecar/store/intake_layout.py and generated from there into
  * intake_layout.h. */
 #include "native.h"
-#include "intake_layout.h"
+#include "intake_run.h"
 
 
 static PyObject *S_error, *S_partition, *S_timestamp, *S_offset, *S_key, *S_value, *S_headers;
@@ -85,28 +85,6 @@ static PyObject *in_call(PyObject *m, int k) {
     return r;
 }
 
-#define IN_MAX_BUFS 64                                       /* scheduler buffers: one per level at most */
-#define IN_MAX_STATE (IN_L_BASE + IN_L_STRIDE * IN_MAX_BUFS) /* the longest state (the levels') */
-
-/* What a run holds for its length: the state (a C copy of the list, and the values it started
- * with), the head segment's, the id index's and the scheduler's buffers. */
-typedef struct {
-    int64_t st[IN_MAX_STATE], st_in[IN_MAX_STATE];
-    Py_ssize_t nst;
-    int kind, have_seg, have_idx, have_old, have_old2, have_jnl, have_tags, nbuf, nprobed;
-    Py_buffer segv, idxv, oldv, old2v, jnlv, tagsv, bufs[IN_MAX_BUFS];
-    uint8_t *bp[IN_MAX_BUFS], *ibase;
-    KdsProbed probed[2]; /* the tables probed for presence only, the id index's table last */
-    uint8_t *jbase;      /* the journal buffer, each insert appended at st[IN_IDX_JNL_AT] (NULL: none) */
-    Py_ssize_t blen[IN_MAX_BUFS], jlen;
-    PyObject *sbufs;
-    long long hs, sb;
-    uint64_t mask;
-} InRun;
-
-/* The optional buffers after sched_bufs, in this order (None or absent: none). */
-enum { IN_OPT_OLD, IN_OPT_OLD2, IN_OPT_JNL, IN_OPT_TAGS, IN_OPT_COUNT };
-
 /* The state list's ints into r->st (and a copy into r->st_in); its length, or -1 with an error set. */
 static Py_ssize_t state_in(PyObject *lst, int64_t *st, int64_t *orig) {
     if (!PyList_Check(lst) || PyList_GET_SIZE(lst) < IN_L_BASE || PyList_GET_SIZE(lst) > IN_MAX_STATE) {
@@ -123,7 +101,7 @@ static Py_ssize_t state_in(PyObject *lst, int64_t *st, int64_t *orig) {
 }
 
 /* The values the loop changed back into the state list. */
-static int state_out(PyObject *lst, const int64_t *st, const int64_t *orig, Py_ssize_t n) {
+int kds_in_state_out(PyObject *lst, const int64_t *st, const int64_t *orig, Py_ssize_t n) {
     for (Py_ssize_t k = 0; k < n; k++) {
         if (st[k] == orig[k]) continue;
         PyObject *v = PyLong_FromLongLong(st[k]);
@@ -132,7 +110,7 @@ static int state_out(PyObject *lst, const int64_t *st, const int64_t *orig, Py_s
     return 0;
 }
 
-static void in_close(InRun *r) {
+void kds_in_close(InRun *r) {
     while (--r->nbuf >= 0)
         if (r->bufs[r->nbuf].obj) PyBuffer_Release(&r->bufs[r->nbuf]);
     if (r->have_idx) PyBuffer_Release(&r->idxv);
@@ -161,11 +139,11 @@ static int in_probed(InRun *r, PyObject *b, int mask_at, Py_buffer *v, int *have
 }
 
 /* Take the state and the buffers (seg None: the head's segment is not mapped yet, nothing fits);
- * 0, or -1 with an error set (in_close releases what was taken). sbufs: wheel (tl_buf | None,
+ * 0, or -1 with an error set (kds_in_close releases what was taken). sbufs: wheel (tl_buf | None,
  * slot_buf, occ_send, occ_done, by_range: the buckets not fully linked yet); levels: a tuple of
  * each level's current queue file buffer (or None). opt: the nopt optional arguments after
  * sched_bufs (IN_OPT_*: idx_old_buf, idx_old2_buf, idx_jnl_buf, idx_tags_buf). */
-static int in_open(InRun *r, PyObject *seg, PyObject *idx, PyObject *stl, PyObject *sbufs, PyObject *const *opt,
+int kds_in_open(InRun *r, PyObject *seg, PyObject *idx, PyObject *stl, PyObject *sbufs, PyObject *const *opt,
                    Py_ssize_t nopt) {
     r->have_seg = r->have_idx = r->have_old = r->have_old2 = r->have_jnl = r->have_tags = r->nbuf = 0;
     r->nprobed = 0;
@@ -247,7 +225,7 @@ static int in_open(InRun *r, PyObject *seg, PyObject *idx, PyObject *stl, PyObje
 
 /* The segment offset a record of `length` bytes is appended at (the head's), or -1 if it does not
  * fit the rest of the head's segment (the reference rolls to a new one). */
-static long long in_room(const InRun *r, uint64_t length) {
+long long kds_in_room(const InRun *r, uint64_t length) {
     long long head = r->st[IN_HEAD], soff = head % r->sb;
     if (!r->have_seg || head < 0 || soff < r->hs || length >= (1ULL << 31) || soff + (long long)length > r->sb)
         return -1;
@@ -258,7 +236,7 @@ static long long in_room(const InRun *r, uint64_t length) {
  * (wheel: add -> _append_slot, or an already due record's _link to the late chain; levels: add),
  * every check before the first write: the new entry's ref, or -1 with nothing written (the
  * reference path's case). */
-static long long in_sched_add(InRun *r, long long due, long long level, long long head) {
+long long kds_in_sched_add(InRun *r, long long due, long long level, long long head) {
     int64_t *st = r->st;
     uint8_t **bp = r->bp;
     Py_ssize_t *blen = r->blen;
@@ -363,16 +341,10 @@ static long long in_sched_add(InRun *r, long long due, long long level, long lon
     return (level << 48) | idx;
 }
 
-/* Room in the journal for one more record (always, without a journal): checked before the first
- * write, so a full journal stops the run before the record, as any check the loop makes does. */
-static inline int in_jnl_room(const InRun *r) {
-    return !r->jbase || r->st[IN_IDX_JNL_AT] + 16 <= (long long)r->jlen;
-}
-
 /* After the record of `length` bytes is written at the head: the head moves, and (h, ref) goes
  * into id-index slot `at` (kds_idx_intake_slot's answer) with the counts IdIndex.put keeps, and
- * into the journal (in_jnl_room said there is room) as a 16-byte record (u64 h, u64 ref). */
-static void in_stored(InRun *r, uint64_t length, long long at, int tomb, uint64_t h, long long ref) {
+ * into the journal (kds_in_jnl_room said there is room) as a 16-byte record (u64 h, u64 ref). */
+void kds_in_stored(InRun *r, uint64_t length, long long at, int tomb, uint64_t h, long long ref) {
     int64_t *st = r->st;
     st[IN_HEAD] += (long long)length;
     kds_idx_write(r->ibase, (uint64_t)at, h, (uint64_t)ref);
@@ -426,7 +398,7 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
     InRun *r = &run;
     PyObject *result = NULL;
     Py_ssize_t i = start, n = PyList_GET_SIZE(msgs);
-    if (in_open(r, args[7], args[8], args[9], args[10], args + 11, nargs - 11) < 0) goto fail;
+    if (kds_in_open(r, args[7], args[8], args[9], args[10], args + 11, nargs - 11) < 0) goto fail;
     int64_t *st = r->st;
     const long long maxb = st[IN_MAX_RECORD_BYTES], maxd = st[IN_MAX_DELAY_MS];
     const int kind = r->kind;
@@ -484,7 +456,7 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
         long long at = kds_idx_intake_slot(r->ibase, r->mask, st[IN_IDX_LIVE], st[IN_IDX_TOMBS], h, &tomb, r->probed,
                                            r->nprobed, &wait);
         if (at == -2) st[IN_IDX_WAIT] = wait; /* its page is not in memory: the caller has it read */
-        if (at < 0 || !in_jnl_room(r)) goto next;
+        if (at < 0 || !kds_in_jnl_room(r)) goto next;
         /* plan */
         long long level = 0;
         if (kind == IN_KIND_WHEEL) {
@@ -536,16 +508,16 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
         uint64_t body = (uint64_t)HEAD_SIZE - 8;
         for (int k = 0; k < 5; k++) body += (uint64_t)fs[k].view.len;
         uint64_t length = (8 + body + ALIGN - 1) & ~(uint64_t)(ALIGN - 1);
-        long long head = st[IN_HEAD], soff_log = in_room(r, length);
+        long long head = st[IN_HEAD], soff_log = kds_in_room(r, length);
         if (soff_log < 0) goto next;
         if (tpart < INT32_MIN || tpart > INT32_MAX) goto next;
         /* the scheduler's plain append, then the record */
-        long long ref = in_sched_add(r, due, level, head);
+        long long ref = kds_in_sched_add(r, due, level, head);
         if (ref < 0) goto next;
         kds_write_record((uint8_t *)r->segv.buf + soff_log, (uint32_t)length, (uint32_t)body,
                          req.spec ? REC_RECURRING : REC_MESSAGE, due, ts, offset,
                          (int32_t)partition, (int32_t)tpart, 0, (int)level, fs);
-        in_stored(r, length, at, tomb, h, ref);
+        kds_in_stored(r, length, at, tomb, h, ref);
         st[IN_NEXT_OFFSET] = offset + 1;
         ok = 1;
     next:
@@ -564,11 +536,11 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
         Py_XDECREF(blob);
         if (!ok) break;
     }
-    if (state_out(args[9], r->st, r->st_in, r->nst) == 0) result = PyLong_FromSsize_t(i);
+    if (kds_in_state_out(args[9], r->st, r->st_in, r->nst) == 0) result = PyLong_FromSsize_t(i);
 fail:
     Py_XDECREF(memo.bytes);
     Py_XDECREF(memo.str);
-    in_close(r);
+    kds_in_close(r);
     return result;
 }
 
@@ -627,7 +599,7 @@ static PyObject *native_restore_run(PyObject *self, PyObject *const *args, Py_ss
     InRun *r = &run;
     PyObject *result = NULL;
     Py_ssize_t i = start, n = PyList_GET_SIZE(msgs);
-    if (in_open(r, args[4], args[5], args[6], args[7], args + 8, nargs - 8) < 0) goto fail;
+    if (kds_in_open(r, args[4], args[5], args[6], args[7], args + 8, nargs - 8) < 0) goto fail;
     int64_t *st = r->st;
     for (; i < n && r->have_seg; i++) {
         PyObject *m = PyList_GET_ITEM(msgs, i);
@@ -649,13 +621,13 @@ static PyObject *native_restore_run(PyObject *self, PyObject *const *args, Py_ss
         long long wait = -1;
         long long at = kds_idx_intake_slot(r->ibase, r->mask, st[IN_IDX_LIVE], st[IN_IDX_TOMBS], h, &tomb, r->probed,
                                            r->nprobed, &wait); /* never -2: restore_many probes without resident */
-        if (at < 0 || !in_jnl_room(r)) goto next;
-        long long head = st[IN_HEAD], soff_log = in_room(r, (uint64_t)vlen);
+        if (at < 0 || !kds_in_jnl_room(r)) goto next;
+        long long head = st[IN_HEAD], soff_log = kds_in_room(r, (uint64_t)vlen);
         if (soff_log < 0) goto next;
-        long long ref = in_sched_add(r, rd64(v + 16), rd16(v + 50), head);
+        long long ref = kds_in_sched_add(r, rd64(v + 16), rd16(v + 50), head);
         if (ref < 0) goto next;
         memcpy((uint8_t *)r->segv.buf + soff_log, v, (size_t)vlen);
-        in_stored(r, (uint64_t)vlen, at, tomb, h, ref);
+        kds_in_stored(r, (uint64_t)vlen, at, tomb, h, ref);
         st[IN_NEXT_OFFSET] = offset + 1;
         st[IN_RESTORED_BYTES] += vlen;
         long long src = rd64(v + 32);
@@ -669,9 +641,9 @@ static PyObject *native_restore_run(PyObject *self, PyObject *const *args, Py_ss
         Py_XDECREF(value);
         if (!ok) break;
     }
-    if (state_out(args[6], r->st, r->st_in, r->nst) == 0) result = PyLong_FromSsize_t(i);
+    if (kds_in_state_out(args[6], r->st, r->st_in, r->nst) == 0) result = PyLong_FromSsize_t(i);
 fail:
-    in_close(r);
+    kds_in_close(r);
     return result;
 }
 

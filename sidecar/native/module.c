@@ -26,6 +26,7 @@
  *   intake.c   ingest_run, the intake fast path      (PartitionStore.ingest_fields)
  *   publish.c  PublishState, Publisher, Delivery     (sidecar/engine/publish_state.py, loop.py)
  *   mirror.c   MirrorReport, the changelog writes    (sidecar/engine/changelog.py StoreMirror)
+ *   firing.c   a delay.every schedule's firing        (sidecar/store/firings.py)
  *   module.c   this file: the module and its init
  * Byte layouts are documented where the Python twins live; the C code follows them byte for byte.
  * Their sizes, states and flags are declared once, in sidecar/store/native_layouts.py, which
@@ -84,7 +85,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     PyMethodDef *tables[] = {kds_codec_methods, kds_hash_methods, kds_idindex_methods, kds_merge_methods, kds_pages_methods,
                              kds_parse_methods,
                              kds_wheel_methods, kds_levels_methods, kds_intake_methods, kds_publish_methods,
-                             kds_mirror_methods};
+                             kds_mirror_methods, kds_firing_methods};
     for (size_t k = 0; k < sizeof tables / sizeof tables[0]; k++)
         if (PyModule_AddFunctions(m, tables[k]) < 0) goto fail;
     Py_INCREF(&kds_RecordType);

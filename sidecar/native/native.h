@@ -188,6 +188,13 @@ extern PyMethodDef kds_intake_methods[];    /* ingest_run */
 int kds_publish_init(PyObject *m);        /* PublishState, Publisher, Delivery */
 extern PyMethodDef kds_publish_methods[]; /* publish_due */
 
+/* -- firing.c: a delay.every schedule's firing (store/firings.py) ------------------------------ */
+
+/* the headers RECURRING record rec fires with at now, its decision kept in store.firings; NULL
+ * without an error: the reference decides (Firings.fire) */
+PyObject *kds_fire(PyObject *store, PyObject *ref, PyObject *rec, long long now, PyObject *topic_bytes);
+extern PyMethodDef kds_firing_methods[]; /* firing_setup, fire_every, rearm_blob */
+
 /* -- mirror.c: the changelog writes' fast path (engine/changelog.py) ---------------------------- */
 
 int kds_mirror_init(PyObject *m);        /* MirrorReport */

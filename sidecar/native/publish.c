@@ -16,7 +16,7 @@
  * publish_due call and held by each Delivery.
  *
  * Anything not plain goes back to Python: a record not due yet (the never-early check), a recurring
- * schedule's firing, a troubled
+ * schedule's firing firing.c does not take, a troubled
  * target, a refused produce (BufferError / KafkaException, handed back to the caller), a failed
  * delivery, a revoked partition, the broker marked down. */
 #include "native.h"
@@ -377,16 +377,24 @@ static PyObject *native_publish_due(PyObject *self, PyObject *const *args, Py_ss
         PyObject *ref = PyTuple_GET_ITEM(pair, 0), *recobj = PyTuple_GET_ITEM(pair, 1);
         if (!PyObject_TypeCheck(recobj, &kds_RecordType)) break;
         RecordObject *rec = (RecordObject *)recobj;
-        /* a recurring schedule's firing decides its headers and its next firing in Python
-         * (sidecar/store/firings.py) */
-        if (rec->due_ms > now || rec->rtype == REC_RECURRING || !PyBytes_Check(rec->topic)) break;
+        if (rec->due_ms > now || !PyBytes_Check(rec->topic)) break;
         PyObject *troubled = ps_field(ps->troubled, "troubled");
         if (!troubled) goto fail;
         if (!PyDict_Check(troubled) || PyDict_GET_SIZE(troubled)) break;
+        /* a recurring schedule's firing: its headers and decision from firing.c, or from Python
+         * (sidecar/store/firings.py) for any case that code leaves to it */
+        PyObject *fired = rec->rtype == REC_RECURRING ? kds_fire(store, ref, recobj, now, topic_bytes) : NULL;
+        if (rec->rtype == REC_RECURRING && !fired) {
+            if (PyErr_Occurred()) goto fail;
+            break;
+        }
         PyObject *topic = topic_str(pub, rec->topic);
-        if (!topic) goto fail;
+        if (!topic) {
+            Py_XDECREF(fired);
+            goto fail;
+        }
         PyObject *hargs[2] = {recobj, topic_bytes};
-        PyObject *headers = kds_delivery_headers(NULL, hargs, 2);
+        PyObject *headers = fired ? fired : kds_delivery_headers(NULL, hargs, 2);
         DeliveryObject *cb = headers ? PyObject_New(DeliveryObject, &DeliveryType) : NULL;
         PyObject *tp = cb ? PyLong_FromLong(rec->target_partition) : NULL;
         if (cb) {

@@ -44,15 +44,16 @@ after it in one pass (arithmetic for ``delay.every``), the next firing kept for 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from sidecar import contract as c
-from sidecar.headers import Rejection, Request
+from sidecar.headers import MAX_EPOCH_MS, Rejection, Request
 from sidecar.recurring.decide import decide
+from sidecar.recurring.misfire import DEFAULT_GRACE_MS
 from sidecar.recurring.spec import Schedule, parse_schedule, stored_schedule
 from sidecar.recurring.timeline import next_fire
-from sidecar.store import codec
-from sidecar.store.codec import Record, decode_headers, encode_headers
+from sidecar.store import codec, rearming
+from sidecar.store.codec import NATIVE, Record, decode_headers, encode_headers, native
 from sidecar.store.idindex import id_hash
 from sidecar.store.mirroring import HISTORY_DELIVERED, history_record
 
@@ -63,6 +64,7 @@ HeaderList = list[tuple[str, bytes | None]]
 _SPEC = frozenset(c.RECURRING_HEADERS)
 _STATE = frozenset((c.STATE_LAST, c.STATE_FIRED))
 _ONE_SHOT = (c.DELAY_MS, c.DELIVER_AT, c.LEVEL)  # beside a recurring header: parse_schedule's conflicting-delay
+RUN_AT_LEAST = 4  # settled firings to re-arm for the C run: fewer go one by one (its set-up costs a few)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,9 +78,9 @@ class Armed:
     spec: tuple[tuple[str, bytes | None], ...]  # the schedule's headers, as given
 
 
-@dataclass(frozen=True, slots=True)
-class Firing:
-    """What a handed-out firing is: its nominal time, sequence number, and the next firing."""
+class Firing(NamedTuple):
+    """What a handed-out firing is: its nominal time, sequence number, and the next firing (a
+    tuple: the C path makes one per firing, at a third of a frozen dataclass's cost)."""
 
     fire_ms: int
     seq: int
@@ -128,15 +130,37 @@ def firing_headers(rec: Record, a: Armed, f: Firing, source_topic: bytes) -> Hea
     return out
 
 
+if NATIVE:  # the firing of a common delay.every schedule in C (sidecar/native/firing.c)
+    native.firing_setup(
+        Firing, (c.ID, c.DELIVER_AT, c.ENQUEUED_AT, c.SOURCE, c.FIRE_TIME, c.FIRE_SEQ, c.NEXT_AT, c.MISSED),
+        tuple(name.encode() for name in (*c.RECURRING_HEADERS, c.STATE_LAST, c.STATE_FIRED)),
+        DEFAULT_GRACE_MS, MAX_EPOCH_MS, c.MIN_EVERY_MS,
+    )
+_fire_every = native.fire_every if NATIVE else None
+_rearm_blob = native.rearm_blob if NATIVE else None
+
+
+def state_blob(a: Armed, last_ms: int | None, fired: int) -> bytes:
+    """The stored headers of a re-armed record: the user's, the schedule's, then its state (the
+    reference of ``_native.rearm_blob``, which writes them from the stored blob)."""
+    state: HeaderList = [(c.STATE_FIRED, b"%d" % fired)]
+    if last_ms is not None:
+        state.insert(0, (c.STATE_LAST, b"%d" % last_ms))
+    return encode_headers([*a.user, *a.spec, *state])
+
+
 class Firings:
     """A store's recurring schedules (the module docstring): the firings handed out and not yet
     settled, and those whose schedule ended (cancelled) while in flight."""
 
-    __slots__ = ("_handed", "ended", "store")
+    __slots__ = ("_handed", "ended", "native", "store")
 
     def __init__(self, store: PartitionStore) -> None:
         self.store = store
-        self._handed: dict[int, tuple[Armed, Firing, bool]] = {}  # bool: armed its next at hand-out
+        self.native = NATIVE  # the C firing and re-arm (firing.c) take what they can; False: all here
+        # ref -> (its schedule, None when the C path decided it: read again where needed; the
+        # decision; armed its next at hand-out)
+        self._handed: dict[int, tuple[Armed | None, Firing, bool]] = {}
         self.ended: set[int] = set()  # refs in flight whose schedule a cancel ended: not re-armed
 
     # -- intake -----------------------------------------------------------------------------------
@@ -185,7 +209,11 @@ class Firings:
         store = self.store
         handed = self._handed.get(ref)
         if handed is not None:
-            return firing_headers(rec, handed[0], handed[1], store.topic_bytes)
+            return firing_headers(rec, handed[0] or armed(rec), handed[1], store.topic_bytes)
+        if _fire_every is not None and self.native:  # the common delay.every schedule, decided in C (firing.c)
+            headers: HeaderList | None = _fire_every(store, ref, rec, now_ms)
+            if headers is not None:
+                return headers
         a = armed(rec)
         d = decide(a.schedule, a.last_ms, a.fired, now_ms)
         if d is None or d.fire_ms is None:
@@ -214,6 +242,7 @@ class Firings:
         if handed is None:  # (never expected: a firing fails only once handed out)
             return list(armed(rec).user), rec.due_ms
         a, f, _armed = handed
+        a = a or armed(rec)
         skip = (c.ID, c.DELIVER_AT, c.ENQUEUED_AT, c.SOURCE)
         return [h for h in firing_headers(rec, a, f, self.store.topic_bytes) if h[0] not in skip], f.fire_ms
 
@@ -232,19 +261,52 @@ class Firings:
     def settle(self, ref: int, rec: Record, now_ms: int) -> bool:
         """``ref``, a delivered (or dead-lettered) firing the caller finishes: arm the next one;
         True if it did (the caller then writes no tombstone)."""
+        due = self._settled(ref)
+        return due is not None and self._rearm(rec, due[0], due[1].fire_ms, due[1].seq, due[1].next_ms, now_ms)
+
+    def settle_many(self, acked: list[tuple[int, Record]], now_ms: int) -> set[int]:
+        """``settle`` of each firing (RECURRING record) of a delivered batch; the refs that armed
+        their next one. The re-arms go in runs through the C re-arm (``rearming.rearm_run``), each
+        record it leaves through ``_rearm``; a few at a time are not worth the run's set-up."""
+        due: list[tuple[int, Record, Armed | None, Firing]] = []
+        for ref, rec in acked:
+            if rec.rtype == codec.RECURRING:
+                d = self._settled(ref)
+                if d is not None:
+                    due.append((ref, rec, d[0], d[1]))
+        if len(due) < RUN_AT_LEAST or not self.native or not rearming.runs(self.store):
+            return {ref for ref, rec, a, f in due if self._rearm(rec, a, f.fire_ms, f.seq, f.next_ms, now_ms)}
+        items: list[tuple[Record, int | None, int, int | None]] = [
+            (rec, f.fire_ms, f.seq, f.next_ms) for _r, rec, _a, f in due]
+        armed_refs: set[int] = set()
+        i = 0
+        while i < len(due):
+            end = rearming.rearm_run(self.store, items, i, now_ms)
+            armed_refs.update(ref for ref, _rec, _a, _f in due[i:end])
+            if end < len(due):  # the one the run left: the reference path
+                ref, rec, a, f = due[end]
+                if self._rearm(rec, a, f.fire_ms, f.seq, f.next_ms, now_ms):
+                    armed_refs.add(ref)
+                end += 1
+            i = end
+        return armed_refs
+
+    def _settled(self, ref: int) -> tuple[Armed | None, Firing] | None:
+        """``ref``'s firing settled (counted): its schedule and decision if its next firing is to
+        be armed now; None if not (none next, armed at hand-out, ended, superseded, never fired)."""
         handed = self._handed.pop(ref, None)
         if ref in self.ended:
             self.ended.discard(ref)
-            return False
+            return None
         if ref in self.store.superseded or handed is None:
-            return False  # a replace took its place (its newer version is pending), or it never fired
+            return None  # a replace took its place (its newer version is pending), or it never fired
         a, f, armed_at_fire = handed
         counters = self.store.counters
         counters.fired += 1
         counters.missed += f.missed
         if f.next_ms is None or armed_at_fire:
-            return False
-        return self._rearm(rec, a, f.fire_ms, f.seq, f.next_ms, now_ms)
+            return None
+        return a, f
 
     def forget(self, ref: int) -> None:
         """``ref`` left the store without a settle (dropped, superseded while waiting)."""
@@ -257,10 +319,12 @@ class Firings:
         store.ids.remove(id_hash(rec.id), ref)
         store.dirty = True
 
-    def _rearm(self, rec: Record, a: Armed, last_ms: int | None, fired: int, nxt: int | None, now_ms: int) -> bool:
+    def _rearm(
+        self, rec: Record, a: Armed | None, last_ms: int | None, fired: int, nxt: int | None, now_ms: int,
+    ) -> bool:
         """Append and schedule ``nxt``, the firing after ``last_ms`` (``fired`` made), under
         ``rec``'s id; False: there is none (``nxt`` None: the end), and the id's tombstone is
-        written."""
+        written. ``a`` None: decided in C, the stored headers rewritten there too."""
         store = self.store
         rid = rec.id
         h = id_hash(rid)
@@ -270,15 +334,17 @@ class Firings:
                 store.mirror.remove(rid)
             return False
         level, due = planned
-        state: HeaderList = [(c.STATE_FIRED, b"%d" % fired)]
-        if last_ms is not None:
-            state.insert(0, (c.STATE_LAST, b"%d" % last_ms))
+        if a is None:
+            assert _rearm_blob is not None
+            blob = _rearm_blob(bytes(rec.headers), last_ms, fired)
+        else:
+            blob = state_blob(a, last_ms, fired)
         pos = store.log.append(
             codec.head(
                 rtype=codec.RECURRING, due_ms=due, enqueue_ms=rec.enqueue_ms, src_offset=rec.src_offset,
                 src_partition=rec.src_partition, target_partition=rec.target_partition, retry_count=0, level=level,
             ),
-            rid, rec.topic, rec.key, rec.value, encode_headers([*a.user, *a.spec, *state]),
+            rid, rec.topic, rec.key, rec.value, blob,
         )
         store.ids.put(h, store.sched.add(due, level, pos))
         store.dirty = True

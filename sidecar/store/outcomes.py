@@ -139,8 +139,7 @@ class Outcomes:
 
     def _rearm(self, acked: list[tuple[int, Record]]) -> set[int]:
         """Arm the next firing of each recurring schedule in ``acked``; the refs that armed one."""
-        firings, now = self.store.firings, self._settle_ms
-        return {ref for ref, rec in acked if rec.rtype == codec.RECURRING and firings.settle(ref, rec, now)}
+        return self.store.firings.settle_many(acked, self._settle_ms)
 
     def dead_letter(self, ref: int, rec: Record, reason: str, error: str, attempts: int, now_ms: int) -> None:
         """Publishing failed for good: append a DLQ copy (durable, retried like any record), then
