@@ -35,10 +35,19 @@ fails for good is dead-lettered as a one-shot record (its firing headers, no sch
 a redrive delivers that firing once) and the schedule goes on.
 
 Per firing the work is kept small, since a fleet of schedules fires thousands of times a second
-(docs/benchmarks.md, ``recurring``): the schedule is rebuilt from its cached shape
-(``spec.stored_schedule``: a million schedules sharing a few expressions parse a few times, and
-each firing only checks its own times), and ``decide`` answers what fires now and the firing
-after it in one pass (arithmetic for ``delay.every``), the next firing kept for the re-arm.
+(docs/benchmarks.md, ``recurring``). The common ``delay.every`` schedule fires in C
+(sidecar/native/firing.c): the publish run (``_native.publish_due``) decides it from the stored
+headers and produces it with the plain records, keeping the decision here (``_handed``, its
+schedule None: read again by ``armed`` in the rare paths that need it), and the settle re-arms a
+batch's firings in one C run (``settle_many``, store/rearming.py). This module stays the
+reference, and takes everything else: cron schedules (their next occurrence across time zones is
+sidecar/recurring/timeline.py's, in Python), zones, a schedule out of the common case, nothing
+firing now (a ``skip`` misfire, a re-arm without a publish), exactly-once (the next firing armed
+at hand-out), the levels scheduler, a history topic; a test compares both paths on random
+schedules (tests/unit/test_recurring_firing_native.py). Here the schedule is rebuilt from its
+cached shape (``spec.stored_schedule``: a million schedules sharing a few expressions parse a few
+times, and each firing only checks its own times), and ``decide`` answers what fires now and the
+firing after it in one pass (arithmetic for ``delay.every``), the next firing kept for the re-arm.
 """
 
 from __future__ import annotations
