@@ -545,6 +545,21 @@ int kds_fmt_ll(char *p, long long v) {
     return k;
 }
 
+PyObject *kds_source(PyObject *topic_bytes, long long partition, long long offset) {
+    char tmp[48];
+    tmp[0] = ':';
+    int n = 1 + kds_fmt_ll(tmp + 1, partition);
+    tmp[n++] = ':';
+    n += kds_fmt_ll(tmp + n, offset);
+    Py_ssize_t sl = PyBytes_GET_SIZE(topic_bytes);
+    PyObject *source = PyBytes_FromStringAndSize(NULL, sl + n);
+    if (source) {
+        memcpy(PyBytes_AS_STRING(source), PyBytes_AS_STRING(topic_bytes), sl);
+        memcpy(PyBytes_AS_STRING(source) + sl, tmp, n);
+    }
+    return source;
+}
+
 /* delivery_headers(rec, source_topic) -> list: the headers a delivered record carries. The
  * stored ones, then for a MESSAGE delay.id, delay.deliver-at, delay.enqueued-at, delay.source
  * ("<topic>:<partition>:<offset>") and delay.retry-count when > 0 (DESIGN.md 1, outgoing). */
@@ -566,17 +581,7 @@ PyObject *kds_delivery_headers(PyObject *self, PyObject *const *args, Py_ssize_t
         if (append_pair(out, H_DELIVER_AT, PyBytes_FromStringAndSize(tmp, n)) < 0) goto fail;
         n = kds_fmt_ll(tmp, r->enqueue_ms);
         if (append_pair(out, H_ENQUEUED_AT, PyBytes_FromStringAndSize(tmp, n)) < 0) goto fail;
-        tmp[0] = ':';
-        n = 1 + kds_fmt_ll(tmp + 1, r->src_partition);
-        tmp[n++] = ':';
-        n += kds_fmt_ll(tmp + n, r->src_offset);
-        Py_ssize_t sl = PyBytes_GET_SIZE(args[1]);
-        PyObject *source = PyBytes_FromStringAndSize(NULL, sl + n);
-        if (source) {
-            memcpy(PyBytes_AS_STRING(source), PyBytes_AS_STRING(args[1]), sl);
-            memcpy(PyBytes_AS_STRING(source) + sl, tmp, n);
-        }
-        if (append_pair(out, H_SOURCE, source) < 0) goto fail;
+        if (append_pair(out, H_SOURCE, kds_source(args[1], r->src_partition, r->src_offset)) < 0) goto fail;
         if (r->retry_count) {
             n = kds_fmt_ll(tmp, r->retry_count);
             if (append_pair(out, H_RETRY_COUNT, PyBytes_FromStringAndSize(tmp, n)) < 0) goto fail;

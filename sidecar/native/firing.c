@@ -172,17 +172,12 @@ static int decide_every(const Stored *s, long long now, Decision *d) {
     return 1;
 }
 
+/* (name, value) as out[at], value's reference taken (NULL: -1, the error set where it was made) */
 static int put(PyObject *out, Py_ssize_t at, PyObject *name, PyObject *value) {
     if (!value) return -1;
-    Py_INCREF(name);
-    PyObject *t = PyTuple_New(2);
-    if (!t) {
-        Py_DECREF(name);
-        Py_DECREF(value);
-        return -1;
-    }
-    PyTuple_SET_ITEM(t, 0, name);
-    PyTuple_SET_ITEM(t, 1, value);
+    PyObject *t = PyTuple_Pack(2, name, value);
+    Py_DECREF(value);
+    if (!t) return -1;
     PyList_SET_ITEM(out, at, t);
     return 0;
 }
@@ -211,21 +206,12 @@ static PyObject *headers_of(const Stored *s, const RecordObject *rec, const Deci
         Py_DECREF(name);
         if (rc < 0) goto fail;
     }
-    char tmp[48];
-    tmp[0] = ':';
-    int n = 1 + kds_fmt_ll(tmp + 1, rec->src_partition);
-    tmp[n++] = ':';
-    n += kds_fmt_ll(tmp + n, rec->src_offset);
-    Py_ssize_t sl = PyBytes_GET_SIZE(topic_bytes);
-    PyObject *source = PyBytes_FromStringAndSize(NULL, sl + n);
-    if (source) {
-        memcpy(PyBytes_AS_STRING(source), PyBytes_AS_STRING(topic_bytes), sl);
-        memcpy(PyBytes_AS_STRING(source) + sl, tmp, n);
-    }
+    /* (put takes its value, or a NULL one: each value is made as its put is reached) */
     if (put(out, at++, out_names[N_ID], Py_NewRef(rec->id)) < 0 ||
         put(out, at++, out_names[N_DELIVER_AT], num(d->fire)) < 0 ||
         put(out, at++, out_names[N_ENQUEUED_AT], num(rec->enqueue_ms)) < 0 ||
-        put(out, at++, out_names[N_SOURCE], source) < 0 || put(out, at++, out_names[N_FIRE_TIME], num(d->fire)) < 0 ||
+        put(out, at++, out_names[N_SOURCE], kds_source(topic_bytes, rec->src_partition, rec->src_offset)) < 0 ||
+        put(out, at++, out_names[N_FIRE_TIME], num(d->fire)) < 0 ||
         put(out, at++, out_names[N_FIRE_SEQ], num(d->seq)) < 0)
         goto fail;
     if (d->next >= 0 && put(out, at++, out_names[N_NEXT_AT], num(d->next)) < 0) goto fail;
@@ -299,10 +285,7 @@ done:
 /* fire_every(store, ref, rec, now) -> list | None: kds_fire for Firings.fire (None: the reference
  * decides) */
 static PyObject *native_fire_every(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "fire_every(store, ref, rec, now)");
-        return NULL;
-    }
+    if (nargs != 4) return PyErr_Format(PyExc_TypeError, "fire_every(store, ref, rec, now)");
     long long now = PyLong_AsLongLong(args[3]);
     if (now == -1 && PyErr_Occurred()) return NULL;
     PyObject *topic_bytes = PyObject_GetAttrString(args[0], "topic_bytes");

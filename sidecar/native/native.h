@@ -90,6 +90,8 @@ void kds_write_record(uint8_t *dst, uint32_t length, uint32_t body_len, int rtyp
 PyObject *kds_encode_headers(PyObject *self, PyObject *headers); /* encode_headers(headers) -> bytes */
 PyObject *kds_delivery_headers(PyObject *self, PyObject *const *args, Py_ssize_t nargs); /* delivery_headers */
 int kds_fmt_ll(char *p, long long v);   /* v in decimal at p, unterminated; returns the length */
+/* delay.source's value, "<topic>:<partition>:<offset>" (topic_bytes: bytes), or NULL with an error */
+PyObject *kds_source(PyObject *topic_bytes, long long partition, long long offset);
 int kds_codec_ready(void);              /* 0 once setup() ran, else -1 with RuntimeError set */
 void kds_file_release(KdsFile *f);      /* let go of the held buffer */
 int kds_file_get(KdsFile *f, PyObject *files, long long key, int writable); /* 1 held, 0 no such key, -1 */

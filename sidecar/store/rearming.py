@@ -51,8 +51,7 @@ def rearm_run(
     first = store.log.head
     end: int = _run(items, start, seg, idx, st, bufs, *store.ids.intake_bufs())
     count = end - start
-    if count:
-        store.dirty = True
+    if count:  # (the store is marked dirty by the settle this runs in, Outcomes.settle)
         store.log.intake_restore(st, count)
         store.ids.intake_restore(st)
         store.sched.intake_end(st, count)
