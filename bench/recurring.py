@@ -21,6 +21,9 @@ producer sends records with ``delay.ms`` = 1000 at R records/s to a second targe
   and, beside it, over those not due while a restart was under way (from each kill until
   ``RECOVERY_MS`` after the restarted sidecar had its partition again);
 * the 1 s stream's lateness p99 (goal: the firings do not make it late);
+* CPU per firing settled in the window (without kills): the sidecar process's (librdkafka's
+  threads included) and its loop thread's alone, with the seconds the loop thread waited for a
+  CPU (the machine's other load);
 * memory per schedule: the sidecar's anonymous RSS after every schedule is stored, minus before
   the preload, over N (the RSS total beside it counts mapped store pages too); and the same once
   the store is opened by a fresh process (a graceful restart before the first firing), without
@@ -51,6 +54,7 @@ from bench.workload import (
     preload,
     producer,
     read_range,
+    schedstat,
     sleep_until_wall_ms,
     uid,
     wait_until,
@@ -118,6 +122,7 @@ def measure(bench: Bench, scheduler: str, n: int, period_ms: int, periods: int, 
         stream = PacedProducer(bench.bootstrap, ingress, stream_target, rate, 100, lambda _i: 1_000)
         stream.start()
         cpu1, fired1 = cpu_seconds(sc.pid), sc.counter("fired")
+        loop1 = schedstat(sc.pid)
         end = t0 + periods * period_ms
         restarts: list[tuple[int, int]] = []  # (kill ms, partitions assigned again ms)
         first_kill, last_kill = max(t0, ready_ms) + period_ms // 2, end - period_ms // 2
@@ -133,6 +138,10 @@ def measure(bench: Bench, scheduler: str, n: int, period_ms: int, periods: int, 
         fired2 = sc.counter("fired")
         # the loop's whole CPU (the 1 s stream's records too) per firing settled; a kill restarts the count
         fire_cpu_us = (cpu_seconds(sc.pid) - cpu1) * 1e6 / max(1, fired2 - fired1) if not kills else None
+        # the loop thread's alone (librdkafka's threads not counted), and how long it waited for a CPU
+        loop2 = schedstat(sc.pid)
+        loop_cpu_us = (loop2[0] - loop1[0]) * 1e6 / max(1, fired2 - fired1) if not kills else None
+        loop_wait_s = loop2[1] - loop1[1] if not kills else None
         stream.stop()
         p = producer(bench.bootstrap)
         for i in range(n):
@@ -157,7 +166,8 @@ def measure(bench: Bench, scheduler: str, n: int, period_ms: int, periods: int, 
         "schedules": n, "period_ms": period_ms, "periods": periods, "firings": len(got.ts),
         "firings_per_s": n * 1000 / period_ms, "stored_after_first_firing_ms": max(0, ready_ms - t0),
         "store_s": (stored_ms - fill0) / 1000, "store_cpu_us_per_schedule": store_cpu_us,
-        "fire_cpu_us_per_firing": fire_cpu_us, **acc,
+        "fire_cpu_us_per_firing": fire_cpu_us, "loop_cpu_us_per_firing": loop_cpu_us,
+        "loop_waited_for_cpu_s": loop_wait_s, **acc,
         "kills": kills, "restart_ms": [r - k for k, r in restarts],
         "delay_missed_total": sum(got.missed), "stream_rate": rate, "stream_records": len(s.ts),
         "stream_lateness_ms": lateness_percentiles(stream_late),
@@ -212,7 +222,8 @@ def run(bench: Bench) -> dict[str, Any]:
             f"(outside restarts {m['lateness_outside_restarts_ms']['p99']}), early {m['early']}, "
             f"missed {m['missed']}, doubled {m['doubled']} ({m['doubled_not_in_flight']} not in flight, "
             f"{kills} kills); 1 s stream p99 {slat['p99']} ms; {m['anon_bytes_per_schedule']:.1f} B anon/schedule; "
-            f"sidecar CPU per firing {m['fire_cpu_us_per_firing']} us")
+            f"sidecar CPU per firing {m['fire_cpu_us_per_firing']} us, its loop thread's "
+            f"{m['loop_cpu_us_per_firing']} us (waited {m['loop_waited_for_cpu_s']} s for a CPU)")
         results[sched] = {
             "firing_lateness_p99_ms": fig(lat["p99"], "ms", GOAL_P99_MS),
             "firing_lateness_p999_ms": fig(lat["p999"], "ms"),

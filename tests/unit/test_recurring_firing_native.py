@@ -89,8 +89,9 @@ def test_one_firing_decided_in_c_is_the_reference_decision(tmp_path: Path, seed:
     for i in range(1500):
         now = T0 + rng.randint(-5_000, 60_000)
         blob = encode_headers(stored_headers(rng, T0))
-        pos = st.log.append_record(codec.RECURRING, now, T0 + rng.randint(-10_000, 10_000), i, 0, -1, 0, 0,
-                                   b"s-%d" % i, b"out", b"k", b"v", blob)
+        pos = st.log.append(codec.head(rtype=codec.RECURRING, due_ms=now, enqueue_ms=T0 + rng.randint(-10_000, 10_000),
+                                       src_offset=i, src_partition=0, target_partition=-1, retry_count=0, level=0),
+                            b"s-%d" % i, b"out", b"k", b"v", blob)
         rec = st.log.read(pos)
         ref = 1000 + i
         try:
