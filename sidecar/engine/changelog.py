@@ -133,7 +133,7 @@ class StoreMirror:
         self.in_c = in_c
         self.report: Callable[[Any, Any], None] = native.MirrorReport(self) if in_c else self._on_delivery
         # the C batch writes (exactly-once writes its tombstones when produced, through remove)
-        self.put_run: Callable[[Any, int, int, int], tuple[int, int]] | None = self._put_run if in_c else None
+        self.put_run: Callable[[Any, int, int, int, bool], tuple[int, int]] | None = self._put_run if in_c else None
         fast = in_c and not in_transactions
         self.remove_run: Callable[[list[tuple[int, Record]]], None] | None = self._remove_run if fast else None
 
@@ -167,14 +167,15 @@ class StoreMirror:
         # replaced) may be in the changelog
         self._send(None, rid)
 
-    def _put_run(self, buf: Any, off: int, count: int, now_ms: int) -> tuple[int, int]:
+    def _put_run(self, buf: Any, off: int, count: int, now_ms: int, fresh: bool) -> tuple[int, int]:
         """The puts of ``count`` records back to back in ``buf`` from ``off`` (a run of the C
         intake, store/mirroring.py), in C: those due at ``now_ms`` held, the others produced. It
         stops before a record whose produce was refused, or one due later while puts are held
         (the caller writes that one with ``put``). Returns (records taken, the next one's
-        offset)."""
+        offset). ``fresh`` as ``put``'s: only then are held ones marked their id's only version."""
+        mark = self.fresh if fresh and not self.in_transactions else None
         done, off, _refused = native.mirror_puts(self.report, self.kafka.producer.produce, buf, off, count, _REFUSED,
-                                                 self.held, now_ms, None if self.in_transactions else self.fresh)
+                                                 self.held, now_ms, mark)
         return done, off
 
     def _remove_run(self, acked: list[tuple[int, Record]]) -> None:

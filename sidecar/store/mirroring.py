@@ -46,11 +46,11 @@ class Mirror(Protocol):
 
     on_settle: bool  # settle() writes the tombstones (False: the publisher does, exactly-once)
     holds_due: bool  # put() uses ``due_now`` (held back: engine/changelog.py); False: the intake need not work it out
-    # batch writes (None: one put / remove per record): put_run(buf, off, count, now_ms) takes
-    # the puts of a run of records back to back in buf from off as put would, stopping before one
-    # it leaves to put, and returns (taken, the next one's offset); remove_run(acked)
-    # writes the tombstones of a settled batch of (ref, Record) pairs
-    put_run: Callable[[Any, int, int, int], tuple[int, int]] | None
+    # batch writes (None: one put / remove per record): put_run(buf, off, count, now_ms, fresh)
+    # takes the puts of a run of records back to back in buf from off as put would (``fresh`` as
+    # put's), stopping before one it leaves to put, and returns (taken, the next one's offset);
+    # remove_run(acked) writes the tombstones of a settled batch of (ref, Record) pairs
+    put_run: Callable[[Any, int, int, int, bool], tuple[int, int]] | None
     remove_run: Callable[[list[tuple[int, Record]]], None] | None
 
     def put(self, rid: bytes, raw: bytes, due_now: bool = False, fresh: bool = False) -> None: ...
@@ -94,11 +94,13 @@ def history_record(
     )
 
 
-def report_run(store: PartitionStore, pos: int, count: int, now_ms: int) -> None:
+def report_run(store: PartitionStore, pos: int, count: int, now_ms: int, fresh: bool = True) -> None:
     """Report the ``count`` records the C intake appended from log position ``pos`` on to the
-    sinks that are set: a changelog put of each, an ``accepted`` event of each."""
+    sinks that are set: a changelog put of each, an ``accepted`` event of each. ``fresh``: each is
+    its id's only version (the intake's: it takes only ids with nothing pending); a re-armed
+    firing is not (its earlier firings' puts may be in the changelog, and need its tombstone)."""
     if store.mirror is not None:
-        _mirror_run(store, pos, count, now_ms)
+        _mirror_run(store, pos, count, now_ms, fresh)
     if store.history is not None:
         _history_run(store, pos, count, now_ms)
 
@@ -112,7 +114,7 @@ def _run_start(store: PartitionStore, pos: int) -> tuple[memoryview, int]:
     return store.log.segments[pos // sb].buf, pos % sb
 
 
-def _mirror_run(store: PartitionStore, pos: int, count: int, now_ms: int) -> None:
+def _mirror_run(store: PartitionStore, pos: int, count: int, now_ms: int, fresh: bool) -> None:
     """Mirror the run (one segment, back to back: the C intake stops at a segment's end);
     ``due_now`` for those already due at ``now_ms`` (the mirror may hold their puts back:
     ``StoreMirror.held``)."""
@@ -122,14 +124,14 @@ def _mirror_run(store: PartitionStore, pos: int, count: int, now_ms: int) -> Non
     put, holds, put_run = mirror.put, mirror.holds_due, mirror.put_run
     while count:
         if put_run is not None:
-            done, off = put_run(buf, off, count, now_ms)  # all of them, or up to one it leaves to put
+            done, off = put_run(buf, off, count, now_ms, fresh)  # all of them, or up to one it leaves to put
             count -= done
             if not count:
                 return
         length, id_len = _LEN.unpack_from(buf, off)[0], _ID_LEN.unpack_from(buf, off + _ID_LEN_AT)[0]
         rid, raw = bytes(buf[off + codec.HEAD_SIZE : off + codec.HEAD_SIZE + id_len]), bytes(buf[off : off + length])
         if holds and _DUE.unpack_from(buf, off + _DUE_AT)[0] <= now_ms:
-            put(rid, raw, True, fresh=True)  # the C intake took it: its id's only version
+            put(rid, raw, True, fresh=fresh)
         else:
             put(rid, raw)
         off += length

@@ -56,5 +56,5 @@ def rearm_run(
         store.ids.intake_restore(st)
         store.sched.intake_end(st, count)
         if store.mirror is not None:
-            report_run(store, first, count, now_ms)
+            report_run(store, first, count, now_ms, fresh=False)
     return end

@@ -62,7 +62,7 @@ def _drive(m: StoreMirror, producer: TwinProducer) -> None:
     if m.put_run is not None:
         buf, off, count = memoryview(b"".join(raws)), 0, len(raws)
         while count:
-            done, off = m.put_run(buf, off, count, NOW)
+            done, off = m.put_run(buf, off, count, NOW, True)
             count -= done
             if count:  # what _mirror_run does with the record C leaves to put
                 rec = codec.decode(buf, off)
@@ -154,6 +154,24 @@ def test_a_fresh_record_settled_while_held_writes_nothing_else_a_tombstone(in_c:
     log = [(msg.key(), msg.value() is None) for msg in cluster.topics[TOPIC][0]]
     assert log == [(b"id-1", True), (b"id-2", False), (b"id-2", True)]
     assert m.produced == m.acked == 3 and m.held == {} and m.fresh == set()
+
+
+@pytest.mark.parametrize("in_c", [True, False])
+def test_a_held_put_of_a_rearmed_firing_is_not_fresh(in_c: bool) -> None:
+    """A re-armed firing's put (store/rearming.py: a run with ``fresh`` False) is not its id's only
+    version: the schedule's earlier put is in the changelog, so when its last firing settles while
+    held the tombstone is written; else a restore would bring the ended schedule back."""
+    m, cluster, producer = _mirror(in_c)
+    first, again = _raw(0, NOW + 60_000), _raw(0, NOW)
+    m.put(b"id-0", first)  # armed for later: written
+    if m.put_run is not None:
+        assert m.put_run(memoryview(again), 0, 1, NOW, False) == (1, len(again))
+    else:
+        m.put(b"id-0", again, True, fresh=False)  # as store/mirroring.py _mirror_run with fresh False
+    assert m.fresh == set() and m.held == {b"id-0": again}
+    _settle(m, codec.decode(again, 0))
+    producer.poll(0)
+    assert [(msg.key(), msg.value() is None) for msg in cluster.topics[TOPIC][0]] == [(b"id-0", False), (b"id-0", True)]
 
 
 def test_exactly_once_keeps_no_fresh_ids() -> None:
