@@ -14,10 +14,13 @@ from typing import Any
 from sidecar.engine.publish_state import PublishState as PublishState
 from sidecar.store.codec import Record as Record
 
-# The argument structs of the schedulers' walks: C types generated from these classes
+# The argument structs of the schedulers' walks and the store's C runs: C types generated from these classes
 # (sidecar/store/native_args.py), with the same fields.
+from sidecar.store.native_args import IngestRun as IngestRun
 from sidecar.store.native_args import LvDue as LvDue
 from sidecar.store.native_args import RecordHead as RecordHead
+from sidecar.store.native_args import RestoreRun as RestoreRun
+from sidecar.store.native_args import RunBufs as RunBufs
 from sidecar.store.native_args import WlAck as WlAck
 from sidecar.store.native_args import WlDone as WlDone
 from sidecar.store.native_args import WlLink as WlLink
@@ -89,24 +92,9 @@ def wl_group(
     buf: memoryview, hs: int, f0: int, nent: int, e: int, last: int, base: int, /
 ) -> tuple[dict[int, bytes], int]: ...
 def wl_ack(buf: memoryview, refs: list[int], a: WlAck, /) -> bool: ...
-def ingest_run(
-    msgs: list[Any], start: int, now: int, partition: int, id_prefix: bytes, checked_targets: set[str],
-    no_headers: bytes, seg_buf: memoryview | None, idx_buf: memoryview, st: list[int], sched_bufs: tuple[Any, ...],
-    idx_old_buf: memoryview | None = None, idx_old2_buf: memoryview | None = None,
-    idx_jnl_buf: memoryview | bytearray | None = None, idx_tags_buf: Any = None, /,
-) -> int: ...
-def restore_run(
-    msgs: list[Any], start: int, partition: int, end: int, seg_buf: memoryview | None, idx_buf: memoryview,
-    st: list[int], sched_bufs: tuple[Any, ...], idx_old_buf: memoryview | None = None,
-    idx_old2_buf: memoryview | None = None, idx_jnl_buf: memoryview | bytearray | None = None,
-    idx_tags_buf: Any = None, /,
-) -> int: ...
-def rearm_run(
-    items: list[tuple[Any, int | None, int, int | None]], start: int, seg_buf: memoryview | None,
-    idx_buf: memoryview, st: list[int], sched_bufs: tuple[Any, ...], idx_old_buf: memoryview | None = None,
-    idx_old2_buf: memoryview | None = None, idx_jnl_buf: memoryview | bytearray | None = None,
-    idx_tags_buf: Any = None, /,
-) -> int: ...
+def ingest_run(msgs: list[Any], start: int, a: IngestRun, /) -> int: ...
+def restore_run(msgs: list[Any], start: int, a: RestoreRun, /) -> int: ...
+def rearm_run(items: list[tuple[Any, int | None, int, int | None]], start: int, a: RunBufs, /) -> int: ...
 def firing_setup(
     firing_cls: Any, names: tuple[str, ...], stored_names: tuple[bytes, ...], grace_ms: int, max_epoch_ms: int,
     min_every_ms: int, /,

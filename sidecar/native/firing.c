@@ -387,28 +387,24 @@ static long long stage_slot(const uint8_t *base, uint64_t mask, long long live, 
     return free_slot >= 0 ? free_slot : (long long)at;
 }
 
-/* rearm_run(items, start, seg_buf, idx_buf, st, sched_bufs[, idx_old_buf[, idx_old2_buf[,
- *           idx_jnl_buf[, idx_tags_buf]]]]) -> int
+/* rearm_run(items, start, a: RunBufs) -> int
  * Re-arm items[start:], (rec, last_ms, fired, next_ms) each: the RECURRING record due at next_ms
  * in rec's place under its id, as Firings._rearm appends, schedules and indexes it (its stored
- * headers rewritten as rearm_blob does), with the intake's state and buffers (intake_run.h; the
- * same arguments as ingest_run after its first seven). Only on the wheel (the levels plan a
+ * headers rewritten as rearm_blob does), with the intake's state and buffers (intake_run.h; a's
+ * fields are ingest_run's buffers). Only on the wheel (the levels plan a
  * level: the reference does). Returns the index of the first item not re-armed (len(items) if
  * all were): every one before it is stored, scheduled, indexed and journaled, nothing of it. */
 static PyObject *native_rearm_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs < 6 || nargs > 6 + IN_OPT_COUNT || !PyList_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "rearm_run(items: list, start, seg_buf, idx_buf, st, sched_bufs[, "
-                                         "idx_old_buf[, idx_old2_buf[, idx_jnl_buf[, idx_tags_buf]]]])");
-        return NULL;
-    }
+    if (kds_in_args(args, nargs, &kds_RunBufsType, "rearm_run") < 0) return NULL;
     if (ready() < 0) return NULL;
+    KdsRunBufs *a = (KdsRunBufs *)args[2];
     PyObject *items = args[0];
     Py_ssize_t i = PyLong_AsSsize_t(args[1]), n = PyList_GET_SIZE(items);
     if (i == -1 && PyErr_Occurred()) return NULL;
     InRun *r = PyMem_Malloc(sizeof *r);
     if (!r) return PyErr_NoMemory();
     PyObject *result = NULL;
-    if (kds_in_open(r, args[2], args[3], args[4], args[5], args + 6, nargs - 6) < 0) goto fail;
+    if (KDS_IN_OPEN(r, a) < 0) goto fail;
     int64_t *st = r->st;
     for (; i < n && r->have_seg && r->kind == IN_KIND_WHEEL; i++) {
         PyObject *item = PyList_GET_ITEM(items, i);
@@ -461,7 +457,7 @@ static PyObject *native_rearm_run(PyObject *self, PyObject *const *args, Py_ssiz
         Py_DECREF(blob);
         if (ref < 0) break;
     }
-    if (kds_in_state_out(args[4], r->st, r->st_in, r->nst) == 0) result = PyLong_FromSsize_t(i);
+    if (kds_in_state_out(a->st, r->st, r->st_in, r->nst) == 0) result = PyLong_FromSsize_t(i);
 fail:
     kds_in_close(r);
     PyMem_Free(r);

@@ -356,10 +356,18 @@ void kds_in_stored(InRun *r, uint64_t length, long long at, int tomb, uint64_t h
     st[IN_IDX_LIVE]++;
 }
 
-/* ingest_run(msgs, start, now, partition, id_prefix, checked_targets, no_headers, seg_buf, idx_buf,
- *            st, sched_bufs[, idx_old_buf[, idx_old2_buf[, idx_jnl_buf[, idx_tags_buf]]]]) -> int: see
- * above.
- * The optional buffers (None or absent: none):
+/* Every run's call shape: (records: list, start: int, a: <its argument object>). */
+int kds_in_args(PyObject *const *args, Py_ssize_t nargs, PyTypeObject *type, const char *call) {
+    if (nargs != 3 || !PyList_Check(args[0]) || !PyLong_Check(args[1]) || !Py_IS_TYPE(args[2], type)) {
+        PyErr_Format(PyExc_TypeError, "%s(records: list, start: int, a: %s)", call, type->tp_name);
+        return -1;
+    }
+    return 0;
+}
+
+/* ingest_run(msgs, start, a: IngestRun) -> int: see above. a's fields (sidecar/store/native_args.py):
+ * now, partition, id_prefix, checked_targets, no_headers; seg_buf, idx_buf, st, sched_bufs and the
+ * id index's buffers, those below None when it has none:
  *   idx_old_buf   a table probed for presence only (its mask st[IN_IDX_OLD_MASK]; the id index's
  *                 sealed stage, or its table): an id with an entry there is left to the reference
  *                 path, as one in idx_buf
@@ -378,19 +386,15 @@ void kds_in_stored(InRun *r, uint64_t length, long long at, int tomb, uint64_t h
  * leaves to the reference path: the caller can tell it by the journal's room, and either runs it
  * through the reference path or calls again from it with room. */
 static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs < 11 || nargs > 11 + IN_OPT_COUNT) {
-        PyErr_SetString(PyExc_TypeError, "ingest_run(msgs, start, now, partition, id_prefix, checked_targets, "
-                                         "no_headers, seg_buf, idx_buf, st, sched_bufs[, idx_old_buf[, "
-                                         "idx_old2_buf[, idx_jnl_buf[, idx_tags_buf]]]])");
-        return NULL;
-    }
+    if (kds_in_args(args, nargs, &kds_IngestRunType, "ingest_run") < 0) return NULL;
     if (in_names() < 0) return NULL;
     TopicMemo memo = {NULL, NULL};
-    PyObject *msgs = args[0], *prefix = args[4], *checked = args[5], *no_headers = args[6];
+    KdsIngestRun *a = (KdsIngestRun *)args[2];
+    PyObject *msgs = args[0], *prefix = a->id_prefix, *checked = a->checked_targets, *no_headers = a->no_headers;
     Py_ssize_t start = PyLong_AsSsize_t(args[1]);
-    long long now = PyLong_AsLongLong(args[2]), partition = PyLong_AsLongLong(args[3]);
+    long long now = kds_arg(a->now), partition = kds_arg(a->partition);
     if (PyErr_Occurred()) return NULL;
-    if (!PyList_Check(msgs) || !PyBytes_Check(prefix) || !PyBytes_Check(no_headers) || PyBytes_GET_SIZE(prefix) > 200) {
+    if (!PyBytes_Check(prefix) || !PyBytes_Check(no_headers) || PyBytes_GET_SIZE(prefix) > 200) {
         PyErr_SetString(PyExc_TypeError, "ingest_run: bad argument types");
         return NULL;
     }
@@ -398,7 +402,7 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
     InRun *r = &run;
     PyObject *result = NULL;
     Py_ssize_t i = start, n = PyList_GET_SIZE(msgs);
-    if (kds_in_open(r, args[7], args[8], args[9], args[10], args + 11, nargs - 11) < 0) goto fail;
+    if (KDS_IN_OPEN(r, a) < 0) goto fail;
     int64_t *st = r->st;
     const long long maxb = st[IN_MAX_RECORD_BYTES], maxd = st[IN_MAX_DELAY_MS];
     const int kind = r->kind;
@@ -536,7 +540,7 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
         Py_XDECREF(blob);
         if (!ok) break;
     }
-    if (kds_in_state_out(args[9], r->st, r->st_in, r->nst) == 0) result = PyLong_FromSsize_t(i);
+    if (kds_in_state_out(a->st, r->st, r->st_in, r->nst) == 0) result = PyLong_FromSsize_t(i);
 fail:
     Py_XDECREF(memo.bytes);
     Py_XDECREF(memo.str);
@@ -565,8 +569,7 @@ static int in_changelog_record(const uint8_t *v, Py_ssize_t n, const char *key, 
     return kds_crc32c(v + 8, body) == crc;
 }
 
-/* restore_run(msgs, start, partition, end, seg_buf, idx_buf, st, sched_bufs[, idx_old_buf[, idx_old2_buf[,
- *             idx_jnl_buf[, idx_tags_buf]]]]) -> int: the restore's
+/* restore_run(msgs, start, a: RestoreRun) -> int (a's fields: partition, end, and ingest_run's buffers): the restore's
  * fast path (sidecar/store/restore.py, Restore.many; the reference is
  * Restore.put, per changelog record). From msgs[start] on, each consumed changelog message is
  * stored while it is a put restore_put would append as it is: no error, this partition, offset
@@ -581,25 +584,18 @@ static int in_changelog_record(const uint8_t *v, Py_ssize_t n, const char *key, 
  * again with room). st's NEXT_OFFSET takes the changelog offset after the last message stored,
  * RESTORED_BYTES and MAX_SRC_OFFSET what the caller reports. */
 static PyObject *native_restore_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs < 8 || nargs > 8 + IN_OPT_COUNT) {
-        PyErr_SetString(PyExc_TypeError, "restore_run(msgs, start, partition, end, seg_buf, idx_buf, st, sched_bufs[, "
-                                         "idx_old_buf[, idx_old2_buf[, idx_jnl_buf[, idx_tags_buf]]]])");
-        return NULL;
-    }
+    if (kds_in_args(args, nargs, &kds_RestoreRunType, "restore_run") < 0) return NULL;
     if (in_names() < 0) return NULL;
+    KdsRestoreRun *a = (KdsRestoreRun *)args[2];
     PyObject *msgs = args[0];
     Py_ssize_t start = PyLong_AsSsize_t(args[1]);
-    long long partition = PyLong_AsLongLong(args[2]), end = PyLong_AsLongLong(args[3]);
+    long long partition = kds_arg(a->partition), end = kds_arg(a->end);
     if (PyErr_Occurred()) return NULL;
-    if (!PyList_Check(msgs)) {
-        PyErr_SetString(PyExc_TypeError, "restore_run: msgs must be a list");
-        return NULL;
-    }
     InRun run;
     InRun *r = &run;
     PyObject *result = NULL;
     Py_ssize_t i = start, n = PyList_GET_SIZE(msgs);
-    if (kds_in_open(r, args[4], args[5], args[6], args[7], args + 8, nargs - 8) < 0) goto fail;
+    if (KDS_IN_OPEN(r, a) < 0) goto fail;
     int64_t *st = r->st;
     for (; i < n && r->have_seg; i++) {
         PyObject *m = PyList_GET_ITEM(msgs, i);
@@ -641,7 +637,7 @@ static PyObject *native_restore_run(PyObject *self, PyObject *const *args, Py_ss
         Py_XDECREF(value);
         if (!ok) break;
     }
-    if (kds_in_state_out(args[6], r->st, r->st_in, r->nst) == 0) result = PyLong_FromSsize_t(i);
+    if (kds_in_state_out(a->st, r->st, r->st_in, r->nst) == 0) result = PyLong_FromSsize_t(i);
 fail:
     kds_in_close(r);
     return result;

@@ -26,12 +26,22 @@ typedef struct {
     uint64_t mask;
 } InRun;
 
-/* The optional buffers after sched_bufs, in this order (None or absent: none). */
+/* The optional buffers after sched_bufs, in this order (None: none). */
 enum { IN_OPT_OLD, IN_OPT_OLD2, IN_OPT_JNL, IN_OPT_TAGS, IN_OPT_COUNT };
 
 /* the run's state and buffers: 0, or -1 with an error set (kds_in_close releases what was taken) */
 int kds_in_open(InRun *r, PyObject *seg, PyObject *idx, PyObject *stl, PyObject *sbufs, PyObject *const *opt,
                 Py_ssize_t nopt);
+/* kds_in_open with the buffers of a run's argument object (KdsRunBufs, KdsIngestRun, KdsRestoreRun:
+ * their RunBufs fields, sidecar/store/native_args.py) */
+#define KDS_IN_OPEN(r, a)                                                                                          \
+    kds_in_open((r), (a)->seg_buf, (a)->idx_buf, (a)->st, (a)->sched_bufs,                                       \
+                (PyObject *const[IN_OPT_COUNT]){(a)->idx_old_buf, (a)->idx_old2_buf, (a)->idx_jnl_buf,           \
+                                                (a)->idx_tags_buf},                                               \
+                IN_OPT_COUNT)
+/* args[2] is a run's argument object of `type` (its name in the error), msgs args[0] a list: 0, or -1
+ * with an error set */
+int kds_in_args(PyObject *const *args, Py_ssize_t nargs, PyTypeObject *type, const char *call);
 void kds_in_close(InRun *r);
 int kds_in_state_out(PyObject *lst, const int64_t *st, const int64_t *orig, Py_ssize_t n); /* changed values back */
 long long kds_in_room(const InRun *r, uint64_t length);        /* segment offset for a record, or -1 */

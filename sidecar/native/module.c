@@ -31,7 +31,7 @@
  * Byte layouts are documented where the Python twins live; the C code follows them byte for byte.
  * Their sizes, states and flags are declared once, in sidecar/store/native_layouts.py, which
  * generates layouts.h (and intake_layout.py the intake state's intake_layout.h, native_args.py
- * the argument structs of the C calls with many integers, native_args.h).
+ * the argument structs of the C calls with many arguments, native_args.h).
  */
 #define KDS_NATIVE_ARGS_IMPL /* the argument structs' types are defined here, once */
 #include "native.h"

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "layouts.h" /* sizes, states and flags shared with Python (sidecar/store/native_layouts.py) */
-#include "native_args.h" /* argument structs of the C calls with many integers (sidecar/store/native_args.py) */
+#include "native_args.h" /* argument structs of the C calls with many arguments (sidecar/store/native_args.py) */
 
 /* -- little-endian field access (the module refuses a big-endian host at import) -------------- */
 

@@ -1,5 +1,5 @@
 /* Generated from sidecar/store/native_args.py (python -m sidecar.store.native_args): do not
- * edit. The argument structs of the C calls with many integers; that module says what each is. */
+ * edit. The argument structs of the C calls with many arguments; that module says what each is. */
 #ifndef KDS_NATIVE_ARGS_H
 #define KDS_NATIVE_ARGS_H
 
@@ -109,6 +109,57 @@ typedef struct {
 } KdsRecordHead;
 extern PyTypeObject kds_RecordHeadType;
 
+/* rearm_run, and the first fields of ingest_run's and restore_run's: the store's state and
+    the buffers a C run writes (kds_in_open). Built per call: it holds the mapped buffers only for
+    the call, so a segment or table can be closed after it. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *seg_buf; /* memoryview | None: the head segment's mapping; None: not mapped yet, nothing fits */
+    PyObject *idx_buf; /* Any: the id index's table or open stage, written */
+    PyObject *st; /* list[int]: the intake state (sidecar/store/intake_layout.py), moved in place */
+    PyObject *sched_bufs; /* tuple[Any, ...]: the scheduler's buffers (its intake_begin) */
+    PyObject *idx_old_buf; /* Any: a table probed for presence only (the sealed stage, or the table), or None */
+    PyObject *idx_old2_buf; /* Any: a second table probed for presence only, or None */
+    PyObject *idx_jnl_buf; /* Any: the id index's journal buffer, or None */
+    PyObject *idx_tags_buf; /* Any: the tag bytes of the table probed last, or None */
+} KdsRunBufs;
+extern PyTypeObject kds_RunBufsType;
+
+/* ingest_run: the consumed ingress records of one partition stored in one C call. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *seg_buf; /* memoryview | None: the head segment's mapping; None: not mapped yet, nothing fits */
+    PyObject *idx_buf; /* Any: the id index's table or open stage, written */
+    PyObject *st; /* list[int]: the intake state (sidecar/store/intake_layout.py), moved in place */
+    PyObject *sched_bufs; /* tuple[Any, ...]: the scheduler's buffers (its intake_begin) */
+    PyObject *idx_old_buf; /* Any: a table probed for presence only (the sealed stage, or the table), or None */
+    PyObject *idx_old2_buf; /* Any: a second table probed for presence only, or None */
+    PyObject *idx_jnl_buf; /* Any: the id index's journal buffer, or None */
+    PyObject *idx_tags_buf; /* Any: the tag bytes of the table probed last, or None */
+    PyObject *now; /* int: the loop's time, epoch ms (a record without a timestamp takes it) */
+    PyObject *partition; /* int: the ingress partition: a message of another one stops the run */
+    PyObject *id_prefix; /* bytes: the default delay.id's prefix, b'<topic>:<partition>:' */
+    PyObject *checked_targets; /* set[str]: the target topics known to exist */
+    PyObject *no_headers; /* bytes: the stored headers blob of a record without user headers */
+} KdsIngestRun;
+extern PyTypeObject kds_IngestRunType;
+
+/* restore_run: the consumed changelog records of one partition stored in one C call. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *seg_buf; /* memoryview | None: the head segment's mapping; None: not mapped yet, nothing fits */
+    PyObject *idx_buf; /* Any: the id index's table or open stage, written */
+    PyObject *st; /* list[int]: the intake state (sidecar/store/intake_layout.py), moved in place */
+    PyObject *sched_bufs; /* tuple[Any, ...]: the scheduler's buffers (its intake_begin) */
+    PyObject *idx_old_buf; /* Any: a table probed for presence only (the sealed stage, or the table), or None */
+    PyObject *idx_old2_buf; /* Any: a second table probed for presence only, or None */
+    PyObject *idx_jnl_buf; /* Any: the id index's journal buffer, or None */
+    PyObject *idx_tags_buf; /* Any: the tag bytes of the table probed last, or None */
+    PyObject *partition; /* int: the changelog partition: a message of another one stops the run */
+    PyObject *end; /* int: the offset the restore ends before; -1: none (a standby) */
+} KdsRestoreRun;
+extern PyTypeObject kds_RestoreRunType;
+
 /* every struct's type, for X-macros (module.c adds them to the module) */
 #define KDS_NATIVE_ARGS(X) \
     X(WlLink) \
@@ -116,7 +167,10 @@ extern PyTypeObject kds_RecordHeadType;
     X(WlDone) \
     X(WlAck) \
     X(LvDue) \
-    X(RecordHead)
+    X(RecordHead) \
+    X(RunBufs) \
+    X(IngestRun) \
+    X(RestoreRun)
 
 /* a field's value (-1 with an error set if it is not an int in range, or was deleted) */
 static inline long long kds_arg(PyObject *v) { return PyLong_AsLongLong(v); }
@@ -295,6 +349,49 @@ static PyMemberDef kds_RecordHead_members[] = {
     {"level", T_OBJECT_EX, offsetof(KdsRecordHead, level), 0, "delay level, or a CANCEL's outcome (u16)"},
     {NULL, 0, 0, 0, NULL}};
 KDS_ARGS_TYPE(RecordHead, encode)
+
+static PyMemberDef kds_RunBufs_members[] = {
+    {"seg_buf", T_OBJECT_EX, offsetof(KdsRunBufs, seg_buf), 0, "the head segment's mapping; None: not mapped yet, nothing fits"},
+    {"idx_buf", T_OBJECT_EX, offsetof(KdsRunBufs, idx_buf), 0, "the id index's table or open stage, written"},
+    {"st", T_OBJECT_EX, offsetof(KdsRunBufs, st), 0, "the intake state (sidecar/store/intake_layout.py), moved in place"},
+    {"sched_bufs", T_OBJECT_EX, offsetof(KdsRunBufs, sched_bufs), 0, "the scheduler's buffers (its intake_begin)"},
+    {"idx_old_buf", T_OBJECT_EX, offsetof(KdsRunBufs, idx_old_buf), 0, "a table probed for presence only (the sealed stage, or the table), or None"},
+    {"idx_old2_buf", T_OBJECT_EX, offsetof(KdsRunBufs, idx_old2_buf), 0, "a second table probed for presence only, or None"},
+    {"idx_jnl_buf", T_OBJECT_EX, offsetof(KdsRunBufs, idx_jnl_buf), 0, "the id index's journal buffer, or None"},
+    {"idx_tags_buf", T_OBJECT_EX, offsetof(KdsRunBufs, idx_tags_buf), 0, "the tag bytes of the table probed last, or None"},
+    {NULL, 0, 0, 0, NULL}};
+KDS_ARGS_TYPE(RunBufs, rearm_run)
+
+static PyMemberDef kds_IngestRun_members[] = {
+    {"seg_buf", T_OBJECT_EX, offsetof(KdsIngestRun, seg_buf), 0, "the head segment's mapping; None: not mapped yet, nothing fits"},
+    {"idx_buf", T_OBJECT_EX, offsetof(KdsIngestRun, idx_buf), 0, "the id index's table or open stage, written"},
+    {"st", T_OBJECT_EX, offsetof(KdsIngestRun, st), 0, "the intake state (sidecar/store/intake_layout.py), moved in place"},
+    {"sched_bufs", T_OBJECT_EX, offsetof(KdsIngestRun, sched_bufs), 0, "the scheduler's buffers (its intake_begin)"},
+    {"idx_old_buf", T_OBJECT_EX, offsetof(KdsIngestRun, idx_old_buf), 0, "a table probed for presence only (the sealed stage, or the table), or None"},
+    {"idx_old2_buf", T_OBJECT_EX, offsetof(KdsIngestRun, idx_old2_buf), 0, "a second table probed for presence only, or None"},
+    {"idx_jnl_buf", T_OBJECT_EX, offsetof(KdsIngestRun, idx_jnl_buf), 0, "the id index's journal buffer, or None"},
+    {"idx_tags_buf", T_OBJECT_EX, offsetof(KdsIngestRun, idx_tags_buf), 0, "the tag bytes of the table probed last, or None"},
+    {"now", T_OBJECT_EX, offsetof(KdsIngestRun, now), 0, "the loop's time, epoch ms (a record without a timestamp takes it)"},
+    {"partition", T_OBJECT_EX, offsetof(KdsIngestRun, partition), 0, "the ingress partition: a message of another one stops the run"},
+    {"id_prefix", T_OBJECT_EX, offsetof(KdsIngestRun, id_prefix), 0, "the default delay.id's prefix, b'<topic>:<partition>:'"},
+    {"checked_targets", T_OBJECT_EX, offsetof(KdsIngestRun, checked_targets), 0, "the target topics known to exist"},
+    {"no_headers", T_OBJECT_EX, offsetof(KdsIngestRun, no_headers), 0, "the stored headers blob of a record without user headers"},
+    {NULL, 0, 0, 0, NULL}};
+KDS_ARGS_TYPE(IngestRun, ingest_run)
+
+static PyMemberDef kds_RestoreRun_members[] = {
+    {"seg_buf", T_OBJECT_EX, offsetof(KdsRestoreRun, seg_buf), 0, "the head segment's mapping; None: not mapped yet, nothing fits"},
+    {"idx_buf", T_OBJECT_EX, offsetof(KdsRestoreRun, idx_buf), 0, "the id index's table or open stage, written"},
+    {"st", T_OBJECT_EX, offsetof(KdsRestoreRun, st), 0, "the intake state (sidecar/store/intake_layout.py), moved in place"},
+    {"sched_bufs", T_OBJECT_EX, offsetof(KdsRestoreRun, sched_bufs), 0, "the scheduler's buffers (its intake_begin)"},
+    {"idx_old_buf", T_OBJECT_EX, offsetof(KdsRestoreRun, idx_old_buf), 0, "a table probed for presence only (the sealed stage, or the table), or None"},
+    {"idx_old2_buf", T_OBJECT_EX, offsetof(KdsRestoreRun, idx_old2_buf), 0, "a second table probed for presence only, or None"},
+    {"idx_jnl_buf", T_OBJECT_EX, offsetof(KdsRestoreRun, idx_jnl_buf), 0, "the id index's journal buffer, or None"},
+    {"idx_tags_buf", T_OBJECT_EX, offsetof(KdsRestoreRun, idx_tags_buf), 0, "the tag bytes of the table probed last, or None"},
+    {"partition", T_OBJECT_EX, offsetof(KdsRestoreRun, partition), 0, "the changelog partition: a message of another one stops the run"},
+    {"end", T_OBJECT_EX, offsetof(KdsRestoreRun, end), 0, "the offset the restore ends before; -1: none (a standby)"},
+    {NULL, 0, 0, 0, NULL}};
+KDS_ARGS_TYPE(RestoreRun, restore_run)
 #endif
 
 #endif

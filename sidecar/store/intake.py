@@ -202,10 +202,12 @@ class Intake:
         skip = store.page_read_skip
         idx = store.ids.intake_state(st, len(msgs) - start, store.page_waits and not skip)
         first = store.log.head
-        end: int = _run(
-            msgs, start, now_ms, store.partition, store.id_prefix, rules.checked_targets, _NO_HEADERS, seg, idx, st,
-            bufs, *store.ids.intake_bufs(),
-        )
+        old, old2, jnl, tags = store.ids.intake_bufs()
+        end: int = _run(msgs, start, native.IngestRun(
+            seg_buf=seg, idx_buf=idx, st=st, sched_bufs=bufs, idx_old_buf=old, idx_old2_buf=old2, idx_jnl_buf=jnl,
+            idx_tags_buf=tags, now=now_ms, partition=store.partition, id_prefix=store.id_prefix,
+            checked_targets=rules.checked_targets, no_headers=_NO_HEADERS,
+        ))
         count = end - start
         if count:
             if skip:  # taken; none taken: it is left to the record the reference path takes (a cancel's)

@@ -1,20 +1,23 @@
-"""C calls that take many integers take them in a declared struct: its one declaration.
+"""C calls with many arguments take them in a declared struct: its one declaration.
 
 The timer wheel's per-entry walks (``wl_link``, ``wl_send``, ``wl_done``, ``wl_ack``:
 sidecar/wheel/layout.py, native/wheel.c) and the delay levels' dequeue walk (``lv_due``:
 sidecar/levels/queue.py, native/levels.c) read ten to fourteen integers each and move some of
 them; the codec's ``encode`` and ``append`` (sidecar/store/codec.py, native/codec.c) write a
-record head of eight. Passed positionally, two of them swapped would type-check and run; so each
-call takes its buffers, bytes and lists positionally and its integers in one argument object,
-whose fields are named.
-The classes below are that object's declaration and the Python twins' type: each field is an
-int, annotated with what it holds (its member's doc in C); "(moved)" marks the fields the call
-writes back, the rest it only reads.
+record head of eight; the C runs over a store (``ingest_run``, ``restore_run``, ``rearm_run``:
+native/intake.c, native/firing.c) take its state, eight buffers and a few values. Passed
+positionally, two of them swapped would type-check and run; so each call takes its records and
+list position positionally and the rest in one argument object, whose fields are named.
+The classes below are that object's declaration and the Python twins' type: each field is
+annotated with its type and what it holds (its member's doc in C); "(moved)" marks the int
+fields the call writes back, the rest it only reads. The walks' and the head's fields are ints;
+the runs' (``OBJECT_STRUCTS``) are objects of the annotated types, every one required by name
+(kw-only dataclasses), so mypy checks each name and type where a run is called.
 
 The C side is generated from them by ``header()`` into ``sidecar/native/native_args.h``
 (``python -m sidecar.store.native_args`` writes it, ``--check`` only compares; setup.py writes it
 before every build): per class a struct and a type ``sidecar._native.<Name>`` whose attributes
-are its members. The members hold the int objects themselves (``T_OBJECT_EX``), not int64s:
+are its members. The members hold the objects themselves (``T_OBJECT_EX``), not int64s:
 CPython 3.11 specializes an attribute store or load of an object slot (a few ns, like the
 Python class's ``__slots__``) but not of an int64 member (a descriptor call each, ~50 ns), and
 the caller sets and reads several per call; C converts each value as it did the positional ones.
@@ -25,9 +28,10 @@ built type's members differ from the class's fields.
 
 A caller makes the object once (``make``: the C type where the extension runs, else the class)
 and keeps it: per call it sets only the fields that changed, and reads back the moved ones; or,
-for a record's head (``codec.head``), makes one per call with every field named. Both refuse
-positional constructor arguments (a field not named starts at 0), so a positional call cannot
-come back.
+for a record's head (``codec.head``) and a run, makes one per call with every field named (a
+run's object is dropped after the call, so it never keeps a mapping open). Both refuse
+positional constructor arguments (a field not named starts at 0 in C), so a positional call
+cannot come back.
 Like native_layouts, this module imports only the standard library and that module, so setup.py
 runs it before anything is built.
 """
@@ -156,18 +160,72 @@ class RecordHead(_Args):
     level: Annotated[int, "delay level, or a CANCEL's outcome (u16)"] = 0
 
 
+# -- the C runs over a store (native/intake_run.h): objects, each field named and typed ------------
+
+
+@dataclass(slots=True, kw_only=True)
+class RunBufs:
+    """rearm_run, and the first fields of ingest_run's and restore_run's: the store's state and
+    the buffers a C run writes (kds_in_open). Built per call: it holds the mapped buffers only for
+    the call, so a segment or table can be closed after it."""
+
+    seg_buf: Annotated[memoryview | None, "the head segment's mapping; None: not mapped yet, nothing fits"]
+    idx_buf: Annotated[Any, "the id index's table or open stage, written"]
+    st: Annotated[list[int], "the intake state (sidecar/store/intake_layout.py), moved in place"]
+    sched_bufs: Annotated[tuple[Any, ...], "the scheduler's buffers (its intake_begin)"]
+    idx_old_buf: Annotated[Any, "a table probed for presence only (the sealed stage, or the table), or None"]
+    idx_old2_buf: Annotated[Any, "a second table probed for presence only, or None"]
+    idx_jnl_buf: Annotated[Any, "the id index's journal buffer, or None"]
+    idx_tags_buf: Annotated[Any, "the tag bytes of the table probed last, or None"]
+
+
+@dataclass(slots=True, kw_only=True)
+class IngestRun(RunBufs):
+    """ingest_run: the consumed ingress records of one partition stored in one C call."""
+
+    now: Annotated[int, "the loop's time, epoch ms (a record without a timestamp takes it)"]
+    partition: Annotated[int, "the ingress partition: a message of another one stops the run"]
+    id_prefix: Annotated[bytes, "the default delay.id's prefix, b'<topic>:<partition>:'"]
+    checked_targets: Annotated[set[str], "the target topics known to exist"]
+    no_headers: Annotated[bytes, "the stored headers blob of a record without user headers"]
+
+
+@dataclass(slots=True, kw_only=True)
+class RestoreRun(RunBufs):
+    """restore_run: the consumed changelog records of one partition stored in one C call."""
+
+    partition: Annotated[int, "the changelog partition: a message of another one stops the run"]
+    end: Annotated[int, "the offset the restore ends before; -1: none (a standby)"]
+
+
 # every argument struct, in the header's order, with the C function that takes it
 STRUCTS: tuple[tuple[type, str], ...] = (
     (WlLink, "wl_link"), (WlSend, "wl_send"), (WlDone, "wl_done"), (WlAck, "wl_ack"), (LvDue, "lv_due"),
-    (RecordHead, "encode"),
+    (RecordHead, "encode"), (RunBufs, "rearm_run"), (IngestRun, "ingest_run"), (RestoreRun, "restore_run"),
 )
+# the structs whose fields are objects of the types annotated (the rest: every field an int)
+OBJECT_STRUCTS = (RunBufs, IngestRun, RestoreRun)
 HEADER = Path(__file__).resolve().parents[1] / "native" / "native_args.h"
+
+
+def _notes(cls: type) -> dict[str, Any]:
+    return {k: v for c in reversed(cls.__mro__) for k, v in getattr(c, "__annotations__", {}).items()}
 
 
 def fields(cls: type) -> dict[str, str]:
     """The class's fields (name: what it holds) in declaration order."""
-    notes = {k: v for c in reversed(cls.__mro__) for k, v in getattr(c, "__annotations__", {}).items()}
+    notes = _notes(cls)
     return {f.name: notes[f.name].__metadata__[0] for f in dataclasses.fields(cls)}
+
+
+def kinds(cls: type) -> dict[str, str]:
+    """The class's fields (name: its type, as the header's comment names it) in declaration order."""
+    notes = _notes(cls)
+
+    def name(t: Any) -> str:
+        return t.__name__ if isinstance(t, type) else str(t).replace("typing.", "")
+
+    return {f.name: name(notes[f.name].__origin__) for f in dataclasses.fields(cls)}
 
 
 def moved(cls: type) -> tuple[str, ...]:
@@ -180,19 +238,21 @@ def make(cls: type[Any], native: Any) -> Any:
     return (cls if native is None else getattr(native, cls.__name__))()
 
 
+
 def header() -> str:
     """The C header's text: per struct a typedef and its type's extern declaration; with
     ``KDS_NATIVE_ARGS_IMPL`` defined (module.c only) the member tables and the types."""
     lines = [
         "/* Generated from sidecar/store/native_args.py (python -m sidecar.store.native_args): do not",
-        " * edit. The argument structs of the C calls with many integers; that module says what each is. */",
+        " * edit. The argument structs of the C calls with many arguments; that module says what each is. */",
         "#ifndef KDS_NATIVE_ARGS_H",
         "#define KDS_NATIVE_ARGS_H",
     ]
     for cls, _fn in STRUCTS:
         name = cls.__name__
         lines += ["", f"/* {(cls.__doc__ or '').strip()} */", "typedef struct {", "    PyObject_HEAD"]
-        lines += [f"    PyObject *{f}; /* int: {text} */" for f, text in fields(cls).items()]
+        kind = kinds(cls)
+        lines += [f"    PyObject *{f}; /* {kind[f]}: {text} */" for f, text in fields(cls).items()]
         lines += [f"}} Kds{name};", f"extern PyTypeObject kds_{name}Type;"]
     lines += ["", "/* every struct's type, for X-macros (module.c adds them to the module) */"]
     lines.append("#define KDS_NATIVE_ARGS(X) \\")

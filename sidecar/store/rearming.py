@@ -49,7 +49,11 @@ def rearm_run(
     seg = store.log.intake_state(st)
     idx = store.ids.intake_state(st, len(items) - start)
     first = store.log.head
-    end: int = _run(items, start, seg, idx, st, bufs, *store.ids.intake_bufs())
+    old, old2, jnl, tags = store.ids.intake_bufs()
+    end: int = _run(items, start, native.RunBufs(
+        seg_buf=seg, idx_buf=idx, st=st, sched_bufs=bufs, idx_old_buf=old, idx_old2_buf=old2, idx_jnl_buf=jnl,
+        idx_tags_buf=tags,
+    ))
     count = end - start
     if count:  # (the store is marked dirty by the settle this runs in, Outcomes.settle)
         store.log.intake_restore(st, count)

@@ -177,7 +177,11 @@ class Restore:
         st[Common.MAX_SRC_OFFSET] = -1
         seg = store.log.intake_state(st)
         idx = store.ids.intake_state(st, len(msgs) - start)
-        stop: int = _restore_run(msgs, start, store.partition, end, seg, idx, st, bufs, *store.ids.intake_bufs())
+        old, old2, jnl, tags = store.ids.intake_bufs()
+        stop: int = _restore_run(msgs, start, native.RestoreRun(
+            seg_buf=seg, idx_buf=idx, st=st, sched_bufs=bufs, idx_old_buf=old, idx_old2_buf=old2, idx_jnl_buf=jnl,
+            idx_tags_buf=tags, partition=store.partition, end=end,
+        ))
         count = stop - start
         if count:
             store.dirty = True

@@ -262,11 +262,15 @@ class Run:
         for k, v in (set_ or {}).items():
             st[k] = v
         first = store.log.head
+        given: dict[str, Any] = dict(seg_buf=seg, idx_buf=idx, st=st, sched_bufs=bufs, idx_old_buf=o1, idx_old2_buf=o2,
+                     idx_jnl_buf=jview, idx_tags_buf=tags)
         if restore:
-            end = native.restore_run(msgs, start, store.partition, -1, seg, idx, st, bufs, o1, o2, jview, tags)
+            end = native.restore_run(msgs, start, native.RestoreRun(**given, partition=store.partition, end=-1))
         else:
-            end = native.ingest_run(msgs, start, T0, store.partition, store.id_prefix, store.rules.checked_targets,
-                                    b"\x00\x00", seg, idx, st, bufs, o1, o2, jview, tags)
+            end = native.ingest_run(msgs, start, native.IngestRun(
+                **given, now=T0, partition=store.partition, id_prefix=store.id_prefix,
+                checked_targets=store.rules.checked_targets, no_headers=b"\x00\x00",
+            ))
         self.end, self.st = end, st
         self.journal = bytes(jview[self.jnl_at: st[Common.IDX_JNL_AT]])
         self.full = st[Common.IDX_JNL_AT] + SLOT_SIZE > len(jview)
