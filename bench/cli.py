@@ -167,8 +167,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--max-delay", type=_max_delay, default=None, metavar="DURATION",
                     help="lateness, steady, failover, exactly-once: the longest delay sent, 1s to 10s (default "
                          "10s; 5s failover, exactly-once): levels then gets the level times up to it, wheel uniform "
-                         "delays up to it; mass-expiry: its one delay, the longest level time up to it (default "
-                         "10s small); the smoke tests' 2s (mass-expiry 5s)")
+                         "delays up to it; mass-expiry, tenants: their one delay, the longest level time up to it "
+                         "(default 10s small); the smoke tests' 2s (mass-expiry, tenants 5s)")
     ap.add_argument("--dwell", type=_dwell, default=None, metavar="DURATION",
                     help="failover, exactly-once: the load after each membership change or phase, 0s to 10m "
                          "(default 0.5s failover, 3s exactly-once small; 30s, 20s full)")

@@ -16,8 +16,9 @@ pytestmark = pytest.mark.integration
 
 
 def test_bench_tenants_small(kafka_bootstrap: str, tmp_path: Path) -> None:
-    report = run_bench(["tenants", "--bootstrap-servers", kafka_bootstrap, "--schedulers", "levels"],
-                       tmp_path / "bench.json", timeout_s=300)
+    # A's delay 5 s, not 10 s: the same drain, two shorter waits for its due time (--max-delay)
+    report = run_bench(["tenants", "--bootstrap-servers", kafka_bootstrap, "--schedulers", "levels",
+                        "--max-delay", "5s"], tmp_path / "bench.json", timeout_s=300)
     check_shape(report, ["tenants"])
     res = report["scenarios"]["tenants"]["results"]["levels"]
     details = report["scenarios"]["tenants"]["details"]["levels"]
@@ -29,3 +30,4 @@ def test_bench_tenants_small(kafka_bootstrap: str, tmp_path: Path) -> None:
     assert details["b_due_during_drain"] > 0  # b's stream went on while a drained
     assert res["a_drain_ratio_to_single_tenant"]["value"] > 0
     assert res["b_lateness_during_drain_p99_ms"]["goal"] == "<= 50"
+    assert report["scenarios"]["tenants"]["settings"]["a_delay_ms"] == 5_000

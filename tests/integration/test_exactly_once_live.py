@@ -25,7 +25,8 @@ from tests.integration.harness import Received, SidecarProcess, _received, consu
 
 pytestmark = pytest.mark.integration
 
-EOS = ["--delivery", "exactly-once", "--transaction-interval", "100ms", "--transaction-timeout", "10s"]
+# a transaction timeout as short as the session (harness.SESSION_MS): the zombie test waits for both
+EOS = ["--delivery", "exactly-once", "--transaction-interval", "100ms", "--transaction-timeout", "6s"]
 RECORDS = 3000
 RATE_PER_S = 300
 
@@ -165,7 +166,7 @@ def test_a_zombie_is_fenced_and_dead_letters_are_once(
     a.proc.send_signal(signal.SIGSTOP)
     b.start()
     b.wait_for("partition.restored", 60)
-    time.sleep(12)  # past a's session (10 s) and its transaction timeout (10 s)
+    time.sleep(8)  # past a's session (6 s) and its transaction timeout (6 s)
     a.proc.send_signal(signal.SIGCONT)
     got = consume_until(kafka_bootstrap, [target], want=len(sent), timeout_s=90, settle_s=3)
     check_once(got, sent)

@@ -152,7 +152,7 @@ def test_node_loss_with_the_volume_gone_loses_nothing(kafka_bootstrap: str, tmp_
         time.sleep(2)
         b.kill()
         shutil.rmtree(b.data_dir)  # its volume is gone with it
-        # the group gives b's partitions to a once b's session (10 s) expires
+        # the group gives b's partitions to a once b's session (harness.SESSION_MS) expires
         _wait(lambda: _restored(a) > PARTITIONS, 90, "a taking over b's partitions")
         dup = group.verdict(group.received())
         print(f"node loss: {len(group.sent)} sent, {sum(dup.values())} duplicates")
@@ -167,7 +167,7 @@ def test_a_zombie_delivers_nothing_of_the_partitions_it_lost(group: Group) -> No
     the records due meanwhile come from b only; a confirms its membership first and is refused."""
     a = group.member("a")
     a.start()
-    group.send(600, lambda i: 15_000, 300.0, "zz")
+    group.send(600, lambda i: 10_000, 300.0, "zz")  # due after a's session (harness.SESSION_MS) ran out
     time.sleep(1.5)  # stored and committed by a
     assert a.proc is not None
     os.kill(a.proc.pid, signal.SIGSTOP)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bench import exactly_once, failover, lateness, mass_expiry
+from bench import exactly_once, failover, lateness, mass_expiry, tenants
 from bench.workload import cut_delays, dwell_s
 
 
@@ -44,6 +44,9 @@ def test_lateness_delays_as_before() -> None:
 ])
 def test_mass_expiry_delay_is_a_level_time_up_to_the_cap(top: int | None, full: bool, delay_ms: int) -> None:
     assert mass_expiry.params(bench(top, full))[1] == delay_ms
+    # tenants: A's one delay is cut the same way; its records and B's rate are the size's
+    n, a_delay_ms, b_rate = tenants.params(bench(top, full))
+    assert a_delay_ms == delay_ms and (n, b_rate) == ((1_000_000, 1_000.0) if full else (20_000, 500.0))
 
 
 def test_dwell_is_the_sizes_unless_given() -> None:
