@@ -48,10 +48,16 @@ def params(bench: Bench) -> tuple[int, int, float]:
     """(records, delay ms, background ingest rate). ``--max-delay`` cuts the delay to the longest
     level time up to it (the smoke test's 5 s: the wait for the due time is most of its run)."""
     n, delay_ms, bg_rate = (1_000_000, 240_000, 2_000.0) if bench.full else (10_000, 10_000, 1_000.0)
+    return n, capped_delay(bench, delay_ms), bg_rate
+
+
+def capped_delay(bench: Bench, delay_ms: int) -> int:
+    """``delay_ms``, or under ``--max-delay`` the longest level time up to it (the first level
+    time if none is): one delay due at once, as ``mass-expiry`` and ``tenants`` send it."""
     top = bench.options.get("max_delay_ms")
     if top is not None and top < delay_ms:
-        delay_ms = max((d for d in LEVEL_TIMES if d <= top), default=LEVEL_TIMES[0])
-    return n, delay_ms, bg_rate
+        return max((d for d in LEVEL_TIMES if d <= top), default=LEVEL_TIMES[0])
+    return delay_ms
 
 
 def _stats_ms(ev: dict[str, Any]) -> int:

@@ -70,10 +70,7 @@ def params(bench: Bench) -> tuple[int, int, float]:
     ``mass-expiry``'s (the longest level time up to it; the smoke test's 5 s: the two waits for the
     due time, A's and the single tenant's, are most of its run)."""
     n, delay_ms, b_rate = (1_000_000, 240_000, 1_000.0) if bench.full else (20_000, 10_000, 500.0)
-    top = bench.options.get("max_delay_ms")
-    if top is not None and top < delay_ms:
-        delay_ms = max((d for d in mass_expiry.LEVEL_TIMES if d <= top), default=mass_expiry.LEVEL_TIMES[0])
-    return n, delay_ms, b_rate
+    return n, mass_expiry.capped_delay(bench, delay_ms), b_rate
 
 
 def _config(a_in: str, b_in: str, b_out: str) -> str:
