@@ -19,7 +19,8 @@ A producer the broker fenced or that died is replaced (``new_producer``) and reg
 (``Transactions.start``) before anything else is produced. If the broker refuses the registration
 because Write on the transactional id was revoked, the sidecar does not exit: it stops producing
 and waits until the ACL is back (``txn_refusal.TxnRefusal``), then registers a new producer
-(:meth:`ExactlyOnce.refused_step`); the loop publishes nothing meanwhile (:attr:`producing`).
+(:meth:`ExactlyOnce.refused_step`); the lane publishes nothing meanwhile (the deployment's lane:
+the whole loop, :attr:`producing`; a tenant's: its topic, ``txn_lanes.TopicHold``).
 
 **Lanes** (engine/txn_lanes.py): each tenant with its own principal has its own transactional
 producer, whose transactions hold its partitions' deliveries, dead letters, changelog writes and
@@ -47,8 +48,8 @@ from sidecar.engine.page_waits import PageWaits
 from sidecar.engine.publishing import Publishing
 from sidecar.engine.stores import StoreKey, Stores, named, record_key, tp_key
 from sidecar.engine.transactions import TransactionFailed, Transactions
-from sidecar.engine.txn_lanes import Lane, TenantPort
-from sidecar.engine.txn_refusal import WAIT_S, TxnRefusal, txn_probe
+from sidecar.engine.txn_lanes import Lane, TenantPort, TopicHold
+from sidecar.engine.txn_refusal import WAIT_S, TxnRefusal, WholeIngress, txn_probe
 from sidecar.kafka_errors import principal_of
 from sidecar.tenants import Tenant
 
@@ -60,7 +61,8 @@ def lanes_of(settings: Settings, txn: Transactions, kafka: KafkaIO, pub: Publish
     """The deployment's lane (``txn``, on ``kafka``'s producer), then one per tenant with ``kafka:``
     overrides (its producer: ``pub.tenants``; its target checks asked as the tenant)."""
     own = [t for t in settings.tenants if t.kafka]
-    lanes = [Lane("", kafka, txn, TxnRefusal(kafka.refusals, kafka, clock, txn_probe(settings), ingress_held),
+    lanes = [Lane("", kafka, txn, TxnRefusal(kafka.refusals, WholeIngress(kafka, ingress_held), clock,
+                                             txn_probe(settings)),
                   frozenset(t.ingress_topic for t in own), rest=True)]
     pub.targets.default.ask = kafka.target_state
     pub.targets.default.principal = principal_of(settings.kafka) or pub.targets.default.principal
@@ -73,7 +75,7 @@ def lanes_of(settings: Settings, txn: Transactions, kafka: KafkaIO, pub: Publish
             return pub.tenants.transactional_id(t), principal
 
         lanes.append(Lane(t.name, port, Transactions(port, settings.transaction_interval_ms, clock, tally=txn),
-                          TxnRefusal(kafka.refusals, kafka, clock, txn_probe(settings, t), ingress_held, about),
+                          TxnRefusal(kafka.refusals, TopicHold(kafka, topic), clock, txn_probe(settings, t), about),
                           frozenset((topic,))))
 
         def ask(target: str, topic: str = topic, principal: str = principal) -> str | None:
@@ -118,8 +120,14 @@ class ExactlyOnce:
 
     @property
     def producing(self) -> bool:
-        """False while a transactional id is refused: nothing may be published."""
-        return not any(lane.refusal.waiting for lane in self.lanes)
+        """False while the deployment's transactional id is refused: nothing may be published (a
+        tenant lane's refusal holds only that lane: ``txn_lanes.TopicHold``)."""
+        return not self.lanes[0].refusal.waiting
+
+    @property
+    def waiting(self) -> bool:
+        """Some lane's transactional id is refused: :meth:`refused_step` each turn."""
+        return any(lane.refusal.waiting for lane in self.lanes)
 
     def new_producer(self, reason: str, lane: Lane | None = None) -> None:
         """Replace a lane's transactional producer (dead or fenced) and register the new one;
@@ -188,7 +196,8 @@ class ExactlyOnce:
         make it spin, a restore still runs at full speed."""
         if not self.producing:
             return 0.0 if restoring else WAIT_S
-        return min(timeout, *(lane.txn.wait_s(mono) for lane in self.lanes))
+        waits = [WAIT_S if lane.refusal.waiting else lane.txn.wait_s(mono) for lane in self.lanes]
+        return min(timeout, *waits)
 
     # -- a turn -----------------------------------------------------------------------------------
     def _doomed(self, lane: Lane) -> str:
@@ -221,7 +230,7 @@ class ExactlyOnce:
         """Commit each lane's open transaction if ``transaction-interval`` has passed; reset a lane
         whose transaction aborts."""
         for lane in self.lanes:
-            if lane.txn.due(mono):
+            if not lane.refusal.waiting and lane.txn.due(mono):
                 why = self.commit(begin=True, lane=lane)
                 if why:
                     self.reset(lane, why, aborted=True)
@@ -231,6 +240,8 @@ class ExactlyOnce:
         ingress offsets; "" when it committed, else why it aborted (a dead producer replaced and
         registered again)."""
         lane = lane or self.lanes[0]
+        if lane.refusal.waiting:  # its producer is dead: nothing of its lane may be written
+            return "transactional id refused"
         doomed = self._doomed(lane)
         if doomed:
             return doomed
@@ -291,7 +302,13 @@ class ExactlyOnce:
         self.pub.poll(0)  # the purged records' reports: their stores are gone, only counted down
         if partitions:
             handover.assigned(partitions)
-            self.kafka.rewind(partitions)
+            if not (lane.name and lane.refusal.waiting):
+                self.kafka.rewind(partitions)
+            # else a tenant's refused id: its abandoned transaction's offsets stay pending until the
+            # broker aborts it, and asking for the committed offsets meanwhile blocks (librdkafka
+            # retries UNSTABLE_OFFSET_COMMIT: the loop stood 14 s on the secured broker, long enough
+            # to time out the other tenants' transactions). Its topic is held; the release rewinds
+            # once the new producer's registration has aborted it (txn_lanes.TopicHold).
             self.rewound.update(partitions)
 
     # -- the group's callbacks --------------------------------------------------------------------

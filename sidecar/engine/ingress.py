@@ -11,7 +11,9 @@ store (the checkpoint may name it).
 A record whose store is not here is dropped or held: revoked in between (the new owner consumes
 it), restoring (``Handover.consumed_unowned``: consumed again once restored), or held for an
 id-table page (``page_waits.py``: consumed again once the page is in). The records a restore
-already brought in are skipped first (``Handover.skip_restored``).
+already brought in are skipped first (``Handover.skip_restored``); before that, the records of a
+topic held for a tenant lane's refused transactional id are dropped (``_held_out``: consumed
+again once the lane resumes).
 
 Several ingress topics (``sidecar/tenants.py``): the store comes from ``stores.record_key``
 (topic and partition). The C intake stops at another partition but does not look at the topic,
@@ -49,6 +51,8 @@ class Ingress:
         self.several = len(kafka.topics) > 1
 
     def ingest(self, msgs: list[Any]) -> None:
+        if self.kafka.held_topics:
+            msgs = self._held_out(msgs)
         if self.handover.skip:
             msgs = self.handover.skip_restored(msgs)
         if not self.several:
@@ -56,6 +60,22 @@ class Ingress:
             return
         for topic, run in topic_runs(msgs):
             self._ingest(run, topic)
+
+    def _held_out(self, msgs: list[Any]) -> list[Any]:
+        """Drop the records of a held topic (a tenant lane waiting for its transactional id),
+        before a restore's skip sees them, and pause their partitions: the lane's resume
+        consumes them again from the committed offsets (``KafkaIO.release_topic``)."""
+        topics, out = self.kafka.held_topics, []
+        paused: set[StoreKey] = set()
+        for m in msgs:
+            if m.error() is None and m.topic() in topics:
+                key = record_key(m)
+                if key not in paused:
+                    paused.add(key)
+                    self.kafka.hold(key)
+                continue
+            out.append(m)
+        return out
 
     def _ingest(self, msgs: list[Any], topic: str) -> None:
         """Records of ``topic`` (and errors) into their stores."""

@@ -1,6 +1,7 @@
 """Kafka I/O, the engine's port to Kafka: its clients, topics, rebalance callbacks, offset commits.
 
-The only engine module that imports confluent-kafka. The clients are made by a
+The engine's clients are made here (other engine modules import only confluent-kafka's error and
+offset types, and the transactional-id probe its throwaway producer). The clients are made by a
 :class:`Clients` factory, injected: production uses :class:`ConfluentClients`; unit tests pass an
 in-memory twin (``tests/kafka_twin.py``) with the same methods, so the loop's run, rebalance,
 outage and shutdown paths run without a broker.
@@ -192,6 +193,9 @@ class KafkaIO:
         self.consumer: Any = None
         self.producer: Any = None
         self.paused = False
+        # ingress topics held apart from ``paused``: a tenant lane waiting for its transactional id
+        # (txn_lanes.TopicHold); their partitions stay paused through resume, release and rewind
+        self.held_topics: set[str] = set()
         self.consumer_fatal = ""  # set by a fatal consume error: the loop replaces the consumer
         self._warned: dict[str, float] = {}
         tenants = settings.tenants
@@ -515,21 +519,39 @@ class KafkaIO:
         self.paused = True
 
     def resume(self) -> None:
-        held = self.events.kept_paused()
-        self.consumer.resume([tp for tp in self.consumer.assignment() if tp_key(tp) not in held])
+        held, topics = self.events.kept_paused(), self.held_topics
+        self.consumer.resume([tp for tp in self.consumer.assignment()
+                              if tp_key(tp) not in held and tp.topic not in topics])
         self.paused = False
 
     def hold(self, partition: StoreKey) -> None:
         """Pause one assigned partition (its store is restoring) that is being fetched."""
         self.consumer.pause([TopicPartition(*partition)])
 
+    def hold_topic(self, topic: str) -> None:
+        """Hold ``topic``'s assigned partitions paused until :meth:`release_topic`. A partition
+        assigned meanwhile is not paused at once (see ``_assign``): ingress holds it at its
+        first record (``Ingress.ingest``)."""
+        self.held_topics.add(topic)
+        self.consumer.pause([tp for tp in self.consumer.assignment() if tp.topic == topic])
+
+    def release_topic(self, topic: str) -> None:
+        """Consume ``topic`` again from the group's committed offsets (its records consumed while
+        it was held were dropped, none stored), unless all of ingress is paused."""
+        self.held_topics.discard(topic)
+        self.rewind([tp_key(tp) for tp in self.consumer.assignment() if tp.topic == topic])
+        if not self.paused:
+            kept = self.events.kept_paused()
+            self.consumer.resume([tp for tp in self.consumer.assignment() if tp.topic == topic
+                                  and tp_key(tp) not in kept])
+
     def seek(self, partition: StoreKey, offset: int) -> None:
         """The next records of ``partition`` are read from ``offset`` (it is being fetched)."""
         self.consumer.seek(TopicPartition(*partition, offset))
 
     def release(self, partition: StoreKey) -> None:
-        """A held (restoring) partition is ready: consume it, unless all of ingress is paused."""
-        if not self.paused:
+        """A held (restoring) partition is ready: consume it, unless all of ingress or its topic is paused."""
+        if not self.paused and partition.topic not in self.held_topics:
             self.consumer.resume([TopicPartition(*partition)])
 
     def commit(self, store: PartitionStore, offset: int | None, sync: bool = False) -> None:
@@ -570,11 +592,11 @@ class KafkaIO:
             self.consumer.seek(tp)
             if tp.offset >= 0:
                 self.committed[tp_key(tp)] = tp.offset
-        held = self.events.kept_paused()
+        held, topics = self.events.kept_paused(), self.held_topics
         if self.paused:
             self.consumer.pause(tps)
-        elif held:
-            self.consumer.pause([tp for tp in tps if tp_key(tp) in held])
+        elif held or topics:
+            self.consumer.pause([tp for tp in tps if tp_key(tp) in held or tp.topic in topics])
 
     def target_state(self, topic: str, admin: Any = None, principal: str = "") -> str | None:
         """Exactly-once, before a target's first produce (engine/eos_targets.py): ``writable``

@@ -152,6 +152,7 @@ class Sidecar:
         self.kafka.refusals.health = health  # /readyz names why Kafka refuses the sidecar (refusals.py)
         self.pub = Publishing(settings, self.counts.loop, self.stores, self.clock, clients.produce_errors,
                               self.broker_status)
+        self.pub.held = self.kafka.held_topics  # a tenant lane waiting for its transactional id (txn_lanes.py)
         quota_metrics.register(getattr(metrics, "registry", None), (r.quota for r in self.tenant_rules.values()),
                                self.pub.pacing)
         # exactly-once: the ingress offsets are committed in the transactions, never by the consumer
@@ -310,7 +311,7 @@ class Sidecar:
         eos = self.eos
         if eos is not None and eos.must_reset():
             msgs = eos.kept(msgs)  # the reset partitions' are consumed again from the committed offsets
-        if eos is not None and not eos.producing:
+        if eos is not None and eos.waiting:
             eos.refused_step()  # the transactional id refused: waiting for its ACL (txn_refusal.py)
         producing = eos is None or eos.producing
         if self.page_waits.held:

@@ -168,6 +168,9 @@ class Publishing:
         # transaction must abort, by the ingress topic of the failed record ("": the deployment's)
         self.targets = Targets()
         self.doomed: dict[str, str] = {}
+        # ingress topics whose stores are not published: their lane waits for its transactional id
+        # (the loop hands in ``KafkaIO.held_topics``, the same set)
+        self.held: set[str] = set()
         self.etf1 = Tombstones(settings.ingress_topic, self._etf1_rejected, produce_errors) if (
             settings.etf1_tombstones == "on") else None
 
@@ -200,7 +203,10 @@ class Publishing:
         # The budget is shared between tenants (engine/fairness.py): one tenant's mass expiry
         # cannot take another's turn.
         tenants: dict[str, list[PartitionStore]] = {}
+        held = self.held
         for store in self.stores.values():
+            if held and store.topic in held:
+                continue  # its lane waits for its transactional id (txn_refusal.py)
             group = tenants.get(store.topic)
             if group is None:
                 tenants[store.topic] = [store]
@@ -363,7 +369,10 @@ class Publishing:
         nxt: int | None = None
         paced = self.pacing.buckets
         now = self.clock.wall_ms() if paced else 0
+        held = self.held
         for store in self.stores.values():
+            if held and store.topic in held:
+                continue
             d = store.sched.next_due_ms()
             if paced:
                 d = self.pacing.wake(store.topic, d, now)  # a paced tenant: not before its next token

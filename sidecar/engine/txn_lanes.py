@@ -12,8 +12,11 @@ most once per change: docs/operations.md).
 
 Lanes are independent: each commits on its own ``transaction-interval`` and a failure (a refused
 delivery, a failed changelog write, a fatal producer error) aborts and restores only its own
-partitions (``ExactlyOnce.reset``); the other lanes' transactions go on. What concerns the whole
-member (partitions lost, the consumer fenced) concerns every lane.
+partitions (``ExactlyOnce.reset``); the other lanes' transactions go on. A tenant's transactional
+id refused (its Write ACL revoked, or missing at start) holds only its lane (:class:`TopicHold`)
+until the ACL is back; the deployment's refused holds everything (its producer also writes what
+belongs to no lane). What concerns the whole member (partitions lost, the consumer fenced)
+concerns every lane.
 
 The broker decides what a tenant may write: its lane's target checks are asked as the tenant
 (engine/eos_targets.py), and its transactional id, changelog and group offsets need the tenant's
@@ -47,6 +50,29 @@ class TenantPort:
 
     def should_warn(self, key: str, every_s: float = 30.0) -> bool:
         return self.kafka.should_warn(key, every_s)
+
+
+class TopicHold:
+    """A tenant lane's ingress while its transactional id is refused (txn_refusal.py): its topic
+    held (``KafkaIO.held_topics``: its partitions paused, its records consumed meanwhile dropped,
+    its stores not published); released, its partitions are consumed again from the committed
+    offsets. The other lanes' topics go on."""
+
+    __slots__ = ("kafka", "topic")
+
+    def __init__(self, kafka: KafkaIO, topic: str) -> None:
+        self.kafka = kafka
+        self.topic = topic
+
+    @property
+    def held(self) -> bool:
+        return self.topic in self.kafka.held_topics
+
+    def hold(self) -> None:
+        self.kafka.hold_topic(self.topic)
+
+    def release(self) -> None:
+        self.kafka.release_topic(self.topic)
 
 
 class Lane:

@@ -7,8 +7,8 @@ or the commit's request or when a produce adds a partition): a fatal error, so t
 dead, and its replacement's ``init_transactions`` is refused too. Instead of exiting:
 
 1. :meth:`TxnRefusal.refused` (``ExactlyOnce`` met the refusal registering a new producer) stops
-   producing: while :attr:`TxnRefusal.waiting` the loop publishes and commits nothing and ingress
-   is paused (paused again each turn, should something else resume it). The open transaction is
+   producing: while :attr:`TxnRefusal.waiting` the lane publishes and commits nothing and its
+   ingress is paused (paused again each turn, should something else resume it). The open transaction is
    abandoned (the coordinator aborts it after ``transaction-timeout``, or the next registration
    fences it) and ``ExactlyOnce.reset`` restores the committed state: nothing it held is lost or
    visible to a ``read_committed`` reader.
@@ -29,14 +29,19 @@ is early; the ingress records not committed are consumed again from the group's 
 
 A tenant with its own principal has its own transactional id (engine/txn_lanes.py) and its own
 ``TxnRefusal``: the cause names the tenant's id and principal (``about``), the probe asks as the
-tenant (:func:`txn_probe` with the tenant). While it waits the whole loop waits as above: the
-other tenants' deliveries resume with it.
+tenant (:func:`txn_probe` with the tenant). While it waits only that tenant's lane waits: what
+the refusal pauses and resumes is the lane's :class:`IngressHold` (``txn_lanes.TopicHold``: the
+tenant's ingress topic held, its stores not published, its partitions consumed again from the
+committed offsets on resuming); every other tenant's records are consumed and delivered meanwhile.
+The deployment's lane holds all of ingress (``WholeIngress``): its producer also writes what
+belongs to no lane (history records, etf1 tombstones).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Protocol
 
 from confluent_kafka import KafkaException
 
@@ -58,6 +63,36 @@ BACKOFF_MAX_S = 30.0
 WAIT_S = 0.2  # the loop's longest wait while refused: how soon a probe's answer is taken
 
 Probe = Callable[[], bool]
+
+
+class IngressHold(Protocol):
+    """What a refused lane stops while it waits, and starts again once registered."""
+
+    @property
+    def held(self) -> bool: ...
+    def hold(self) -> None: ...
+    def release(self) -> None: ...
+
+
+class WholeIngress:
+    """The deployment's lane: all of ingress paused, resumed unless backpressure keeps it paused."""
+
+    __slots__ = ("ingress_held", "kafka")
+
+    def __init__(self, kafka: KafkaIO, ingress_held: Callable[[], bool]) -> None:
+        self.kafka = kafka
+        self.ingress_held = ingress_held  # backpressure keeps ingress paused (it resumes it itself)
+
+    @property
+    def held(self) -> bool:
+        return bool(self.kafka.paused)
+
+    def hold(self) -> None:
+        self.kafka.pause()
+
+    def release(self) -> None:
+        if not self.ingress_held():
+            self.kafka.resume()
 
 
 def txn_probe(settings: Settings, tenant: Tenant | None = None) -> Probe:
@@ -83,16 +118,15 @@ def txn_probe(settings: Settings, tenant: Tenant | None = None) -> Probe:
 
 
 class TxnRefusal:
-    def __init__(self, refusals: Refusals, kafka: KafkaIO, clock: Clock, probe: Probe,
-                 ingress_held: Callable[[], bool], about: Callable[[], tuple[str, str]] | None = None) -> None:
+    def __init__(self, refusals: Refusals, ingress: IngressHold, clock: Clock, probe: Probe,
+                 about: Callable[[], tuple[str, str]] | None = None) -> None:
         self.refusals = refusals
         # a tenant's: (its transactional id, its principal) for the cause, asked when refused (the
         # instance id is known once the sidecar has started)
         self.about = about
-        self.kafka = kafka
+        self.ingress = ingress  # what waits with the lane: all of ingress, or the tenant's topic
         self.clock = clock
         self.probe = probe
-        self.ingress_held = ingress_held  # backpressure keeps ingress paused (it resumes it itself)
         self.waiting = False
         self.cause: Cause | None = None
         self.refused_count = 0
@@ -118,11 +152,11 @@ class TxnRefusal:
         if not self.waiting:
             self.refused_count += 1
             log.error("transactions.refused", **cause.as_dict(), message=cause.message(),
-                      action="deliveries stopped and ingress paused; retrying with back-off, "
+                      action="the lane's deliveries stopped and its ingress paused; retrying with back-off, "
                              "resuming once the ACL is granted")
         self.waiting = True
         self.cause = cause
-        self.kafka.pause()
+        self.ingress.hold()
         self.refusals.report(cause)
         self._next_try = self.clock.monotonic() + self._backoff
         self._backoff = min(BACKOFF_MAX_S, self._backoff * 2)
@@ -137,8 +171,8 @@ class TxnRefusal:
     def step(self) -> bool:
         """A turn while waiting: hold the pause and ``/readyz``, start a probe when due; True
         once a probe passed (the caller registers a new producer)."""
-        if not self.kafka.paused:
-            self.kafka.pause()
+        if not self.ingress.held:
+            self.ingress.hold()
         if self.cause is not None:
             self.refusals.report(self.cause)
         if self._probing is not None:
@@ -173,5 +207,4 @@ class TxnRefusal:
             current = health.kafka_cause()
             if current is not None and current.get("code") == NOT_AUTHORIZED:
                 health.set_kafka(None)
-        if not self.ingress_held():
-            self.kafka.resume()
+        self.ingress.release()

@@ -108,10 +108,12 @@ def test_a_tenants_aborted_transaction_restores_its_partitions_only(tmp_path: Pa
     sc.shutdown()
 
 
-def test_a_tenants_transactional_id_refused_while_running_is_waited_out(tmp_path: Path) -> None:
+def test_a_tenants_transactional_id_refused_while_running_holds_its_lane_only(tmp_path: Path) -> None:
     """Write on a's transactional id revoked while records flow: a's lane waits (the cause names
-    a's id and alice), nothing is published meanwhile; once granted, a new producer of a's is
-    registered and every record of both tenants is seen once, none early."""
+    a's id and alice): a's partitions are paused and nothing of a's is published, while b's
+    records, sent and falling due meanwhile, are consumed and delivered. Once granted, a new
+    producer of a's is registered, a's partitions are consumed again from the committed offsets,
+    and every record of both tenants is seen once, none early."""
     w = _world(tmp_path)
     sc = w.sidecar("x", delivery="exactly-once", tenant_specs=SPECS)
     assert sc.eos is not None
@@ -128,11 +130,43 @@ def test_a_tenants_transactional_id_refused_while_running_is_waited_out(tmp_path
     cause = lane.refusal.cause
     assert cause is not None and cause.operation == "Write" and cause.principal == "User:alice"
     assert cause.resource == f"transactional id {txn_id}" and txn_id.startswith(f"{GROUP}.a:")
-    assert not sc.eos.producing and sc.kafka.paused
+    assert sc.eos.producing and not sc.kafka.paused and sc.kafka.held_topics == {A}
+    # b goes on: records sent and due while a waits are delivered, on time
+    w.send(10, lambda i: 200, prefix="while-b", topic=B)
+    w.run([sc], lambda: sum(1 for i in _ids(w.delivered()) if i.startswith(b"while-b")) == 10)
+    got = _ids(w.delivered())
+    assert not any(i.startswith(b"meanwhile-a") for i in got)  # a's wait: nothing of a's published
+    until = w.clock.now_ms + 5_000
+    w.run([sc], lambda: w.clock.now_ms >= until)  # a's records fall due while it waits: still nothing of a's
+    assert not any(i.startswith(b"meanwhile-a") for i in _ids(w.delivered()))
+    assert lane.refusal.waiting and all(lane_.refusal.waiting is False for lane_ in sc.eos.lanes if lane_ is not lane)
     w.cluster.txn_refused.discard(txn_id)
     w.run([sc], lambda: not lane.refusal.waiting)
-    assert sc.eos.producing and not sc.kafka.paused
-    w.send(10, lambda i: 100, prefix="after-b", topic=B)
-    w.run([sc], lambda: len(w.delivered()) >= 40)
+    assert sc.eos.producing and not sc.kafka.paused and not sc.kafka.held_topics
+    w.send(10, lambda i: 100, prefix="after-a", topic=A)
+    w.run([sc], lambda: len(w.delivered()) >= 50)
+    w.check(set(w.sent))
+    sc.shutdown()
+
+
+def test_a_tenants_transactional_id_refused_at_start_holds_its_lane_only(tmp_path: Path) -> None:
+    """a's transactional id refused from the start: b delivers; a's records wait in the topic
+    (consumed, dropped, its partitions paused) and are all delivered once the ACL is granted."""
+    w = _world(tmp_path)
+    txn_id = tenant_transactional_id(GROUP, "a", "i1")
+    w.cluster.txn_refused.add(txn_id)
+    w.send(10, lambda i: 100, prefix="a", topic=A)
+    w.send(10, lambda i: 100, prefix="b", topic=B)
+    sc = w.sidecar("x", delivery="exactly-once", tenant_specs=SPECS, group_instance_id="i1")
+    assert sc.eos is not None
+    lane = sc.eos.lanes[1]
+    lane.refusal.probe = lambda: txn_id not in w.cluster.txn_refused
+    assert lane.refusal.waiting and sc.eos.producing and sc.kafka.held_topics == {A}
+    w.run([sc], lambda: sum(1 for i in _ids(w.delivered()) if i.startswith(b"b")) == 10)
+    until = w.clock.now_ms + 3_000
+    w.run([sc], lambda: w.clock.now_ms >= until)
+    assert not any(i.startswith(b"a") for i in _ids(w.delivered()))
+    w.cluster.txn_refused.discard(txn_id)
+    w.run([sc], lambda: len(w.delivered()) >= 20)
     w.check(set(w.sent))
     sc.shutdown()
