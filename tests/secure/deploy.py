@@ -128,3 +128,42 @@ def read_all(cluster: SecureCluster, topic: str) -> list[Received]:
     finally:
         cons.close()
     raise AssertionError(f"no end of {topic} within 40 s")
+
+
+@dataclass
+class TwoTenants:
+    """Tenants a and b with principals of their own (alice, bob) and ``delivery: exactly-once``: the
+    topics made as the admin (ingress and changelog with ``partitions``, DLQs and targets), the
+    sidecar's principal, the tenants' config file (passwords from the environment: ``env``) and its
+    settings, before any ACL is granted."""
+
+    settings: Settings
+    config: Path
+    env: dict[str, str]
+    topics: dict[str, str]  # a_in, b_in, a_dlq, b_dlq, a_out, b_out
+    sidecar: dict[str, str]
+    alice: dict[str, str]
+    bob: dict[str, str]
+
+    @classmethod
+    def make(cls, cl: SecureCluster, tmp: Path, prefix: str, partitions: int) -> TwoTenants:
+        u = uuid.uuid4().hex[:8]
+        names = ("a_in", "b_in", "a_dlq", "b_dlq", "a_out", "b_out")
+        topics = {n: f"{prefix}{n.replace('_in', '').replace('_', '-')}-{u}" for n in names}
+        a_in, b_in = topics["a_in"], topics["b_in"]
+        cl.create_topics([a_in, b_in, f"{a_in}.changelog", f"{b_in}.changelog"], partitions,
+                         compact=[f"{a_in}.changelog", f"{b_in}.changelog"])
+        cl.create_topics([topics[n] for n in names[2:]])
+        sidecar, alice, bob = cl.new_user("sidecar"), cl.new_user("alice"), cl.new_user("bob")
+        cfg = tmp / "tenants.yaml"
+        cfg.write_text(
+            "delivery: exactly-once\nchangelog: \"on\"\n"
+            "tenants:\n"
+            f"  a:\n    ingress-topic: {a_in}\n    dlq-topic: {topics['a_dlq']}\n"
+            f"    kafka:\n      sasl.username: {alice['sasl.username']}\n      sasl.password: {{env: ALICE_PASSWORD}}\n"
+            f"  b:\n    ingress-topic: {b_in}\n    dlq-topic: {topics['b_dlq']}\n"
+            f"    kafka:\n      sasl.username: {bob['sasl.username']}\n      sasl.password: {{env: BOB_PASSWORD}}\n"
+        )
+        env = {"ALICE_PASSWORD": alice["sasl.password"], "BOB_PASSWORD": bob["sasl.password"]}
+        settings = load_settings({"group-id": f"sc-{a_in}"}, config_file=cfg, environ=env)
+        return cls(settings, cfg, env, topics, sidecar, alice, bob)

@@ -27,10 +27,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from sidecar import contract as c
 from sidecar.acls import Target, acls_for, tenant_acls
-from sidecar.config import load_settings
 from tests.integration.harness import TenantSidecar, consume_until
 from tests.secure.cluster import SecureCluster
-from tests.secure.deploy import kafka_flags, read_all
+from tests.secure.deploy import TwoTenants, kafka_flags, read_all
 
 pytestmark = pytest.mark.integration
 
@@ -53,23 +52,9 @@ def _uncommitted(cl: SecureCluster, topic: str) -> int:
 
 def test_each_tenant_delivers_exactly_once_as_itself(secure_kafka: SecureCluster, tmp_path: Path) -> None:
     cl = secure_kafka
-    u = uuid.uuid4().hex[:8]
-    a_in, b_in, a_dlq, b_dlq, a_out, b_out = (f"{n}-{u}" for n in ("ea", "eb", "ea-dlq", "eb-dlq", "ea-out", "eb-out"))
-    cl.create_topics([a_in, b_in, f"{a_in}.changelog", f"{b_in}.changelog"], PARTITIONS,
-                     compact=[f"{a_in}.changelog", f"{b_in}.changelog"])
-    cl.create_topics([a_dlq, b_dlq, a_out, b_out])
-    sidecar, alice, bob = cl.new_user("sidecar"), cl.new_user("alice"), cl.new_user("bob")
-    cfg = tmp_path / "tenants.yaml"
-    cfg.write_text(
-        "delivery: exactly-once\nchangelog: \"on\"\n"
-        "tenants:\n"
-        f"  a:\n    ingress-topic: {a_in}\n    dlq-topic: {a_dlq}\n"
-        f"    kafka:\n      sasl.username: {alice['sasl.username']}\n      sasl.password: {{env: ALICE_PASSWORD}}\n"
-        f"  b:\n    ingress-topic: {b_in}\n    dlq-topic: {b_dlq}\n"
-        f"    kafka:\n      sasl.username: {bob['sasl.username']}\n      sasl.password: {{env: BOB_PASSWORD}}\n"
-    )
-    env = {"ALICE_PASSWORD": alice["sasl.password"], "BOB_PASSWORD": bob["sasl.password"]}
-    s = load_settings({"group-id": f"sc-{a_in}"}, config_file=cfg, environ=env)
+    two = TwoTenants.make(cl, tmp_path, "e", PARTITIONS)
+    a_in, b_in, a_dlq, b_dlq, a_out, b_out = two.topics.values()
+    s, env, sidecar, alice, bob = two.settings, two.env, two.sidecar, two.alice, two.bob
     a, b = s.tenants
     run = acls_for("run", s)
     assert not [x for x in run if x.operation == "Write" and x.resource == "topic"], run  # nothing to write
@@ -79,7 +64,7 @@ def test_each_tenant_delivers_exactly_once_as_itself(secure_kafka: SecureCluster
     sc = TenantSidecar(cl.bootstrap, tmp_path / "data", a_in, a_dlq, instance="0", env=env,
                        extra=["--delivery-attempts", "2", "--transaction-interval", "100ms",
                               "--ingress-partitions", str(PARTITIONS), *kafka_flags(sidecar)])
-    sc.config = cfg
+    sc.config = two.config
     p = Producer({**cl.admin_conf, "enable.idempotence": True, "linger.ms": 5})
 
     def send(topic: str, target: str, rid: str, delay_ms: int) -> None:

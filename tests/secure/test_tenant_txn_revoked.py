@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -22,10 +21,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from sidecar import acls
 from sidecar import contract as c
-from sidecar.config import load_settings
 from tests.integration.harness import TenantSidecar, consume_until
 from tests.secure.cluster import SecureCluster
-from tests.secure.deploy import kafka_flags
+from tests.secure.deploy import TwoTenants, kafka_flags
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -54,23 +52,9 @@ class _Reader:
 
 def test_a_tenants_revoked_transactional_id_holds_only_its_lane(secure_kafka: SecureCluster, tmp_path: Path) -> None:
     cl = secure_kafka
-    u = uuid.uuid4().hex[:8]
-    a_in, b_in, a_dlq, b_dlq, a_out, b_out = (f"{n}-{u}" for n in ("ra", "rb", "ra-dlq", "rb-dlq", "ra-out", "rb-out"))
-    cl.create_topics([a_in, b_in, f"{a_in}.changelog", f"{b_in}.changelog"], PARTITIONS,
-                     compact=[f"{a_in}.changelog", f"{b_in}.changelog"])
-    cl.create_topics([a_dlq, b_dlq, a_out, b_out])
-    sidecar, alice, bob = cl.new_user("sidecar"), cl.new_user("alice"), cl.new_user("bob")
-    cfg = tmp_path / "tenants.yaml"
-    cfg.write_text(
-        "delivery: exactly-once\nchangelog: \"on\"\n"
-        "tenants:\n"
-        f"  a:\n    ingress-topic: {a_in}\n    dlq-topic: {a_dlq}\n"
-        f"    kafka:\n      sasl.username: {alice['sasl.username']}\n      sasl.password: {{env: ALICE_PASSWORD}}\n"
-        f"  b:\n    ingress-topic: {b_in}\n    dlq-topic: {b_dlq}\n"
-        f"    kafka:\n      sasl.username: {bob['sasl.username']}\n      sasl.password: {{env: BOB_PASSWORD}}\n"
-    )
-    env = {"ALICE_PASSWORD": alice["sasl.password"], "BOB_PASSWORD": bob["sasl.password"]}
-    s = load_settings({"group-id": f"sc-{a_in}"}, config_file=cfg, environ=env)
+    two = TwoTenants.make(cl, tmp_path, "r", PARTITIONS)
+    a_in, b_in, a_dlq, _b_dlq, a_out, b_out = two.topics.values()
+    s, env, sidecar, alice, bob = two.settings, two.env, two.sidecar, two.alice, two.bob
     a, b = s.tenants
     cl.grant(SecureCluster.principal(sidecar), acls.acls_for("run", s))
     alice_acls = acls.tenant_acls(s, a, [acls.Target(a_out)])
@@ -81,7 +65,7 @@ def test_a_tenants_revoked_transactional_id_holds_only_its_lane(secure_kafka: Se
     sc = TenantSidecar(cl.bootstrap, tmp_path / "data", a_in, a_dlq, instance="0", env=env,
                        extra=["--transaction-interval", "100ms", "--ingress-partitions", str(PARTITIONS),
                               *kafka_flags(sidecar)])
-    sc.config = cfg
+    sc.config = two.config
     p = Producer({**cl.admin_conf, "enable.idempotence": True, "linger.ms": 5})
     sent: dict[str, list[str]] = {a_out: [], b_out: []}
     stop = threading.Event()
