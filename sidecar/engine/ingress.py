@@ -16,10 +16,11 @@ topic held for a tenant lane's refused transactional id are dropped (``_held_out
 again once the lane resumes).
 
 Several ingress topics (``sidecar/tenants.py``): the store comes from ``stores.record_key``
-(topic and partition). The C intake stops at another partition but does not look at the topic,
-so with more than one ingress topic a batch is walked in runs of one topic
-(``stores.topic_runs``): a run never hands the C intake a record of another topic's partition
-of the same number.
+(topic and partition), and the C intake is told to compare each message's topic with its store's
+as well as its partition (a partition of the same number in another topic stops its run). Where
+a run stops at a message of another store, the walk goes on with that store's C run, not
+through the reference path. (Cutting the batch into runs of one topic in Python first, as this
+did, cost a call per record: 0.9 s of CPU for 1M records of ten tenants, a sixth of the loop's.)
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from sidecar.engine.clock import Clock
 from sidecar.engine.handover import Handover
 from sidecar.engine.kafka_io import KafkaIO
 from sidecar.engine.page_waits import PageWaits
-from sidecar.engine.stores import StoreKey, Stores, record_key, topic_runs
+from sidecar.engine.stores import StoreKey, Stores, record_key
 from sidecar.store.partition import FAST_INTAKE, PartitionStore
 
 FAST_RETRY = 32  # records left to the reference path after the C intake took none
@@ -55,11 +56,7 @@ class Ingress:
             msgs = self._held_out(msgs)
         if self.handover.skip:
             msgs = self.handover.skip_restored(msgs)
-        if not self.several:
-            self._ingest(msgs, self.kafka.topics[0])
-            return
-        for topic, run in topic_runs(msgs):
-            self._ingest(run, topic)
+        self._ingest(msgs, None if self.several else self.kafka.topics[0])
 
     def _held_out(self, msgs: list[Any]) -> list[Any]:
         """Drop the records of a held topic (a tenant lane waiting for its transactional id),
@@ -77,8 +74,8 @@ class Ingress:
             out.append(m)
         return out
 
-    def _ingest(self, msgs: list[Any], topic: str) -> None:
-        """Records of ``topic`` (and errors) into their stores."""
+    def _ingest(self, msgs: list[Any], topic: str | None) -> None:
+        """Records (and errors) into their stores: all of ``topic``, or of several (None)."""
         now = self.clock.wall_ms()
         stores = self.stores
         waiting = self.page_waits.held
@@ -86,13 +83,16 @@ class Ingress:
         store: PartitionStore | None = None
         i, n = 0, len(msgs)
         fast_at = 0 if FAST_INTAKE else n  # where to try the C fast path next
+        switched = False  # the C run is tried on the first record of another store's
         while i < n:
             if store is not None and i >= fast_at:
                 # the common records in one C call; it stops at the first other one (the path below)
                 j = store.ingest_many(msgs, i, now, topic)
                 # none taken: a run of other records (cancels, late ones...), so the fast path's
-                # setup is not paid for each of them
-                fast_at = j + (FAST_RETRY if j == i else 0)
+                # setup is not paid for each of them; at a store's first record, that one only
+                # (a new queue file, a segment's end: the reference path makes it, C goes on)
+                fast_at = j + (0 if j > i else 1 if switched else FAST_RETRY)
+                switched = False
                 i = j
                 if i >= n:
                     break
@@ -100,20 +100,24 @@ class Ingress:
                     self.page_waits.hold(store, msgs[i].offset())
                     store = None
             m = msgs[i]
-            i += 1
             err = m.error()
             if err is not None:
+                i += 1
                 self.kafka.consume_error(err)
                 continue
             key = record_key(m)
             if key != last:
                 last = key
                 store = None if key in waiting else stores.get(key)
+                if store is not None and FAST_INTAKE:
+                    fast_at, switched = i, True  # another store's records: its C run first
+                    continue
+            i += 1
             if store is None:
                 self.handover.consumed_unowned(key, m.offset())
                 continue
             ts_type, ts = m.timestamp()
-            store.ingest_fields(topic, m.offset(), ts if ts_type else now, m.key(), m.value(), m.headers(), now)
+            store.ingest_fields(key.topic, m.offset(), ts if ts_type else now, m.key(), m.value(), m.headers(), now)
             if store.page_read is not None:  # a cancel's look-up stopped for an id-table page
                 self.page_waits.hold(store, m.offset())
                 store = None

@@ -2,7 +2,8 @@
  * Intake.ingest_many): the common consumed record stored and scheduled in one C loop over
  * the consumer's Message list. The Python path (Ingress.ingest -> Intake.ingest_fields) is
  * the reference: this loop handles a record only when that path would run its plain branch (no
- * error, this store's partition, a request the fast parser accepts (with the common recurring
+ * error, this store's partition (and topic, with several ingress topics), a request the fast
+ * parser accepts (with the common recurring
  * record: delay.every and a start, stored as a RECURRING record, firings.py arm), no id-index entry under its
  * id's hash, a plan, room in the current commit-log segment, the scheduler's plain append, no index
  * growth), with every check made before the first write; at the first other record it stops and
@@ -15,7 +16,7 @@
 #include "intake_run.h"
 
 
-static PyObject *S_error, *S_partition, *S_timestamp, *S_offset, *S_key, *S_value, *S_headers;
+static PyObject *S_error, *S_partition, *S_timestamp, *S_offset, *S_key, *S_value, *S_headers, *S_topic;
 
 static int in_names(void) {
     if (S_error) return 0;
@@ -26,7 +27,8 @@ static int in_names(void) {
     S_key = PyUnicode_InternFromString("key");
     S_value = PyUnicode_InternFromString("value");
     S_headers = PyUnicode_InternFromString("headers");
-    return (S_error && S_partition && S_timestamp && S_offset && S_key && S_value && S_headers) ? 0 : -1;
+    S_topic = PyUnicode_InternFromString("topic");
+    return (S_error && S_partition && S_timestamp && S_offset && S_key && S_value && S_headers && S_topic) ? 0 : -1;
 }
 
 /* A Python int as a C long long; 0 (and no error left set) if it is not one or does not fit. */
@@ -49,7 +51,7 @@ static PyTypeObject *in_type = NULL; /* strong reference */
 static PyObject *in_descr[M_COUNT];  /* NULL: call by name */
 
 static PyObject *in_name(int k) {
-    PyObject *names[M_COUNT] = {S_error, S_partition, S_timestamp, S_offset, S_key, S_value, S_headers};
+    PyObject *names[M_COUNT] = {S_error, S_partition, S_timestamp, S_offset, S_key, S_value, S_headers, S_topic};
     return names[k];
 }
 
@@ -366,7 +368,7 @@ int kds_in_args(PyObject *const *args, Py_ssize_t nargs, PyTypeObject *type, con
 }
 
 /* ingest_run(msgs, start, a: IngestRun) -> int: see above. a's fields (sidecar/store/native_args.py):
- * now, partition, id_prefix, checked_targets, no_headers; seg_buf, idx_buf, st, sched_bufs and the
+ * now, partition, id_prefix, checked_targets, no_headers, topic; seg_buf, idx_buf, st, sched_bufs and the
  * id index's buffers, those below None when it has none:
  *   idx_old_buf   a table probed for presence only (its mask st[IN_IDX_OLD_MASK]; the id index's
  *                 sealed stage, or its table): an id with an entry there is left to the reference
@@ -391,10 +393,12 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
     TopicMemo memo = {NULL, NULL};
     KdsIngestRun *a = (KdsIngestRun *)args[2];
     PyObject *msgs = args[0], *prefix = a->id_prefix, *checked = a->checked_targets, *no_headers = a->no_headers;
+    PyObject *topic = a->topic;
     Py_ssize_t start = PyLong_AsSsize_t(args[1]);
     long long now = kds_arg(a->now), partition = kds_arg(a->partition);
     if (PyErr_Occurred()) return NULL;
-    if (!PyBytes_Check(prefix) || !PyBytes_Check(no_headers) || PyBytes_GET_SIZE(prefix) > 200) {
+    if (!PyBytes_Check(prefix) || !PyBytes_Check(no_headers) || PyBytes_GET_SIZE(prefix) > 200 ||
+        (topic != Py_None && !PyUnicode_CheckExact(topic))) {
         PyErr_SetString(PyExc_TypeError, "ingest_run: bad argument types");
         return NULL;
     }
@@ -416,6 +420,12 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
         /* -- every check, before the first write ---------------------------------------------- */
         if (!(err = in_call(m, M_ERROR)) || err != Py_None) goto next;
         if (!(po = in_call(m, M_PARTITION)) || !in_ll(po, &part) || part != partition) goto next;
+        if (topic != Py_None) { /* several ingress topics: the same partition number of another one */
+            PyObject *to = in_call(m, M_TOPIC);
+            int same = to && PyUnicode_CheckExact(to) && PyUnicode_Compare(to, topic) == 0;
+            Py_XDECREF(to);
+            if (!same) goto next;
+        }
         if (!(tso = in_call(m, M_TIMESTAMP)) || !PyTuple_Check(tso) || PyTuple_GET_SIZE(tso) != 2 ||
             !in_ll(PyTuple_GET_ITEM(tso, 0), &ts_type))
             goto next;

@@ -181,7 +181,7 @@ extern PyMethodDef kds_levels_methods[]; /* lv_due, lv_ack */
 /* -- intake.c: the intake fast path (store/intake.py ingest_many) ------------------------------ */
 
 /* the Message accessors ingest_run calls, in this order */
-enum { M_ERROR, M_PARTITION, M_TIMESTAMP, M_OFFSET, M_KEY, M_VALUE, M_HEADERS, M_COUNT };
+enum { M_ERROR, M_PARTITION, M_TIMESTAMP, M_OFFSET, M_KEY, M_VALUE, M_HEADERS, M_TOPIC, M_COUNT };
 PyObject *kds_msg_call(PyObject *m, int k); /* m.<accessor k>(), raising what it raises */
 extern PyMethodDef kds_intake_methods[];    /* ingest_run */
 

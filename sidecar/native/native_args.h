@@ -141,6 +141,7 @@ typedef struct {
     PyObject *id_prefix; /* bytes: the default delay.id's prefix, b'<topic>:<partition>:' */
     PyObject *checked_targets; /* set[str]: the target topics known to exist */
     PyObject *no_headers; /* bytes: the stored headers blob of a record without user headers */
+    PyObject *topic; /* str | None: the ingress topic: a message of another one stops the run; None: not checked */
 } KdsIngestRun;
 extern PyTypeObject kds_IngestRunType;
 
@@ -376,6 +377,7 @@ static PyMemberDef kds_IngestRun_members[] = {
     {"id_prefix", T_OBJECT_EX, offsetof(KdsIngestRun, id_prefix), 0, "the default delay.id's prefix, b'<topic>:<partition>:'"},
     {"checked_targets", T_OBJECT_EX, offsetof(KdsIngestRun, checked_targets), 0, "the target topics known to exist"},
     {"no_headers", T_OBJECT_EX, offsetof(KdsIngestRun, no_headers), 0, "the stored headers blob of a record without user headers"},
+    {"topic", T_OBJECT_EX, offsetof(KdsIngestRun, topic), 0, "the ingress topic: a message of another one stops the run; None: not checked"},
     {NULL, 0, 0, 0, NULL}};
 KDS_ARGS_TYPE(IngestRun, ingest_run)
 

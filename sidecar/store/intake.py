@@ -169,9 +169,11 @@ class Intake:
                 now_ms,
             )
 
-    def ingest_many(self, msgs: list[Any], start: int, now_ms: int, topic: str) -> int:
+    def ingest_many(self, msgs: list[Any], start: int, now_ms: int, topic: str | None) -> int:
         """Store ``msgs[start:]`` (consumer Messages) while each is the common case, in one C call
-        (``_native.ingest_run``): a message of this partition without error, a request the fast
+        (``_native.ingest_run``): a message of this partition without error (``topic``: the
+        messages' ingress topic; None: they mix several, and one of another topic than the store's
+        stops the run too, the C intake comparing each message's), a request the fast
         parser accepts, no id-index entry under its id's hash, a plan, room in the current
         segment, the scheduler's plain append, room in the open id-index stage. Returns the index of the first
         message not stored: the caller runs it through the reference path (``ingest_fields``,
@@ -179,7 +181,7 @@ class Intake:
         ``ingest_fields`` would leave it, so the fast path changes nothing but the cost
         (docs/storage.md 2.6). Returns ``start`` when the fast path is off (no extension)."""
         store = self.store
-        if _run is None or topic != store.topic or type(msgs) is not list:
+        if _run is None or (topic is not None and topic != store.topic) or type(msgs) is not list:
             return start
         quota = store.rules.quota
         if quota is not None:  # each record the C run takes is one more pending: store/quota.py
@@ -207,6 +209,7 @@ class Intake:
             seg_buf=seg, idx_buf=idx, st=st, sched_bufs=bufs, idx_old_buf=old, idx_old2_buf=old2, idx_jnl_buf=jnl,
             idx_tags_buf=tags, now=now_ms, partition=store.partition, id_prefix=store.id_prefix,
             checked_targets=rules.checked_targets, no_headers=_NO_HEADERS,
+            topic=store.topic if topic is None else None,
         ))
         count = end - start
         if count:

@@ -188,6 +188,7 @@ class IngestRun(RunBufs):
     id_prefix: Annotated[bytes, "the default delay.id's prefix, b'<topic>:<partition>:'"]
     checked_targets: Annotated[set[str], "the target topics known to exist"]
     no_headers: Annotated[bytes, "the stored headers blob of a record without user headers"]
+    topic: Annotated[str | None, "the ingress topic: a message of another one stops the run; None: not checked"]
 
 
 @dataclass(slots=True, kw_only=True)

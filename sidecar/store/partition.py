@@ -281,8 +281,9 @@ class PartitionStore:
     def ingest(self, m: IngressRecord, now_ms: int) -> None:
         self.ingest_fields(m.topic, m.offset, m.timestamp_ms, m.key, m.value, m.headers, now_ms)
 
-    def ingest_many(self, msgs: list[Any], start: int, now_ms: int, topic: str) -> int:
-        """A run of consumed messages in one C call (``Intake.ingest_many``)."""
+    def ingest_many(self, msgs: list[Any], start: int, now_ms: int, topic: str | None) -> int:
+        """A run of consumed messages in one C call (``Intake.ingest_many``; ``topic`` None: of
+        several ingress topics)."""
         return self.intake.ingest_many(msgs, start, now_ms, topic)
 
     def lookup(self, rid: bytes, now_ms: int | None = None) -> dict[str, Any] | None:

@@ -12,7 +12,8 @@ unknown ``delay.*`` header too), pass-through ``delay.*`` headers, records alrea
 the wheel's ring, records that do not fit the rest of a segment (a small ``segment_bytes``), a
 full timer-log or queue file (small files), id-index growth (a tiny initial table), while the
 scheduler's cursors move (records handed out and settled) and checkpoints flush and reset the
-dirty ranges.
+dirty ranges. Some batches mix two ingress topics (tenants) with partitions of the same numbers:
+a run of one topic's partition must stop at the other topic's record of that partition number.
 """
 
 from __future__ import annotations
@@ -47,11 +48,13 @@ T0 = 1_700_000_000_000
 LEVELS = (1000, 5000, 10_000, 60_000)
 
 
-def batches(seed: int, n_batches: int) -> list[tuple[int, list[Msg | Message]]]:
+def batches(seed: int, n_batches: int, topics: tuple[str, ...] = (TOPIC,)) -> list[tuple[int, list[Msg | Message]]]:
     """(clock, messages) per batch: a random mix of every kind of consumed record, as the client's
-    ``Message`` or the stand-in above."""
+    ``Message`` or the stand-in above; with several ``topics``, in runs of one topic (partitions of
+    the same number in each)."""
     rng = random.Random(seed)
-    offsets = {0: 0, 1: 0, 2: 0}
+    offsets = {(t, p): 0 for t in topics for p in (0, 1, 2)}
+    topic = topics[0]
     ids = [b"id-%d" % i for i in range(40)]
     out = []
     now = T0
@@ -59,9 +62,11 @@ def batches(seed: int, n_batches: int) -> list[tuple[int, list[Msg | Message]]]:
         now += rng.choice((0, 7, 250, 1500, 9000))
         msgs = []
         for _ in range(rng.randint(0, 120)):
+            if len(topics) > 1 and rng.random() < 0.15:
+                topic = rng.choice(topics)
             p = rng.choices((0, 1, 2), (85, 12, 3))[0]
-            off = offsets[p]
-            offsets[p] += 1
+            off = offsets[topic, p]
+            offsets[topic, p] += 1
             ts = (1, now - rng.randint(0, 3000)) if rng.random() < 0.95 else (0, 0)
             key = None if rng.random() < 0.1 else b"k%d" % off
             value = None if rng.random() < 0.05 else bytes(rng.randint(0, 700))
@@ -89,10 +94,10 @@ def batches(seed: int, n_batches: int) -> list[tuple[int, list[Msg | Message]]]:
             hs = None if rng.random() < 0.02 else h
             err = rng.random() < 0.03
             if rng.random() < 0.5:  # the client's own type, mixed with the stand-in (the C side caches per type)
-                msgs.append(Message(topic=TOPIC, partition=p, offset=off, key=key, value=value, headers=hs,
+                msgs.append(Message(topic=topic, partition=p, offset=off, key=key, value=value, headers=hs,
                                     timestamp=ts, error=KafkaError(KafkaError._PARTITION_EOF) if err else None))
             else:
-                msgs.append(Msg(p, off, ts, key, value, hs, err=err))
+                msgs.append(Msg(p, off, ts, key, value, hs, err=err, topic=topic))
         out.append((now, msgs))
     return out
 
@@ -107,7 +112,8 @@ class Recorder:
         self.events.append((event, rid, *sorted(kw.items())))
 
 
-def run(root: Path, scheduler: str, seed: int, fast: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
+def run(root: Path, scheduler: str, seed: int, fast: bool, monkeypatch: pytest.MonkeyPatch,
+        topics: tuple[str, ...] = (TOPIC,)) -> tuple[Any, ...]:
     clock = VirtualClock(T0)
     monkeypatch.setattr(ingress, "FAST_INTAKE", fast)
     monkeypatch.setattr(ingress, "FAST_RETRY", seed % 3)  # retry soon after a bail: more boundaries tested
@@ -127,20 +133,22 @@ def run(root: Path, scheduler: str, seed: int, fast: bool, monkeypatch: pytest.M
     else:
         def make(d: Path, lg: Any) -> Any:
             return LevelsScheduler(d, lg, LEVELS, entries_per_file=32)
-    for p in (0, 1):
-        st = PartitionStore(s.data_path, TOPIC, p, rules=sc.rules, scheduler_name=scheduler, make_scheduler=make,
-                            segment_bytes=8192, cancel_horizon_ms=20_000, counters=sc.counters)
+    keys = [StoreKey(t, p) for t in topics for p in (0, 1)]
+    for key in keys:
+        st = PartitionStore(s.data_path, key.topic, key.partition, rules=sc.rules, scheduler_name=scheduler,
+                            make_scheduler=make, segment_bytes=8192, cancel_horizon_ms=20_000, counters=sc.counters)
         st.open()
         st.history = Recorder()  # the history events too must be the same on both paths
         sc.stores[store_key(st)] = st
+    sc.ingress.several = len(topics) > 1  # as a tenants: file makes it (one consumer, several topics)
     rng = random.Random(seed + 1)
     states = []
-    for now, msgs in batches(seed, 40):
+    for now, msgs in batches(seed, 40, topics):
         clock.now_ms = now
         sc.ingress.ingest(msgs)
         for st in sc.stores.values():
             st.index_step(now)  # the loop's index step: a pass noticed, the next one cut
-        states.append([state(sc.stores[StoreKey(TOPIC, p)]) for p in (0, 1)])
+        states.append([state(sc.stores[k]) for k in keys])
         for st in sc.stores.values():
             if rng.random() < 0.5:  # hand out and settle what is due: the cursors move
                 st.acked.extend(st.sched.due(now, rng.randint(1, 200)))
@@ -150,7 +158,7 @@ def run(root: Path, scheduler: str, seed: int, fast: bool, monkeypatch: pytest.M
     counters = fields(sc.counters)
     for st in sc.stores.values():
         st.checkpoint(fsync=True)
-    final = [state(sc.stores[StoreKey(TOPIC, p)]) for p in (0, 1)]
+    final = [state(sc.stores[k]) for k in keys]
     history = [st.history.events for st in sc.stores.values() if isinstance(st.history, Recorder)]
     for st in sc.stores.values():
         st.close()
@@ -158,15 +166,16 @@ def run(root: Path, scheduler: str, seed: int, fast: bool, monkeypatch: pytest.M
 
 
 @pytest.mark.parametrize("scheduler", ["wheel", "levels"])
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize(("seed", "topics"), [*((s, (TOPIC,)) for s in range(6)),
+                                              *((s, (TOPIC, "in.b")) for s in range(6, 9))])
 def test_fast_intake_matches_reference(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scheduler: str, seed: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scheduler: str, seed: int, topics: tuple[str, ...]
 ) -> None:
     taken = [0]
     merging = [0]
     real = partition_mod.PartitionStore.ingest_many
 
-    def counting(self: PartitionStore, msgs: list[Any], start: int, now_ms: int, topic: str) -> int:
+    def counting(self: PartitionStore, msgs: list[Any], start: int, now_ms: int, topic: str | None) -> int:
         was = self.ids.merging
         end = real(self, msgs, start, now_ms, topic)
         taken[0] += end - start
@@ -174,9 +183,9 @@ def test_fast_intake_matches_reference(
         return end
 
     monkeypatch.setattr(partition_mod.PartitionStore, "ingest_many", counting)
-    ref = run(tmp_path / "ref", scheduler, seed, False, monkeypatch)
+    ref = run(tmp_path / "ref", scheduler, seed, False, monkeypatch, topics)
     assert taken[0] == 0
-    fast = run(tmp_path / "fast", scheduler, seed, True, monkeypatch)
+    fast = run(tmp_path / "fast", scheduler, seed, True, monkeypatch, topics)
     assert taken[0] > 100  # the fast path did take a good part of the records
     assert merging[0] > 20  # some of them while a pass ran (three tables in use)
     ref_states, ref_final, ref_counters, ref_files, ref_history = ref

@@ -43,15 +43,16 @@ class Msg:
 
     def __init__(
         self, partition: int, offset: int, ts: tuple[int, int], key: bytes | None, value: bytes | None,
-        headers: list[tuple[str, bytes | None]] | None, err: bool = False,
+        headers: list[tuple[str, bytes | None]] | None, err: bool = False, topic: str = TOPIC,
     ) -> None:
         self._p, self._o, self._ts, self._k, self._v, self._h, self._e = partition, offset, ts, key, value, headers, err
+        self._t = topic
 
     def error(self) -> Any:
         return _Err() if self._e else None
 
     def topic(self) -> str:
-        return TOPIC
+        return self._t
 
     def partition(self) -> int:
         return self._p
