@@ -31,10 +31,19 @@ A neighbour's mass expiry then adds about one turn to its lateness, not the neig
 to the producer, so a tenant must find room when its records fall due, not only a place in the
 turn: a mass expiry fills the whole window within a turn or two, and the room the reports free
 would then always go to whoever asks first. While ``n`` > 1 tenants are *present* (records
-pending in their stores, or in flight), each is guaranteed ``max-in-flight // (2n)`` of the
-window: no tenant may take room that another present tenant's guarantee still needs (its
-guarantee minus what it has in flight). A tenant alone, or the only present one, may fill the
-whole window, so one tenant publishes exactly as before. ``in_flight`` per tenant is counted
+pending in their stores, or in flight), each has a *reserve* of the window: no tenant may take
+room that another present tenant's reserve still needs (its reserve minus what it has in
+flight). The reserve follows what the tenant uses: twice its records in flight at the turn's
+start, at least ``max-in-flight // 32`` and at most its guarantee ``max-in-flight // (2n)``
+(the least of them always kept free for its tenant; the grown ones count only in a turn that
+starts with room enough for all of them). So a tenant whose flow grows finds the room to double
+it every turn where the window allows (besides the room the reports free, which the
+lightest tenant is offered first), and a light neighbour, a paced stream of a few records in
+flight, keeps a few hundred records of the window free, not a share of it: with a fixed
+``max-in-flight // (2n)`` for it, tenant a's 1M-record mass expiry beside tenant b's 1,000
+records/s drained at 0.73-0.78 of a single tenant's rate (the window a quarter smaller), 1.03
+with the window made 100,000. A tenant alone, or the only present one, may fill the whole
+window, so one tenant publishes exactly as before. ``in_flight`` per tenant is counted
 here from what the publisher says was handed out (``handed``) and settled (``settled``): an
 estimate, since a record handed out and then parked, dead-lettered or dropped with a revoked
 partition is never settled as a success. It is kept within the producer's exact total and reset
@@ -47,6 +56,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Generic, TypeVar
 
 S = TypeVar("S")  # a source: a store of an ingress partition (anything, to the tests)
+RESERVE_FLOOR = 32  # a present tenant's reserve is at least max-in-flight // RESERVE_FLOOR
 
 
 class _Cursor(Generic[S]):
@@ -119,9 +129,17 @@ class FairTurns(Generic[S]):
         if len(tenants) <= 1:
             return None
         guarantee = window // (2 * len(tenants))
+        floor = min(guarantee, window // RESERVE_FLOOR)
+        # fixed for the turn: a reserve that grew with what its tenant took in this turn would eat
+        # into the room the others' reserves keep
+        reserve = {t: min(guarantee, max(floor, 2 * flight.get(t, 0))) for t in tenants}
+        if sum(max(0, r - flight.get(t, 0)) for t, r in reserve.items()) > window - total:
+            # the grown reserves are not all free now (others took the room meanwhile): the least
+            # ones only, which always are (no turn lets a tenant take them)
+            reserve = dict.fromkeys(tenants, floor)
 
         def allowance(tenant: str) -> int:
-            held = sum(max(0, guarantee - flight.get(t, 0)) for t in tenants if t != tenant)
+            held = sum(max(0, r - flight.get(t, 0)) for t, r in reserve.items() if t != tenant)
             return window - total_in_flight() - held
 
         return allowance

@@ -186,16 +186,20 @@ class Window:
 @given(tenants=st.integers(2, 5), size=st.integers(50, 5000), budget=st.integers(1, 5000),
        turns=st.lists(st.tuples(st.lists(st.integers(0, 6000), min_size=5, max_size=5),
                                 st.lists(st.floats(0, 1), min_size=5, max_size=5)), min_size=1, max_size=8))
-def test_every_present_tenant_finds_its_guaranteed_room_in_the_window(
+def test_every_present_tenant_finds_its_reserved_room_in_the_window(
         tenants: int, size: int, budget: int, turns: list[tuple[list[int], list[float]]]) -> None:
     """Tenants with records pending share ``max-in-flight``: whatever the others hold or have due,
-    each finds at least its guarantee (window // (2 * tenants)) minus what it has in flight,
-    within its part of the budget; the window is never overrun."""
+    each finds at least the least of its reserves (window // 32, at most its guarantee
+    window // (2 * tenants)) minus what it has in flight, within its part of the budget; the
+    window is never overrun. (Its reserve's growth with its flow: the test after the next.)"""
     names = [f"t{i}" for i in range(tenants)]
     srcs = {t: [Source(t, 0, 0)] for t in names}
     win = Window(size)
     fair = FairTurns[Source](size)
     guarantee = size // (2 * tenants)
+
+    def reserve(_used: int) -> int:
+        return min(guarantee, size // 32)
     for arrivals, delivered in turns:
         for i, t in enumerate(names):
             srcs[t][0].left += arrivals[i]
@@ -206,7 +210,7 @@ def test_every_present_tenant_finds_its_guaranteed_room_in_the_window(
         assert win.total <= size
         for t in names:
             if due[t] > 0:
-                floor = min(due[t], max(0, guarantee - held.get(t, 0)), budget // busy)
+                floor = min(due[t], max(0, reserve(held.get(t, 0)) - held.get(t, 0)), budget // busy)
                 assert given_[t] >= floor, (t, given_, due, held, guarantee)
         for i, t in enumerate(names):  # some of each tenant's records are delivered
             n = int(win.by.get(t, 0) * delivered[i])
@@ -216,15 +220,32 @@ def test_every_present_tenant_finds_its_guaranteed_room_in_the_window(
 
 def test_a_mass_expiry_leaves_a_present_neighbour_its_room() -> None:
     """Tenant a's mass expiry with b present but nothing due: a fills the window but b's
-    guarantee; b's records falling due next turn find it, before a's reports come back."""
+    reserve; b's records falling due next turn find it, before a's reports come back."""
     win = Window(20_000)
     fair = FairTurns[Source](20_000)
     a, b = [Source("a", 0, 1_000_000)], [Source("b", 0, 0)]
     for _ in range(5):
         fair.turn(5000, {"a": a, "b": b}, win.take, win.halted, {"a", "b"}, lambda: win.total)
-    assert win.by["a"] == 20_000 - 5000  # b's guarantee: 20,000 // 4
+    assert win.by["a"] == 20_000 - 625  # b's reserve with nothing in flight: 20,000 // 32
     b[0].left = 40
     assert fair.turn(5000, {"a": a, "b": b}, win.take, win.halted, {"a", "b"}, lambda: win.total)["b"] == 40
+
+
+def test_a_neighbours_reserve_follows_what_it_has_in_flight() -> None:
+    """b's reserve is twice its records in flight, up to its guarantee (20,000 // 4): a's mass
+    expiry leaves it room to double its flow each turn, and no more than that."""
+    win = Window(20_000)
+    fair = FairTurns[Source](20_000)
+    a, b = [Source("a", 0, 1_000_000)], [Source("b", 0, 400)]
+    fair.turn(5000, {"b": b}, win.take, win.halted, {"b"}, lambda: win.total)  # b alone: 400 in flight
+    for _ in range(5):
+        fair.turn(5000, {"a": a, "b": b}, win.take, win.halted, {"a", "b"}, lambda: win.total)
+    assert win.by == {"b": 400, "a": 20_000 - 800}  # b's reserve: 800, 400 of it free
+    b[0].left = 3000
+    assert fair.turn(5000, {"a": a, "b": b}, win.take, win.halted, {"a", "b"}, lambda: win.total)["b"] == 400
+    win.by["a"] -= 10_000  # a's reports come back: b, the lighter, is offered the room first
+    fair.settled("a", 10_000)
+    assert fair.turn(10_000, {"a": a, "b": b}, win.take, win.halted, {"a", "b"}, lambda: win.total)["b"] == 2600
 
 
 def test_a_tenant_alone_fills_the_whole_window() -> None:
