@@ -64,17 +64,18 @@ def schedule_headers(rng: random.Random, now: int, rid: bytes) -> list[tuple[str
     return h
 
 
-def recurring_batches(seed: int, n_batches: int) -> list[tuple[int, list[Any]]]:
+def recurring_batches(seed: int, n_batches: int, topics: tuple[str, ...] = (TOPIC,)) -> list[tuple[int, list[Any]]]:
     """test_ingest_fast's batches with about half their records made recurring (partition 0 and 1)."""
     rng = random.Random(seed + 7)
     out = []
-    for now, msgs in one_shot_batches(seed, n_batches):
+    for now, msgs in one_shot_batches(seed, n_batches, topics):
         mixed: list[Any] = []
         for m in msgs:
             if m.error() is None and m.partition() in (0, 1) and rng.random() < 0.5:
                 rid = b"sched-%d" % rng.randint(0, 400)  # some ids reused: duplicates, ids pending or done
                 ts = m.timestamp()
-                mixed.append(Msg(m.partition(), m.offset(), ts, m.key(), m.value(), schedule_headers(rng, now, rid)))
+                mixed.append(Msg(m.partition(), m.offset(), ts, m.key(), m.value(), schedule_headers(rng, now, rid),
+                                 topic=m.topic()))
             else:
                 mixed.append(m)
         out.append((now, mixed))
@@ -89,7 +90,8 @@ def test_recurring_fast_intake_matches_reference(
     taken: list[int] = []
     real = partition_mod.PartitionStore.ingest_many
 
-    def counting(self: partition_mod.PartitionStore, msgs: list[Any], start: int, now_ms: int, topic: str) -> int:
+    def counting(self: partition_mod.PartitionStore, msgs: list[Any], start: int, now_ms: int,
+                 topic: str | None) -> int:
         end = real(self, msgs, start, now_ms, topic)
         taken.extend(i for i in range(start, end) if c.EVERY in dict(msgs[i].headers() or ()))
         return end
