@@ -202,20 +202,24 @@ class Publishing:
         # publishing at once (not after decoding 20,000 records) and intake keeps its turns.
         # The budget is shared between tenants (engine/fairness.py): one tenant's mass expiry
         # cannot take another's turn.
-        tenants: dict[str, list[PartitionStore]] = {}
+        groups: dict[str, list[PartitionStore]] = {}
         held = self.held
         for store in self.stores.values():
             if held and store.topic in held:
                 continue  # its lane waits for its transactional id (txn_refusal.py)
-            group = tenants.get(store.topic)
+            group = groups.get(store.topic)
             if group is None:
-                tenants[store.topic] = [store]
+                groups[store.topic] = [store]
             else:
                 group.append(store)
-        present = {t for t, group in tenants.items() if any(s.sched.next_due_ms() is not None for s in group)} if (
-            len(tenants) > 1) else set(tenants)
         budget = PUBLISH_BUDGET_PER_TURN
         while True:
+            if len(groups) > 1:
+                tenants, present = self._due_groups(groups, now)
+                if not tenants:
+                    return
+            else:
+                tenants, present = groups, set(groups)
             # Several tenants with records: a round of the budget's sharing ends after SHARED_TURN_S
             # and the next starts from a fresh clock reading, the lightest tenant first, so that a
             # record falling due meanwhile waits 20 ms, not for a neighbour's 5,000.
@@ -227,6 +231,29 @@ class Publishing:
             if not self._timed_out or budget <= 0:
                 return
             now = self.clock.wall_ms()
+
+    @staticmethod
+    def _due_groups(groups: dict[str, list[PartitionStore]], now: int) -> tuple[
+            dict[str, list[PartitionStore]], set[str]]:
+        """Of each tenant's stores, those with a record due at ``now`` (the turn's sources), and
+        the tenants with records pending at all (``present``: their in-flight reserves). Only
+        the due stores take part in the turn: with ten tenants, asking each of the others for
+        its due records (an empty ``due`` call) cost more per turn than the one with records."""
+        due: dict[str, list[PartitionStore]] = {}
+        present: set[str] = set()
+        for tenant, group in groups.items():
+            for store in group:
+                d = store.sched.next_due_ms()
+                if d is None:
+                    continue
+                present.add(tenant)
+                if d <= now:
+                    got = due.get(tenant)
+                    if got is None:
+                        due[tenant] = [store]
+                    else:
+                        got.append(store)
+        return due, present
 
     def _total_in_flight(self) -> int:
         return int(self.state.in_flight)

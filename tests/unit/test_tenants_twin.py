@@ -5,6 +5,7 @@ committed offset, and every guarantee holds per tenant: run, scale-out, node los
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from sidecar import contract as c
 from sidecar.engine.loop import Sidecar
@@ -146,4 +147,35 @@ def test_a_tenants_mass_expiry_does_not_hold_up_anothers_records(tmp_path: Path)
     assert sum(1 for i in ids if i.startswith(b"a")) < 12_000  # a's drain goes on in later turns
     w.run([sc], lambda: len(w.delivered()) >= 12_020)
     w.check(set(w.sent))
+    sc.shutdown()
+
+
+def test_a_turn_asks_only_the_stores_with_records_due(tmp_path: Path) -> None:
+    """With several tenants, a turn's publishing asks only the stores whose earliest pending
+    record is due (``Publishing._due_groups``): b's stores, with nothing due until 5,000 ms, are
+    not asked while a's drain goes on, and b's records still go out on time."""
+    w = World(tmp_path, tenants=(A, B))
+    sc = w.sidecar("a", changelog="off")
+    w.run([sc], lambda: bool(sc.stores))
+    asked: list[int] = []
+    for key, store in sc.stores.items():
+        if key.topic == B:
+            due = store.sched.due
+
+            def counted(now_ms: int, limit: int, due: Any = due) -> Any:
+                asked.append(now_ms)
+                return due(now_ms, limit)
+
+            store.sched.due = counted  # type: ignore[method-assign]
+    w.send(6_000, lambda i: 1000, prefix="a", topic=A)
+    w.send(8, lambda i: 5000, prefix="b", topic=B)
+    w.run([sc], lambda: _pending(sc, A) + _pending(sc, B) == 6_008)
+    w.clock.advance(1000)
+    w.run([sc], lambda: len(w.delivered()) >= 6_000)
+    assert not asked  # a's drain: b's stores never asked
+    w.clock.advance(4000)
+    w.run([sc], lambda: len(w.delivered()) >= 6_008)
+    b_due = min(due for rid, due in w.sent.items() if rid.startswith(b"b"))
+    assert asked and min(asked) >= b_due  # asked once its records were due, not before
+    w.check(set(w.sent))  # each once, none early
     sc.shutdown()
