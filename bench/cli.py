@@ -67,6 +67,7 @@ from bench import (
     tenants,
     throughput,
 )
+from bench.mass_expiry import EXPIRY_DELAYS_MS
 from bench.report import machine_facts, markdown_pivot, walk_figures
 from bench.workload import (
     SIZES,
@@ -169,6 +170,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                          "10s; 5s failover, exactly-once): levels then gets the level times up to it, wheel uniform "
                          "delays up to it; mass-expiry, tenants: their one delay, the longest level time up to it "
                          "(default 10s small); the smoke tests' 2s (mass-expiry, tenants 5s)")
+    ap.add_argument("--expiry-delay", type=_expiry_delay, default=None, metavar="DURATION",
+                    help="mass-expiry, tenants: the mass expiry's one delay, a level time: 1s, 5s, 10s, 30s, 1m, "
+                         "2m, 3m or 4m (default 4m full, 10s small; --max-delay still cuts it): the 1M records "
+                         "take ~15 s to store, so 30s is the shortest full-size run")
     ap.add_argument("--dwell", type=_dwell, default=None, metavar="DURATION",
                     help="failover, exactly-once: the load after each membership change or phase, 0s to 10m "
                          "(default 0.5s failover, 3s exactly-once small; 30s, 20s full)")
@@ -244,6 +249,15 @@ def _period(text: str) -> int:
 def _max_delay(text: str) -> int:
     """The lateness and steady scenarios' longest delay: 1s (the first level) to 10s."""
     return _duration_in(text, 1_000, 10_000, "give a duration from 1s to 10s, such as 2s")
+
+
+def _expiry_delay(text: str) -> int:
+    """The mass expiry's one delay: one of the sidecar's level times up to 4m."""
+    accepted = "give a level time: 1s, 5s, 10s, 30s, 1m, 2m, 3m or 4m"
+    ms = _duration_in(text, 1_000, 240_000, accepted)
+    if ms not in EXPIRY_DELAYS_MS:
+        raise argparse.ArgumentTypeError(f"{text!r}: {accepted}")
+    return ms
 
 
 def _dwell(text: str) -> int:
@@ -352,7 +366,8 @@ def bench_main(argv: list[str]) -> int:
                       options={"scale_pending": ns.scale_pending, "scale_rate": ns.scale_rate,
                                "scale_layouts": ns.scale_layouts, "lateness_rate": ns.lateness_rate,
                                "lateness_seconds": ns.lateness_seconds,
-                               "max_delay_ms": ns.max_delay, "dwell_ms": ns.dwell, "crashes": ns.crashes,
+                               "max_delay_ms": ns.max_delay, "expiry_delay_ms": ns.expiry_delay,
+                               "dwell_ms": ns.dwell, "crashes": ns.crashes,
                                "throughput_records": ns.throughput_records,
                                "restore_pending": ns.restore_pending,
                                "shapes": ns.shapes, "recurring_schedules": ns.recurring_schedules,

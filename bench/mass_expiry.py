@@ -42,13 +42,22 @@ from bench.workload import (
 
 BACKGROUND_DELAY_MS = 1_800_000
 LEVEL_TIMES = (1_000, 5_000, 10_000)  # the sidecar's first level times, the ones --max-delay allows
+# --expiry-delay: the level times up to the full size's 4 minutes
+EXPIRY_DELAYS_MS = (*LEVEL_TIMES, 30_000, 60_000, 120_000, 180_000, 240_000)
 
 
 def params(bench: Bench) -> tuple[int, int, float]:
-    """(records, delay ms, background ingest rate). ``--max-delay`` cuts the delay to the longest
-    level time up to it (the smoke test's 5 s: the wait for the due time is most of its run)."""
+    """(records, delay ms, background ingest rate). ``--expiry-delay`` sets the delay (a level
+    time); ``--max-delay`` cuts it to the longest level time up to it (the smoke test's 5 s: the
+    wait for the due time is most of its run)."""
     n, delay_ms, bg_rate = (1_000_000, 240_000, 2_000.0) if bench.full else (10_000, 10_000, 1_000.0)
-    return n, capped_delay(bench, delay_ms), bg_rate
+    return n, capped_delay(bench, expiry_delay(bench, delay_ms)), bg_rate
+
+
+def expiry_delay(bench: Bench, default_ms: int) -> int:
+    """The mass expiry's one delay: ``--expiry-delay``, else the size's ``default_ms``."""
+    given = bench.options.get("expiry_delay_ms")
+    return int(given) if given is not None else default_ms
 
 
 def capped_delay(bench: Bench, delay_ms: int) -> int:

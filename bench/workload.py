@@ -607,6 +607,29 @@ def schedstat(pid: int) -> tuple[float, float]:
     return int(run_ns) / 1e9, int(wait_ns) / 1e9
 
 
+def written_back() -> tuple[float, float]:
+    """(MB of dirty pages the kernel has written back since boot, MB dirty now): the machine's
+    writeback, from ``/proc/vmstat`` and ``/proc/meminfo`` (zeros where they cannot be read)."""
+    try:
+        vm = dict(line.split() for line in Path("/proc/vmstat").read_text().splitlines())
+        rows = (line.split() for line in Path("/proc/meminfo").read_text().splitlines())
+        mem = {k.rstrip(":"): v for k, v, *_ in rows}
+        return int(vm["nr_written"]) * 4 / 1024, int(mem["Dirty"]) / 1024
+    except (OSError, KeyError, ValueError):
+        return 0.0, 0.0
+
+
+def quiet_disk() -> float:
+    """Write back every dirty page now (``sync``) and return how long it took: a comparison's
+    runs start with no writeback of what ran before them pending. The kernel writes a dirty page
+    back ~30 s after it was dirtied, so otherwise the preload's and the previous run's hundreds
+    of MB are written back during whichever run comes next (0.3-1.3 GB during a 10-s drain,
+    measured), on the same two cores."""
+    t = time.monotonic()
+    os.sync()
+    return time.monotonic() - t
+
+
 class RssSampler(threading.Thread):
     """Samples a process's RSS/RssAnon every ``interval_s`` (cheap: /proc/PID/status)."""
 

@@ -2,9 +2,11 @@
 whose records are due, so that one tenant's mass expiry or backlog cannot make another's late.
 
 A tenant (its ingress topic: sidecar/tenants.py) publishes from its *sources*, the stores of its
-ingress partitions. ``take(source, n)`` hands out up to ``n`` of a source's due records and says
-how many it did; fewer than asked means the source has nothing more due (or the producer cannot
-take more: ``halted``). :meth:`FairTurns.turn` shares a turn's budget between the tenants by
+ingress partitions that have a record due (the publisher leaves out the others: with ten tenants
+and records arriving for one at a time, nine empty ``due`` calls per turn otherwise).
+``take(source, n)`` hands out up to ``n`` of a source's due records and says how many it did;
+fewer than asked means the source has nothing more due (or the producer cannot take more:
+``halted``). :meth:`FairTurns.turn` shares a turn's budget between the tenants by
 **progressive filling** (max-min fairness, round-robin with equal quanta):
 
 1. every tenant still taking is offered an equal part of what is left of the budget (at least 1);

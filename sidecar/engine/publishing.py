@@ -237,8 +237,9 @@ class Publishing:
             dict[str, list[PartitionStore]], set[str]]:
         """Of each tenant's stores, those with a record due at ``now`` (the turn's sources), and
         the tenants with records pending at all (``present``: their in-flight reserves). Only
-        the due stores take part in the turn: with ten tenants, asking each of the others for
-        its due records (an empty ``due`` call) cost more per turn than the one with records."""
+        the due stores take part in the turn: with ten tenants and records arriving for one at
+        a time, asking the others was nine empty ``due`` calls per turn (10x the calls of one
+        tenant for the same records)."""
         due: dict[str, list[PartitionStore]] = {}
         present: set[str] = set()
         for tenant, group in groups.items():

@@ -10,11 +10,14 @@ from typing import Any
 import pytest
 
 from bench import exactly_once, failover, lateness, mass_expiry, tenants
+from bench.cli import parse_args
 from bench.workload import cut_delays, dwell_s
 
 
-def bench(max_delay_ms: int | None, full: bool = False, dwell_ms: int | None = None) -> Any:
-    return SimpleNamespace(options={"max_delay_ms": max_delay_ms, "dwell_ms": dwell_ms}, full=full,
+def bench(max_delay_ms: int | None, full: bool = False, dwell_ms: int | None = None,
+          expiry_delay_ms: int | None = None) -> Any:
+    return SimpleNamespace(options={"max_delay_ms": max_delay_ms, "dwell_ms": dwell_ms,
+                                    "expiry_delay_ms": expiry_delay_ms}, full=full,
                            size="full" if full else "small")
 
 
@@ -47,6 +50,27 @@ def test_mass_expiry_delay_is_a_level_time_up_to_the_cap(top: int | None, full: 
     # tenants: A's one delay is cut the same way; its records and B's rate are the size's
     n, a_delay_ms, b_rate = tenants.params(bench(top, full))
     assert a_delay_ms == delay_ms and (n, b_rate) == ((1_000_000, 1_000.0) if full else (20_000, 500.0))
+
+
+@pytest.mark.parametrize(("given", "top", "delay_ms"), [
+    ("30s", None, 30_000), ("1m", None, 60_000), ("4m", None, 240_000), ("1m", 5_000, 5_000),
+])
+def test_expiry_delay_sets_the_mass_expirys_delay_and_max_delay_still_cuts_it(
+        given: str, top: int | None, delay_ms: int) -> None:
+    ns = parse_args(["tenants", "--json", "x.json", "--expiry-delay", given])
+    b = bench(top, full=True, expiry_delay_ms=ns.expiry_delay)
+    assert mass_expiry.params(b) == (1_000_000, delay_ms, 2_000.0)
+    assert tenants.params(b) == (1_000_000, delay_ms, 1_000.0)
+
+
+@pytest.mark.parametrize("given", ["45s", "5m", "500ms", "soon"])
+def test_expiry_delay_other_than_a_level_time_is_refused(given: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["tenants", "--json", "x.json", "--expiry-delay", given])
+    err = capsys.readouterr().err
+    assert "--expiry-delay" in err and given in err
+    if given != "soon":
+        assert "1s, 5s, 10s, 30s, 1m, 2m, 3m or 4m" in err
 
 
 def test_dwell_is_the_sizes_unless_given() -> None:
