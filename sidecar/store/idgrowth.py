@@ -157,7 +157,8 @@ class Growth:
             # a rebuilt table or a table that has none yet (the first pass after the open)
             tags = ix.tags if not grow and ix.tags is not None else mmap.mmap(-1, grow or ix.cap)
         # ix.f: ids.idx's file, or a grown one the next flush names so
-        self.running = self.pass_class(ix.f.path, ix.cap, gen.journals(), cutoff, grow, new, ix.native, tags)
+        self.running = self.pass_class(ix.f.path, ix.cap, gen.journals(), cutoff, grow, new, ix.native, tags,
+                                       final=ix.path)
         self.running.start()
 
     def close(self) -> None:

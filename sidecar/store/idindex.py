@@ -100,6 +100,7 @@ import mmap
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -650,14 +651,16 @@ class IdIndex:
             swap, self._swap = self._swap, None
             batch = current_batch()
             if batch is not None and sync:
+                # the table keeps its name until the batch renames it: a pass cut meanwhile opens
+                # the file by name (idpass.Pass.merge), and ids.idx is the old table until then
                 batch.add_file(swap)
-                batch.add_rename(swap.path, self.path)
+                batch.add_rename(swap.path, self.path, partial(setattr, swap, "path", self.path))
                 batch.add_dir(self.dir)
             else:
                 os.replace(swap.path, self.path)
                 if sync:
                     fsync_dir(self.dir)
-            swap.path = self.path
+                swap.path = self.path
         for gen in (self.sealed, self.gen):
             if gen is None or gen.writer is None:
                 continue

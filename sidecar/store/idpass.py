@@ -124,8 +124,11 @@ class Pass:
     kept)."""
 
     def __init__(self, table: Path, cap: int, journals: list[tuple[int, int]], cutoff: int, grow: int,
-                 new: Path | None, native: bool, tags: mmap.mmap | None = None) -> None:
+                 new: Path | None, native: bool, tags: mmap.mmap | None = None, final: Path | None = None) -> None:
+        """``table``: the file the index maps, by its name at the cut; ``final``: the name it takes
+        at the rename a checkpoint's sync batch may run meanwhile (``IdIndex.flush``)."""
         self.table, self.cap, self.journals, self.cutoff = table, cap, journals, cutoff
+        self.final = final
         self.grow, self.new, self.native, self.tags = grow, new, native, tags
         self.result: tuple[int, ...] = ()
         self.error: OSError | StoreError | None = None
@@ -161,7 +164,13 @@ class Pass:
         t0 = time.perf_counter()
         fds: list[int] = []
         try:
-            fd = os.open(self.table, os.O_RDWR)
+            try:
+                fd = os.open(self.table, os.O_RDWR)
+            except FileNotFoundError:
+                if self.final is None or self.final == self.table:
+                    raise
+                # a grown table renamed to its final name since the cut: the same file
+                fd = os.open(self.final, os.O_RDWR)
             fds.append(fd)
             mask = self.cap - 1
             if self.new is not None:

@@ -314,7 +314,7 @@ class SyncBatch:
 
     def __init__(self) -> None:
         self.files: dict[str, int] = {}
-        self.renames: list[tuple[str, str]] = []
+        self.renames: list[tuple[str, str, Callable[[], None] | None]] = []
         self.dirs: list[str] = []
 
     def add_file(self, mf: MappedFile) -> None:
@@ -326,10 +326,11 @@ class SyncBatch:
         if key not in self.files:
             self.files[key] = os.open(key, os.O_RDONLY)
 
-    def add_rename(self, src: Path, dst: Path) -> None:
+    def add_rename(self, src: Path, dst: Path, done: Callable[[], None] | None = None) -> None:
         """``os.replace(src, dst)`` after every file is synced and before the directories are:
-        a file (added before) takes its name only once its contents are on the disk."""
-        self.renames.append((str(src), str(dst)))
+        a file (added before) takes its name only once its contents are on the disk. ``done``
+        runs right after the rename (on the thread that runs the batch)."""
+        self.renames.append((str(src), str(dst), done))
 
     def add_dir(self, path: Path) -> None:
         if str(path) not in self.dirs:
@@ -341,8 +342,10 @@ class SyncBatch:
         try:
             for fd in self.files.values():
                 os.fdatasync(fd)
-            for src, dst in self.renames:
+            for src, dst, done in self.renames:
                 os.replace(src, dst)
+                if done is not None:
+                    done()
             for d in self.dirs:
                 _fsync_dir_now(d)
         finally:

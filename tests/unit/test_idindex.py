@@ -276,6 +276,47 @@ def test_the_tags_are_built_by_the_first_pass_and_follow_the_growths(tmp_path: P
     again.close()
 
 
+def test_a_pass_started_before_the_flushs_rename_ran_merges_into_the_grown_table(tmp_path: Path) -> None:
+    """A flush queues the grown table's rename to ``ids.idx`` in its checkpoint's sync batch (run
+    later, on the flusher). A pass cut meanwhile must merge into the grown table, not open
+    ``ids.idx`` while it is still the old, smaller one (a short read: the pass failed with EIO and
+    waited 5 s to run again, its stage doubling on the loop meanwhile; seen in the 1M-record bench
+    runs). Either way round the rename falls, the pass finds the table the index maps."""
+    for rename_first in (False, True):
+        d = tmp_path / str(rename_first)
+        d.mkdir()
+        ix = _open(d)
+        for i in range(30):
+            ix.put(1000 + i * 17, i + 1)
+        ix.growth.cut(force=True)
+        run_pass(ix)
+        assert ix.cap == 128
+        grown = ix.f.path
+        with deferred_sync() as batch:
+            ix.flush()
+        assert ix.f.path == grown  # still its name: the rename has not run
+        for i in range(20):
+            ix.put(5000 + i * 13, 100 + i)
+        ix.growth.cut(force=True)
+        p = ix.growth.running
+        assert p is not None and not p.grow  # merged in place, into the grown table
+        if rename_first:
+            batch.run()  # renamed between the cut and the pass's open
+            assert ix.f.path == d / "ids.idx"
+        assert run_pass(ix)
+        assert p.error is None, p.error
+        if not rename_first:
+            batch.run()
+        assert ix.f.path == d / "ids.idx" and not grown.exists()
+        assert (d / "ids.idx").stat().st_size == HEADER_SIZE + 128 * 16
+        _settle(ix, 2)
+        for i in range(30):
+            assert ix.find(1000 + i * 17) == [i + 1]
+        for i in range(20):
+            assert ix.find(5000 + i * 13) == [100 + i]
+        ix.close()
+
+
 def test_a_growth_the_checkpoint_never_saw_is_dropped_and_merged_again(tmp_path: Path) -> None:
     ix = _open(tmp_path)
     for i in range(4):
