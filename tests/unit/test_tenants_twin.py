@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from sidecar import contract as c
 from sidecar.engine.loop import Sidecar
 from sidecar.engine.stores import StoreKey
@@ -150,12 +152,14 @@ def test_a_tenants_mass_expiry_does_not_hold_up_anothers_records(tmp_path: Path)
     sc.shutdown()
 
 
-def test_a_turn_asks_only_the_stores_with_records_due(tmp_path: Path) -> None:
+@pytest.mark.parametrize("scheduler", ["levels", "wheel"])
+def test_a_turn_asks_only_the_stores_with_records_due(tmp_path: Path, scheduler: str) -> None:
     """With several tenants, a turn's publishing asks only the stores whose earliest pending
     record is due (``Publishing._due_groups``): b's stores, with nothing due until 5,000 ms, are
-    not asked while a's drain goes on, and b's records still go out on time."""
+    not asked while a's drain goes on, and b's records still go out on time (each scheduler's
+    ``next_due_ms`` says when)."""
     w = World(tmp_path, tenants=(A, B))
-    sc = w.sidecar("a", changelog="off")
+    sc = w.sidecar("a", changelog="off", scheduler=scheduler)
     w.run([sc], lambda: bool(sc.stores))
     asked: list[int] = []
     for key, store in sc.stores.items():
