@@ -77,7 +77,7 @@ from sidecar.config import Settings
 from sidecar.engine.clock import Clock
 from sidecar.engine.eos_targets import Targets
 from sidecar.engine.etf1 import Tombstones
-from sidecar.engine.fairness import FairTurns
+from sidecar.engine.fairness import FairTurns, due_sources
 from sidecar.engine.pacing import Pacing
 from sidecar.engine.publish_state import PublishState
 from sidecar.engine.stores import Stores, store_key
@@ -108,6 +108,10 @@ DLQ_RETRY_MS = 10_000  # the DLQ itself refused a dead letter: it is tried again
 # The publish fast path in C: ``_produce`` and ``_on_delivery`` stay the reference and take
 # every record it hands back.
 _publish_due = native.publish_due if NATIVE else None
+
+
+def _next_due_ms(store: PartitionStore) -> int | None:
+    return store.sched.next_due_ms()
 
 
 class Attempts:
@@ -215,7 +219,7 @@ class Publishing:
         budget = PUBLISH_BUDGET_PER_TURN
         while True:
             if len(groups) > 1:
-                tenants, present = self._due_groups(groups, now)
+                tenants, present = due_sources(groups, now, _next_due_ms)
                 if not tenants:
                     return
             else:
@@ -231,30 +235,6 @@ class Publishing:
             if not self._timed_out or budget <= 0:
                 return
             now = self.clock.wall_ms()
-
-    @staticmethod
-    def _due_groups(groups: dict[str, list[PartitionStore]], now: int) -> tuple[
-            dict[str, list[PartitionStore]], set[str]]:
-        """Of each tenant's stores, those with a record due at ``now`` (the turn's sources), and
-        the tenants with records pending at all (``present``: their in-flight reserves). Only
-        the due stores take part in the turn: with ten tenants and records arriving for one at
-        a time, asking the others was nine empty ``due`` calls per turn (10x the calls of one
-        tenant for the same records)."""
-        due: dict[str, list[PartitionStore]] = {}
-        present: set[str] = set()
-        for tenant, group in groups.items():
-            for store in group:
-                d = store.sched.next_due_ms()
-                if d is None:
-                    continue
-                present.add(tenant)
-                if d <= now:
-                    got = due.get(tenant)
-                    if got is None:
-                        due[tenant] = [store]
-                    else:
-                        got.append(store)
-        return due, present
 
     def _total_in_flight(self) -> int:
         return int(self.state.in_flight)

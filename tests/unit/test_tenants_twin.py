@@ -155,7 +155,7 @@ def test_a_tenants_mass_expiry_does_not_hold_up_anothers_records(tmp_path: Path)
 @pytest.mark.parametrize("scheduler", ["levels", "wheel"])
 def test_a_turn_asks_only_the_stores_with_records_due(tmp_path: Path, scheduler: str) -> None:
     """With several tenants, a turn's publishing asks only the stores whose earliest pending
-    record is due (``Publishing._due_groups``): b's stores, with nothing due until 5,000 ms, are
+    record is due (``fairness.due_sources``): b's stores, with nothing due until 5,000 ms, are
     not asked while a's drain goes on, and b's records still go out on time (each scheduler's
     ``next_due_ms`` says when)."""
     w = World(tmp_path, tenants=(A, B))
