@@ -6,14 +6,17 @@ Each loop turn calls :meth:`Publishing.publish`, which hands out what is due, in
    partition no longer owned are dropped: its new owner restores and delivers them);
 2. the **retry heap** ``(at_ms, seq, ref, store, attempts)``: records whose publish failed and
    whose backoff ran out, and records parked for a moment (not due yet, or a capped target);
-3. every partition's scheduler, ``due(now, room)``, in chunks of ``PUBLISH_CHUNK`` with a
-   producer poll between them, ``PUBLISH_BUDGET_PER_TURN`` records per turn, never more than
-   ``max-in-flight`` unreported records. The budget is shared fairly between tenants (the
+3. every partition's scheduler, ``due(now, room)``, in chunks of ``PUBLISH_CHUNK`` (``SHARED_CHUNK``
+   while several tenants have records pending) with a producer poll between them,
+   ``PUBLISH_BUDGET_PER_TURN`` records per turn, never more than ``max-in-flight`` unreported
+   records. The budget is shared fairly between tenants (the
    partitions of one ingress topic; engine/fairness.py): each tenant with records due gets an
    equal part, what one leaves goes to the others, the lightest goes first, and within a tenant
    the starting partition rotates. While several tenants have records pending, the budget is
    handed out in rounds of at most ``SHARED_TURN_S``, each from a fresh clock reading with the
-   lightest tenant first: a record falling due meanwhile waits for the round, not the turn.
+   lightest tenant first: a record falling due meanwhile waits for the round, not the turn. The
+   round's time is checked after each chunk, so the chunk is smaller then: a chunk of 1,000 and
+   its poll took 10-30 ms on two busy cores, and the rounds overran by as much.
    A tenant with a ``max-delivery-rate`` gets no more than its token bucket holds
    (``engine/pacing.py``: its lateness is its own).
 
@@ -100,6 +103,7 @@ from sidecar.store.partition import Counters, PartitionStore
 log = logs.get("sidecar")
 
 PUBLISH_CHUNK = 1000  # records handed out by a scheduler per call
+SHARED_CHUNK = 250  # ... while several tenants have records pending (a round's end is checked after each)
 PUBLISH_BUDGET_PER_TURN = 5000  # records published per loop turn, across partitions
 SHARED_TURN_S = 0.02  # several tenants with records pending: a round of a turn's publishing ends after this long
 PUBLISH_BACKOFF = Backoff(base_ms=100, cap_ms=10_000)  # a failed publish's retry backoff
@@ -155,6 +159,7 @@ class Publishing:
         self.fair: FairTurns[PartitionStore] = FairTurns(settings.max_in_flight)
         self._halted = False  # this turn's publishing stopped: no in-flight room, the queue full, or its time
         self._deadline = 0.0  # several tenants with records: when a round of this turn's publishing ends
+        self._chunk = PUBLISH_CHUNK  # ... and the chunk a scheduler hands out (SHARED_CHUNK then)
         self._timed_out = False  # ... and it did: another round follows, from a fresh clock reading
         self.pacing = Pacing(settings.tenants, clock.wall_ms())  # max-delivery-rate per tenant
         self.policy = PublishFailurePolicy.from_settings(settings, PUBLISH_BACKOFF)
@@ -228,7 +233,9 @@ class Publishing:
             # and the next starts from a fresh clock reading, the lightest tenant first, so that a
             # record falling due meanwhile waits 20 ms, not for a neighbour's 5,000.
             self._halted = self._timed_out = False
-            self._deadline = self.clock.monotonic() + SHARED_TURN_S if len(present) > 1 else 0.0
+            shared = len(present) > 1
+            self._deadline = self.clock.monotonic() + SHARED_TURN_S if shared else 0.0
+            self._chunk = SHARED_CHUNK if shared else PUBLISH_CHUNK
             given = self.fair.turn(budget, tenants, partial(self._take, now=now), self._is_halted, present,
                                    self._total_in_flight)
             budget -= sum(given.values())
@@ -249,7 +256,7 @@ class Publishing:
         st, max_in_flight = self.state, self.s.max_in_flight
         given = 0
         while given < want:
-            room = min(max_in_flight - st.in_flight, PUBLISH_CHUNK, want - given)
+            room = min(max_in_flight - st.in_flight, self._chunk, want - given)
             if room <= 0:
                 self._halted = True
                 break

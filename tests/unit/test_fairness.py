@@ -153,6 +153,24 @@ def test_the_lightest_tenant_of_the_previous_turn_goes_first() -> None:
             assert prod.calls[0][0] == "b"
 
 
+def test_of_tenants_handed_as_few_the_one_with_less_in_flight_goes_first() -> None:
+    """A full window ended the previous turn with nothing handed out (a's mass expiry holds the
+    whole window): the next turn, with b's records due too, starts with b, which has nothing in
+    flight, whatever the rotation, not with a, whose chunk would first serve a batch of reports."""
+    a = [Source("a", 0, 1_000_000)]
+    b = [Source("b", 0, 0)]
+    fair = FairTurns[Source]()
+    fair.handed("a", 20_000)
+    for _turn in range(6):
+        full = Producer(room=0)
+        assert fair.turn(5000, {"a": a}, full.take, full.halted) == {"a": 0}
+        b[0].left += 3
+        prod = Producer()
+        assert fair.turn(5000, {"a": a, "b": b}, prod.take, prod.halted) == {"a": 4997, "b": 3}
+        assert prod.calls[0][0] == "b"
+        fair.settled("b", 3)
+
+
 def test_a_tenant_with_many_partitions_gets_one_share() -> None:
     a = [Source("a", j, 10_000) for j in range(16)]
     b = [Source("b", 0, 10_000)]

@@ -11,6 +11,7 @@ import pytest
 
 from sidecar import contract as c
 from sidecar.engine.loop import Sidecar
+from sidecar.engine.publishing import SHARED_TURN_S
 from sidecar.engine.stores import StoreKey
 from sidecar.tenants import TenantSpec
 from tests.unit.helpers.world import GROUP, World, parts
@@ -149,6 +150,44 @@ def test_a_tenants_mass_expiry_does_not_hold_up_anothers_records(tmp_path: Path)
     assert sum(1 for i in ids if i.startswith(b"a")) < 12_000  # a's drain goes on in later turns
     w.run([sc], lambda: len(w.delivered()) >= 12_020)
     w.check(set(w.sent))
+    sc.shutdown()
+
+
+def test_a_record_falling_due_during_a_neighbours_drain_waits_for_a_round_not_a_turn(tmp_path: Path) -> None:
+    """Producing costs time here: the twin's producer moves the virtual clock 1 ms every 20
+    records (50 us each: a loop thread that shares its core). Tenant a's 12,000 records fall due at
+    once (a drain of 600 ms) and one of b's each millisecond during it: each of b's is handed out
+    within a round of the turn (``SHARED_TURN_S``) and one chunk of a's (``SHARED_CHUNK``: the
+    round's end is checked after each chunk) of its due time, not a whole turn later."""
+    w = World(tmp_path, tenants=(A, B))
+    sc = w.sidecar("a", changelog="off")
+    w.run([sc], lambda: bool(sc.stores))
+    w.send(12_000, lambda i: 1000, prefix="a", topic=A)
+    w.send(60, lambda i: 1001 + i, prefix="b", topic=B)
+    w.run([sc], lambda: _pending(sc, A) + _pending(sc, B) == 12_060)
+    producer = sc.pub.producer
+    produce = producer.produce
+    produced = 0
+    late: list[int] = []
+
+    def costly(topic: str, value: Any = None, key: Any = None, *args: Any) -> None:
+        nonlocal produced
+        produce(topic, value, key, *args)
+        headers = dict(args[-1] or [])
+        if (headers.get(c.ID) or b"").startswith(b"b"):
+            late.append(w.clock.now_ms - int(headers[c.DELIVER_AT] or b"0"))
+        produced += 1
+        if produced % 20 == 0:
+            w.clock.advance(1)
+
+    producer.produce = costly
+    w.clock.advance(1000)
+    w.run([sc], lambda: len(w.delivered()) >= 12_060)
+    w.check(set(w.sent))
+    assert len(late) == 60 and min(late) >= 0
+    # a round, then at most 15 ms of a's work past its end (a chunk of 250 here is 12.5 ms; one of
+    # 1,000 made b's latest 51 ms late)
+    assert max(late) <= SHARED_TURN_S * 1000 + 15, f"b's latest: {max(late)} ms after its due time"
     sc.shutdown()
 
 
