@@ -167,6 +167,15 @@ class StoreMirror:
         # replaced) may be in the changelog
         self._send(None, rid)
 
+    def remove_produced(self, batch: list[tuple[int, Record]], start: int, end: int, superseded: set[int]) -> None:
+        """Exactly-once: the tombstones of ``batch[start:end]``, just produced by the C publish path
+        in the open transaction (as ``Publishing._produce`` writes each one's); a record replaced
+        while it was handed out (its ref in ``superseded``) keeps its id's newer version."""
+        for k in range(start, end):
+            ref, rec = batch[k]
+            if ref not in superseded:
+                self.remove(rec.id)
+
     def _put_run(self, buf: Any, off: int, count: int, now_ms: int, fresh: bool) -> tuple[int, int]:
         """The puts of ``count`` records back to back in ``buf`` from ``off`` (a run of the C
         intake, store/mirroring.py), in C: those due at ``now_ms`` held, the others produced. It

@@ -47,7 +47,7 @@ everything else comes back to the Python code here, the reference. Both share
 
 **Exactly-once** (``delivery: exactly-once``, engine/transactions.py): a record's changelog
 tombstone is written when it is produced, inside the same transaction (``_produce``; after a C
-run, ``_tombstones``). A target topic is produced to only once the cluster's metadata has it and
+run, ``StoreMirror.remove_produced``). A target topic is produced to only once the cluster's metadata has it and
 this principal may write it (``KafkaIO.target_state``; a produce to a missing topic would abort
 the whole transaction when it times out, one to a topic it may not write at once, after every
 abort again; asked as the principal that publishes the store's records: engine/eos_targets.py):
@@ -288,7 +288,7 @@ class Publishing:
         i, n = 0, len(batch)
         # exactly-once: C produces only to targets known to exist (an unknown one would abort the
         # transaction: ``_produce`` asks for it), and the tombstones of what it produced are
-        # written right after, in the same transaction (``_tombstones``)
+        # written right after, in the same transaction (``StoreMirror.remove_produced``)
         publish_due = _publish_due if self._fast is not None and (
             not self.exactly_once or self.targets.of(store.topic).all_known(batch)) else None
         producer = self.tenants.of(store.topic, self.producer)
@@ -298,7 +298,8 @@ class Publishing:
                 start = i
                 i, refused = publish_due(self._fast, producer.produce, batch, i, store, now)
                 if self.exactly_once and i > start:
-                    self._tombstones(batch, start, i, store)
+                    if store.mirror is not None:
+                        store.mirror.remove_produced(batch, start, i, store.superseded)
                     if self.etf1 is not None:
                         self.etf1.write(self.producer, batch[start:i], store)
                 if i == n:
@@ -315,19 +316,6 @@ class Publishing:
                     self.backlog.append((ref2, rec2, store, None))
                 return False
         return True
-
-    @staticmethod
-    def _tombstones(batch: list[tuple[int, Record]], start: int, end: int, store: PartitionStore) -> None:
-        """Exactly-once: the changelog tombstones of ``batch[start:end]``, just produced (as
-        ``_produce`` writes each one's)."""
-        mirror = store.mirror
-        if mirror is None:
-            return
-        superseded = store.superseded
-        for k in range(start, end):
-            ref, rec = batch[k]
-            if ref not in superseded:
-                mirror.remove(rec.id)
 
     def poll(self, timeout: float) -> None:
         """Serve delivery reports, then hand the successes to their stores in one batch."""

@@ -55,6 +55,8 @@ class Mirror(Protocol):
 
     def put(self, rid: bytes, raw: bytes, due_now: bool = False, fresh: bool = False) -> None: ...
     def remove(self, rid: bytes) -> None: ...
+    def remove_produced(self, batch: list[tuple[int, Record]], start: int, end: int, superseded: set[int]) -> None:
+        """Exactly-once: the tombstones of ``batch[start:end]`` (just produced), but of ``superseded`` refs."""
 
 
 class History(Protocol):
