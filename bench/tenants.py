@@ -173,13 +173,13 @@ def _drain(bench: Bench, scheduler: str, ingress: list[str], target: str, n: int
     start = bench.wm.high(target)
     want = sum(start.values()) + n
     synced_s = quiet_disk()  # what ran before is written back before this run, not during it
-    wb0, _dirty = written_back()
+    wb0 = written_back()
     sc.start()
     try:
         wait_until(f"{n} records from {len(ingress)} tenant(s) delivered", lambda: bench.wm.total(target) >= want,
                    120 + n / 1_000, 0.2, sc.check_alive)
     finally:
-        wb1, _dirty = written_back()
+        wb1 = written_back()
         sc.stop()
     got = read_range(bench.bootstrap, target, start, bench.wm.high(target), headers=True, keys=True)
     early, lost = _counts(got, n)

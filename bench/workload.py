@@ -607,16 +607,14 @@ def schedstat(pid: int) -> tuple[float, float]:
     return int(run_ns) / 1e9, int(wait_ns) / 1e9
 
 
-def written_back() -> tuple[float, float]:
-    """(MB of dirty pages the kernel has written back since boot, MB dirty now): the machine's
-    writeback, from ``/proc/vmstat`` and ``/proc/meminfo`` (zeros where they cannot be read)."""
+def written_back() -> float:
+    """MB of dirty pages the kernel has written back since boot (``/proc/vmstat nr_written``; 0
+    where it cannot be read): the difference over a run is the machine's writeback during it."""
     try:
         vm = dict(line.split() for line in Path("/proc/vmstat").read_text().splitlines())
-        rows = (line.split() for line in Path("/proc/meminfo").read_text().splitlines())
-        mem = {k.rstrip(":"): v for k, v, *_ in rows}
-        return int(vm["nr_written"]) * 4 / 1024, int(mem["Dirty"]) / 1024
+        return int(vm["nr_written"]) * 4 / 1024
     except (OSError, KeyError, ValueError):
-        return 0.0, 0.0
+        return 0.0
 
 
 def quiet_disk() -> float:

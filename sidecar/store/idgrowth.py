@@ -156,7 +156,8 @@ class Growth:
             # the pass rewrites the tags as it goes: the table's own when it stays, fresh ones for
             # a rebuilt table or a table that has none yet (the first pass after the open)
             tags = ix.tags if not grow and ix.tags is not None else mmap.mmap(-1, grow or ix.cap)
-        # ix.f: ids.idx's file, or a grown one the next flush names so
+        # ix.f: ids.idx's file, or a grown one that a checkpoint's sync batch renames to ids.idx
+        # (``final``: the name the pass opens when the rename came first)
         self.running = self.pass_class(ix.f.path, ix.cap, gen.journals(), cutoff, grow, new, ix.native, tags,
                                        final=ix.path)
         self.running.start()
