@@ -77,6 +77,7 @@ from confluent_kafka import KafkaException
 from sidecar import contract as c
 from sidecar import logs
 from sidecar.config import Settings
+from sidecar.engine import wake
 from sidecar.engine.clock import Clock
 from sidecar.engine.eos_targets import Targets
 from sidecar.engine.etf1 import Tombstones
@@ -159,7 +160,6 @@ class Publishing:
         self.fair: FairTurns[PartitionStore] = FairTurns(settings.max_in_flight)
         self._halted = False  # this turn's publishing stopped: no in-flight room, the queue full, or its time
         self._deadline = 0.0  # several tenants with records: when a round of this turn's publishing ends
-        self._chunk = PUBLISH_CHUNK  # ... and the chunk a scheduler hands out (SHARED_CHUNK then)
         self._timed_out = False  # ... and it did: another round follows, from a fresh clock reading
         self.pacing = Pacing(settings.tenants, clock.wall_ms())  # max-delivery-rate per tenant
         self.policy = PublishFailurePolicy.from_settings(settings, PUBLISH_BACKOFF)
@@ -233,9 +233,7 @@ class Publishing:
             # and the next starts from a fresh clock reading, the lightest tenant first, so that a
             # record falling due meanwhile waits 20 ms, not for a neighbour's 5,000.
             self._halted = self._timed_out = False
-            shared = len(present) > 1
-            self._deadline = self.clock.monotonic() + SHARED_TURN_S if shared else 0.0
-            self._chunk = SHARED_CHUNK if shared else PUBLISH_CHUNK
+            self._deadline = self.clock.monotonic() + SHARED_TURN_S if len(present) > 1 else 0.0
             given = self.fair.turn(budget, tenants, partial(self._take, now=now), self._is_halted, present,
                                    self._total_in_flight)
             budget -= sum(given.values())
@@ -254,9 +252,10 @@ class Publishing:
         between them; fewer when nothing more is due or the producer cannot take more (then
         ``_halted``: ``max-in-flight`` reached, or the queue full)."""
         st, max_in_flight = self.state, self.s.max_in_flight
+        chunk = SHARED_CHUNK if self._deadline else PUBLISH_CHUNK  # a round's end is checked per chunk
         given = 0
         while given < want:
-            room = min(max_in_flight - st.in_flight, self._chunk, want - given)
+            room = min(max_in_flight - st.in_flight, chunk, want - given)
             if room <= 0:
                 self._halted = True
                 break
@@ -365,38 +364,18 @@ class Publishing:
             self.flush_backlog(self.clock.wall_ms())
             self.poll(0.05)
 
-    # -- when to wake ---------------------------------------------------------------------------
+    # -- when to wake (engine/wake.py) ------------------------------------------------------------
     def next_due(self) -> int | None:
-        """The earliest due time any partition's scheduler has not handed out yet (a paced tenant's: not
-        before its next token, ``engine/pacing.py``)."""
-        nxt: int | None = None
-        paced = self.pacing.buckets
-        now = self.clock.wall_ms() if paced else 0
-        held = self.held
-        for store in self.stores.values():
-            if held and store.topic in held:
-                continue
-            d = store.sched.next_due_ms()
-            if paced:
-                d = self.pacing.wake(store.topic, d, now)  # a paced tenant: not before its next token
-            if d is not None and (nxt is None or d < nxt):
-                nxt = d
-        return nxt
+        return wake.next_due(self.stores.values(), self.held, self.pacing,
+                             self.clock.wall_ms() if self.pacing.buckets else 0)
 
     def due_now(self) -> bool:
         nxt = self.next_due()
         return nxt is not None and nxt <= self.clock.wall_ms()
 
     def wait_s(self, now: int) -> float:
-        """How long the loop may wait for records (capped at 100 ms): until the next due time."""
-        if self.backlog or (self.retries and self.retries[0][0] <= now):
-            return 0.0
-        nxt = self.next_due()
-        if self.retries:
-            nxt = self.retries[0][0] if nxt is None else min(nxt, self.retries[0][0])
-        if nxt is None:
-            return 0.1
-        return max(0.0, min(0.1, (nxt - now) / 1000))
+        """How long the loop may wait for records (engine/wake.py)."""
+        return wake.wait_s(now, self.next_due, self.backlog, self.retries)
 
     # -- one record -----------------------------------------------------------------------------
     def _park(self, at_ms: int, ref: int, store: PartitionStore, att: Attempts | None) -> None:
