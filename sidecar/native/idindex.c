@@ -183,9 +183,12 @@ static PyObject *native_idx_remove(PyObject *self, PyObject *const *args, Py_ssi
     return Py_BuildValue("(LL)", off, tombs);
 }
 
-/* idx_remove_delivered(buf, header_size, mask, pairs) -> (removed, tombs): remove
+/* idx_remove_delivered(buf, header_size, mask, pairs) -> (removed, tombs, journal): remove
  * (id_hash(rec.id), ref) for every (ref, rec) of a settled batch, in order; return how many were
- * found and the change in the tombstone count. */
+ * found, the change in the tombstone count, and the journal's records of those removes: for each
+ * pair the marker (IDX_TOMB, 0) then (h, ref), 32 bytes little-endian (kds_jnl_read), found or
+ * not (a replay applies what the live table did). Each id is hashed once for both: the hash is
+ * BLAKE2b, a third of the id index's work per delivered record when it was computed twice. */
 static PyObject *native_idx_remove_delivered(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4 || !PyList_Check(args[3])) {
         PyErr_SetString(PyExc_TypeError, "idx_remove_delivered(buf, header_size, mask, pairs: list)");
@@ -194,9 +197,14 @@ static PyObject *native_idx_remove_delivered(PyObject *self, PyObject *const *ar
     PyObject *targs[4] = {args[0], args[1], args[2], args[1]}; /* h is per pair: any int here */
     Table t;
     if (table_get(targs, &t, 1) < 0) return NULL;
-    long long removed = 0, tombs = 0;
     PyObject *pairs = args[3];
-    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(pairs); k++) {
+    Py_ssize_t n = PyList_GET_SIZE(pairs);
+    PyObject *journal = PyBytes_FromStringAndSize(NULL, n * 32);
+    if (!journal) goto fail;
+    uint8_t *p = (uint8_t *)PyBytes_AS_STRING(journal);
+    const uint64_t mark = IDX_TOMB, zero = 0;
+    long long removed = 0, tombs = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
         PyObject *pair = PyList_GET_ITEM(pairs, k);
         if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 ||
             !PyObject_TypeCheck(PyTuple_GET_ITEM(pair, 1), &kds_RecordType)) {
@@ -212,10 +220,15 @@ static PyObject *native_idx_remove_delivered(PyObject *self, PyObject *const *ar
             removed++;
             tombs += dt;
         }
+        memcpy(p + k * 32, &mark, 8);
+        memcpy(p + k * 32 + 8, &zero, 8);
+        memcpy(p + k * 32 + 16, &h, 8);
+        memcpy(p + k * 32 + 24, &ref, 8);
     }
     PyBuffer_Release(&t.view);
-    return Py_BuildValue("(LL)", removed, tombs);
+    return Py_BuildValue("(LLN)", removed, tombs, journal);
 fail:
+    Py_XDECREF(journal);
     PyBuffer_Release(&t.view);
     return NULL;
 }
@@ -414,43 +427,6 @@ done:
     return out;
 }
 
-/* idx_delivered_records(pairs) -> bytes: for every (ref, rec) of a settled batch (the pairs
- * idx_remove_delivered takes), in order, the journal's remove of (id_hash(rec.id), ref): the
- * marker (IDX_TOMB, 0) then the pair, 32 bytes little-endian (kds_jnl_read). */
-static PyObject *native_idx_delivered_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 1 || !PyList_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "idx_delivered_records(pairs: list)");
-        return NULL;
-    }
-    PyObject *pairs = args[0];
-    Py_ssize_t n = PyList_GET_SIZE(pairs);
-    PyObject *out = PyBytes_FromStringAndSize(NULL, n * 32);
-    if (!out) return NULL;
-    uint8_t *p = (uint8_t *)PyBytes_AS_STRING(out);
-    const uint64_t mark = IDX_TOMB, zero = 0;
-    for (Py_ssize_t k = 0; k < n; k++) {
-        PyObject *pair = PyList_GET_ITEM(pairs, k);
-        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 ||
-            !PyObject_TypeCheck(PyTuple_GET_ITEM(pair, 1), &kds_RecordType)) {
-            PyErr_SetString(PyExc_TypeError, "pairs must be (ref, Record) tuples");
-            Py_DECREF(out);
-            return NULL;
-        }
-        uint64_t ref = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(pair, 0));
-        if (PyErr_Occurred()) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyObject *rid = ((RecordObject *)PyTuple_GET_ITEM(pair, 1))->id;
-        uint64_t h = kds_id_hash((const uint8_t *)PyBytes_AS_STRING(rid), PyBytes_GET_SIZE(rid));
-        memcpy(p + k * 32, &mark, 8);
-        memcpy(p + k * 32 + 8, &zero, 8);
-        memcpy(p + k * 32 + 16, &h, 8);
-        memcpy(p + k * 32 + 24, &ref, 8);
-    }
-    return out;
-}
-
 /* Is the page holding p in memory? (mincore: the page cache's answer for a file mapping, one
  * system call, ~1 us.) A page the kernel evicted would make the reader wait for the disk: 50-135 ms
  * on the loop at 100M pending on six partitions behind the passes' writeback (the scale bench
@@ -559,5 +535,4 @@ PyMethodDef kds_idindex_methods[] = {
     {"idx_copy", (PyCFunction)(void (*)(void))native_idx_copy, METH_FASTCALL, NULL},
     {"idx_expired", (PyCFunction)(void (*)(void))native_idx_expired, METH_FASTCALL, NULL},
     {"idx_apply", (PyCFunction)(void (*)(void))native_idx_apply, METH_FASTCALL, NULL},
-    {"idx_delivered_records", (PyCFunction)(void (*)(void))native_idx_delivered_records, METH_FASTCALL, NULL},
     {NULL, NULL, 0, NULL}};

@@ -507,10 +507,10 @@ class IdIndex:
                     st.tombs += was[1]
                 gen.pending += REMOVE_MARK + SLOT.pack(h, ref)
         else:
-            removed, tombs = _native.idx_remove_delivered(st.buf, HEADER_SIZE, st.mask, pairs)
+            removed, tombs, journal = _native.idx_remove_delivered(st.buf, HEADER_SIZE, st.mask, pairs)
             st.live -= removed
             st.tombs += tombs
-            gen.pending += _native.idx_delivered_records(pairs)
+            gen.pending += journal
         gen.ops += len(pairs)
         return int(removed)
 

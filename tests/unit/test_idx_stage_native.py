@@ -1,7 +1,7 @@
 """The C side of the staged id index: ``_native.idx_apply`` (a journal's records applied to an
 in-memory table) against a reference built from the index's Python probes, the same bytes and
-the same count deltas; ``_native.idx_delivered_records`` (a settled batch's journal records)
-against the id hash computed in Python; and the C intake's additions (``ingest_run`` /
+the same count deltas; the journal records ``_native.idx_remove_delivered`` returns for a settled
+batch against the id hash computed in Python; and the C intake's additions (``ingest_run`` /
 ``restore_run``): the tables probed for presence only (an id there stops the run; nothing of
 them is copied or written) and the journal, driven with a store's own state as
 ``PartitionStore.ingest_many`` / ``restore_many`` build it. The journal tests check that every
@@ -129,8 +129,8 @@ def test_apply_of_delivered_records_is_idx_remove_delivered() -> None:
     for ref, rec in pairs[:15]:  # five of them not in the table: no-ops
         py_put(a, cap - 1, py_id_hash(rec.id), ref)
     b = bytearray(a)
-    removed, tombs = native.idx_remove_delivered(b, HEADER_SIZE, cap - 1, pairs)
-    assert native.idx_apply(a, HEADER_SIZE, cap - 1, native.idx_delivered_records(pairs)) == (-removed, tombs)
+    removed, tombs, journal = native.idx_remove_delivered(b, HEADER_SIZE, cap - 1, pairs)
+    assert native.idx_apply(a, HEADER_SIZE, cap - 1, journal) == (-removed, tombs)
     assert removed == 15 and a == b
 
 
@@ -187,7 +187,7 @@ def test_apply_on_a_table_without_an_empty_slot_raises_and_ends() -> None:
     assert counts(buf, cap) == (2, 2)  # record 0 was applied
 
 
-# -- idx_delivered_records ---------------------------------------------------------------------------
+# -- idx_remove_delivered's journal -------------------------------------------------------------------
 def _record(rid: bytes) -> Any:
     assert native is not None
     return native.Record(0, codec.MESSAGE, T0, T0, 0, 0, 0, 0, 0, rid, b"out", None, b"v", b"")
@@ -201,20 +201,24 @@ def test_delivered_records_are_removes_of_the_id_hashes(items: list[tuple[int, b
     assert native is not None
     pairs = [(ref, _record(rid)) for ref, rid in items]
     expect = b"".join(REMOVE_MARK + SLOT.pack(py_id_hash(rid), ref) for ref, rid in items)
-    assert native.idx_delivered_records(pairs) == expect
+    cap = 64  # an empty table: every remove is journaled, found or not
+    assert native.idx_remove_delivered(bytearray(HEADER_SIZE + cap * SLOT_SIZE), HEADER_SIZE, cap - 1,
+                                       pairs) == (0, 0, expect)
 
 
-def test_delivered_records_refuses_what_idx_remove_delivered_refuses() -> None:
+def test_remove_delivered_refuses_what_is_not_a_settled_batch() -> None:
     assert native is not None
     rec = _record(b"x")
+    cap = 8
+    buf = bytearray(HEADER_SIZE + cap * SLOT_SIZE)
     for bad in ([(1, b"x")], [(1,)], [(1, rec, 2)], [[1, rec]], [(-1, rec)]):
         with pytest.raises((TypeError, OverflowError)):
-            native.idx_delivered_records(bad)  # type: ignore[arg-type]
+            native.idx_remove_delivered(buf, HEADER_SIZE, cap - 1, bad)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        native.idx_delivered_records(((1, rec),))  # type: ignore[arg-type]
+        native.idx_remove_delivered(buf, HEADER_SIZE, cap - 1, ((1, rec),))  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        native.idx_delivered_records([(1, rec)], 0)  # type: ignore[call-arg]
-    assert native.idx_delivered_records([], ) == b""
+        native.idx_remove_delivered(buf, HEADER_SIZE, cap - 1)  # type: ignore[call-arg]
+    assert native.idx_remove_delivered(buf, HEADER_SIZE, cap - 1, []) == (0, 0, b"")
 
 
 # -- the C intake: ingest_run / restore_run with the store's own state ---------------------------------
