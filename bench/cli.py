@@ -131,7 +131,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--delivery", default=",".join(DELIVERY_MODES), metavar="MODES",
                     help="comma-separated delivery modes throughput and lateness measure: at-least-once (in "
                          "each --changelog mode), exactly-once (--delivery exactly-once, changelog on); "
-                         "default: at-least-once,exactly-once")
+                         "default: at-least-once,exactly-once. exactly-once alone: recurring runs with it too")
     ap.add_argument("--shape", default=None, metavar="SHAPES",
                     help="comma-separated record shapes throughput and lateness send: plain (one ingress "
                          "partition, schedule headers only), common (explicit delay.id, a user header, "

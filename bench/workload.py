@@ -911,6 +911,12 @@ class Bench:
         the sidecar's default, ``on``. ``failover`` and ``restore`` always run with it on."""
         return "off" if self.changelog_modes == ["off"] else "on"
 
+    @property
+    def other_delivery(self) -> str:
+        """The delivery mode of ``recurring``, which measures one: ``exactly-once`` when
+        ``--delivery exactly-once`` alone was asked for, else ``at-least-once``."""
+        return "exactly-once" if self.delivery_modes == ["exactly-once"] else "at-least-once"
+
     def sidecar(self, ingress: str, scheduler: str, tag: str = "", extra: list[str] | None = None,
                 changelog: str = "on", changelog_topic: str | None = None, delivery: str = "at-least-once",
                 **kw: Any) -> SidecarProc:
