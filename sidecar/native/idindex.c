@@ -187,8 +187,8 @@ static PyObject *native_idx_remove(PyObject *self, PyObject *const *args, Py_ssi
  * (id_hash(rec.id), ref) for every (ref, rec) of a settled batch, in order; return how many were
  * found, the change in the tombstone count, and the journal's records of those removes: for each
  * pair the marker (IDX_TOMB, 0) then (h, ref), 32 bytes little-endian (kds_jnl_read), found or
- * not (a replay applies what the live table did). Each id is hashed once for both: the hash is
- * BLAKE2b, a third of the id index's work per delivered record when it was computed twice. */
+ * not (a replay applies what the live table did). Each id is hashed once for both: BLAKE2b is
+ * most of this work, and hashing it again for the journal in a second call doubled it. */
 static PyObject *native_idx_remove_delivered(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4 || !PyList_Check(args[3])) {
         PyErr_SetString(PyExc_TypeError, "idx_remove_delivered(buf, header_size, mask, pairs: list)");
