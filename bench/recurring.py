@@ -50,6 +50,7 @@ from bench.workload import (
     Bench,
     Delivered,
     PacedProducer,
+    SidecarProc,
     cpu_seconds,
     lateness_percentiles,
     log,
@@ -127,16 +128,7 @@ def measure(bench: Bench, scheduler: str, n: int, period_ms: int, periods: int, 
         cpu1, fired1 = cpu_seconds(sc.pid), sc.counter("fired")
         loop1 = schedstat(sc.pid)
         end = t0 + periods * period_ms
-        restarts: list[tuple[int, int]] = []  # (kill ms, partitions assigned again ms)
-        first_kill, last_kill = max(t0, ready_ms) + period_ms // 2, end - period_ms // 2
-        for k in range(kills):
-            sleep_until_wall_ms(first_kill + (k + 1) * max(0, last_kill - first_kill) // (kills + 1))
-            killed = wall_ms()
-            sc.stop(signal.SIGKILL)
-            sc.start()
-            restarts.append((killed, wall_ms()))
-            log(f"recurring {scheduler}: kill {k + 1}/{kills}, partition assigned again after "
-                f"{restarts[-1][1] - killed} ms")
+        restarts = kill_between(sc, scheduler, kills, max(t0, ready_ms) + period_ms // 2, end - period_ms // 2)
         sleep_until_wall_ms(end)
         fired2 = sc.counter("fired")
         # the loop's whole CPU (the 1 s stream's records too) per firing settled; a kill restarts the count
@@ -146,12 +138,7 @@ def measure(bench: Bench, scheduler: str, n: int, period_ms: int, periods: int, 
         loop_cpu_us = (loop2[0] - loop1[0]) * 1e6 / max(1, fired2 - fired1) if not kills else None
         loop_wait_s = loop2[1] - loop1[1] if not kills else None
         stream.stop()
-        p = producer(bench.bootstrap)
-        for i in range(n):
-            p.produce(ingress, key=b"s%d" % i, value=None, headers=[(c.CANCEL, b"sched-%d" % i)])
-            if i % 10_000 == 0:
-                p.poll(0)
-        p.flush(120)
+        cancel_all(bench, ingress, n)
         wait_until("the 1 s stream delivered", lambda: bench.wm.total(stream_target) >= stream.accepted,
                    60, 0.25, sc.check_alive)
         sleep_until_wall_ms(wall_ms() + 2_000)  # firings in flight at the cancels
@@ -167,8 +154,8 @@ def measure(bench: Bench, scheduler: str, n: int, period_ms: int, periods: int, 
     stream_late = [ts - da for ts, da in zip(s.ts, s.deliver_at, strict=True)]
     return {
         "schedules": n, "period_ms": period_ms, "periods": periods, "delivery": bench.other_delivery,
-        "firings": len(got.ts),
-        "firings_per_s": n * 1000 / period_ms, "stored_after_first_firing_ms": max(0, ready_ms - t0),
+        "firings": len(got.ts), "firings_per_s": n * 1000 / period_ms,
+        "stored_after_first_firing_ms": max(0, ready_ms - t0),
         "store_s": (stored_ms - fill0) / 1000, "store_cpu_us_per_schedule": store_cpu_us,
         "fire_cpu_us_per_firing": fire_cpu_us, "loop_cpu_us_per_firing": loop_cpu_us,
         "loop_waited_for_cpu_s": loop_wait_s, **acc,
@@ -180,6 +167,32 @@ def measure(bench: Bench, scheduler: str, n: int, period_ms: int, periods: int, 
         "anon_bytes_per_schedule_reopened": (anon2 - anon0) / n, "rss_bytes_per_schedule_reopened": (rss2 - rss0) / n,
         "sidecar_missed": int(stats.get("missed", 0)), "sidecar_fired": int(stats.get("fired", 0)),
     }
+
+
+def kill_between(sc: SidecarProc, scheduler: str, kills: int, first_ms: int, last_ms: int) -> list[tuple[int, int]]:
+    """SIGKILL ``sc`` ``kills`` times evenly between wall times ``first_ms`` and ``last_ms``,
+    restarting it at once on its data directory each time; return (kill ms, partitions assigned
+    again ms) of each."""
+    restarts: list[tuple[int, int]] = []
+    for k in range(kills):
+        sleep_until_wall_ms(first_ms + (k + 1) * max(0, last_ms - first_ms) // (kills + 1))
+        killed = wall_ms()
+        sc.stop(signal.SIGKILL)
+        sc.start()
+        restarts.append((killed, wall_ms()))
+        log(f"recurring {scheduler}: kill {k + 1}/{kills}, partition assigned again after "
+            f"{restarts[-1][1] - killed} ms")
+    return restarts
+
+
+def cancel_all(bench: Bench, ingress: str, n: int) -> None:
+    """Cancel the bench's schedules ``sched-0`` .. ``sched-<n-1>`` (keyed as they were sent)."""
+    p = producer(bench.bootstrap)
+    for i in range(n):
+        p.produce(ingress, key=b"s%d" % i, value=None, headers=[(c.CANCEL, b"sched-%d" % i)])
+        if i % 10_000 == 0:
+            p.poll(0)
+    p.flush(120)
 
 
 def account(got: Delivered, starts: list[int], period_ms: int, window: tuple[int, int],
