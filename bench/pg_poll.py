@@ -20,6 +20,8 @@ them in the same transaction after the Kafka flush (at-least-once).
   (``pg_total_relation_size``) and the WAL written by their insert, each over M. Memory is not
   per record here: PostgreSQL's shared buffers are sized up front (256 MB) and the table is
   cached in them and in the page cache.
+* Restart with those M rows pending: the server SIGKILLed and started again, the time to the first
+  on-time delivery (:mod:`bench.peer_restart`, the sidecar's ``restart`` method).
 """
 
 from __future__ import annotations
@@ -29,17 +31,19 @@ import threading
 import time
 from typing import Any
 
-from bench import peers, throughput
+from bench import peer_restart, peers, throughput
 from bench.lateness import WHEEL_DELAYS
 from bench.peers import peer_round, spread_figure
 from bench.pg_server import SETTINGS, PgServer
 from bench.pg_worker import BATCH, POLL_INTERVAL_MS, SCHEMA, TABLE, Row, insert_rows
 from bench.report import fig
+from bench.restart import STEP_MS
 from bench.throughput import MAX_DELAY_MS
 from bench.workload import (
     Bench,
     BenchError,
     Preloaded,
+    ScriptProc,
     lateness_percentiles,
     log,
     uid,
@@ -162,6 +166,39 @@ def measure_lateness(bench: Bench, srv: PgServer, rate: float, seconds: float) -
     return {"offered_rate": rate, "sent": ins.sent, **out, **lateness_percentiles(late)}
 
 
+class PgCrash:
+    """The PostgreSQL queue as :func:`bench.peer_restart.measure` crashes it: the probes are rows
+    inserted before the crash (its producers cannot write while it is down)."""
+
+    def __init__(self, bench: Bench, srv: PgServer) -> None:
+        self.bench, self.srv = bench, srv
+
+    def write_probes(self, target: str, s_ms: int, n: int) -> None:
+        with self.srv.connect() as conn:
+            insert_rows(conn, rows(target, n, lambda k: s_ms + k * STEP_MS))
+
+    def kill(self) -> None:
+        self.srv.kill()
+
+    def start_workers(self, target: str, until_ms: int, n: int) -> list[ScriptProc]:
+        timeout = throughput.timeout_for(n) + max(0, until_ms - wall_ms()) / 1000
+        procs = [ScriptProc("bench.pg_worker", self.bench.workdir,
+                            ["--conninfo", self.srv.conninfo, "--bootstrap", self.bench.bootstrap, "--until-ms",
+                             str(until_ms), "--timeout", str(timeout), "--connect-timeout", "60"], tag="restart")
+                 for _ in range(WORKERS)]
+        for p in procs:
+            p.start()
+        return procs
+
+    def start(self) -> None:
+        self.srv.start()
+
+    def pending(self) -> int:
+        with self.srv.connect() as conn:
+            row = conn.execute(f"SELECT count(*) FROM {TABLE} WHERE due_ms > %s", (wall_ms(),)).fetchone()
+        return int(str(row[0])) if row else -1
+
+
 def measure_disk(bench: Bench, srv: PgServer, m: int) -> dict[str, Any]:
     with srv.connect() as conn:
         conn.execute(f"TRUNCATE {TABLE}")
@@ -227,6 +264,11 @@ def run(bench: Bench) -> dict[str, Any]:
             "insert_rows_per_s": fig(disk["insert_rows_per_s"], "records/s",
                                      note=f"{INSERT_BATCH}-row COPY transactions, one producer"),
         }
+        # -- restart after a crash, the disk figure's rows pending -------------------------------
+        rs = peer_restart.measure(bench, "pg", PgCrash(bench, srv), m)
+        details["restart"] = rs
+        log(f"pg-poll restart with {m:,} pending: {rs['restart_s']} s to the first on-time probe")
+        results["pg_restart"] = peer_restart.figures(rs)
     finally:
         srv.stop()
         bench.cleanup_topics()
@@ -235,7 +277,8 @@ def run(bench: Bench) -> dict[str, Any]:
                   f"{WORKERS} workers with SELECT ... WHERE due_ms <= now ORDER BY due_ms LIMIT {BATCH} FOR UPDATE "
                   "SKIP LOCKED, publish (acks=all, idempotent), flush, DELETE, COMMIT (at-least-once); the same "
                   "all-due backlog as throughput, back to back with the sidecar in rotated rounds; lateness at 50 % "
-                  "of its own maximum; table + index bytes per pending row",
+                  "of its own maximum; table + index bytes per pending row; restart after a SIGKILL with those rows "
+                  "pending, to the first on-time delivery",
         "settings": {"records": n, "rounds": rounds_n, "workers": WORKERS, "batch": BATCH,
                      "poll_interval_ms": POLL_INTERVAL_MS, "insert_batch": INSERT_BATCH, "pending_records": m,
                      "lateness_seconds": seconds, "lateness_delays_ms": WHEEL_DELAYS, "postgres": SETTINGS,

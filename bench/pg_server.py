@@ -1,5 +1,6 @@
 """A throwaway PostgreSQL server for the ``pg-poll`` peer: ``initdb`` in a temp dir, ``postgres`` on
-a free loopback port, stopped (fast shutdown) and removed at the end.
+a free loopback port, stopped (fast shutdown) and removed at the end; :meth:`PgServer.kill` and
+:meth:`PgServer.start` crash and restart it on the same data directory.
 
 Binaries: ``initdb`` and ``postgres`` on PATH (``scripts/setup.d/50-postgresql.sh`` puts Debian's
 into the project cache when the machine has none). Durability is PostgreSQL's default and is said
@@ -71,12 +72,18 @@ class PgServer:
                                "--no-locale", "--no-sync"], capture_output=True, text=True, check=False)
         if init.returncode != 0:
             raise BenchError(f"initdb failed: {init.stderr[-500:]}")
+        self.data = data
         self.port = _free_port()
+        self.conninfo = f"host=127.0.0.1 port={self.port} user={USER} dbname=postgres"
+        self.start()
+
+    def start(self) -> None:
+        """Start the server on its data directory (after a :meth:`kill`: crash recovery replays
+        the WAL from the last checkpoint) and wait until it accepts connections."""
         conf = [f"--{k}={v}" for k, v in SETTINGS.items()]
-        self.proc = spawn([*_as_user(), "postgres", "-D", str(data), "-p", str(self.port),
+        self.proc = spawn([*_as_user(), "postgres", "-D", str(self.data), "-p", str(self.port),
                            "--listen_addresses=127.0.0.1", f"--unix_socket_directories={self.dir}", *conf],
                           self.dir / "postgres.log")
-        self.conninfo = f"host=127.0.0.1 port={self.port} user={USER} dbname=postgres"
 
         def up() -> bool:
             if self.proc.poll() is not None:
@@ -87,7 +94,18 @@ class PgServer:
             except psycopg.OperationalError:
                 return False
 
-        wait_until("postgres to accept connections", up, 60, 0.1)
+        wait_until("postgres to accept connections", up, 60, 0.05)
+
+    def kill(self) -> None:
+        """A crash: SIGKILL to the postmaster and every process of the server, nothing flushed
+        beyond what committed transactions already made durable."""
+        main = psutil.Process(self.proc.pid)
+        procs = [main, *main.children(recursive=True)]
+        for p in procs:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        psutil.wait_procs(procs, timeout=30)
+        self.proc.wait(30)
 
     def log_tail(self) -> str:
         return (self.dir / "postgres.log").read_text(errors="replace")[-500:]

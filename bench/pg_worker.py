@@ -6,7 +6,7 @@ headers)``, a B-tree index on ``due_ms``. Producers insert rows in batches, one 
 (:func:`insert_rows`, ``COPY`` as the fastest bulk path psycopg offers).
 
 Run as ``python -m bench.pg_worker --conninfo C --bootstrap B [--batch N] [--poll-interval-ms P]
-[--until-ms T]``; a worker is one process, one connection, one loop:
+[--until-ms T] [--connect-timeout S]``; a worker is one process, one connection, one loop:
 
 1. ``BEGIN``; ``SELECT ... WHERE due_ms <= now ORDER BY due_ms LIMIT batch FOR UPDATE SKIP
    LOCKED`` (the claim every one of those libraries uses: rows another worker holds are skipped,
@@ -72,6 +72,19 @@ def insert_rows(conn: psycopg.Connection[Any], rows: Iterable[Row]) -> int:
     return n
 
 
+def connect(conninfo: str, retry_s: float) -> psycopg.Connection[Any]:
+    """A connection, retried every 10 ms for ``retry_s`` while the server refuses: what a worker
+    deployed beside a database does while the database restarts."""
+    give_up = time.monotonic() + retry_s
+    while True:
+        try:
+            return psycopg.connect(conninfo, autocommit=False)
+        except psycopg.OperationalError:
+            if time.monotonic() >= give_up:
+                raise
+            time.sleep(0.01)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.pg_worker")
     ap.add_argument("--conninfo", required=True)
@@ -80,10 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--poll-interval-ms", type=int, default=POLL_INTERVAL_MS)
     ap.add_argument("--until-ms", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--connect-timeout", type=float, default=0,
+                    help="keep trying to connect this long (a server still starting or recovering)")
     ns = ap.parse_args(argv)
 
     prod = Producer({"bootstrap.servers": ns.bootstrap, **DELIVERY_PRODUCER})
-    conn = psycopg.connect(ns.conninfo, autocommit=False)
+    conn = connect(ns.conninfo, ns.connect_timeout)
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     failed = [0]
     published = batches = rolled_back = 0

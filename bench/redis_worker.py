@@ -2,7 +2,7 @@
 same ingress topic and wire contract as the sidecar.
 
 Run as ``python -m bench.redis_worker --bootstrap B --source T --group G --redis-port P
---count N [--intake-only]``. One process, one loop, like the sidecar's:
+--count N [--intake-only] [--connect-timeout S]``. One process, one loop, like the sidecar's:
 
 1. *intake*: ``consume`` a batch of up to 5 000 ingress records; for each, the due time from
    ``delay.ms`` / ``delay.deliver-at`` (relative to the record timestamp, as the sidecar does; no
@@ -73,6 +73,20 @@ def unpack(body: bytes) -> tuple[int, str, bytes | None, bytes | None, list[tupl
     return due, topic, key, value, decode_headers(body[pos:])
 
 
+def wait_for(r: redis.Redis, retry_s: float) -> None:
+    """PING every 10 ms for ``retry_s`` until Redis answers: refused while it starts, ``LOADING``
+    (a ``ConnectionError`` to redis-py) while it reads its append-only file."""
+    give_up = time.monotonic() + retry_s
+    while True:
+        try:
+            r.ping()
+            return
+        except redis.ConnectionError:
+            if time.monotonic() >= give_up:
+                raise
+            time.sleep(0.01)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.redis_worker")
     ap.add_argument("--bootstrap", required=True)
@@ -82,9 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--count", type=int, required=True)
     ap.add_argument("--intake-only", action="store_true")
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--connect-timeout", type=float, default=0,
+                    help="keep trying this long while Redis refuses or loads its data (a restart)")
     ns = ap.parse_args(argv)
 
     r = redis.Redis(host="127.0.0.1", port=ns.redis_port)
+    wait_for(r, ns.connect_timeout)
     move = r.register_script(MOVE)
     prod = Producer({"bootstrap.servers": ns.bootstrap, **DELIVERY_PRODUCER})
     cons = Consumer({"bootstrap.servers": ns.bootstrap, "group.id": ns.group, **INGRESS_CONSUMER})

@@ -1,11 +1,13 @@
 """Scenario ``redis-zset``: the Youzan-style Redis sorted-set delay queue on the same workload.
 
 A ``redis-server`` from the distribution's packages (``scripts/setup.d/40-redis.sh``) runs on a
-free loopback port in a temp directory with persistence off (``--save '' --appendonly no``:
-Redis is given its fastest setting; the sidecar keeps its default ``fsync: batch``), and is shut
-down at the end. The queue itself is :mod:`bench.redis_worker` (intake -> ZADD + job
-hash, Lua mover -> ready list, worker -> Kafka) in one Python process with the same Kafka client
-settings as the sidecar.
+free loopback port in a temp directory with the durability the sidecar has (issue #55: equal
+durability): the append-only file fsync'd before Redis answers a write (``--appendonly yes
+--appendfsync always``; Redis groups the writes of one event-loop turn into one fsync, as the
+sidecar's default ``fsync: batch`` makes a batch durable before its ingress commit), no RDB
+snapshots (``--save ''``), and is shut down at the end. The queue itself is
+:mod:`bench.redis_worker` (intake -> ZADD + job hash, Lua mover -> ready list, worker -> Kafka) in
+one Python process with the same Kafka client settings as the sidecar.
 
 * Throughput: exactly the ``throughput`` method (100 B records, random 0-10 s delays, N
   pre-loaded and all due before the process starts, rate over the delivered timestamps), the Redis
@@ -15,7 +17,11 @@ settings as the sidecar.
 * Memory per pending record: M records with a 30 min delay go through the worker's intake only;
   Redis ``INFO memory`` ``used_memory`` (and ``used_memory_rss``) before and after, divided by M,
   next to the sidecar's RSS per pending record from ``pending-memory`` when it ran in this
-  invocation.
+  invocation; disk per pending record: the append-only file's growth, each size taken after a
+  ``BGREWRITEAOF`` (the data set, not the commands that built it).
+* Restart with those M records pending: redis-server SIGKILLed and started again on its
+  append-only file, the time to the first on-time delivery (:mod:`bench.peer_restart`, the
+  sidecar's ``restart`` method).
 """
 
 from __future__ import annotations
@@ -30,9 +36,11 @@ from typing import Any
 
 import redis
 
-from bench import throughput
+from bench import peer_restart, throughput
 from bench.peers import peer_round, spread_figure
+from bench.redis_worker import ZSET
 from bench.report import fig
+from bench.restart import STEP_MS
 from bench.workload import (
     Bench,
     BenchError,
@@ -48,9 +56,11 @@ from bench.workload import (
     wait_until,
     wall_ms,
 )
+from sidecar import contract as c
 
 PENDING_DELAY_MS = 1_800_000
 REDIS = "redis"
+PERSISTENCE = ["--save", "", "--appendonly", "yes", "--appendfsync", "always"]
 
 
 def sizes(bench: Bench) -> tuple[int, int]:
@@ -71,24 +81,50 @@ class RedisServer:
             raise BenchError("redis-server is not installed (scripts/setup.d/40-redis.sh installs it)")
         self.dir = Path(tempfile.mkdtemp(prefix="redis-", dir=workdir))
         self.port = _free_port()
-        self.proc = spawn([exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+        self.client = redis.Redis(host="127.0.0.1", port=self.port)
+        self.start()
+
+    def start(self) -> None:
+        """Start the server on its directory (after a :meth:`kill`, it loads the append-only file
+        first) and wait until it answers PING (not while it loads: ``LOADING``)."""
+        exe = shutil.which("redis-server")
+        assert exe is not None
+        self.proc = spawn([exe, "--port", str(self.port), "--bind", "127.0.0.1", *PERSISTENCE,
                            "--dir", str(self.dir), "--daemonize", "no", "--protected-mode", "yes",
                            "--logfile", str(self.dir / "redis.log")], self.dir / "redis.out")
-        self.client = redis.Redis(host="127.0.0.1", port=self.port)
 
         def up() -> bool:
             if self.proc.poll() is not None:
                 raise BenchError(f"redis-server exited: {(self.dir / 'redis.log').read_text(errors='replace')[-500:]}")
             try:
                 return bool(self.client.ping())
-            except redis.ConnectionError:
+            except redis.ConnectionError:  # refused, or BusyLoadingError while it loads
                 return False
 
-        wait_until("redis-server to answer PING", up, 30, 0.1)
+        wait_until("redis-server to answer PING", up, 120, 0.05)
+
+    def kill(self) -> None:
+        """A crash: SIGKILL, what the append-only file holds is what comes back."""
+        self.proc.kill()
+        self.proc.wait(30)
+        self.client.connection_pool.disconnect()
 
     def used_memory(self) -> tuple[int, int]:
         info = self.client.info("memory")
         return int(info["used_memory"]), int(info["used_memory_rss"])
+
+    def aof_bytes(self) -> int:
+        """The append-only file's size once rewritten (``BGREWRITEAOF``): what the data set takes on
+        disk, without the history of commands since the last rewrite."""
+        def idle() -> bool:
+            info = self.client.info("persistence")
+            return not int(info["aof_rewrite_in_progress"]) and not int(info["aof_rewrite_scheduled"])
+
+        wait_until("no AOF rewrite running", idle, 120, 0.1)
+        self.client.bgrewriteaof()
+        time.sleep(0.2)
+        wait_until("the AOF rewrite to finish", idle, 600, 0.1)
+        return sum(f.stat().st_size for f in self.dir.rglob("*.aof*") if f.is_file())
 
     def version(self) -> str:
         return str(self.client.info("server").get("redis_version"))
@@ -111,8 +147,42 @@ def run_worker(bench: Bench, srv: RedisServer, source: str, count: int, intake_o
     return proc.result(throughput.timeout_for(count) + 60)
 
 
+class RedisCrash:
+    """The Redis queue as :func:`bench.peer_restart.measure` crashes it: the probes are ingress
+    records (its producers write to Kafka, which stays up), read by the worker after the restart."""
+
+    def __init__(self, bench: Bench, srv: RedisServer) -> None:
+        self.bench, self.srv = bench, srv
+        self.source = ""
+
+    def write_probes(self, target: str, s_ms: int, n: int) -> None:
+        self.source = f"bench.rz.restart.in.{uid()}"
+        self.bench.topics(self.source)
+        preload(self.bench.bootstrap, self.source, n, 100, target, lambda _k: 0,
+                schedule=lambda k: [(c.DELIVER_AT, b"%d" % (s_ms + k * STEP_MS))])
+
+    def kill(self) -> None:
+        self.srv.kill()
+
+    def start_workers(self, target: str, until_ms: int, n: int) -> list[ScriptProc]:
+        timeout = throughput.timeout_for(n) + max(0, until_ms - wall_ms()) / 1000
+        proc = ScriptProc("bench.redis_worker", self.bench.workdir,
+                          ["--bootstrap", self.bench.bootstrap, "--source", self.source, "--group",
+                           f"bench-redis-{uid()}", "--redis-port", str(self.srv.port), "--count", str(n),
+                           "--timeout", str(timeout), "--connect-timeout", "120"], tag="restart")
+        proc.start()
+        return [proc]
+
+    def start(self) -> None:
+        self.srv.start()
+
+    def pending(self) -> int:
+        return int(self.srv.client.zcount(ZSET, f"({wall_ms()}", "+inf"))
+
+
 def measure_redis(bench: Bench, srv: RedisServer, pre: Preloaded, target: str) -> dict[str, Any]:
     srv.client.flushall()
+    srv.aof_bytes()  # each round from a freshly rewritten AOF: its automatic rewrites fall alike in every round
     start = bench.wm.high(target)
     spawned = wall_ms()
     res = run_worker(bench, srv, pre.topic, pre.n, False, "tp")
@@ -155,25 +225,34 @@ def run(bench: Bench) -> dict[str, Any]:
         srv.client.flushall()
         time.sleep(0.5)
         used0, rss0 = srv.used_memory()
+        aof0 = srv.aof_bytes()
         ingress, tgt = f"bench.rz.pm.{uid()}", f"bench.rz.pmout.{uid()}"
         bench.topics(ingress, tgt)
         preload(bench.bootstrap, ingress, m, 100, tgt, lambda _i: PENDING_DELAY_MS)
         run_worker(bench, srv, ingress, m, True, "pm")
-        pending = int(srv.client.zcard("kds:delay"))
+        pending = int(srv.client.zcard(ZSET))
         if pending != m:
             raise BenchError(f"Redis holds {pending} pending members, expected {m}")
         used1, rss1 = srv.used_memory()
+        aof1 = srv.aof_bytes()
         ours = bench.results.get("pending-memory-per-record", {})
         results["redis_memory"] = {
             "used_memory_bytes_per_pending": fig((used1 - used0) / m, "B"),
             "used_memory_rss_bytes_per_pending": fig((rss1 - rss0) / m, "B"),
+            "aof_bytes_per_pending": fig((aof1 - aof0) / m, "B", note="the append-only file after BGREWRITEAOF"),
         }
         for sched, per in ours.items():
             note = f"from pending-memory at {per['n']:,} pending"
             for k in ("rss_loaded", "rss_reopened", "anon_reopened"):
                 results["redis_memory"][f"sidecar_{sched}_{k}_bytes_per_pending"] = fig(per[k], "B", note=note)
+        # -- restart after a crash, those records pending -----------------------------------------
+        rs = peer_restart.measure(bench, "rz", RedisCrash(bench, srv), m)
+        details["restart"] = rs
+        log(f"redis-zset restart with {m:,} pending: {rs['restart_s']} s to the first on-time probe")
+        results["redis_restart"] = peer_restart.figures(rs)
         details["redis_memory"] = {"pending": m, "used_memory_before": used0, "used_memory_after": used1,
-                                   "used_memory_rss_before": rss0, "used_memory_rss_after": rss1}
+                                   "used_memory_rss_before": rss0, "used_memory_rss_after": rss1,
+                                   "aof_bytes_before": aof0, "aof_bytes_after": aof1}
     finally:
         srv.stop()
         bench.cleanup_topics()
@@ -181,9 +260,10 @@ def run(bench: Bench) -> dict[str, Any]:
         "method": "same fixed-N all-due workload as throughput (100 B, 0-10 s delays) through a Youzan-style Redis "
                   "ZSET queue (HSET job + ZADD, Lua mover to a ready list, LPOP worker -> Kafka) and through the "
                   "sidecar, back to back in rotated rounds, median of the per-round ratios; Redis INFO "
-                  "used_memory per pending record",
+                  "used_memory per pending record; restart after a SIGKILL with those records pending, to the first "
+                  "on-time delivery",
         "settings": {"records": n, "rounds": throughput.rounds_for(bench), "pending_records": m,
-                     "redis_persistence": "off (--save '' --appendonly no)",
+                     "redis_persistence": " ".join(PERSISTENCE),
                      "redis_transport": "TCP 127.0.0.1", "schedulers": bench.schedulers},
         "results": results,
         "details": details,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bench import pg_server
 from sidecar import cli
 from tests.infra import needs
 from tests.integration.bench_runner import SHORT, check_shape, run_bench
@@ -224,6 +225,26 @@ def test_bench_redis_zset(kafka_bootstrap: str, tmp_path: Path) -> None:
     assert res["levels"]["records_per_s"]["value"] > 0
     assert res["levels"]["ratio_to_redis"]["goal"] == ">= 2"
     assert res["redis_memory"]["used_memory_bytes_per_pending"]["value"] > 0
+    # equal durability: the queue's data set is on disk, in its append-only file
+    assert res["redis_memory"]["aof_bytes_per_pending"]["value"] > 0
+    assert "--appendfsync always" in report["scenarios"]["redis-zset"]["settings"]["redis_persistence"]
+
+
+@needs(pg_server.installed(), "PostgreSQL initdb and postgres (scripts/setup.d/50-postgresql.sh)")
+def test_bench_pg_poll(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """The whole scenario at its small size: every figure present, none early or lost, and the
+    crash-and-restart figure measured (its probes reached the target after the restart)."""
+    out = tmp_path / "bench.json"
+    report = run_bench(["pg-poll", "--bootstrap-servers", kafka_bootstrap, "--schedulers", "levels"], out, 300)
+    check_shape(report, ["pg-poll"])
+    res = report["scenarios"]["pg-poll"]["results"]
+    assert res["pg"]["records_per_s"]["value"] > 0 and res["levels"]["ratio_to_pg"]["value"] > 0
+    assert res["pg"]["early"]["value"] == 0 and res["pg"]["lost"]["value"] == 0
+    assert res["pg_lateness"]["early"]["value"] == 0
+    restart = res["pg_restart"]
+    assert restart["restart_s"]["value"] is not None and restart["restart_s"]["value"] > 0
+    assert restart["early"]["value"] == 0 and restart["lost"]["value"] == 0
+    assert 0 < restart["server_answering_s"]["value"] <= restart["restart_s"]["value"]
 
 
 @pytest.mark.parametrize("broker", [False, True], ids=["no-broker", "with-broker"])

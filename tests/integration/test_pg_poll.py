@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from bench import pg_server
@@ -81,3 +82,33 @@ def test_every_row_delivered_once_and_never_early(pg: PgServer, kafka_bootstrap:
     with pg.connect() as conn:
         left = conn.execute(f"SELECT count(*) FROM {TABLE}").fetchone()
     assert left == (0,)
+
+
+def test_a_crash_keeps_committed_rows_and_workers_wait_for_the_restart(pg: PgServer, kafka_bootstrap: str,
+                                                                       unique: str) -> None:
+    """SIGKILL to every server process, then workers started before the server (they retry the
+    connection) and the server restarted on the same data: crash recovery keeps each committed row,
+    and each is delivered once, none early."""
+    target = f"pg-poll-crash-{unique}"
+    create_topics(kafka_bootstrap, [target])
+    now = int(time.time() * 1000)
+    rows: list[Row] = [(now + 2_000 + i, target, b"c%d" % i, b"v", encode_headers([])) for i in range(300)]
+    with pg.connect() as conn:
+        insert_rows(conn, rows)
+    pg.kill()
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(pg.conninfo, connect_timeout=2)
+    procs = [subprocess.Popen([sys.executable, "-m", "bench.pg_worker", "--conninfo", pg.conninfo, "--bootstrap",
+                               kafka_bootstrap, "--until-ms", str(now + 4_000), "--timeout", "60",
+                               "--connect-timeout", "60"], stdout=subprocess.PIPE) for _ in range(2)]
+    time.sleep(0.5)  # the workers are up and refused before the server starts
+    pg.start()
+    outs = [p.communicate(timeout=90)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    got = consume_until(kafka_bootstrap, [target], len(rows), timeout_s=30, settle_s=1.0)
+    assert sorted(r.key or b"" for r in got) == sorted(r[2] or b"" for r in rows)
+    due = {r[2]: r[0] for r in rows}
+    assert [r.key for r in got if r.timestamp_ms < due[r.key or b""]] == []
+    assert "not properly shut down" in (pg.dir / "postgres.log").read_text(errors="replace")
+    with pg.connect() as conn:
+        assert conn.execute(f"SELECT count(*) FROM {TABLE}").fetchone() == (0,)

@@ -1,0 +1,86 @@
+"""The peers' restart figure: a crashed peer's start to its first on-time delivery with M records
+pending, by the method of the sidecar's ``restart`` scenario (:mod:`bench.restart`).
+
+The peer holds M pending records (due in 30 min: the memory or disk figure's). Probe records fall
+due one every ``STEP_MS`` from S for W seconds; they reach the peer the way its producers write
+(PostgreSQL: rows inserted before the crash; Redis: ingress records its worker reads after the
+restart, as the sidecar reads its probes). At S - ``KILL_LEAD_MS`` the server and every process of
+it are SIGKILLed (a crash: no shutdown, no final flush). At S the worker processes are started
+(they keep trying to connect) and then the server, on the same data. Restart time = the first
+on-time probe's delivery - S, on time meaning lateness (record timestamp - ``delay.deliver-at``)
+<= ``ON_TIME_MS``; probes due before are delivered late, never early, and counted. Resolution
+``STEP_MS``; a restart longer than W is reported as not measured (None). After the probes, the
+pending records are counted: a committed one the crash lost would show there.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from bench.report import Figure, fig
+from bench.restart import ON_TIME_MS, STEP_MS
+from bench.workload import Bench, BenchError, ScriptProc, read_range, sleep_until_wall_ms, uid, wall_ms
+
+KILL_LEAD_MS = 1_000
+PROBES_AHEAD_MS = 3_000  # S is this far after the measurement starts
+
+
+def probe_seconds(bench: Bench) -> float:
+    return 10.0 if bench.full else 5.0
+
+
+class Crashable(Protocol):
+    """A peer as the restart figure drives it."""
+
+    def write_probes(self, target: str, s_ms: int, n: int) -> None:
+        """Make ``n`` probes for ``target`` due at ``s_ms + k * STEP_MS`` reach the peer."""
+
+    def kill(self) -> None:
+        """SIGKILL the server and every process of it."""
+
+    def start_workers(self, target: str, until_ms: int, n: int) -> list[ScriptProc]:
+        """Start (not await) the workers that deliver the ``n`` probes, retrying the connection."""
+
+    def start(self) -> None:
+        """Start the server on its data; return once it answers."""
+
+    def pending(self) -> int:
+        """The records the peer holds."""
+
+
+def measure(bench: Bench, name: str, crash: Crashable, pending: int) -> dict[str, Any]:
+    target = f"bench.{name}.restart.{uid()}"
+    bench.topics(target)
+    window_ms = int(probe_seconds(bench) * 1000)
+    n = window_ms // STEP_MS
+    s_ms = wall_ms() + PROBES_AHEAD_MS
+    crash.write_probes(target, s_ms, n)
+    sleep_until_wall_ms(s_ms - KILL_LEAD_MS)
+    crash.kill()
+    sleep_until_wall_ms(s_ms)
+    procs = crash.start_workers(target, s_ms + window_ms + 500, n)
+    crash.start()
+    server_up_ms = wall_ms() - s_ms
+    for p in procs:
+        p.result(window_ms / 1000 + 180)
+    left = crash.pending()
+    got = read_range(bench.bootstrap, target, {}, bench.wm.high(target), headers=True)
+    late = [ts - da for ts, da in zip(got.ts, got.deliver_at, strict=True)]
+    on_time = [ts for ts, lm in zip(got.ts, late, strict=True) if 0 <= lm <= ON_TIME_MS]
+    if left != pending:
+        raise BenchError(f"{name} restart: {left} records pending after the crash, expected {pending}")
+    return {"pending": pending, "probes": n, "delivered": len(got.ts), "lost": n - len(set(got.ids)),
+            "early": sum(1 for lm in late if lm < 0), "late_probes": sum(1 for lm in late if lm > ON_TIME_MS),
+            "server_answering_s": server_up_ms / 1000,
+            "restart_s": (min(on_time) - s_ms) / 1000 if on_time else None}
+
+
+def figures(rs: dict[str, Any]) -> dict[str, Figure]:
+    return {
+        "restart_s": fig(rs["restart_s"], "s",
+                         note=f"SIGKILL, {rs['pending']:,} pending; start to the first on-time probe"),
+        "server_answering_s": fig(rs["server_answering_s"], "s", note="start to the server answering"),
+        "late_probes": fig(rs["late_probes"], "records"),
+        "early": fig(rs["early"], "records", "== 0"),
+        "lost": fig(rs["lost"], "records", "== 0"),
+    }
