@@ -4,7 +4,8 @@ cache by scripts/setup.d/70-kafka-streams.sh) as a process the bench and its smo
 :class:`StreamsPeerProc` runs one instance: ``java -cp 'lib/*:streams-peer.jar'
 kds.streamspeer.StreamsPeer`` on an ingress topic, with an application id of its own (a fresh
 consumer group reading from the earliest offset, fresh changelog topics ``<id>-pending-changelog``
-and ``<id>-ids-changelog``) and a state directory in the bench's work directory. It logs JSON
+and ``<id>-ids-changelog``), a static group member id (``<id>-0``: restarted in place, it takes
+its tasks back at once) and a state directory in the bench's work directory. It logs JSON
 lines: ``ready`` once Kafka Streams is RUNNING, ``done`` with its counters when stopped (SIGTERM
 closes Kafka Streams: the last commit, then the counters).
 """
@@ -59,10 +60,11 @@ class StreamsPeerProc(LogProc):
         name = f"streams-peer{'-' + tag if tag else ''}-{uid()}"
         super().__init__(name, workdir / f"{name}.log")
         lib = home()
+        self.state_dir = workdir / f"{name}.state"
         self.cmd = ["java", *JVM_OPTS, *(jvm_opts or []), "-cp", f"{lib / 'lib'}/*:{lib / 'streams-peer.jar'}",
                     MAIN_CLASS,
                     "--bootstrap", bootstrap, "--ingress", ingress, "--application-id", self.app_id,
-                    "--state-dir", str(workdir / f"{name}.state"), "--punctuate-ms", str(punctuate_ms)]
+                    "--state-dir", str(self.state_dir), "--punctuate-ms", str(punctuate_ms)]
 
     def start(self) -> None:
         self._spawn(self.cmd)

@@ -21,14 +21,17 @@ them in a RocksDB store keyed by big-endian due ms + id, and a wall-clock punctu
 * Lateness at 50 % of the peer's own measured maximum: a paced producer writes ingress records
   (delays uniform 1-10 s) to a fresh application for the lateness time; lateness is the delivered
   record's timestamp minus its ``delay.deliver-at``.
+* Memory and disk per pending record, and the restart after a SIGKILL with those records pending:
+  :mod:`bench.streams_restart`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import signal
 from typing import Any
 
-from bench import throughput
+from bench import peer_restart, streams_restart, throughput
 from bench.lateness import WHEEL_DELAYS
 from bench.peers import peer_figures, peer_round
 from bench.report import fig
@@ -170,6 +173,20 @@ def run(bench: Bench) -> dict[str, Any]:
             "lost": fig(lat["lost"], "records", "== 0"),
             "duplicates": fig(lat["duplicates"], "records"),
         }
+        # -- pending memory and disk, restart after a crash with them pending ---------------------
+        ingress = f"bench.sp.pending.in.{uid()}"
+        bench.topics(ingress)
+        proc = start_peer(bench, ingress, "pending")
+        try:
+            pend = streams_restart.measure(bench, proc, ingress)
+        finally:
+            proc.stop(signal.SIGTERM, 90)
+        details["pending"] = pend
+        rs = pend["restart"]
+        log(f"streams-punctuator restart with {pend['pending']:,} pending: {rs['restart_s']} s to the first "
+            "on-time probe")
+        results["streams_pending"] = streams_restart.figures(pend)
+        results["streams_restart"] = peer_restart.figures(rs)
     finally:
         bench.cleanup_topics()
     return {
@@ -177,12 +194,14 @@ def run(bench: Bench) -> dict[str, Any]:
                   f"and an id -> due store, both changelogged; a WALL_CLOCK_TIME punctuator every {PUNCTUATE_MS} ms "
                   "range-scans what is due, forwards it to its target (acks=all, idempotent) and deletes it; "
                   "at_least_once; the same all-due backlog as throughput, back to back with the sidecar in rotated "
-                  "rounds; lateness at 50 % of its own maximum",
+                  "rounds; lateness at 50 % of its own maximum; RSS and state directory per pending record; "
+                  "restart after a SIGKILL with those records pending, to the first on-time delivery",
         "settings": {"records": n, "rounds": rounds_n, "punctuate_ms": PUNCTUATE_MS, "lateness_seconds": seconds,
                      "lateness_delays_ms": WHEEL_DELAYS, "processing_guarantee": "at_least_once",
                      "producer": {"acks": "all", "enable.idempotence": True, "linger.ms": 2, "batch.size": 262_144},
                      "commit_interval_ms": "Streams default (30 000 for at_least_once)",
                      "record_cache": "none (the Processor API store default)", "jvm": JVM_OPTS,
+                     "group_instance_id": "<application id>-0 (static membership)",
                      "schedulers": bench.schedulers},
         "results": results,
         "details": details,

@@ -84,6 +84,11 @@ public final class StreamsPeer {
         p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, a.get("guarantee"));
         p.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, -1);
         p.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
+        // Static membership (KIP-345), as a deployment that restarts its instances in place runs it:
+        // an instance back under the same id takes its tasks again at once, where a new member would
+        // wait for the crashed one's session (45 s by default) to expire before the rebalance.
+        p.put(StreamsConfig.consumerPrefix(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG),
+                a.get("application-id") + "-0");
         p.put(StreamsConfig.producerPrefix(ProducerConfig.ACKS_CONFIG), "all");
         p.put(StreamsConfig.producerPrefix(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG), true);
         p.put(StreamsConfig.producerPrefix(ProducerConfig.LINGER_MS_CONFIG), 2);
