@@ -13,8 +13,23 @@ from collections.abc import Callable
 from typing import Any
 
 from bench import throughput
+from bench.lateness import WHEEL_DELAYS
 from bench.report import Figure, fig
-from bench.workload import Bench, Delivered, Preloaded, ScriptProc, log, read_range, wall_ms
+from bench.workload import (
+    Bench,
+    Delivered,
+    LogProc,
+    PacedProducer,
+    Preloaded,
+    ScriptProc,
+    lateness_percentiles,
+    log,
+    read_range,
+    uid,
+    uniform_delays,
+    wait_until,
+    wall_ms,
+)
 
 
 def peer_round(bench: Bench, r: int, scenario: str, peer: str, label: str, measure_peer: Callable[[], dict[str, Any]],
@@ -101,3 +116,29 @@ def peer_figures(rounds: list[dict[str, Any]], peer: str, rate: float | None, no
             "early": fig(total("early"), "records", "== 0"),
             "lost": fig(total("lost"), "records", "== 0"),
             "duplicates": fig(total("duplicates"), "records", note=duplicates_note)}
+
+
+def paced_lateness(bench: Bench, name: str, rate: float, seconds: float,
+                   start: Callable[[str, str], LogProc]) -> tuple[dict[str, Any], LogProc]:
+    """Lateness at ``rate`` through a peer that reads an ingress topic as the sidecar does: ``start(ingress,
+    target)`` starts it (ready to read), a paced producer writes ``rate`` records/s (delays uniform
+    1-10 s) for ``seconds``, and once every accepted record is delivered the percentiles of the
+    delivered timestamps minus their ``delay.deliver-at``. The peer's process is returned still
+    running, for its own counters."""
+    ingress, target = f"bench.{name}.lat.in.{uid()}", f"bench.{name}.lat.out.{uid()}"
+    bench.topics(ingress, target)
+    proc = start(ingress, target)
+    prod = PacedProducer(bench.bootstrap, ingress, target, rate, 100, uniform_delays(*WHEEL_DELAYS),
+                         duration_s=seconds)
+    prod.start()
+    prod.join(seconds + 120)
+    if prod.is_alive():
+        prod.stop()
+    sent = prod.accepted  # what the broker refused never reached the peer: not "lost"
+    wait_until(f"{sent} records delivered by the {name} peer", lambda: bench.wm.total(target) >= sent,
+               max(WHEEL_DELAYS) / 1000 + 120, 0.25, proc.check_alive)
+    got = read_range(bench.bootstrap, target, {}, bench.wm.high(target), headers=True)
+    late = [ts - da for ts, da in zip(got.ts, got.deliver_at, strict=True)]
+    return {"offered_rate": rate, "sent": sent, "delivered": len(got.ts), "lost": sent - len(set(got.ids)),
+            "duplicates": len(got.ids) - len(set(got.ids)), "early": sum(1 for lt in late if lt < 0),
+            **lateness_percentiles(late)}, proc

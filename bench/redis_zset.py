@@ -14,6 +14,9 @@ one Python process with the same Kafka client settings as the sidecar.
   worker and the sidecar (each scheduler) on the same pre-loaded topic, back to back, in the same
   rotated rounds as ``throughput`` (Redis flushed before each of its runs); the ratio is taken
   within a round and the figure is its median. Goal: the sidecar at >= 2x the Redis queue.
+* Lateness at 50 % of the queue's own maximum: a paced stream of ingress records (delays uniform
+  1-10 s) for the lateness time through the worker (:func:`bench.peers.paced_lateness`, as for
+  the other peers); lateness is the delivered record's timestamp minus its due time.
 * Memory per pending record: M records with a 30 min delay go through the worker's intake only;
   Redis ``INFO memory`` ``used_memory`` (and ``used_memory_rss``) before and after, divided by M,
   next to the sidecar's RSS per pending record from ``pending-memory`` when it ran in this
@@ -36,7 +39,8 @@ from typing import Any
 
 import redis
 
-from bench import peer_restart, throughput
+from bench import peer_restart, peers, throughput
+from bench.lateness import WHEEL_DELAYS
 from bench.peers import peer_round, spread_figure
 from bench.redis_worker import ZSET
 from bench.report import fig
@@ -66,6 +70,29 @@ PERSISTENCE = ["--save", "", "--appendonly", "yes", "--appendfsync", "always"]
 def sizes(bench: Bench) -> tuple[int, int]:
     """(throughput records, pending records for the memory figure)."""
     return (400_000, 1_000_000) if bench.full else (20_000, 100_000)
+
+
+def lateness_seconds(bench: Bench) -> float:
+    return 60.0 if bench.full else 10.0
+
+
+def measure_lateness(bench: Bench, srv: RedisServer, rate: float) -> dict[str, Any]:
+    """The worker on a paced stream at ``rate`` (:func:`bench.peers.paced_lateness`), from an empty
+    Redis; it runs until every accepted record is delivered, then is stopped."""
+    srv.client.flushall()
+    srv.aof_bytes()
+
+    def start(ingress: str, _target: str) -> ScriptProc:
+        proc = ScriptProc("bench.redis_worker", bench.workdir,
+                          ["--bootstrap", bench.bootstrap, "--source", ingress, "--group", f"bench-redis-{uid()}",
+                           "--redis-port", str(srv.port), "--count", str(10**12), "--timeout", "3600"], tag="lat")
+        proc.start()
+        proc.wait_event("ready", 60)
+        return proc
+
+    lat, proc = peers.paced_lateness(bench, "rz", rate, lateness_seconds(bench), start)
+    proc.stop()
+    return lat
 
 
 def _free_port() -> int:
@@ -221,6 +248,12 @@ def run(bench: Bench) -> dict[str, Any]:
             results[sched] = {"records_per_s": fig(throughput.median([one[sched]["records_per_s"] for one in rounds]),
                                                    "records/s"),
                               "ratio_to_redis": fig(ratio, "x", ">= 2", note=note)}
+        # -- lateness at 50 % of the queue's own maximum ------------------------------------------
+        rate = max(100.0, (redis_rate or 0) / 2)
+        lat = measure_lateness(bench, srv, rate)
+        details["lateness"] = lat
+        log(f"redis-zset lateness at {rate:,.0f}/s: p50 {lat['p50']} ms, p99 {lat['p99']} ms, early {lat['early']}")
+        results["redis_lateness"] = peers.lateness_figures(lat)
         # -- memory per pending record ------------------------------------------------------------
         srv.client.flushall()
         time.sleep(0.5)
@@ -260,9 +293,10 @@ def run(bench: Bench) -> dict[str, Any]:
         "method": "same fixed-N all-due workload as throughput (100 B, 0-10 s delays) through a Youzan-style Redis "
                   "ZSET queue (HSET job + ZADD, Lua mover to a ready list, LPOP worker -> Kafka) and through the "
                   "sidecar, back to back in rotated rounds, median of the per-round ratios; Redis INFO "
-                  "used_memory per pending record; restart after a SIGKILL with those records pending, to the first "
-                  "on-time delivery",
+                  "used_memory per pending record; lateness at 50 % of its own maximum; restart after a SIGKILL "
+                  "with those records pending, to the first on-time delivery",
         "settings": {"records": n, "rounds": throughput.rounds_for(bench), "pending_records": m,
+                     "lateness_seconds": lateness_seconds(bench), "lateness_delays_ms": WHEEL_DELAYS,
                      "redis_persistence": " ".join(PERSISTENCE),
                      "redis_transport": "TCP 127.0.0.1", "schedulers": bench.schedulers},
         "results": results,

@@ -33,20 +33,17 @@ from typing import Any
 
 from bench import peer_restart, streams_restart, throughput
 from bench.lateness import WHEEL_DELAYS
-from bench.peers import peer_figures, peer_round
+from bench.peers import paced_lateness, peer_figures, peer_round
 from bench.report import fig
 from bench.streams_peer import JVM_OPTS, PUNCTUATE_MS, StreamsPeerProc, changelog_topics, installed
 from bench.workload import (
     Bench,
     BenchError,
-    PacedProducer,
     Preloaded,
     cpu_seconds,
-    lateness_percentiles,
     log,
     read_range,
     uid,
-    uniform_delays,
     wait_until,
 )
 
@@ -106,26 +103,17 @@ def measure_round(bench: Bench, pre: Preloaded, target: str, r: int) -> dict[str
 
 
 def measure_lateness(bench: Bench, rate: float, seconds: float) -> dict[str, Any]:
-    ingress, target = f"bench.sp.lat.in.{uid()}", f"bench.sp.lat.out.{uid()}"
-    bench.topics(ingress, target)
-    proc = start_peer(bench, ingress, "lat")
+    procs: list[StreamsPeerProc] = []
+
+    def start(ingress: str, _target: str) -> StreamsPeerProc:
+        procs.append(start_peer(bench, ingress, "lat"))
+        return procs[0]
+
     try:
-        prod = PacedProducer(bench.bootstrap, ingress, target, rate, 100, uniform_delays(*WHEEL_DELAYS),
-                             duration_s=seconds)
-        prod.start()
-        prod.join(seconds + 120)
-        if prod.is_alive():
-            prod.stop()
-        sent = prod.accepted  # what the broker refused never reached the application: not "lost"
-        wait_until(f"{sent} records delivered by Kafka Streams", lambda: bench.wm.total(target) >= sent,
-                   max(WHEEL_DELAYS) / 1000 + 120, 0.25, proc.check_alive)
+        lat, _proc = paced_lateness(bench, "sp", rate, seconds, start)
     finally:
-        done = proc.finish()
-    got = read_range(bench.bootstrap, target, {}, bench.wm.high(target), headers=True)
-    late = [ts - da for ts, da in zip(got.ts, got.deliver_at, strict=True)]
-    return {"offered_rate": rate, "sent": sent, "delivered": len(got.ts), "lost": sent - len(set(got.ids)),
-            "duplicates": len(got.ids) - len(set(got.ids)), "early": sum(1 for lt in late if lt < 0),
-            **lateness_percentiles(late), "counters": counters(done)}
+        done = procs[0].finish() if procs else {}
+    return {**lat, "counters": counters(done)}
 
 
 def run(bench: Bench) -> dict[str, Any]:

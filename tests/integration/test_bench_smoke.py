@@ -228,6 +228,9 @@ def test_bench_redis_zset(kafka_bootstrap: str, tmp_path: Path) -> None:
     # equal durability: the queue's data set is on disk, in its append-only file
     assert res["redis_memory"]["aof_bytes_per_pending"]["value"] > 0
     assert "--appendfsync always" in report["scenarios"]["redis-zset"]["settings"]["redis_persistence"]
+    lateness = res["redis_lateness"]
+    assert lateness["p99_ms"]["value"] is not None and lateness["early"]["value"] == 0
+    assert lateness["lost"]["value"] == 0
     # the crash and restart on its append-only file: the pending records and every probe come back
     restart = res["redis_restart"]
     assert restart["restart_s"]["value"] is not None and restart["restart_s"]["value"] > 0
