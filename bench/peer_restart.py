@@ -9,8 +9,10 @@ it are SIGKILLed (a crash: no shutdown, no final flush). At S the worker process
 (they keep trying to connect) and then the server, on the same data. Restart time = the first
 on-time probe's delivery - S, on time meaning lateness (record timestamp - ``delay.deliver-at``)
 <= ``ON_TIME_MS``; probes due before are delivered late, never early, and counted. Resolution
-``STEP_MS``; a restart longer than W is reported as not measured (None). After the probes, the
-pending records are counted: a committed one the crash lost would show there.
+``STEP_MS``; a restart longer than W is reported as not measured (None). Beside it, the time to
+the first probe after which every probe's first delivery was on time (``steady_s``): a peer that
+reads its input again after the restart can be on time once and then behind. After the probes,
+the pending records are counted: a committed one the crash lost would show there.
 """
 
 from __future__ import annotations
@@ -76,13 +78,31 @@ def measure(bench: Bench, name: str, crash: Crashable, pending: int) -> dict[str
     left = crash.pending()
     late = [ts - da for ts, da in zip(got.ts, got.deliver_at, strict=True)]
     on_time = [ts for ts, lm in zip(got.ts, late, strict=True) if 0 <= lm <= ON_TIME_MS]
+    first: dict[bytes, tuple[int, int]] = {}  # a probe's first delivery: (timestamp, due)
+    for pid, ts, da in zip(got.ids, got.ts, got.deliver_at, strict=True):
+        if pid not in first or ts < first[pid][0]:
+            first[pid] = (ts, da)
+    late_dues = [da for ts, da in first.values() if ts - da > ON_TIME_MS]
     if left is not None and left != pending:
         raise BenchError(f"{name} restart: {left} records pending after the crash, expected {pending}")
     return {"pending": pending, "pending_after": left, "probes": n, "delivered": len(got.ts),
             "lost": n - len(set(got.ids)), "duplicates": len(got.ids) - len(set(got.ids)),
             "early": sum(1 for lm in late if lm < 0), "late_probes": sum(1 for lm in late if lm > ON_TIME_MS),
             "server_answering_s": server_up_ms / 1000,
-            "restart_s": (min(on_time) - s_ms) / 1000 if on_time else None}
+            "restart_s": (min(on_time) - s_ms) / 1000 if on_time else None,
+            "steady_s": steady_s(s_ms, window_ms, late_dues, bool(on_time))}
+
+
+def steady_s(s_ms: int, window_ms: int, late_dues: list[int], any_on_time: bool) -> float | None:
+    """From S to the first probe after which every probe's first delivery was on time: a peer that
+    delivers one probe on time and then falls behind (reading its input again) is not back yet.
+    None when the window ended late."""
+    if not any_on_time:
+        return None
+    last_late = max(late_dues, default=s_ms - STEP_MS)
+    if last_late + STEP_MS >= s_ms + window_ms:
+        return None
+    return max(0, last_late + STEP_MS - s_ms) / 1000
 
 
 def figures(rs: dict[str, Any]) -> dict[str, Figure]:
@@ -90,6 +110,7 @@ def figures(rs: dict[str, Any]) -> dict[str, Figure]:
         "restart_s": fig(rs["restart_s"], "s",
                          note=f"SIGKILL, {rs['pending']:,} pending; start to the first on-time probe"),
         "server_answering_s": fig(rs["server_answering_s"], "s", note="start to the server answering"),
+        "steady_s": fig(rs["steady_s"], "s", note="start to the first probe after which every probe was on time"),
         "late_probes": fig(rs["late_probes"], "records"),
         "early": fig(rs["early"], "records", "== 0"),
         "lost": fig(rs["lost"], "records", "== 0"),
