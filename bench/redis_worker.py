@@ -31,7 +31,7 @@ from typing import Any, cast
 
 import orjson
 import redis
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from bench.workload import CONSUME_BATCH, DELIVERY_PRODUCER, INGRESS_CONSUMER, MAX_IN_FLIGHT, KHeaders
 from sidecar import contract as c
@@ -71,6 +71,26 @@ def unpack(body: bytes) -> tuple[int, str, bytes | None, bytes | None, list[tupl
     value = None if vl < 0 else body[pos:pos + vl]
     pos += max(vl, 0)
     return due, topic, key, value, decode_headers(body[pos:])
+
+
+def job_of(m: Message) -> tuple[str, bytes, int]:
+    """An ingress record's job id, body and due time: ``delay.ms`` after its timestamp or
+    ``delay.deliver-at``, as the sidecar reads them (no level rounding)."""
+    _tt, ts = m.timestamp()
+    target = b""
+    due = ts
+    user: list[tuple[str, bytes | None]] = []
+    for k, v in cast(KHeaders, m.headers() or []):
+        b = v.encode() if isinstance(v, str) else v
+        if k == c.TARGET_TOPIC:
+            target = b or b""
+        elif k == c.DELAY_MS:
+            due = ts + int(b or b"0")
+        elif k == c.DELIVER_AT:
+            due = int(b or b"0")
+        else:
+            user.append((k, b))
+    return f"{m.topic()}:{m.partition()}:{m.offset()}", pack(due, target, m.key(), m.value(), encode_headers(user)), due
 
 
 def wait_for(r: redis.Redis, retry_s: float) -> None:
@@ -132,22 +152,8 @@ def main(argv: list[str] | None = None) -> int:
             for m in msgs:
                 if m.error() is not None:
                     continue
-                _tt, ts = m.timestamp()
-                target = b""
-                due = ts
-                user: list[tuple[str, bytes | None]] = []
-                for k, v in cast(KHeaders, m.headers() or []):
-                    b = v.encode() if isinstance(v, str) else v
-                    if k == c.TARGET_TOPIC:
-                        target = b or b""
-                    elif k == c.DELAY_MS:
-                        due = ts + int(b or b"0")
-                    elif k == c.DELIVER_AT:
-                        due = int(b or b"0")
-                    else:
-                        user.append((k, b))
-                jid = f"{m.topic()}:{m.partition()}:{m.offset()}"
-                jobs[jid] = pack(due, target, m.key(), m.value(), encode_headers(user))
+                jid, body, due = job_of(m)
+                jobs[jid] = body
                 zs[jid] = due
                 positions[m.partition()] = m.offset() + 1  # type: ignore[index,operator]
             pipe = r.pipeline(transaction=False)
