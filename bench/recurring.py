@@ -54,10 +54,10 @@ from bench.workload import (
     cpu_seconds,
     lateness_percentiles,
     log,
-    memory_of,
     preload,
     producer,
     read_range,
+    rss_of,
     schedstat,
     sleep_until_wall_ms,
     uid,
@@ -70,12 +70,6 @@ GOAL_P99_MS = "<= 50"
 IN_FLIGHT_MS = 5_000  # a firing written this long before a kill may be in flight (not settled) at it
 STORE_US_PER_SCHEDULE = 100  # the preload's wait: see measure
 RECOVERY_MS = 5_000  # after a restart: the firings due meanwhile are late by the restart, not by the path
-
-
-def rss_of(pid: int) -> tuple[int, int]:
-    """(anonymous RSS, total RSS) of ``pid``, bytes."""
-    m = memory_of(pid) or {}
-    return m.get("RssAnon", 0), m.get("VmRSS", 0)
 
 
 def params(bench: Bench) -> tuple[int, int, int, float, int]:

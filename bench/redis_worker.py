@@ -152,9 +152,9 @@ def main(argv: list[str] | None = None) -> int:
             for m in msgs:
                 if m.error() is not None:
                     continue
-                jid, body, due = job_of(m)
-                jobs[jid] = body
-                zs[jid] = due
+                jid, job_body, job_due = job_of(m)
+                jobs[jid] = job_body
+                zs[jid] = job_due
                 positions[m.partition()] = m.offset() + 1  # type: ignore[index,operator]
             pipe = r.pipeline(transaction=False)
             pipe.hset(JOBS, mapping=jobs)  # type: ignore[arg-type]

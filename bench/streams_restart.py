@@ -1,10 +1,11 @@
 """``streams-punctuator``'s pending figures: memory and disk per pending record, and the restart
 after a crash with them pending (:mod:`bench.peer_restart`, the sidecar's ``restart`` method).
 
-* Pending: M ingress records with a 30 min delay, read by a fresh application until both stores'
-  changelogs hold M puts each (every record stored: its due-ordered entry and its id entry). The
-  JVM's RSS growth over M (RocksDB's memtables and block cache are outside the heap, the heap is
-  sized up front) and the state directory's size over M (RocksDB's files, allocated bytes).
+* Pending: M ingress records with a 30 min delay, read by a fresh application until its
+  ``pending`` store's changelog holds M puts (the ``ids`` store takes only records with a
+  ``delay.id`` of their own; these have none). The JVM's RSS growth over M (RocksDB's memtables
+  and block cache are outside the heap, the heap is sized up front) and the state directory's
+  size over M (RocksDB's files, allocated bytes).
 * Restart: probes written to the application's ingress topic (its producers write to Kafka, which
   stays up), the JVM SIGKILLed, then the same application (its id, its state directory) started
   again: at_least_once keeps the local stores after a crash and restores from each store's last
@@ -28,8 +29,8 @@ from bench.workload import (
     ScriptProc,
     disk_usage,
     log,
-    memory_of,
     preload,
+    rss_of,
     uid,
     wait_until,
 )
@@ -70,14 +71,14 @@ class StreamsCrash:
 def measure(bench: Bench, proc: StreamsPeerProc, ingress: str) -> dict[str, Any]:
     """``proc`` runs (RUNNING) on ``ingress``, nothing stored yet; it is left running."""
     m = pending_for(bench)
-    anon0, rss0 = _rss(proc.pid)
+    anon0, rss0 = rss_of(proc.pid)
     target = f"bench.sp.pending.out.{uid()}"
     bench.topics(target)
     preload(bench.bootstrap, ingress, m, 100, target, lambda _i: PENDING_DELAY_MS)
     pending_log = changelog_topics(proc.app_id)[0]
     wait_until(f"Kafka Streams to store {m:,} records", lambda: _total(bench, pending_log) >= m, 600, 0.5,
                proc.check_alive)
-    anon1, rss1 = _rss(proc.pid)
+    anon1, rss1 = rss_of(proc.pid)
     alloc, _apparent = disk_usage(proc.state_dir)
     log(f"streams-punctuator: {m:,} pending, RSS +{(rss1 - rss0) / m:.0f} B, state {alloc / m:.0f} B per record")
     rs = peer_restart.measure(bench, "sp", StreamsCrash(bench, proc, ingress), m)
@@ -91,11 +92,6 @@ def figures(p: dict[str, Any]) -> dict[str, Figure]:
                                          note=f"the JVM's RSS growth over {m:,} pending"),
             "disk_bytes_per_pending": fig(p["state_dir_bytes"] / m, "B",
                                           note="the state directory (RocksDB), allocated, without the changelogs")}
-
-
-def _rss(pid: int) -> tuple[int, int]:
-    mem = memory_of(pid)
-    return mem.get("RssAnon", 0), mem.get("VmRSS", 0)
 
 
 def _total(bench: Bench, topic: str) -> int:

@@ -588,6 +588,12 @@ def memory_of(pid: int, rollup: bool = False) -> dict[str, int]:
     return out
 
 
+def rss_of(pid: int) -> tuple[int, int]:
+    """(anonymous RSS, total RSS) of ``pid``, bytes."""
+    m = memory_of(pid) or {}
+    return m.get("RssAnon", 0), m.get("VmRSS", 0)
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process (all its threads, librdkafka's included)."""
     try:
