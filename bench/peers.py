@@ -119,12 +119,12 @@ def peer_figures(rounds: list[dict[str, Any]], peer: str, rate: float | None, no
 
 
 def paced_lateness(bench: Bench, name: str, rate: float, seconds: float,
-                   start: Callable[[str, str], LogProc]) -> tuple[dict[str, Any], LogProc]:
+                   start: Callable[[str, str], LogProc]) -> dict[str, Any]:
     """Lateness at ``rate`` through a peer that reads an ingress topic as the sidecar does: ``start(ingress,
     target)`` starts it (ready to read), a paced producer writes ``rate`` records/s (delays uniform
     1-10 s) for ``seconds``, and once every accepted record is delivered the percentiles of the
-    delivered timestamps minus their ``delay.deliver-at``. The peer's process is returned still
-    running, for its own counters."""
+    delivered timestamps minus their ``delay.deliver-at``. The caller stops the peer's process (it
+    may want its own counters first)."""
     ingress, target = f"bench.{name}.lat.in.{uid()}", f"bench.{name}.lat.out.{uid()}"
     bench.topics(ingress, target)
     proc = start(ingress, target)
@@ -141,4 +141,4 @@ def paced_lateness(bench: Bench, name: str, rate: float, seconds: float,
     late = [ts - da for ts, da in zip(got.ts, got.deliver_at, strict=True)]
     return {"offered_rate": rate, "sent": sent, "delivered": len(got.ts), "lost": sent - len(set(got.ids)),
             "duplicates": len(got.ids) - len(set(got.ids)), "early": sum(1 for lt in late if lt < 0),
-            **lateness_percentiles(late)}, proc
+            **lateness_percentiles(late)}

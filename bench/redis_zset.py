@@ -82,16 +82,22 @@ def measure_lateness(bench: Bench, srv: RedisServer, rate: float) -> dict[str, A
     srv.client.flushall()
     srv.aof_bytes()
 
-    def start(ingress: str, _target: str) -> ScriptProc:
-        proc = ScriptProc("bench.redis_worker", bench.workdir,
-                          ["--bootstrap", bench.bootstrap, "--source", ingress, "--group", f"bench-redis-{uid()}",
-                           "--redis-port", str(srv.port), "--count", str(10**12), "--timeout", "3600"], tag="lat")
-        proc.start()
-        proc.wait_event("ready", 60)
-        return proc
+    procs: list[ScriptProc] = []
 
-    lat, proc = peers.paced_lateness(bench, "rz", rate, lateness_seconds(bench), start)
-    proc.stop()
+    def start(ingress: str, _target: str) -> ScriptProc:
+        procs.append(ScriptProc("bench.redis_worker", bench.workdir,
+                                ["--bootstrap", bench.bootstrap, "--source", ingress, "--group",
+                                 f"bench-redis-{uid()}", "--redis-port", str(srv.port), "--count", str(10**12),
+                                 "--timeout", "3600"], tag="lat"))
+        procs[0].start()
+        procs[0].wait_event("ready", 60)
+        return procs[0]
+
+    try:
+        lat = peers.paced_lateness(bench, "rz", rate, lateness_seconds(bench), start)
+    finally:
+        for p in procs:  # stopped on a failure too: it would otherwise poll Redis for an hour
+            p.stop()
     return lat
 
 

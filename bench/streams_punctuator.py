@@ -110,7 +110,7 @@ def measure_lateness(bench: Bench, rate: float, seconds: float) -> dict[str, Any
         return procs[0]
 
     try:
-        lat, _proc = paced_lateness(bench, "sp", rate, seconds, start)
+        lat = paced_lateness(bench, "sp", rate, seconds, start)
     finally:
         done = procs[0].finish() if procs else {}
     return {**lat, "counters": counters(done)}
