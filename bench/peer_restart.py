@@ -3,13 +3,15 @@ pending, by the method of the sidecar's ``restart`` scenario (:mod:`bench.restar
 
 The peer holds M pending records (due in 30 min: the memory or disk figure's). Probe records fall
 due one every ``STEP_MS`` from S for W seconds; they reach the peer the way its producers write
-(PostgreSQL: rows inserted before the crash; Redis: ingress records its worker reads after the
-restart, as the sidecar reads its probes). At S - ``KILL_LEAD_MS`` the server and every process of
-it are SIGKILLed (a crash: no shutdown, no final flush). At S the worker processes are started
-(they keep trying to connect) and then the server, on the same data. Restart time = the first
-on-time probe's delivery - S, on time meaning lateness (record timestamp - ``delay.deliver-at``)
-<= ``ON_TIME_MS``; probes due before are delivered late, never early, and counted. Resolution
-``STEP_MS``; a restart longer than W is reported as not measured (None). Beside it, the time to
+(PostgreSQL: rows inserted before the crash; Redis and Kafka Streams: ingress records read after
+the restart, as the sidecar reads its probes; RabbitMQ: each published into one TTL level a level
+before its due time, all before the crash, so that level is longer than W). At S -
+``KILL_LEAD_MS`` the server and every process of it are SIGKILLed (a crash: no shutdown, no final
+flush). At S the worker processes are started (they keep trying to connect) and then the server,
+on the same data. Restart time = the first on-time probe's delivery - S, on time meaning lateness
+(record timestamp - ``delay.deliver-at``) <= ``ON_TIME_MS``; probes due before are delivered
+late, never early, and counted. Resolution ``STEP_MS``; a restart longer than W is reported as
+not measured (None). Beside it, the time to
 the first probe after which every probe's first delivery was on time (``steady_s``): a peer that
 reads its input again after the restart can be on time once and then behind. After the probes,
 the pending records are counted: a committed one the crash lost would show there.
@@ -52,12 +54,15 @@ class Crashable(Protocol):
         """The records the peer holds still pending (None: this peer cannot be asked)."""
 
 
-def measure(bench: Bench, name: str, crash: Crashable, pending: int) -> dict[str, Any]:
+def measure(bench: Bench, name: str, crash: Crashable, pending: int,
+            ahead_ms: int = PROBES_AHEAD_MS) -> dict[str, Any]:
+    """``ahead_ms``: S after the start, at least the time ``crash.write_probes`` takes (RabbitMQ's
+    publishes each probe a level's TTL before its due time)."""
     target = f"bench.{name}.restart.{uid()}"
     bench.topics(target)
     window_ms = int(probe_seconds(bench) * 1000)
     n = window_ms // STEP_MS
-    s_ms = wall_ms() + PROBES_AHEAD_MS
+    s_ms = wall_ms() + ahead_ms
     crash.write_probes(target, s_ms, n)
     sleep_until_wall_ms(s_ms - KILL_LEAD_MS)
     crash.kill()

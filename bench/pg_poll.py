@@ -22,6 +22,11 @@ them in the same transaction after the Kafka flush (at-least-once).
   cached in them and in the page cache.
 * Restart with those M rows pending: the server SIGKILLed and started again, the time to the first
   on-time delivery (:mod:`bench.peer_restart`, the sidecar's ``restart`` method).
+* Mass expiry: N rows due in one millisecond inserted (the table emptied first), the workers
+  started before that millisecond, the drain rate from it to the last delivery, beside the
+  sidecar's drain of N (:mod:`bench.peer_expiry`).
+* Cancel by id: half of N pending rows deleted by id, 1,000 a transaction, beside the sidecar
+  cancelling as many with ``delay.cancel`` records (:mod:`bench.peer_cancel`).
 """
 
 from __future__ import annotations
@@ -31,11 +36,11 @@ import threading
 import time
 from typing import Any
 
-from bench import peer_restart, peers, throughput
+from bench import peer_cancel, peer_expiry, peer_restart, peers, throughput
 from bench.lateness import WHEEL_DELAYS
 from bench.peers import peer_round, spread_figure
 from bench.pg_server import SETTINGS, PgServer
-from bench.pg_worker import BATCH, POLL_INTERVAL_MS, SCHEMA, TABLE, Row, insert_rows
+from bench.pg_worker import BATCH, DELETE, POLL_INTERVAL_MS, SCHEMA, TABLE, Row, insert_rows
 from bench.report import fig
 from bench.restart import STEP_MS
 from bench.throughput import MAX_DELAY_MS
@@ -199,6 +204,57 @@ class PgCrash:
         return int(str(row[0])) if row else -1
 
 
+class PgExpiry:
+    """The PostgreSQL queue as :func:`bench.peer_expiry.measure` drives it: the N rows inserted (the
+    disk figure's ``load``), then the workers started, polling across the due time."""
+
+    def __init__(self, bench: Bench, srv: PgServer) -> None:
+        self.bench, self.srv = bench, srv
+
+    def load(self, target: str, n: int, due_ms: int) -> None:
+        load(self.srv, target, n, lambda _i: due_ms)
+
+    def drain(self, target: str, due_ms: int, n: int) -> None:
+        run_workers(self.bench, self.srv, n, due_ms + 1_000, "me")
+
+    def stop(self) -> None:
+        return None  # run_workers returns once its workers exited
+
+
+class PgCancel:
+    """The PostgreSQL queue as :func:`bench.peer_cancel.measure` drives it: loaded and drained as
+    for the mass expiry, the rows' ids read back after the load (a ``bigserial``, in insert
+    order), cancels as ``DELETE ... WHERE id = ANY``, ``peer_cancel.CANCEL_BATCH`` ids a
+    transaction."""
+
+    def __init__(self, bench: Bench, srv: PgServer) -> None:
+        self.srv = srv
+        self.queue = PgExpiry(bench, srv)
+        self.rids: list[int] = []
+
+    def load(self, target: str, n: int, due_ms: int) -> list[bytes]:
+        self.queue.load(target, n, due_ms)
+        with self.srv.connect() as conn:
+            self.rids = [int(str(r[0])) for r in conn.execute(f"SELECT id FROM {TABLE} ORDER BY id").fetchall()]
+        return [b"%d" % r for r in self.rids]
+
+    def cancel(self, which: list[int]) -> None:
+        with self.srv.connect() as conn:  # autocommit: each DELETE its own (fsync'd) transaction
+            for start in range(0, len(which), peer_cancel.CANCEL_BATCH):
+                conn.execute(DELETE, ([self.rids[i] for i in which[start:start + peer_cancel.CANCEL_BATCH]],))
+
+    def drain(self, target: str, due_ms: int, n: int) -> None:
+        self.queue.drain(target, due_ms, n)
+
+    def stop(self) -> None:
+        self.queue.stop()
+
+
+def expiry_lead_ms(bench: Bench) -> int:
+    """The rows' due time after the load starts: the load runs at ~250k rows/s here (1M in 4 s)."""
+    return 30_000 if bench.full else 5_000
+
+
 def measure_disk(bench: Bench, srv: PgServer, m: int) -> dict[str, Any]:
     with srv.connect() as conn:
         conn.execute(f"TRUNCATE {TABLE}")
@@ -269,6 +325,22 @@ def run(bench: Bench) -> dict[str, Any]:
         details["restart"] = rs
         log(f"pg-poll restart with {m:,} pending: {rs['restart_s']} s to the first on-time probe")
         results["pg_restart"] = peer_restart.figures(rs)
+        # -- mass expiry: N rows due in one ms, and the sidecar's drain of N --------------------
+        n_me = peer_expiry.records_for(bench)
+        me = peer_expiry.measure(bench, "pg", PgExpiry(bench, srv), n_me, expiry_lead_ms(bench))
+        ours = peer_expiry.sidecar_drains(bench, n_me)
+        details["mass_expiry"] = {PG: me, **ours}
+        log(f"pg-poll mass expiry: {n_me:,} due in one ms drained at {me['drain_rate'] or 0:,.0f}/s, "
+            f"last {me['last_lateness_ms']} ms late")
+        results["pg_mass_expiry"] = peer_expiry.figures(me, ours, PG)
+        # -- cancel by id: half of N pending, and the sidecar cancelling as many ---------------------
+        n_cx = peer_cancel.records_for(bench)
+        cx = peer_cancel.measure(bench, "pg", PgCancel(bench, srv), n_cx, expiry_lead_ms(bench) * 2)
+        ours_cx = peer_cancel.sidecar_cancels(bench, n_cx)
+        details["cancel"] = {PG: cx, **ours_cx}
+        log(f"pg-poll cancel: {cx['cancels']:,} of {n_cx:,} in {cx['cancel_s']:.2f} s "
+            f"({cx['cancels_per_s'] or 0:,.0f}/s), cancelled delivered {cx['cancelled_delivered']}")
+        results["pg_cancel"] = peer_cancel.figures(cx, ours_cx, PG)
     finally:
         srv.stop()
         bench.cleanup_topics()
@@ -278,10 +350,13 @@ def run(bench: Bench) -> dict[str, Any]:
                   "SKIP LOCKED, publish (acks=all, idempotent), flush, DELETE, COMMIT (at-least-once); the same "
                   "all-due backlog as throughput, back to back with the sidecar in rotated rounds; lateness at 50 % "
                   "of its own maximum; table + index bytes per pending row; restart after a SIGKILL with those rows "
-                  "pending, to the first on-time delivery",
+                  "pending, to the first on-time delivery; N rows due in one ms drained by the running workers, "
+                  "beside the sidecar's mass-expiry drain; half of N pending rows deleted by id, beside the sidecar's "
+                  "cancels",
         "settings": {"records": n, "rounds": rounds_n, "workers": WORKERS, "batch": BATCH,
                      "poll_interval_ms": POLL_INTERVAL_MS, "insert_batch": INSERT_BATCH, "pending_records": m,
-                     "lateness_seconds": seconds, "lateness_delays_ms": WHEEL_DELAYS, "postgres": SETTINGS,
+                     "mass_expiry_records": peer_expiry.records_for(bench), "lateness_seconds": seconds,
+                     "lateness_delays_ms": WHEEL_DELAYS, "postgres": SETTINGS,
                      "indexes": ["primary key (id)", "btree (due_ms)"], "schedulers": bench.schedulers},
         "results": results,
         "details": details,

@@ -3,7 +3,7 @@ consumes the due queue and publishes each message to Kafka, acknowledging it to 
 Kafka acknowledged the record (at-least-once, like the sidecar's default).
 
 Run as ``python -m bench.rabbit_bridge --port P --bootstrap B [--prefetch N] [--until-ms T]
-[--wait-queue Q ...]``; a
+[--wait-queue Q ...] [--connect-timeout S]``; a
 bridge is one process, one AMQP connection and channel, one Kafka producer, one loop:
 
 1. ``basic.qos(prefetch_count=N)`` and ``basic.consume`` on ``kds.due`` with manual
@@ -92,6 +92,19 @@ def headers_of(props: pika.BasicProperties) -> tuple[str, bytes | None, KHeaders
     return str(h[TARGET]), h.get(KEY), kh
 
 
+def connect(port: int, retry_s: float) -> pika.BlockingConnection:
+    """A connection, retried every 10 ms for ``retry_s`` while the node refuses: what a bridge
+    deployed beside RabbitMQ does while the node restarts."""
+    give_up = time.monotonic() + retry_s
+    while True:
+        try:
+            return pika.BlockingConnection(pika.ConnectionParameters(host="127.0.0.1", port=port, heartbeat=0))
+        except pika.exceptions.AMQPConnectionError:
+            if time.monotonic() >= give_up:
+                raise
+            time.sleep(0.01)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.rabbit_bridge")
     ap.add_argument("--port", type=int, required=True)
@@ -100,11 +113,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--until-ms", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--wait-queue", action="append", default=[])
+    ap.add_argument("--connect-timeout", type=float, default=0,
+                    help="keep trying to connect this long (a node starting or recovering its queues)")
     ns = ap.parse_args(argv)
     watched = [DUE_QUEUE, *ns.wait_queue]
 
     prod = Producer({"bootstrap.servers": ns.bootstrap, **DELIVERY_PRODUCER})
-    conn = pika.BlockingConnection(pika.ConnectionParameters(host="127.0.0.1", port=ns.port, heartbeat=0))
+    conn = connect(ns.port, ns.connect_timeout)
     ch = conn.channel()
     ch.basic_qos(prefetch_count=ns.prefetch)
     settler = Settler(ch)

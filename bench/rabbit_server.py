@@ -1,6 +1,7 @@
 """A throwaway RabbitMQ node for the ``rabbit-ttl`` peer: its own data, log and config directory,
 Erlang cookie, node name, epmd, distribution and AMQP ports on loopback; stopped (SIGTERM, RabbitMQ's
-orderly shutdown) and removed at the end.
+orderly shutdown) and removed at the end. :meth:`RabbitServer.kill` crashes the node and
+:meth:`RabbitServer.start` starts it again on its data (the peers' restart figure).
 
 Binaries: ``rabbitmq-server`` on PATH (``scripts/setup.d/60-rabbitmq.sh`` puts Debian's, with the
 Erlang runtime it needs, into the project cache). The node is started with RabbitMQ's own
@@ -108,10 +109,15 @@ class RabbitServer:
         # epmd in the foreground (-port, no -daemon): our child, stopped with the node
         self.epmd = spawn([_epmd(), "-port", str(self.epmd_port), "-address", "127.0.0.1"], self.dir / "epmd.log",
                           env=self.env)
-        self.proc = spawn(["rabbitmq-server"], self.dir / "rabbitmq.out", env=self.env)
         self.params = pika.ConnectionParameters(host="127.0.0.1", port=self.port, connection_attempts=1,
                                                 socket_timeout=5, blocked_connection_timeout=300, heartbeat=0)
         self.url = f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
+        self.start()
+
+    def start(self, timeout_s: float = 300) -> None:
+        """The node on its data directory (after :meth:`kill`: what it recovers from disk); returns
+        once it accepts AMQP connections (its queues recovered)."""
+        self.proc = spawn(["rabbitmq-server"], self.dir / "rabbitmq.out", env=self.env)
 
         def up() -> bool:
             if self.proc.poll() is not None:
@@ -122,7 +128,18 @@ class RabbitServer:
             except pika.exceptions.AMQPConnectionError:
                 return False
 
-        wait_until("RabbitMQ to accept AMQP connections", up, 120, 0.25)
+        wait_until("RabbitMQ to accept AMQP connections", up, timeout_s, 0.05)
+
+    def kill(self) -> None:
+        """A crash: SIGKILL to the node's script and every process under it (the Erlang VM and its
+        port programs); the private epmd, which only maps names, stays."""
+        main = psutil.Process(self.proc.pid)
+        procs = [main, *main.children(recursive=True)]
+        for p in procs:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        psutil.wait_procs(procs, timeout=30)
+        self.proc.wait(30)
 
     def log_tail(self) -> str:
         logs = [*sorted((self.dir / "log").glob("*.log")), self.dir / "rabbitmq.out"]

@@ -26,6 +26,11 @@ after Kafka did.
 * Memory and disk per pending record: M records of 100 B published into the 30 min level; the
   node's RSS growth and its data directory's growth (the quorum queues' write-ahead log and
   segments), each over M.
+* Restart with those M records pending: the node SIGKILLed and started again on its data, the
+  time to the first on-time delivery (:mod:`bench.peer_restart`, the sidecar's ``restart``
+  method). The probes are published before the crash, each into one TTL level (2 min full) a level
+  before its due time: RabbitMQ's producers cannot write while it is down, and a TTL queue
+  delivers a message one level after its publish.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from bench import peers, throughput
+from bench import peer_restart, peers, throughput
 from bench.lateness import WHEEL_DELAYS
 from bench.peers import peer_round, spread_figure
 from bench.rabbit_bridge import PREFETCH
@@ -53,10 +58,12 @@ from bench.rabbit_queues import (
 )
 from bench.rabbit_server import CONFIG, RabbitServer
 from bench.report import fig
+from bench.restart import STEP_MS
 from bench.workload import (
     Bench,
     BenchError,
     Preloaded,
+    ScriptProc,
     disk_usage,
     lateness_percentiles,
     log,
@@ -189,7 +196,8 @@ def measure_lateness(bench: Bench, srv: RabbitServer, rate: float, seconds: floa
 
 def measure_pending(srv: RabbitServer, m: int) -> dict[str, Any]:
     """``m`` records of 100 B published into the 30 min level (none expires while measured): the
-    node's RSS and its data directory's growth, each over ``m``."""
+    node's RSS and its data directory's growth, each over ``m``. They are left there (the restart
+    figure's pending records)."""
     reset(srv)
     time.sleep(1)  # let the purge's memory and segment files go before the baseline
     rss0, (disk0, _a) = srv.rss_bytes(), disk_usage(srv.data_dir)
@@ -204,9 +212,58 @@ def measure_pending(srv: RabbitServer, m: int) -> dict[str, Any]:
     if count != m:
         raise BenchError(f"RabbitMQ holds {count} pending messages, expected {m}")
     rss1, (disk1, _a) = srv.rss_bytes(), disk_usage(srv.data_dir)
-    reset(srv)
     return {"pending": m, "rss_bytes": rss1 - rss0, "disk_bytes": disk1 - disk0, "rss_total": rss1,
             "publish_per_s": m / publish_s}
+
+
+def restart_level_ms(bench: Bench) -> int:
+    """The probes' level: longer than their window plus the kill's lead, so every probe is
+    published before the crash (2 min full, 30 s small)."""
+    window_ms = int(peer_restart.probe_seconds(bench) * 1000)
+    return next(ms for ms in LEVELS_MS if ms > window_ms + peer_restart.KILL_LEAD_MS + 5_000)
+
+
+class RabbitCrash:
+    """The RabbitMQ queue as :func:`bench.peer_restart.measure` crashes it: probe k is published into
+    the ``level_ms`` queue at S - level + k * STEP_MS (its TTL ends at its due time), every one
+    before the crash; the bridges wait for that queue and the due queue only (the pending records
+    sit in the 30 min level)."""
+
+    def __init__(self, bench: Bench, srv: RabbitServer, level_ms: int) -> None:
+        self.bench, self.srv, self.level_ms = bench, srv, level_ms
+
+    def paced(self, target: str, s_ms: int, n: int) -> Iterator[list[Record]]:
+        value = value_of(100)
+        first = s_ms - self.level_ms
+        sent = 0
+        while sent < n:
+            upto = min(n, max(sent, (wall_ms() - first) // STEP_MS + 1))
+            yield [Record(f"probe{k}", target, b"probe%d" % k, value, self.level_ms) for k in range(sent, upto)]
+            sent = upto
+
+    def write_probes(self, target: str, s_ms: int, n: int) -> None:
+        ConfirmingPublisher(self.srv.params).run(self.paced(target, s_ms, n))
+
+    def kill(self) -> None:
+        self.srv.kill()
+
+    def start_workers(self, target: str, until_ms: int, n: int) -> list[ScriptProc]:
+        timeout = throughput.timeout_for(n) + max(0, until_ms - wall_ms()) / 1000
+        procs = [ScriptProc("bench.rabbit_bridge", self.bench.workdir,
+                            ["--port", str(self.srv.port), "--bootstrap", self.bench.bootstrap, "--wait-queue",
+                             level_queue(self.level_ms), "--until-ms", str(until_ms), "--timeout", str(timeout),
+                             "--connect-timeout", "300"], tag="restart")
+                 for _ in range(WORKERS)]
+        for p in procs:
+            p.start()
+        return procs
+
+    def start(self) -> None:
+        self.srv.start()
+
+    def pending(self) -> int:
+        with self.srv.connect() as conn:
+            return queue_depth(conn.channel(), level_queue(PENDING_DELAY_MS))
 
 
 def run(bench: Bench) -> dict[str, Any]:
@@ -258,6 +315,13 @@ def run(bench: Bench) -> dict[str, Any]:
             "rss_bytes_per_pending": fig(pend["rss_bytes"] / m, "B", note="the node's RSS growth"),
             "disk_bytes_per_pending": fig(pend["disk_bytes"] / m, "B", note="the node's data directory growth"),
         }
+        # -- restart after a crash, those records pending -----------------------------------------
+        level = restart_level_ms(bench)
+        rs = peer_restart.measure(bench, "rabbit", RabbitCrash(bench, srv, level), m, level + 2_000)
+        reset(srv)
+        details["restart"] = rs
+        log(f"rabbit-ttl restart with {m:,} pending: {rs['restart_s']} s to the first on-time probe")
+        results["rabbit_restart"] = peer_restart.figures(rs)
         results["rabbit_lateness"] = {
             **peers.lateness_figures(lat, note="after the level's due time"),
             **{f"requested_{k}_ms": fig(req[k], "ms", note="after the requested due time (level rounding included)")
@@ -272,7 +336,8 @@ def run(bench: Bench) -> dict[str, Any]:
                   "persistent messages published with confirms; "
                   f"{WORKERS} bridges (prefetch {PREFETCH}) publishing to Kafka (acks=all, idempotent) and acking each "
                   "message after Kafka did; the backlog dead-lettered before the bridges start, back to back with the "
-                  "sidecar in rotated rounds; lateness at 50 % of its own maximum",
+                  "sidecar in rotated rounds; lateness at 50 % of its own maximum; RSS and data directory per pending "
+                  "record; restart after a SIGKILL with those records pending, to the first on-time delivery",
         "settings": {"records": n, "rounds": rounds_n, "workers": WORKERS, "prefetch": PREFETCH,
                      "confirm_window": CONFIRM_WINDOW, "queue_type": QUEUE_TYPE,
                      "queue_arguments": type_args(QUEUE_TYPE),

@@ -25,6 +25,12 @@ one Python process with the same Kafka client settings as the sidecar.
 * Restart with those M records pending: redis-server SIGKILLed and started again on its
   append-only file, the time to the first on-time delivery (:mod:`bench.peer_restart`, the
   sidecar's ``restart`` method).
+* Mass expiry: N ingress records due in one millisecond, read into the sorted set by the worker
+  that then delivers them, the drain rate from that millisecond to the last delivery, beside the
+  sidecar's drain of N (:mod:`bench.peer_expiry`).
+* Cancel by id: half of N pending jobs removed (``ZREM`` + ``HDEL``, 1,000 a pipelined round
+  trip), beside the sidecar cancelling as many with ``delay.cancel`` records
+  (:mod:`bench.peer_cancel`).
 """
 
 from __future__ import annotations
@@ -39,10 +45,10 @@ from typing import Any
 
 import redis
 
-from bench import peer_restart, peers, throughput
+from bench import peer_cancel, peer_expiry, peer_restart, peers, throughput
 from bench.lateness import WHEEL_DELAYS
 from bench.peers import peer_round, spread_figure
-from bench.redis_worker import ZSET
+from bench.redis_worker import JOBS, ZSET
 from bench.report import fig
 from bench.restart import STEP_MS
 from bench.workload import (
@@ -198,19 +204,103 @@ class RedisCrash:
         self.srv.kill()
 
     def start_workers(self, target: str, until_ms: int, n: int) -> list[ScriptProc]:
-        timeout = throughput.timeout_for(n) + max(0, until_ms - wall_ms()) / 1000
-        proc = ScriptProc("bench.redis_worker", self.bench.workdir,
-                          ["--bootstrap", self.bench.bootstrap, "--source", self.source, "--group",
-                           f"bench-redis-{uid()}", "--redis-port", str(self.srv.port), "--count", str(n),
-                           "--timeout", str(timeout), "--connect-timeout", "120"], tag="restart")
-        proc.start()
-        return [proc]
+        return [start_worker(self.bench, self.srv, self.source, n, until_ms, "restart", ["--connect-timeout", "120"])]
 
     def start(self) -> None:
         self.srv.start()
 
     def pending(self) -> int:
         return int(self.srv.client.zcount(ZSET, f"({wall_ms()}", "+inf"))
+
+
+def start_worker(bench: Bench, srv: RedisServer, source: str, count: int, until_ms: int, tag: str,
+                 extra: list[str] | None = None) -> ScriptProc:
+    """A worker process (started, not awaited) whose timeout covers the wait until ``until_ms``."""
+    timeout = throughput.timeout_for(count) + max(0, until_ms - wall_ms()) / 1000
+    proc = ScriptProc("bench.redis_worker", bench.workdir,
+                      ["--bootstrap", bench.bootstrap, "--source", source, "--group", f"bench-redis-{uid()}",
+                       "--redis-port", str(srv.port), "--count", str(count), "--timeout", str(timeout),
+                       *(extra or [])], tag=tag)
+    proc.start()
+    return proc
+
+
+class RedisExpiry:
+    """The Redis queue as :func:`bench.peer_expiry.measure` drives it: N ingress records due at T,
+    read by one worker process (the one that then delivers them) until the sorted set holds N."""
+
+    def __init__(self, bench: Bench, srv: RedisServer) -> None:
+        self.bench, self.srv = bench, srv
+        self.proc: ScriptProc | None = None
+
+    def load(self, target: str, n: int, due_ms: int) -> None:
+        self.srv.client.flushall()
+        source = f"bench.rz.expiry.in.{uid()}"
+        self.bench.topics(source)
+        preload(self.bench.bootstrap, source, n, 100, target, lambda _k: 0,
+                schedule=lambda _k: [(c.DELIVER_AT, b"%d" % due_ms)])
+        self.proc = proc = start_worker(self.bench, self.srv, source, n, due_ms, "me")
+        wait_until(f"Redis to hold the {n:,} records due at once", lambda: self.srv.client.zcard(ZSET) >= n,
+                   max(1.0, (due_ms - wall_ms()) / 1000), 0.1, proc.check_alive)
+
+    def drain(self, target: str, due_ms: int, n: int) -> None:
+        assert self.proc is not None
+        self.proc.result(throughput.timeout_for(n) + max(0, due_ms - wall_ms()) / 1000 + 60)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop()
+
+
+class RedisCancel:
+    """The Redis queue as :func:`bench.peer_cancel.measure` drives it: N ingress records through an
+    intake-only worker (a job's id is its ingress ``topic:partition:offset``), cancels as ``ZREM`` +
+    ``HDEL``, ``peer_cancel.CANCEL_BATCH`` ids a pipelined round trip, and a delivering worker (on
+    an empty ingress topic: it only delivers) across the due time."""
+
+    def __init__(self, bench: Bench, srv: RedisServer) -> None:
+        self.bench, self.srv = bench, srv
+        self.proc: ScriptProc | None = None
+        self.ids: list[bytes] = []
+
+    def load(self, target: str, n: int, due_ms: int) -> list[bytes]:
+        self.srv.client.flushall()
+        source = f"bench.rz.cancel.in.{uid()}"
+        self.bench.topics(source)
+        preload(self.bench.bootstrap, source, n, 100, target, lambda _k: 0,
+                schedule=lambda _k: [(c.DELIVER_AT, b"%d" % due_ms)])
+        run_worker(self.bench, self.srv, source, n, True, "cx")
+        held = int(self.srv.client.zcard(ZSET))
+        if held != n:
+            raise BenchError(f"Redis holds {held} members after the intake of {n}")
+        self.ids = [b"%s:0:%d" % (source.encode(), i) for i in range(n)]  # one partition, offsets 0..n-1
+        return self.ids
+
+    def cancel(self, which: list[int]) -> None:
+        for start in range(0, len(which), peer_cancel.CANCEL_BATCH):
+            batch = [self.ids[i] for i in which[start:start + peer_cancel.CANCEL_BATCH]]
+            pipe = self.srv.client.pipeline(transaction=False)
+            pipe.zrem(ZSET, *batch)
+            pipe.hdel(JOBS, *batch)
+            removed, _ = pipe.execute()
+            if removed != len(batch):
+                raise BenchError(f"Redis removed {removed} of {len(batch)} cancelled members")
+
+    def drain(self, target: str, due_ms: int, n: int) -> None:
+        empty = f"bench.rz.cancel.none.{uid()}"
+        self.bench.topics(empty)
+        self.proc = start_worker(self.bench, self.srv, empty, n, due_ms, "cx")
+        self.proc.result(throughput.timeout_for(n) + max(0, due_ms - wall_ms()) / 1000 + 60)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop()
+
+
+def expiry_lead_ms(bench: Bench) -> int:
+    """T after the load starts: the preload (~200k records/s) and the worker's intake (~80k/s with
+    an fsync'd append-only file) of N."""
+    return 60_000 if bench.full else 10_000
 
 
 def measure_redis(bench: Bench, srv: RedisServer, pre: Preloaded, target: str) -> dict[str, Any]:
@@ -289,6 +379,22 @@ def run(bench: Bench) -> dict[str, Any]:
         details["restart"] = rs
         log(f"redis-zset restart with {m:,} pending: {rs['restart_s']} s to the first on-time probe")
         results["redis_restart"] = peer_restart.figures(rs)
+        # -- mass expiry: N records due in one ms, and the sidecar's drain of N --------------------
+        n_me = peer_expiry.records_for(bench)
+        me = peer_expiry.measure(bench, "rz", RedisExpiry(bench, srv), n_me, expiry_lead_ms(bench))
+        ours = peer_expiry.sidecar_drains(bench, n_me)
+        details["mass_expiry"] = {REDIS: me, **ours}
+        log(f"redis-zset mass expiry: {n_me:,} due in one ms drained at {me['drain_rate'] or 0:,.0f}/s, "
+            f"last {me['last_lateness_ms']} ms late")
+        results["redis_mass_expiry"] = peer_expiry.figures(me, ours, REDIS)
+        # -- cancel by id: half of N pending, and the sidecar cancelling as many ---------------------
+        n_cx = peer_cancel.records_for(bench)
+        cx = peer_cancel.measure(bench, "rz", RedisCancel(bench, srv), n_cx, expiry_lead_ms(bench))
+        ours_cx = peer_cancel.sidecar_cancels(bench, n_cx)
+        details["cancel"] = {REDIS: cx, **ours_cx}
+        log(f"redis-zset cancel: {cx['cancels']:,} of {n_cx:,} in {cx['cancel_s']:.2f} s "
+            f"({cx['cancels_per_s'] or 0:,.0f}/s), cancelled delivered {cx['cancelled_delivered']}")
+        results["redis_cancel"] = peer_cancel.figures(cx, ours_cx, REDIS)
         details["redis_memory"] = {"pending": m, "used_memory_before": used0, "used_memory_after": used1,
                                    "used_memory_rss_before": rss0, "used_memory_rss_after": rss1,
                                    "aof_bytes_before": aof0, "aof_bytes_after": aof1}
@@ -300,8 +406,11 @@ def run(bench: Bench) -> dict[str, Any]:
                   "ZSET queue (HSET job + ZADD, Lua mover to a ready list, LPOP worker -> Kafka) and through the "
                   "sidecar, back to back in rotated rounds, median of the per-round ratios; Redis INFO "
                   "used_memory per pending record; lateness at 50 % of its own maximum; restart after a SIGKILL "
-                  "with those records pending, to the first on-time delivery",
+                  "with those records pending, to the first on-time delivery; N records due in one ms drained, "
+                  "beside the sidecar's mass-expiry drain; half of N pending jobs removed by id (ZREM + HDEL), beside "
+                  "the sidecar's cancels",
         "settings": {"records": n, "rounds": throughput.rounds_for(bench), "pending_records": m,
+                     "mass_expiry_records": peer_expiry.records_for(bench),
                      "lateness_seconds": lateness_seconds(bench), "lateness_delays_ms": WHEEL_DELAYS,
                      "redis_persistence": " ".join(PERSISTENCE),
                      "redis_transport": "TCP 127.0.0.1", "schedulers": bench.schedulers},

@@ -23,6 +23,13 @@ them in a RocksDB store keyed by big-endian due ms + id, and a wall-clock punctu
   record's timestamp minus its ``delay.deliver-at``.
 * Memory and disk per pending record, and the restart after a SIGKILL with those records pending:
   :mod:`bench.streams_restart`.
+* Mass expiry: N ingress records due in one millisecond, stored by a fresh application before
+  it, the drain rate from that millisecond to the last forward, beside the sidecar's drain of N
+  (:mod:`bench.peer_expiry`): unlike the throughput backlog, every record takes the stored path
+  (put, punctuator scan, forward, delete).
+* Cancel by id: half of N pending records cancelled with ``delay.cancel`` ingress records (the
+  application's ``ids`` store finds each), beside the sidecar cancelling as many
+  (:mod:`bench.peer_cancel`).
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ import contextlib
 import signal
 from typing import Any
 
-from bench import peer_restart, streams_restart, throughput
+from bench import peer_cancel, peer_expiry, peer_restart, streams_restart, throughput
 from bench.lateness import WHEEL_DELAYS
 from bench.peers import paced_lateness, peer_figures, peer_round
 from bench.report import fig
@@ -42,10 +49,13 @@ from bench.workload import (
     Preloaded,
     cpu_seconds,
     log,
+    preload,
     read_range,
     uid,
     wait_until,
+    wall_ms,
 )
+from sidecar import contract as c
 
 STREAMS = "streams"
 READY_TIMEOUT_S = 120  # a JVM start, RocksDB, the group's first rebalance, on a loaded machine
@@ -65,11 +75,13 @@ def start_peer(bench: Bench, ingress: str, tag: str) -> StreamsPeerProc:
 
 
 def changelog_records(bench: Bench, app_id: str) -> int:
-    total = 0
-    for topic in changelog_topics(app_id):
-        with contextlib.suppress(BenchError):  # a store never written has no topic yet
-            total += bench.wm.total(topic)
-    return total
+    return sum(changelog_records_of(bench, topic) for topic in changelog_topics(app_id))
+
+
+def changelog_records_of(bench: Bench, topic: str) -> int:
+    with contextlib.suppress(BenchError):  # a store never written has no topic yet
+        return bench.wm.total(topic)
+    return 0
 
 
 def counters(done: dict[str, Any]) -> dict[str, Any]:
@@ -114,6 +126,84 @@ def measure_lateness(bench: Bench, rate: float, seconds: float) -> dict[str, Any
     finally:
         done = procs[0].finish() if procs else {}
     return {**lat, "counters": counters(done)}
+
+
+class StreamsExpiry:
+    """The Kafka Streams application as :func:`bench.peer_expiry.measure` drives it: N ingress
+    records due at T, read by a fresh application until its ``pending`` store's changelog holds N
+    puts (each is stored: none is due on arrival); its punctuator then forwards them."""
+
+    def __init__(self, bench: Bench) -> None:
+        self.bench = bench
+        self.proc: StreamsPeerProc | None = None
+
+    def load(self, target: str, n: int, due_ms: int) -> None:
+        ingress = f"bench.sp.expiry.in.{uid()}"
+        self.bench.topics(ingress)
+        preload(self.bench.bootstrap, ingress, n, 100, target, lambda _k: 0,
+                schedule=lambda _k: [(c.DELIVER_AT, b"%d" % due_ms)])
+        self.proc = proc = start_peer(self.bench, ingress, "me")
+        puts = changelog_topics(proc.app_id)[0]
+        wait_until(f"Kafka Streams to store the {n:,} records due at once",
+                   lambda: changelog_records_of(self.bench, puts) >= n,
+                   max(1.0, (due_ms - wall_ms()) / 1000), 0.2, proc.check_alive)
+
+    def drain(self, target: str, due_ms: int, n: int) -> None:
+        assert self.proc is not None
+        wait_until(f"{n:,} records forwarded by Kafka Streams", lambda: self.bench.wm.total(target) >= n,
+                   throughput.timeout_for(n), 0.1, self.proc.check_alive)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.finish()
+
+
+class StreamsCancel:
+    """The Kafka Streams application as :func:`bench.peer_cancel.measure` drives it: N ingress
+    records with ids of their own (each then in the ``ids`` store too), cancels as ``delay.cancel``
+    ingress records, applied when the ``ids`` changelog holds N puts and K deletes."""
+
+    def __init__(self, bench: Bench) -> None:
+        self.bench = bench
+        self.proc: StreamsPeerProc | None = None
+        self.ingress = ""
+        self.ids: list[bytes] = []
+        self.id_log = ""
+
+    def load(self, target: str, n: int, due_ms: int) -> list[bytes]:
+        self.ingress = f"bench.sp.cancel.in.{uid()}"
+        self.bench.topics(self.ingress)
+        self.ids = [b"sx-%d" % i for i in range(n)]
+        preload(self.bench.bootstrap, self.ingress, n, 100, target, lambda _k: 0,
+                schedule=lambda _k: [(c.DELIVER_AT, b"%d" % due_ms)], extra=lambda i: [(c.ID, self.ids[i])])
+        self.proc = proc = start_peer(self.bench, self.ingress, "cx")
+        self.id_log = changelog_topics(proc.app_id)[1]
+        wait_until(f"Kafka Streams to store {n:,} records with their ids",
+                   lambda: changelog_records_of(self.bench, self.id_log) >= n,
+                   max(1.0, (due_ms - wall_ms()) / 1000), 0.2, proc.check_alive)
+        return self.ids
+
+    def cancel(self, which: list[int]) -> None:
+        assert self.proc is not None
+        want = len(self.ids) + len(which)
+        peer_cancel.produce_cancels(self.bench.bootstrap, self.ingress, self.ids, which, b"k")
+        wait_until(f"Kafka Streams to apply {len(which):,} cancels",
+                   lambda: changelog_records_of(self.bench, self.id_log) >= want, 120, 0.05, self.proc.check_alive)
+
+    def drain(self, target: str, due_ms: int, n: int) -> None:
+        assert self.proc is not None
+        wait_until(f"{n:,} records forwarded by Kafka Streams", lambda: self.bench.wm.total(target) >= n,
+                   throughput.timeout_for(n) + max(0, due_ms - wall_ms()) / 1000, 0.1, self.proc.check_alive)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.finish()
+
+
+def expiry_lead_ms(bench: Bench) -> int:
+    """T after the load starts: the preload, the JVM's start and the group's first rebalance, and
+    the application's stored intake of N (a RocksDB put and a changelog record each)."""
+    return 120_000 if bench.full else 45_000
 
 
 def run(bench: Bench) -> dict[str, Any]:
@@ -175,6 +265,22 @@ def run(bench: Bench) -> dict[str, Any]:
             "on-time probe")
         results["streams_pending"] = streams_restart.figures(pend)
         results["streams_restart"] = peer_restart.figures(rs)
+        # -- mass expiry: N records due in one ms, and the sidecar's drain of N --------------------
+        n_me = peer_expiry.records_for(bench)
+        me = peer_expiry.measure(bench, "sp", StreamsExpiry(bench), n_me, expiry_lead_ms(bench))
+        ours = peer_expiry.sidecar_drains(bench, n_me)
+        details["mass_expiry"] = {STREAMS: me, **ours}
+        log(f"streams-punctuator mass expiry: {n_me:,} due in one ms drained at {me['drain_rate'] or 0:,.0f}/s, "
+            f"last {me['last_lateness_ms']} ms late")
+        results["streams_mass_expiry"] = peer_expiry.figures(me, ours, STREAMS)
+        # -- cancel by id: half of N pending, and the sidecar cancelling as many ---------------------
+        n_cx = peer_cancel.records_for(bench)
+        cx = peer_cancel.measure(bench, "sp", StreamsCancel(bench), n_cx, expiry_lead_ms(bench))
+        ours_cx = peer_cancel.sidecar_cancels(bench, n_cx)
+        details["cancel"] = {STREAMS: cx, **ours_cx}
+        log(f"streams-punctuator cancel: {cx['cancels']:,} of {n_cx:,} in {cx['cancel_s']:.2f} s "
+            f"({cx['cancels_per_s'] or 0:,.0f}/s), cancelled delivered {cx['cancelled_delivered']}")
+        results["streams_cancel"] = peer_cancel.figures(cx, ours_cx, STREAMS)
     finally:
         bench.cleanup_topics()
     return {
@@ -183,9 +289,12 @@ def run(bench: Bench) -> dict[str, Any]:
                   "range-scans what is due, forwards it to its target (acks=all, idempotent) and deletes it; "
                   "at_least_once; the same all-due backlog as throughput, back to back with the sidecar in rotated "
                   "rounds; lateness at 50 % of its own maximum; RSS and state directory per pending record; "
-                  "restart after a SIGKILL with those records pending, to the first on-time delivery",
+                  "restart after a SIGKILL with those records pending, to the first on-time delivery; N records due in "
+                  "one ms stored, then drained, beside the sidecar's mass-expiry drain; half of N pending cancelled by "
+                  "delay.cancel records, beside the sidecar's cancels",
         "settings": {"records": n, "rounds": rounds_n, "punctuate_ms": PUNCTUATE_MS, "lateness_seconds": seconds,
-                     "lateness_delays_ms": WHEEL_DELAYS, "processing_guarantee": "at_least_once",
+                     "mass_expiry_records": peer_expiry.records_for(bench), "lateness_delays_ms": WHEEL_DELAYS,
+                     "processing_guarantee": "at_least_once",
                      "producer": {"acks": "all", "enable.idempotence": True, "linger.ms": 2, "batch.size": 262_144},
                      "commit_interval_ms": "Streams default (30 000 for at_least_once)",
                      "record_cache": "none (the Processor API store default)", "jvm": JVM_OPTS,

@@ -10,10 +10,11 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from bench import pg_server, streams_peer
+from bench import pg_server, rabbit_server, streams_peer
 from sidecar import cli
 from tests.infra import needs
 from tests.integration.bench_runner import SHORT, check_shape, run_bench
@@ -215,10 +216,33 @@ def test_bench_lookup(kafka_bootstrap: str, tmp_path: Path) -> None:
     assert sc["details"]["levels"]["store"] == "store filled here"
 
 
+def check_mass_expiry(res: dict[str, Any], peer: str) -> None:
+    """A peer's mass-expiry figures: every record of the one due millisecond delivered, none early,
+    the drain measured, and the sidecar's own drain in the same run with its ratio to the peer's."""
+    me = res[f"{peer}_mass_expiry"]
+    assert me["early"]["value"] == 0 and me["lost"]["value"] == 0
+    rate = me["drain_records_per_s"]["value"]
+    assert rate > 0 and me["last_record_lateness_ms"]["value"] >= me["first_record_lateness_ms"]["value"] >= 0
+    ours = me["levels_drain_records_per_s"]["value"]
+    assert ours > 0 and me["levels_early"]["value"] == 0
+    assert me[f"levels_ratio_to_{peer}"]["value"] == pytest.approx(ours / rate, rel=2e-3)  # figures are rounded
+    assert me[f"levels_ratio_to_{peer}"]["goal"] == ">= 2"
+
+
+def check_cancel(res: dict[str, Any], peer: str) -> None:
+    """A peer's cancel-by-id figures: no cancelled record delivered, none of the others lost, and the
+    sidecar's cancels in the same run held to the same."""
+    cx = res[f"{peer}_cancel"]
+    assert cx["cancels_per_s"]["value"] > 0
+    assert cx["cancelled_delivered"]["value"] == 0 and cx["lost"]["value"] == 0 and cx["early"]["value"] == 0
+    assert cx["levels_cancels_per_s"]["value"] > 0
+    assert cx["levels_cancelled_delivered"]["value"] == 0 and cx["levels_lost"]["value"] == 0
+
+
 @needs(shutil.which("redis-server") is not None, "redis-server (scripts/setup.d/40-redis.sh installs it)")
 def test_bench_redis_zset(kafka_bootstrap: str, tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    report = run_bench(["redis-zset", "--bootstrap-servers", kafka_bootstrap, "--schedulers", "levels"], out, 180)
+    report = run_bench(["redis-zset", "--bootstrap-servers", kafka_bootstrap, "--schedulers", "levels"], out, 420)
     check_shape(report, ["redis-zset"])
     res = report["scenarios"]["redis-zset"]["results"]
     assert res["redis"]["records_per_s"]["value"] > 0
@@ -235,6 +259,8 @@ def test_bench_redis_zset(kafka_bootstrap: str, tmp_path: Path) -> None:
     restart = res["redis_restart"]
     assert restart["restart_s"]["value"] is not None and restart["restart_s"]["value"] > 0
     assert restart["early"]["value"] == 0 and restart["lost"]["value"] == 0
+    check_mass_expiry(res, "redis")
+    check_cancel(res, "redis")
 
 
 @needs(pg_server.installed(), "PostgreSQL initdb and postgres (scripts/setup.d/50-postgresql.sh)")
@@ -242,7 +268,7 @@ def test_bench_pg_poll(kafka_bootstrap: str, tmp_path: Path) -> None:
     """The whole scenario at its small size: every figure present, none early or lost, and the
     crash-and-restart figure measured (its probes reached the target after the restart)."""
     out = tmp_path / "bench.json"
-    report = run_bench(["pg-poll", "--bootstrap-servers", kafka_bootstrap, "--schedulers", "levels"], out, 300)
+    report = run_bench(["pg-poll", "--bootstrap-servers", kafka_bootstrap, "--schedulers", "levels"], out, 540)
     check_shape(report, ["pg-poll"])
     res = report["scenarios"]["pg-poll"]["results"]
     assert res["pg"]["records_per_s"]["value"] > 0 and res["levels"]["ratio_to_pg"]["value"] > 0
@@ -253,6 +279,28 @@ def test_bench_pg_poll(kafka_bootstrap: str, tmp_path: Path) -> None:
     assert restart["early"]["value"] == 0 and restart["lost"]["value"] == 0
     # (the bench polls the server every 50 ms: its "answering" may come after a worker's first delivery)
     assert restart["server_answering_s"]["value"] > 0
+    check_mass_expiry(res, "pg")
+    check_cancel(res, "pg")
+
+
+@needs(rabbit_server.installed(), "rabbitmq-server (scripts/setup.d/60-rabbitmq.sh)")
+def test_bench_rabbit_ttl(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """The whole scenario at its small size, the crash of the node with records pending included:
+    its probes, all published before the SIGKILL, are delivered after the restart, none early or
+    lost, and the pending records are all there again (the scenario fails otherwise)."""
+    out = tmp_path / "bench.json"
+    report = run_bench(["rabbit-ttl", "--bootstrap-servers", kafka_bootstrap, "--schedulers", "levels"], out, 600)
+    check_shape(report, ["rabbit-ttl"])
+    sc = report["scenarios"]["rabbit-ttl"]
+    res = sc["results"]
+    assert res["rabbit"]["records_per_s"]["value"] > 0 and res["levels"]["ratio_to_rabbit"]["value"] > 0
+    assert res["rabbit"]["early"]["value"] == 0 and res["rabbit"]["lost"]["value"] == 0
+    assert res["rabbit_lateness"]["early"]["value"] == 0
+    restart = res["rabbit_restart"]
+    assert restart["early"]["value"] == 0 and restart["lost"]["value"] == 0
+    assert sc["details"]["restart"]["pending_after"] == sc["settings"]["pending_records"]
+    assert restart["server_answering_s"]["value"] > 0
+    assert restart["restart_s"]["value"] is None or restart["restart_s"]["value"] > 0
 
 
 @needs(streams_peer.installed(), "the Kafka Streams peer (scripts/setup.d/70-kafka-streams.sh)")
@@ -261,7 +309,7 @@ def test_bench_streams_punctuator(kafka_bootstrap: str, tmp_path: Path) -> None:
     the crash-and-restart figure (its probes reached the target after the restart, none early)."""
     out = tmp_path / "bench.json"
     report = run_bench(["streams-punctuator", "--bootstrap-servers", kafka_bootstrap, "--schedulers", "levels",
-                        "--throughput-records", "5000"], out, 420)
+                        "--throughput-records", "5000"], out, 780)
     check_shape(report, ["streams-punctuator"])
     res = report["scenarios"]["streams-punctuator"]["results"]
     assert res["streams"]["records_per_s"]["value"] > 0 and res["levels"]["ratio_to_streams"]["value"] > 0
@@ -276,6 +324,8 @@ def test_bench_streams_punctuator(kafka_bootstrap: str, tmp_path: Path) -> None:
         assert restart["late_probes"]["value"] == 300 and answering > 14
     else:
         assert restart["restart_s"]["value"] > 0 and answering > 0
+    check_mass_expiry(res, "streams")
+    check_cancel(res, "streams")
 
 
 @pytest.mark.parametrize("broker", [False, True], ids=["no-broker", "with-broker"])

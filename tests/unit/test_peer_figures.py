@@ -1,0 +1,66 @@
+"""The peers' mass-expiry, cancel and RabbitMQ restart figures, their pure parts: the ratios of the
+sidecar's figures to a peer's, the RabbitMQ probes' pacing (each published a level before its due
+time, none before its turn) and the probes' level (longer than the window and the kill's lead)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import peer_cancel, peer_expiry, peer_restart
+from bench.rabbit_queues import LEVELS_MS
+from bench.rabbit_ttl import RabbitCrash, restart_level_ms
+from bench.restart import STEP_MS
+from bench.workload import Bench, wall_ms
+
+
+def bench(full: bool, tmp_path: Path) -> Bench:
+    return Bench("", tmp_path, "full" if full else "small", ["levels"])
+
+
+def test_expiry_ratio_is_the_sidecars_drain_over_the_peers() -> None:
+    peer = {"records": 1_000, "stored_before_due_s": 2.5, "drain_rate": 50_000.0, "first_lateness_ms": 3,
+            "last_lateness_ms": 20, "early": 0, "lost": 0, "duplicates": 0}
+    ours: dict[str, dict[str, Any]] = {"levels": {"drain_rate": 150_000.0, "early": 0},
+                                       "wheel": {"drain_rate": None, "early": 0}}
+    out = peer_expiry.figures(peer, ours, "pg")
+    assert out["levels_ratio_to_pg"]["value"] == pytest.approx(3.0)
+    assert out["levels_ratio_to_pg"]["goal"] == ">= 2"
+    assert out["wheel_ratio_to_pg"]["value"] is None  # a drain not measured has no ratio
+    assert out["drain_records_per_s"]["value"] == 50_000.0
+
+
+def test_cancel_ratio_and_what_must_be_zero() -> None:
+    peer: dict[str, Any] = {"records": 10, "cancels": 5, "cancels_per_s": 1_000.0, "cancelled_delivered": 0,
+                            "lost": 0, "early": 0}
+    ours = {"levels": {"cancels_per_s": 4_000.0, "cancelled_delivered": 0, "lost": 0}}
+    out = peer_cancel.figures(peer, ours, "redis")
+    assert out["levels_ratio_to_redis"]["value"] == pytest.approx(4.0)
+    for key in ("cancelled_delivered", "lost", "early", "levels_cancelled_delivered", "levels_lost"):
+        assert out[key]["goal"] == "== 0"
+
+
+def test_rabbit_probes_are_published_a_level_before_their_due_time(tmp_path: Path) -> None:
+    level = 30_000
+    crash = RabbitCrash(bench(False, tmp_path), None, level)  # type: ignore[arg-type]  # paced needs no node
+    # probe k is published at S - level + k steps: with S = now + level - 10 steps, probes 0..10 now
+    got = next(crash.paced("t", wall_ms() + level - 10 * STEP_MS, 100))
+    assert [r.id for r in got] == [f"probe{k}" for k in range(len(got))] and 11 <= len(got) <= 13
+    assert {r.delay_ms for r in got} == {level} and {r.target for r in got} == {"t"}
+    # S two levels ahead: no probe's publish time has come
+    assert next(crash.paced("t", wall_ms() + 2 * level, 100)) == []
+    # long past: all of them at once, then the generator ends
+    every = list(crash.paced("t", wall_ms() - 10 * level, 5))
+    assert [[r.id for r in b] for b in every] == [[f"probe{k}" for k in range(5)]]
+
+
+def test_rabbit_probe_level_outlasts_the_window_and_the_kill(tmp_path: Path) -> None:
+    for full in (False, True):
+        b = bench(full, tmp_path)
+        level = restart_level_ms(b)
+        assert level in LEVELS_MS
+        assert level > peer_restart.probe_seconds(b) * 1000 + peer_restart.KILL_LEAD_MS
+    assert restart_level_ms(bench(False, tmp_path)) == 30_000
+    assert restart_level_ms(bench(True, tmp_path)) == 120_000
