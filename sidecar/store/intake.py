@@ -57,7 +57,7 @@ from sidecar.store.codec import NATIVE, encode_headers, native
 from sidecar.store.idindex import id_hash
 from sidecar.store.idslot import PRECANCEL
 from sidecar.store.intake_layout import Common
-from sidecar.store.lookup import pending_record, pending_refs
+from sidecar.store.lookup import pending_refs
 from sidecar.store.mapped import HEADER_SIZE
 from sidecar.store.mirroring import (
     HISTORY_ACCEPTED,
@@ -151,9 +151,13 @@ class Intake:
             )
         elif isinstance(parsed, Cancel):  # inline: the reference path makes no more calls than it did
             cid = parsed.id
-            pos = self.append_cancel(offset, cid, now_ms, bool(pending_refs(store, cid)[1]))
-            cancelled = pending_record(store, cid) if store.history is not None else None
-            outcome = self.apply_cancel(cid, now_ms)
+            # one look-up for the CANCEL record's outcome, the history event and the cancel itself
+            # (appending the CANCEL record changes no index entry): each look-up hashes the id and
+            # reads every entry under the hash from the log
+            found = pending_refs(store, cid)
+            pos = self.append_cancel(offset, cid, now_ms, bool(found[1]))
+            cancelled = store.sched.record(found[1][0]) if store.history is not None and found[1] else None
+            outcome = self.apply_cancel(cid, now_ms, found)
             if outcome == CANCEL_MATCHED and cancelled is not None:
                 history_record(store, HISTORY_CANCELLED, cancelled, now_ms)
             if store.mirror is not None:
@@ -272,12 +276,13 @@ class Intake:
         no pre-cancel (etf1 deletes only what exists, and the key reused later schedules anew); the
         CANCEL record is written only when something is cancelled, so its replay matches too."""
         store = self.store
-        if not pending_refs(store, rid)[1]:
+        found = pending_refs(store, rid)
+        if not found[1]:
             store.counters.cancel_unmatched += 1
             return
         pos = self.append_cancel(offset, rid, now_ms, True)
-        cancelled = pending_record(store, rid) if store.history is not None else None
-        if self.apply_cancel(rid, now_ms) == CANCEL_MATCHED:
+        cancelled = store.sched.record(found[1][0]) if store.history is not None else None
+        if self.apply_cancel(rid, now_ms, found) == CANCEL_MATCHED:
             if store.mirror is not None:
                 store.mirror.remove(rid)
             if cancelled is not None:
@@ -412,11 +417,12 @@ class Intake:
             cid, b"", None, None, b"",
         )
 
-    def apply_cancel(self, cid: bytes, now_ms: int) -> int:
+    def apply_cancel(self, cid: bytes, now_ms: int, found: tuple[int, list[int]] | None = None) -> int:
         """Cancel the pending record ``cid`` (CANCEL_MATCHED), or remember the cancel for the
-        horizon (CANCEL_REMEMBERED); CANCEL_LATE: it is already being delivered."""
+        horizon (CANCEL_REMEMBERED); CANCEL_LATE: it is already being delivered. ``found``: what
+        ``pending_refs`` just returned for ``cid``, when the caller looked it up already."""
         store = self.store
-        h, refs = pending_refs(store, cid)
+        h, refs = found if found is not None else pending_refs(store, cid)
         if refs:
             matched = False
             for ref in refs:  # a replaced version being delivered and its successor: both are tried
