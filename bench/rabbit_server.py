@@ -130,6 +130,13 @@ class RabbitServer:
 
         wait_until("RabbitMQ to accept AMQP connections", up, timeout_s, 0.05)
 
+    def restart(self) -> None:
+        """An orderly stop (SIGTERM) and a start on the same data: a fresh Erlang VM, whose RSS holds
+        nothing the allocators kept from earlier work."""
+        with contextlib.suppress(OSError):
+            stop_proc(self.proc, signal.SIGTERM, timeout_s=60)
+        self.start()
+
     def kill(self) -> None:
         """A crash: SIGKILL to the node's script and every process under it (the Erlang VM and its
         port programs); the private epmd, which only maps names, stays."""
@@ -155,6 +162,16 @@ class RabbitServer:
         if out.returncode != 0:
             raise BenchError(f"rabbitmqctl {' '.join(args)} failed: {out.stderr[-400:]}")
         return out.stdout
+
+    def queue_memory(self, queue: str) -> int:
+        """The memory the node accounts to ``queue`` (``rabbitmqctl list_queues name memory``): for a
+        quorum queue its Ra server process, which holds the queue's in-memory message index. Unlike
+        the VM's RSS it does not depend on what the allocators kept from earlier work."""
+        for line in self.ctl("list_queues", "--quiet", "--no-table-headers", "name", "memory").splitlines():
+            name, _, mem = line.strip().partition("\t")
+            if name == queue:
+                return int(mem)
+        raise BenchError(f"rabbitmqctl list_queues does not list {queue}")
 
     def version(self) -> str:
         with self.connect() as conn:
