@@ -1,7 +1,7 @@
 """The peers' cancel-by-id figure: half of N pending records cancelled by id, the way each
 system's users cancel, beside the sidecar cancelling the same number in the same run.
 
-N records of 100 B, all due at T, are handed to the system (:func:`bench.peer_expiry`'s way:
+N records of 100 B, all due at T, are handed to the system (:mod:`bench.peer_expiry`'s way:
 PostgreSQL rows; ingress records for the sidecar, Redis and Kafka Streams) and held before the
 cancels start. Then every second one is cancelled by its id, by one client as fast as it goes:
 
@@ -155,6 +155,19 @@ def sidecar_cancels(bench: Bench, n: int) -> dict[str, dict[str, Any]]:
             f"({m['cancels_per_s'] or 0:,.0f}/s), cancelled delivered {m['cancelled_delivered']}, lost {m['lost']}")
         out[sched] = m
     return out
+
+
+def beside(bench: Bench, scenario: str, name: str, key: str, system: Cancellable, lead: int,
+           results: dict[str, Any], details: dict[str, Any]) -> None:
+    """The peer's cancels and the sidecar's, into a scenario's ``results[<key>_cancel]`` and
+    ``details["cancel"]``; ``name`` tags its topics, ``lead`` is the peer's T after its load."""
+    n = records_for(bench)
+    cx = measure(bench, name, system, n, lead)
+    ours = sidecar_cancels(bench, n)
+    details["cancel"] = {key: cx, **ours}
+    log(f"{scenario} cancel: {cx['cancels']:,} of {n:,} in {cx['cancel_s']:.2f} s ({cx['cancels_per_s'] or 0:,.0f}/s), "
+        f"cancelled delivered {cx['cancelled_delivered']}")
+    results[f"{key}_cancel"] = figures(cx, ours, key)
 
 
 def figures(peer: dict[str, Any], ours: dict[str, dict[str, Any]], key: str) -> dict[str, Figure]:

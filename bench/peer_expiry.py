@@ -86,6 +86,19 @@ def sidecar_drains(bench: Bench, n: int) -> dict[str, dict[str, Any]]:
     return out
 
 
+def beside(bench: Bench, scenario: str, name: str, key: str, peer: Expirable, lead_ms: int,
+           results: dict[str, Any], details: dict[str, Any]) -> None:
+    """The peer's mass expiry and the sidecar's, into a scenario's ``results[<key>_mass_expiry]``
+    and ``details["mass_expiry"]``; ``name`` tags its topics."""
+    n = records_for(bench)
+    me = measure(bench, name, peer, n, lead_ms)
+    ours = sidecar_drains(bench, n)
+    details["mass_expiry"] = {key: me, **ours}
+    log(f"{scenario} mass expiry: {n:,} due in one ms drained at {me['drain_rate'] or 0:,.0f}/s, "
+        f"last {me['last_lateness_ms']} ms late")
+    results[f"{key}_mass_expiry"] = figures(me, ours, key)
+
+
 def figures(peer: dict[str, Any], ours: dict[str, dict[str, Any]], key: str) -> dict[str, Figure]:
     """The peer's drain figures, and each scheduler's drain and its ratio to the peer's
     (``<scheduler>_ratio_to_<key>``)."""

@@ -45,16 +45,28 @@ def peer_round(bench: Bench, r: int, scenario: str, peer: str, label: str, measu
     return one
 
 
-def run_workers(bench: Bench, module: str, args: list[str], workers: int, count: int, until_ms: int,
-                tag: str) -> list[dict[str, Any]]:
+def worker_timeout(count: int, until_ms: int) -> float:
+    """A worker's ``--timeout``: the time ``count`` records take, plus the wait until ``until_ms``."""
+    return throughput.timeout_for(count) + max(0, until_ms - wall_ms()) / 1000
+
+
+def start_workers(bench: Bench, module: str, args: list[str], workers: int, count: int, until_ms: int,
+                  tag: str) -> list[ScriptProc]:
     """``workers`` processes of a peer's worker ``module`` (``python -m``) with ``args`` plus the
-    bootstrap, ``--until-ms`` and a timeout sized for ``count`` records; their ``done`` events."""
-    timeout = throughput.timeout_for(count) + max(0, until_ms - wall_ms()) / 1000
+    bootstrap, ``--until-ms`` and :func:`worker_timeout`; started, not awaited."""
+    timeout = worker_timeout(count, until_ms)
     procs = [ScriptProc(module, bench.workdir, [*args, "--bootstrap", bench.bootstrap, "--until-ms", str(until_ms),
                                                 "--timeout", str(timeout)], tag=tag) for _ in range(workers)]
     for p in procs:
         p.start()
-    return [p.result(timeout + 60) for p in procs]
+    return procs
+
+
+def run_workers(bench: Bench, module: str, args: list[str], workers: int, count: int, until_ms: int,
+                tag: str) -> list[dict[str, Any]]:
+    """:func:`start_workers`, and their ``done`` events."""
+    timeout = worker_timeout(count, until_ms)
+    return [p.result(timeout + 60) for p in start_workers(bench, module, args, workers, count, until_ms, tag)]
 
 
 def delivered(bench: Bench, target: str, start: dict[int, int], n: int,

@@ -186,14 +186,9 @@ class PgCrash:
         self.srv.kill()
 
     def start_workers(self, target: str, until_ms: int, n: int) -> list[ScriptProc]:
-        timeout = throughput.timeout_for(n) + max(0, until_ms - wall_ms()) / 1000
-        procs = [ScriptProc("bench.pg_worker", self.bench.workdir,
-                            ["--conninfo", self.srv.conninfo, "--bootstrap", self.bench.bootstrap, "--until-ms",
-                             str(until_ms), "--timeout", str(timeout), "--connect-timeout", "60"], tag="restart")
-                 for _ in range(WORKERS)]
-        for p in procs:
-            p.start()
-        return procs
+        return peers.start_workers(self.bench, "bench.pg_worker",
+                                   ["--conninfo", self.srv.conninfo, "--connect-timeout", "60"], WORKERS, n, until_ms,
+                                   "restart")
 
     def start(self) -> None:
         self.srv.start()
@@ -325,22 +320,10 @@ def run(bench: Bench) -> dict[str, Any]:
         details["restart"] = rs
         log(f"pg-poll restart with {m:,} pending: {rs['restart_s']} s to the first on-time probe")
         results["pg_restart"] = peer_restart.figures(rs)
-        # -- mass expiry: N rows due in one ms, and the sidecar's drain of N --------------------
-        n_me = peer_expiry.records_for(bench)
-        me = peer_expiry.measure(bench, "pg", PgExpiry(bench, srv), n_me, expiry_lead_ms(bench))
-        ours = peer_expiry.sidecar_drains(bench, n_me)
-        details["mass_expiry"] = {PG: me, **ours}
-        log(f"pg-poll mass expiry: {n_me:,} due in one ms drained at {me['drain_rate'] or 0:,.0f}/s, "
-            f"last {me['last_lateness_ms']} ms late")
-        results["pg_mass_expiry"] = peer_expiry.figures(me, ours, PG)
-        # -- cancel by id: half of N pending, and the sidecar cancelling as many ---------------------
-        n_cx = peer_cancel.records_for(bench)
-        cx = peer_cancel.measure(bench, "pg", PgCancel(bench, srv), n_cx, expiry_lead_ms(bench) * 2)
-        ours_cx = peer_cancel.sidecar_cancels(bench, n_cx)
-        details["cancel"] = {PG: cx, **ours_cx}
-        log(f"pg-poll cancel: {cx['cancels']:,} of {n_cx:,} in {cx['cancel_s']:.2f} s "
-            f"({cx['cancels_per_s'] or 0:,.0f}/s), cancelled delivered {cx['cancelled_delivered']}")
-        results["pg_cancel"] = peer_cancel.figures(cx, ours_cx, PG)
+        # -- mass expiry and cancel by id, each beside the sidecar's -----------------------------------
+        peer_expiry.beside(bench, "pg-poll", "pg", PG, PgExpiry(bench, srv), expiry_lead_ms(bench), results, details)
+        peer_cancel.beside(bench, "pg-poll", "pg", PG, PgCancel(bench, srv), expiry_lead_ms(bench) * 2, results,
+                           details)
     finally:
         srv.stop()
         bench.cleanup_topics()

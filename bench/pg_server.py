@@ -29,7 +29,7 @@ from pathlib import Path
 import psutil
 import psycopg
 
-from bench.workload import BenchError, spawn, stop_proc, wait_until
+from bench.workload import BenchError, kill_tree, spawn, stop_proc, wait_until
 
 SETTINGS = {
     "fsync": "on",
@@ -99,13 +99,7 @@ class PgServer:
     def kill(self) -> None:
         """A crash: SIGKILL to the postmaster and every process of the server, nothing flushed
         beyond what committed transactions already made durable."""
-        main = psutil.Process(self.proc.pid)
-        procs = [main, *main.children(recursive=True)]
-        for p in procs:
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-        psutil.wait_procs(procs, timeout=30)
-        self.proc.wait(30)
+        kill_tree(self.proc)
 
     def log_tail(self) -> str:
         return (self.dir / "postgres.log").read_text(errors="replace")[-500:]

@@ -40,7 +40,7 @@ from pathlib import Path
 import pika
 import psutil
 
-from bench.workload import BenchError, spawn, stop_proc, uid, wait_until
+from bench.workload import BenchError, kill_tree, spawn, stop_proc, uid, wait_until
 
 CONFIG = {
     "loopback_users": "none",
@@ -140,13 +140,7 @@ class RabbitServer:
     def kill(self) -> None:
         """A crash: SIGKILL to the node's script and every process under it (the Erlang VM and its
         port programs); the private epmd, which only maps names, stays."""
-        main = psutil.Process(self.proc.pid)
-        procs = [main, *main.children(recursive=True)]
-        for p in procs:
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-        psutil.wait_procs(procs, timeout=30)
-        self.proc.wait(30)
+        kill_tree(self.proc)
 
     def log_tail(self) -> str:
         logs = [*sorted((self.dir / "log").glob("*.log")), self.dir / "rabbitmq.out"]

@@ -252,15 +252,9 @@ class RabbitCrash:
         self.srv.kill()
 
     def start_workers(self, target: str, until_ms: int, n: int) -> list[ScriptProc]:
-        timeout = throughput.timeout_for(n) + max(0, until_ms - wall_ms()) / 1000
-        procs = [ScriptProc("bench.rabbit_bridge", self.bench.workdir,
-                            ["--port", str(self.srv.port), "--bootstrap", self.bench.bootstrap, "--wait-queue",
-                             level_queue(self.level_ms), "--until-ms", str(until_ms), "--timeout", str(timeout),
-                             "--connect-timeout", "300"], tag="restart")
-                 for _ in range(WORKERS)]
-        for p in procs:
-            p.start()
-        return procs
+        return peers.start_workers(self.bench, "bench.rabbit_bridge",
+                                   ["--port", str(self.srv.port), "--wait-queue", level_queue(self.level_ms),
+                                    "--connect-timeout", "300"], WORKERS, n, until_ms, "restart")
 
     def start(self) -> None:
         self.srv.start()

@@ -215,12 +215,12 @@ class RedisCrash:
 
 def start_worker(bench: Bench, srv: RedisServer, source: str, count: int, until_ms: int, tag: str,
                  extra: list[str] | None = None) -> ScriptProc:
-    """A worker process (started, not awaited) whose timeout covers the wait until ``until_ms``."""
-    timeout = throughput.timeout_for(count) + max(0, until_ms - wall_ms()) / 1000
+    """A worker process (started, not awaited) whose timeout covers the wait until ``until_ms`` (the
+    worker has no ``--until-ms``: it stops at ``count`` records)."""
     proc = ScriptProc("bench.redis_worker", bench.workdir,
                       ["--bootstrap", bench.bootstrap, "--source", source, "--group", f"bench-redis-{uid()}",
-                       "--redis-port", str(srv.port), "--count", str(count), "--timeout", str(timeout),
-                       *(extra or [])], tag=tag)
+                       "--redis-port", str(srv.port), "--count", str(count),
+                       "--timeout", str(peers.worker_timeout(count, until_ms)), *(extra or [])], tag=tag)
     proc.start()
     return proc
 
@@ -379,22 +379,11 @@ def run(bench: Bench) -> dict[str, Any]:
         details["restart"] = rs
         log(f"redis-zset restart with {m:,} pending: {rs['restart_s']} s to the first on-time probe")
         results["redis_restart"] = peer_restart.figures(rs)
-        # -- mass expiry: N records due in one ms, and the sidecar's drain of N --------------------
-        n_me = peer_expiry.records_for(bench)
-        me = peer_expiry.measure(bench, "rz", RedisExpiry(bench, srv), n_me, expiry_lead_ms(bench))
-        ours = peer_expiry.sidecar_drains(bench, n_me)
-        details["mass_expiry"] = {REDIS: me, **ours}
-        log(f"redis-zset mass expiry: {n_me:,} due in one ms drained at {me['drain_rate'] or 0:,.0f}/s, "
-            f"last {me['last_lateness_ms']} ms late")
-        results["redis_mass_expiry"] = peer_expiry.figures(me, ours, REDIS)
-        # -- cancel by id: half of N pending, and the sidecar cancelling as many ---------------------
-        n_cx = peer_cancel.records_for(bench)
-        cx = peer_cancel.measure(bench, "rz", RedisCancel(bench, srv), n_cx, expiry_lead_ms(bench))
-        ours_cx = peer_cancel.sidecar_cancels(bench, n_cx)
-        details["cancel"] = {REDIS: cx, **ours_cx}
-        log(f"redis-zset cancel: {cx['cancels']:,} of {n_cx:,} in {cx['cancel_s']:.2f} s "
-            f"({cx['cancels_per_s'] or 0:,.0f}/s), cancelled delivered {cx['cancelled_delivered']}")
-        results["redis_cancel"] = peer_cancel.figures(cx, ours_cx, REDIS)
+        # -- mass expiry and cancel by id, each beside the sidecar's -----------------------------------
+        peer_expiry.beside(bench, "redis-zset", "rz", REDIS, RedisExpiry(bench, srv), expiry_lead_ms(bench), results,
+                           details)
+        peer_cancel.beside(bench, "redis-zset", "rz", REDIS, RedisCancel(bench, srv), expiry_lead_ms(bench), results,
+                           details)
         details["redis_memory"] = {"pending": m, "used_memory_before": used0, "used_memory_after": used1,
                                    "used_memory_rss_before": rss0, "used_memory_rss_after": rss1,
                                    "aof_bytes_before": aof0, "aof_bytes_after": aof1}

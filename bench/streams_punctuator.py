@@ -265,22 +265,11 @@ def run(bench: Bench) -> dict[str, Any]:
             "on-time probe")
         results["streams_pending"] = streams_restart.figures(pend)
         results["streams_restart"] = peer_restart.figures(rs)
-        # -- mass expiry: N records due in one ms, and the sidecar's drain of N --------------------
-        n_me = peer_expiry.records_for(bench)
-        me = peer_expiry.measure(bench, "sp", StreamsExpiry(bench), n_me, expiry_lead_ms(bench))
-        ours = peer_expiry.sidecar_drains(bench, n_me)
-        details["mass_expiry"] = {STREAMS: me, **ours}
-        log(f"streams-punctuator mass expiry: {n_me:,} due in one ms drained at {me['drain_rate'] or 0:,.0f}/s, "
-            f"last {me['last_lateness_ms']} ms late")
-        results["streams_mass_expiry"] = peer_expiry.figures(me, ours, STREAMS)
-        # -- cancel by id: half of N pending, and the sidecar cancelling as many ---------------------
-        n_cx = peer_cancel.records_for(bench)
-        cx = peer_cancel.measure(bench, "sp", StreamsCancel(bench), n_cx, expiry_lead_ms(bench))
-        ours_cx = peer_cancel.sidecar_cancels(bench, n_cx)
-        details["cancel"] = {STREAMS: cx, **ours_cx}
-        log(f"streams-punctuator cancel: {cx['cancels']:,} of {n_cx:,} in {cx['cancel_s']:.2f} s "
-            f"({cx['cancels_per_s'] or 0:,.0f}/s), cancelled delivered {cx['cancelled_delivered']}")
-        results["streams_cancel"] = peer_cancel.figures(cx, ours_cx, STREAMS)
+        # -- mass expiry and cancel by id, each beside the sidecar's -----------------------------------
+        peer_expiry.beside(bench, "streams-punctuator", "sp", STREAMS, StreamsExpiry(bench), expiry_lead_ms(bench),
+                           results, details)
+        peer_cancel.beside(bench, "streams-punctuator", "sp", STREAMS, StreamsCancel(bench), expiry_lead_ms(bench),
+                           results, details)
     finally:
         bench.cleanup_topics()
     return {

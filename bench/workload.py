@@ -117,6 +117,18 @@ def spawn(cmd: list[str], log_path: Path, env: dict[str, str] | None = None) -> 
     return proc
 
 
+def kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    """A crash: SIGKILL to ``proc`` and every process under it (a server's workers, a VM's port
+    programs), nothing flushed; returns once all are gone."""
+    main = psutil.Process(proc.pid)
+    procs = [main, *main.children(recursive=True)]
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(procs, timeout=30)
+    proc.wait(30)
+
+
 def stop_proc(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout_s: float = 60) -> int:
     """Signal one process we started and wait for it (SIGKILL after ``timeout_s``)."""
     if proc.poll() is None:
