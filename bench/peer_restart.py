@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from bench.report import Figure, fig
 from bench.restart import ON_TIME_MS, STEP_MS
-from bench.workload import Bench, BenchError, ScriptProc, read_range, sleep_until_wall_ms, uid, wall_ms
+from bench.workload import Bench, BenchError, ScriptProc, log, read_range, sleep_until_wall_ms, uid, wall_ms
 
 KILL_LEAD_MS = 1_000
 PROBES_AHEAD_MS = 3_000  # S is this far after the measurement starts
@@ -96,6 +96,13 @@ def measure(bench: Bench, name: str, crash: Crashable, pending: int,
             "server_answering_s": server_up_ms / 1000,
             "restart_s": (min(on_time) - s_ms) / 1000 if on_time else None,
             "steady_s": steady_s(s_ms, window_ms, late_dues, bool(on_time))}
+
+
+def report(scenario: str, key: str, rs: dict[str, Any], results: dict[str, Any], details: dict[str, Any]) -> None:
+    """A restart measured, into a scenario's ``details["restart"]`` and ``results[<key>_restart]``."""
+    details["restart"] = rs
+    log(f"{scenario} restart with {rs['pending']:,} pending: {rs['restart_s']} s to the first on-time probe")
+    results[f"{key}_restart"] = figures(rs)
 
 
 def steady_s(s_ms: int, window_ms: int, late_dues: list[int], any_on_time: bool) -> float | None:

@@ -316,10 +316,7 @@ def run(bench: Bench) -> dict[str, Any]:
                                      note=f"{INSERT_BATCH}-row COPY transactions, one producer"),
         }
         # -- restart after a crash, the disk figure's rows pending -------------------------------
-        rs = peer_restart.measure(bench, "pg", PgCrash(bench, srv), m)
-        details["restart"] = rs
-        log(f"pg-poll restart with {m:,} pending: {rs['restart_s']} s to the first on-time probe")
-        results["pg_restart"] = peer_restart.figures(rs)
+        peer_restart.report("pg-poll", PG, peer_restart.measure(bench, "pg", PgCrash(bench, srv), m), results, details)
         # -- mass expiry and cancel by id, each beside the sidecar's -----------------------------------
         peer_expiry.beside(bench, "pg-poll", "pg", PG, PgExpiry(bench, srv), expiry_lead_ms(bench), results, details)
         peer_cancel.beside(bench, "pg-poll", "pg", PG, PgCancel(bench, srv), expiry_lead_ms(bench) * 2, results,

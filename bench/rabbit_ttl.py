@@ -60,7 +60,7 @@ from bench.rabbit_queues import (
     type_args,
 )
 from bench.rabbit_server import CONFIG, RabbitServer
-from bench.report import fig
+from bench.report import Figure, fig
 from bench.restart import STEP_MS
 from bench.workload import (
     Bench,
@@ -220,6 +220,14 @@ def measure_pending(srv: RabbitServer, m: int) -> dict[str, Any]:
             "queue_memory_bytes": qmem1 - qmem0, "publish_per_s": m / publish_s}
 
 
+def pending_figures(pend: dict[str, Any]) -> dict[str, Figure]:
+    m = pend["pending"]
+    return {"queue_memory_bytes_per_pending": fig(pend["queue_memory_bytes"] / m, "B",
+                                                  note="the queue's memory as the node accounts it"),
+            "rss_bytes_per_pending": fig(pend["rss_bytes"] / m, "B", note="the node's RSS growth, from a fresh VM"),
+            "disk_bytes_per_pending": fig(pend["disk_bytes"] / m, "B", note="the node's data directory growth")}
+
+
 def restart_level_ms(bench: Bench) -> int:
     """The probes' level: longer than their window plus the kill's lead, so every probe is
     published before the crash (2 min full, 30 s small)."""
@@ -311,19 +319,12 @@ def run(bench: Bench) -> dict[str, Any]:
         srv.restart()  # a fresh VM: after the lateness run's backlog its RSS would hide a new one's
         pend = measure_pending(srv, m)
         details["pending"] = pend
-        results["rabbit_pending"] = {
-            "queue_memory_bytes_per_pending": fig(pend["queue_memory_bytes"] / m, "B",
-                                                  note="the queue's memory as the node accounts it"),
-            "rss_bytes_per_pending": fig(pend["rss_bytes"] / m, "B", note="the node's RSS growth, from a fresh VM"),
-            "disk_bytes_per_pending": fig(pend["disk_bytes"] / m, "B", note="the node's data directory growth"),
-        }
+        results["rabbit_pending"] = pending_figures(pend)
         # -- restart after a crash, those records pending -----------------------------------------
         level = restart_level_ms(bench)
         rs = peer_restart.measure(bench, "rabbit", RabbitCrash(bench, srv, level), m, level + 2_000)
         reset(srv)
-        details["restart"] = rs
-        log(f"rabbit-ttl restart with {m:,} pending: {rs['restart_s']} s to the first on-time probe")
-        results["rabbit_restart"] = peer_restart.figures(rs)
+        peer_restart.report("rabbit-ttl", RABBIT, rs, results, details)
         results["rabbit_lateness"] = {
             **peers.lateness_figures(lat, note="after the level's due time"),
             **{f"requested_{k}_ms": fig(req[k], "ms", note="after the requested due time (level rounding included)")

@@ -322,6 +322,37 @@ def measure_round(bench: Bench, srv: RedisServer, pre: Preloaded, target: str, r
                       pre, target, "rz")
 
 
+def measure_memory(bench: Bench, srv: RedisServer, m: int, results: dict[str, Any], details: dict[str, Any]) -> None:
+    """M pending records through the worker's intake only: ``used_memory`` (and RSS) and the
+    rewritten AOF per record, beside the sidecar's ``pending-memory`` figures when they ran."""
+    srv.client.flushall()
+    time.sleep(0.5)
+    used0, rss0 = srv.used_memory()
+    aof0 = srv.aof_bytes()
+    ingress, tgt = f"bench.rz.pm.{uid()}", f"bench.rz.pmout.{uid()}"
+    bench.topics(ingress, tgt)
+    preload(bench.bootstrap, ingress, m, 100, tgt, lambda _i: PENDING_DELAY_MS)
+    run_worker(bench, srv, ingress, m, True, "pm")
+    pending = int(srv.client.zcard(ZSET))
+    if pending != m:
+        raise BenchError(f"Redis holds {pending} pending members, expected {m}")
+    used1, rss1 = srv.used_memory()
+    aof1 = srv.aof_bytes()
+    ours = bench.results.get("pending-memory-per-record", {})
+    results["redis_memory"] = {
+        "used_memory_bytes_per_pending": fig((used1 - used0) / m, "B"),
+        "used_memory_rss_bytes_per_pending": fig((rss1 - rss0) / m, "B"),
+        "aof_bytes_per_pending": fig((aof1 - aof0) / m, "B", note="the append-only file after BGREWRITEAOF"),
+    }
+    for sched, per in ours.items():
+        note = f"from pending-memory at {per['n']:,} pending"
+        for k in ("rss_loaded", "rss_reopened", "anon_reopened"):
+            results["redis_memory"][f"sidecar_{sched}_{k}_bytes_per_pending"] = fig(per[k], "B", note=note)
+    details["redis_memory"] = {"pending": m, "used_memory_before": used0, "used_memory_after": used1,
+                               "used_memory_rss_before": rss0, "used_memory_rss_after": rss1,
+                               "aof_bytes_before": aof0, "aof_bytes_after": aof1}
+
+
 def run(bench: Bench) -> dict[str, Any]:
     n, m = sizes(bench)
     srv = RedisServer(bench.workdir)
@@ -351,42 +382,15 @@ def run(bench: Bench) -> dict[str, Any]:
         log(f"redis-zset lateness at {rate:,.0f}/s: p50 {lat['p50']} ms, p99 {lat['p99']} ms, early {lat['early']}")
         results["redis_lateness"] = peers.lateness_figures(lat)
         # -- memory per pending record ------------------------------------------------------------
-        srv.client.flushall()
-        time.sleep(0.5)
-        used0, rss0 = srv.used_memory()
-        aof0 = srv.aof_bytes()
-        ingress, tgt = f"bench.rz.pm.{uid()}", f"bench.rz.pmout.{uid()}"
-        bench.topics(ingress, tgt)
-        preload(bench.bootstrap, ingress, m, 100, tgt, lambda _i: PENDING_DELAY_MS)
-        run_worker(bench, srv, ingress, m, True, "pm")
-        pending = int(srv.client.zcard(ZSET))
-        if pending != m:
-            raise BenchError(f"Redis holds {pending} pending members, expected {m}")
-        used1, rss1 = srv.used_memory()
-        aof1 = srv.aof_bytes()
-        ours = bench.results.get("pending-memory-per-record", {})
-        results["redis_memory"] = {
-            "used_memory_bytes_per_pending": fig((used1 - used0) / m, "B"),
-            "used_memory_rss_bytes_per_pending": fig((rss1 - rss0) / m, "B"),
-            "aof_bytes_per_pending": fig((aof1 - aof0) / m, "B", note="the append-only file after BGREWRITEAOF"),
-        }
-        for sched, per in ours.items():
-            note = f"from pending-memory at {per['n']:,} pending"
-            for k in ("rss_loaded", "rss_reopened", "anon_reopened"):
-                results["redis_memory"][f"sidecar_{sched}_{k}_bytes_per_pending"] = fig(per[k], "B", note=note)
+        measure_memory(bench, srv, m, results, details)
         # -- restart after a crash, those records pending -----------------------------------------
-        rs = peer_restart.measure(bench, "rz", RedisCrash(bench, srv), m)
-        details["restart"] = rs
-        log(f"redis-zset restart with {m:,} pending: {rs['restart_s']} s to the first on-time probe")
-        results["redis_restart"] = peer_restart.figures(rs)
+        peer_restart.report("redis-zset", REDIS, peer_restart.measure(bench, "rz", RedisCrash(bench, srv), m), results,
+                            details)
         # -- mass expiry and cancel by id, each beside the sidecar's -----------------------------------
         peer_expiry.beside(bench, "redis-zset", "rz", REDIS, RedisExpiry(bench, srv), expiry_lead_ms(bench), results,
                            details)
         peer_cancel.beside(bench, "redis-zset", "rz", REDIS, RedisCancel(bench, srv), expiry_lead_ms(bench), results,
                            details)
-        details["redis_memory"] = {"pending": m, "used_memory_before": used0, "used_memory_after": used1,
-                                   "used_memory_rss_before": rss0, "used_memory_rss_after": rss1,
-                                   "aof_bytes_before": aof0, "aof_bytes_after": aof1}
     finally:
         srv.stop()
         bench.cleanup_topics()

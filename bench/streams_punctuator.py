@@ -206,6 +206,24 @@ def expiry_lead_ms(bench: Bench) -> int:
     return 120_000 if bench.full else 45_000
 
 
+def measure_pending(bench: Bench, results: dict[str, Any], details: dict[str, Any]) -> None:
+    """Pending memory and disk of a fresh application, then its restart with them pending
+    (:mod:`bench.streams_restart`): ``details["pending"]`` (the restart inside it), and
+    ``results["streams_pending"]`` and ``results["streams_restart"]``."""
+    ingress = f"bench.sp.pending.in.{uid()}"
+    bench.topics(ingress)
+    proc = start_peer(bench, ingress, "pending")
+    try:
+        pend = streams_restart.measure(bench, proc, ingress)
+    finally:
+        proc.stop(signal.SIGTERM, 90)
+    details["pending"] = pend
+    rs = pend["restart"]
+    log(f"streams-punctuator restart with {pend['pending']:,} pending: {rs['restart_s']} s to the first on-time probe")
+    results["streams_pending"] = streams_restart.figures(pend)
+    results["streams_restart"] = peer_restart.figures(rs)
+
+
 def run(bench: Bench) -> dict[str, Any]:
     if not installed():
         raise BenchError("streams-punctuator needs java and the Kafka Streams peer built into the cache: run "
@@ -252,19 +270,7 @@ def run(bench: Bench) -> dict[str, Any]:
             "duplicates": fig(lat["duplicates"], "records"),
         }
         # -- pending memory and disk, restart after a crash with them pending ---------------------
-        ingress = f"bench.sp.pending.in.{uid()}"
-        bench.topics(ingress)
-        proc = start_peer(bench, ingress, "pending")
-        try:
-            pend = streams_restart.measure(bench, proc, ingress)
-        finally:
-            proc.stop(signal.SIGTERM, 90)
-        details["pending"] = pend
-        rs = pend["restart"]
-        log(f"streams-punctuator restart with {pend['pending']:,} pending: {rs['restart_s']} s to the first "
-            "on-time probe")
-        results["streams_pending"] = streams_restart.figures(pend)
-        results["streams_restart"] = peer_restart.figures(rs)
+        measure_pending(bench, results, details)
         # -- mass expiry and cancel by id, each beside the sidecar's -----------------------------------
         peer_expiry.beside(bench, "streams-punctuator", "sp", STREAMS, StreamsExpiry(bench), expiry_lead_ms(bench),
                            results, details)
