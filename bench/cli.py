@@ -188,6 +188,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--recurring-kills", type=int, default=None, metavar="K",
                     help="recurring: SIGKILL the sidecar K times while the schedules fire, restarting it at once "
                          "(default 0 small, 10 full)")
+    ap.add_argument("--peer-pending", type=_counts, default=None, metavar="N,N",
+                    help="pg-poll, redis-zset, rabbit-ttl, streams-punctuator: the pending counts each peer's "
+                         "memory and disk are measured at, the first also its restart's (default 1M,10M full; "
+                         "100k, 50k small), e.g. 1M or 1M,10M")
     ap.add_argument("--scale-layouts", type=_layouts, default=None, metavar="P,P",
                     help="scale: the fill's ingress partitions, one layout each (default 1,6)")
     ns = ap.parse_args(argv)
@@ -227,6 +231,11 @@ def _count(text: str) -> int:
     if not digits.isdigit() or int(digits) <= 0:
         raise argparse.ArgumentTypeError(f"{text!r}: give a positive count such as 2500000, 500k or 20M")
     return int(digits) * scale
+
+
+def _counts(text: str) -> list[int]:
+    """Comma-separated positive counts, each as ``_count`` takes it (``1M,10M``)."""
+    return [_count(t) for t in text.split(",")]
 
 
 def _duration_in(text: str, lo_ms: float, hi_ms: float, accepted: str) -> int:
@@ -372,7 +381,7 @@ def bench_main(argv: list[str]) -> int:
                                "restore_pending": ns.restore_pending,
                                "shapes": ns.shapes, "recurring_schedules": ns.recurring_schedules,
                                "recurring_period_ms": ns.recurring_period, "recurring_kills": ns.recurring_kills,
-                               "list_pending": ns.list_pending},
+                               "list_pending": ns.list_pending, "peer_pending": ns.peer_pending},
                       broker=broker,
                       transaction_interval_ms=ns.transaction_interval or TRANSACTION_INTERVAL_MS)
         report["settings"]["shapes"] = shape.shapes_for(bench)

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from bench import throughput
 from bench.report import Figure, fig
 from bench.workload import Bench, BenchError, SidecarProc, log, preload, producer, read_range, uid, wall_ms
+from sidecar import client
 from sidecar import contract as c
 
 SETTLE_S = 2.0  # after the drain: a cancelled record delivered by mistake would be in by then
@@ -85,8 +86,9 @@ def measure(bench: Bench, name: str, system: Cancellable, n: int, lead_ms: int) 
 
 
 def produce_cancels(bootstrap: str, ingress: str, ids: list[bytes], which: list[int], key_prefix: bytes) -> None:
-    """A ``delay.cancel`` record per id in ``which``, keyed as :func:`bench.workload.preload` keys
-    record i (``<key_prefix><i>``); returns once every one is acknowledged."""
+    """A ``delay.cancel`` record per id in ``which`` (``sidecar.client.cancel``, as users send
+    one), keyed as :func:`bench.workload.preload` keys record i (``<key_prefix><i>``); returns once
+    every one is acknowledged."""
     p = producer(bootstrap)
     failed: list[str] = []
 
@@ -97,8 +99,7 @@ def produce_cancels(bootstrap: str, ingress: str, ids: list[bytes], which: list[
     for i in which:
         while True:
             try:
-                p.produce(ingress, None, b"%s%d" % (key_prefix, i), -1, on_delivery, None, 0,
-                          [(c.CANCEL, ids[i])])
+                client.cancel(p, ids[i], key=b"%s%d" % (key_prefix, i), ingress_topic=ingress, on_delivery=on_delivery)
                 break
             except BufferError:
                 p.poll(0.05)

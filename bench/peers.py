@@ -45,6 +45,33 @@ def peer_round(bench: Bench, r: int, scenario: str, peer: str, label: str, measu
     return one
 
 
+def pending_counts(bench: Bench, small: int) -> list[int]:
+    """The pending counts a peer's memory and disk are measured at (issue #55: 1M and 10M at full
+    size; ``small`` at small size; ``--peer-pending`` sets them). The first is also the count its
+    restart is measured with; each further one is a fresh fill measured at the end of the run."""
+    asked = bench.options.get("peer_pending")
+    if asked:
+        return list(asked)
+    return [1_000_000, 10_000_000] if bench.full else [small]
+
+
+def count_label(n: int) -> str:
+    """``1M``, ``10M``, ``100k``: the suffix of the figures measured at ``n`` pending."""
+    return f"{n / 1_000_000:g}M" if n >= 1_000_000 else f"{n / 1000:g}k"
+
+
+def rounds_after_warm_up(bench: Bench, one: Callable[[int], dict[str, Any]],
+                         details: dict[str, Any]) -> list[dict[str, Any]]:
+    """The measured throughput rounds, ``one(r)`` each, after one round at full size that is not
+    counted (``details["warm_up_round"]``): a peer's first round ran cold (a JVM's JIT, a fresh
+    table's pages, a node's first queue segments: Kafka Streams' first round at a quarter of the
+    others'), and the spread asked of each baseline is of its steady rate. Every system in the
+    round, the sidecar included, runs its warm-up round alike."""
+    if bench.full:
+        details["warm_up_round"] = one(0)
+    return [one(r) for r in range(throughput.rounds_for(bench))]
+
+
 def worker_timeout(count: int, until_ms: int) -> float:
     """A worker's ``--timeout``: the time ``count`` records take, plus the wait until ``until_ms``."""
     return throughput.timeout_for(count) + max(0, until_ms - wall_ms()) / 1000

@@ -41,7 +41,7 @@ from bench.lateness import WHEEL_DELAYS
 from bench.peers import peer_round, spread_figure
 from bench.pg_server import SETTINGS, PgServer
 from bench.pg_worker import BATCH, DELETE, POLL_INTERVAL_MS, SCHEMA, TABLE, Row, insert_rows
-from bench.report import fig
+from bench.report import Figure, fig
 from bench.restart import STEP_MS
 from bench.throughput import MAX_DELAY_MS
 from bench.workload import (
@@ -64,9 +64,10 @@ PENDING_DELAY_MS = 1_800_000
 NO_HEADERS = encode_headers([])
 
 
-def sizes(bench: Bench) -> tuple[int, int, float]:
-    """(throughput records, pending records for the disk figure, lateness seconds)."""
-    return (throughput.records_for(bench), 1_000_000, 60.0) if bench.full else (20_000, 100_000, 10.0)
+def sizes(bench: Bench) -> tuple[int, list[int], float]:
+    """(throughput records, pending counts for the disk figure, lateness seconds)."""
+    return (throughput.records_for(bench), peers.pending_counts(bench, 100_000),
+            60.0 if bench.full else 10.0)
 
 
 def rows(target: str, n: int, due: Any, start: int = 0) -> list[Row]:
@@ -271,8 +272,18 @@ def measure_disk(bench: Bench, srv: PgServer, m: int) -> dict[str, Any]:
             "insert_rows_per_s": insert_rate}
 
 
+def disk_figures(disk: dict[str, Any]) -> dict[str, Figure]:
+    m = disk["pending"]
+    return {"bytes_per_pending": fig(disk["total_bytes"] / m, "B",
+                                     note=f"table + indexes after CHECKPOINT, {m:,} rows"),
+            "wal_bytes_per_pending": fig(disk["wal_bytes"] / m, "B", note="WAL written by the insert"),
+            "insert_rows_per_s": fig(disk["insert_rows_per_s"], "records/s",
+                                     note=f"{INSERT_BATCH}-row COPY transactions, one producer")}
+
+
 def run(bench: Bench) -> dict[str, Any]:
-    n, m, seconds = sizes(bench)
+    n, counts, seconds = sizes(bench)
+    m = counts[0]
     rounds_n = throughput.rounds_for(bench)
     srv = PgServer(bench.workdir)
     results: dict[str, Any] = {}
@@ -282,7 +293,7 @@ def run(bench: Bench) -> dict[str, Any]:
             conn.execute(SCHEMA)
         # -- throughput ---------------------------------------------------------------------------
         pre, target = throughput.preload_workload(bench, n, 100, "100B")
-        rounds = [measure_round(bench, srv, pre, target, n, r) for r in range(rounds_n)]
+        rounds = peers.rounds_after_warm_up(bench, lambda r: measure_round(bench, srv, pre, target, n, r), details)
         details["rounds"] = rounds
         rates = [one[PG]["records_per_s"] for one in rounds]
         pg_rate = throughput.median(rates)
@@ -307,20 +318,20 @@ def run(bench: Bench) -> dict[str, Any]:
         log(f"pg-poll lateness at {rate:,.0f}/s: p50 {lat['p50']} ms, p99 {lat['p99']} ms, early {lat['early']}")
         results["pg_lateness"] = peers.lateness_figures(lat)
         # -- disk per pending record ------------------------------------------------------------
-        disk = measure_disk(bench, srv, m)
-        details["disk"] = disk
-        results["pg_disk"] = {
-            "bytes_per_pending": fig(disk["total_bytes"] / m, "B", note="table + indexes after CHECKPOINT"),
-            "wal_bytes_per_pending": fig(disk["wal_bytes"] / m, "B", note="WAL written by the insert"),
-            "insert_rows_per_s": fig(disk["insert_rows_per_s"], "records/s",
-                                     note=f"{INSERT_BATCH}-row COPY transactions, one producer"),
-        }
+        details["disk"] = disk = measure_disk(bench, srv, m)
+        results["pg_disk"] = disk_figures(disk)
         # -- restart after a crash, the disk figure's rows pending -------------------------------
         peer_restart.report("pg-poll", PG, peer_restart.measure(bench, "pg", PgCrash(bench, srv), m), results, details)
         # -- mass expiry and cancel by id, each beside the sidecar's -----------------------------------
         peer_expiry.beside(bench, "pg-poll", "pg", PG, PgExpiry(bench, srv), expiry_lead_ms(bench), results, details)
         peer_cancel.beside(bench, "pg-poll", "pg", PG, PgCancel(bench, srv), expiry_lead_ms(bench) * 2, results,
                            details)
+        # -- disk per pending record at the further counts (10M) -----------------------------------
+        for more in counts[1:]:
+            label = peers.count_label(more)
+            details[f"disk_{label}"] = disk = measure_disk(bench, srv, more)
+            results[f"pg_disk_{label}"] = disk_figures(disk)
+            log(f"pg-poll: {more:,} pending, {disk['total_bytes'] / more:.0f} B per row")
     finally:
         srv.stop()
         bench.cleanup_topics()
@@ -334,7 +345,7 @@ def run(bench: Bench) -> dict[str, Any]:
                   "beside the sidecar's mass-expiry drain; half of N pending rows deleted by id, beside the sidecar's "
                   "cancels",
         "settings": {"records": n, "rounds": rounds_n, "workers": WORKERS, "batch": BATCH,
-                     "poll_interval_ms": POLL_INTERVAL_MS, "insert_batch": INSERT_BATCH, "pending_records": m,
+                     "poll_interval_ms": POLL_INTERVAL_MS, "insert_batch": INSERT_BATCH, "pending_records": counts,
                      "mass_expiry_records": peer_expiry.records_for(bench), "lateness_seconds": seconds,
                      "lateness_delays_ms": WHEEL_DELAYS, "postgres": SETTINGS,
                      "indexes": ["primary key (id)", "btree (due_ms)"], "schedulers": bench.schedulers},

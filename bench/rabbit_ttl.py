@@ -83,9 +83,9 @@ BACKLOG_DELAY_MS = LEVELS_MS[0]
 PENDING_DELAY_MS = 1_800_000  # a level of the default table: 30 min
 
 
-def sizes(bench: Bench) -> tuple[int, int, float]:
-    """(throughput records, pending records for the memory and disk figures, lateness seconds)."""
-    return (throughput.records_for(bench), 1_000_000, 60.0) if bench.full else (20_000, 50_000, 10.0)
+def sizes(bench: Bench) -> tuple[int, list[int], float]:
+    """(throughput records, pending counts for the memory and disk figures, lateness seconds)."""
+    return (throughput.records_for(bench), peers.pending_counts(bench, 50_000), 60.0 if bench.full else 10.0)
 
 
 def reset(srv: RabbitServer) -> None:
@@ -224,7 +224,8 @@ def pending_figures(pend: dict[str, Any]) -> dict[str, Figure]:
     m = pend["pending"]
     return {"queue_memory_bytes_per_pending": fig(pend["queue_memory_bytes"] / m, "B",
                                                   note="the queue's memory as the node accounts it"),
-            "rss_bytes_per_pending": fig(pend["rss_bytes"] / m, "B", note="the node's RSS growth, from a fresh VM"),
+            "rss_bytes_per_pending": fig(pend["rss_bytes"] / m, "B",
+                                         note=f"the node's RSS growth over {m:,} pending, from a fresh VM"),
             "disk_bytes_per_pending": fig(pend["disk_bytes"] / m, "B", note="the node's data directory growth")}
 
 
@@ -273,7 +274,8 @@ class RabbitCrash:
 
 
 def run(bench: Bench) -> dict[str, Any]:
-    n, m, seconds = sizes(bench)
+    n, counts, seconds = sizes(bench)
+    m = counts[0]
     rounds_n = throughput.rounds_for(bench)
     srv = RabbitServer(bench.workdir)
     results: dict[str, Any] = {}
@@ -283,7 +285,7 @@ def run(bench: Bench) -> dict[str, Any]:
             declare(conn.channel(), QUEUE_TYPE)
         # -- throughput ---------------------------------------------------------------------------
         pre, target = throughput.preload_workload(bench, n, 100, "100B")
-        rounds = [measure_round(bench, srv, pre, target, n, r) for r in range(rounds_n)]
+        rounds = peers.rounds_after_warm_up(bench, lambda r: measure_round(bench, srv, pre, target, n, r), details)
         details["rounds"] = rounds
         rates = [one[RABBIT]["records_per_s"] for one in rounds]
         rabbit_rate = throughput.median(rates)
@@ -325,6 +327,12 @@ def run(bench: Bench) -> dict[str, Any]:
         rs = peer_restart.measure(bench, "rabbit", RabbitCrash(bench, srv, level), m, level + 2_000)
         reset(srv)
         peer_restart.report("rabbit-ttl", RABBIT, rs, results, details)
+        for more in counts[1:]:  # memory and disk at the further counts (10M), each on a fresh node
+            srv.restart()
+            label = peers.count_label(more)
+            details[f"pending_{label}"] = more_pend = measure_pending(srv, more)
+            results[f"rabbit_pending_{label}"] = pending_figures(more_pend)
+            reset(srv)
         results["rabbit_lateness"] = {
             **peers.lateness_figures(lat, note="after the level's due time"),
             **{f"requested_{k}_ms": fig(req[k], "ms", note="after the requested due time (level rounding included)")
@@ -345,7 +353,7 @@ def run(bench: Bench) -> dict[str, Any]:
                      "confirm_window": CONFIRM_WINDOW, "queue_type": QUEUE_TYPE,
                      "queue_arguments": type_args(QUEUE_TYPE),
                      "levels_ms": LEVELS_MS, "backlog_delay_ms": BACKLOG_DELAY_MS, "lateness_seconds": seconds,
-                     "lateness_delays_ms": WHEEL_DELAYS, "pending_records": m, "rabbitmq": CONFIG,
+                     "lateness_delays_ms": WHEEL_DELAYS, "pending_records": counts, "rabbitmq": CONFIG,
                      "schedulers": bench.schedulers},
         "results": results,
         "details": details,

@@ -73,9 +73,9 @@ REDIS = "redis"
 PERSISTENCE = ["--save", "", "--appendonly", "yes", "--appendfsync", "always"]
 
 
-def sizes(bench: Bench) -> tuple[int, int]:
-    """(throughput records, pending records for the memory figure)."""
-    return (400_000, 1_000_000) if bench.full else (20_000, 100_000)
+def sizes(bench: Bench) -> tuple[int, list[int]]:
+    """(throughput records, pending counts for the memory figure)."""
+    return (400_000 if bench.full else 20_000), peers.pending_counts(bench, 100_000)
 
 
 def lateness_seconds(bench: Bench) -> float:
@@ -322,9 +322,11 @@ def measure_round(bench: Bench, srv: RedisServer, pre: Preloaded, target: str, r
                       pre, target, "rz")
 
 
-def measure_memory(bench: Bench, srv: RedisServer, m: int, results: dict[str, Any], details: dict[str, Any]) -> None:
+def measure_memory(bench: Bench, srv: RedisServer, m: int, results: dict[str, Any], details: dict[str, Any],
+                   suffix: str = "") -> None:
     """M pending records through the worker's intake only: ``used_memory`` (and RSS) and the
-    rewritten AOF per record, beside the sidecar's ``pending-memory`` figures when they ran."""
+    rewritten AOF per record, beside the sidecar's ``pending-memory`` figures when they ran;
+    ``results["redis_memory" + suffix]``, ``details`` likewise."""
     srv.client.flushall()
     time.sleep(0.5)
     used0, rss0 = srv.used_memory()
@@ -339,22 +341,23 @@ def measure_memory(bench: Bench, srv: RedisServer, m: int, results: dict[str, An
     used1, rss1 = srv.used_memory()
     aof1 = srv.aof_bytes()
     ours = bench.results.get("pending-memory-per-record", {})
-    results["redis_memory"] = {
-        "used_memory_bytes_per_pending": fig((used1 - used0) / m, "B"),
+    mem = results["redis_memory" + suffix] = {
+        "used_memory_bytes_per_pending": fig((used1 - used0) / m, "B", note=f"{m:,} pending"),
         "used_memory_rss_bytes_per_pending": fig((rss1 - rss0) / m, "B"),
         "aof_bytes_per_pending": fig((aof1 - aof0) / m, "B", note="the append-only file after BGREWRITEAOF"),
     }
     for sched, per in ours.items():
         note = f"from pending-memory at {per['n']:,} pending"
         for k in ("rss_loaded", "rss_reopened", "anon_reopened"):
-            results["redis_memory"][f"sidecar_{sched}_{k}_bytes_per_pending"] = fig(per[k], "B", note=note)
-    details["redis_memory"] = {"pending": m, "used_memory_before": used0, "used_memory_after": used1,
+            mem[f"sidecar_{sched}_{k}_bytes_per_pending"] = fig(per[k], "B", note=note)
+    details["redis_memory" + suffix] = {"pending": m, "used_memory_before": used0, "used_memory_after": used1,
                                "used_memory_rss_before": rss0, "used_memory_rss_after": rss1,
                                "aof_bytes_before": aof0, "aof_bytes_after": aof1}
 
 
 def run(bench: Bench) -> dict[str, Any]:
-    n, m = sizes(bench)
+    n, counts = sizes(bench)
+    m = counts[0]
     srv = RedisServer(bench.workdir)
     results: dict[str, Any] = {}
     details: dict[str, Any] = {"redis_version": srv.version()}
@@ -362,7 +365,7 @@ def run(bench: Bench) -> dict[str, Any]:
         # -- throughput -------------------------------------------------------------------------
         pre, target = throughput.preload_workload(bench, n, 100, "100B")
         sleep_until_wall_ms(pre.all_due_ms)
-        rounds = [measure_round(bench, srv, pre, target, r) for r in range(throughput.rounds_for(bench))]
+        rounds = peers.rounds_after_warm_up(bench, lambda r: measure_round(bench, srv, pre, target, r), details)
         details["rounds"] = rounds
         redis_rate = throughput.median([one[REDIS]["records_per_s"] for one in rounds])
         early = sum(one[REDIS]["early"] for one in rounds)
@@ -391,6 +394,9 @@ def run(bench: Bench) -> dict[str, Any]:
                            details)
         peer_cancel.beside(bench, "redis-zset", "rz", REDIS, RedisCancel(bench, srv), expiry_lead_ms(bench), results,
                            details)
+        # -- memory per pending record at the further counts (10M) ---------------------------------
+        for more in counts[1:]:
+            measure_memory(bench, srv, more, results, details, f"_{peers.count_label(more)}")
     finally:
         srv.stop()
         bench.cleanup_topics()
@@ -402,7 +408,7 @@ def run(bench: Bench) -> dict[str, Any]:
                   "with those records pending, to the first on-time delivery; N records due in one ms drained, "
                   "beside the sidecar's mass-expiry drain; half of N pending jobs removed by id (ZREM + HDEL), beside "
                   "the sidecar's cancels",
-        "settings": {"records": n, "rounds": throughput.rounds_for(bench), "pending_records": m,
+        "settings": {"records": n, "rounds": throughput.rounds_for(bench), "pending_records": counts,
                      "mass_expiry_records": peer_expiry.records_for(bench),
                      "lateness_seconds": lateness_seconds(bench), "lateness_delays_ms": WHEEL_DELAYS,
                      "redis_persistence": " ".join(PERSISTENCE),

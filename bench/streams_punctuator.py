@@ -38,7 +38,7 @@ import contextlib
 import signal
 from typing import Any
 
-from bench import peer_cancel, peer_expiry, peer_restart, streams_restart, throughput
+from bench import peer_cancel, peer_expiry, peer_restart, peers, streams_restart, throughput
 from bench.lateness import WHEEL_DELAYS
 from bench.peers import paced_lateness, peer_figures, peer_round
 from bench.report import fig
@@ -206,22 +206,26 @@ def expiry_lead_ms(bench: Bench) -> int:
     return 120_000 if bench.full else 45_000
 
 
-def measure_pending(bench: Bench, results: dict[str, Any], details: dict[str, Any]) -> None:
-    """Pending memory and disk of a fresh application, then its restart with them pending
-    (:mod:`bench.streams_restart`): ``details["pending"]`` (the restart inside it), and
-    ``results["streams_pending"]`` and ``results["streams_restart"]``."""
+def measure_pending(bench: Bench, m: int, results: dict[str, Any], details: dict[str, Any],
+                    restart: bool = True) -> None:
+    """Pending memory and disk of a fresh application with ``m`` pending, then (``restart``) its
+    restart with them pending (:mod:`bench.streams_restart`): ``details["pending"]`` (the restart
+    inside it), and ``results["streams_pending"]`` and ``results["streams_restart"]``; without the
+    restart, ``details`` and ``results`` ``["streams_pending_<count>"]`` (``peers.count_label``)."""
     ingress = f"bench.sp.pending.in.{uid()}"
     bench.topics(ingress)
     proc = start_peer(bench, ingress, "pending")
     try:
-        pend = streams_restart.measure(bench, proc, ingress)
+        pend = (streams_restart.measure if restart else streams_restart.fill)(bench, proc, ingress, m)
     finally:
         proc.stop(signal.SIGTERM, 90)
-    details["pending"] = pend
-    rs = pend["restart"]
-    log(f"streams-punctuator restart with {pend['pending']:,} pending: {rs['restart_s']} s to the first on-time probe")
-    results["streams_pending"] = streams_restart.figures(pend)
-    results["streams_restart"] = peer_restart.figures(rs)
+    key = "streams_pending" if restart else f"streams_pending_{peers.count_label(m)}"
+    details[key.removeprefix("streams_")] = pend
+    results[key] = streams_restart.figures(pend)
+    if restart:
+        rs = pend["restart"]
+        log(f"streams-punctuator restart with {m:,} pending: {rs['restart_s']} s to the first on-time probe")
+        results["streams_restart"] = peer_restart.figures(rs)
 
 
 def run(bench: Bench) -> dict[str, Any]:
@@ -229,13 +233,14 @@ def run(bench: Bench) -> dict[str, Any]:
         raise BenchError("streams-punctuator needs java and the Kafka Streams peer built into the cache: run "
                          "scripts/setup.sh (step 70-kafka-streams)")
     n, seconds = sizes(bench)
+    counts = peers.pending_counts(bench, 50_000)
     rounds_n = throughput.rounds_for(bench)
     results: dict[str, Any] = {}
     details: dict[str, Any] = {}
     try:
         # -- throughput ---------------------------------------------------------------------------
         pre, target = throughput.preload_workload(bench, n, 100, "100B")
-        rounds = [measure_round(bench, pre, target, r) for r in range(rounds_n)]
+        rounds = peers.rounds_after_warm_up(bench, lambda r: measure_round(bench, pre, target, r), details)
         details["rounds"] = rounds
         rates = [one[STREAMS]["records_per_s"] for one in rounds]
         rate = throughput.median(rates)
@@ -270,12 +275,14 @@ def run(bench: Bench) -> dict[str, Any]:
             "duplicates": fig(lat["duplicates"], "records"),
         }
         # -- pending memory and disk, restart after a crash with them pending ---------------------
-        measure_pending(bench, results, details)
+        measure_pending(bench, counts[0], results, details)
         # -- mass expiry and cancel by id, each beside the sidecar's -----------------------------------
         peer_expiry.beside(bench, "streams-punctuator", "sp", STREAMS, StreamsExpiry(bench), expiry_lead_ms(bench),
                            results, details)
         peer_cancel.beside(bench, "streams-punctuator", "sp", STREAMS, StreamsCancel(bench), expiry_lead_ms(bench),
                            results, details)
+        for more in counts[1:]:  # memory and disk at the further counts (10M), a fresh application each
+            measure_pending(bench, more, results, details, restart=False)
     finally:
         bench.cleanup_topics()
     return {
@@ -289,7 +296,7 @@ def run(bench: Bench) -> dict[str, Any]:
                   "delay.cancel records, beside the sidecar's cancels",
         "settings": {"records": n, "rounds": rounds_n, "punctuate_ms": PUNCTUATE_MS, "lateness_seconds": seconds,
                      "mass_expiry_records": peer_expiry.records_for(bench), "lateness_delays_ms": WHEEL_DELAYS,
-                     "processing_guarantee": "at_least_once",
+                     "pending_records": counts, "processing_guarantee": "at_least_once",
                      "producer": {"acks": "all", "enable.idempotence": True, "linger.ms": 2, "batch.size": 262_144},
                      "commit_interval_ms": "Streams default (30 000 for at_least_once)",
                      "record_cache": "none (the Processor API store default)", "jvm": JVM_OPTS,

@@ -40,10 +40,6 @@ PENDING_DELAY_MS = 1_800_000
 READY_TIMEOUT_S = 300  # the restarted JVM restores before RUNNING
 
 
-def pending_for(bench: Bench) -> int:
-    return 1_000_000 if bench.full else 50_000
-
-
 class StreamsCrash:
     """The Kafka Streams application as :func:`bench.peer_restart.measure` crashes it."""
 
@@ -68,22 +64,28 @@ class StreamsCrash:
         return None
 
 
-def measure(bench: Bench, proc: StreamsPeerProc, ingress: str) -> dict[str, Any]:
-    """``proc`` runs (RUNNING) on ``ingress``, nothing stored yet; it is left running."""
-    m = pending_for(bench)
+def measure(bench: Bench, proc: StreamsPeerProc, ingress: str, m: int) -> dict[str, Any]:
+    """``proc`` runs (RUNNING) on ``ingress``, nothing stored yet; it is left running. ``m``
+    records pending, then the restart with them."""
+    pend = fill(bench, proc, ingress, m)
+    pend["restart"] = peer_restart.measure(bench, "sp", StreamsCrash(bench, proc, ingress), m)
+    return pend
+
+
+def fill(bench: Bench, proc: StreamsPeerProc, ingress: str, m: int) -> dict[str, Any]:
+    """``m`` records of 100 B stored by ``proc`` (due in 30 min): its RSS and state directory growth."""
     anon0, rss0 = rss_of(proc.pid)
     target = f"bench.sp.pending.out.{uid()}"
     bench.topics(target)
     preload(bench.bootstrap, ingress, m, 100, target, lambda _i: PENDING_DELAY_MS)
     pending_log = changelog_topics(proc.app_id)[0]
-    wait_until(f"Kafka Streams to store {m:,} records", lambda: _total(bench, pending_log) >= m, 600, 0.5,
-               proc.check_alive)
+    wait_until(f"Kafka Streams to store {m:,} records", lambda: _total(bench, pending_log) >= m, 600 + m / 5_000,
+               0.5, proc.check_alive)
     anon1, rss1 = rss_of(proc.pid)
     alloc, _apparent = disk_usage(proc.state_dir)
     log(f"streams-punctuator: {m:,} pending, RSS +{(rss1 - rss0) / m:.0f} B, state {alloc / m:.0f} B per record")
-    rs = peer_restart.measure(bench, "sp", StreamsCrash(bench, proc, ingress), m)
     return {"pending": m, "rss_before": rss0, "rss_after": rss1, "anon_before": anon0, "anon_after": anon1,
-            "state_dir_bytes": alloc, "restart": rs}
+            "state_dir_bytes": alloc}
 
 
 def figures(p: dict[str, Any]) -> dict[str, Figure]:

@@ -242,7 +242,8 @@ def check_cancel(res: dict[str, Any], peer: str) -> None:
 @needs(shutil.which("redis-server") is not None, "redis-server (scripts/setup.d/40-redis.sh installs it)")
 def test_bench_redis_zset(kafka_bootstrap: str, tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    report = run_bench(["redis-zset", "--bootstrap-servers", kafka_bootstrap, "--schedulers", "levels"], out, 420)
+    report = run_bench(["redis-zset", "--bootstrap-servers", kafka_bootstrap, "--schedulers", "levels",
+                        "--peer-pending", "100k,20k"], out, 420)
     check_shape(report, ["redis-zset"])
     res = report["scenarios"]["redis-zset"]["results"]
     assert res["redis"]["records_per_s"]["value"] > 0
@@ -252,6 +253,9 @@ def test_bench_redis_zset(kafka_bootstrap: str, tmp_path: Path) -> None:
     # equal durability: the queue's data set is on disk, in its append-only file
     assert res["redis_memory"]["aof_bytes_per_pending"]["value"] > 0
     assert "--appendfsync always" in report["scenarios"]["redis-zset"]["settings"]["redis_persistence"]
+    # the further pending count (10M at full size), measured on its own fill
+    assert res["redis_memory_20k"]["used_memory_bytes_per_pending"]["value"] > 0
+    assert report["scenarios"]["redis-zset"]["details"]["redis_memory_20k"]["pending"] == 20_000
     lateness = res["redis_lateness"]
     assert lateness["p99_ms"]["value"] is not None and lateness["early"]["value"] == 0
     assert lateness["lost"]["value"] == 0
@@ -268,12 +272,15 @@ def test_bench_pg_poll(kafka_bootstrap: str, tmp_path: Path) -> None:
     """The whole scenario at its small size: every figure present, none early or lost, and the
     crash-and-restart figure measured (its probes reached the target after the restart)."""
     out = tmp_path / "bench.json"
-    report = run_bench(["pg-poll", "--bootstrap-servers", kafka_bootstrap, "--schedulers", "levels"], out, 540)
+    report = run_bench(["pg-poll", "--bootstrap-servers", kafka_bootstrap, "--schedulers", "levels",
+                        "--peer-pending", "100k,20k"], out, 540)
     check_shape(report, ["pg-poll"])
     res = report["scenarios"]["pg-poll"]["results"]
     assert res["pg"]["records_per_s"]["value"] > 0 and res["levels"]["ratio_to_pg"]["value"] > 0
     assert res["pg"]["early"]["value"] == 0 and res["pg"]["lost"]["value"] == 0
     assert res["pg_lateness"]["early"]["value"] == 0
+    assert res["pg_disk"]["bytes_per_pending"]["value"] > 0 and res["pg_disk_20k"]["bytes_per_pending"]["value"] > 0
+    assert report["scenarios"]["pg-poll"]["details"]["disk_20k"]["pending"] == 20_000
     restart = res["pg_restart"]
     assert restart["restart_s"]["value"] is not None and restart["restart_s"]["value"] > 0
     assert restart["early"]["value"] == 0 and restart["lost"]["value"] == 0
@@ -289,7 +296,8 @@ def test_bench_rabbit_ttl(kafka_bootstrap: str, tmp_path: Path) -> None:
     its probes, all published before the SIGKILL, are delivered after the restart, none early or
     lost, and the pending records are all there again (the scenario fails otherwise)."""
     out = tmp_path / "bench.json"
-    report = run_bench(["rabbit-ttl", "--bootstrap-servers", kafka_bootstrap, "--schedulers", "levels"], out, 600)
+    report = run_bench(["rabbit-ttl", "--bootstrap-servers", kafka_bootstrap, "--schedulers", "levels",
+                        "--peer-pending", "50k,10k"], out, 600)
     check_shape(report, ["rabbit-ttl"])
     sc = report["scenarios"]["rabbit-ttl"]
     res = sc["results"]
@@ -298,7 +306,10 @@ def test_bench_rabbit_ttl(kafka_bootstrap: str, tmp_path: Path) -> None:
     assert res["rabbit_lateness"]["early"]["value"] == 0
     restart = res["rabbit_restart"]
     assert restart["early"]["value"] == 0 and restart["lost"]["value"] == 0
-    assert sc["details"]["restart"]["pending_after"] == sc["settings"]["pending_records"]
+    assert sc["details"]["restart"]["pending_after"] == sc["settings"]["pending_records"][0] == 50_000
+    assert res["rabbit_pending_10k"]["rss_bytes_per_pending"]["value"] is not None
+    assert res["rabbit_pending_10k"]["disk_bytes_per_pending"]["value"] > 0
+    assert sc["details"]["pending_10k"]["pending"] == 10_000
     assert restart["server_answering_s"]["value"] > 0
     assert restart["restart_s"]["value"] is None or restart["restart_s"]["value"] > 0
 
@@ -309,12 +320,14 @@ def test_bench_streams_punctuator(kafka_bootstrap: str, tmp_path: Path) -> None:
     the crash-and-restart figure (its probes reached the target after the restart, none early)."""
     out = tmp_path / "bench.json"
     report = run_bench(["streams-punctuator", "--bootstrap-servers", kafka_bootstrap, "--schedulers", "levels",
-                        "--throughput-records", "5000"], out, 780)
+                        "--throughput-records", "5000", "--peer-pending", "50k,10k"], out, 840)
     check_shape(report, ["streams-punctuator"])
     res = report["scenarios"]["streams-punctuator"]["results"]
     assert res["streams"]["records_per_s"]["value"] > 0 and res["levels"]["ratio_to_streams"]["value"] > 0
     assert res["streams_lateness"]["early"]["value"] == 0
     assert res["streams_pending"]["disk_bytes_per_pending"]["value"] > 0
+    assert res["streams_pending_10k"]["disk_bytes_per_pending"]["value"] > 0
+    assert report["scenarios"]["streams-punctuator"]["details"]["pending_10k"]["pending"] == 10_000
     restart = res["streams_restart"]
     assert restart["early"]["value"] == 0 and restart["lost"]["value"] == 0
     # a JVM's start and restore can outlast the probes' window on a loaded machine: then every

@@ -1,6 +1,7 @@
 """The peers' mass-expiry, cancel and RabbitMQ restart figures, their pure parts: the ratios of the
 sidecar's figures to a peer's, the RabbitMQ probes' pacing (each published a level before its due
-time, none before its turn) and the probes' level (longer than the window and the kill's lead)."""
+time, none before its turn), the probes' level (longer than the window and the kill's lead), the
+pending counts each peer is measured at and the warm-up round kept out of the spread."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from bench import peer_cancel, peer_expiry, peer_restart
+from bench import peer_cancel, peer_expiry, peer_restart, peers
+from bench.cli import parse_args
 from bench.rabbit_queues import LEVELS_MS
 from bench.rabbit_ttl import RabbitCrash, restart_level_ms
 from bench.restart import STEP_MS
@@ -64,3 +66,35 @@ def test_rabbit_probe_level_outlasts_the_window_and_the_kill(tmp_path: Path) -> 
         assert level > peer_restart.probe_seconds(b) * 1000 + peer_restart.KILL_LEAD_MS
     assert restart_level_ms(bench(False, tmp_path)) == 30_000
     assert restart_level_ms(bench(True, tmp_path)) == 120_000
+
+
+def test_pending_counts_are_1m_and_10m_at_full_size_and_what_is_asked() -> None:
+    assert peers.pending_counts(bench(True, Path("/nonexistent")), 50_000) == [1_000_000, 10_000_000]
+    assert peers.pending_counts(bench(False, Path("/nonexistent")), 50_000) == [50_000]
+    asked = Bench("", Path("/nonexistent"), "small", ["levels"], options={"peer_pending": [20_000, 3_000]})
+    assert peers.pending_counts(asked, 50_000) == [20_000, 3_000]
+    assert [peers.count_label(n) for n in (1_000_000, 10_000_000, 20_000, 2_500_000)] == ["1M", "10M", "20k", "2.5M"]
+
+
+def test_peer_pending_flag_takes_counts_and_names_a_bad_one() -> None:
+    ns = parse_args(["pg-poll", "--json", "x.json", "--peer-pending", "1M,10M"])
+    assert ns.peer_pending == [1_000_000, 10_000_000]
+    with pytest.raises(SystemExit):
+        parse_args(["pg-poll", "--json", "x.json", "--peer-pending", "1M,ten"])
+
+
+def test_a_warm_up_round_runs_first_at_full_size_and_is_not_counted(tmp_path: Path) -> None:
+    calls: list[int] = []
+
+    def one(r: int) -> dict[str, Any]:
+        calls.append(r)
+        return {"round": r, "call": len(calls)}
+
+    details: dict[str, Any] = {}
+    rounds = peers.rounds_after_warm_up(bench(True, tmp_path), one, details)
+    assert details["warm_up_round"]["call"] == 1  # the first run, kept apart
+    assert [x["call"] for x in rounds] == list(range(2, len(calls) + 1)) and len(rounds) == len(calls) - 1
+    assert [x["round"] for x in rounds] == list(range(len(rounds)))
+    small: dict[str, Any] = {}
+    calls.clear()
+    assert len(peers.rounds_after_warm_up(bench(False, tmp_path), one, small)) == 1 and small == {}
