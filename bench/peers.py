@@ -40,7 +40,8 @@ def peer_round(bench: Bench, r: int, scenario: str, peer: str, label: str, measu
     one = throughput.one_round(bench, r, peer, measure_peer,
                                lambda s: throughput.measure_sidecar(bench, pre, target, s, tag=tag, changelog=mode),
                                key)
-    log(f"{scenario} round {r + 1}: {label} {one[peer]['records_per_s'] or 0:,.0f} records/s, " + ", ".join(
+    name = "warm-up round" if r < 0 else f"round {r + 1}"
+    log(f"{scenario} {name}: {label} {one[peer]['records_per_s'] or 0:,.0f} records/s, " + ", ".join(
         f"{s} {one[s]['records_per_s'] or 0:,.0f} ({one[s][key] or 0:.2f}x)" for s in bench.schedulers))
     return one
 
@@ -63,12 +64,12 @@ def count_label(n: int) -> str:
 def rounds_after_warm_up(bench: Bench, one: Callable[[int], dict[str, Any]],
                          details: dict[str, Any]) -> list[dict[str, Any]]:
     """The measured throughput rounds, ``one(r)`` each, after one round at full size that is not
-    counted (``details["warm_up_round"]``): a peer's first round ran cold (a JVM's JIT, a fresh
+    counted (``details["warm_up_round"]``, ``one(-1)``): a peer's first round ran cold (a JVM's JIT, a fresh
     table's pages, a node's first queue segments: Kafka Streams' first round at a quarter of the
     others'), and the spread asked of each baseline is of its steady rate. Every system in the
     round, the sidecar included, runs its warm-up round alike."""
     if bench.full:
-        details["warm_up_round"] = one(0)
+        details["warm_up_round"] = one(-1)  # r = -1: the log names it the warm-up round
     return [one(r) for r in range(throughput.rounds_for(bench))]
 
 
