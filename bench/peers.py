@@ -3,7 +3,8 @@ the peer and every scheduler back to back on one pre-loaded workload, in the ord
 :func:`bench.throughput.one_round` rotates by round, each scheduler's ``ratio_to_<peer>`` taken
 against this round's peer rate (the machine's speed drifts between rounds, less within one).
 A peer's own rate over the rounds is summed up by its spread, ``(max - min) / median``: issue
-#55 asks each baseline to vary by at most 15 % between the rounds of one run. The helpers below
+#55 asks each baseline to vary by at most 15 % between the rounds of one run (at full size after a
+warm-up round that is not counted: ``rounds_after_warm_up``). The helpers below
 are what the peers' scenarios share: running their worker processes, reading back and counting
 what they delivered, and the sidecar's and the lateness run's figures."""
 
@@ -64,10 +65,10 @@ def count_label(n: int) -> str:
 def rounds_after_warm_up(bench: Bench, one: Callable[[int], dict[str, Any]],
                          details: dict[str, Any]) -> list[dict[str, Any]]:
     """The measured throughput rounds, ``one(r)`` each, after one round at full size that is not
-    counted (``details["warm_up_round"]``, ``one(-1)``): a peer's first round ran cold (a JVM's JIT, a fresh
-    table's pages, a node's first queue segments: Kafka Streams' first round at a quarter of the
-    others'), and the spread asked of each baseline is of its steady rate. Every system in the
-    round, the sidecar included, runs its warm-up round alike."""
+    counted (``details["warm_up_round"]``, ``one(-1)``): a peer's first round can run cold (Kafka
+    Streams' JVM compiling its code: its first round at a quarter of the others' rate), and the
+    spread asked of each baseline is of its steady rate. Every system in the round, the sidecar
+    included, runs its warm-up round alike."""
     if bench.full:
         details["warm_up_round"] = one(-1)  # r = -1: the log names it the warm-up round
     return [one(r) for r in range(throughput.rounds_for(bench))]

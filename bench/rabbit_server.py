@@ -55,6 +55,16 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as a listener binds it: TIME_WAIT is no obstacle
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
 def installed() -> bool:
     return shutil.which("rabbitmq-server") is not None
 
@@ -135,6 +145,9 @@ class RabbitServer:
         nothing the allocators kept from earlier work."""
         with contextlib.suppress(OSError):
             stop_proc(self.proc, signal.SIGTERM, timeout_s=60)
+        # the Erlang VM may hold the AMQP listener a moment after its script exits: a start before
+        # it lets go fails with could_not_start_listener (seen in the smoke test)
+        wait_until(f"port {self.port} to be free", lambda: _bindable(self.port), 60, 0.05)
         self.start()
 
     def kill(self) -> None:

@@ -229,6 +229,28 @@ def pending_figures(pend: dict[str, Any]) -> dict[str, Figure]:
             "disk_bytes_per_pending": fig(pend["disk_bytes"] / m, "B", note="the node's data directory growth")}
 
 
+def measure_pending_and_restart(bench: Bench, srv: RabbitServer, counts: list[int], results: dict[str, Any],
+                                details: dict[str, Any]) -> None:
+    """Memory and disk with ``counts[0]`` pending on a fresh node, the crash and restart with them
+    pending, then memory and disk at each further count, each on a fresh node
+    (``rabbit_pending[_<count>]``, ``rabbit_restart``)."""
+    m = counts[0]
+    reset(srv)
+    srv.restart()  # a fresh VM: after the lateness run's backlog its RSS would hide a new one's
+    details["pending"] = pend = measure_pending(srv, m)
+    results["rabbit_pending"] = pending_figures(pend)
+    level = restart_level_ms(bench)
+    rs = peer_restart.measure(bench, "rabbit", RabbitCrash(bench, srv, level), m, level + 2_000)
+    reset(srv)
+    peer_restart.report("rabbit-ttl", RABBIT, rs, results, details)
+    for more in counts[1:]:
+        srv.restart()
+        label = peers.count_label(more)
+        details[f"pending_{label}"] = more_pend = measure_pending(srv, more)
+        results[f"rabbit_pending_{label}"] = pending_figures(more_pend)
+        reset(srv)
+
+
 def restart_level_ms(bench: Bench) -> int:
     """The probes' level: longer than their window plus the kill's lead, so every probe is
     published before the crash (2 min full, 30 s small)."""
@@ -275,7 +297,6 @@ class RabbitCrash:
 
 def run(bench: Bench) -> dict[str, Any]:
     n, counts, seconds = sizes(bench)
-    m = counts[0]
     rounds_n = throughput.rounds_for(bench)
     srv = RabbitServer(bench.workdir)
     results: dict[str, Any] = {}
@@ -316,23 +337,8 @@ def run(bench: Bench) -> dict[str, Any]:
         details["lateness"] = lat
         log(f"rabbit-ttl lateness at {rate:,.0f}/s: p50 {lat['p50']} ms, p99 {lat['p99']} ms, early {lat['early']}")
         req = lat["vs_requested"]
-        # -- memory and disk per pending record ---------------------------------------------------
-        reset(srv)
-        srv.restart()  # a fresh VM: after the lateness run's backlog its RSS would hide a new one's
-        pend = measure_pending(srv, m)
-        details["pending"] = pend
-        results["rabbit_pending"] = pending_figures(pend)
-        # -- restart after a crash, those records pending -----------------------------------------
-        level = restart_level_ms(bench)
-        rs = peer_restart.measure(bench, "rabbit", RabbitCrash(bench, srv, level), m, level + 2_000)
-        reset(srv)
-        peer_restart.report("rabbit-ttl", RABBIT, rs, results, details)
-        for more in counts[1:]:  # memory and disk at the further counts (10M), each on a fresh node
-            srv.restart()
-            label = peers.count_label(more)
-            details[f"pending_{label}"] = more_pend = measure_pending(srv, more)
-            results[f"rabbit_pending_{label}"] = pending_figures(more_pend)
-            reset(srv)
+        # -- memory and disk per pending record, the restart with the first count pending ---------
+        measure_pending_and_restart(bench, srv, counts, results, details)
         results["rabbit_lateness"] = {
             **peers.lateness_figures(lat, note="after the level's due time"),
             **{f"requested_{k}_ms": fig(req[k], "ms", note="after the requested due time (level rounding included)")
