@@ -39,7 +39,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -52,6 +52,7 @@ from bench import (
     listing,
     lookup,
     mass_expiry,
+    options,
     pending_memory,
     pg_poll,
     rabbit_ttl,
@@ -67,7 +68,6 @@ from bench import (
     tenants,
     throughput,
 )
-from bench.mass_expiry import EXPIRY_DELAYS_MS
 from bench.report import machine_facts, markdown_pivot, walk_figures
 from bench.workload import (
     SIZES,
@@ -81,7 +81,10 @@ from bench.workload import (
     stop_all,
     uid,
 )
-from sidecar.durations import format_duration_ms, parse_duration_ms
+from sidecar.durations import format_duration_ms
+
+if TYPE_CHECKING:
+    from devkafka.local import LocalKafka
 
 SCENARIOS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "throughput": throughput.run,
@@ -132,12 +135,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="comma-separated delivery modes throughput and lateness measure: at-least-once (in "
                          "each --changelog mode), exactly-once (--delivery exactly-once, changelog on); "
                          "default: at-least-once,exactly-once. exactly-once alone: recurring runs with it too")
-    ap.add_argument("--shape", default=None, metavar="SHAPES",
-                    help="comma-separated record shapes throughput and lateness send: plain (one ingress "
-                         "partition, schedule headers only), common (explicit delay.id, a user header, "
-                         f"{shape.COMMON_PARTITIONS} ingress partitions); default: plain,common at --size full, "
-                         "plain at --size small")
-    ap.add_argument("--transaction-interval", type=_interval, default=None, metavar="DURATION",
+    options.add_arguments(ap, [options.SHAPE])
+    ap.add_argument("--transaction-interval", type=options.interval, default=None, metavar="DURATION",
                     help="the exactly-once sidecars' --transaction-interval (default: the sidecar's, "
                          f"{format_duration_ms(TRANSACTION_INTERVAL_MS)}), e.g. 50ms, 500ms, 1s")
     ap.add_argument("--workdir", default=None, help="data directories and logs (default: a temp dir, removed)")
@@ -152,49 +151,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="write this run's figures as the baseline FILE (commit it)")
     ap.add_argument("--profile", metavar="DIR", default=None,
                     help="run every sidecar under cProfile and write .prof files to DIR (slows it down)")
-    ap.add_argument("--scale-pending", type=_count, default=None, metavar="N",
-                    help="scale: records pending per layout (default 30000 small, 100000000 full)")
-    ap.add_argument("--scale-rate", type=_count, default=None, metavar="R",
-                    help="scale: the fill's paced rate, records/s (default 20000 small, 40000 full)")
-    ap.add_argument("--lateness-rate", type=_count, default=None, metavar="R",
-                    help="lateness: measure at R records/s instead of 50 %% of the measured maximum (a "
-                         "point of the rate/lateness curve; no goal applies), e.g. 27000 or 27k")
-    ap.add_argument("--throughput-records", type=_count, default=None, metavar="N",
-                    help="throughput: records pre-loaded per record size (default 20000 small, 300000 full)")
-    ap.add_argument("--restore-pending", type=_count, default=None, metavar="N",
-                    help="restore: changelog records pending (default 200000 small, 10000000 full)")
-    ap.add_argument("--lateness-seconds", type=_count, default=None, metavar="S",
-                    help="lateness: seconds of paced load per variant (default 5 small, 60 full)")
-    ap.add_argument("--max-delay", type=_max_delay, default=None, metavar="DURATION",
-                    help="lateness, steady, failover, exactly-once: the longest delay sent, 1s to 10s (default "
-                         "10s; 5s failover, exactly-once): levels then gets the level times up to it, wheel uniform "
-                         "delays up to it; mass-expiry, tenants: their one delay, the longest level time up to it "
-                         "(default 10s small); the smoke tests' 2s (mass-expiry, tenants 5s)")
-    ap.add_argument("--expiry-delay", type=_expiry_delay, default=None, metavar="DURATION",
-                    help="mass-expiry, tenants: the mass expiry's one delay, a level time: 1s, 5s, 10s, 30s, 1m, "
-                         "2m, 3m or 4m (default 4m full, 10s small; --max-delay still cuts it): the 1M records "
-                         "take ~15 s to store, so 30s is the shortest full-size run")
-    ap.add_argument("--dwell", type=_dwell, default=None, metavar="DURATION",
-                    help="failover, exactly-once: the load after each membership change or phase, 0s to 10m "
-                         "(default 0.5s failover, 3s exactly-once small; 30s, 20s full)")
-    ap.add_argument("--crashes", type=_count, default=None, metavar="K",
-                    help="failover, exactly-once: the crash loop's SIGKILLs (default 4, 3 small; 10 full)")
-    ap.add_argument("--list-pending", type=_count, default=None, metavar="N",
-                    help="list: records pending in the store (default 100000 small, 10000000 full)")
-    ap.add_argument("--recurring-schedules", type=_count, default=None, metavar="N",
-                    help="recurring: schedules (default 3000 small, 1000000 full)")
-    ap.add_argument("--recurring-period", type=_period, default=None, metavar="DURATION",
-                    help="recurring: each schedule's delay.every (default 10s small, 1m full)")
-    ap.add_argument("--recurring-kills", type=int, default=None, metavar="K",
-                    help="recurring: SIGKILL the sidecar K times while the schedules fire, restarting it at once "
-                         "(default 0 small, 10 full)")
-    ap.add_argument("--peer-pending", type=_counts, default=None, metavar="N,N",
-                    help="pg-poll, redis-zset, rabbit-ttl, streams-punctuator: the pending counts each peer's "
-                         "memory and disk are measured at, the first also its restart's (default 1M,10M full; "
-                         "100k, 50k small), e.g. 1M or 1M,10M")
-    ap.add_argument("--scale-layouts", type=_layouts, default=None, metavar="P,P",
-                    help="scale: the fill's ingress partitions, one layout each (default 1,6)")
+    options.add_arguments(ap, options.TUNING)
     ns = ap.parse_args(argv)
+    _check_lists(ap, ns)
+    options.check_after_parsing(ap, ns)
+    return ns
+
+
+def _check_lists(ap: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
+    """The scenario list and the comma-separated mode flags, as lists in ``ns`` (``names``,
+    ``schedulers``, ``changelog_modes``, ``delivery_modes``); a bad one exits 2 through ``ap.error``."""
     names = [s.strip() for s in ns.scenario.split(",") if s.strip()]
     if names == ["all"]:
         names = [n for n in SCENARIOS if n != "scale"]  # hours at full size: asked for by name only
@@ -214,78 +180,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if not delivery or any(m not in DELIVERY_MODES for m in delivery) or len(set(delivery)) != len(delivery):
         ap.error(f"--delivery {ns.delivery!r}: give at-least-once, exactly-once or both, comma-separated")
     ns.delivery_modes = delivery
-    ns.shapes = None
-    if ns.shape is not None:
-        shapes = [m.strip() for m in ns.shape.split(",") if m.strip()]
-        if not shapes or any(m not in shape.SHAPES for m in shapes) or len(set(shapes)) != len(shapes):
-            ap.error(f"--shape {ns.shape!r}: give plain, common or plain,common")
-        ns.shapes = shapes
-    return ns
-
-
-def _count(text: str) -> int:
-    """A positive count: digits, optionally with a k or M suffix (``2500000``, ``500k``, ``20M``)."""
-    t = text.strip()
-    scale = {"k": 1000, "M": 1_000_000}.get(t[-1:], 1)
-    digits = t[:-1] if scale != 1 else t
-    if not digits.isdigit() or int(digits) <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a positive count such as 2500000, 500k or 20M")
-    return int(digits) * scale
-
-
-def _counts(text: str) -> list[int]:
-    """Comma-separated positive counts, each as ``_count`` takes it (``1M,10M``)."""
-    return [_count(t) for t in text.split(",")]
-
-
-def _duration_in(text: str, lo_ms: float, hi_ms: float, accepted: str) -> int:
-    """A duration with its unit (``parse_duration_ms``) from ``lo_ms`` to ``hi_ms``; else the error
-    names the value and ``accepted``."""
-    try:
-        ms = parse_duration_ms(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
-    if not lo_ms <= ms <= hi_ms:
-        raise argparse.ArgumentTypeError(f"{text!r}: {accepted}")
-    return ms
-
-
-def _period(text: str) -> int:
-    """A recurring schedule's period: at least 1s (``delay.every``'s least)."""
-    return _duration_in(text, 1000, float("inf"), "give a period of at least 1s, such as 10s or 1m")
-
-
-def _max_delay(text: str) -> int:
-    """The lateness and steady scenarios' longest delay: 1s (the first level) to 10s."""
-    return _duration_in(text, 1_000, 10_000, "give a duration from 1s to 10s, such as 2s")
-
-
-def _expiry_delay(text: str) -> int:
-    """The mass expiry's one delay: one of the sidecar's level times up to 4m."""
-    accepted = "give a level time: 1s, 5s, 10s, 30s, 1m, 2m, 3m or 4m"
-    ms = _duration_in(text, 1_000, 240_000, accepted)
-    if ms not in EXPIRY_DELAYS_MS:
-        raise argparse.ArgumentTypeError(f"{text!r}: {accepted}")
-    return ms
-
-
-def _dwell(text: str) -> int:
-    """The failover and exactly-once scenarios' load after each change: 0s to 10m."""
-    return _duration_in(text, 0, 600_000, "give a duration from 0s to 10m, such as 1s")
-
-
-def _interval(text: str) -> int:
-    """A transaction interval: 1ms to 5s (the sidecar refuses more than half its 10 s transaction
-    timeout)."""
-    return _duration_in(text, 1, 5_000, "give a duration from 1ms to 5s, such as 50ms, 500ms or 1s")
-
-
-def _layouts(text: str) -> list[int]:
-    """Comma-separated partition counts, each 1-64 (``1,6``)."""
-    parts = [p.strip() for p in text.split(",") if p.strip()]
-    if not parts or not all(p.isdigit() and 1 <= int(p) <= 64 for p in parts):
-        raise argparse.ArgumentTypeError(f"{text!r}: give partition counts 1-64, comma-separated, such as 1,6")
-    return [int(p) for p in parts]
 
 
 def scheduler_runs(bootstrap: str, workdir: Path, scheduler: str, timeout_s: float = 90) -> tuple[bool, str]:
@@ -319,7 +213,7 @@ def bench_main(argv: list[str]) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="delay-sidecar-bench-")) if own_workdir else Path(ns.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     previous = signal.signal(signal.SIGTERM, _on_term)
-    broker = None
+    broker: LocalKafka | None = None
     bench: Bench | None = None
     report: dict[str, Any] = {
         "schema": 1,
@@ -332,7 +226,6 @@ def bench_main(argv: list[str]) -> int:
     try:
         bootstrap = ns.bootstrap_servers
         needs_broker = any(name not in NO_BROKER for name in ns.names)
-        kafka_version: str | None = None
         if bootstrap is None and needs_broker:
             from devkafka.local import LocalKafka
 
@@ -341,72 +234,12 @@ def bench_main(argv: list[str]) -> int:
                                 gc=ns.broker_gc)
             log("starting a local Kafka broker ...")
             bootstrap = broker.start(timeout=240)
-            kafka_version = broker.kafka_version
             log(f"broker: {broker.describe()}")
         if needs_broker:
             kafka_ready(bootstrap)
-        report["machine"] = machine_facts(kafka_version)
-        report["machine"]["loadavg_1_5_15_at_start"] = [round(x, 2) for x in os.getloadavg()]
-        report["settings"] = {"bootstrap": "local (started by the bench)" if broker else
-                              "external" if bootstrap and needs_broker else "none (no scenario needs a broker)",
-                              "workdir": str(workdir)}
-        if broker:
-            report["settings"]["broker_gc"] = ns.broker_gc
-        schedulers = ns.schedulers
-        if schedulers is None and not needs_broker:
-            schedulers = list(SCHEDULERS)  # in-process: nothing to detect
-        elif schedulers is None:
-            schedulers = ["levels"]
-            ok, why = scheduler_runs(bootstrap, workdir, "wheel")
-            if ok:
-                schedulers.append("wheel")
-            else:
-                log(f"scheduler wheel does not run yet, measuring levels only ({why})")
-            report["settings"]["wheel_detected"] = ok
-            if not ok:
-                report["settings"]["wheel_detection"] = why
-        report["settings"]["schedulers"] = schedulers
-        report["settings"]["changelog_modes"] = ns.changelog_modes
-        report["settings"]["delivery_modes"] = ns.delivery_modes
-        report["settings"]["transaction_interval_ms"] = ns.transaction_interval or TRANSACTION_INTERVAL_MS
-        bench = Bench(bootstrap or "", workdir, ns.size, schedulers,
-                      profile_dir=Path(ns.profile).resolve() if ns.profile else None,
-                      changelog_modes=ns.changelog_modes, delivery_modes=ns.delivery_modes,
-                      options={"scale_pending": ns.scale_pending, "scale_rate": ns.scale_rate,
-                               "scale_layouts": ns.scale_layouts, "lateness_rate": ns.lateness_rate,
-                               "lateness_seconds": ns.lateness_seconds,
-                               "max_delay_ms": ns.max_delay, "expiry_delay_ms": ns.expiry_delay,
-                               "dwell_ms": ns.dwell, "crashes": ns.crashes,
-                               "throughput_records": ns.throughput_records,
-                               "restore_pending": ns.restore_pending,
-                               "shapes": ns.shapes, "recurring_schedules": ns.recurring_schedules,
-                               "recurring_period_ms": ns.recurring_period, "recurring_kills": ns.recurring_kills,
-                               "list_pending": ns.list_pending, "peer_pending": ns.peer_pending},
-                      broker=broker,
-                      transaction_interval_ms=ns.transaction_interval or TRANSACTION_INTERVAL_MS)
-        report["settings"]["shapes"] = shape.shapes_for(bench)
-        if broker is not None and ns.size == "full":
-            # a broker started here is a fresh JVM: warm its JIT up before measuring anything
-            log(f"warming the broker up ({WARMUP_S:.0f} s of traffic) ...")
-            report["settings"]["broker_warmup"] = bench.warm_up(WARMUP_S)
+        bench = _bench(ns, report, bootstrap, workdir, broker, needs_broker)
         _write(out, report)
-        for name in ns.names:
-            log(f"scenario {name} ({ns.size}) ...")
-            t0 = time.monotonic()
-            try:
-                res = SCENARIOS[name](bench)
-            except Exception as e:  # report it and go on with the next scenario
-                failed = True
-                log(f"scenario {name} failed: {e}")
-                res = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-4000:]}
-                stop_all()
-                with contextlib.suppress(Exception):
-                    bench.cleanup_topics()
-            res["seconds"] = round(time.monotonic() - t0, 1)
-            res["loadavg_1_5_15"] = [round(x, 2) for x in os.getloadavg()]
-            report["scenarios"][name] = res
-            _write(out, report)
-            log(f"scenario {name} done in {res['seconds']} s")
+        failed = _run_scenarios(ns, bench, report, out)
     finally:
         stop_all()
         if bench is not None:
@@ -415,14 +248,7 @@ def bench_main(argv: list[str]) -> int:
             broker.close()
         signal.signal(signal.SIGTERM, previous)
         report["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        figures = [(f"{n}.{p}", f) for n, s in report["scenarios"].items() for p, f in walk_figures(s.get("results"))]
-        report["summary"] = {
-            "figures": len(figures),
-            "with_goal": sum(1 for _p, f in figures if f["goal"] is not None),
-            "met": sum(1 for _p, f in figures if f["met"] is True),
-            "not_met": [p for p, f in figures if f["met"] is False],
-            "failed_scenarios": [n for n, s in report["scenarios"].items() if "error" in s],
-        }
+        report["summary"] = _summary(report)
         _write(out, report)
         if own_workdir and not ns.keep_workdir:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -434,6 +260,92 @@ def bench_main(argv: list[str]) -> int:
         compare.write_baseline(Path(ns.update_baseline), report)
         log(f"baseline written to {ns.update_baseline}")
     return 1 if failed else 0
+
+
+def _bench(ns: argparse.Namespace, report: dict[str, Any], bootstrap: str | None, workdir: Path,
+           broker: LocalKafka | None, needs_broker: bool) -> Bench:
+    """The scenarios' ``Bench``, once the broker (if one is needed) answers; the report gets the
+    machine facts and the settings, the broker's warm-up among them at full size."""
+    report["machine"] = machine_facts(broker.kafka_version if broker else None)
+    report["machine"]["loadavg_1_5_15_at_start"] = [round(x, 2) for x in os.getloadavg()]
+    settings: dict[str, Any] = {"bootstrap": "local (started by the bench)" if broker else
+                                "external" if bootstrap and needs_broker else "none (no scenario needs a broker)",
+                                "workdir": str(workdir)}
+    report["settings"] = settings
+    if broker:
+        settings["broker_gc"] = ns.broker_gc
+    schedulers = _schedulers(ns, bootstrap, workdir, needs_broker, settings)
+    settings["schedulers"] = schedulers
+    settings["changelog_modes"] = ns.changelog_modes
+    settings["delivery_modes"] = ns.delivery_modes
+    settings["transaction_interval_ms"] = ns.transaction_interval or TRANSACTION_INTERVAL_MS
+    bench = Bench(bootstrap or "", workdir, ns.size, schedulers,
+                  profile_dir=Path(ns.profile).resolve() if ns.profile else None,
+                  changelog_modes=ns.changelog_modes, delivery_modes=ns.delivery_modes,
+                  options=options.bench_options(ns), broker=broker,
+                  transaction_interval_ms=ns.transaction_interval or TRANSACTION_INTERVAL_MS)
+    settings["shapes"] = shape.shapes_for(bench)
+    if broker is not None and ns.size == "full":
+        # a broker started here is a fresh JVM: warm its JIT up before measuring anything
+        log(f"warming the broker up ({WARMUP_S:.0f} s of traffic) ...")
+        settings["broker_warmup"] = bench.warm_up(WARMUP_S)
+    return bench
+
+
+def _schedulers(ns: argparse.Namespace, bootstrap: str | None, workdir: Path, needs_broker: bool,
+                settings: dict[str, Any]) -> list[str]:
+    """``--schedulers``, or both in-process (nothing to detect), or levels plus wheel if it starts on
+    the broker (``settings`` gets what the detection found)."""
+    if ns.schedulers is not None:
+        return list(ns.schedulers)
+    if not needs_broker:
+        return list(SCHEDULERS)  # in-process: nothing to detect
+    schedulers = ["levels"]
+    ok, why = scheduler_runs(bootstrap or "", workdir, "wheel")
+    if ok:
+        schedulers.append("wheel")
+    else:
+        log(f"scheduler wheel does not run yet, measuring levels only ({why})")
+    settings["wheel_detected"] = ok
+    if not ok:
+        settings["wheel_detection"] = why
+    return schedulers
+
+
+def _run_scenarios(ns: argparse.Namespace, bench: Bench, report: dict[str, Any], out: Path) -> bool:
+    """Run every scenario asked for, each one's result into the report as it ends (a failed one's
+    error, then on with the next); True when one failed."""
+    failed = False
+    for name in ns.names:
+        log(f"scenario {name} ({ns.size}) ...")
+        t0 = time.monotonic()
+        try:
+            res = SCENARIOS[name](bench)
+        except Exception as e:  # report it and go on with the next scenario
+            failed = True
+            log(f"scenario {name} failed: {e}")
+            res = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-4000:]}
+            stop_all()
+            with contextlib.suppress(Exception):
+                bench.cleanup_topics()
+        res["seconds"] = round(time.monotonic() - t0, 1)
+        res["loadavg_1_5_15"] = [round(x, 2) for x in os.getloadavg()]
+        report["scenarios"][name] = res
+        _write(out, report)
+        log(f"scenario {name} done in {res['seconds']} s")
+    return failed
+
+
+def _summary(report: dict[str, Any]) -> dict[str, Any]:
+    """The report's count of figures: with a goal, met, not met (their paths), and failed scenarios."""
+    figures = [(f"{n}.{p}", f) for n, s in report["scenarios"].items() for p, f in walk_figures(s.get("results"))]
+    return {
+        "figures": len(figures),
+        "with_goal": sum(1 for _p, f in figures if f["goal"] is not None),
+        "met": sum(1 for _p, f in figures if f["met"] is True),
+        "not_met": [p for p, f in figures if f["met"] is False],
+        "failed_scenarios": [n for n, s in report["scenarios"].items() if "error" in s],
+    }
 
 
 if __name__ == "__main__":
