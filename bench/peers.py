@@ -10,6 +10,7 @@ what they delivered, and the sidecar's and the lateness run's figures."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +27,7 @@ from bench.workload import (
     lateness_percentiles,
     log,
     read_range,
+    sleep_until_wall_ms,
     uid,
     uniform_delays,
     wait_until,
@@ -45,6 +47,28 @@ def peer_round(bench: Bench, r: int, scenario: str, peer: str, label: str, measu
     log(f"{scenario} {name}: {label} {one[peer]['records_per_s'] or 0:,.0f} records/s, " + ", ".join(
         f"{s} {one[s]['records_per_s'] or 0:,.0f} ({one[s][key] or 0:.2f}x)" for s in bench.schedulers))
     return one
+
+
+FAST_PEER_RECORDS = 1_000_000
+
+
+def fast_peer_records(bench: Bench) -> int:
+    """N of a peer that drains a backlog at 150-400k records/s (PostgreSQL, Kafka Streams): 1M at
+    full size (``--throughput-records`` sets it), so that its round's drain lasts 3-7 s rather
+    than 1-2 s, and one scheduling hiccup of two shared cores is not a fifth of it (Kafka Streams'
+    rate spread over five rounds: 0.26 at 300k, 0.135 at 1M). The slower peers' rounds last 8-10 s
+    at the ``throughput`` scenario's N."""
+    given = bench.options.get("throughput_records")
+    return int(given) if given else (FAST_PEER_RECORDS if bench.full else throughput.records_for(bench))
+
+
+def backlog(bench: Bench, n: int) -> tuple[Preloaded, str]:
+    """The throughput rounds' backlog: the ``throughput`` scenario's ``n`` records of 100 B
+    pre-loaded (delays 0-10 s), once all of them are due (the first round's sidecar would
+    otherwise wait for the last ones and its rate measure their delays); (records, target)."""
+    pre, target = throughput.preload_workload(bench, n, 100, "100B")
+    sleep_until_wall_ms(pre.all_due_ms)
+    return pre, target
 
 
 def pending_counts(bench: Bench, small: int) -> list[int]:
@@ -72,6 +96,29 @@ def rounds_after_warm_up(bench: Bench, one: Callable[[int], dict[str, Any]],
     if bench.full:
         details["warm_up_round"] = one(-1)  # r = -1: the log names it the warm-up round
     return [one(r) for r in range(throughput.rounds_for(bench))]
+
+
+QUIET_CORES = 0.05  # a server below this many cores of CPU over QUIET_WINDOW_S is at rest
+QUIET_WINDOW_S = 1.0
+QUIET_TIMEOUT_S = 60.0
+
+
+def wait_quiet(cpu_seconds: Callable[[], float], timeout_s: float = QUIET_TIMEOUT_S,
+               window_s: float = QUIET_WINDOW_S) -> float:
+    """Wait until a peer's server is at rest (below :data:`QUIET_CORES` of CPU over a
+    ``window_s`` window; ``cpu_seconds``: its CPU so far) and return the seconds waited
+    (``timeout_s`` at most: then the round goes on, its wait recorded). A round's drain starts
+    from a server at rest, so that work left from the round before (a queue log's compaction, a
+    flush) falls into none of them rather than into some."""
+    t0 = time.monotonic()
+    last = cpu_seconds()
+    while time.monotonic() - t0 < timeout_s:
+        time.sleep(window_s)
+        now = cpu_seconds()
+        if now - last < QUIET_CORES * window_s:
+            break
+        last = now
+    return round(time.monotonic() - t0, 2)
 
 
 def worker_timeout(count: int, until_ms: int) -> float:

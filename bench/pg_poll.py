@@ -6,10 +6,16 @@ sidecar's default ``fsync: batch``); ``WORKERS`` worker processes claim due rows
 SKIP LOCKED`` in batches of ``pg_worker.BATCH``, publish them (acks=all, idempotent) and delete
 them in the same transaction after the Kafka flush (at-least-once).
 
-* Throughput (a backlog due now): N rows of 100 B, due 0-10 s before the workers start (the
-  ``throughput`` scenario's workload), inserted in 10 000-row ``COPY`` transactions and
-  ``ANALYZE``d (what autovacuum does after a bulk load); the workers drain the table; the rate is
-  taken over the delivered records' timestamps, as for every system in the bench. In the same
+* Throughput (a backlog due now): N rows of 100 B (1M at full size:
+  :func:`bench.peers.fast_peer_records`), due 0-10 s before the workers start (the
+  ``throughput`` scenario's workload), inserted in 10 000-row ``COPY`` transactions, then
+  ``VACUUM (ANALYZE)``d (what autovacuum does after a bulk insert: the visibility map and the
+  statistics) and ``CHECKPOINT``ed, so that every round's drain starts from the same state: no
+  autovacuum of the insert and no timed checkpoint (``checkpoint_timeout`` 30 min) falls into one
+  round's drain and not another's, and each round's deletes write the full-page images of the
+  first change after a checkpoint (the autovacuums and checkpoints during each drain are in its
+  details). The workers drain the table; the rate is taken over the delivered records'
+  timestamps, as for every system in the bench. In the same
   rotated rounds the sidecar (each scheduler) drains the same N from a pre-loaded topic; the ratio
   is taken within a round and the figure is its median. The spread of the queue's own rate over
   the rounds, ``(max - min) / median``, is reported beside it (issue goal: <= 15 %).
@@ -66,7 +72,7 @@ NO_HEADERS = encode_headers([])
 
 def sizes(bench: Bench) -> tuple[int, list[int], float]:
     """(throughput records, pending counts for the disk figure, lateness seconds)."""
-    return (throughput.records_for(bench), peers.pending_counts(bench, 100_000),
+    return (peers.fast_peer_records(bench), peers.pending_counts(bench, 100_000),
             60.0 if bench.full else 10.0)
 
 
@@ -75,15 +81,21 @@ def rows(target: str, n: int, due: Any, start: int = 0) -> list[Row]:
     return [(due(i), target, b"k%d" % i, value, NO_HEADERS) for i in range(start, start + n)]
 
 
-def load(srv: PgServer, target: str, n: int, due: Any) -> float:
-    """Empty the table, insert ``n`` rows in ``INSERT_BATCH`` transactions, ANALYZE; rows/s."""
+def load(srv: PgServer, target: str, n: int, due: Any, settle: bool = False) -> float:
+    """Empty the table, insert ``n`` rows in ``INSERT_BATCH`` transactions, ANALYZE; rows/s.
+    ``settle`` (a throughput round): ``VACUUM (ANALYZE)`` and a ``CHECKPOINT`` instead, so that
+    every round's drain starts from the same state (module docstring)."""
     with srv.connect() as conn:
         conn.execute(f"TRUNCATE {TABLE}")
         t0 = time.monotonic()
         for start in range(0, n, INSERT_BATCH):
             insert_rows(conn, rows(target, min(INSERT_BATCH, n - start), due, start))
         secs = time.monotonic() - t0
-        conn.execute(f"ANALYZE {TABLE}")
+        if settle:
+            conn.execute(f"VACUUM (ANALYZE) {TABLE}")
+            conn.execute("CHECKPOINT")
+        else:
+            conn.execute(f"ANALYZE {TABLE}")
     return n / secs if secs > 0 else 0.0
 
 
@@ -100,14 +112,15 @@ def measure_pg(bench: Bench, srv: PgServer, n: int, target: str) -> dict[str, An
     base = wall_ms() - MAX_DELAY_MS - 1_000
     rnd = random.Random(8)
     dues = [base + rnd.randrange(MAX_DELAY_MS) for _ in range(n)]
-    insert_rate = load(srv, target, n, dues.__getitem__)
+    insert_rate = load(srv, target, n, dues.__getitem__, settle=True)
     start = bench.wm.high(target)
-    cpu0 = srv.cpu_seconds()
+    cpu0, before = srv.cpu_seconds(), srv.maintenance(TABLE)
     res = run_workers(bench, srv, n, 0, "tp")
     server_cpu = srv.cpu_seconds() - cpu0
+    during = {f"{k}_during_drain": v - before[k] for k, v in srv.maintenance(TABLE).items()}
     out = delivered(bench, target, start, res, n)
     del out["late_ms"]
-    return {**out, "server_cpu_us_per_record": server_cpu * 1e6 / n, "insert_rows_per_s": insert_rate}
+    return {**out, "server_cpu_us_per_record": server_cpu * 1e6 / n, "insert_rows_per_s": insert_rate, **during}
 
 
 def measure_round(bench: Bench, srv: PgServer, pre: Preloaded, target: str, n: int, r: int) -> dict[str, Any]:
@@ -292,7 +305,7 @@ def run(bench: Bench) -> dict[str, Any]:
         with srv.connect() as conn:
             conn.execute(SCHEMA)
         # -- throughput ---------------------------------------------------------------------------
-        pre, target = throughput.preload_workload(bench, n, 100, "100B")
+        pre, target = peers.backlog(bench, n)
         rounds = peers.rounds_after_warm_up(bench, lambda r: measure_round(bench, srv, pre, target, n, r), details)
         details["rounds"] = rounds
         rates = [one[PG]["records_per_s"] for one in rounds]

@@ -7,9 +7,10 @@ into the project cache when the machine has none). Durability is PostgreSQL's de
 explicitly so that no configuration file can lower it: ``fsync=on``, ``synchronous_commit=on``,
 ``full_page_writes=on`` (a commit returns once its WAL is flushed to disk, as the sidecar's
 ``fsync: batch`` checkpoint does). Tuning beyond the defaults: ``shared_buffers=256MB`` (the whole
-benchmark table and its index stay cached) and ``max_wal_size=2GB`` (no checkpoint forced by WAL
-volume mid-round); autovacuum stays on, as every queue-table library relies on it to reclaim
-deleted rows.
+benchmark table and its index stay cached), ``max_wal_size=2GB`` (no checkpoint forced by WAL
+volume mid-round) and ``checkpoint_timeout=30min`` (each throughput round starts after a
+``CHECKPOINT`` of its own and no timed one falls into a drain: bench/pg_poll.py); autovacuum stays
+on, as every queue-table library relies on it to reclaim deleted rows.
 
 PostgreSQL refuses to run as root; as root both programs run in a new user namespace
 (``unshare --user --map-user``) where the process is an ordinary user that owns its data dir.
@@ -37,6 +38,7 @@ SETTINGS = {
     "full_page_writes": "on",
     "shared_buffers": "256MB",
     "max_wal_size": "2GB",
+    "checkpoint_timeout": "30min",
     "autovacuum": "on",
 }
 USER = "postgres"
@@ -124,6 +126,16 @@ class PgServer:
                 c = child.cpu_times()
                 total += c.user + c.system
         return float(total)
+
+    def maintenance(self, table: str) -> dict[str, int]:
+        """What the server's background work has done so far: ``table``'s autovacuums and
+        autoanalyzes, and the checkpoints (timed or requested)."""
+        with self.connect() as conn:
+            t = conn.execute("SELECT autovacuum_count, autoanalyze_count FROM pg_stat_user_tables "
+                             "WHERE relname = %s", (table,)).fetchone()
+            c = conn.execute("SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter").fetchone()
+        return {"autovacuums": int(str(t[0])) if t else 0, "autoanalyzes": int(str(t[1])) if t else 0,
+                "checkpoints": int(str(c[0])) if c else 0}
 
     def stop(self) -> None:
         # SIGINT: PostgreSQL's fast shutdown (sessions ended, a final checkpoint)

@@ -11,7 +11,9 @@ after Kafka did.
 * Throughput (a backlog due now): N records of 100 B published with a 1 s delay (the first level)
   while no bridge runs, so all N expire into the due queue (the backlog a bridge finds after an
   outage: the dead-letter exchange moves records as they expire, whether or not a bridge
-  consumes); then the bridges start and drain it. The rate is taken over the delivered records'
+  consumes); then, once the node is at rest (:func:`bench.peers.wait_quiet`: what the round
+  before left it doing, such as its quorum logs' compaction, falls into no round's drain), the
+  bridges start and drain it. The rate is taken over the delivered records'
   timestamps, as for every system in the bench; the publish rate with confirms and the time the
   node took to dead-letter the last record after its TTL are reported beside it. In the same
   rotated rounds the sidecar (each scheduler) drains the same N from a pre-loaded topic
@@ -119,6 +121,7 @@ def measure_rabbit(bench: Bench, srv: RabbitServer, n: int, target: str) -> dict
         wait_until("the TTL queue to dead-letter the backlog", lambda: queue_depth(ch, DUE_QUEUE) >= n,
                    throughput.timeout_for(n), 0.05)
     dead_letter_lag_s = max(0.0, time.monotonic() - last_due)
+    quiet_s = peers.wait_quiet(srv.cpu_seconds)
     start = bench.wm.high(target)
     cpu0 = srv.cpu_seconds()
     res = run_bridges(bench, srv, n, 0, "tp")
@@ -127,7 +130,7 @@ def measure_rabbit(bench: Bench, srv: RabbitServer, n: int, target: str) -> dict
     del out["late_ms"]
     return {**out, "redelivered": sum(r["redelivered"] for r in res),
             "server_cpu_us_per_record": server_cpu * 1e6 / n, "publish_per_s": n / publish_s,
-            "dead_letter_lag_s": dead_letter_lag_s}
+            "dead_letter_lag_s": dead_letter_lag_s, "quiet_wait_s": quiet_s}
 
 
 def measure_round(bench: Bench, srv: RabbitServer, pre: Preloaded, target: str, n: int, r: int) -> dict[str, Any]:
@@ -305,7 +308,7 @@ def run(bench: Bench) -> dict[str, Any]:
         with srv.connect() as conn:
             declare(conn.channel(), QUEUE_TYPE)
         # -- throughput ---------------------------------------------------------------------------
-        pre, target = throughput.preload_workload(bench, n, 100, "100B")
+        pre, target = peers.backlog(bench, n)
         rounds = peers.rounds_after_warm_up(bench, lambda r: measure_round(bench, srv, pre, target, n, r), details)
         details["rounds"] = rounds
         rates = [one[RABBIT]["records_per_s"] for one in rounds]

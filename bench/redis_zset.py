@@ -59,7 +59,6 @@ from bench.workload import (
     log,
     preload,
     read_range,
-    sleep_until_wall_ms,
     spawn,
     stop_proc,
     uid,
@@ -363,8 +362,7 @@ def run(bench: Bench) -> dict[str, Any]:
     details: dict[str, Any] = {"redis_version": srv.version()}
     try:
         # -- throughput -------------------------------------------------------------------------
-        pre, target = throughput.preload_workload(bench, n, 100, "100B")
-        sleep_until_wall_ms(pre.all_due_ms)
+        pre, target = peers.backlog(bench, n)
         rounds = peers.rounds_after_warm_up(bench, lambda r: measure_round(bench, srv, pre, target, r), details)
         details["rounds"] = rounds
         redis_rate = throughput.median([one[REDIS]["records_per_s"] for one in rounds])

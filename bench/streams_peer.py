@@ -6,8 +6,9 @@ kds.streamspeer.StreamsPeer`` on an ingress topic, with an application id of its
 consumer group reading from the earliest offset, fresh changelog topics ``<id>-pending-changelog``
 and ``<id>-ids-changelog``), a static group member id (``<id>-0``: restarted in place, it takes
 its tasks back at once) and a state directory in the bench's work directory. It logs JSON
-lines: ``ready`` once Kafka Streams is RUNNING, ``done`` with its counters when stopped (SIGTERM
-closes Kafka Streams: the last commit, then the counters).
+lines: ``warmed`` after its warm-up (when given one), ``ready`` once Kafka Streams is RUNNING,
+``done`` with its counters when stopped (SIGTERM closes Kafka Streams: the last commit, then the
+counters).
 """
 
 from __future__ import annotations
@@ -52,10 +53,13 @@ def changelog_topics(app_id: str) -> list[str]:
 
 class StreamsPeerProc(LogProc):
     """One instance of the application on ``ingress`` (not started); ``jvm_opts`` beside
-    :data:`JVM_OPTS`."""
+    :data:`JVM_OPTS`; ``warm_up``: (topic, records) the JVM runs the topology on first, as an
+    application of its own (``<app id>-warm``: :func:`changelog_topics` of that id), before the
+    measured one starts (its ``warmed`` line, then ``ready``)."""
 
     def __init__(self, workdir: Path, bootstrap: str, ingress: str, tag: str = "",
-                 punctuate_ms: int = PUNCTUATE_MS, jvm_opts: list[str] | None = None) -> None:
+                 punctuate_ms: int = PUNCTUATE_MS, jvm_opts: list[str] | None = None,
+                 warm_up: tuple[str, int] | None = None) -> None:
         self.app_id = f"kds-streams-peer-{uid()}"
         name = f"streams-peer{'-' + tag if tag else ''}-{uid()}"
         super().__init__(name, workdir / f"{name}.log")
@@ -65,6 +69,8 @@ class StreamsPeerProc(LogProc):
                     MAIN_CLASS,
                     "--bootstrap", bootstrap, "--ingress", ingress, "--application-id", self.app_id,
                     "--state-dir", str(self.state_dir), "--punctuate-ms", str(punctuate_ms)]
+        if warm_up is not None:  # (topic, records): the JVM warmed on them first (StreamsPeer's warm-up)
+            self.cmd += ["--warm-up-ingress", warm_up[0], "--warm-up-records", str(warm_up[1])]
 
     def start(self) -> None:
         self._spawn(self.cmd)

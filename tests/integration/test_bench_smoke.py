@@ -324,6 +324,8 @@ def test_bench_streams_punctuator(kafka_bootstrap: str, tmp_path: Path) -> None:
     assert res["streams_pending"]["disk_bytes_per_pending"]["value"] > 0
     assert res["streams_pending_10k"]["disk_bytes_per_pending"]["value"] > 0
     assert report["scenarios"]["streams-punctuator"]["details"]["pending_10k"]["pending"] == 10_000
+    # the measured application ran in a JVM warmed on the throughput scenario's N first
+    assert report["scenarios"]["streams-punctuator"]["details"]["rounds"][0]["streams"]["warm_up"]["records"] == 5000
     restart = res["streams_restart"]
     assert restart["early"]["value"] == 0 and restart["lost"]["value"] == 0
     # a JVM's start and restore can outlast the probes' window on a loaded machine: then every

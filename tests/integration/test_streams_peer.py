@@ -132,6 +132,39 @@ def test_a_crash_keeps_the_stores_and_the_restart_delivers_once(tmp_path: Path, 
     assert [r.key for r in got if r.timestamp_ms < due[r.key or b""]] == []
 
 
+def test_a_warm_up_runs_first_and_its_counts_are_not_the_measured_ones(tmp_path: Path, kafka_bootstrap: str,
+                                                                       unique: str) -> None:
+    """``warm_up``: the JVM runs the topology over the warm-up topic as an application of its own
+    (every warm-up record forwarded to the warm-up target) before the measured one is RUNNING;
+    the ``warmed`` line counts what the warm-up forwarded, the ``done`` line only what the
+    measured application did, and each target gets its own records once."""
+    warm_in, warm_out, ingress, target = (f"sp-w-in-{unique}", f"sp-w-out-{unique}", f"sp-m-in-{unique}",
+                                          f"sp-m-out-{unique}")
+    create_topics(kafka_bootstrap, [warm_in, warm_out, ingress, target])
+    p = producer(kafka_bootstrap)
+    for i in range(300):
+        p.produce(warm_in, key=b"w%d" % i, value=b"v", headers=[(c.TARGET_TOPIC, warm_out.encode()),
+                                                                 (c.DELAY_MS, b"0")])
+    for i in range(120):
+        p.produce(ingress, key=b"m%d" % i, value=b"v", headers=[(c.TARGET_TOPIC, target.encode()),
+                                                                 (c.DELAY_MS, b"0")])
+    p.flush(30)
+    proc = StreamsPeerProc(tmp_path, kafka_bootstrap, ingress, punctuate_ms=10, jvm_opts=QUICK_START_OPTS,
+                           warm_up=(warm_in, 300))
+    proc.start()
+    try:
+        warmed = proc.wait_event("warmed", 90)
+        proc.wait_event("ready", 60)
+        got = consume_until(kafka_bootstrap, [target], 120, timeout_s=60, settle_s=1.0)
+    finally:
+        done = proc.finish()
+    assert warmed["records"] == 300
+    warm_got = consume_until(kafka_bootstrap, [warm_out], 300, timeout_s=30, settle_s=0.5)
+    assert sorted(r.key or b"" for r in warm_got) == sorted(b"w%d" % i for i in range(300))
+    assert sorted(r.key or b"" for r in got) == sorted(b"m%d" % i for i in range(120))
+    assert (done["ingested"], done["forwarded"]) == (120, 120)
+
+
 def total_records(bootstrap: str, topic: str) -> int:
     cons = Consumer({"bootstrap.servers": bootstrap, "group.id": f"sp-wm-{topic}"})
     try:

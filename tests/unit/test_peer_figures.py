@@ -98,3 +98,20 @@ def test_a_warm_up_round_runs_first_at_full_size_and_is_not_counted(tmp_path: Pa
     small: dict[str, Any] = {}
     calls.clear()
     assert len(peers.rounds_after_warm_up(bench(False, tmp_path), one, small)) == 1 and small == {}
+
+
+def test_wait_quiet_returns_once_a_window_used_little_cpu_and_gives_up_at_its_timeout() -> None:
+    # CPU so far at each reading: busy for two windows (a core each), then at rest
+    readings = iter([0.0, 0.01, 0.02, 0.0201, 9.0])
+    waited = peers.wait_quiet(lambda: next(readings), timeout_s=5, window_s=0.01)
+    assert 0.03 <= waited < 1, "three windows: two busy, the third at rest"
+    busy = iter(float(i) for i in range(10_000))  # a core and more, always
+    waited = peers.wait_quiet(lambda: next(busy) * 0.01, timeout_s=0.1, window_s=0.01)
+    assert 0.1 <= waited < 0.5, "never at rest: the timeout"
+
+
+def test_fast_peers_drain_1m_records_a_round_at_full_size_unless_told(tmp_path: Path) -> None:
+    assert peers.fast_peer_records(bench(True, tmp_path)) == 1_000_000
+    assert peers.fast_peer_records(bench(False, tmp_path)) == 20_000
+    asked = Bench("", tmp_path, "full", ["levels"], options={"throughput_records": 5_000})
+    assert peers.fast_peer_records(asked) == 5_000

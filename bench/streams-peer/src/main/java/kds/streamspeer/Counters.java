@@ -18,6 +18,14 @@ final class Counters {
     private Counters() {
     }
 
+    /** Every count back to 0: the warm-up instance's counts are not the measured one's. */
+    static void reset() {
+        for (AtomicLong c : new AtomicLong[] {INGESTED, SCHEDULED, FORWARDED, CANCELLED, DUPLICATES, INVALID,
+                PUNCTUATIONS, MAX_PUNCTUATION_MS}) {
+            c.set(0);
+        }
+    }
+
     static Map<String, Object> snapshot() {
         Map<String, Object> m = new LinkedHashMap<>();
         m.put("ingested", INGESTED.get());

@@ -26,9 +26,18 @@ import org.apache.kafka.streams.state.Stores;
  * topic is picked per record ({@link TargetExtractor}, "dynamic routing").
  *
  * <p>Usage: {@code java -cp 'DIR/*' kds.streamspeer.StreamsPeer --bootstrap B --ingress TOPIC
- * --application-id ID --state-dir DIR [--punctuate-ms 20] [--guarantee at_least_once]}.
- * It prints JSON lines on stdout: {@code ready} once the application is RUNNING (its partitions
- * assigned, its stores restored), {@code done} with its counters when it stops (SIGTERM).
+ * --application-id ID --state-dir DIR [--punctuate-ms 20] [--guarantee at_least_once]
+ * [--warm-up-ingress TOPIC --warm-up-records N]}.
+ * It prints JSON lines on stdout: {@code warmed} after the warm-up (below), {@code ready} once the
+ * application is RUNNING (its partitions assigned, its stores restored), {@code done} with its
+ * counters when it stops (SIGTERM).
+ *
+ * <p>Warm-up: with {@code --warm-up-ingress}, the same topology first runs in this JVM as an
+ * application of its own ({@code ID-warm}, its own state directory and changelogs) on that topic
+ * until it has forwarded N records, and is closed and its state removed; only then does the
+ * measured application start. A deployment's JVM has run its hot paths for long (the JIT has
+ * compiled them); a JVM started for one benchmark round has not, and its first seconds would
+ * measure the compiler, not the design.
  *
  * <p>Settings (each stated because the benchmark compares durability and batching with the
  * sidecar's): processing.guarantee at_least_once (the sidecar's default delivery), the producer
@@ -117,6 +126,9 @@ public final class StreamsPeer {
         System.setProperty("org.slf4j.simpleLogger.logFile", "System.err");
         Map<String, String> a = parse(args);
         long punctuateMs = Long.parseLong(a.get("punctuate-ms"));
+        if (a.containsKey("warm-up-ingress")) {
+            warmUp(a, punctuateMs);
+        }
         KafkaStreams streams = new KafkaStreams(topology(a.get("ingress"), punctuateMs), config(a));
         CountDownLatch stopped = new CountDownLatch(1);
         boolean[] failed = {false};
@@ -141,6 +153,27 @@ public final class StreamsPeer {
         if (failed[0]) {
             System.exit(1);
         }
+    }
+
+    /** The warm-up (class comment): the topology on the warm-up topic until N records went out. */
+    static void warmUp(Map<String, String> a, long punctuateMs) throws InterruptedException {
+        long want = Long.parseLong(a.getOrDefault("warm-up-records", "0"));
+        Map<String, String> w = new HashMap<>(a);
+        w.put("application-id", a.get("application-id") + "-warm");
+        w.put("state-dir", Path.of(a.get("state-dir")).resolve("warm-up").toString());
+        long t0 = System.nanoTime();
+        KafkaStreams warm = new KafkaStreams(topology(a.get("warm-up-ingress"), punctuateMs), config(w));
+        warm.start();
+        long deadline = t0 + 300_000_000_000L;
+        while (Counters.FORWARDED.get() < want && System.nanoTime() < deadline
+                && warm.state() != KafkaStreams.State.ERROR) {
+            Thread.sleep(20);
+        }
+        long forwarded = Counters.FORWARDED.get();
+        warm.close(Duration.ofSeconds(60));
+        warm.cleanUp();
+        Counters.reset();
+        emit("warmed", Map.of("records", forwarded, "seconds", (System.nanoTime() - t0) / 1e9));
     }
 
     static double cpuSeconds() {
