@@ -12,8 +12,8 @@ environment variables, so no file outside the temp dir is read or written:
 * ``ERL_EPMD_PORT``: a private epmd (the Erlang port mapper) that this class starts itself on a free
   loopback port and stops afterwards, so the node neither uses nor leaves behind a machine-wide
   epmd on 4369;
-* ``RABBITMQ_NODENAME`` ``kds-<uid>@localhost``, ``RABBITMQ_DIST_PORT`` and the AMQP listener
-  (``listeners.tcp.1 = 127.0.0.1:<port>``) on free ports;
+* ``RABBITMQ_NODENAME`` ``kds-<uid>@localhost``, ``RABBITMQ_DIST_PORT`` (chosen again at each
+  start) and the AMQP listener (``listeners.tcp.1 = 127.0.0.1:<port>``) on free ports;
 * ``RABBITMQ_MNESIA_BASE``, ``RABBITMQ_LOG_BASE``, ``RABBITMQ_CONFIG_FILE``,
   ``RABBITMQ_ENABLED_PLUGINS_FILE`` (no plugins: the management UI is not needed),
   ``RABBITMQ_CONF_ENV_FILE`` (an empty one instead of /etc/rabbitmq/rabbitmq-env.conf).
@@ -109,7 +109,6 @@ class RabbitServer:
             "ERL_EPMD_ADDRESS": "127.0.0.1",
             "RABBITMQ_NODENAME": self.node,
             "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
-            "RABBITMQ_DIST_PORT": str(_free_port()),
             "RABBITMQ_MNESIA_BASE": str(self.data_dir),
             "RABBITMQ_LOG_BASE": str(self.dir / "log"),
             "RABBITMQ_CONFIG_FILE": str(conf),
@@ -126,7 +125,11 @@ class RabbitServer:
 
     def start(self, timeout_s: float = 300) -> None:
         """The node on its data directory (after :meth:`kill`: what it recovers from disk); returns
-        once it accepts AMQP connections (its queues recovered)."""
+        once it accepts AMQP connections (its queues recovered). Its distribution port is chosen
+        afresh each start: only ``rabbitmqctl`` uses it, through epmd, and while the node was down
+        the old one could be taken (a client's ephemeral socket held it once: the node then
+        refused to start, ``dist_port_already_used``)."""
+        self.env["RABBITMQ_DIST_PORT"] = str(_free_port())
         self.proc = spawn(["rabbitmq-server"], self.dir / "rabbitmq.out", env=self.env)
 
         def up() -> bool:
