@@ -1,6 +1,9 @@
 """A throwaway PostgreSQL server for the ``pg-poll`` peer: ``initdb`` in a temp dir, ``postgres`` on
 a free loopback port, stopped (fast shutdown) and removed at the end; :meth:`PgServer.kill` and
-:meth:`PgServer.start` crash and restart it on the same data directory.
+:meth:`PgServer.start` crash and restart it on the same data directory. The port comes from below
+the kernel's ephemeral range (:func:`bench.ports.listener_port`): the server listens on it again
+after the restart, where the workers reconnect, and a port in the ephemeral range could meanwhile
+be handed to some client socket as its source port.
 
 Binaries: ``initdb`` and ``postgres`` on PATH (``scripts/setup.d/50-postgresql.sh`` puts Debian's
 into the project cache when the machine has none). Durability is PostgreSQL's default and is said
@@ -22,7 +25,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
@@ -30,6 +32,7 @@ from pathlib import Path
 import psutil
 import psycopg
 
+from bench.ports import listener_port
 from bench.workload import BenchError, kill_tree, spawn, stop_proc, wait_until
 
 SETTINGS = {
@@ -42,12 +45,6 @@ SETTINGS = {
     "autovacuum": "on",
 }
 USER = "postgres"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def installed() -> bool:
@@ -75,7 +72,7 @@ class PgServer:
         if init.returncode != 0:
             raise BenchError(f"initdb failed: {init.stderr[-500:]}")
         self.data = data
-        self.port = _free_port()
+        self.port = listener_port()
         self.conninfo = f"host=127.0.0.1 port={self.port} user={USER} dbname=postgres"
         self.start()
 

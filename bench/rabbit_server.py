@@ -14,6 +14,10 @@ environment variables, so no file outside the temp dir is read or written:
   epmd on 4369;
 * ``RABBITMQ_NODENAME`` ``kds-<uid>@localhost``, ``RABBITMQ_DIST_PORT`` (chosen again at each
   start) and the AMQP listener (``listeners.tcp.1 = 127.0.0.1:<port>``) on free ports;
+* the epmd, distribution and AMQP ports all from below the kernel's ephemeral range
+  (:func:`bench.ports.listener_port`): the node listens on them again after a restart, and a port in
+  the ephemeral range could meanwhile be handed to some client socket as its source port (the
+  restart then failed, ``eaddrinuse``);
 * ``RABBITMQ_MNESIA_BASE``, ``RABBITMQ_LOG_BASE``, ``RABBITMQ_CONFIG_FILE``,
   ``RABBITMQ_ENABLED_PLUGINS_FILE`` (no plugins: the management UI is not needed),
   ``RABBITMQ_CONF_ENV_FILE`` (an empty one instead of /etc/rabbitmq/rabbitmq-env.conf).
@@ -40,6 +44,7 @@ from pathlib import Path
 import pika
 import psutil
 
+from bench.ports import listener_port
 from bench.workload import BenchError, kill_tree, spawn, stop_proc, uid, wait_until
 
 CONFIG = {
@@ -47,12 +52,6 @@ CONFIG = {
     "vm_memory_high_watermark.relative": "0.6",
     "log.console": "false",
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _bindable(port: int) -> bool:
@@ -94,8 +93,8 @@ class RabbitServer:
         cookie = self.dir / ".erlang.cookie"
         cookie.write_text(uid() + uid())
         cookie.chmod(0o400)
-        self.port = _free_port()
-        self.epmd_port = _free_port()
+        self.port = listener_port()
+        self.epmd_port = listener_port()
         self.node = f"kds-{uid()}@localhost"
         self.data_dir = self.dir / "mnesia"  # the node's queues, message stores and logs
         conf = self.dir / "rabbitmq.conf"
@@ -126,10 +125,11 @@ class RabbitServer:
     def start(self, timeout_s: float = 300) -> None:
         """The node on its data directory (after :meth:`kill`: what it recovers from disk); returns
         once it accepts AMQP connections (its queues recovered). Its distribution port is chosen
-        afresh each start: only ``rabbitmqctl`` uses it, through epmd, and while the node was down
-        the old one could be taken (a client's ephemeral socket held it once: the node then
-        refused to start, ``dist_port_already_used``)."""
-        self.env["RABBITMQ_DIST_PORT"] = str(_free_port())
+        afresh each start: only ``rabbitmqctl`` uses it, through epmd, so nothing depends on its
+        number, and a fresh one is free now even if another listener took the old one while the
+        node was down. (A client's ephemeral socket held it once, when these ports came from the
+        ephemeral range: the node then refused to start, ``dist_port_already_used``.)"""
+        self.env["RABBITMQ_DIST_PORT"] = str(listener_port())
         self.proc = spawn(["rabbitmq-server"], self.dir / "rabbitmq.out", env=self.env)
 
         def up() -> bool:
@@ -148,8 +148,10 @@ class RabbitServer:
         nothing the allocators kept from earlier work."""
         with contextlib.suppress(OSError):
             stop_proc(self.proc, signal.SIGTERM, timeout_s=60)
-        # the Erlang VM may hold the AMQP listener a moment after its script exits: a start before
-        # it lets go fails with could_not_start_listener (seen in the smoke test)
+        # the AMQP port lies below the ephemeral range, so no client socket can have been given it
+        # while the node was down; but the Erlang VM may hold its listener a moment after its
+        # script exits, and a start before it lets go fails with could_not_start_listener (seen in
+        # the smoke test)
         wait_until(f"port {self.port} to be free", lambda: _bindable(self.port), 60, 0.05)
         self.start()
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import socket
 import tempfile
 import time
 from pathlib import Path
@@ -48,6 +47,7 @@ import redis
 from bench import peer_cancel, peer_expiry, peer_restart, peers, throughput
 from bench.lateness import WHEEL_DELAYS
 from bench.peers import peer_round, spread_figure
+from bench.ports import listener_port
 from bench.redis_worker import JOBS, ZSET
 from bench.report import fig
 from bench.restart import STEP_MS
@@ -106,19 +106,13 @@ def measure_lateness(bench: Bench, srv: RedisServer, rate: float) -> dict[str, A
     return lat
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class RedisServer:
     def __init__(self, workdir: Path) -> None:
         exe = shutil.which("redis-server")
         if exe is None:
             raise BenchError("redis-server is not installed (scripts/setup.d/40-redis.sh installs it)")
         self.dir = Path(tempfile.mkdtemp(prefix="redis-", dir=workdir))
-        self.port = _free_port()
+        self.port = listener_port()  # below the ephemeral range: free again at the restart (bench/ports.py)
         self.client = redis.Redis(host="127.0.0.1", port=self.port)
         self.start()
 
