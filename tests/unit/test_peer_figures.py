@@ -1,7 +1,8 @@
 """The peers' mass-expiry, cancel and RabbitMQ restart figures, their pure parts: the ratios of the
 sidecar's figures to a peer's, the RabbitMQ probes' pacing (each published a level before its due
 time, none before its turn), the probes' level (longer than the window and the kill's lead), the
-pending counts each peer is measured at and the warm-up round kept out of the spread."""
+pending counts each peer is measured at, the warm-up round kept out of the spread and the maximum
+the Kafka Streams lateness run offers half of."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from bench.cli import parse_args
 from bench.rabbit_queues import LEVELS_MS
 from bench.rabbit_ttl import RabbitCrash, restart_level_ms
 from bench.restart import STEP_MS
+from bench.streams_punctuator import lateness_maximum
 from bench.workload import Bench, wall_ms
 
 
@@ -115,3 +117,16 @@ def test_fast_peers_drain_1m_records_a_round_at_full_size_unless_told(tmp_path: 
     assert peers.fast_peer_records(bench(False, tmp_path)) == 20_000
     asked = Bench("", tmp_path, "full", ["levels"], options={"throughput_records": 5_000})
     assert peers.fast_peer_records(asked) == 5_000
+
+
+def test_streams_lateness_offers_half_the_lower_of_its_two_drains() -> None:
+    # a 1-10 s delay takes the stored path: the mass-expiry drain, below the forward path's backlog drain
+    assert lateness_maximum(346_020.0, 128_733.0) == (128_733.0, "mass-expiry drain")
+    # the backlog drain bounds it when it is the lower
+    assert lateness_maximum(100_000.0, 128_733.0) == (100_000.0, "backlog drain")
+    # the mass expiry not measured (or no drain rate): the backlog drain stands in
+    assert lateness_maximum(346_020.0, None) == (346_020.0, "backlog drain")
+    assert lateness_maximum(346_020.0, 0.0) == (346_020.0, "backlog drain")
+    # the backlog not measured: the mass-expiry drain; neither: none, the run's floor rate applies
+    assert lateness_maximum(None, 128_733.0) == (128_733.0, "mass-expiry drain")
+    assert lateness_maximum(None, None) == (None, "backlog drain")
