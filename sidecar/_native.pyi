@@ -125,6 +125,48 @@ class Delivery:
 def publish_due(
     pub: Publisher, produce: Callable[..., Any], batch: list[tuple[int, Record]], i: int, store: Any, now: int, /
 ) -> tuple[int, BaseException | None]: ...
+class DirectPort:
+    """A store's port for records published from the intake (sidecar/engine/direct.py): what
+    ``ingest_run`` and the ``DirectDelivery`` reports use."""
+
+    produce: Callable[..., Any]
+    max_in_flight: int
+    taken: int
+    @property
+    def store(self) -> Any: ...
+    @property
+    def flights(self) -> dict[int, DirectDelivery]: ...
+    @property
+    def delivered(self) -> list[bytes]: ...
+    @property
+    def lateness(self) -> list[int]: ...
+    def __init__(
+        self, *, publisher: Publisher, store: Any, key: tuple[str, int], lateness: list[int], topic_bytes: bytes,
+        partition: int, flights: dict[int, DirectDelivery], delivered: list[bytes], held: dict[bytes, bytes] | None,
+        fresh: set[bytes] | None, mirror_remove: Callable[[bytes], None] | None,
+        fallback: Callable[[DirectDelivery, Any, Any], None],
+    ) -> None: ...
+
+class DirectDelivery:
+    """The delivery-report callable of a record published from the intake (made by ``ingest_run``)."""
+
+    superseded: bool
+    @property
+    def port(self) -> DirectPort: ...
+    @property
+    def rid(self) -> bytes: ...
+    @property
+    def topic(self) -> str: ...
+    @property
+    def msg(self) -> Any: ...
+    @property
+    def hash(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def due(self) -> int: ...
+    def __call__(self, err: Any, msg: Any, /) -> None: ...
+
 class MirrorReport:
     """The delivery-report callable of a ``StoreMirror``'s changelog writes (one per mirror): a
     success is ``StoreMirror._acked``'s work, anything else goes to its ``_on_delivery``."""

@@ -83,6 +83,13 @@ _K = TypeVar("_K", int, StoreKey)  # a partition (its key: stores.StoreKey)
 
 _SRC_OFFSET = struct.Struct("<q")  # a record's source (ingress) offset, at byte 32 (store/codec.py)
 _SRC_AT = 32
+
+
+def _src_of(item: tuple[bytes, bytes]) -> int:
+    """A held put's source (ingress) offset."""
+    return int(_SRC_OFFSET.unpack_from(item[1], _SRC_AT)[0])
+
+
 _REFUSED = (BufferError, KafkaException)  # what a C write hands back to the reference path
 RESTORE_BATCH = 10_000  # changelog records fetched per consume call
 RESTORE_SLICE_S = 0.05  # restore work per loop turn, so owned partitions keep being delivered
@@ -214,14 +221,20 @@ class StoreMirror:
         held = self.held
         if not held:
             return 0
-        self.held = {}
+        items = list(held.items())
+        held.clear()  # in place: a store's DirectPort holds this dict (engine/direct.py)
         self.fresh.clear()  # written now: a tombstone each from here on
+        if self.store.direct_port is not None:
+            # records published from the intake were held as they were published, a C run's stored
+            # ones after the run: written in ingress order, so that no acknowledged put's source
+            # offset (changelog_ingress) passes a record whose put is not acknowledged yet
+            items.sort(key=_src_of)
         if self.in_c:
-            self._in_c(native.mirror_writes, list(held.items()), lambda item: self._send(item[1], item[0]), None)
-            return len(held)
-        for rid, raw in held.items():
+            self._in_c(native.mirror_writes, items, lambda item: self._send(item[1], item[0]), None)
+            return len(items)
+        for rid, raw in items:
             self._send(raw, rid)
-        return len(held)
+        return len(items)
 
     def _send(self, value: bytes | None, key: bytes, callback: Any = None) -> None:
         """Write (``callback`` None: a new write, counted in ``produced``; else a write sent again)."""

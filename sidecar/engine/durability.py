@@ -173,7 +173,7 @@ class Durability:
         if not self._flushed(store):
             return  # the changelog did not acknowledge in time: the local log replays it next time
         store.checkpoint(fsync=self.fsync)
-        self.commit(store, store.next_offset, sync)
+        self.commit(store, store.commit_offset(), sync)
 
     def close_uncommitted(self, store: PartitionStore) -> None:
         """Checkpoint and close a store whose offsets may not be committed (the partition was

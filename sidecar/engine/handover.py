@@ -48,6 +48,7 @@ from sidecar.engine.publishing import Publishing
 from sidecar.engine.stores import StoreKey, Stores, named, record_key, store_key
 from sidecar.engine.transactions import mark_clean
 from sidecar.store.partition import PartitionStore
+from sidecar.store.resume import Resume
 
 log = logs.get("sidecar")
 
@@ -71,7 +72,11 @@ class Handover:
         self.exactly_once = exactly_once
         self.readiness = readiness  # (assigned): /readyz
         self.space_check = space_check  # (the stores now held): disk space for what was assigned
-        self.skip: dict[StoreKey, int] = {}  # ingress offsets below this are already stored
+        # what a recovered store holds of what its partition's ingress consumes again (store/resume.py)
+        self.skip: dict[StoreKey, Resume] = {}
+        # records due on arrival are published from the intake (engine/direct.py): a store's
+        # checkpoints name them (the first one, which opens that path, is taken at its first run)
+        self.direct = False
         # restoring -> the first ingress offset consumed while it had no store: read again from
         # there once it is restored (``consumed_unowned``)
         self.refetch: dict[StoreKey, int] = {}
@@ -120,6 +125,9 @@ class Handover:
             )
             if self.restorer is None:
                 self.stores[key] = store
+                if store.resume is not None and store.resume.needed(offset):
+                    self.skip[key] = store.resume
+                store.direct_ok = self.direct  # its next checkpoint names what is published from the intake
                 continue
             store.mirror = self._mirror(store)
             resume[key] = None
@@ -216,19 +224,20 @@ class Handover:
             store.dirty = True  # its next checkpoint records the changelog offset it now covers
             self.stores[key] = store
             store.remirror_replayed()
+            store.direct_ok = self.direct  # the checkpoint names what is published from the intake
             self.durability.checkpoint_soon(store)  # at once: see the module docstring
             # Ingress resumes at the group's committed offset, which may be older than what this
             # store holds: the records the changelog has, and those this store recovered locally
             # (written to the changelog again just now), are skipped when consumed again.
-            held = [o for o in (store.changelog_ingress, store.resume_offset) if o is not None]
-            end = self.kafka.ingress_end(key) if held else None
-            if held and end is not None and max(held) > end:
+            held = (store.resume or Resume(None, frozenset(), frozenset())).raised(store.changelog_ingress)
+            end = self.kafka.ingress_end(key) if held.needed(None) else None
+            if end is not None and held.end > end:
                 # the store names ingress offsets this topic never had (recreated?): skipping
                 # would drop new records, so nothing is skipped (duplicates by id are recognised)
-                log.warning("changelog.ingress_ahead", partition=key.partition, topic=key.topic, held_until=max(held),
+                log.warning("changelog.ingress_ahead", partition=key.partition, topic=key.topic, held_until=held.end,
                             ingress_end=end, action="consuming from the committed offset without skipping")
-            elif held:
-                self.skip[key] = max(held)
+            elif held.needed(None):
+                self.skip[key] = held
             again = self.refetch.pop(key, None)
             if again is not None:
                 # the usual way now: a restoring partition is held at its first record (kafka_io._assign)
@@ -250,17 +259,22 @@ class Handover:
 
     # -- ingress ----------------------------------------------------------------------------------
     def skip_restored(self, msgs: list[Any]) -> list[Any]:
-        """Drop the records a restore already brought in (see ``restore_step``); a partition's
-        skip ends at its first record past it."""
+        """Drop the records a recovered store holds (``store.resume``: the local log's, and with
+        the changelog what a restore brought in, ``restore_step``); a partition's skip ends at its
+        first record past them (store/resume.py)."""
         skip, out = self.skip, []
         for m in msgs:
             if m.error() is None:
                 key = record_key(m)
-                below = skip.get(key)
-                if below is not None:
-                    if m.offset() < below:
+                held = skip.get(key)
+                if held is not None:
+                    offset = m.offset()
+                    if offset >= held.end:
+                        del skip[key]
+                    elif held.drops(offset):
                         continue
-                    del skip[key]
+                    elif offset in held.direct and (store := self.stores.get(key)) is not None:
+                        store.redo.discard(offset)  # consumed again now: no longer the checkpoint's to name
             out.append(m)
         return out
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from sidecar.config import Settings
 from sidecar.engine.clock import Clock
+from sidecar.engine.direct import DirectPublish
 from sidecar.engine.handover import Handover
 from sidecar.engine.kafka_io import KafkaIO
 from sidecar.engine.page_waits import PageWaits
@@ -50,6 +51,7 @@ class Ingress:
         self.page_waits = page_waits
         self.clock = clock
         self.several = len(kafka.topics) > 1
+        self.direct: DirectPublish | None = None  # records due on arrival published by the C run (engine/direct.py)
 
     def ingest(self, msgs: list[Any]) -> None:
         if self.kafka.held_topics:
@@ -87,7 +89,7 @@ class Ingress:
         while i < n:
             if store is not None and i >= fast_at:
                 # the common records in one C call; it stops at the first other one (the path below)
-                j = store.ingest_many(msgs, i, now, topic)
+                j = store.ingest_many(msgs, i, now, topic, None if self.direct is None else self.direct.port(store))
                 # none taken: a run of other records (cancels, late ones...), so the fast path's
                 # setup is not paid for each of them; at a store's first record, that one only
                 # (a new queue file, a segment's end: the reference path makes it, C goes on)

@@ -8,6 +8,7 @@ stores map, the Kafka I/O port, the clock) and calls them in order; it holds no 
   offset commits, broker health;
 - ``ingress.Ingress``: consumed records into their partitions' stores;
 - ``publishing.Publishing``: due records to the producer, delivery reports, retries, the backlog;
+  ``direct.DirectPublish``: records due on arrival published by the intake, never stored;
 - ``durability.Durability``: checkpoint jobs and the offset commits behind them, trim;
 - ``handover.Handover``: stores in and out of the stores map (assign, revoke, lost, restore),
   ``standbys.Standbys``: warm copies of other members' partitions, ``opening.StoreOpener``: a
@@ -67,6 +68,7 @@ from sidecar.engine import quota_metrics
 from sidecar.engine.backpressure import Backpressure
 from sidecar.engine.changelog import Restorer, wait_acked
 from sidecar.engine.clock import Clock, SystemClock
+from sidecar.engine.direct import DirectPublish
 from sidecar.engine.durability import Durability
 from sidecar.engine.exactly_once import ExactlyOnce, lanes_of
 from sidecar.engine.handover import Handover
@@ -189,6 +191,10 @@ class Sidecar:
             self.clock, history=self.history, exactly_once=self.txn is not None,
             readiness=self.reporting.set_assigned, space_check=self.backpressure.assigned)
         self.ingress = Ingress(settings, self.stores, self.kafka, self.handover, self.page_waits, self.clock)
+        self.direct = DirectPublish(settings, self.stores, self.pub, self.durability, self.clock)
+        if self.direct.on:
+            self.ingress.direct = self.direct
+            self.handover.direct = True
         self.ownership = Ownership(self.stores, self.kafka, self.clock)
         # one lane of transactions per principal: the deployment's, each tenant's own (txn_lanes.py)
         self.eos = (ExactlyOnce(lanes_of(settings, self.txn, self.kafka, self.pub, self.clock,
@@ -314,6 +320,8 @@ class Sidecar:
         if eos is not None and eos.waiting:
             eos.refused_step()  # the transactional id refused: waiting for its ACL (txn_refusal.py)
         producing = eos is None or eos.producing
+        # asked once a turn, before the intake: it publishes records due on arrival (engine/direct.py)
+        confirmed = self.direct.confirmed = producing and self.ownership.confirmed()
         if self.page_waits.held:
             self.page_waits.step()
         if msgs:
@@ -331,7 +339,7 @@ class Sidecar:
         if self.standbys is not None and self.s.standby_replicas:
             self.standbys.step()
         t2 = clock()
-        if producing and self.ownership.confirmed():
+        if confirmed:
             self.pub.publish()
         self.pub.poll(0)
         if self.pub.producer_fatal:

@@ -341,6 +341,11 @@ class Publishing:
                     self.etf1.write(self.producer, store.acked, store)
                 self.fair.settled(store.topic, len(store.acked))
                 store.settle(now)
+            direct = store.direct_port
+            if direct is not None and direct[1].delivered:  # published from the intake (engine/direct.py)
+                if now < 0:
+                    now = self.clock.wall_ms()
+                store.outcomes.settle_direct(direct[1].delivered, now)
 
     def flush_backlog(self, now: int) -> bool:
         """Produce what waited for room in the producer queue; False if it is still full."""
@@ -475,10 +480,7 @@ class Publishing:
             self.doomed.setdefault(store.topic, f"delivery to {topic} failed: {describe(err)}")
             return
         if err is None:
-            if st.troubled and topic in st.troubled:
-                del st.troubled[topic]
-            if not st.broker_up:
-                self.on_broker(True, "delivery")
+            self.delivered_to(topic)
             lateness = msg.timestamp()[1] - rec.due_ms
             if lateness < 0:
                 self.counters.early += 1
@@ -487,20 +489,35 @@ class Publishing:
             return
         self._failed(ref, rec, store, att, err)
 
+    def delivered_to(self, topic: str) -> None:
+        """A delivery to ``topic`` succeeded: it is not troubled, the broker is up."""
+        st = self.state
+        if st.troubled and topic in st.troubled:
+            del st.troubled[topic]
+        if not st.broker_up:
+            self.on_broker(True, "delivery")
+
+    def failure_seen(self, err: Any, topic: str, ingress_topic: str) -> ErrorKind:
+        """A delivery to ``topic`` (of a record of ``ingress_topic``) failed with ``err``: the
+        target is troubled, the broker may be down, the producer may be dead. Returns its kind."""
+        self.state.troubled[topic] = self.clock.wall_ms()
+        kind = classify(err)
+        if (kind is ErrorKind.RETRIABLE and err.code() in (MSG_TIMED_OUT, TRANSPORT) and self.state.broker_up
+                and ingress_topic not in self.tenants.own):  # a tenant's own connection is not the deployment's
+            self.on_broker(False, "delivery")
+        if (producer_must_restart(err) and not self.tenants.died(ingress_topic, describe(err))
+                and not self.producer_fatal):
+            self.producer_fatal = describe(err)  # the loop replaces the producer at the end of the turn
+        return kind
+
     def _failed(self, ref: int, rec: Record, store: PartitionStore, att: Attempts | None, err: Any) -> None:
         now = self.clock.wall_ms()
-        self.state.troubled[rec.topic.decode()] = now
+        kind = self.failure_seen(err, rec.topic.decode(), store.topic)
         if att is None:
             att = Attempts()
         att.attempt += 1
         if att.first_failure_ms == 0:
             att.first_failure_ms = now
-        kind = classify(err)
-        if (kind is ErrorKind.RETRIABLE and err.code() in (MSG_TIMED_OUT, TRANSPORT) and self.state.broker_up
-                and store.topic not in self.tenants.own):  # a tenant's own connection is not the deployment's
-            self.on_broker(False, "delivery")
-        if producer_must_restart(err) and not self.tenants.died(store.topic, describe(err)) and not self.producer_fatal:
-            self.producer_fatal = describe(err)  # the loop replaces the producer at the end of the turn
         refusal = self.tenants.refusal(err, rec.topic.decode(), store.topic)  # names topic and principal
         decision = self.policy.decide(kind, att.attempt, att.first_failure_ms, now, self.rng,
                                       error=refusal or describe(err))

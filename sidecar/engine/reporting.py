@@ -128,7 +128,7 @@ class Reporting:
         log.info(
             "stats", ingested=k.ingested, scheduled=k.scheduled, delivered=k.delivered, cancelled=k.cancelled,
             duplicates=k.duplicates, replaced=k.replaced, fired=k.fired, missed=k.missed, dlq=sum(k.dlq.values()),
-            dlq_by_reason={r: n for r, n in k.dlq.items() if n},
+            published_direct=k.published_direct, dlq_by_reason={r: n for r, n in k.dlq.items() if n},
             pending=sum(pending.values()), pending_by_tier=pending, in_flight=self.pub.in_flight,
             retry_queue=len(self.pub.retries), early=k.early, paused=self.backpressure.paused, turns=turn_count,
             slow_turns=slow_turns, slowest_turn_ms=slowest_turn_ms, late_wakes=late_wakes,

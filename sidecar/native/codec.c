@@ -593,6 +593,29 @@ fail:
     return NULL;
 }
 
+/* The headers a MESSAGE record of these fields is delivered with, as delivery_headers gives a stored
+ * one's (the user's, then delay.id, delay.deliver-at, delay.enqueued-at, delay.source; no retry
+ * count): a record published without being stored (direct.c). user: the parser's tuple of pairs. */
+PyObject *kds_fields_headers(PyObject *user, PyObject *rid, long long due, long long enq, PyObject *topic_bytes,
+                             long long partition, long long offset) {
+    if (kds_codec_ready() < 0) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(user);
+    PyObject *out = PyList_New(n);
+    if (!out) return NULL;
+    for (Py_ssize_t k = 0; k < n; k++) PyList_SET_ITEM(out, k, Py_NewRef(PyTuple_GET_ITEM(user, k)));
+    char tmp[48];
+    if (append_pair(out, H_ID, Py_NewRef(rid)) < 0) goto fail;
+    int len = kds_fmt_ll(tmp, due);
+    if (append_pair(out, H_DELIVER_AT, PyBytes_FromStringAndSize(tmp, len)) < 0) goto fail;
+    len = kds_fmt_ll(tmp, enq);
+    if (append_pair(out, H_ENQUEUED_AT, PyBytes_FromStringAndSize(tmp, len)) < 0) goto fail;
+    if (append_pair(out, H_SOURCE, kds_source(topic_bytes, partition, offset)) < 0) goto fail;
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
 /* setup(corrupt_record, id, deliver_at, enqueued_at, source, retry_count): the exception class
  * decode raises and the outgoing header names, from codec.py and contract.py (one definition). */
 static PyObject *native_setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {

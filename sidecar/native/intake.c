@@ -402,9 +402,12 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
         PyErr_SetString(PyExc_TypeError, "ingest_run: bad argument types");
         return NULL;
     }
+    PyObject *port; /* records due on arrival published, not stored (direct.c); NULL: none */
+    if (kds_direct_port(a->direct, &port) < 0) return NULL;
     InRun run;
     InRun *r = &run;
     PyObject *result = NULL;
+    int failed = 0; /* an error set by the direct path: the state goes back, then NULL */
     Py_ssize_t i = start, n = PyList_GET_SIZE(msgs);
     if (KDS_IN_OPEN(r, a) < 0) goto fail;
     int64_t *st = r->st;
@@ -471,6 +474,13 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
                                            r->nprobed, &wait);
         if (at == -2) st[IN_IDX_WAIT] = wait; /* its page is not in memory: the caller has it read */
         if (at < 0 || !kds_in_jnl_room(r)) goto next;
+        if (port) { /* its id in flight from the intake: the reference path decides (a duplicate...) */
+            int flying = kds_direct_flying(port, h);
+            if (flying) {
+                failed = flying < 0;
+                goto next;
+            }
+        }
         /* plan */
         long long level = 0;
         if (kind == IN_KIND_WHEEL) {
@@ -522,9 +532,36 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
         uint64_t body = (uint64_t)HEAD_SIZE - 8;
         for (int k = 0; k < 5; k++) body += (uint64_t)fs[k].view.len;
         uint64_t length = (8 + body + ALIGN - 1) & ~(uint64_t)(ALIGN - 1);
+        if (tpart < INT32_MIN || tpart > INT32_MAX) goto next;
+        if (port && !req.spec && due <= now) { /* due on arrival: published now, not stored (direct.c) */
+            int ready = kds_direct_ready(port);
+            PyObject *ridobj = NULL, *raw = NULL;
+            if (ready > 0) {
+                ridobj = req.rid && PyBytes_GET_SIZE(req.rid) > 0 ? Py_NewRef(req.rid)
+                                                                  : PyBytes_FromStringAndSize(rid, rlen);
+                if (ridobj && kds_direct_holds(port) && (raw = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)length)))
+                    kds_write_record((uint8_t *)PyBytes_AS_STRING(raw), (uint32_t)length, (uint32_t)body, REC_MESSAGE,
+                                     due, ts, offset, (int32_t)partition, (int32_t)tpart, 0, (int)level, fs);
+                if (!ridobj || (kds_direct_holds(port) && !raw))
+                    ready = -1;
+                else
+                    ready = kds_direct_publish(port, m, ridobj, h, offset, due, ts, req.topic, tpart, key, value, user,
+                                               raw);
+            }
+            Py_XDECREF(ridobj);
+            Py_XDECREF(raw);
+            if (ready < 0) {
+                failed = 1;
+                goto next;
+            }
+            if (ready) {
+                st[IN_NEXT_OFFSET] = offset + 1;
+                ok = 1;
+                goto next;
+            }
+        }
         long long head = st[IN_HEAD], soff_log = kds_in_room(r, length);
         if (soff_log < 0) goto next;
-        if (tpart < INT32_MIN || tpart > INT32_MAX) goto next;
         /* the scheduler's plain append, then the record */
         long long ref = kds_in_sched_add(r, due, level, head);
         if (ref < 0) goto next;
@@ -550,7 +587,15 @@ static PyObject *native_ingest_run(PyObject *self, PyObject *const *args, Py_ssi
         Py_XDECREF(blob);
         if (!ok) break;
     }
-    if (kds_in_state_out(a->st, r->st, r->st_in, r->nst) == 0) result = PyLong_FromSsize_t(i);
+    if (port && kds_direct_sync(port) < 0) failed = 1;
+    if (failed) { /* the records before it are stored or published: their state goes back first */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        if (kds_in_state_out(a->st, r->st, r->st_in, r->nst) < 0) PyErr_Clear();
+        PyErr_Restore(et, ev, tb);
+    } else if (kds_in_state_out(a->st, r->st, r->st_in, r->nst) == 0) {
+        result = PyLong_FromSsize_t(i);
+    }
 fail:
     Py_XDECREF(memo.bytes);
     Py_XDECREF(memo.str);

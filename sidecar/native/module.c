@@ -26,6 +26,7 @@
  *   intake.c   ingest_run, the intake fast path      (PartitionStore.ingest_fields)
  *   publish.c  PublishState, Publisher, Delivery     (sidecar/engine/publish_state.py, loop.py)
  *   mirror.c   MirrorReport, the changelog writes    (sidecar/engine/changelog.py StoreMirror)
+ *   direct.c   DirectPort, DirectDelivery: due on arrival, published from the intake (engine/direct.py)
  *   firing.c   a delay.every schedule's firing        (sidecar/store/firings.py)
  *   module.c   this file: the module and its init
  * Byte layouts are documented where the Python twins live; the C code follows them byte for byte.
@@ -95,6 +96,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     }
     if (kds_publish_init(m) < 0) goto fail;
     if (kds_mirror_init(m) < 0) goto fail;
+    if (kds_direct_init(m) < 0) goto fail;
 #define KDS_ADD_ARGS_TYPE(name) \
     if (PyType_Ready(&kds_##name##Type) < 0) goto fail; \
     Py_INCREF(&kds_##name##Type); \

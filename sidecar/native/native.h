@@ -89,6 +89,9 @@ void kds_write_record(uint8_t *dst, uint32_t length, uint32_t body_len, int rtyp
                       int64_t srco, int32_t srcp, int32_t tgtp, int retry, int level, Field *fs);
 PyObject *kds_encode_headers(PyObject *self, PyObject *headers); /* encode_headers(headers) -> bytes */
 PyObject *kds_delivery_headers(PyObject *self, PyObject *const *args, Py_ssize_t nargs); /* delivery_headers */
+/* the delivery headers of a MESSAGE record's fields, as delivery_headers gives the stored record's */
+PyObject *kds_fields_headers(PyObject *user, PyObject *rid, long long due, long long enq, PyObject *topic_bytes,
+                             long long partition, long long offset);
 int kds_fmt_ll(char *p, long long v);   /* v in decimal at p, unterminated; returns the length */
 /* delay.source's value, "<topic>:<partition>:<offset>" (topic_bytes: bytes), or NULL with an error */
 PyObject *kds_source(PyObject *topic_bytes, long long partition, long long offset);
@@ -189,6 +192,30 @@ extern PyMethodDef kds_intake_methods[];    /* ingest_run */
 
 int kds_publish_init(PyObject *m);        /* PublishState, Publisher, Delivery */
 extern PyMethodDef kds_publish_methods[]; /* publish_due */
+/* the Publisher's state as the direct path (direct.c) shares it: each returns -1 with an error set */
+int kds_pub_check(PyObject *pub);                                 /* 0: a Publisher */
+int kds_pub_room(PyObject *pub, long long max_in_flight);         /* 1: a fast path may produce now */
+int kds_pub_count(PyObject *pub, PyObject *topic, long long delta); /* in flight (and to topic) += delta */
+int kds_pub_sync(PyObject *pub);                                  /* the topic counts into the state */
+int kds_pub_refused(PyObject *pub);                               /* 1: the error set is handed back */
+int kds_pub_plain(PyObject *pub, PyObject *key, PyObject *store); /* 1: a success report is plain */
+/* a delivered record's lateness (msg's timestamp - due) into lateness, counted early when negative */
+int kds_pub_lateness(PyObject *pub, PyObject *msg, long long due, PyObject *lateness);
+
+/* -- direct.c: records due on arrival published from the intake (engine/direct.py) ------------ */
+
+int kds_direct_init(PyObject *m); /* DirectPort, DirectDelivery */
+/* The run's port (IngestRun.direct) as a DirectPort, NULL for None; -1 with an error otherwise. */
+int kds_direct_port(PyObject *o, PyObject **port);
+int kds_direct_flying(PyObject *port, uint64_t h);  /* 1: an id under h is in flight, 0: not, -1 */
+int kds_direct_ready(PyObject *port);               /* 1: may publish now, 0: store it, -1 */
+int kds_direct_holds(PyObject *port);               /* 1: the changelog is on (held puts) */
+int kds_direct_sync(PyObject *port);                /* the Publisher's topic counts into its state */
+/* publish a request due at arrival: 1 produced, 0 refused (the caller stores it), -1 error. raw:
+ * its commit-log bytes, held as its changelog put (NULL when the changelog is off). */
+int kds_direct_publish(PyObject *port, PyObject *msg, PyObject *rid, uint64_t h, long long offset, long long due,
+                       long long ts, PyObject *topic, long long tpart, PyObject *key, PyObject *value,
+                       PyObject *user, PyObject *raw);
 
 /* -- firing.c: a delay.every schedule's firing (store/firings.py) ------------------------------ */
 

@@ -142,6 +142,7 @@ typedef struct {
     PyObject *checked_targets; /* set[str]: the target topics known to exist */
     PyObject *no_headers; /* bytes: the stored headers blob of a record without user headers */
     PyObject *topic; /* str | None: the ingress topic: a message of another one stops the run; None: not checked */
+    PyObject *direct; /* Any: the store's DirectPort: a request due on arrival is published, not stored; None: none is */
 } KdsIngestRun;
 extern PyTypeObject kds_IngestRunType;
 
@@ -378,6 +379,7 @@ static PyMemberDef kds_IngestRun_members[] = {
     {"checked_targets", T_OBJECT_EX, offsetof(KdsIngestRun, checked_targets), 0, "the target topics known to exist"},
     {"no_headers", T_OBJECT_EX, offsetof(KdsIngestRun, no_headers), 0, "the stored headers blob of a record without user headers"},
     {"topic", T_OBJECT_EX, offsetof(KdsIngestRun, topic), 0, "the ingress topic: a message of another one stops the run; None: not checked"},
+    {"direct", T_OBJECT_EX, offsetof(KdsIngestRun, direct), 0, "the store's DirectPort: a request due on arrival is published, not stored; None: none is"},
     {NULL, 0, 0, 0, NULL}};
 KDS_ARGS_TYPE(IngestRun, ingest_run)
 

@@ -240,6 +240,41 @@ static PyTypeObject PublisherType = {
     .tp_methods = Publisher_methods,
 };
 
+/* A delivered record's lateness (its timestamp - its due time) into `lateness` (a list), and
+ * counters.early += 1 when it is negative: 0, or -1 with an error set. */
+static int report_lateness(PublishStateObject *ps, PyObject *msg, long long due, PyObject *lateness) {
+    PyObject *ts = kds_msg_call(msg, M_TIMESTAMP); /* the delivered Message is the consumed ones' type */
+    if (!ts) return -1;
+    long long t = -1;
+    if (PyTuple_Check(ts) && PyTuple_GET_SIZE(ts) == 2) {
+        t = PyLong_AsLongLong(PyTuple_GET_ITEM(ts, 1));
+    } else {
+        PyErr_SetString(PyExc_TypeError, "msg.timestamp() is not a (type, ms) pair");
+    }
+    Py_DECREF(ts);
+    if (t == -1 && PyErr_Occurred()) return -1;
+    if (t - due < 0) {
+        PyObject *counters = ps_field(ps->counters, "counters");
+        if (!counters) return -1;
+        PyObject *early = PyObject_GetAttr(counters, S_early);
+        if (!early) return -1;
+        long long e = PyLong_AsLongLong(early);
+        Py_DECREF(early);
+        if (e == -1 && PyErr_Occurred()) return -1;
+        PyObject *ne = PyLong_FromLongLong(e + 1);
+        if (!ne) return -1;
+        int rc = PyObject_SetAttr(counters, S_early, ne);
+        Py_DECREF(ne);
+        if (rc < 0) return -1;
+    }
+    PyObject *lv = PyLong_FromLongLong(t - due);
+    if (!lv) return -1;
+    int rc = PyList_Check(lateness) ? PyList_Append(lateness, lv) : -1;
+    Py_DECREF(lv);
+    if (rc < 0 && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "store.lateness is not a list");
+    return rc;
+}
+
 /* The delivery report: the common success in C, everything else through Publishing._on_delivery. */
 static PyObject *Delivery_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     DeliveryObject *d = (DeliveryObject *)self;
@@ -265,39 +300,8 @@ static PyObject *Delivery_vectorcall(PyObject *self, PyObject *const *args, size
     }
     ps->in_flight--;
     if (pub_tif(d->pub, d->topic, -1) < 0) return NULL;
-    PyObject *ts = kds_msg_call(msg, M_TIMESTAMP); /* the delivered Message is the consumed ones' type */
-    if (!ts) return NULL;
-    long long t = -1;
-    if (PyTuple_Check(ts) && PyTuple_GET_SIZE(ts) == 2) {
-        t = PyLong_AsLongLong(PyTuple_GET_ITEM(ts, 1));
-    } else {
-        PyErr_SetString(PyExc_TypeError, "msg.timestamp() is not a (type, ms) pair");
-    }
-    Py_DECREF(ts);
-    if (t == -1 && PyErr_Occurred()) return NULL;
-    long long lateness = t - ((RecordObject *)d->rec)->due_ms;
-    if (lateness < 0) {
-        PyObject *counters = ps_field(ps->counters, "counters");
-        if (!counters) return NULL;
-        PyObject *early = PyObject_GetAttr(counters, S_early);
-        if (!early) return NULL;
-        long long e = PyLong_AsLongLong(early);
-        Py_DECREF(early);
-        if (e == -1 && PyErr_Occurred()) return NULL;
-        PyObject *ne = PyLong_FromLongLong(e + 1);
-        if (!ne) return NULL;
-        int rc = PyObject_SetAttr(counters, S_early, ne);
-        Py_DECREF(ne);
-        if (rc < 0) return NULL;
-    }
-    PyObject *lv = PyLong_FromLongLong(lateness);
-    if (!lv) return NULL;
-    int rc = PyList_Check(d->lateness) ? PyList_Append(d->lateness, lv) : -1;
-    Py_DECREF(lv);
-    if (rc < 0) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "store.lateness is not a list");
-        return NULL;
-    }
+    if (report_lateness(ps, msg, ((RecordObject *)d->rec)->due_ms, d->lateness) < 0) return NULL;
+    int rc;
     PyObject *acked = PyObject_GetAttr(d->store, S_acked);
     if (!acked) return NULL;
     PyObject *pair = PyTuple_Pack(2, d->ref, d->rec);
@@ -336,6 +340,54 @@ static PyObject *topic_str(PublisherObject *p, PyObject *b) {
     Py_INCREF(s);
     Py_XSETREF(p->topic_s, s);
     return s;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * What the direct path (direct.c: records due on arrival published from the intake) shares with
+ * this one: the same in-flight counts, the same conditions for a plain publish and report. */
+
+int kds_pub_check(PyObject *pub) {
+    if (PyObject_TypeCheck(pub, &PublisherType)) return 0;
+    PyErr_SetString(PyExc_TypeError, "not a sidecar._native.Publisher");
+    return -1;
+}
+
+/* 1: a record may be produced now by a fast path (fewer than max_in_flight in flight, no target
+ * troubled, no sign of a broker outage), 0: not (the stored path takes it), -1: error */
+int kds_pub_room(PyObject *pubo, long long max_in_flight) {
+    PublishStateObject *ps = ((PublisherObject *)pubo)->state;
+    PyObject *troubled = ps_field(ps->troubled, "troubled");
+    if (!troubled) return -1;
+    return ps->in_flight < max_in_flight && PyDict_Check(troubled) && !PyDict_GET_SIZE(troubled) && ps->broker_up;
+}
+
+/* a record to `topic` produced (+1) or reported (-1) */
+int kds_pub_count(PyObject *pubo, PyObject *topic, long long delta) {
+    PublisherObject *pub = (PublisherObject *)pubo;
+    pub->state->in_flight += delta;
+    return pub_tif(pub, topic, delta);
+}
+
+int kds_pub_sync(PyObject *pubo) { return pub_sync((PublisherObject *)pubo); }
+
+/* 1: the exception set is one the produce call hands back (a full queue, the client's local error) */
+int kds_pub_refused(PyObject *pubo) { return PyErr_ExceptionMatches(((PublisherObject *)pubo)->refused); }
+
+/* 1: a success report is plain (no target troubled, the broker up, `store` still the stores map's
+ * under `key`), 0: the reference decides, -1: error */
+int kds_pub_plain(PyObject *pubo, PyObject *key, PyObject *store) {
+    PublishStateObject *ps = ((PublisherObject *)pubo)->state;
+    PyObject *troubled = ps_field(ps->troubled, "troubled"), *stores = ps_field(ps->stores, "stores");
+    if (!troubled || !stores) return -1;
+    if (!PyDict_Check(troubled) || PyDict_GET_SIZE(troubled) || !ps->broker_up || !PyDict_Check(stores)) return 0;
+    PyObject *current = PyDict_GetItemWithError(stores, key);
+    if (!current && PyErr_Occurred()) return -1;
+    return current == store;
+}
+
+/* a delivered record's lateness recorded (report_lateness) */
+int kds_pub_lateness(PyObject *pubo, PyObject *msg, long long due, PyObject *lateness) {
+    return report_lateness(((PublisherObject *)pubo)->state, msg, due, lateness);
 }
 
 /* publish_due(pub, produce, batch, i, store, now) -> (j, refused)

@@ -57,7 +57,7 @@ from sidecar.store.codec import NATIVE, encode_headers, native
 from sidecar.store.idindex import id_hash
 from sidecar.store.idslot import PRECANCEL
 from sidecar.store.intake_layout import Common
-from sidecar.store.lookup import pending_refs
+from sidecar.store.lookup import in_flight, pending_refs
 from sidecar.store.mapped import HEADER_SIZE
 from sidecar.store.mirroring import (
     HISTORY_ACCEPTED,
@@ -115,7 +115,8 @@ class Intake:
             if req is not None:
                 store.counters.ingested += 1
                 store.dirty = True
-                store.next_offset = offset + 1
+                if store.next_offset is None or offset >= store.next_offset:
+                    store.next_offset = offset + 1
                 target, target_partition, rid, due, mode, user = req
                 self.schedule(
                     topic, offset, ts, key, value, headers, target, target_partition, rid, due, mode, 0, 0, None,
@@ -129,7 +130,8 @@ class Intake:
             return
         store.counters.ingested += 1
         store.dirty = True
-        store.next_offset = offset + 1
+        if store.next_offset is None or offset >= store.next_offset:  # (not back: resume.py's direct ones)
+            store.next_offset = offset + 1
         if delete is not None and not isinstance(parsed, Rejection):
             if isinstance(parsed, Cancel):  # (an AfterDelivery tombstone deletes nothing)
                 self._kms_delete(offset, parsed.id, now_ms)
@@ -155,9 +157,15 @@ class Intake:
             # (appending the CANCEL record changes no index entry): each look-up hashes the id and
             # reads every entry under the hash from the log
             found = pending_refs(store, cid)
-            pos = self.append_cancel(offset, cid, now_ms, bool(found[1]))
+            # published from the intake and not reported yet: too late, as for a handed-out record
+            flying = not found[1] and bool(store.flights) and in_flight(store, cid) is not None
+            pos = self.append_cancel(offset, cid, now_ms, bool(found[1]) or flying)
             cancelled = store.sched.record(found[1][0]) if store.history is not None and found[1] else None
-            outcome = self.apply_cancel(cid, now_ms, found)
+            if flying:
+                store.counters.cancel_unmatched += 1
+                outcome = CANCEL_LATE
+            else:
+                outcome = self.apply_cancel(cid, now_ms, found)
             if outcome == CANCEL_MATCHED and cancelled is not None:
                 history_record(store, HISTORY_CANCELLED, cancelled, now_ms)
             if store.mirror is not None:
@@ -173,7 +181,7 @@ class Intake:
                 now_ms,
             )
 
-    def ingest_many(self, msgs: list[Any], start: int, now_ms: int, topic: str | None) -> int:
+    def ingest_many(self, msgs: list[Any], start: int, now_ms: int, topic: str | None, direct: Any = None) -> int:
         """Store ``msgs[start:]`` (consumer Messages) while each is the common case, in one C call
         (``_native.ingest_run``): a message of this partition without error (``topic``: the
         messages' ingress topic; None: they mix several, and one of another topic than the store's
@@ -183,7 +191,12 @@ class Intake:
         message not stored: the caller runs it through the reference path (``ingest_fields``,
         which handles everything) and calls again. Every Python-visible field ends as
         ``ingest_fields`` would leave it, so the fast path changes nothing but the cost
-        (docs/storage.md 2.6). Returns ``start`` when the fast path is off (no extension)."""
+        (docs/storage.md 2.6). Returns ``start`` when the fast path is off (no extension).
+
+        ``direct`` (the store's ``DirectPort``, engine/direct.py; None: off): a request due on
+        arrival is published by the C run instead of stored, an id in flight so stops the run
+        (the reference path decides), and ``direct.taken`` counts them: the log and the scheduler
+        take back only the stored ones."""
         store = self.store
         if _run is None or (topic is not None and topic != store.topic) or type(msgs) is not list:
             return start
@@ -213,7 +226,7 @@ class Intake:
             seg_buf=seg, idx_buf=idx, st=st, sched_bufs=bufs, idx_old_buf=old, idx_old2_buf=old2, idx_jnl_buf=jnl,
             idx_tags_buf=tags, now=now_ms, partition=store.partition, id_prefix=store.id_prefix,
             checked_targets=rules.checked_targets, no_headers=_NO_HEADERS,
-            topic=store.topic if topic is None else None,
+            topic=store.topic if topic is None else None, direct=direct,
         ))
         count = end - start
         if count:
@@ -223,12 +236,20 @@ class Intake:
             counters.ingested += count
             counters.scheduled += count
             store.dirty = True
-            store.next_offset = st[Common.NEXT_OFFSET]
-            store.log.intake_restore(st, count)
+            nxt = st[Common.NEXT_OFFSET]
+            if store.next_offset is None or nxt > store.next_offset:  # (not back: a checkpoint's direct one again)
+                store.next_offset = nxt
+            stored = count
+            if direct is not None and direct.taken:
+                stored -= direct.taken
+                counters.published_direct += direct.taken
+                direct.taken = 0
             store.ids.intake_restore(st)
-            store.sched.intake_end(st, count)
-            if store.mirror is not None or store.history is not None:
-                report_run(store, first, count, now_ms)
+            if stored:  # (a run that only published moved nothing of the log's or the scheduler's)
+                store.log.intake_restore(st, stored)
+                store.sched.intake_end(st, stored)
+                if store.mirror is not None or store.history is not None:
+                    report_run(store, first, stored, now_ms)
         if st[Common.IDX_WAIT] >= 0:
             store.page_read = store.ids.read_page(st[Common.IDX_WAIT])
         return end
@@ -311,6 +332,12 @@ class Intake:
         rid = req_id or self.default_id(topic, offset)
         h = id_hash(rid)
         old: list[int] = []
+        flight = in_flight(store, rid, h) if store.flights else None
+        if flight is not None:  # published from the intake, its report not served yet
+            if not (replace and offset > flight.offset):
+                store.counters.duplicates += 1  # as for a handed-out record: nothing changes
+                return
+            flight.superseded = True  # its report leaves the changelog to this version
         for ref in store.ids.find(h):
             if ref & PRECANCEL:
                 if now_ms - (ref & ~PRECANCEL) <= store.cancel_horizon_ms:
@@ -339,7 +366,7 @@ class Intake:
                     # process (the ingress offset was not committed), so it is written again
                     store.mirror.put(rid, raw_of(rec))
                 return
-        if not old and store.rules.quota is not None:  # one more pending record: the tenant's quota
+        if not old and flight is None and store.rules.quota is not None:  # one more pending record: the quota
             refused = store.rules.quota.refusal(store, now_ms)
             if refused is not None:
                 self.reject(topic, offset, ts, key, value, headers, self.default_id(topic, offset), c.QUOTA_EXCEEDED,
@@ -372,7 +399,7 @@ class Intake:
                 store.ids.remove(h, ref)
             else:  # already handed out (its due time had come): its settle must not tombstone rid
                 store.superseded.add(ref)
-        if old:
+        if old or flight is not None:
             store.counters.replaced += 1
         store.ids.put(h, new)
         store.counters.scheduled += 1
@@ -380,6 +407,24 @@ class Intake:
             store.mirror.put(rid, store.log.raw(pos), due <= now_ms)
         if store.history is not None:
             history_record(store, HISTORY_REPLACED if old else HISTORY_ACCEPTED, store.log.read(pos), now_ms)
+
+    def store_unsent(self, m: Any, now_ms: int) -> None:
+        """A record published from the intake whose delivery failed (engine/direct.py): stored now,
+        as ``ingest_fields`` would have stored it when it was consumed, due as it was; the stored
+        path publishes it again, with the retry ladder and the DLQ behind it."""
+        store = self.store
+        key, value, headers = m.key(), m.value(), m.headers()
+        ts_type, ts = m.timestamp()
+        ts = ts if ts_type else now_ms
+        size = (0 if key is None else len(key)) + (0 if value is None else len(value))
+        parsed = parse_ingress(headers, ts, now_ms, size, store.rules, headers_in_size=False)
+        if type(parsed) is not Request:  # it was a plain request when consumed: not expected
+            raise RuntimeError(f"a record published from the intake no longer parses as one: {parsed!r}")
+        self.schedule(
+            m.topic(), m.offset(), ts, key, value, headers, parsed.target_topic, parsed.target_partition,
+            parsed.id, parsed.due_ms, parsed.mode, parsed.level, parsed.retry_count, None, parsed.user_headers,
+            now_ms,
+        )
 
     def reject(
         self, topic: str, offset: int, ts: int, key: bytes | None, value: bytes | None, headers: HeaderList | None,
@@ -442,3 +487,4 @@ class Intake:
         store.ids.put(h, PRECANCEL | now_ms)
         store.counters.cancel_unmatched += 1
         return CANCEL_REMEMBERED
+

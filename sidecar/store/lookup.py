@@ -65,6 +65,13 @@ def _version(rec: Record) -> tuple[int, int]:
     return rec.src_offset, rec.due_ms if rec.rtype == codec.RECURRING else 0
 
 
+def in_flight(store: PartitionStore, rid: bytes, h: int | None = None) -> Any:
+    """The ``DirectDelivery`` of ``rid`` when it was published from the intake and its report is
+    not served yet (engine/direct.py), else None; ``h``: its hash, when known."""
+    d = store.flights.get(id_hash(rid) if h is None else h)
+    return d if d is not None and d.rid == rid else None
+
+
 def status(store: PartitionStore, rid: bytes, now_ms: int | None = None) -> dict[str, Any] | None:
     """What the store knows of ``rid``, or None: the pending record (one hash probe, verified),
     else a pre-cancel (matched on the hash, as the intake matches it; with ``now_ms``, only one
@@ -105,6 +112,10 @@ def status(store: PartitionStore, rid: bytes, now_ms: int | None = None) -> dict
         return out
     if precancel is not None:
         return {"partition": store.partition, "state": "cancelled", "at_ms": precancel, "before_message": True}
+    d = in_flight(store, rid, h) if store.flights else None
+    if d is not None:  # published from the intake, not reported yet (engine/direct.py): never stored
+        return {"partition": store.partition, "state": "pending", "due_ms": d.due, "ingress_offset": d.offset,
+                "target_topic": d.topic, "being_delivered": True}
     known = store.recent.get(rid)
     if known is None:
         return None

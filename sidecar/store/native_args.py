@@ -189,6 +189,7 @@ class IngestRun(RunBufs):
     checked_targets: Annotated[set[str], "the target topics known to exist"]
     no_headers: Annotated[bytes, "the stored headers blob of a record without user headers"]
     topic: Annotated[str | None, "the ingress topic: a message of another one stops the run; None: not checked"]
+    direct: Annotated[Any, "the store's DirectPort: a request due on arrival is published, not stored; None: none is"]
 
 
 @dataclass(slots=True, kw_only=True)

@@ -137,6 +137,17 @@ class Outcomes:
         store.settled += len(acked)
         store.dirty = True
 
+    def settle_direct(self, delivered: list[bytes], now_ms: int) -> None:
+        """The ids of records published from the intake and delivered since the last call
+        (engine/direct.py, its port's list, emptied in place): counted and remembered."""
+        ids = delivered[:]
+        del delivered[:]
+        store = self.store
+        store.recent.note_delivered(ids, now_ms)
+        store.counters.delivered += len(ids)
+        store.settled += len(ids)
+        store.dirty = True  # the next checkpoint's commit may pass their offsets
+
     def _rearm(self, acked: list[tuple[int, Record]]) -> set[int]:
         """Arm the next firing of each recurring schedule in ``acked``; the refs that armed one."""
         return self.store.firings.settle_many(acked, self._settle_ms)

@@ -71,6 +71,7 @@ from sidecar.store.outcomes import Outcomes
 from sidecar.store.quota import Quota
 from sidecar.store.recent import RecentOutcomes
 from sidecar.store.restore import Restore
+from sidecar.store.resume import Resume
 
 log = logs.get("sidecar.store")
 _DANGLING_KEPT = 1000  # dangling entries remembered (for the recovered event, inspect and tests)
@@ -99,6 +100,7 @@ class Counters:
     dangling: int = 0  # restored scheduler entries dropped because their record fails the check (disk damage)
     fired: int = 0  # firings of recurring schedules settled: delivered or dead-lettered (store/firings.py)
     missed: int = 0  # nominal firing times a misfire left out (fire-once: stood for by a later firing; skip)
+    published_direct: int = 0  # requests due on arrival published by the intake, never stored (engine/direct.py)
 
 
 @dataclass(slots=True)
@@ -194,6 +196,17 @@ class PartitionStore:
         # (written and acknowledged before the crash): ``remirror_replayed`` need not write them again
         self.in_changelog: set[bytes] = set()
         self.resume_offset: int | None = None  # what open() returned
+        self.resume: Resume | None = None  # what open() found the store holds (resume.py)
+        # records published from the intake, their reports not served: id hash -> DirectDelivery
+        # (engine/direct.py; its port, made on the first run with one, holds the same dict)
+        self.flights: dict[int, Any] = {}
+        # engine/direct.py publishes this store's records from the intake once a checkpoint naming
+        # its ``direct`` offsets is written: ``direct_ok`` asks for the key, ``direct_checkpointed``
+        # says one is on disk (before it, recovery resumes after the log's last record: resume.py)
+        self.direct_ok = False
+        self.direct_checkpointed = False
+        self.redo: set[int] = set()  # ``direct`` offsets of the checkpoint opened, not consumed again yet
+        self.direct_port: Any = None
         self._pending_at_checkpoint: dict[str, int] | None = None  # sched.pending() the last checkpoint names
         self._settled_at_trim = 0
         # refs replaced while they were being delivered (handed out): their settle leaves the
@@ -239,7 +252,8 @@ class PartitionStore:
         log_state = ck.get("log") if ck else None
         head = int(log_state["head"]) if log_state else None
         live = {int(k): int(v) for k, v in log_state["live"].items()} if log_state else None
-        resume = int(ck["ingress_offset"]) if ck and ck.get("ingress_offset") is not None else None
+        below = int(ck["ingress_offset"]) if ck and ck.get("ingress_offset") is not None else None
+        stored: set[int] = set()  # the ingress offsets of the records replayed: stored after the checkpoint
         cl = (ck or {}).get("changelog"), (ck or {}).get("changelog_ingress")
         self.changelog_offset, self.changelog_ingress = (None if v is None else int(v) for v in cl)
         self.replayed = []
@@ -247,8 +261,15 @@ class PartitionStore:
             self.restore.replay(pos, rec)
             self.counters.replayed += 1
             self.replayed.append(pos)
-            # Records after the checkpoint were consumed before the crash: resume after them.
-            resume = max(resume or 0, rec.src_offset + 1)
+            stored.add(rec.src_offset)
+        # resume after what the store holds, and drop what it holds when consumed again (resume.py)
+        direct = (ck or {}).get("direct")
+        if direct is None:  # no record was published from the intake after this checkpoint
+            self.resume = Resume.after(below, stored)
+        else:
+            self.resume = Resume.of(below, direct, stored)
+        resume = self.resume.offset()
+        self.redo = set(self.resume.direct)  # until consumed again (Handover.skip_restored)
         self.truncated_bytes = sum(t.dropped_bytes for t in self.log.truncations)
         t4 = clock()
         if head is not None:
@@ -259,7 +280,8 @@ class PartitionStore:
         # restored entries checked
         self.open_steps = {k: round(b - a, 3) for k, a, b in (
             ("log", t0, t1), ("scheduler", t1, t2), ("ids", t2, t3), ("replay", t3, t4), ("arm", t4, t5))}
-        self.next_offset = self._offset_at_trim = self.resume_offset = resume
+        self.next_offset = self._offset_at_trim = self.resume.held_to()
+        self.resume_offset = resume
         return resume
 
     def _dangling(self, ref: int, pos: int, reason: str) -> None:
@@ -281,10 +303,10 @@ class PartitionStore:
     def ingest(self, m: IngressRecord, now_ms: int) -> None:
         self.ingest_fields(m.topic, m.offset, m.timestamp_ms, m.key, m.value, m.headers, now_ms)
 
-    def ingest_many(self, msgs: list[Any], start: int, now_ms: int, topic: str | None) -> int:
+    def ingest_many(self, msgs: list[Any], start: int, now_ms: int, topic: str | None, direct: Any = None) -> int:
         """A run of consumed messages in one C call (``Intake.ingest_many``; ``topic`` None: of
-        several ingress topics)."""
-        return self.intake.ingest_many(msgs, start, now_ms, topic)
+        several ingress topics; ``direct``: the store's DirectPort, engine/direct.py)."""
+        return self.intake.ingest_many(msgs, start, now_ms, topic, direct)
 
     def lookup(self, rid: bytes, now_ms: int | None = None) -> dict[str, Any] | None:
         """What this partition knows of ``rid`` (``delay-sidecar status``), or None (``lookup.status``)."""
@@ -343,6 +365,9 @@ class PartitionStore:
             "partition": self.partition,
             "scheduler": self.scheduler_name,
             "ingress_offset": self.next_offset,
+            # published from the intake, not reported yet: consumed again after a crash (resume.py);
+            # no key: nothing is published from the intake until a checkpoint with it is written
+            **({"direct": sorted({d.offset for d in self.flights.values()} | self.redo)} if self.direct_ok else {}),
             "log": self.log.state(),
             "sched": self.sched.state(),
             "ids": self.ids.state(),
@@ -352,12 +377,23 @@ class PartitionStore:
         self.dirty = False
         self._pending_at_checkpoint = self.sched.pending()
         dead = self.log.reclaimable()
-        return CheckpointJob(self.dir, doc, batch, fsync, dead, [self.log.path_of(i) for i in dead], self.next_offset)
+        return CheckpointJob(self.dir, doc, batch, fsync, dead, [self.log.path_of(i) for i in dead],
+                             self.commit_offset())
+
+    def commit_offset(self) -> int | None:
+        """The ingress offset a commit may name: ``next_offset``, or below the lowest record
+        published from the intake whose delivery is not reported (engine/direct.py)."""
+        nxt = self.next_offset
+        if nxt is not None and self.flights:
+            nxt = min(nxt, min(d.offset for d in self.flights.values()))
+        return nxt if nxt is None or not self.redo else min(nxt, min(self.redo))
 
     def finish_checkpoint(self, job: CheckpointJob) -> Disposal:
         """Drop what the checkpoint made unnecessary (dead log segments, scheduler files). The
         files are closed and deleted by the returned disposal, which the caller runs on another
         thread (or at once): freeing a 64 MiB segment's blocks took ~55 ms (mapped.Disposal)."""
+        if "direct" in job.doc:
+            self.direct_checkpointed = True  # engine/direct.py may publish from the intake from now on
         with deferred_disposal() as gone:
             self.log.reclaim(job.dead_segments, unlink=False)  # the job deleted the files
             self.sched.reclaim()
@@ -429,6 +465,8 @@ class PartitionStore:
         return self.log.disk_bytes() + self.sched.disk_bytes() + self.ids.disk_bytes()
 
     def close(self) -> None:
+        self.flights.clear()  # a report after this finds its store gone (engine/direct.py)
+        self.direct_port = None
         self.sched.close()
         self.ids.close()
         self.log.close()

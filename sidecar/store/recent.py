@@ -60,10 +60,16 @@ class RecentOutcomes:
     def note_settled(self, acked: list[tuple[int, Any]], at_ms: int, dead: int) -> None:
         """A batch of delivery reports (``PartitionStore.settle``'s ``(ref, Record)`` pairs): each
         record is delivered, or dead-lettered when it is a dead letter (``rtype == dead``)."""
-        if not self._half or not acked:
+        if self._half and acked:
+            self.note_delivered([rec.id if rec.rtype != dead else (rec.id,) for _ref, rec in acked], at_ms)
+
+    def note_delivered(self, ids: list[Any], at_ms: int) -> None:
+        """A batch of ids delivered at ``at_ms`` (a dead letter's as a 1-tuple: dead-lettered);
+        records published from the intake come as their ids (engine/direct.py: no Record)."""
+        if not self._half or not ids:
             return
-        self._batches.append((at_ms, [rec.id if rec.rtype != dead else (rec.id,) for _ref, rec in acked]))
-        self._unfolded += len(acked)
+        self._batches.append((at_ms, ids))
+        self._unfolded += len(ids)
         if self._unfolded > self.capacity:
             while len(self._batches) > 1 and self._unfolded - len(self._batches[0][1]) >= self._half:
                 self._unfolded -= len(self._batches.popleft()[1])

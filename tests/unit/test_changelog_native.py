@@ -28,6 +28,7 @@ class _Store:
         self.partition = 0
         self.changelog_offset: int | None = None
         self.changelog_ingress: int | None = None
+        self.direct_port: object = None  # no record published from the intake (engine/direct.py)
 
     def covered(self, src_offset: int) -> None:
         if self.changelog_ingress is None or src_offset >= self.changelog_ingress:

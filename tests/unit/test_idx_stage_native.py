@@ -273,7 +273,7 @@ class Run:
         else:
             end = native.ingest_run(msgs, start, native.IngestRun(
                 **given, now=T0, partition=store.partition, id_prefix=store.id_prefix,
-                checked_targets=store.rules.checked_targets, no_headers=b"\x00\x00", topic=None,
+                checked_targets=store.rules.checked_targets, no_headers=b"\x00\x00", topic=None, direct=None,
             ))
         self.end, self.st = end, st
         self.journal = bytes(jview[self.jnl_at: st[Common.IDX_JNL_AT]])

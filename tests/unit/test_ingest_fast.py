@@ -175,9 +175,10 @@ def test_fast_intake_matches_reference(
     merging = [0]
     real = partition_mod.PartitionStore.ingest_many
 
-    def counting(self: PartitionStore, msgs: list[Any], start: int, now_ms: int, topic: str | None) -> int:
+    def counting(self: PartitionStore, msgs: list[Any], start: int, now_ms: int, topic: str | None,
+                 direct: Any = None) -> int:
         was = self.ids.merging
-        end = real(self, msgs, start, now_ms, topic)
+        end = real(self, msgs, start, now_ms, topic, direct)
         taken[0] += end - start
         merging[0] += (end - start) * was
         return end

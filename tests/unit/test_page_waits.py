@@ -153,15 +153,16 @@ def _stop_once(monkeypatch: pytest.MonkeyPatch, partition: int, at_offset: int) 
     read = PageRead()
     state = {"stopped": False}
 
-    def ingest_many(self: PartitionStore, msgs: list[Any], start: int, now_ms: int, topic: str) -> int:
+    def ingest_many(self: PartitionStore, msgs: list[Any], start: int, now_ms: int, topic: str,
+                    direct: Any = None) -> int:
         if state["stopped"] or self.partition != partition:
-            return real(self, msgs, start, now_ms, topic)
+            return real(self, msgs, start, now_ms, topic, direct)
         k = start
         while k < len(msgs) and msgs[k].partition() == partition and msgs[k].offset() < at_offset:
             k += 1
         if k == len(msgs) or msgs[k].partition() != partition or msgs[k].offset() != at_offset:
-            return real(self, msgs, start, now_ms, topic)
-        j = real(self, msgs[:k], start, now_ms, topic)
+            return real(self, msgs, start, now_ms, topic, direct)
+        j = real(self, msgs[:k], start, now_ms, topic, direct)
         if j < k:
             return j  # the reference path first, as the C intake would stop there
         state["stopped"] = True

@@ -91,8 +91,8 @@ def test_recurring_fast_intake_matches_reference(
     real = partition_mod.PartitionStore.ingest_many
 
     def counting(self: partition_mod.PartitionStore, msgs: list[Any], start: int, now_ms: int,
-                 topic: str | None) -> int:
-        end = real(self, msgs, start, now_ms, topic)
+                 topic: str | None, direct: Any = None) -> int:
+        end = real(self, msgs, start, now_ms, topic, direct)
         taken.extend(i for i in range(start, end) if c.EVERY in dict(msgs[i].headers() or ()))
         return end
 
