@@ -181,3 +181,20 @@ def test_a_failed_delivery_is_stored_and_delivered_by_the_stored_path(tmp_path: 
     w.run([a], lambda: len(w.delivered()) >= 80 + PARTITIONS)
     assert a.counters.published_direct == before + 40
     a.shutdown()
+
+
+def test_the_path_is_off_where_only_the_stored_path_keeps_a_guarantee(monkeypatch: pytest.MonkeyPatch) -> None:
+    """engine/direct.py: exactly-once (a delivery, its tombstone and its offset in one
+    transaction), the history topic (accepted/delivered events), etf1 tombstones, several tenants
+    (the fair shares of the in-flight window), or the comparison switch: every record stored."""
+    from sidecar.config import Settings
+    from sidecar.engine.direct import SWITCH, enabled
+    from sidecar.tenants import TenantSpec
+
+    base = {"bootstrap_servers": "twin:9092", "data_dir": "/tmp/x", "ingress_topic": INGRESS, "group_id": "g"}
+    assert enabled(Settings(**base))  # type: ignore[arg-type]
+    for extra in ({"delivery": "exactly-once"}, {"history_topic": "h"}, {"etf1_tombstones": "on"},
+                  {"tenant_specs": (TenantSpec("a", "a"), TenantSpec("b", "b"))}):
+        assert not enabled(Settings(**base, **extra)), extra  # type: ignore[arg-type]
+    monkeypatch.setenv(SWITCH, "off")
+    assert not enabled(Settings(**base))  # type: ignore[arg-type]
