@@ -224,7 +224,7 @@ class StoreMirror:
         items = list(held.items())
         held.clear()  # in place: a store's DirectPort holds this dict (engine/direct.py)
         self.fresh.clear()  # written now: a tombstone each from here on
-        if self.store.direct_port is not None:
+        if self.store.flights.port is not None:
             # records published from the intake were held as they were published, a C run's stored
             # ones after the run: written in ingress order, so that no acknowledged put's source
             # offset (changelog_ingress) passes a record whose put is not acknowledged yet

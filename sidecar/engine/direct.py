@@ -7,7 +7,7 @@ about half the loop thread's CPU per record over a plain consume -> produce. Her
 (``_native.ingest_run`` with the store's ``DirectPort``, sidecar/native/direct.c) produces such a
 record as soon as it has checked it, with the headers the stored record would be delivered with,
 and only what a delivery report needs is kept: the record's ``DirectDelivery`` in the store's
-``flights`` (id hash -> it) until its report.
+``flights`` (store/flights.py: id hash -> it) until its report.
 
 What a stored record guarantees holds for it:
 
@@ -85,27 +85,28 @@ class DirectPublish:
         """The store's ``DirectPort`` for a C intake run now, or None: the run stores every record."""
         if not (self.on and self.confirmed) or store.history is not None or store.rules.quota is not None:
             return None
-        if not store.direct_checkpointed:
+        flights = store.flights
+        if not flights.checkpointed:
             # its first checkpoint naming the records in flight opens this path: taken now (a
             # job on the flusher, done within a few turns), not at the next commit interval
-            store.direct_ok = store.dirty = True
+            flights.enabled = store.dirty = True
             self.durability.checkpoint_soon(store)
             return None
         pub = self.pub
         if pub.backlog or (pub.held and store.topic in pub.held) or store.topic in pub.pacing.buckets:
             return None
-        made = store.direct_port
+        made = flights.port
         mirror = store.mirror
         if made is None or made[0] is not mirror:
             held = getattr(mirror, "held", None) if mirror is not None else None
             port = native.DirectPort(
                 publisher=pub._fast, store=store, key=store.key, lateness=store.lateness,
-                topic_bytes=store.topic_bytes, partition=store.partition, flights=store.flights, delivered=[],
+                topic_bytes=store.topic_bytes, partition=store.partition, flights=flights.deliveries, delivered=[],
                 held=held, fresh=mirror.fresh if held is not None else None,  # type: ignore[union-attr]
                 mirror_remove=mirror.remove if held is not None else None,  # type: ignore[union-attr]
                 fallback=self.report,
             )
-            made = store.direct_port = (mirror, port)
+            made = flights.port = (mirror, port)
         port = made[1]
         port.produce = pub.tenants.of(store.topic, pub.producer).produce
         port.max_in_flight = self.s.max_in_flight
@@ -116,9 +117,9 @@ class DirectPublish:
         while a target is troubled or the broker was seen down, or for a store no longer here."""
         port = d.port
         store: PartitionStore = port.store
-        flights = store.flights
-        if flights.get(d.hash) is d:
-            del flights[d.hash]
+        deliveries = store.flights.deliveries
+        if deliveries.get(d.hash) is d:
+            del deliveries[d.hash]
         if self.stores.get(store_key(store)) is not store:
             return  # revoked or lost: its next owner consumes it again (the commit stopped below it)
         pub = self.pub

@@ -127,7 +127,7 @@ class Handover:
                 self.stores[key] = store
                 if store.resume is not None and store.resume.needed(offset):
                     self.skip[key] = store.resume
-                store.direct_ok = self.direct  # its next checkpoint names what is published from the intake
+                store.flights.enabled = self.direct  # its next checkpoint names what is published from the intake
                 continue
             store.mirror = self._mirror(store)
             resume[key] = None
@@ -224,7 +224,7 @@ class Handover:
             store.dirty = True  # its next checkpoint records the changelog offset it now covers
             self.stores[key] = store
             store.remirror_replayed()
-            store.direct_ok = self.direct  # the checkpoint names what is published from the intake
+            store.flights.enabled = self.direct  # the checkpoint names what is published from the intake
             self.durability.checkpoint_soon(store)  # at once: see the module docstring
             # Ingress resumes at the group's committed offset, which may be older than what this
             # store holds: the records the changelog has, and those this store recovered locally
@@ -274,7 +274,7 @@ class Handover:
                     elif held.drops(offset):
                         continue
                     elif offset in held.direct and (store := self.stores.get(key)) is not None:
-                        store.redo.discard(offset)  # consumed again now: no longer the checkpoint's to name
+                        store.flights.redone(offset)  # consumed again now: no longer the checkpoint's to name
             out.append(m)
         return out
 

@@ -341,7 +341,7 @@ class Publishing:
                     self.etf1.write(self.producer, store.acked, store)
                 self.fair.settled(store.topic, len(store.acked))
                 store.settle(now)
-            direct = store.direct_port
+            direct = store.flights.port
             if direct is not None and direct[1].delivered:  # published from the intake (engine/direct.py)
                 if now < 0:
                     now = self.clock.wall_ms()

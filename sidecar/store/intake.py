@@ -158,7 +158,7 @@ class Intake:
             # reads every entry under the hash from the log
             found = pending_refs(store, cid)
             # published from the intake and not reported yet: too late, as for a handed-out record
-            flying = not found[1] and bool(store.flights) and in_flight(store, cid) is not None
+            flying = not found[1] and bool(store.flights.deliveries) and in_flight(store, cid) is not None
             pos = self.append_cancel(offset, cid, now_ms, bool(found[1]) or flying)
             cancelled = store.sched.record(found[1][0]) if store.history is not None and found[1] else None
             if flying:
@@ -332,7 +332,7 @@ class Intake:
         rid = req_id or self.default_id(topic, offset)
         h = id_hash(rid)
         old: list[int] = []
-        flight = in_flight(store, rid, h) if store.flights else None
+        flight = in_flight(store, rid, h) if store.flights.deliveries else None
         if flight is not None:  # published from the intake, its report not served yet
             if not (replace and offset > flight.offset):
                 store.counters.duplicates += 1  # as for a handed-out record: nothing changes

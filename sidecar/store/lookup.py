@@ -68,7 +68,7 @@ def _version(rec: Record) -> tuple[int, int]:
 def in_flight(store: PartitionStore, rid: bytes, h: int | None = None) -> Any:
     """The ``DirectDelivery`` of ``rid`` when it was published from the intake and its report is
     not served yet (engine/direct.py), else None; ``h``: its hash, when known."""
-    d = store.flights.get(id_hash(rid) if h is None else h)
+    d = store.flights.deliveries.get(id_hash(rid) if h is None else h)
     return d if d is not None and d.rid == rid else None
 
 
@@ -112,7 +112,7 @@ def status(store: PartitionStore, rid: bytes, now_ms: int | None = None) -> dict
         return out
     if precancel is not None:
         return {"partition": store.partition, "state": "cancelled", "at_ms": precancel, "before_message": True}
-    d = in_flight(store, rid, h) if store.flights else None
+    d = in_flight(store, rid, h) if store.flights.deliveries else None
     if d is not None:  # published from the intake, not reported yet (engine/direct.py): never stored
         return {"partition": store.partition, "state": "pending", "due_ms": d.due, "ingress_offset": d.offset,
                 "target_topic": d.topic, "being_delivered": True}

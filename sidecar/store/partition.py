@@ -15,7 +15,10 @@ docstring says its job):
   ``open``, the changelog at a handover);
 - ``mirroring.py``: the changelog and history-topic interfaces (``mirror``, ``history``) and the
   report of a C run to them;
-- ``lookup.py``: what is pending under an id (``lookup``, the status answer).
+- ``lookup.py``: what is pending under an id (``lookup``, the status answer);
+- ``flights.py`` (``store.flights``): the records published from the intake and not reported yet
+  (engine/direct.py): the offsets the commit stays below, the checkpoint's ``direct`` list, and
+  where ``open`` resumes.
 
 The engine calls the store's methods below, each handed to the collaborator whose job it is. The
 per-record ones (``ingest_fields``, ``restore_put``, ``restore_remove``) are the collaborators'
@@ -24,8 +27,8 @@ bound methods, set in ``__init__``, so that a record costs no delegating call.
 Recovery (``open``) reads the checkpoint, opens the log, the scheduler and the id index at their
 checkpointed state, then replays the log records appended after the checkpoint (validating each
 CRC, truncating a torn tail) through the same scheduling decisions (``Restore.replay``), arms the
-scheduler's check of the entries restored from the checkpoint, and resumes consuming after the
-last replayed ingress offset. Nothing in it is O(pending): the restored entries point at records
+scheduler's check of the entries restored from the checkpoint, and resumes consuming at the first
+ingress offset it does not hold (resume.py). Nothing in it is O(pending): the restored entries point at records
 made durable before the checkpoint was written, so the scheduler checks each one against the log
 when it first reads it (before handing it out), and drops and reports a dangling one (disk
 damage) through ``_dangling``: counted, logged as ``recovery.dangling_dropped`` with the hint to
@@ -51,6 +54,7 @@ from sidecar.scheduling import Scheduler
 from sidecar.store import checkpoint
 from sidecar.store.codec import Record
 from sidecar.store.firings import Firings
+from sidecar.store.flights import Flights
 from sidecar.store.idindex import IdIndex
 from sidecar.store.idpages import PageRead
 from sidecar.store.intake import FAST_INTAKE as FAST_INTAKE  # the loop's: is the C intake there
@@ -197,16 +201,7 @@ class PartitionStore:
         self.in_changelog: set[bytes] = set()
         self.resume_offset: int | None = None  # what open() returned
         self.resume: Resume | None = None  # what open() found the store holds (resume.py)
-        # records published from the intake, their reports not served: id hash -> DirectDelivery
-        # (engine/direct.py; its port, made on the first run with one, holds the same dict)
-        self.flights: dict[int, Any] = {}
-        # engine/direct.py publishes this store's records from the intake once a checkpoint naming
-        # its ``direct`` offsets is written: ``direct_ok`` asks for the key, ``direct_checkpointed``
-        # says one is on disk (before it, recovery resumes after the log's last record: resume.py)
-        self.direct_ok = False
-        self.direct_checkpointed = False
-        self.redo: set[int] = set()  # ``direct`` offsets of the checkpoint opened, not consumed again yet
-        self.direct_port: Any = None
+        self.flights = Flights()  # published from the intake, not reported (engine/direct.py)
         self._pending_at_checkpoint: dict[str, int] | None = None  # sched.pending() the last checkpoint names
         self._settled_at_trim = 0
         # refs replaced while they were being delivered (handed out): their settle leaves the
@@ -263,13 +258,8 @@ class PartitionStore:
             self.replayed.append(pos)
             stored.add(rec.src_offset)
         # resume after what the store holds, and drop what it holds when consumed again (resume.py)
-        direct = (ck or {}).get("direct")
-        if direct is None:  # no record was published from the intake after this checkpoint
-            self.resume = Resume.after(below, stored)
-        else:
-            self.resume = Resume.of(below, direct, stored)
+        self.resume = self.flights.reopen((ck or {}).get("direct"), below, stored)
         resume = self.resume.offset()
-        self.redo = set(self.resume.direct)  # until consumed again (Handover.skip_restored)
         self.truncated_bytes = sum(t.dropped_bytes for t in self.log.truncations)
         t4 = clock()
         if head is not None:
@@ -365,9 +355,8 @@ class PartitionStore:
             "partition": self.partition,
             "scheduler": self.scheduler_name,
             "ingress_offset": self.next_offset,
-            # published from the intake, not reported yet: consumed again after a crash (resume.py);
-            # no key: nothing is published from the intake until a checkpoint with it is written
-            **({"direct": sorted({d.offset for d in self.flights.values()} | self.redo)} if self.direct_ok else {}),
+            # published from the intake, not reported yet: consumed again after a crash (flights.py)
+            **self.flights.checkpoint_fields(),
             "log": self.log.state(),
             "sched": self.sched.state(),
             "ids": self.ids.state(),
@@ -382,18 +371,14 @@ class PartitionStore:
 
     def commit_offset(self) -> int | None:
         """The ingress offset a commit may name: ``next_offset``, or below the lowest record
-        published from the intake whose delivery is not reported (engine/direct.py)."""
-        nxt = self.next_offset
-        if nxt is not None and self.flights:
-            nxt = min(nxt, min(d.offset for d in self.flights.values()))
-        return nxt if nxt is None or not self.redo else min(nxt, min(self.redo))
+        published from the intake whose delivery is not reported (``Flights.commit_below``)."""
+        return self.flights.commit_below(self.next_offset)
 
     def finish_checkpoint(self, job: CheckpointJob) -> Disposal:
         """Drop what the checkpoint made unnecessary (dead log segments, scheduler files). The
         files are closed and deleted by the returned disposal, which the caller runs on another
         thread (or at once): freeing a 64 MiB segment's blocks took ~55 ms (mapped.Disposal)."""
-        if "direct" in job.doc:
-            self.direct_checkpointed = True  # engine/direct.py may publish from the intake from now on
+        self.flights.written(job.doc)  # with ``direct``: engine/direct.py may publish from the intake
         with deferred_disposal() as gone:
             self.log.reclaim(job.dead_segments, unlink=False)  # the job deleted the files
             self.sched.reclaim()
@@ -465,8 +450,7 @@ class PartitionStore:
         return self.log.disk_bytes() + self.sched.disk_bytes() + self.ids.disk_bytes()
 
     def close(self) -> None:
-        self.flights.clear()  # a report after this finds its store gone (engine/direct.py)
-        self.direct_port = None
+        self.flights.close()
         self.sched.close()
         self.ids.close()
         self.log.close()

@@ -13,6 +13,7 @@ import pytest
 from sidecar.engine.changelog import StoreMirror
 from sidecar.store import codec
 from sidecar.store.codec import NATIVE
+from sidecar.store.flights import Flights
 from tests.kafka_twin import TwinCluster, TwinProducer, VirtualClock
 
 pytestmark = pytest.mark.skipif(not NATIVE, reason="the C extension is not built")
@@ -28,7 +29,7 @@ class _Store:
         self.partition = 0
         self.changelog_offset: int | None = None
         self.changelog_ingress: int | None = None
-        self.direct_port: object = None  # no record published from the intake (engine/direct.py)
+        self.flights = Flights()  # no record published from the intake (engine/direct.py)
 
     def covered(self, src_offset: int) -> None:
         if self.changelog_ingress is None or src_offset >= self.changelog_ingress:

@@ -24,7 +24,7 @@ def _ready(w: World, sc: Sidecar) -> None:
     the ``direct`` offsets (none is published before it: engine/direct.py); and its files exist (a
     store's first record is the reference path's, which makes them: one each, delivered)."""
     w.run([sc], lambda: len(sc.stores) == PARTITIONS)
-    w.run([sc], lambda: all(st.direct_checkpointed for st in sc.stores.values()))
+    w.run([sc], lambda: all(st.flights.checkpointed for st in sc.stores.values()))
     w.send(PARTITIONS, lambda i: 0, prefix="first")
     w.run([sc], lambda: len(w.delivered()) == PARTITIONS)
 
@@ -82,7 +82,7 @@ def test_records_due_on_arrival_are_published_without_being_stored(tmp_path: Pat
     assert h["user"] == b"u" and h[c.SOURCE] == b"in:0:102" and h[c.DELIVER_AT] == h[c.ENQUEUED_AT]
     st = a.stores[next(iter(a.stores))]
     assert st.lookup(b"r0" if st.partition == 0 else b"r%d" % st.partition)["state"] == "delivered"
-    assert not any(st.flights for st in a.stores.values())
+    assert not any(st.flights.deliveries for st in a.stores.values())
     if changelog == "on":  # nothing pending, nothing written but the first records' puts and tombstones
         assert all(not st.mirror.held and not st.mirror.fresh for st in a.stores.values())  # type: ignore[union-attr]
     a.shutdown()
@@ -108,7 +108,7 @@ def test_a_crash_with_records_in_flight_loses_none(tmp_path: Path, changelog: st
     lowest = {}
     for st in a.stores.values():
         doc = checkpoint.read(st.dir) or {}
-        flying = sorted(d.offset for d in st.flights.values())
+        flying = sorted(d.offset for d in st.flights.deliveries.values())
         assert doc["ingress_offset"] == 21 and doc["direct"] == flying == list(range(1, 11))
         lowest[st.partition] = flying[0]
     w.run([a], lambda: committed(w) == lowest)  # below the first in flight
@@ -146,11 +146,11 @@ def test_an_id_in_flight_is_a_duplicate_its_cancel_is_too_late_and_its_replace_w
     _append(w, b"y", 5000, **{c.REPLACE: b"true"})  # a newer version of y, due later: stored
     w.run([a], lambda: a.counters.replaced == 1)
     store = next(st for st in a.stores.values() if st.partition == 0)
-    assert store.pending() and len(store.flights) == 2
+    assert store.pending() and len(store.flights.deliveries) == 2
     prod._deliver = TwinProducer._deliver.__get__(prod)  # type: ignore[method-assign]
     prod.queue.extend(held)
     w.run([a], lambda: a.counters.delivered >= PARTITIONS + 2)
-    assert not store.flights
+    assert not store.flights.deliveries
     # y's newer version is still pending (its changelog put was not tombstoned by the old one's
     # report), and x was not remembered as a pre-cancel: a new x is delivered
     assert store.mirror is not None and b"y" not in store.mirror.held
@@ -169,7 +169,8 @@ def test_a_failed_delivery_is_stored_and_delivered_by_the_stored_path(tmp_path: 
     _ready(w, a)
     w.cluster.down = True
     w.send(40, lambda i: 0)
-    w.run([a], lambda: a.counters.published_direct > PARTITIONS and not any(st.flights for st in a.stores.values()))
+    w.run([a], lambda: a.counters.published_direct > PARTITIONS
+          and not any(st.flights.deliveries for st in a.stores.values()))
     assert not a.pub.state.broker_up and a.pub.state.troubled
     assert sum(sum(st.pending().values()) for st in a.stores.values()) >= a.counters.published_direct - PARTITIONS
     w.clock.advance(2000)
