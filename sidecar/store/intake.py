@@ -16,7 +16,8 @@ What a record becomes:
 - a second pending record with the same ``delay.id`` -> dropped and counted, unless it is a
   replace (``delay.replace: true``, or any kafka-message-scheduler record, whose key is its id)
   from a higher ingress offset: then it is appended and scheduled, and the pending entry is
-  cancelled (``schedule``);
+  cancelled (``schedule``); the same for a version published from the intake and not reported yet
+  (``lookup.flight_check``), which its replace marks ``superseded`` instead;
 - a kafka-message-scheduler (etf1) delete (a tombstone: null value, the id as key, no ``delay.*``
   header) -> CANCEL record + marker when something is pending under the id, else nothing
   (``_kms_delete``); the tombstone a scheduler writes after a delivery (it carries
@@ -57,7 +58,7 @@ from sidecar.store.codec import NATIVE, encode_headers, native
 from sidecar.store.idindex import id_hash
 from sidecar.store.idslot import PRECANCEL
 from sidecar.store.intake_layout import Common
-from sidecar.store.lookup import in_flight, pending_refs
+from sidecar.store.lookup import Flight, flight_check, in_flight, pending_refs
 from sidecar.store.mapped import HEADER_SIZE
 from sidecar.store.mirroring import (
     HISTORY_ACCEPTED,
@@ -332,12 +333,12 @@ class Intake:
         rid = req_id or self.default_id(topic, offset)
         h = id_hash(rid)
         old: list[int] = []
-        flight = in_flight(store, rid, h) if store.flights.deliveries else None
-        if flight is not None:  # published from the intake, its report not served yet
-            if not (replace and offset > flight.offset):
-                store.counters.duplicates += 1  # as for a handed-out record: nothing changes
-                return
-            flight.superseded = True  # its report leaves the changelog to this version
+        flight = flight_check(store, rid, h, offset, replace)  # an id published from the intake
+        if flight is Flight.DUPLICATE:
+            store.counters.duplicates += 1  # as for a handed-out record: nothing changes
+            return
+        if flight is not None:
+            flight.superseded = True  # replaced: its report leaves the changelog to this version
         for ref in store.ids.find(h):
             if ref & PRECANCEL:
                 if now_ms - (ref & ~PRECANCEL) <= store.cancel_horizon_ms:

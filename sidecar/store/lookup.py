@@ -16,11 +16,16 @@ Two kinds of callers:
 
 More than one pending ref under one id happens only while a replaced version is being delivered
 (handed out, not acked yet) beside its successor.
+
+A record published from the intake (engine/direct.py) has no index entry while its report is not
+served: ``in_flight`` finds it in the store's ``flights`` (store/flights.py), and ``flight_check``
+says what a record consumed under the same id makes of it (the intake's ``schedule``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from enum import Enum
+from typing import TYPE_CHECKING, Any, Literal
 
 from sidecar import contract as c
 from sidecar.store import codec
@@ -30,6 +35,7 @@ from sidecar.store.idindex import id_hash
 from sidecar.store.idslot import PRECANCEL
 
 if TYPE_CHECKING:
+    from sidecar._native import DirectDelivery
     from sidecar.store.partition import PartitionStore
 
 
@@ -65,11 +71,30 @@ def _version(rec: Record) -> tuple[int, int]:
     return rec.src_offset, rec.due_ms if rec.rtype == codec.RECURRING else 0
 
 
-def in_flight(store: PartitionStore, rid: bytes, h: int | None = None) -> Any:
+def in_flight(store: PartitionStore, rid: bytes, h: int | None = None) -> DirectDelivery | None:
     """The ``DirectDelivery`` of ``rid`` when it was published from the intake and its report is
     not served yet (engine/direct.py), else None; ``h``: its hash, when known."""
     d = store.flights.deliveries.get(id_hash(rid) if h is None else h)
     return d if d is not None and d.rid == rid else None
+
+
+class Flight(Enum):
+    DUPLICATE = "duplicate"  # ``flight_check``: the record changes nothing
+
+
+def flight_check(
+    store: PartitionStore, rid: bytes, h: int, offset: int, replace: bool,
+) -> DirectDelivery | Literal[Flight.DUPLICATE] | None:
+    """What a record under ``rid`` (hash ``h``) from ingress ``offset`` makes of a version of its
+    id published from the intake whose report is not served yet (``in_flight``): None, there is
+    none; ``Flight.DUPLICATE``, it changes nothing, as a record under an id being delivered (not a
+    replace, or one from an offset not after the one in flight: that record consumed again); else
+    the ``DirectDelivery`` it replaces (a replace from a later offset: stored as a replace is, and
+    the one in flight then leaves the id's changelog entry to it: ``superseded``)."""
+    flight = in_flight(store, rid, h) if store.flights.deliveries else None
+    if flight is None or (replace and offset > flight.offset):
+        return flight
+    return Flight.DUPLICATE
 
 
 def status(store: PartitionStore, rid: bytes, now_ms: int | None = None) -> dict[str, Any] | None:
