@@ -52,11 +52,11 @@ from sidecar.engine.durability import Durability
 from sidecar.engine.publishing import Publishing
 from sidecar.engine.stores import Stores, store_key
 from sidecar.store.codec import NATIVE, native
+from sidecar.store.intake import FAST_INTAKE
+from sidecar.store.partition import PartitionStore
 
 if TYPE_CHECKING:
     from sidecar._native import DirectDelivery
-from sidecar.store.intake import FAST_INTAKE
-from sidecar.store.partition import PartitionStore
 
 # KDS_DIRECT_PUBLISH=off: every record takes the stored path (a comparison's other side, as
 # KDS_PURE_PYTHON=1 turns the C paths off)
@@ -95,19 +95,18 @@ class DirectPublish:
         pub = self.pub
         if pub.backlog or (pub.held and store.topic in pub.held) or store.topic in pub.pacing.buckets:
             return None
-        made = flights.port
         mirror = store.mirror
-        if made is None or made[0] is not mirror:
+        port = flights.port
+        if port is None or flights.port_mirror is not mirror:
             held = getattr(mirror, "held", None) if mirror is not None else None
-            port = native.DirectPort(
-                publisher=pub._fast, store=store, key=store.key, lateness=store.lateness,
+            port = flights.port = native.DirectPort(
+                publisher=pub.native_publisher, store=store, key=store.key, lateness=store.lateness,
                 topic_bytes=store.topic_bytes, partition=store.partition, flights=flights.deliveries, delivered=[],
                 held=held, fresh=mirror.fresh if held is not None else None,  # type: ignore[union-attr]
                 mirror_remove=mirror.remove if held is not None else None,  # type: ignore[union-attr]
                 fallback=self.report,
             )
-            made = flights.port = (mirror, port)
-        port = made[1]
+            flights.port_mirror = mirror
         port.produce = pub.tenants.of(store.topic, pub.producer).produce
         port.max_in_flight = self.s.max_in_flight
         return port

@@ -229,7 +229,7 @@ class Handover:
             # Ingress resumes at the group's committed offset, which may be older than what this
             # store holds: the records the changelog has, and those this store recovered locally
             # (written to the changelog again just now), are skipped when consumed again.
-            held = (store.resume or Resume(None, frozenset(), frozenset())).raised(store.changelog_ingress)
+            held = (store.resume or Resume.none()).raised(store.changelog_ingress)
             end = self.kafka.ingress_end(key) if held.needed(None) else None
             if end is not None and held.end > end:
                 # the store names ingress offsets this topic never had (recreated?): skipping

@@ -191,6 +191,12 @@ class Publishing:
     def in_flight(self) -> int:
         return self.state.in_flight
 
+    @property
+    def native_publisher(self) -> Any:
+        """The C ``Publisher`` (native/publish.c; None without the extension): the stored path's
+        delivery reports and a store's ``DirectPort`` (engine/direct.py) count through it."""
+        return self._fast
+
     # -- a turn ---------------------------------------------------------------------------------
     def publish(self) -> None:
         now = self.clock.wall_ms()
@@ -342,10 +348,10 @@ class Publishing:
                 self.fair.settled(store.topic, len(store.acked))
                 store.settle(now)
             direct = store.flights.port
-            if direct is not None and direct[1].delivered:  # published from the intake (engine/direct.py)
+            if direct is not None and direct.delivered:  # published from the intake (engine/direct.py)
                 if now < 0:
                     now = self.clock.wall_ms()
-                store.outcomes.settle_direct(direct[1].delivered, now)
+                store.outcomes.settle_direct(direct.delivered, now)
 
     def flush_backlog(self, now: int) -> bool:
         """Produce what waited for room in the producer queue; False if it is still full."""

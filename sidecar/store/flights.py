@@ -20,8 +20,8 @@ ingress offset is committed only once the store holds it) has to come from what 
   (version 1) says nothing was published after it, and recovery resumes after the log's last
   record. So nothing is published from the intake until a checkpoint with the key is on disk
   (``checkpointed``).
-- ``port``: (the changelog it was made for, the store's ``DirectPort``), made by engine/direct.py
-  for the store's first C run that publishes.
+- ``port``: the store's ``DirectPort``, made by engine/direct.py for the store's first C run that
+  publishes, and again when its changelog (``port_mirror``, the one it was made for) changes.
 """
 
 from __future__ import annotations
@@ -31,13 +31,14 @@ from typing import TYPE_CHECKING, Any
 from sidecar.store.resume import Resume
 
 if TYPE_CHECKING:
-    from sidecar._native import DirectDelivery
+    from sidecar._native import DirectDelivery, DirectPort
+    from sidecar.store.mirroring import Mirror
 
 
 class Flights:
     """A store's records published from the intake and not reported (the module docstring)."""
 
-    __slots__ = ("checkpointed", "deliveries", "enabled", "port", "redo")
+    __slots__ = ("checkpointed", "deliveries", "enabled", "port", "port_mirror", "redo")
 
     def __init__(self) -> None:
         self.deliveries: dict[int, DirectDelivery] = {}
@@ -47,7 +48,8 @@ class Flights:
         # one that does is on disk, so recovery would consume again what is published from now on
         self.enabled = False
         self.checkpointed = False
-        self.port: Any = None  # (the mirror it was made for, its DirectPort): the module docstring
+        self.port: DirectPort | None = None  # the module docstring
+        self.port_mirror: Mirror | None = None
 
     def reopen(self, direct: list[int] | None, below: int | None, stored: set[int]) -> Resume:
         """Where the store opened from a checkpoint resumes (store/resume.py): ``direct`` is the
@@ -84,4 +86,4 @@ class Flights:
     def close(self) -> None:
         """The store closes: a report after this finds its store gone (engine/direct.py)."""
         self.deliveries.clear()
-        self.port = None
+        self.port = self.port_mirror = None

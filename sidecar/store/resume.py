@@ -44,6 +44,12 @@ class Resume:
         return cls(below, frozenset(direct or ()), frozenset(o for o in stored if o >= floor))
 
     @classmethod
+    def none(cls) -> Resume:
+        """No checkpoint and nothing replayed: the store holds nothing, ingress resumes at the
+        group's committed offset and drops nothing."""
+        return cls(None, frozenset(), frozenset())
+
+    @classmethod
     def after(cls, below: int | None, stored: set[int]) -> Resume:
         """A checkpoint with no ``direct`` list: nothing was published from the intake after it
         (engine/direct.py publishes only once one with the list is written), so the store holds

@@ -57,6 +57,6 @@ def test_reopen_takes_the_rule_of_the_checkpoint_version() -> None:
 def test_close_forgets_what_is_in_flight() -> None:
     f = Flights()
     _fly(f, 1)
-    f.port = (None, object())
+    f.port, f.port_mirror = object(), object()  # type: ignore[assignment]
     f.close()
-    assert not f.deliveries and f.port is None
+    assert not f.deliveries and f.port is None and f.port_mirror is None

@@ -61,3 +61,7 @@ def test_the_changelog_raises_what_is_held_but_never_past_a_direct_one() -> None
     r = Resume.of(10, [4], {10, 11, 13}).raised(20)
     assert r.below == 20 and r.drops(5) and r.drops(12) and not r.drops(4) and not r.drops(20)
     assert r.raised(15) is r and Resume.of(None, None, set()).raised(None).offset() is None
+    # a store that holds nothing (a restore's, before any): from the group's offset, nothing dropped
+    none = Resume.none()
+    assert none.offset() is None and not none.needed(None) and not none.drops(0)
+    assert none.raised(20).offset() == 20 and none.raised(20).drops(19)
