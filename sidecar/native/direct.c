@@ -130,8 +130,8 @@ typedef struct {
 } DirectDeliveryObject;
 
 /* Not tracked by the collector (one per record in flight, as publish.c's Delivery): the cycle
- * port -> flights -> delivery -> port is cut by its report, or by engine/direct.py when the store
- * goes (DirectPublish.forget clears flights). */
+ * port -> flights -> delivery -> port is cut by its report, or when the store closes
+ * (store/flights.py Flights.close clears them). */
 static void DirectDelivery_dealloc(DirectDeliveryObject *d) {
     Py_XDECREF(d->port);
     Py_XDECREF(d->rid);
