@@ -11,8 +11,11 @@ after Kafka did.
 * Throughput (a backlog due now): N records of 100 B published with a 1 s delay (the first level)
   while no bridge runs, so all N expire into the due queue (the backlog a bridge finds after an
   outage: the dead-letter exchange moves records as they expire, whether or not a bridge
-  consumes); then, once the node is at rest (:func:`bench.peers.wait_quiet`: what the round
-  before left it doing, such as its quorum logs' compaction, falls into no round's drain), the
+  consumes); then the quorum queues' write-ahead log is rolled over
+  (:meth:`bench.rabbit_server.RabbitServer.roll_over_wal`: the roll-over the node does at
+  512 MiB otherwise falls into some drains and not others) and, once the node is at rest
+  (:func:`bench.peers.wait_quiet`: the segment writes of that roll-over and what the round
+  before left it doing, such as its quorum logs' compaction, fall into no round's drain), the
   bridges start and drain it. The rate is taken over the delivered records'
   timestamps, as for every system in the bench; the publish rate with confirms and the time the
   node took to dead-letter the last record after its TTL are reported beside it. In the same
@@ -121,6 +124,7 @@ def measure_rabbit(bench: Bench, srv: RabbitServer, n: int, target: str) -> dict
         wait_until("the TTL queue to dead-letter the backlog", lambda: queue_depth(ch, DUE_QUEUE) >= n,
                    throughput.timeout_for(n), 0.05)
     dead_letter_lag_s = max(0.0, time.monotonic() - last_due)
+    srv.roll_over_wal()  # every drain from an empty WAL (RabbitServer.roll_over_wal)
     quiet_s = peers.wait_quiet(srv.cpu_seconds)
     start = bench.wm.high(target)
     cpu0 = srv.cpu_seconds()
