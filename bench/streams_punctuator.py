@@ -53,7 +53,7 @@ from typing import Any
 from bench import peer_cancel, peer_expiry, peer_restart, peers, streams_restart, throughput
 from bench.lateness import WHEEL_DELAYS
 from bench.peers import paced_lateness, peer_figures, peer_round
-from bench.report import fig
+from bench.report import Figure, fig
 from bench.streams_peer import JVM_OPTS, PUNCTUATE_MS, StreamsPeerProc, changelog_topics, installed
 from bench.workload import (
     Bench,
@@ -263,6 +263,31 @@ def measure_pending(bench: Bench, m: int, results: dict[str, Any], details: dict
         results["streams_restart"] = peer_restart.figures(rs)
 
 
+def lateness_at_half(bench: Bench, rate: float | None, seconds: float, warm: tuple[str, int],
+                     details: dict[str, Any]) -> dict[str, Figure]:
+    """The lateness run at half the lower of the peer's two drains (:func:`lateness_maximum`:
+    ``rate``, the backlog's, and the mass expiry's in ``details``), its figures; its raw result
+    goes to ``details["lateness"]``."""
+    expiry_rate = details.get("mass_expiry", {}).get(STREAMS, {}).get("drain_rate")
+    maximum, basis = lateness_maximum(rate, expiry_rate)
+    offered = max(100.0, (maximum or 0) / 2)
+    expiry_s = f"{expiry_rate:,.0f}/s" if expiry_rate else "not measured"
+    lat = measure_lateness(bench, offered, seconds, warm)
+    details["lateness"] = {**lat, "max_basis": basis}
+    log(f"streams-punctuator lateness at {offered:,.0f}/s (half its {basis}): p50 {lat['p50']} ms, "
+        f"p99 {lat['p99']} ms, early {lat['early']}, lost {lat['lost']}")
+    return {
+        "offered_rate": fig(offered, "records/s"),
+        "max_basis": fig(maximum, "records/s",
+                         note=f"the {basis}, the lower of the backlog drain ({rate or 0:,.0f}/s) and the "
+                              f"mass-expiry drain ({expiry_s})"),
+        **{f"{k}_ms": fig(lat[k], "ms") for k in ("p50", "p99", "p999", "max")},
+        "early": fig(lat["early"], "records", "== 0"),
+        "lost": fig(lat["lost"], "records", "== 0"),
+        "duplicates": fig(lat["duplicates"], "records"),
+    }
+
+
 def run(bench: Bench) -> dict[str, Any]:
     if not installed():
         raise BenchError("streams-punctuator needs java and the Kafka Streams peer built into the cache: run "
@@ -302,24 +327,7 @@ def run(bench: Bench) -> dict[str, Any]:
         peer_expiry.beside(bench, "streams-punctuator", "sp", STREAMS, StreamsExpiry(bench, warm), lead, results,
                            details)
         # -- lateness at 50 % of the peer's own maximum: the lower of its two drains ------------------
-        expiry_rate = details.get("mass_expiry", {}).get(STREAMS, {}).get("drain_rate")
-        maximum, basis = lateness_maximum(rate, expiry_rate)
-        offered = max(100.0, (maximum or 0) / 2)
-        expiry_s = f"{expiry_rate:,.0f}/s" if expiry_rate else "not measured"
-        lat = measure_lateness(bench, offered, seconds, warm)
-        details["lateness"] = {**lat, "max_basis": basis}
-        log(f"streams-punctuator lateness at {offered:,.0f}/s (half its {basis}): p50 {lat['p50']} ms, "
-            f"p99 {lat['p99']} ms, early {lat['early']}, lost {lat['lost']}")
-        results["streams_lateness"] = {
-            "offered_rate": fig(offered, "records/s"),
-            "max_basis": fig(maximum, "records/s",
-                             note=f"the {basis}, the lower of the backlog drain ({rate or 0:,.0f}/s) and the "
-                                  f"mass-expiry drain ({expiry_s})"),
-            **{f"{k}_ms": fig(lat[k], "ms") for k in ("p50", "p99", "p999", "max")},
-            "early": fig(lat["early"], "records", "== 0"),
-            "lost": fig(lat["lost"], "records", "== 0"),
-            "duplicates": fig(lat["duplicates"], "records"),
-        }
+        results["streams_lateness"] = lateness_at_half(bench, rate, seconds, warm, details)
         # -- pending memory and disk, restart after a crash with them pending ---------------------
         measure_pending(bench, counts[0], results, details)
         # -- cancel by id beside the sidecar's ------------------------------------------------------
