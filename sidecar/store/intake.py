@@ -159,7 +159,7 @@ class Intake:
             # reads every entry under the hash from the log
             found = pending_refs(store, cid)
             # published from the intake and not reported yet: too late, as for a handed-out record
-            flying = not found[1] and bool(store.flights.deliveries) and in_flight(store, cid) is not None
+            flying = not found[1] and in_flight(store, cid) is not None
             pos = self.append_cancel(offset, cid, now_ms, bool(found[1]) or flying)
             cancelled = store.sched.record(found[1][0]) if store.history is not None and found[1] else None
             if flying:

@@ -74,7 +74,10 @@ def _version(rec: Record) -> tuple[int, int]:
 def in_flight(store: PartitionStore, rid: bytes, h: int | None = None) -> DirectDelivery | None:
     """The ``DirectDelivery`` of ``rid`` when it was published from the intake and its report is
     not served yet (engine/direct.py), else None; ``h``: its hash, when known."""
-    d = store.flights.deliveries.get(id_hash(rid) if h is None else h)
+    deliveries = store.flights.deliveries
+    if not deliveries:  # the common case: nothing in flight, no hash to take
+        return None
+    d = deliveries.get(id_hash(rid) if h is None else h)
     return d if d is not None and d.rid == rid else None
 
 
@@ -91,7 +94,7 @@ def flight_check(
     replace, or one from an offset not after the one in flight: that record consumed again); else
     the ``DirectDelivery`` it replaces (a replace from a later offset: stored as a replace is, and
     the one in flight then leaves the id's changelog entry to it: ``superseded``)."""
-    flight = in_flight(store, rid, h) if store.flights.deliveries else None
+    flight = in_flight(store, rid, h)
     if flight is None or (replace and offset > flight.offset):
         return flight
     return Flight.DUPLICATE
@@ -137,7 +140,7 @@ def status(store: PartitionStore, rid: bytes, now_ms: int | None = None) -> dict
         return out
     if precancel is not None:
         return {"partition": store.partition, "state": "cancelled", "at_ms": precancel, "before_message": True}
-    d = in_flight(store, rid, h) if store.flights.deliveries else None
+    d = in_flight(store, rid, h)
     if d is not None:  # published from the intake, not reported yet (engine/direct.py): never stored
         return {"partition": store.partition, "state": "pending", "due_ms": d.due, "ingress_offset": d.offset,
                 "target_topic": d.topic, "being_delivered": True}

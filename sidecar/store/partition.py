@@ -28,10 +28,10 @@ Recovery (``open``) reads the checkpoint, opens the log, the scheduler and the i
 checkpointed state, then replays the log records appended after the checkpoint (validating each
 CRC, truncating a torn tail) through the same scheduling decisions (``Restore.replay``), arms the
 scheduler's check of the entries restored from the checkpoint, and resumes consuming at the first
-ingress offset it does not hold (resume.py). Nothing in it is O(pending): the restored entries point at records
-made durable before the checkpoint was written, so the scheduler checks each one against the log
-when it first reads it (before handing it out), and drops and reports a dangling one (disk
-damage) through ``_dangling``: counted, logged as ``recovery.dangling_dropped`` with the hint to
+ingress offset it does not hold (resume.py). Nothing in it is O(pending): the restored entries
+point at records made durable before the checkpoint was written, so the scheduler checks each
+one against the log when it first reads it (before handing it out), and drops and reports a
+dangling one (disk damage) through ``_dangling``: counted, logged as ``recovery.dangling_dropped`` with the hint to
 salvage, never published (docs/storage.md, "Recovery").
 """
 
