@@ -533,6 +533,17 @@ class Restorer:
                 done += self._apply(msgs, self.clock.wall_ms())
                 if all(r.position >= r.end for r in self.restoring.values()):
                     break
+        return self._finish(done)
+
+    def caught_up(self) -> list[PartitionStore]:
+        """The stores whose changelog has nothing past their checkpoint (a restart on the same
+        node, a standby that was current): done at ``begin``, without a slice of the loop. Joining
+        them at the assignment keeps their ingress from being held at its first record and then
+        resumed: librdkafka starts fetching a resumed partition only when its broker thread next
+        wakes, up to a second later (measured: 1 s of 4 restarts' 0.6 s)."""
+        return self._finish([p for p, r in self.restoring.items() if r.position >= r.end])
+
+    def _finish(self, done: list[StoreKey]) -> list[PartitionStore]:
         out = []
         for p in dict.fromkeys(done):
             r = self.restoring.pop(p)

@@ -8,6 +8,9 @@ The group gives partitions and takes them back; Kafka I/O's rebalance callbacks 
   map at once, resuming ingress at its checkpoint's offset. With the changelog it first catches up
   with the changelog (another instance may have owned the partition since) and ingress resumes at
   the group's committed offset: every record before it is in the changelog (the commit waited).
+  A store whose changelog has nothing past its checkpoint (a restart on the same node) joins at
+  once, as it would after a restore, so its ingress is never held and resumed (a resumed partition
+  can wait a second for librdkafka's next fetch).
 - **Restoring** (:meth:`Handover.restore_step`, a slice per turn): a restored store joins the
   stores map and is checkpointed at once (in a crash loop faster than the commit interval every
   start would otherwise restore the same, growing, changelog tail again); its partition's ingress
@@ -134,6 +137,8 @@ class Handover:
             restore.append(store)
         if self.restorer is not None:
             self.restorer.begin_many(restore)
+            for caught_up in self.restorer.caught_up():  # nothing to restore: it joins now, never held
+                self._join(caught_up)
         log.info("partitions.assigned", partitions=named(partitions))
         self._changed()
         self.space_check(self.all_stores())
@@ -220,24 +225,7 @@ class Handover:
         """A slice of changelog restore; a restored store joins the loop and its ingress resumes."""
         assert self.restorer is not None
         for store in self.restorer.step():
-            key = store_key(store)
-            store.dirty = True  # its next checkpoint records the changelog offset it now covers
-            self.stores[key] = store
-            store.remirror_replayed()
-            store.flights.enabled = self.direct  # the checkpoint names what is published from the intake
-            self.durability.checkpoint_soon(store)  # at once: see the module docstring
-            # Ingress resumes at the group's committed offset, which may be older than what this
-            # store holds: the records the changelog has, and those this store recovered locally
-            # (written to the changelog again just now), are skipped when consumed again.
-            held = (store.resume or Resume.none()).raised(store.changelog_ingress)
-            end = self.kafka.ingress_end(key) if held.needed(None) else None
-            if end is not None and held.end > end:
-                # the store names ingress offsets this topic never had (recreated?): skipping
-                # would drop new records, so nothing is skipped (duplicates by id are recognised)
-                log.warning("changelog.ingress_ahead", partition=key.partition, topic=key.topic, held_until=held.end,
-                            ingress_end=end, action="consuming from the committed offset without skipping")
-            elif held.needed(None):
-                self.skip[key] = held
+            key = self._join(store)
             again = self.refetch.pop(key, None)
             if again is not None:
                 # the usual way now: a restoring partition is held at its first record (kafka_io._assign)
@@ -250,6 +238,28 @@ class Handover:
                               error=str(e))
             self.kafka.release(key)
         self._changed()
+
+    def _join(self, store: PartitionStore) -> StoreKey:
+        """A restored store joins the stores map; its ingress skips what the store holds."""
+        key = store_key(store)
+        store.dirty = True  # its next checkpoint records the changelog offset it now covers
+        self.stores[key] = store
+        store.remirror_replayed()
+        store.flights.enabled = self.direct  # the checkpoint names what is published from the intake
+        self.durability.checkpoint_soon(store)  # at once: see the module docstring
+        # Ingress resumes at the group's committed offset, which may be older than what this
+        # store holds: the records the changelog has, and those this store recovered locally
+        # (written to the changelog again just now), are skipped when consumed again.
+        held = (store.resume or Resume.none()).raised(store.changelog_ingress)
+        end = self.kafka.ingress_end(key) if held.needed(None) else None
+        if end is not None and held.end > end:
+            # the store names ingress offsets this topic never had (recreated?): skipping
+            # would drop new records, so nothing is skipped (duplicates by id are recognised)
+            log.warning("changelog.ingress_ahead", partition=key.partition, topic=key.topic, held_until=held.end,
+                        ingress_end=end, action="consuming from the committed offset without skipping")
+        elif held.needed(None):
+            self.skip[key] = held
+        return key
 
     def trim_restoring(self) -> None:
         """The restoring and standby stores drop the mapped pages they no longer need."""

@@ -455,6 +455,44 @@ def test_ingress_a_restoring_partition_returns_anyway_is_consumed_again(tmp_path
         sc.shutdown()
 
 
+def test_a_restart_with_nothing_to_restore_joins_at_the_assignment_and_is_never_held(tmp_path: Path) -> None:
+    """After a clean stop the changelog has nothing past the stores' checkpoints: each store joins
+    in the assign callback, so no partition is held at its first record and resumed (librdkafka
+    starts fetching a resumed partition at its broker thread's next wake-up, up to 1 s later:
+    what a restart's first delivery waited for). The records sent while it was down are taken
+    once, none lost."""
+    from tests.kafka_twin import TwinConsumer
+
+    w = World(tmp_path)
+    a = w.sidecar("a")
+    w.send(40, lambda i: 30_000, prefix="old")
+    w.run([a], lambda: a.counters.ingested >= 40)
+    w.clock.advance(1500)
+    w.run([a], lambda: committed(w) == {p: 10 for p in range(PARTITIONS)} and not a.durability.jobs)
+    a.shutdown()
+    w.send(40, lambda i: 1000, prefix="new")  # consumed by the restarted instance
+    real_pause = TwinConsumer.pause
+    paused: list[int] = []
+
+    def pause(self: TwinConsumer, tps: list[Any]) -> None:
+        paused.extend(tp.partition for tp in tps)
+        real_pause(self, tps)
+
+    TwinConsumer.pause = pause  # type: ignore[method-assign]
+    try:
+        a2 = w.sidecar("a")
+        w.run([a2], lambda: a2.counters.ingested >= 40)
+    finally:
+        TwinConsumer.pause = real_pause  # type: ignore[method-assign]
+    assert a2.restorer is not None and not a2.restorer.restoring
+    assert sorted(k.partition for k in a2.stores) == list(range(PARTITIONS))
+    assert paused == [], f"partitions held at their first record: {paused}"
+    end = max(w.sent.values()) + 1000
+    w.run([a2], lambda: w.clock.now_ms >= end)
+    w.check(set(w.sent))
+    a2.shutdown()
+
+
 def test_a_crash_loop_restores_no_tail_twice(tmp_path: Path) -> None:
     """A crash loop faster than the commit interval. Each start replays the records its previous
     life stored after the last checkpoint, and restores the changelog tail that holds their puts:
