@@ -58,7 +58,7 @@ from sidecar.store.codec import NATIVE, encode_headers, native
 from sidecar.store.idindex import id_hash
 from sidecar.store.idslot import PRECANCEL
 from sidecar.store.intake_layout import Common
-from sidecar.store.lookup import Flight, flight_check, in_flight, pending_refs
+from sidecar.store.lookup import Flight, flight_check, in_flight, pending_refs, request_check
 from sidecar.store.mapped import HEADER_SIZE
 from sidecar.store.mirroring import (
     HISTORY_ACCEPTED,
@@ -152,29 +152,8 @@ class Intake:
                 parsed.due_ms, parsed.mode, parsed.level, parsed.retry_count, None,
                 parsed.user_headers, now_ms, parsed.replace,
             )
-        elif isinstance(parsed, Cancel):  # inline: the reference path makes no more calls than it did
-            cid = parsed.id
-            # one look-up for the CANCEL record's outcome, the history event and the cancel itself
-            # (appending the CANCEL record changes no index entry): each look-up hashes the id and
-            # reads every entry under the hash from the log
-            found = pending_refs(store, cid)
-            # published from the intake and not reported yet: too late, as for a handed-out record
-            flying = not found[1] and in_flight(store, cid) is not None
-            pos = self.append_cancel(offset, cid, now_ms, bool(found[1]) or flying)
-            cancelled = store.sched.record(found[1][0]) if store.history is not None and found[1] else None
-            if flying:
-                store.counters.cancel_unmatched += 1
-                outcome = CANCEL_LATE
-            else:
-                outcome = self.apply_cancel(cid, now_ms, found)
-            if outcome == CANCEL_MATCHED and cancelled is not None:
-                history_record(store, HISTORY_CANCELLED, cancelled, now_ms)
-            if store.mirror is not None:
-                if outcome == CANCEL_MATCHED:
-                    store.mirror.remove(cid)
-                elif outcome == CANCEL_REMEMBERED:
-                    store.mirror.put(cid, store.log.raw(pos))
-            store.log.release(pos)
+        elif isinstance(parsed, Cancel):
+            self.cancel(offset, parsed.id, now_ms)
         else:
             assert isinstance(parsed, Rejection)
             self.reject(
@@ -332,41 +311,30 @@ class Intake:
         store = self.store
         rid = req_id or self.default_id(topic, offset)
         h = id_hash(rid)
-        old: list[int] = []
         flight = flight_check(store, rid, h, offset, replace)  # an id published from the intake
         if flight is Flight.DUPLICATE:
             store.counters.duplicates += 1  # as for a handed-out record: nothing changes
             return
         if flight is not None:
             flight.superseded = True  # replaced: its report leaves the changelog to this version
-        for ref in store.ids.find(h):
-            if ref & PRECANCEL:
-                if now_ms - (ref & ~PRECANCEL) <= store.cancel_horizon_ms:
-                    store.counters.cancelled += 1  # kept until the horizon: see the module docstring
-                    store.recent.note(rid, CANCELLED, now_ms)
-                    if store.history is not None:
-                        store.history.event(
-                            HISTORY_CANCELLED, rid, enqueued_ms=ts, due_ms=req_due, target=target,
-                            target_partition=target_partition, source=f"{topic}:{store.partition}:{offset}",
-                            key=key, value=value, at_ms=now_ms,
-                        )
-                    return
-                store.ids.remove(h, ref)
-                continue
-            rec = store.sched.record(ref)
-            if rec is None:
-                store.ids.remove(h, ref)  # stale: already done
-            elif rec.id == rid and replace and offset > rec.src_offset:
-                old.append(ref)
-            elif rec.id == rid:
-                # without replace, or this very record (or an older one) consumed again after a
-                # crash or a handover while its newer version is pending: nothing changes
-                store.counters.duplicates += 1
-                if store.mirror is not None:
-                    # re-consumed after a crash: its changelog write may have been lost with the
-                    # process (the ingress offset was not committed), so it is written again
-                    store.mirror.put(rid, raw_of(rec))
-                return
+        old = request_check(store, rid, h, offset, replace, now_ms)
+        if old is Flight.PRECANCELLED:
+            store.counters.cancelled += 1  # kept until the horizon: see the module docstring
+            store.recent.note(rid, CANCELLED, now_ms)
+            if store.history is not None:
+                store.history.event(
+                    HISTORY_CANCELLED, rid, enqueued_ms=ts, due_ms=req_due, target=target,
+                    target_partition=target_partition, source=f"{topic}:{store.partition}:{offset}",
+                    key=key, value=value, at_ms=now_ms,
+                )
+            return
+        if not isinstance(old, list):  # a duplicate: nothing changes
+            store.counters.duplicates += 1
+            if store.mirror is not None:
+                # re-consumed after a crash: its changelog write may have been lost with the
+                # process (the ingress offset was not committed), so it is written again
+                store.mirror.put(rid, raw_of(old))
+            return
         if not old and flight is None and store.rules.quota is not None:  # one more pending record: the quota
             refused = store.rules.quota.refusal(store, now_ms)
             if refused is not None:
@@ -451,6 +419,31 @@ class Intake:
                 source=f"{topic}:{store.partition}:{offset}", reason=reason, error=error, key=key, value=value,
                 at_ms=now_ms,
             )
+
+    def cancel(self, offset: int, cid: bytes, now_ms: int) -> None:
+        """A ``delay.cancel`` of ``cid`` consumed at ``offset``: its CANCEL record, then the cancel."""
+        store = self.store
+        # one look-up for the CANCEL record's outcome, the history event and the cancel itself
+        # (appending the CANCEL record changes no index entry): each look-up hashes the id and
+        # reads every entry under the hash from the log
+        found = pending_refs(store, cid)
+        # published from the intake and not reported yet: too late, as for a handed-out record
+        flying = not found[1] and in_flight(store, cid) is not None
+        pos = self.append_cancel(offset, cid, now_ms, bool(found[1]) or flying)
+        cancelled = store.sched.record(found[1][0]) if store.history is not None and found[1] else None
+        if flying:
+            store.counters.cancel_unmatched += 1
+            outcome = CANCEL_LATE
+        else:
+            outcome = self.apply_cancel(cid, now_ms, found)
+        if outcome == CANCEL_MATCHED and cancelled is not None:
+            history_record(store, HISTORY_CANCELLED, cancelled, now_ms)
+        if store.mirror is not None:
+            if outcome == CANCEL_MATCHED:
+                store.mirror.remove(cid)
+            elif outcome == CANCEL_REMEMBERED:
+                store.mirror.put(cid, store.log.raw(pos))
+        store.log.release(pos)
 
     def append_cancel(self, offset: int, cid: bytes, now_ms: int, matches: bool) -> int:
         """The CANCEL record, with what it did in its level field (``Restore.replay`` does the same)."""

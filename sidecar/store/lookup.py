@@ -83,6 +83,7 @@ def in_flight(store: PartitionStore, rid: bytes, h: int | None = None) -> Direct
 
 class Flight(Enum):
     DUPLICATE = "duplicate"  # ``flight_check``: the record changes nothing
+    PRECANCELLED = "precancelled"  # ``request_check``: a pre-cancel within its horizon cancels it
 
 
 def flight_check(
@@ -98,6 +99,34 @@ def flight_check(
     if flight is None or (replace and offset > flight.offset):
         return flight
     return Flight.DUPLICATE
+
+
+def request_check(
+    store: PartitionStore, rid: bytes, h: int, offset: int, replace: bool, now_ms: int,
+) -> Record | Literal[Flight.PRECANCELLED] | list[int]:
+    """What the index holds under ``rid`` (hash ``h``) for a request from ingress ``offset`` (the
+    intake's ``schedule``): ``Flight.PRECANCELLED``, a pre-cancel within the cancel horizon (the
+    request is cancelled on arrival, the pre-cancel kept until the horizon); the pending
+    ``Record`` under the id when the request changes nothing (not a replace, or this very record
+    or an older one consumed again after a crash or a handover); else the refs of the versions it
+    replaces (a replace from a later offset; none: a new id). Drops the stale entries and the
+    expired pre-cancels it meets."""
+    old: list[int] = []
+    ids = store.ids
+    for ref in ids.find(h):
+        if ref & PRECANCEL:
+            if now_ms - (ref & ~PRECANCEL) <= store.cancel_horizon_ms:
+                return Flight.PRECANCELLED
+            ids.remove(h, ref)
+            continue
+        rec = store.sched.record(ref)
+        if rec is None:
+            ids.remove(h, ref)  # stale: already done
+        elif rec.id == rid and replace and offset > rec.src_offset:
+            old.append(ref)
+        elif rec.id == rid:
+            return rec
+    return old
 
 
 def status(store: PartitionStore, rid: bytes, now_ms: int | None = None) -> dict[str, Any] | None:

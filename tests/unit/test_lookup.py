@@ -11,6 +11,7 @@ import pytest
 from sidecar import contract as c
 from sidecar.store import codec
 from sidecar.store.idindex import id_hash
+from sidecar.store.lookup import Flight, request_check
 from sidecar.store.recent import CANCELLED, DEAD_LETTERED, DELIVERED, RecentOutcomes
 from tests.unit.helpers.store_sim import T0, Sim
 from tests.unit.helpers.world import World
@@ -289,3 +290,24 @@ def test_lookup_answers_the_newest_version_of_a_replaced_id(sim: Sim) -> None:
     got = sim.st.lookup(b"x")
     assert got is not None and got["state"] == "pending"
     assert (got["target_topic"], got["due_ms"], got["ingress_offset"]) == ("v2", T0 + 1 + 5_000, 1)
+
+
+def test_request_check_says_what_a_request_under_an_id_makes_of_the_index(sim: Sim) -> None:
+    """The intake's scan of the index for a request (``request_check``): a new id replaces
+    nothing; one pending (no replace, or consumed again) is the duplicate's record; a replace from
+    a later offset names the version it replaces; a pre-cancel within the horizon cancels it, and
+    one past the horizon is dropped on the way."""
+    sim.send("p", delay_ms=10_000)
+    sim.send(cancel="pc")
+    sim.consume()
+    h = id_hash(b"p")
+    assert request_check(sim.st, b"new", id_hash(b"new"), 5, False, sim.now) == []
+    dup = request_check(sim.st, b"p", h, 5, False, sim.now)
+    assert isinstance(dup, codec.Record) and dup.id == b"p"
+    again = request_check(sim.st, b"p", h, 0, True, sim.now)  # the same offset consumed again
+    assert isinstance(again, codec.Record) and again.id == b"p"
+    assert request_check(sim.st, b"p", h, 5, True, sim.now) == sim.st.ids.find(h)
+    hp = id_hash(b"pc")
+    assert request_check(sim.st, b"pc", hp, 5, False, T0 + sim.horizon_ms) is Flight.PRECANCELLED
+    assert request_check(sim.st, b"pc", hp, 5, False, T0 + sim.horizon_ms + 1) == []
+    assert sim.st.ids.find(hp) == []  # the expired pre-cancel went with that scan
