@@ -22,7 +22,7 @@ docstring says its job):
 
 The engine calls the store's methods below, each handed to the collaborator whose job it is. The
 per-record ones (``ingest_fields``, ``restore_put``, ``restore_remove``) are the collaborators'
-bound methods, set in ``__init__``, so that a record costs no delegating call.
+bound methods, set with them (``_wire_collaborators``), so that a record costs no delegating call.
 
 Recovery (``open``) reads the checkpoint, opens the log, the scheduler and the id index at their
 checkpointed state, then replays the log records appended after the checkpoint (validating each
@@ -173,35 +173,15 @@ class PartitionStore:
         self.page_read: PageRead | None = None
         self.page_read_skip = False
         self.page_waits = True  # the caller holds the partition for such a page (False: the intake reads it)
-        self.log: CommitLog
-        self.sched: Scheduler
-        self.ids: IdIndex
-        self.truncated_bytes = 0
-        # seconds of each step of the last open (``partition.recovered``): which one a slow recovery spent
-        self.open_steps: dict[str, float] = {}
-        # (ref, log position, reason) of dangling entries dropped so far (the first _DANGLING_KEPT)
-        self.dangling: list[tuple[int, int, str]] = []
-        self.dangling_count = 0
+        self._recovery_fields()  # the log, scheduler and id index, and what recovery found
         # the full trims of a process's stores fall on different calls (each store's own phase):
         # six stores' full trims in one loop turn took 55-78 ms at 100M pending
         self._trims = partition % TRIM_ALL_EVERY
         self._idle = False  # as seen by the previous trim()
         self.settled = 0  # records delivered (settled) since open
-        # the changelog (None: changelog off); its writer keeps changelog_offset current: the next
-        # changelog offset whose effect this store does not hold for certain (checkpointed)
+        # the changelog (None: changelog off); its writer keeps ``changelog_offset`` current
         self.mirror: Mirror | None = None
         self.history: History | None = None  # the history topic's writer (None: history-topic unset)
-        self.changelog_offset: int | None = None
-        # the next ingress offset the changelog holds every record before (1 + the highest source
-        # offset of an acknowledged changelog put): where ingress resumes after a restore
-        self.changelog_ingress: int | None = None
-        self.replayed: list[int] = []  # log positions of the records recovery replayed (after the checkpoint)
-        # ids of replayed records the restore found in the changelog, the same version as pending
-        # (written and acknowledged before the crash): ``remirror_replayed`` need not write them again
-        self.in_changelog: set[bytes] = set()
-        self.resume_offset: int | None = None  # what open() returned
-        self.resume: Resume | None = None  # what open() found the store holds (resume.py)
-        self.flights = Flights()  # published from the intake, not reported (engine/direct.py)
         self._pending_at_checkpoint: dict[str, int] | None = None  # sched.pending() the last checkpoint names
         self._settled_at_trim = 0
         # refs replaced while they were being delivered (handed out): their settle leaves the
@@ -211,7 +191,38 @@ class PartitionStore:
         self._offset_at_trim: int | None = None
         # ids no longer pending and what became of them, for ``lookup`` (status); bounded, in RAM
         self.recent = RecentOutcomes(status_memory)
-        # the collaborators, one per job (the module docstring)
+        self._wire_collaborators()
+
+    def _recovery_fields(self) -> None:
+        """The fields recovery fills in (``open``; a changelog restore, restore.py), unset or
+        empty until then: the log, scheduler and id index it opens, where the changelog and
+        ingress resume, and what it found (``partition.recovered``, the handover)."""
+        self.log: CommitLog
+        self.sched: Scheduler
+        self.ids: IdIndex
+        # the next changelog offset whose effect this store does not hold for certain (checkpointed);
+        # the changelog's writer (``mirror``) keeps it current
+        self.changelog_offset: int | None = None
+        # the next ingress offset the changelog holds every record before (1 + the highest source
+        # offset of an acknowledged changelog put): where ingress resumes after a restore
+        self.changelog_ingress: int | None = None
+        self.truncated_bytes = 0
+        # seconds of each step of the last open (``partition.recovered``): which one a slow recovery spent
+        self.open_steps: dict[str, float] = {}
+        # (ref, log position, reason) of dangling entries dropped so far (the first _DANGLING_KEPT)
+        self.dangling: list[tuple[int, int, str]] = []
+        self.dangling_count = 0
+        self.replayed: list[int] = []  # log positions of the records recovery replayed (after the checkpoint)
+        # ids of replayed records the restore found in the changelog, the same version as pending
+        # (written and acknowledged before the crash): ``remirror_replayed`` need not write them again
+        self.in_changelog: set[bytes] = set()
+        self.resume_offset: int | None = None  # what open() returned
+        self.resume: Resume | None = None  # what open() found the store holds (resume.py)
+
+    def _wire_collaborators(self) -> None:
+        """The collaborators, one per job (the module docstring), each given the store, and the
+        engine's per-record calls bound to their methods."""
+        self.flights = Flights()  # published from the intake, not reported (engine/direct.py)
         self.intake = Intake(self)
         self.outcomes = Outcomes(self)
         self.firings = Firings(self)
