@@ -32,7 +32,16 @@ What a stored record guarantees holds for it:
   seen down) comes to :meth:`DirectPublish.report`; a failure marks its target troubled (the
   direct path stops while any target is, as the C publish path does) and stores the record
   (``Intake.store_unsent``), so the stored path delivers it with the retry ladder and the DLQ.
-- A success's id goes to the store's recent outcomes ("delivered"), its lateness to the metrics.
+- A success's id goes to the store's recent outcomes ("delivered"), its lateness to the metrics:
+  the reports run inside a producer poll, wherever ``Publishing`` polls (between two chunks, at
+  the end of a turn, in a drain), and :meth:`DirectPublish.settle` takes their ids right after
+  each (``Publishing.settle_direct``), as ``Publishing.poll`` settles the stored path's.
+
+What lives where: this module decides when a store's run may publish (``port``), makes its
+``DirectPort`` with ``Publishing.native_publisher`` (the C ``Publisher``, which the stored path's
+C reports count through too: one in-flight count for both), settles the deliveries and takes
+the reports the C one does not; ``Publishing`` keeps only what both paths share (a target's
+health, the broker's readiness: ``delivered_to``, ``failure_seen``).
 
 Off (the stored path takes every record) under exactly-once, with the history topic, etf1
 tombstones, several tenants (the in-flight window's fair shares are the stored path's), a
@@ -80,6 +89,10 @@ class DirectPublish:
         self.clock = clock
         self.on = enabled(settings)
         self.confirmed = False  # this turn: the group confirmed this member (the loop sets it)
+        if self.on:
+            # every producer poll serves its reports too, wherever Publishing polls (a chunk, a
+            # turn, a drain): what they delivered is settled right after, as the stored path's is
+            pub.settle_direct = self.settle
 
     def port(self, store: PartitionStore) -> Any:
         """The store's ``DirectPort`` for a C intake run now, or None: the run stores every record."""
@@ -110,6 +123,17 @@ class DirectPublish:
         port.produce = pub.tenants.of(store.topic, pub.producer).produce
         port.max_in_flight = self.s.max_in_flight
         return port
+
+    def settle(self) -> None:
+        """After each producer poll (``Publishing.poll``): the ids of the records its reports
+        delivered (each store's port's ``delivered``) counted and remembered as delivered."""
+        now = -1
+        for store in self.stores.values():
+            port = store.flights.port
+            if port is not None and port.delivered:
+                if now < 0:
+                    now = self.clock.wall_ms()
+                store.outcomes.settle_direct(port.delivered, now)
 
     def report(self, d: DirectDelivery, err: Any, msg: Any) -> None:
         """A report the C one does not take (after its in-flight counts): a failure, or a success

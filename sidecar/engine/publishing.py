@@ -45,6 +45,12 @@ The C fast path (docs/storage.md 2.6) produces the plain records and handles pla
 everything else comes back to the Python code here, the reference. Both share
 :class:`~sidecar.engine.publish_state.PublishState`.
 
+**Records published from the intake** (due on arrival, never stored) are engine/direct.py's:
+its ``DirectPort`` counts through ``native_publisher`` (so ``in_flight`` and ``drain`` count
+them), and ``poll`` hands what their reports delivered to ``settle_direct``, which it sets.
+What both paths share stays here: ``delivered_to`` and ``failure_seen`` (a target's health, the
+broker's readiness, a dead producer); a failed one is stored and comes back as a stored record.
+
 **Exactly-once** (``delivery: exactly-once``, engine/transactions.py): a record's changelog
 tombstone is written when it is produced, inside the same transaction (``_produce``; after a C
 run, ``StoreMirror.remove_produced``). A target topic is produced to only once the cluster's metadata has it and
@@ -141,7 +147,8 @@ class Publishing:
     and the reports (``poll``); every path that produces or settles a record reads and moves them
     together. What decides without this state lives apart: the turn order's arithmetic
     (fairness.py), pacing (pacing.py), the retry policy (sidecar/retry), the tenants' producers
-    (tenant_producers.py), the C fast path (native/publish.c)."""
+    (tenant_producers.py), the C fast path (native/publish.c), the records published from the
+    intake (direct.py)."""
 
     def __init__(
         self, settings: Settings, counters: Counters, stores: Stores, clock: Clock,
@@ -169,10 +176,10 @@ class Publishing:
         self.tenants = TenantProducers(settings)  # the tenants' own producers, started by the loop
         self.producer_fatal = ""  # set by a report that the producer instance is dead
         self.produce_errors = produce_errors  # what ``produce`` raises for one record
-        self._fast: Any = None
         self.exactly_once = settings.exactly_once
-        if NATIVE:
-            self._fast = native.Publisher(self.state, self._on_delivery, produce_errors)
+        # the C fast path's reports count through it, and those of engine/direct.py's ports (None: no C)
+        self.native_publisher: Any = native.Publisher(self.state, self._on_delivery, produce_errors) if NATIVE else None
+        self.settle_direct: Callable[[], None] | None = None  # after each poll: engine/direct.py's
         # exactly-once: the targets each principal may write (eos_targets.py), and why an open
         # transaction must abort, by the ingress topic of the failed record ("": the deployment's)
         self.targets = Targets()
@@ -190,12 +197,6 @@ class Publishing:
     @property
     def in_flight(self) -> int:
         return self.state.in_flight
-
-    @property
-    def native_publisher(self) -> Any:
-        """The C ``Publisher`` (native/publish.c; None without the extension): the stored path's
-        delivery reports and a store's ``DirectPort`` (engine/direct.py) count through it."""
-        return self._fast
 
     # -- a turn ---------------------------------------------------------------------------------
     def publish(self) -> None:
@@ -294,14 +295,14 @@ class Publishing:
         # exactly-once: C produces only to targets known to exist (an unknown one would abort the
         # transaction: ``_produce`` asks for it), and the tombstones of what it produced are
         # written right after, in the same transaction (``StoreMirror.remove_produced``)
-        publish_due = _publish_due if self._fast is not None and (
+        publish_due = _publish_due if self.native_publisher is not None and (
             not self.exactly_once or self.targets.of(store.topic).all_known(batch)) else None
         producer = self.tenants.of(store.topic, self.producer)
         while i < n:
             refused = None
             if publish_due is not None:
                 start = i
-                i, refused = publish_due(self._fast, producer.produce, batch, i, store, now)
+                i, refused = publish_due(self.native_publisher, producer.produce, batch, i, store, now)
                 if self.exactly_once and i > start:
                     if store.mirror is not None:
                         store.mirror.remove_produced(batch, start, i, store.superseded)
@@ -336,8 +337,8 @@ class Publishing:
                 self.producer_fatal = describe(err)
         if self.tenants.own:
             self.tenants.poll()
-        if self._fast is not None:
-            self._fast.sync()  # the in-flight counts its reports took down
+        if self.native_publisher is not None:
+            self.native_publisher.sync()  # the in-flight counts its reports took down
         now = -1
         for store in self.stores.values():
             if store.acked:
@@ -347,11 +348,8 @@ class Publishing:
                     self.etf1.write(self.producer, store.acked, store)
                 self.fair.settled(store.topic, len(store.acked))
                 store.settle(now)
-            direct = store.flights.port
-            if direct is not None and direct.delivered:  # published from the intake (engine/direct.py)
-                if now < 0:
-                    now = self.clock.wall_ms()
-                store.outcomes.settle_direct(direct.delivered, now)
+        if self.settle_direct is not None:
+            self.settle_direct()
 
     def flush_backlog(self, now: int) -> bool:
         """Produce what waited for room in the producer queue; False if it is still full."""

@@ -116,7 +116,7 @@ def make(tmp: Path, scheduler: str, c_path: bool, clock: Clock, monkeypatch: pyt
     sc = Sidecar(s, clock=clock)
     sc.pub.rng = random.Random(5)  # the retry backoff's jitter
     if not c_path:
-        sc.pub._fast = None
+        sc.pub.native_publisher = None
     st = PartitionStore(s.data_path, "in", 0, rules=sc.rules, scheduler_name=scheduler,
                         make_scheduler=sc.make_scheduler, segment_bytes=s.segment_bytes,
                         cancel_horizon_ms=s.cancel_horizon_ms, counters=sc.counters)
