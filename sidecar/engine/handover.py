@@ -137,9 +137,12 @@ class Handover:
             restore.append(store)
         if self.restorer is not None:
             self.restorer.begin_many(restore)
-            for caught_up in self.restorer.caught_up():  # nothing to restore: it joins now, never held
-                self._join(caught_up)
         log.info("partitions.assigned", partitions=named(partitions))
+        if self.restorer is not None:
+            # nothing to restore: it joins now, never held (its partition.restored follows the
+            # assignment's event, as a restore's does: the bench and operators read them in order)
+            for caught_up in self.restorer.caught_up():
+                self._join(caught_up)
         self._changed()
         self.space_check(self.all_stores())
         return resume

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from sidecar import contract as c
 from sidecar.engine.loop import Sidecar
@@ -480,13 +481,18 @@ def test_a_restart_with_nothing_to_restore_joins_at_the_assignment_and_is_never_
 
     TwinConsumer.pause = pause  # type: ignore[method-assign]
     try:
-        a2 = w.sidecar("a")
-        w.run([a2], lambda: a2.counters.ingested >= 40)
+        with capture_logs() as logs:
+            a2 = w.sidecar("a")
+            w.run([a2], lambda: a2.counters.ingested >= 40)
     finally:
         TwinConsumer.pause = real_pause  # type: ignore[method-assign]
     assert a2.restorer is not None and not a2.restorer.restoring
     assert sorted(k.partition for k in a2.stores) == list(range(PARTITIONS))
     assert paused == [], f"partitions held at their first record: {paused}"
+    # each partition.restored follows the assignment's event, as after a restore (the bench's
+    # failover reads a partition as served from that pair, in that order)
+    events = [e["event"] for e in logs if e["event"] in ("partitions.assigned", "partition.restored")]
+    assert events[0] == "partitions.assigned" and events.count("partition.restored") == PARTITIONS
     end = max(w.sent.values()) + 1000
     w.run([a2], lambda: w.clock.now_ms >= end)
     w.check(set(w.sent))
