@@ -540,7 +540,7 @@ class Restorer:
         node, a standby that was current): done at ``begin``, without a slice of the loop. Joining
         them at the assignment keeps their ingress from being held at its first record and then
         resumed: librdkafka starts fetching a resumed partition only when its broker thread next
-        wakes, up to a second later (measured: 1 s of 4 restarts' 0.6 s)."""
+        wakes, up to a second later (a second added to some restarts of 0.6 s)."""
         return self._finish([p for p, r in self.restoring.items() if r.position >= r.end])
 
     def _finish(self, done: list[StoreKey]) -> list[PartitionStore]:

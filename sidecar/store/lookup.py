@@ -8,8 +8,9 @@ scheduler no longer holds (delivered, cancelled) is stale.
 Two kinds of callers:
 
 - the store's own changes (``pending_refs``, ``pending_ref``, ``pending_record``: the intake's
-  cancels, the restore's puts, the outcomes' history), which also drop the stale entries they
-  meet, since they write the index anyway;
+  cancels, the restore's puts, the outcomes' history; ``request_check``: what a request under
+  the id makes of the index, for the intake's ``schedule``), which also drop the stale entries
+  they meet, since they write the index anyway;
 - ``status`` (``delay-sidecar status``, ``GET /ids/<id>``), which changes nothing: a stale entry
   is skipped, not removed, so an answer costs no write. After the pending record it answers from
   a pre-cancel, then from the memory of recent outcomes (``recent.py``).
@@ -82,6 +83,8 @@ def in_flight(store: PartitionStore, rid: bytes, h: int | None = None) -> Direct
 
 
 class Flight(Enum):
+    """The answers of the intake's checks that are not a record or refs."""
+
     DUPLICATE = "duplicate"  # ``flight_check``: the record changes nothing
     PRECANCELLED = "precancelled"  # ``request_check``: a pre-cancel within its horizon cancels it
 
