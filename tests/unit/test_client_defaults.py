@@ -1,0 +1,40 @@
+"""The sidecar's librdkafka defaults (``kafka_io.CLIENT_DEFAULTS``) reach every client of a start,
+the start's probe included, and an operator's ``kafka:`` entry overrides them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sidecar import connectivity
+from sidecar.config import Settings
+from sidecar.engine.kafka_io import CLIENT_DEFAULTS, KafkaIO
+
+
+def _io(**kw: Any) -> KafkaIO:
+    s = Settings(bootstrap_servers="127.0.0.1:1", group_instance_id="i-1", http_port=0, **kw)
+    return KafkaIO(s, clients=None, events=None)  # type: ignore[arg-type]
+
+
+def _probe_conf(monkeypatch: pytest.MonkeyPatch, **kw: Any) -> dict[str, Any]:
+    seen: list[dict[str, Any]] = []
+    monkeypatch.setattr(connectivity, "probe", lambda conf, *_a, **_k: seen.append(conf))
+    s = Settings(bootstrap_servers="127.0.0.1:1", group_instance_id="i-1", http_port=0, **kw)
+    connectivity.run_probe(s)()
+    return seen[0]
+
+
+def test_the_reconnect_backoff_is_short_for_every_client_of_a_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert CLIENT_DEFAULTS["reconnect.backoff.ms"] < 100  # librdkafka's default waits 50 ms per new client
+    io = _io()
+    for conf in (io.consumer_conf(), io.producer_conf(), io._common(), _probe_conf(monkeypatch)):
+        assert conf["reconnect.backoff.ms"] == CLIENT_DEFAULTS["reconnect.backoff.ms"]
+
+
+def test_an_operators_kafka_entry_wins_over_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    io = _io(kafka={"reconnect.backoff.ms": "250"})
+    for conf in (io.consumer_conf(), io.producer_conf(), io._common(),
+                 _probe_conf(monkeypatch, kafka={"reconnect.backoff.ms": "250"})):
+        assert conf["reconnect.backoff.ms"] == "250"
+    assert _io().consumer_conf()["reconnect.backoff.ms"] == CLIENT_DEFAULTS["reconnect.backoff.ms"]
