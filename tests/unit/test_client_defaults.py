@@ -38,3 +38,17 @@ def test_an_operators_kafka_entry_wins_over_the_defaults(monkeypatch: pytest.Mon
                  _probe_conf(monkeypatch, kafka={"reconnect.backoff.ms": "250"})):
         assert conf["reconnect.backoff.ms"] == "250"
     assert _io().consumer_conf()["reconnect.backoff.ms"] == CLIENT_DEFAULTS["reconnect.backoff.ms"]
+
+
+def test_a_tenants_admin_client_has_the_defaults_under_its_properties() -> None:
+    from sidecar.engine.tenant_producers import TenantProducers
+    from sidecar.tenants import TenantSpec
+
+    spec = TenantSpec("a", "in.a", dlq_topic="in.a.dlq", kafka=(("sasl.username", "alice"),))
+    s = Settings(bootstrap_servers="127.0.0.1:1", group_instance_id="i-1", http_port=0, tenant_specs=(spec,))
+    conf = TenantProducers(s).admin("in.a", lambda c: c)
+    assert conf["reconnect.backoff.ms"] == CLIENT_DEFAULTS["reconnect.backoff.ms"]
+    assert conf["sasl.username"] == "alice"
+    over = TenantSpec("a", "in.a", dlq_topic="in.a.dlq", kafka=(("reconnect.backoff.ms", "250"),))
+    s = Settings(bootstrap_servers="127.0.0.1:1", group_instance_id="i-1", http_port=0, tenant_specs=(over,))
+    assert TenantProducers(s).admin("in.a", lambda c: c)["reconnect.backoff.ms"] == "250"
