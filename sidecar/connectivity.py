@@ -260,9 +260,9 @@ def run_probe(settings: Settings, timeout_s: float = RUN_PROBE_TIMEOUT_S) -> Cal
     in exactly-once, its transactional id ``<group-id>.<group-instance-id>`` (the instance id
     is the one kept in the data directory, made here on a first start as the sidecar would)."""
     from sidecar.contract import restore_group
-    from sidecar.engine.kafka_io import CLIENT_DEFAULTS
+    from sidecar.engine.client_conf import client_conf
 
-    conf = {"bootstrap.servers": settings.bootstrap_servers, **CLIENT_DEFAULTS, **settings.kafka}
+    conf = client_conf(settings)
     changelogs = [t.changelog_topic for t in settings.tenants if t.changelog_topic is not None]
     every = [x for t in settings.tenants for x in (t.ingress_topic, t.dlq_topic, t.changelog_topic)]
     topics = list(dict.fromkeys(t for t in (*every, settings.history_topic) if t))

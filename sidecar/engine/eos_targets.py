@@ -4,7 +4,7 @@ In a transaction a produce to a topic that is missing, or that the producer's pr
 write, fails and dooms the whole transaction, and again after every abort (the record is
 consumed and produced again). So under ``delivery: exactly-once`` a target is produced to only
 once the cluster's metadata has it and the principal's authorized operations include Write
-(``KafkaIO.target_state``, asked as that principal: the deployment's admin client, or the admin
+(``target_access.TargetAccess``, asked as that principal: the deployment's admin client, or the admin
 client of a tenant with ``kafka:`` overrides, engine/txn_lanes.py). Until then a record for it
 takes ``Publishing``'s failure path without a produce, with the error the broker would have given:
 
@@ -30,7 +30,7 @@ from confluent_kafka import KafkaError
 from sidecar.store.codec import Record
 
 TARGET_ASK_MS = 1_000  # an unknown target topic's metadata is asked at most this often
-WRITABLE, MISSING, REFUSED = "writable", "missing", "refused"  # KafkaIO.target_state's answers (None: none)
+WRITABLE, MISSING, REFUSED = "writable", "missing", "refused"  # TargetAccess.state's answers (None: none)
 
 Ask = Callable[[str], str | None]
 

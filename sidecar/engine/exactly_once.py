@@ -47,6 +47,7 @@ from sidecar.engine.kafka_io import KafkaIO
 from sidecar.engine.page_waits import PageWaits
 from sidecar.engine.publishing import Publishing
 from sidecar.engine.stores import StoreKey, Stores, named, record_key, tp_key
+from sidecar.engine.target_access import TargetAccess
 from sidecar.engine.transactions import TransactionFailed, Transactions
 from sidecar.engine.txn_lanes import Lane, TenantPort, TopicHold
 from sidecar.engine.txn_refusal import WAIT_S, TxnRefusal, WholeIngress, txn_probe
@@ -64,7 +65,8 @@ def lanes_of(settings: Settings, txn: Transactions, kafka: KafkaIO, pub: Publish
     lanes = [Lane("", kafka, txn, TxnRefusal(kafka.refusals, WholeIngress(kafka, ingress_held), clock,
                                              txn_probe(settings)),
                   frozenset(t.ingress_topic for t in own), rest=True)]
-    pub.targets.default.ask = kafka.target_state
+    access = TargetAccess(settings, kafka.admin_client, kafka.should_warn)
+    pub.targets.default.ask = access.state
     pub.targets.default.principal = principal_of(settings.kafka) or pub.targets.default.principal
     for t in own:
         topic = t.ingress_topic
@@ -79,7 +81,7 @@ def lanes_of(settings: Settings, txn: Transactions, kafka: KafkaIO, pub: Publish
                           frozenset((topic,))))
 
         def ask(target: str, topic: str = topic, principal: str = principal) -> str | None:
-            return kafka.target_state(target, pub.tenants.admin(topic, kafka.clients.admin), principal)
+            return access.state(target, pub.tenants.admin(topic, kafka.clients.admin), principal)
 
         pub.targets.by_topic[topic] = Writable(ask, principal)
     return lanes

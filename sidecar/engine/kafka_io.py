@@ -1,4 +1,6 @@
-"""Kafka I/O, the engine's port to Kafka: its clients, topics, rebalance callbacks, offset commits.
+"""Kafka I/O, the engine's port to Kafka: its clients, rebalance callbacks, offset commits (the
+topics it needs are made or checked by ``topics.py``; every client's base configuration is
+``client_conf.py``'s).
 
 The engine's clients are made here (other engine modules import only confluent-kafka's error and
 offset types, and the transactional-id probe its throwaway producer). The clients are made by a
@@ -49,26 +51,23 @@ from confluent_kafka import (
     KafkaException,
     Message,
     Producer,
-    TopicCollection,
     TopicPartition,
 )
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
-    AclOperation,
     AdminClient,
-    ConfigResource,
-    NewTopic,
     OffsetSpec,
-    ResourceType,
 )
 
 from sidecar import contract as c
 from sidecar import kafka_errors, logs
-from sidecar.config import ConfigError, Settings
+from sidecar.config import Settings
+from sidecar.engine.client_conf import client_conf
 from sidecar.engine.refusals import Refusals
 from sidecar.engine.stores import StoreKey, named, tp_key
+from sidecar.engine.topics import ensure_changelog, ensure_topics
 from sidecar.engine.transactions import transactional_id
 from sidecar.kafka_logs import KafkaLog, expected_error
-from sidecar.retry.codes import ALL_BROKERS_DOWN, FATAL, PARTITION_EOF, TOPIC_ALREADY_EXISTS, TRANSPORT
+from sidecar.retry.codes import ALL_BROKERS_DOWN, FATAL, PARTITION_EOF, TRANSPORT
 from sidecar.status import advertised_client_id, own_address
 from sidecar.store.partition import PartitionStore
 
@@ -77,14 +76,6 @@ log = logs.get("sidecar")
 LINGER_MS = 2  # at-least-once: a delivery is visible when produced, so it waits little
 PURGED_REPORTS_S = 1.0  # a replaced producer's purged records' reports are served this long at most
 EOS_LINGER_MS = 10  # exactly-once: see producer_conf
-# librdkafka spaces a client's connection attempts by half its reconnect.backoff.ms (11 ms at
-# least). A new client's bootstrap connection answers the first metadata request, is dropped, and
-# the broker is connected again under its node id: with the default 100 ms, 50 ms after. Every
-# client of a start paid that once (the probe's admin, the topics' admin, the consumer, the
-# producer): at 10 ms the start's two metadata checks take 45 ms instead of 125 on a local broker.
-# The backoff still doubles up to reconnect.backoff.max.ms (10 s) while a broker stays away; a
-# ``kafka:`` entry overrides it.
-CLIENT_DEFAULTS: dict[str, Any] = {"reconnect.backoff.ms": 10}
 
 # broker answers that a moment later are different (leadership moving or not yet elected)
 _TRANSIENT = frozenset({
@@ -130,25 +121,6 @@ class Events(Protocol):
     def statistics(self, stats_json: str) -> None: ...
 
 
-def ensure_topics(
-    admin: Any, topics: dict[str, int], replication_factor: int, timeout: float = 30,
-    configs: dict[str, dict[str, str]] | None = None,
-) -> None:
-    """Create the topics that are missing (ingress, DLQ); an existing topic is left as it is."""
-    existing = set(admin.list_topics(timeout=timeout).topics)
-    missing = [NewTopic(t, num_partitions=n, replication_factor=replication_factor, config=(configs or {}).get(t, {}))
-               for t, n in topics.items() if t not in existing]
-    if not missing:
-        return
-    for topic, fut in admin.create_topics(missing, operation_timeout=timeout).items():
-        try:
-            fut.result()
-            log.info("topic.created", topic=topic)
-        except KafkaException as e:
-            if e.args[0].code() != TOPIC_ALREADY_EXISTS:
-                raise
-
-
 class _Mapped:
     """A future's result passed through a function (``done`` / ``result`` as the future's)."""
 
@@ -160,18 +132,6 @@ class _Mapped:
 
     def result(self) -> Any:
         return self.fn(self.fut)
-
-
-def _described(admin: Any, topic: str, timeout: float) -> Any:
-    """The topic's metadata, waiting for a topic created a moment ago to show up in it."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = admin.list_topics(topic=topic, timeout=timeout).topics.get(topic)
-        if found is not None and found.error is None and found.partitions:
-            return found
-        if time.monotonic() >= deadline:
-            raise ConfigError(f"topic {topic!r} did not appear in the cluster's metadata within {timeout:.0f} s")
-        time.sleep(0.1)
 
 
 def retire_producer(old: Any) -> None:
@@ -224,12 +184,7 @@ class KafkaIO:
 
     # -- clients --------------------------------------------------------------------------------
     def _common(self) -> dict[str, Any]:
-        conf: dict[str, Any] = {
-            "bootstrap.servers": self.s.bootstrap_servers, **CLIENT_DEFAULTS, "error_cb": self._on_error,
-            "logger": self.klog,
-        }
-        conf.update(self.s.kafka)
-        return conf
+        return client_conf(self.s, {"error_cb": self._on_error, "logger": self.klog})
 
     def consumer_conf(self) -> dict[str, Any]:
         conf = self._common()
@@ -291,7 +246,7 @@ class KafkaIO:
             self.s.replication_factor,
         )
         for ingress, changelog in self.changelogs.items():
-            self.ensure_changelog(admin, changelog, ingress)
+            ensure_changelog(admin, changelog, ingress, self.s.replication_factor)
         if self.s.history_topic is not None:  # keyed by delay.id: as many partitions as ingress
             ensure_topics(admin, {self.s.history_topic: self.s.ingress_partitions}, self.s.replication_factor)
         self.producer = self.clients.producer(self.producer_conf())
@@ -299,32 +254,6 @@ class KafkaIO:
 
     def changelog_of(self, ingress_topic: str) -> str:
         return self.changelogs[ingress_topic]
-
-    def ensure_changelog(self, admin: Any, topic: str, ingress: str, timeout: float = 30) -> None:
-        """Create the changelog topic of the ``ingress`` topic (compacted, one partition per ingress
-        partition), or refuse one that exists with other settings: its records would be deleted
-        (not compacted) or land in partitions no store reads."""
-        n = len(_described(admin, ingress, timeout).partitions)
-        ensure_topics(admin, {topic: n}, self.s.replication_factor, timeout, {topic: {"cleanup.policy": "compact"}})
-        have = len(_described(admin, topic, timeout).partitions)
-        fix = (f"use a new changelog topic (--changelog-topic) or recreate {topic!r} as "
-               f"'kafka-topics --create --topic {topic} --partitions {n} --config cleanup.policy=compact' "
-               "while no sidecar runs")
-        if have != n:
-            raise ConfigError(
-                f"changelog topic {topic!r} has {have} partitions, the ingress topic {ingress!r} has {n}: "
-                f"a partition's store would restore from the wrong partition; {fix}"
-            )
-        res = ConfigResource(ResourceType.TOPIC, topic)
-        entries = admin.describe_configs([res])[res].result(timeout)
-        policy = entries["cleanup.policy"].value if "cleanup.policy" in entries else "delete"
-        if policy != "compact":
-            raise ConfigError(
-                f"changelog topic {topic!r} has cleanup.policy={policy}, it must be 'compact' (with 'delete', "
-                f"pending records older than retention.ms would be lost on a handover); {fix}, or "
-                f"'kafka-configs --alter --entity-type topics --entity-name {topic} "
-                "--add-config cleanup.policy=compact'"
-            )
 
     # -- the changelog's restore consumer -------------------------------------------------------
     def _restorer(self) -> Any:
@@ -389,7 +318,7 @@ class KafkaIO:
         if not partitions:
             return {}
         tps = {p: self._cl(p) for p in partitions}
-        admin = self._admin()
+        admin = self.admin_client()
         # read_committed, as the restore consumer reads (its isolation.level default)
         kw = {"isolation_level": IsolationLevel.READ_COMMITTED, "request_timeout": 30}
         earliest, latest = OffsetSpec.earliest(), OffsetSpec.latest()  # type: ignore[no-untyped-call]
@@ -428,7 +357,7 @@ class KafkaIO:
 
     def describe_group(self) -> Any:
         """A future of the group's members: ``[(group.instance.id or member id, {partitions})]``."""
-        admin = self._admin()
+        admin = self.admin_client()
         fut = admin.describe_consumer_groups([self.s.group_id], request_timeout=10)[self.s.group_id]
         topics = set(self.topics)
 
@@ -439,7 +368,8 @@ class KafkaIO:
 
         return _Mapped(fut, members)
 
-    def _admin(self) -> Any:
+    def admin_client(self) -> Any:
+        """The deployment's admin client, made when first asked (describe, offsets, the targets' checks)."""
         if self._admin_client is None:
             self._admin_client = self.clients.admin(self._common())
         return self._admin_client
@@ -606,54 +536,6 @@ class KafkaIO:
             self.consumer.pause(tps)
         elif held or topics:
             self.consumer.pause([tp for tp in tps if tp_key(tp) in held or tp.topic in topics])
-
-    def target_state(self, topic: str, admin: Any = None, principal: str = "") -> str | None:
-        """Exactly-once, before a target's first produce (engine/eos_targets.py): ``writable``
-        (the cluster has ``topic`` and the principal's authorized operations include Write),
-        ``missing``, ``refused`` (there, but not writable, or not even describable: the broker
-        answers both alike), or None (no answer). ``admin``: the client of the principal that
-        publishes (a tenant's, engine/txn_lanes.py), else the deployment's; ``principal`` names it
-        in the log."""
-        from sidecar.engine.eos_targets import MISSING, WRITABLE
-
-        admin = admin if admin is not None else self._admin()
-        try:
-            found = admin.list_topics(topic=topic, timeout=5).topics.get(topic)
-        except KafkaException:
-            return None
-        if found is None:
-            return MISSING
-        err = getattr(found, "error", None)
-        if err is not None:
-            if err.retriable():
-                return None
-            if err.code() != KafkaError.TOPIC_AUTHORIZATION_FAILED:
-                return MISSING
-            return self._not_writable(topic, principal)
-        if not found.partitions:
-            return MISSING
-        return WRITABLE if self._may_write(admin, topic) else self._not_writable(topic, principal)
-
-    @staticmethod
-    def _may_write(admin: Any, topic: str) -> bool:
-        try:
-            fut = admin.describe_topics(TopicCollection([topic]), request_timeout=5,
-                                        include_authorized_operations=True)[topic]
-            ops = fut.result().authorized_operations
-        except KafkaException:
-            return True  # no answer about the ACLs: the produce tells
-        # None: the broker did not say
-        return ops is None or AclOperation.WRITE in ops or AclOperation.ALL in ops
-
-    def _not_writable(self, topic: str, principal: str) -> str:
-        from sidecar.engine.eos_targets import REFUSED
-
-        who = principal or kafka_errors.principal_of(self.s.kafka) or "the sidecar's principal"
-        if self.should_warn(f"not_writable:{who}:{topic}", 300):
-            log.warning("target.not_writable", topic=topic, principal=who,
-                        action=f"its records go to the DLQ (not-authorized); grant {who} Write on the topic if it "
-                               "is a target of the producers this sidecar serves")
-        return REFUSED
 
     def _tp(self, topic: str, partition: int, offset: int) -> TopicPartition:
         """An offset to commit, with this owner's address as its metadata when it has one."""

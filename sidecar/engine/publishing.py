@@ -54,7 +54,7 @@ broker's readiness, a dead producer); a failed one is stored and comes back as a
 **Exactly-once** (``delivery: exactly-once``, engine/transactions.py): a record's changelog
 tombstone is written when it is produced, inside the same transaction (``_produce``; after a C
 run, ``StoreMirror.remove_produced``). A target topic is produced to only once the cluster's metadata has it and
-this principal may write it (``KafkaIO.target_state``; a produce to a missing topic would abort
+this principal may write it (``target_access.TargetAccess``; a produce to a missing topic would abort
 the whole transaction when it times out, one to a topic it may not write at once, after every
 abort again; asked as the principal that publishes the store's records: engine/eos_targets.py):
 a batch with a target not known yet takes the reference path, where an unknown target fails

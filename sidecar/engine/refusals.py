@@ -31,6 +31,7 @@ from typing import Any
 
 from sidecar import kafka_errors, logs, tls_check
 from sidecar.config import Settings
+from sidecar.engine.client_conf import client_conf
 from sidecar.engine.transactions import transactional_id
 from sidecar.kafka_errors import Cause
 
@@ -70,7 +71,7 @@ class Refusals:
         named a reason (a broker that is not up yet names none: asked again next time)."""
         asked, why = self._tls_reason
         if not why or time.monotonic() - asked > TLS_REASON_KEPT_S:
-            why = tls_check.tls_reason({"bootstrap.servers": self.s.bootstrap_servers, **self.s.kafka})
+            why = tls_check.tls_reason(client_conf(self.s))
             self._tls_reason = (time.monotonic(), why)
         return why
 

@@ -46,7 +46,8 @@ from confluent_kafka import KafkaError, KafkaException
 
 from sidecar import logs
 from sidecar.config import Settings
-from sidecar.engine.kafka_io import CLIENT_DEFAULTS, retire_producer
+from sidecar.engine.client_conf import client_conf
+from sidecar.engine.kafka_io import retire_producer
 from sidecar.engine.transactions import tenant_transactional_id
 from sidecar.retry import KafkaErrorLike, describe
 from sidecar.retry.codes import CODES
@@ -110,8 +111,7 @@ class TenantProducers:
         found = self._admins.get(topic)
         if found is None:
             t = self.tenant_of[topic]
-            conf = {"bootstrap.servers": self.s.bootstrap_servers, **CLIENT_DEFAULTS, **self.s.kafka, **dict(t.kafka),
-                    "error_cb": lambda err: self._on_error(t.name, err)}
+            conf = client_conf(self.s, t.kafka, {"error_cb": lambda err: self._on_error(t.name, err)})
             found = self._admins[topic] = make(conf)
         return found
 

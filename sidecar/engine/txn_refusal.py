@@ -47,8 +47,9 @@ from confluent_kafka import KafkaException
 
 from sidecar import logs
 from sidecar.config import Settings
+from sidecar.engine.client_conf import client_conf
 from sidecar.engine.clock import Clock
-from sidecar.engine.kafka_io import CLIENT_DEFAULTS, KafkaIO
+from sidecar.engine.kafka_io import KafkaIO
 from sidecar.engine.refusals import Refusals
 from sidecar.engine.transactions import tenant_transactional_id, transactional_id
 from sidecar.kafka_errors import NOT_AUTHORIZED, Cause
@@ -106,8 +107,8 @@ def txn_probe(settings: Settings, tenant: Tenant | None = None) -> Probe:
         instance = settings.group_instance_id or ""
         txn_id = (transactional_id(settings.group_id, instance) if tenant is None
                   else tenant_transactional_id(settings.group_id, tenant.name, instance))
-        producer = Producer({"bootstrap.servers": settings.bootstrap_servers, **CLIENT_DEFAULTS, **settings.kafka,
-                             **dict(tenant.kafka if tenant is not None else ()), "transactional.id": txn_id})
+        producer = Producer(client_conf(settings, tenant.kafka if tenant is not None else {},
+                                        {"transactional.id": txn_id}))
         try:
             producer.init_transactions(PROBE_TIMEOUT_S)
         except KafkaException:

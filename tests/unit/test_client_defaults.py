@@ -1,4 +1,4 @@
-"""The sidecar's librdkafka defaults (``kafka_io.CLIENT_DEFAULTS``) reach every client of a start,
+"""The sidecar's librdkafka defaults (``client_conf.CLIENT_DEFAULTS``) reach every client of a start,
 the start's probe included, and an operator's ``kafka:`` entry overrides them."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import pytest
 
 from sidecar import connectivity
 from sidecar.config import Settings
-from sidecar.engine.kafka_io import CLIENT_DEFAULTS, KafkaIO
+from sidecar.engine.client_conf import CLIENT_DEFAULTS
+from sidecar.engine.kafka_io import KafkaIO
 
 
 def _io(**kw: Any) -> KafkaIO:
