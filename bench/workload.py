@@ -108,10 +108,13 @@ def sleep_until_wall_ms(t_ms: int) -> None:
 
 # -- processes ------------------------------------------------------------------------------------
 
-def spawn(cmd: list[str], log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def spawn(cmd: list[str], log_path: Path, env: dict[str, str] | None = None,
+          stdin_pipe: bool = False) -> subprocess.Popen[bytes]:
+    """``cmd`` started in a session of its own, its output to ``log_path``; ``stdin_pipe``: its
+    stdin a pipe the caller writes commands to (``proc.stdin``), else inherited."""
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
-                                start_new_session=True)
+                                start_new_session=True, stdin=subprocess.PIPE if stdin_pipe else None)
     with _PROCS_LOCK:
         _PROCS.append(proc)
     return proc
@@ -726,14 +729,14 @@ class LogProc:
         assert self.proc is not None
         return self.proc.pid
 
-    def _spawn(self, cmd: list[str]) -> None:
+    def _spawn(self, cmd: list[str], stdin_pipe: bool = False) -> None:
         self._fh = None
         self._buf = b""
         self.events = []
         if self.log_path.exists():
             self.log_path.unlink()
         self.started_ms = wall_ms()
-        self.proc = spawn(cmd, self.log_path)
+        self.proc = spawn(cmd, self.log_path, stdin_pipe=stdin_pipe)
 
     def poll_events(self) -> list[dict[str, Any]]:
         """Parse new JSON lines from the log (non-JSON lines are ignored)."""

@@ -16,7 +16,8 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from bench import streams_peer
-from bench.streams_peer import QUICK_START_OPTS, StreamsPeerProc
+from bench.streams_peer import QUICK_START_OPTS, StreamsPeerHost, StreamsPeerProc, new_app_id
+from bench.workload import BenchError
 from sidecar import contract as c
 from tests.infra import needs
 from tests.integration.harness import consume_until, create_topics, producer
@@ -163,6 +164,37 @@ def test_a_warm_up_runs_first_and_its_counts_are_not_the_measured_ones(tmp_path:
     assert sorted(r.key or b"" for r in warm_got) == sorted(b"w%d" % i for i in range(300))
     assert sorted(r.key or b"" for r in got) == sorted(b"m%d" % i for i in range(120))
     assert (done["ingested"], done["forwarded"]) == (120, 120)
+
+
+def test_one_jvm_serves_applications_one_after_another(tmp_path: Path, kafka_bootstrap: str, unique: str) -> None:
+    """``StreamsPeerHost`` (the throughput rounds' JVM): each application it runs is a fresh one
+    (its own group reads its topic from the start), delivers its topic's records once, and its
+    ``done`` line counts only its own; a second ``start`` while one runs is refused by the host."""
+    topics = [f"sp-h{i}-in-{unique}" for i in range(2)]
+    targets = [f"sp-h{i}-out-{unique}" for i in range(2)]
+    create_topics(kafka_bootstrap, [*topics, *targets])
+    p = producer(kafka_bootstrap)
+    for i, (ingress, target) in enumerate(zip(topics, targets, strict=True)):
+        for k in range(50 + 30 * i):
+            p.produce(ingress, key=b"h%d-%d" % (i, k), value=b"v",
+                      headers=[(c.TARGET_TOPIC, target.encode()), (c.DELAY_MS, b"0")])
+    p.flush(30)
+    host = StreamsPeerHost(tmp_path, kafka_bootstrap, punctuate_ms=10, jvm_opts=QUICK_START_OPTS)
+    host.start(90)
+    dones = []
+    try:
+        for i, (ingress, target) in enumerate(zip(topics, targets, strict=True)):
+            app = host.run(ingress, 60, new_app_id())
+            with pytest.raises(BenchError, match="still runs"):
+                host.run(ingress, 60, new_app_id())
+            got = consume_until(kafka_bootstrap, [target], 50 + 30 * i, timeout_s=60, settle_s=1.0)
+            assert sorted(r.key or b"" for r in got) == sorted(b"h%d-%d" % (i, k) for k in range(50 + 30 * i))
+            dones.append(app.finish())
+        assert host.proc is not None and host.proc.poll() is None  # the same JVM ran both
+    finally:
+        rc = host.finish()
+    assert [(d["ingested"], d["forwarded"]) for d in dones] == [(50, 50), (80, 80)]
+    assert rc == 0
 
 
 def total_records(bootstrap: str, topic: str) -> int:

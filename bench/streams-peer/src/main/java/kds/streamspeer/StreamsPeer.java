@@ -1,6 +1,9 @@
 package kds.streamspeer;
 
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
 import java.lang.management.ManagementFactory;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.HashMap;
@@ -10,6 +13,8 @@ import java.util.concurrent.CountDownLatch;
 
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.common.Metric;
+import org.apache.kafka.common.MetricName;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
 import org.apache.kafka.common.serialization.Serdes;
@@ -27,7 +32,8 @@ import org.apache.kafka.streams.state.Stores;
  *
  * <p>Usage: {@code java -cp 'DIR/*' kds.streamspeer.StreamsPeer --bootstrap B --ingress TOPIC
  * --application-id ID --state-dir DIR [--punctuate-ms 20] [--guarantee at_least_once]
- * [--warm-up-ingress TOPIC --warm-up-records N]}.
+ * [--warm-up-ingress TOPIC --warm-up-records N]}, or with {@code --serve true} in place of
+ * {@code --ingress} (below).
  * It prints JSON lines on stdout: {@code warmed} after the warm-up (below), {@code ready} once the
  * application is RUNNING (its partitions assigned, its stores restored), {@code done} with its
  * counters when it stops (SIGTERM).
@@ -38,6 +44,15 @@ import org.apache.kafka.streams.state.Stores;
  * measured application start. A deployment's JVM has run its hot paths for long (the JIT has
  * compiled them); a JVM started for one benchmark round has not, and its first seconds would
  * measure the compiler, not the design.
+ *
+ * <p>Serving ({@code --serve true}, no {@code --ingress}): one JVM runs applications one after
+ * another, as a deployment's JVM runs its application for long, so that each benchmark round does
+ * not measure a JVM of its own (a JVM kept running went on getting faster over its first 3-4M
+ * records: a JVM per round measured each round at its own point of that curve). After the
+ * warm-up, it reads commands on stdin: {@code start ID TOPIC} starts a fresh application (id
+ * {@code ID}, its state under the state directory's {@code ID}) on {@code TOPIC}, and logs
+ * {@code ready} with its {@code application_id} once it is RUNNING; {@code stop} closes it,
+ * removes its local state and logs {@code done} with its counters; the end of stdin stops the JVM.
  *
  * <p>Settings (each stated because the benchmark compares durability and batching with the
  * sidecar's): processing.guarantee at_least_once (the sidecar's default delivery), the producer
@@ -65,7 +80,9 @@ public final class StreamsPeer {
             }
             out.put(args[i].substring(2), args[i + 1]);
         }
-        for (String need : new String[] {"bootstrap", "ingress", "application-id", "state-dir"}) {
+        boolean serve = Boolean.parseBoolean(out.getOrDefault("serve", "false"));
+        for (String need : serve ? new String[] {"bootstrap", "application-id", "state-dir"}
+                : new String[] {"bootstrap", "ingress", "application-id", "state-dir"}) {
             if (!out.containsKey(need)) {
                 throw new IllegalArgumentException("--" + need + " is required");
             }
@@ -129,6 +146,10 @@ public final class StreamsPeer {
         if (a.containsKey("warm-up-ingress")) {
             warmUp(a, punctuateMs);
         }
+        if (Boolean.parseBoolean(a.getOrDefault("serve", "false"))) {
+            serve(a, punctuateMs);
+            System.exit(0);  // a client thread left behind must not keep the JVM up
+        }
         KafkaStreams streams = new KafkaStreams(topology(a.get("ingress"), punctuateMs), config(a));
         CountDownLatch stopped = new CountDownLatch(1);
         boolean[] failed = {false};
@@ -153,6 +174,71 @@ public final class StreamsPeer {
         if (failed[0]) {
             System.exit(1);
         }
+    }
+
+    /** Serving (class comment): applications one after another, as stdin's commands say. */
+    static void serve(Map<String, String> a, long punctuateMs) throws Exception {
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        KafkaStreams current = null;
+        String currentId = null;
+        emit("serving", Map.of("punctuate_ms", punctuateMs));
+        for (String line = in.readLine(); line != null; line = in.readLine()) {
+            String[] cmd = line.trim().split("\\s+");
+            if (cmd[0].equals("start") && cmd.length == 3 && current == null) {
+                Map<String, String> app = new HashMap<>(a);
+                app.put("application-id", cmd[1]);
+                app.put("state-dir", Path.of(a.get("state-dir")).resolve(cmd[1]).toString());
+                String id = cmd[1];
+                Counters.reset();
+                current = new KafkaStreams(topology(cmd[2], punctuateMs), config(app));
+                current.setStateListener((now, before) -> {
+                    if (now == KafkaStreams.State.RUNNING) {
+                        emit("ready", Map.of("punctuate_ms", punctuateMs, "application_id", id));
+                    } else if (now == KafkaStreams.State.ERROR) {
+                        emit("failed", Map.of("state", now.toString(), "application_id", id));
+                    }
+                });
+                currentId = id;
+                current.start();
+            } else if (cmd[0].equals("stop") && current != null) {
+                Map<String, Object> batching = batching(current);
+                current.close(Duration.ofSeconds(60));
+                current.cleanUp();
+                Map<String, Object> done = new HashMap<>(Counters.snapshot());
+                done.put("cpu_s", cpuSeconds());
+                done.put("application_id", currentId);
+                done.putAll(batching);
+                emit("done", done);
+                current = null;
+                currentId = null;
+            } else {
+                emit("refused", Map.of("command", line.replace("\"", "'")));
+            }
+        }
+        if (current != null) {
+            current.close(Duration.ofSeconds(60));
+        }
+    }
+
+    /** How the application's clients batched, in its {@code done} line: records and requests
+     * produced, fetches and records fetched (totals over the application's life) and the
+     * producer's mean batch in bytes (over the metrics' last 30-60 s); the largest over the clients
+     * of one kind (the restore consumer fetches little). */
+    static Map<String, Object> batching(KafkaStreams streams) {
+        Map<String, String> wanted = Map.of(
+                "producer-metrics/record-send-total", "producer_records",
+                "producer-metrics/request-total", "producer_requests",
+                "producer-metrics/batch-size-avg", "producer_batch_size_avg",
+                "consumer-fetch-manager-metrics/fetch-total", "fetches",
+                "consumer-fetch-manager-metrics/records-consumed-total", "fetched_records");
+        Map<String, Object> out = new HashMap<>();
+        for (Map.Entry<MetricName, ? extends Metric> e : streams.metrics().entrySet()) {
+            String key = wanted.get(e.getKey().group() + "/" + e.getKey().name());
+            if (key != null && e.getValue().metricValue() instanceof Double d && !d.isNaN()) {
+                out.merge(key, d, (x, y) -> Math.max((Double) x, (Double) y));
+            }
+        }
+        return out;
     }
 
     /** The warm-up (class comment): the topology on the warm-up topic until N records went out. */
