@@ -375,7 +375,7 @@ class Restorer:
     def begin_standby(self, store: PartitionStore) -> None:
         """Tail the changelog into ``store`` from the offset its checkpoint covers, until told to stop."""
         key = store_key(store)
-        low, high = self.kafka.changelog_watermarks(key)
+        low, high = self.kafka.restore.watermarks(key)
         start = store.changelog_offset
         if start is not None and start > high:
             start = None
@@ -383,13 +383,13 @@ class Restorer:
         self.standby[key] = r
         log.info("standby.started", partition=store.partition, topic=store.topic, from_offset=r.position,
                  end_offset=high)
-        self.kafka.restore_assign(key, None if start is None else max(start, low))
+        self.kafka.restore.assign(key, None if start is None else max(start, low))
 
     def end_standby(self, partition: StoreKey) -> PartitionStore | None:
         r = self.standby.pop(partition, None)
         if r is None:
             return None
-        self.kafka.restore_unassign(partition)
+        self.kafka.restore.unassign(partition)
         r.store.changelog_offset = max(r.position, r.store.changelog_offset or 0)
         return r.store
 
@@ -403,7 +403,7 @@ class Restorer:
         at one batch per loop turn: 10M records took 2-4 min)."""
         deadline = time.monotonic() + budget_s
         while True:
-            msgs = self.kafka.restore_consume(RESTORE_BATCH, 0)
+            msgs = self.kafka.restore.consume(RESTORE_BATCH, 0)
             if msgs:
                 self._apply(msgs, self.clock.wall_ms())
             if len(msgs) < RESTORE_BATCH or time.monotonic() >= deadline:
@@ -415,7 +415,7 @@ class Restorer:
 
     def begin_many(self, stores: list[PartitionStore]) -> None:
         """``begin`` each store, with the changelog's offsets of all of them asked for at once."""
-        marks = self.kafka.changelog_watermarks_many([store_key(s) for s in stores]) if stores else {}
+        marks = self.kafka.restore.watermarks_many([store_key(s) for s in stores]) if stores else {}
         for store in stores:
             self.begin(store, marks[store_key(store)])
 
@@ -423,7 +423,7 @@ class Restorer:
         """Start restoring ``store`` from the offset its checkpoint covers (``marks``: the changelog
         partition's low and high offsets, asked for here if not given)."""
         key = store_key(store)
-        low, high = marks if marks is not None else self.kafka.changelog_watermarks(key)
+        low, high = marks if marks is not None else self.kafka.restore.watermarks(key)
         start = store.changelog_offset
         if start is not None and start > high:
             # the changelog is younger than this store's checkpoint (recreated topic): start over
@@ -437,14 +437,14 @@ class Restorer:
                  to_offset=high, records_estimate=max(0, high - r.position))
         if r.position >= high:
             return
-        self.kafka.restore_assign(key, None if start is None else max(start, low))
+        self.kafka.restore.assign(key, None if start is None else max(start, low))
 
     def cancel(self, partition: StoreKey) -> PartitionStore | None:
         r = self.restoring.pop(partition, None)
         if r is None:
             return None
         if r.position < r.end:
-            self.kafka.restore_unassign(partition)
+            self.kafka.restore.unassign(partition)
         return r.store
 
     def _apply(self, msgs: list[Any], now: int) -> list[StoreKey]:
@@ -466,7 +466,7 @@ class Restorer:
                 self.kafka.consume_error(m.error())
                 i += 1
                 continue
-            p = self.kafka.changelog_key(m)
+            p = self.kafka.restore.key(m)
             r = self.restoring.get(p)
             standby = r is None
             if standby:
@@ -499,7 +499,7 @@ class Restorer:
                 r.end = max(r.end, r.position)
                 r.store.changelog_offset = r.position
             elif r.position >= r.end:
-                self.kafka.restore_unassign(p)
+                self.kafka.restore.unassign(p)
                 done.append(p)
         return done
 
@@ -511,12 +511,12 @@ class Restorer:
         if not waiting:
             return []
         done = []
-        for p, pos in self.kafka.restore_positions(waiting).items():
+        for p, pos in self.kafka.restore.positions(waiting).items():
             r = self.restoring[p]
             if pos > r.position:
                 r.position = pos
             if r.position >= r.end:
-                self.kafka.restore_unassign(p)
+                self.kafka.restore.unassign(p)
                 done.append(p)
         return done
 
@@ -526,7 +526,7 @@ class Restorer:
         if len(done) < len(self.restoring):
             deadline = time.monotonic() + budget_s
             while time.monotonic() < deadline:
-                msgs = self.kafka.restore_consume(RESTORE_BATCH, 0.01)
+                msgs = self.kafka.restore.consume(RESTORE_BATCH, 0.01)
                 if not msgs:
                     done += self._past_markers()
                     break

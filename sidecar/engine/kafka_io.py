@@ -1,6 +1,7 @@
 """Kafka I/O, the engine's port to Kafka: its clients, rebalance callbacks, offset commits (the
 topics it needs are made or checked by ``topics.py``; every client's base configuration is
-``client_conf.py``'s).
+``client_conf.py``'s; the changelog's restore consumer is ``changelog_reader.py``'s, made here as
+``restore``).
 
 The engine's clients are made here (other engine modules import only confluent-kafka's error and
 offset types, and the transactional-id probe its throwaway producer). The clients are made by a
@@ -46,21 +47,17 @@ from confluent_kafka import (
     OFFSET_BEGINNING,
     OFFSET_INVALID,
     Consumer,
-    IsolationLevel,
     KafkaError,
     KafkaException,
     Message,
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import (  # type: ignore[attr-defined]
-    AdminClient,
-    OffsetSpec,
-)
+from confluent_kafka.admin import AdminClient
 
-from sidecar import contract as c
 from sidecar import kafka_errors, logs
 from sidecar.config import Settings
+from sidecar.engine.changelog_reader import ChangelogReader, asked_again
 from sidecar.engine.client_conf import client_conf
 from sidecar.engine.refusals import Refusals
 from sidecar.engine.stores import StoreKey, named, tp_key
@@ -77,13 +74,6 @@ LINGER_MS = 2  # at-least-once: a delivery is visible when produced, so it waits
 PURGED_REPORTS_S = 1.0  # a replaced producer's purged records' reports are served this long at most
 EOS_LINGER_MS = 10  # exactly-once: see producer_conf
 
-# broker answers that a moment later are different (leadership moving or not yet elected)
-_TRANSIENT = frozenset({
-    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART,
-    KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.OFFSET_NOT_AVAILABLE,
-    KafkaError.REQUEST_TIMED_OUT, KafkaError.NETWORK_EXCEPTION, KafkaError.BROKER_NOT_AVAILABLE,
-    KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._TIMED_OUT_QUEUE, KafkaError._ALL_BROKERS_DOWN,
-})
 PRODUCE_ERRORS: tuple[type[BaseException], ...] = (BufferError, KafkaException)
 
 
@@ -168,11 +158,9 @@ class KafkaIO:
         self._warned: dict[str, float] = {}
         tenants = settings.tenants
         self.topics = [t.ingress_topic for t in tenants]  # every tenant's ingress topic, one group
-        # ingress topic -> its changelog topic, and back (the restore consumer reads them all)
+        # ingress topic -> its changelog topic (the restore consumer reads them all)
         self.changelogs = {t.ingress_topic: t.changelog_topic for t in tenants if t.changelog_topic is not None}
-        self._ingress_of = {cl: topic for topic, cl in self.changelogs.items()}
         self._dlqs = {t.dlq_topic for t in tenants}
-        self._restore: Any = None  # the changelog restore consumer (no group), made when first needed
         self.committed: dict[StoreKey, int] = {}  # the last offset committed for each partition
         self.advertise = own_address(settings)  # in every commit's metadata: where look-ups reach us
         # seconds spent in the assign and revoke callbacks (opening and restoring stores, handing
@@ -181,6 +169,9 @@ class KafkaIO:
         self._admin_client: Any = None
         self.klog = KafkaLog()  # librdkafka's log, through structlog (every client's "logger")
         self.refusals = Refusals(settings, self.should_warn)  # why Kafka refuses the sidecar, for /readyz
+        # the changelog's restore consumer (no group), made when first needed
+        self.restore = ChangelogReader(settings, self.changelogs, self._common,
+                                       lambda conf: self.clients.consumer(conf), self.admin_client, self.should_warn)
 
     # -- clients --------------------------------------------------------------------------------
     def _common(self) -> dict[str, Any]:
@@ -255,96 +246,6 @@ class KafkaIO:
     def changelog_of(self, ingress_topic: str) -> str:
         return self.changelogs[ingress_topic]
 
-    # -- the changelog's restore consumer -------------------------------------------------------
-    def _restorer(self) -> Any:
-        if self._restore is None:
-            conf = self._common()
-            conf.update({
-                "group.id": c.restore_group(self.s.group_id),  # never joined: partitions are assigned by hand
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "auto.offset.reset": "earliest",
-                "fetch.max.bytes": 64 * 1024 * 1024,
-                # a restore polls without waiting: the broker must not hold a fetch 500 ms (the
-                # default) for data that is not there, nor keep a watermark query behind it
-                "fetch.wait.max.ms": 10,
-                "fetch.queue.backoff.ms": 10,
-            })
-            conf.update(self.s.kafka)
-            self._restore = self.clients.consumer(conf)
-        return self._restore
-
-    def _asked_again(self, ask: Any, what: str, timeout: float = 30) -> Any:
-        """``ask()``, asked again while the broker's answer is transient (no leader yet for a
-        just-created changelog partition, a leader moving: NOT_LEADER_FOR_PARTITION), up to
-        ``timeout``. The changelog's offsets are asked in the assign callback, where an exception
-        would leave ``consume`` and stop the sidecar."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                return ask()
-            except KafkaException as e:
-                err: Any = e.args[0] if e.args else None
-                transient = err is not None and (err.code() in _TRANSIENT or err.retriable())
-                if not transient or time.monotonic() >= deadline:
-                    raise
-                if self.should_warn(f"asked_again:{what}"):
-                    log.info("kafka.asked_again", what=what, error=err.str())
-                time.sleep(0.1)
-
-    def _cl(self, key: StoreKey, offset: int | None = None) -> TopicPartition:
-        """The changelog partition of the store under ``key``."""
-        if offset is None:
-            return TopicPartition(self.changelogs[key.topic], key.partition)
-        return TopicPartition(self.changelogs[key.topic], key.partition, offset)
-
-    def changelog_key(self, msg: Any) -> StoreKey:
-        """The store a changelog record belongs to."""
-        return StoreKey(self._ingress_of[msg.topic()], msg.partition())
-
-    def changelog_watermarks(self, partition: StoreKey) -> tuple[int, int]:
-        """The changelog partition's (low, high) offsets."""
-        def ask() -> tuple[int, int]:
-            low, high = self._restorer().get_watermark_offsets(self._cl(partition), timeout=30, cached=False)
-            return int(low), int(high)
-
-        result: tuple[int, int] = self._asked_again(ask, "changelog_watermarks")
-        return result
-
-    def changelog_watermarks_many(self, partitions: list[StoreKey]) -> dict[StoreKey, tuple[int, int]]:
-        """``changelog_watermarks`` of several partitions in two requests (earliest and latest
-        offsets of all of them), not a round trip per partition one after the other: an
-        assignment of many partitions waited for each in its callback."""
-        if not partitions:
-            return {}
-        tps = {p: self._cl(p) for p in partitions}
-        admin = self.admin_client()
-        # read_committed, as the restore consumer reads (its isolation.level default)
-        kw = {"isolation_level": IsolationLevel.READ_COMMITTED, "request_timeout": 30}
-        earliest, latest = OffsetSpec.earliest(), OffsetSpec.latest()  # type: ignore[no-untyped-call]
-
-        def ask() -> dict[StoreKey, tuple[int, int]]:
-            lows = admin.list_offsets(dict.fromkeys(tps.values(), earliest), **kw)
-            highs = admin.list_offsets(dict.fromkeys(tps.values(), latest), **kw)
-            return {p: (int(lows[tp].result().offset), int(highs[tp].result().offset)) for p, tp in tps.items()}
-
-        try:
-            result: dict[StoreKey, tuple[int, int]] = self._asked_again(ask, "changelog_watermarks", timeout=10)
-        except KafkaException as e:
-            # the admin client's view can lag a broker restart (FENCED_LEADER_EPOCH seen for a
-            # while after one): the restore consumer's own query, one partition at a time
-            log.info("changelog.watermarks_fallback", partitions=len(partitions), error=str(e))
-            result = {p: self.changelog_watermarks(p) for p in partitions}
-        return result
-
-    def changelog_end(self, partition: StoreKey) -> int | None:
-        """The changelog partition's end offset as the restore consumer last saw it (no request)."""
-        try:
-            _low, high = self._restorer().get_watermark_offsets(self._cl(partition), cached=True)
-        except KafkaException:
-            return None
-        return int(high) if high >= 0 else None
-
     def ingress_end(self, partition: StoreKey) -> int | None:
         """The ingress partition's end offset (a request to the broker); None if unknown."""
         try:
@@ -373,23 +274,6 @@ class KafkaIO:
         if self._admin_client is None:
             self._admin_client = self.clients.admin(self._common())
         return self._admin_client
-
-    def restore_assign(self, partition: StoreKey, offset: int | None) -> None:
-        at = OFFSET_BEGINNING if offset is None else offset
-        self._restorer().incremental_assign([self._cl(partition, at)])
-
-    def restore_unassign(self, partition: StoreKey) -> None:
-        self._restorer().incremental_unassign([self._cl(partition)])
-
-    def restore_positions(self, partitions: list[StoreKey]) -> dict[StoreKey, int]:
-        """The restore consumer's fetch positions (local: no request). Past the last record it
-        returned when a transaction marker follows (a transactional changelog: exactly-once)."""
-        tps = self._restorer().position([self._cl(p) for p in partitions])
-        return {StoreKey(self._ingress_of[tp.topic], tp.partition): tp.offset for tp in tps if tp.offset >= 0}
-
-    def restore_consume(self, n: int, timeout: float) -> list[Message]:
-        msgs: list[Message] = self._restorer().consume(num_messages=n, timeout=timeout)
-        return msgs
 
     def _subscribe(self) -> Any:
         consumer = self.clients.consumer(self.consumer_conf())
@@ -423,9 +307,7 @@ class KafkaIO:
 
     def close(self) -> None:
         self.consumer.close()  # on_revoke closes the stores
-        if self._restore is not None:
-            self._restore.close()
-            self._restore = None
+        self.restore.close()
         producer = self.producer
         if producer is not None:
             # Records not acknowledged by the shutdown deadline are delivered again after a
@@ -524,7 +406,7 @@ class KafkaIO:
         if not partitions:
             return
         tps = [TopicPartition(*p) for p in partitions]
-        committed = self._asked_again(lambda: self.consumer.committed(tps, timeout=30), "committed")
+        committed = asked_again(lambda: self.consumer.committed(tps, timeout=30), "committed", self.should_warn)
         for tp in committed:
             if tp.offset < 0:
                 tp.offset = OFFSET_BEGINNING  # nothing committed yet: auto.offset.reset=earliest

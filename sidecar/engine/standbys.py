@@ -86,5 +86,5 @@ class Standbys:
         """Changelog records each standby store has not applied yet: against the end offset the
         restore consumer last saw, or before its first fetch (no end cached yet: the lag read 0
         while the whole changelog was still to come) the one the standby started with."""
-        return {p: max(0, max(self.kafka.changelog_end(p) or 0, r.end) - r.position)
+        return {p: max(0, max(self.kafka.restore.end(p) or 0, r.end) - r.position)
                 for p, r in self.restorer.standby.items()}

@@ -49,19 +49,26 @@ LEVELS = (1000, 5000, 10_000, 60_000)
 HORIZON_MS = 20_000
 
 
+class Restore:
+    """What ``Restorer._apply`` calls of KafkaIO's restore consumer (``ChangelogReader``)."""
+
+    def __init__(self) -> None:
+        self.unassigned: list[StoreKey] = []
+
+    def key(self, msg: Any) -> StoreKey:
+        return StoreKey(TOPIC, msg.partition())
+
+    def unassign(self, partition: StoreKey) -> None:
+        self.unassigned.append(partition)
+
+
 class Kafka:
     """What ``Restorer._apply`` calls of KafkaIO."""
 
     def __init__(self) -> None:
-        self.unassigned: list[StoreKey] = []
+        self.restore = Restore()
         self.errors = 0
         self.changelogs = {TOPIC: f"{TOPIC}.changelog"}
-
-    def changelog_key(self, msg: Any) -> StoreKey:
-        return StoreKey(TOPIC, msg.partition())
-
-    def restore_unassign(self, partition: StoreKey) -> None:
-        self.unassigned.append(partition)
 
     def consume_error(self, _err: Any) -> None:
         self.errors += 1
@@ -185,7 +192,7 @@ def run(root: Path, scheduler: str, seed: int, fast: bool, monkeypatch: pytest.M
     final = [state(stores[p]) for p in (0, 1)]
     for st in stores.values():
         st.close()
-    return states, final, counters, files(root), done, kafka.unassigned
+    return states, final, counters, files(root), done, kafka.restore.unassigned
 
 
 @pytest.mark.parametrize("scheduler", ["wheel", "levels"])
@@ -283,7 +290,7 @@ def test_standby_lag_before_the_first_fetch_is_the_whole_changelog(tmp_path: Pat
     st = _store(tmp_path, "wheel")
     sc.restorer.standby[0] = _Restoring(st, 5000, 1200, time.monotonic())  # started at end offset 5000
     ends: dict[int, int | None] = {0: None}
-    sc.kafka.changelog_end = ends.get  # type: ignore[method-assign]
+    sc.kafka.restore.end = ends.get  # type: ignore[method-assign]
     assert sc.standbys.lag() == {0: 3800}
     ends[0] = 9000  # fetched: the end moved on
     assert sc.standbys.lag() == {0: 7800}
