@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench import throughput
+from bench import machine, throughput
 from bench.lateness import WHEEL_DELAYS
 from bench.report import Figure, fig
 from bench.workload import (
@@ -92,10 +92,23 @@ def rounds_after_warm_up(bench: Bench, one: Callable[[int], dict[str, Any]],
     counted (``details["warm_up_round"]``, ``one(-1)``): a peer's first round can run cold (Kafka
     Streams' JVM compiling its code: its first round at a quarter of the others' rate), and the
     spread asked of each baseline is of its steady rate. Every system in the round, the sidecar
-    included, runs its warm-up round alike."""
-    if bench.full:
-        details["warm_up_round"] = one(-1)  # r = -1: the log names it the warm-up round
-    return [one(r) for r in range(throughput.rounds_for(bench))]
+    included, runs its warm-up round alike. The machine's memory latency is sampled beside them
+    (:mod:`bench.machine`): each result with a ``window_ms`` gets ``memory_ns``, and
+    ``details["memory_probe"]`` sums the samples up."""
+    with machine.probing(bench.workdir) as probe:
+
+        def probed(r: int) -> dict[str, Any]:
+            out = one(r)
+            if probe is not None:
+                machine.annotate(out, probe.samples())
+            return out
+
+        if bench.full:
+            details["warm_up_round"] = probed(-1)  # r = -1: the log names it the warm-up round
+        rounds = [probed(r) for r in range(throughput.rounds_for(bench))]
+        if probe is not None:
+            details["memory_probe"] = machine.summary(probe.samples())
+    return rounds
 
 
 QUIET_CORES = 0.05  # a server below this many cores of CPU over QUIET_WINDOW_S is at rest
@@ -150,7 +163,7 @@ def delivered(bench: Bench, target: str, start: dict[int, int], n: int,
     """What a peer delivered to ``target`` since ``start``, of ``n`` expected: the records and the
     figures every peer reports (rate, losses, early ones, lateness, the workers' CPU per record)."""
     got = read_range(bench.bootstrap, target, start, bench.wm.high(target), headers=True)
-    return got, {"records_per_s": got.window_rate(), "delivered": len(got.ts), "expected": n,
+    return got, {"records_per_s": got.window_rate(), "window_ms": got.window(), "delivered": len(got.ts), "expected": n,
                  "duplicates": len(got.ids) - len(set(got.ids)), "lost": n - len(set(got.ids)),
                  "early": sum(1 for ts, da in zip(got.ts, got.deliver_at, strict=True) if ts < da),
                  "late_ms": [ts - da for ts, da in zip(got.ts, got.deliver_at, strict=True)],
@@ -201,6 +214,7 @@ def peer_figures(rounds: list[dict[str, Any]], peer: str, rate: float | None, no
 
     return {"records_per_s": fig(rate, "records/s", note=note),
             "rate_spread": spread_figure(rates),
+            **machine.machine_figures(rounds, peer),
             "early": fig(total("early"), "records", "== 0"),
             "lost": fig(total("lost"), "records", "== 0"),
             "duplicates": fig(total("duplicates"), "records", note=duplicates_note)}

@@ -44,6 +44,7 @@ from typing import Any
 
 from bench import peer_cancel, peer_expiry, peer_restart, peers, throughput
 from bench.lateness import WHEEL_DELAYS
+from bench.machine import machine_figures
 from bench.peers import peer_round, spread_figure
 from bench.pg_server import SETTINGS, PgServer
 from bench.pg_worker import BATCH, DELETE, POLL_INTERVAL_MS, SCHEMA, TABLE, Row, insert_rows
@@ -314,6 +315,7 @@ def run(bench: Bench) -> dict[str, Any]:
         results["pg"] = {
             "records_per_s": fig(pg_rate, "records/s", note=note),
             "rate_spread": spread_figure(rates),
+            **machine_figures(rounds, PG),
             "early": fig(sum(one[PG]["early"] for one in rounds), "records", "== 0"),
             "cpu_us_per_record": fig(throughput.median([one[PG]["cpu_us_per_record"] for one in rounds]), "us",
                                      note="the workers' CPU, median over rounds"),

@@ -51,6 +51,7 @@ from typing import Any
 
 from bench import peer_restart, peers, throughput
 from bench.lateness import WHEEL_DELAYS
+from bench.machine import machine_figures
 from bench.peers import peer_round, spread_figure
 from bench.rabbit_bridge import PREFETCH
 from bench.rabbit_queues import (
@@ -325,6 +326,7 @@ def run(bench: Bench) -> dict[str, Any]:
         results["rabbit"] = {
             "records_per_s": fig(rabbit_rate, "records/s", note=note),
             "rate_spread": spread_figure(rates),
+            **machine_figures(rounds, RABBIT),
             "early": fig(sum(one[RABBIT]["early"] for one in rounds), "records", "== 0"),
             "lost": fig(sum(one[RABBIT]["lost"] for one in rounds), "records", "== 0"),
             "duplicates": fig(sum(one[RABBIT]["duplicates"] for one in rounds), "records",

@@ -46,6 +46,7 @@ import redis
 
 from bench import peer_cancel, peer_expiry, peer_restart, peers, throughput
 from bench.lateness import WHEEL_DELAYS
+from bench.machine import machine_figures
 from bench.peers import peer_round, spread_figure
 from bench.ports import listener_port
 from bench.redis_worker import JOBS, ZSET
@@ -303,7 +304,7 @@ def measure_redis(bench: Bench, srv: RedisServer, pre: Preloaded, target: str) -
     spawned = wall_ms()
     res = run_worker(bench, srv, pre.topic, pre.n, False, "tp")
     got = read_range(bench.bootstrap, target, start, bench.wm.high(target), headers=True)
-    return {"records_per_s": got.window_rate(), "delivered": len(got.ts),
+    return {"records_per_s": got.window_rate(), "window_ms": got.window(), "delivered": len(got.ts),
             "spawn_to_done_s": (wall_ms() - spawned) / 1000, "cpu_us_per_record": res["cpu_s"] * 1e6 / pre.n,
             "early": sum(1 for ts, da in zip(got.ts, got.deliver_at, strict=True) if ts < da)}
 
@@ -362,7 +363,8 @@ def run(bench: Bench) -> dict[str, Any]:
         redis_rate = throughput.median([one[REDIS]["records_per_s"] for one in rounds])
         early = sum(one[REDIS]["early"] for one in rounds)
         results["redis"] = {"records_per_s": fig(redis_rate, "records/s"), "early": fig(early, "records", "== 0"),
-                            "rate_spread": spread_figure([one[REDIS]["records_per_s"] for one in rounds])}
+                            "rate_spread": spread_figure([one[REDIS]["records_per_s"] for one in rounds]),
+                            **machine_figures(rounds, REDIS)}
         note = f"median of {len(rounds)} rounds" if len(rounds) > 1 else None
         for sched in bench.schedulers:
             ratio = throughput.median([one[sched]["ratio_to_redis"] for one in rounds])

@@ -180,7 +180,7 @@ def measure_streams(bench: Bench, pre: Preloaded, target: str, host: StreamsPeer
     start = bench.wm.high(target)
     app_id, cpu, done = hosted_drain(bench, pre, target, host)
     got = read_range(bench.bootstrap, target, start, bench.wm.high(target), headers=True)
-    return {"records_per_s": got.window_rate(), "delivered": len(got.ts), "expected": pre.n,
+    return {"records_per_s": got.window_rate(), "window_ms": got.window(), "delivered": len(got.ts), "expected": pre.n,
             "duplicates": len(got.ids) - len(set(got.ids)), "lost": pre.n - len(set(got.ids)),
             "early": sum(1 for ts, da in zip(got.ts, got.deliver_at, strict=True) if ts < da),
             "cpu_us_per_record": cpu * 1e6 / pre.n,

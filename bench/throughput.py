@@ -203,6 +203,7 @@ def measure_sidecar(bench: Bench, pre: Preloaded, target: str, scheduler: str, t
         "id_sample": got.ids[0].decode(errors="replace") if got.ids else None,
         "early": early,
         "window_s": (max(got.ts) - min(got.ts)) / 1000 if got.ts else None,
+        "window_ms": got.window(),
         "spawn_to_done_s": (done - spawned) / 1000,
         "cpu_us_per_record": cpu * 1e6 / pre.n,
         "stats": {k: stats.get(k) for k in ("ingested", "scheduled", "delivered", "dlq", "early")},

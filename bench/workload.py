@@ -411,6 +411,10 @@ class Delivered:
         span = (max(self.ts) - min(self.ts)) / 1000
         return (len(self.ts) - 1) / span if span > 0 else None
 
+    def window(self) -> tuple[int, int] | None:
+        """(first, last) delivered timestamp (ms): the span ``window_rate`` is taken over."""
+        return (min(self.ts), max(self.ts)) if self.ts else None
+
 
 def position(partition: int, offset: int) -> int:
     """One int for a record's place in a topic (its partition and offset)."""

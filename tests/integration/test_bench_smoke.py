@@ -249,6 +249,9 @@ def test_bench_redis_zset(kafka_bootstrap: str, tmp_path: Path) -> None:
     assert res["redis"]["records_per_s"]["value"] > 0
     assert res["levels"]["records_per_s"]["value"] > 0
     assert res["levels"]["ratio_to_redis"]["goal"] == ">= 2"
+    # the machine's memory latency was sampled beside the round (bench/machine.py)
+    assert report["scenarios"]["redis-zset"]["details"]["memory_probe"]["samples"] > 0
+    assert res["redis"]["memory_latency_ns"]["unit"] == "ns" and "rate_memory_latency_r" in res["redis"]
     assert res["redis_memory"]["used_memory_bytes_per_pending"]["value"] > 0
     # equal durability: the queue's data set is on disk, in its append-only file
     assert res["redis_memory"]["aof_bytes_per_pending"]["value"] > 0
@@ -320,6 +323,8 @@ def test_bench_streams_punctuator(kafka_bootstrap: str, tmp_path: Path) -> None:
     check_shape(report, ["streams-punctuator"])
     res = report["scenarios"]["streams-punctuator"]["results"]
     assert res["streams"]["records_per_s"]["value"] > 0 and res["levels"]["ratio_to_streams"]["value"] > 0
+    assert report["scenarios"]["streams-punctuator"]["details"]["memory_probe"]["samples"] > 0
+    assert "memory_latency_spread" in res["streams"]
     assert res["streams_lateness"]["early"]["value"] == 0
     assert res["streams_pending"]["disk_bytes_per_pending"]["value"] > 0
     assert res["streams_pending_10k"]["disk_bytes_per_pending"]["value"] > 0

@@ -1,0 +1,85 @@
+"""The memory probe beside the peers' rounds (bench/machine.py): the real probe's samples, each
+drain's mean over its window, and a peer's figures over the rounds against hand-worked values
+and, for the correlation, against its definition on linear data."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bench import machine
+
+
+def test_the_real_probe_samples_the_memory_latency(tmp_path: Path) -> None:
+    with machine.probing(tmp_path) as probe:
+        assert probe is not None  # java is on PATH wherever Kafka runs
+        t0 = time.monotonic()
+        while len(probe.samples()) < 3 and time.monotonic() - t0 < 30:
+            time.sleep(0.1)
+        samples = probe.samples()
+    assert len(samples) >= 3
+    for start, end, ns in samples:
+        assert start <= end
+        # a step that misses the caches costs tens to hundreds of ns; a cache hit would be ~1
+        assert 10 < ns < 100_000
+    starts = [s[0] for s in samples]
+    assert starts == sorted(starts)
+    assert starts[1] - starts[0] >= machine.PERIOD_MS
+
+
+SAMPLES = [(1_000, 1_005, 100.0), (1_500, 1_505, 200.0), (2_000, 2_005, 300.0), (2_500, 2_505, 900.0)]
+
+
+def test_a_window_takes_the_samples_wholly_inside_it() -> None:
+    assert machine.mean_between(SAMPLES, (1_000, 2_005)) == pytest.approx(200.0)
+    assert machine.mean_between(SAMPLES, (1_001, 2_004)) == pytest.approx(200.0)  # the edges straddle it
+    assert machine.mean_between(SAMPLES, (3_000, 4_000)) is None
+    assert machine.mean_between(SAMPLES, None) is None
+
+
+def test_annotate_gives_each_result_with_a_window_its_latency() -> None:
+    one: dict[str, Any] = {"pg": {"records_per_s": 1.0, "window_ms": (1_400, 2_600)},
+                           "levels": {"records_per_s": 2.0, "window_ms": None},
+                           "wheel": {"records_per_s": 3.0}}
+    machine.annotate(one, SAMPLES)
+    assert one["pg"]["memory_ns"] == pytest.approx((200 + 300 + 900) / 3)
+    assert one["levels"]["memory_ns"] is None
+    assert "memory_ns" not in one["wheel"]
+
+
+def rounds(rates: list[float], ns: list[float | None]) -> list[dict[str, Any]]:
+    return [{"pg": {"records_per_s": r, "memory_ns": n}} for r, n in zip(rates, ns, strict=True)]
+
+
+def test_figures_of_a_peer_that_follows_the_machine() -> None:
+    out = machine.machine_figures(rounds([400.0, 300.0, 200.0, 350.0], [200.0, 250.0, 300.0, 225.0]), "pg")
+    assert out["memory_latency_ns"]["value"] == pytest.approx(237.5)
+    assert out["memory_latency_spread"]["value"] == pytest.approx(100 / 237.5, abs=1e-4)
+    assert out["rate_memory_latency_r"]["value"] == pytest.approx(-1.0)
+
+
+def test_rounds_without_a_latency_are_left_out_and_too_few_have_no_r() -> None:
+    out = machine.machine_figures(rounds([400.0, 300.0, 200.0], [200.0, None, 300.0]), "pg")
+    assert out["memory_latency_ns"]["value"] == pytest.approx(250.0)
+    assert out["rate_memory_latency_r"]["value"] is None
+    assert "2 of 3 rounds" in out["memory_latency_ns"]["note"]
+    empty = machine.machine_figures(rounds([400.0], [None]), "pg")
+    assert empty["memory_latency_ns"]["value"] is None and empty["memory_latency_spread"]["value"] is None
+
+
+def test_a_constant_side_has_no_correlation() -> None:
+    assert machine.pearson([1.0, 2.0, 3.0], [5.0, 5.0, 5.0]) is None
+    assert machine.pearson([1.0, 2.0], [1.0, 2.0]) is None
+
+
+@given(st.lists(st.integers(-1_000, 1_000), min_size=3, max_size=20, unique=True),
+       st.integers(-50, 50).filter(lambda a: a != 0), st.integers(-1_000, 1_000))
+def test_linear_data_correlates_by_the_sign_of_its_slope(xs: list[int], a: int, b: int) -> None:
+    ys = [float(a * x + b) for x in xs]
+    r = machine.pearson([float(x) for x in xs], ys)
+    assert r == pytest.approx(1.0 if a > 0 else -1.0)
