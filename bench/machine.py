@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench.report import Figure, fig
+from bench.report import Figure, fig, spread
 from bench.workload import LogProc, log, uid
 
 SOURCE = Path(__file__).resolve().parent / "probe" / "MemoryProbe.java"
@@ -103,9 +103,8 @@ def machine_figures(rounds: list[dict[str, Any]], peer: str) -> dict[str, Figure
     known = [(rate, ns) for rate, ns in pairs if rate and ns]
     lat = [ns for _, ns in known]
     med = statistics.median(lat) if lat else None
-    spread = (max(lat) - min(lat)) / med if lat and med else None
     r = pearson([rate for rate, _ in known], lat)
     note = f"the memory probe during the peer's drains, {len(lat)} of {len(rounds)} rounds"
     return {"memory_latency_ns": fig(med, "ns", note=note),
-            "memory_latency_spread": fig(spread, "x", note="(max - min) / median over the same rounds"),
+            "memory_latency_spread": fig(spread(list(lat)), "x", note="(max - min) / median over the same rounds"),
             "rate_memory_latency_r": fig(r, "r", note="Pearson, the peer's rate against that latency")}

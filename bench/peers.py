@@ -16,7 +16,7 @@ from typing import Any
 
 from bench import machine, throughput
 from bench.lateness import WHEEL_DELAYS
-from bench.report import Figure, fig
+from bench.report import Figure, fig, spread
 from bench.workload import (
     Bench,
     Delivered,
@@ -191,12 +191,6 @@ def lateness_figures(lat: dict[str, Any], note: str | None = None) -> dict[str, 
             "early": fig(lat["early"], "records", "== 0"),
             "lost": fig(lat["lost"], "records", "== 0"),
             "duplicates": fig(lat["duplicates"], "records")}
-
-
-def spread(rates: list[float | None]) -> float | None:
-    known = [r for r in rates if r]
-    med = throughput.median(list(known))
-    return (max(known) - min(known)) / med if known and med else None
 
 
 def spread_figure(rates: list[float | None]) -> Figure:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -28,6 +29,14 @@ def fig(value: float | int | None, unit: str, goal: str | None = None, note: str
     if note:
         out["note"] = note
     return out
+
+
+def spread(values: list[float | None]) -> float | None:
+    """``(max - min) / median`` of the known (non-zero) values: how much a rate (or a latency)
+    moved over the rounds of one run, relative to its level; ``None`` with none known."""
+    known = [v for v in values if v]
+    med = statistics.median(known) if known else None
+    return (max(known) - min(known)) / med if known and med else None
 
 
 def _round(value: float | int | None) -> float | int | None:

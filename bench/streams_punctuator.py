@@ -55,7 +55,7 @@ from typing import Any
 from bench import peer_cancel, peer_expiry, peer_restart, peers, streams_restart, throughput
 from bench.lateness import WHEEL_DELAYS
 from bench.peers import paced_lateness, peer_figures, peer_round
-from bench.report import Figure, fig
+from bench.report import Figure, fig, spread
 from bench.streams_peer import (
     JVM_OPTS,
     PUNCTUATE_MS,
@@ -171,7 +171,7 @@ def warm_host(bench: Bench, host: StreamsPeerHost, pre: Preloaded, target: str) 
         cpu.append(hosted_drain(bench, pre, target, host)[1] * 1e6 / pre.n)
         last = cpu[-STEADY_RUNS:]
         log(f"streams-punctuator JVM warm-up drain {len(cpu)}: {cpu[-1]:.2f} us per record")
-        if len(last) == STEADY_RUNS and (peers.spread(list(last)) or 0) <= STEADY_SPREAD:
+        if len(last) == STEADY_RUNS and (spread(list(last)) or 0) <= STEADY_SPREAD:
             break
     return cpu
 

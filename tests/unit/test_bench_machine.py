@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench import machine
+from bench import machine, report
 
 
 def test_the_real_probe_samples_the_memory_latency(tmp_path: Path) -> None:
@@ -83,3 +83,18 @@ def test_linear_data_correlates_by_the_sign_of_its_slope(xs: list[int], a: int, 
     ys = [float(a * x + b) for x in xs]
     r = machine.pearson([float(x) for x in xs], ys)
     assert r == pytest.approx(1.0 if a > 0 else -1.0)
+
+
+@given(st.lists(st.one_of(st.none(), st.just(0.0), st.floats(1.0, 1e6)), max_size=12))
+def test_spread_is_the_range_over_the_median_of_the_known_values(values: list[float | None]) -> None:
+    """``report.spread``, shared by the peers' rates and the probe's latency, against its
+    definition worked out by sorting: rounds without a figure (``None``, 0) are left out."""
+    known = sorted(v for v in values if v)
+    got = report.spread(list(values))
+    if not known:
+        assert got is None
+        return
+    mid = len(known) // 2
+    med = known[mid] if len(known) % 2 else (known[mid - 1] + known[mid]) / 2
+    assert got == pytest.approx((known[-1] - known[0]) / med)
+    assert got >= 0 and (len(set(known)) > 1) == (got > 0)
