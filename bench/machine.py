@@ -106,5 +106,5 @@ def machine_figures(rounds: list[dict[str, Any]], peer: str) -> dict[str, Figure
     r = pearson([rate for rate, _ in known], lat)
     note = f"the memory probe during the peer's drains, {len(lat)} of {len(rounds)} rounds"
     return {"memory_latency_ns": fig(med, "ns", note=note),
-            "memory_latency_spread": fig(spread(list(lat)), "x", note="(max - min) / median over the same rounds"),
+            "memory_latency_spread": fig(spread(lat), "x", note="(max - min) / median over the same rounds"),
             "rate_memory_latency_r": fig(r, "r", note="Pearson, the peer's rate against that latency")}

@@ -14,7 +14,7 @@ import shutil
 import statistics
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ def fig(value: float | int | None, unit: str, goal: str | None = None, note: str
     return out
 
 
-def spread(values: list[float | None]) -> float | None:
+def spread(values: Sequence[float | None]) -> float | None:
     """``(max - min) / median`` of the known (non-zero) values: how much a rate (or a latency)
     moved over the rounds of one run, relative to its level; ``None`` with none known."""
     known = [v for v in values if v]

@@ -171,7 +171,7 @@ def warm_host(bench: Bench, host: StreamsPeerHost, pre: Preloaded, target: str) 
         cpu.append(hosted_drain(bench, pre, target, host)[1] * 1e6 / pre.n)
         last = cpu[-STEADY_RUNS:]
         log(f"streams-punctuator JVM warm-up drain {len(cpu)}: {cpu[-1]:.2f} us per record")
-        if len(last) == STEADY_RUNS and (spread(list(last)) or 0) <= STEADY_SPREAD:
+        if len(last) == STEADY_RUNS and (spread(last) or 0) <= STEADY_SPREAD:
             break
     return cpu
 

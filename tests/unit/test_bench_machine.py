@@ -90,7 +90,7 @@ def test_spread_is_the_range_over_the_median_of_the_known_values(values: list[fl
     """``report.spread``, shared by the peers' rates and the probe's latency, against its
     definition worked out by sorting: rounds without a figure (``None``, 0) are left out."""
     known = sorted(v for v in values if v)
-    got = report.spread(list(values))
+    got = report.spread(values)
     if not known:
         assert got is None
         return
