@@ -93,7 +93,7 @@ def rounds_after_warm_up(bench: Bench, one: Callable[[int], dict[str, Any]],
     Streams' JVM compiling its code: its first round at a quarter of the others' rate), and the
     spread asked of each baseline is of its steady rate. Every system in the round, the sidecar
     included, runs its warm-up round alike. The machine's memory latency is sampled beside them
-    (:mod:`bench.machine`): each result with a ``window_ms`` gets ``memory_ns``, and
+    (:mod:`bench.machine`): each result with a ``window_ms`` gets ``memory_ns`` and ``cache_ns``, and
     ``details["memory_probe"]`` sums the samples up."""
     with machine.probing(bench.workdir) as probe:
 

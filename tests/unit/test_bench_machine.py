@@ -23,16 +23,19 @@ def test_the_real_probe_samples_the_memory_latency(tmp_path: Path) -> None:
             time.sleep(0.1)
         samples = probe.samples()
     assert len(samples) >= 3
-    for start, end, ns in samples:
+    for start, end, ns, cache_ns in samples:
         assert start <= end
-        # a step that misses the caches costs tens to hundreds of ns; a cache hit would be ~1
+        # a step that misses the caches costs tens to hundreds of ns; an L1 hit would be ~1
         assert 10 < ns < 100_000
+        # the cache-sized chase: an L3 hit (~10 ns) at best, a memory latency at worst
+        assert 3 < cache_ns < 100_000
     starts = [s[0] for s in samples]
     assert starts == sorted(starts)
     assert starts[1] - starts[0] >= machine.PERIOD_MS
 
 
-SAMPLES = [(1_000, 1_005, 100.0), (1_500, 1_505, 200.0), (2_000, 2_005, 300.0), (2_500, 2_505, 900.0)]
+SAMPLES = [machine.Sample(1_000, 1_005, 100.0, 10.0), machine.Sample(1_500, 1_505, 200.0, 20.0),
+           machine.Sample(2_000, 2_005, 300.0, 40.0), machine.Sample(2_500, 2_505, 900.0, 90.0)]
 
 
 def test_a_window_takes_the_samples_wholly_inside_it() -> None:
@@ -40,6 +43,7 @@ def test_a_window_takes_the_samples_wholly_inside_it() -> None:
     assert machine.mean_between(SAMPLES, (1_001, 2_004)) == pytest.approx(200.0)  # the edges straddle it
     assert machine.mean_between(SAMPLES, (3_000, 4_000)) is None
     assert machine.mean_between(SAMPLES, None) is None
+    assert machine.mean_between(SAMPLES, (1_400, 2_100), "cache_ns") == pytest.approx(30.0)
 
 
 def test_annotate_gives_each_result_with_a_window_its_latency() -> None:
@@ -48,19 +52,36 @@ def test_annotate_gives_each_result_with_a_window_its_latency() -> None:
                            "wheel": {"records_per_s": 3.0}}
     machine.annotate(one, SAMPLES)
     assert one["pg"]["memory_ns"] == pytest.approx((200 + 300 + 900) / 3)
-    assert one["levels"]["memory_ns"] is None
+    assert one["pg"]["cache_ns"] == pytest.approx((20 + 40 + 90) / 3)
+    assert one["levels"]["memory_ns"] is None and one["levels"]["cache_ns"] is None
     assert "memory_ns" not in one["wheel"]
 
 
-def rounds(rates: list[float], ns: list[float | None]) -> list[dict[str, Any]]:
-    return [{"pg": {"records_per_s": r, "memory_ns": n}} for r, n in zip(rates, ns, strict=True)]
+def test_the_summary_gives_each_chase_its_range() -> None:
+    out = machine.summary(SAMPLES)
+    assert out["samples"] == 4 and out["mib"] == machine.MIB and out["cache_mib"] == machine.CACHE_MIB
+    assert (out["median_ns"], out["min_ns"], out["max_ns"]) == (250.0, 100.0, 900.0)
+    assert (out["cache_median_ns"], out["cache_min_ns"], out["cache_max_ns"]) == (30.0, 10.0, 90.0)
+    assert machine.summary([])["cache_median_ns"] is None
+
+
+def rounds(rates: list[float], ns: list[float | None], cache: list[float | None] | None = None) -> list[dict[str, Any]]:
+    return [{"pg": {"records_per_s": r, "memory_ns": n, "cache_ns": c}}
+            for r, n, c in zip(rates, ns, cache or [None] * len(ns), strict=True)]
 
 
 def test_figures_of_a_peer_that_follows_the_machine() -> None:
-    out = machine.machine_figures(rounds([400.0, 300.0, 200.0, 350.0], [200.0, 250.0, 300.0, 225.0]), "pg")
+    out = machine.machine_figures(rounds([400.0, 300.0, 200.0, 350.0], [200.0, 250.0, 300.0, 225.0],
+                                         [20.0, 20.0, 20.0, 30.0]), "pg")
     assert out["memory_latency_ns"]["value"] == pytest.approx(237.5)
     assert out["memory_latency_spread"]["value"] == pytest.approx(100 / 237.5, abs=1e-4)
     assert out["rate_memory_latency_r"]["value"] == pytest.approx(-1.0)
+    # the cache chase's figures are its own: here it does not follow the rate
+    assert out["cache_latency_ns"]["value"] == pytest.approx(20.0)
+    assert out["cache_latency_spread"]["value"] == pytest.approx(0.5)
+    # worked by hand: deviations (87.5, -12.5, -112.5, 37.5) and (-2.5, -2.5, -2.5, 7.5):
+    # 375 / sqrt(21875 * 75)
+    assert out["rate_cache_latency_r"]["value"] == pytest.approx(375 / (21875 * 75) ** 0.5, abs=1e-4)
 
 
 def test_rounds_without_a_latency_are_left_out_and_too_few_have_no_r() -> None:
