@@ -252,6 +252,9 @@ def test_bench_redis_zset(kafka_bootstrap: str, tmp_path: Path) -> None:
     # the machine's memory latency was sampled beside the round (bench/machine.py)
     assert report["scenarios"]["redis-zset"]["details"]["memory_probe"]["samples"] > 0
     assert res["redis"]["memory_latency_ns"]["unit"] == "ns" and "rate_memory_latency_r" in res["redis"]
+    # ... and the cache-sized chase's beside it
+    assert report["scenarios"]["redis-zset"]["details"]["memory_probe"]["cache_median_ns"] > 0
+    assert res["redis"]["cache_latency_ns"]["unit"] == "ns" and "rate_cache_latency_r" in res["redis"]
     assert res["redis_memory"]["used_memory_bytes_per_pending"]["value"] > 0
     # equal durability: the queue's data set is on disk, in its append-only file
     assert res["redis_memory"]["aof_bytes_per_pending"]["value"] > 0
