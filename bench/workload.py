@@ -35,6 +35,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from sidecar import contract as c
 from sidecar.config import Settings
+from sidecar.engine.client_conf import FETCH_QUEUE_BACKOFF_MS
 
 SIZES = ("small", "full")
 RECORD_SIZES = {"100B": 100, "1KB": 1024}
@@ -57,6 +58,7 @@ INGRESS_CONSUMER: dict[str, Any] = {
     "auto.offset.reset": "earliest",
     "partition.assignment.strategy": "cooperative-sticky",
     "fetch.wait.max.ms": 10,
+    "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
     "session.timeout.ms": 10_000,
 }
 CONSUME_BATCH = 5_000

@@ -23,6 +23,7 @@ from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 from sidecar import contract as c
 from sidecar import logs
 from sidecar.config import Settings
+from sidecar.engine.client_conf import FETCH_QUEUE_BACKOFF_MS
 from sidecar.engine.stores import StoreKey
 
 log = logs.get("sidecar")
@@ -81,7 +82,7 @@ class ChangelogReader:
                 # a restore polls without waiting: the broker must not hold a fetch 500 ms (the
                 # default) for data that is not there, nor keep a watermark query behind it
                 "fetch.wait.max.ms": 10,
-                "fetch.queue.backoff.ms": 10,
+                "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
             })
             conf.update(self.s.kafka)
             self._consumer = self._make(conf)

@@ -58,7 +58,7 @@ from confluent_kafka.admin import AdminClient
 from sidecar import kafka_errors, logs
 from sidecar.config import Settings
 from sidecar.engine.changelog_reader import ChangelogReader, asked_again
-from sidecar.engine.client_conf import client_conf
+from sidecar.engine.client_conf import FETCH_QUEUE_BACKOFF_MS, client_conf
 from sidecar.engine.refusals import Refusals
 from sidecar.engine.stores import StoreKey, named, tp_key
 from sidecar.engine.topics import ensure_changelog, ensure_topics
@@ -186,6 +186,7 @@ class KafkaIO:
             "auto.offset.reset": "earliest",
             "partition.assignment.strategy": "cooperative-sticky",
             "fetch.wait.max.ms": 10,
+            "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,  # a backlog's drain: client_conf.py
             "statistics.interval.ms": 1000,
             "stats_cb": self._on_stats,
         })
