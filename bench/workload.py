@@ -61,6 +61,7 @@ INGRESS_CONSUMER: dict[str, Any] = {
     "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
     "session.timeout.ms": 10_000,
 }
+SIDECAR_PYTHON_ENV = "KDS_BENCH_SIDECAR_PYTHON"  # see Sidecar.start
 CONSUME_BATCH = 5_000
 MAX_IN_FLIGHT = 20_000
 # --delivery exactly-once commits a transaction this often: the sidecar's default, unless the
@@ -826,7 +827,9 @@ class SidecarProc(LogProc):
 
     def start(self, wait: bool = True, timeout_s: float = 120) -> None:
         self.starts += 1
-        prefix = [sys.executable]
+        # KDS_BENCH_SIDECAR_PYTHON: a command that runs another checkout's Python (docs/benchmarks.md,
+        # "Another commit's sidecar"), so one harness measures two commits' sidecars side by side
+        prefix = [os.environ.get(SIDECAR_PYTHON_ENV) or sys.executable]
         if self.profile is not None:
             self.profile.parent.mkdir(parents=True, exist_ok=True)
             prefix += ["-m", "cProfile", "-o", str(self.profile.with_suffix(f".{self.starts}.prof"))]
