@@ -61,7 +61,7 @@ INGRESS_CONSUMER: dict[str, Any] = {
     "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
     "session.timeout.ms": 10_000,
 }
-SIDECAR_PYTHON_ENV = "KDS_BENCH_SIDECAR_PYTHON"  # see Sidecar.start
+SIDECAR_PYTHON_ENV = "KDS_BENCH_SIDECAR_PYTHON"  # see SidecarProc.start
 CONSUME_BATCH = 5_000
 MAX_IN_FLIGHT = 20_000
 # --delivery exactly-once commits a transaction this often: the sidecar's default, unless the
