@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import stat
 import sys
 from pathlib import Path
@@ -27,8 +26,7 @@ def _recorder(tmp_path: Path) -> Path:
 def _argv(proc: SidecarProc) -> list[str]:
     assert proc.proc is not None
     assert proc.proc.wait(timeout=30) == 0
-    lines = [json.loads(x) for x in proc.log_path.read_text().splitlines() if x.startswith("{")]
-    argv: list[str] = next(x for x in lines if x.get("event") == "argv")["argv"]
+    argv: list[str] = next(e for e in proc.poll_events() if e.get("event") == "argv")["argv"]
     return argv
 
 
