@@ -74,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
         if pos >= len(backlog) and consumed < ns.count and state["in_flight"] < MAX_IN_FLIGHT:
             backlog, pos = cons.consume(num_messages=CONSUME_BATCH, timeout=0.1), 0
         elif pos >= len(backlog):
-            cons.poll(0)
+            # nothing to forward until reports come back: wait for them (a consumer poll here would
+            # take a record off the queue and drop it)
+            prod.poll(0.001)
         while pos < len(backlog) and state["in_flight"] < MAX_IN_FLIGHT:
             m = backlog[pos]
             err = m.error()

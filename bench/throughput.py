@@ -81,6 +81,7 @@ from bench.workload import (
     ScriptProc,
     cpu_seconds,
     log,
+    passthrough_cmd,
     preload,
     read_range,
     sleep_until_wall_ms,
@@ -218,9 +219,9 @@ def measure_sidecar(bench: Bench, pre: Preloaded, target: str, scheduler: str, t
 def measure_passthrough(bench: Bench, pre: Preloaded, tag: str) -> dict[str, Any]:
     target = f"bench.pt.{tag}.{uid()}"
     bench.topics(target)
-    proc = ScriptProc("bench.passthrough", bench.workdir,
-                      ["--bootstrap", bench.bootstrap, "--source", pre.topic, "--target", target, "--count",
-                       str(pre.n), "--group", f"bench-pt-{uid()}", "--timeout", str(timeout_for(pre.n))], tag=tag)
+    args = ["--bootstrap", bench.bootstrap, "--source", pre.topic, "--target", target, "--count", str(pre.n),
+            "--group", f"bench-pt-{uid()}", "--timeout", str(timeout_for(pre.n))]
+    proc = ScriptProc("bench.passthrough", bench.workdir, args, tag=tag, cmd=passthrough_cmd(args))
     spawned = wall_ms()
     proc.start()
     res = proc.result(timeout_for(pre.n) + 60)

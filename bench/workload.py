@@ -15,6 +15,7 @@ import contextlib
 import os
 import random
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -62,6 +63,7 @@ INGRESS_CONSUMER: dict[str, Any] = {
     "session.timeout.ms": 10_000,
 }
 SIDECAR_PYTHON_ENV = "KDS_BENCH_SIDECAR_PYTHON"  # see SidecarProc.start
+PASSTHROUGH_ENV = "KDS_BENCH_PASSTHROUGH"  # see passthrough_cmd
 CONSUME_BATCH = 5_000
 MAX_IN_FLIGHT = 20_000
 # --delivery exactly-once commits a transaction this often: the sidecar's default, unless the
@@ -868,10 +870,11 @@ class SidecarProc(LogProc):
 class ScriptProc(LogProc):
     """A bench helper module (``python -m bench.<module>``) that prints JSON events."""
 
-    def __init__(self, module: str, workdir: Path, args: list[str], tag: str = "") -> None:
+    def __init__(self, module: str, workdir: Path, args: list[str], tag: str = "",
+                 cmd: list[str] | None = None) -> None:
         name = f"{module.rsplit('.', 1)[-1]}{'-' + tag if tag else ''}-{uid()}"
         super().__init__(name, workdir / f"{name}.log")
-        self.cmd = [sys.executable, "-m", module, *args]
+        self.cmd = cmd or [sys.executable, "-m", module, *args]
 
     def start(self) -> None:
         self._spawn(self.cmd)
@@ -884,6 +887,21 @@ class ScriptProc(LogProc):
             self.proc.wait(30)
         self.stop()
         return ev
+
+
+def passthrough_cmd(args: list[str]) -> list[str] | None:
+    """The passthrough's command when ``KDS_BENCH_PASSTHROUGH`` names another one (the C forward
+    path of ``bench/micro/native_forward.c``, docs/benchmarks.md): it takes the same ``args`` plus
+    the passthrough's client settings as ``-P`` / ``-C`` ``key=value``; None: ``bench.passthrough``."""
+    native = os.environ.get(PASSTHROUGH_ENV)
+    if not native:
+        return None
+
+    def kv(flag: str, conf: dict[str, Any]) -> list[str]:
+        return [a for k, v in conf.items()
+                for a in (flag, f"{k}={str(v).lower() if isinstance(v, bool) else v}")]
+
+    return [*shlex.split(native), *args, *kv("-P", DELIVERY_PRODUCER), *kv("-C", INGRESS_CONSUMER)]
 
 
 def kafka_ready(bootstrap: str, timeout_s: float = 30) -> None:

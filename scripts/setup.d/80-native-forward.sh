@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# bench/micro/native_forward.c, the passthrough with librdkafka driven from C (`KDS_BENCH_PASSTHROUGH`,
+# docs/benchmarks.md "A forward path without Python objects"), built into $KDS_CACHE/bin/native-forward.
+# It links the librdkafka the confluent-kafka wheel ships (.venv's confluent_kafka.libs), the one the
+# sidecar and bench.passthrough run on; its header comes from Debian's librdkafka-dev (fetched with
+# `apt-get download`, unpacked with `dpkg-deb -x` into $KDS_CACHE/librdkafka-dev, nothing installed).
+# The header is older than the library (bookworm: 2.0.2 against the wheel's 2.x): the functions the
+# program calls are in both, with the same signatures. Rebuilt when the source or the wheel's
+# library is newer than the binary. Without apt, network or a C compiler the step is skipped with a
+# message: only that option and its test need it (the test fails under CI=true, skips elsewhere).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+export KDS_CACHE=${KDS_CACHE:-$HOME/.cache/kafka-delay-sidecar}
+bin="$KDS_CACHE/bin"
+dest="$KDS_CACHE/librdkafka-dev"
+src="$root/bench/micro/native_forward.c"
+out="$bin/native-forward"
+skip() {
+  echo "setup(native-forward): $1; skipping (only KDS_BENCH_PASSTHROUGH=native-forward and its test need it)" >&2
+  exit 0
+}
+libdir=$("$root/.venv/bin/python" -c 'import confluent_kafka, pathlib; p = pathlib.Path(confluent_kafka.__file__).parent.parent / "confluent_kafka.libs"; print(p if p.is_dir() else "")')
+[ -n "$libdir" ] || skip "the confluent-kafka wheel has no bundled librdkafka (confluent_kafka.libs)"
+lib=$(ls "$libdir"/librdkafka-*.so* 2>/dev/null | head -1 || true)
+[ -n "$lib" ] || skip "no librdkafka in $libdir"
+command -v cc >/dev/null || skip "no C compiler (cc)"
+if [ -x "$out" ] && [ "$out" -nt "$src" ] && [ "$out" -nt "$lib" ]; then
+  echo "setup(native-forward): $out is up to date" >&2
+  exit 0
+fi
+if [ ! -f "$dest/usr/include/librdkafka/rdkafka.h" ]; then
+  DEB_STEP=native-forward
+  # shellcheck source=scripts/lib/debian-packages.sh
+  . "$(dirname "$0")/../lib/debian-packages.sh"
+  deb_tools || skip "no apt-get/dpkg-deb on this machine"
+  if ! apt-cache "${apt_opts[@]}" show librdkafka-dev >/dev/null 2>&1; then
+    deb_private_lists "librdkafka-dev"
+  fi
+  deb_unpack "$dest" librdkafka-dev
+fi
+mkdir -p "$bin"
+cc -O2 -Wall -Wextra -Werror -I"$dest/usr/include" -o "$out.tmp" "$src" "$lib" -Wl,-rpath,"$libdir"
+mv "$out.tmp" "$out"
+echo "setup(native-forward): built $out against $(basename "$lib") (nothing installed system-wide)" >&2
