@@ -7,7 +7,12 @@ records, at most 20 000 unacknowledged), a delivery callback per record and an a
 commit every 200 ms, i.e. everything an at-least-once forwarder written in Python on this
 client needs, and nothing else: no validation, no store, no scheduling. It copies key, value and
 headers unchanged and exits once ``count`` records are acknowledged, printing JSON event lines
-(``ready``, ``done``).
+(``ready``, ``done``). ``-P`` / ``-C key=value`` set a producer / consumer setting over those.
+
+``--native-produce`` keeps the consume side and moves the produce side to C (``NativeProduce``:
+bench/micro/hybrid_forward.c, a librdkafka producer whose reports are counted in C), to measure
+what the Python client's produce and reports cost (docs/benchmarks.md, "A forward path without
+Python objects"); ``bench/micro/native_forward.c`` is the whole loop in C.
 """
 
 from __future__ import annotations
@@ -16,17 +21,111 @@ import argparse
 import resource
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import orjson
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from bench.workload import CONSUME_BATCH, DELIVERY_PRODUCER, INGRESS_CONSUMER, MAX_IN_FLIGHT
+from devkafka.jars import cache_root
 
 
 def emit(event: str, **kw: Any) -> None:
     sys.stdout.buffer.write(orjson.dumps({"event": event, "ts_ms": time.time_ns() // 1_000_000, **kw}) + b"\n")
     sys.stdout.flush()
+
+
+def hybrid_dir() -> Path:
+    """Where scripts/setup.d/80-native-forward.sh builds the hybrid_forward module."""
+    return cache_root() / "native-forward"
+
+
+class PyProduce:
+    """The produce side through the Python client: a delivery callback per record."""
+
+    def __init__(self, conf: dict[str, Any], target: str, state: dict[str, int], errors: dict[str, int]) -> None:
+        self.prod = Producer(conf)
+        self.target, self.state, self.errors = target, state, errors
+
+    def on_delivery(self, err: Any, _msg: Any) -> None:
+        self.state["in_flight"] -= 1
+        if err is None:
+            self.state["acked"] += 1
+        else:
+            self.state["failed"] += 1
+            self.errors[str(err)] = self.errors.get(str(err), 0) + 1
+
+    def forward(self, batch: list[Message], pos: int, positions: dict[int, int]) -> int:
+        """Produce ``batch[pos:]`` until MAX_IN_FLIGHT are unacknowledged; the index reached."""
+        state, errors, produce, target, on_delivery = self.state, self.errors, self.prod.produce, self.target, \
+            self.on_delivery
+        while pos < len(batch) and state["in_flight"] < MAX_IN_FLIGHT:
+            m = batch[pos]
+            err = m.error()
+            if err is not None:
+                state["consume_errors"] += 1
+                errors[str(err)] = errors.get(str(err), 0) + 1
+                pos += 1
+                continue
+            try:
+                # positional, as the sidecar calls it (keywords cost ~2 us per call in the client)
+                produce(target, m.value(), m.key(), -1, on_delivery, None, 0, m.headers())
+            except BufferError:
+                self.prod.poll(0.01)
+                break
+            pos += 1
+            state["in_flight"] += 1
+            positions[m.partition()] = m.offset() + 1  # type: ignore[index,operator]
+        return pos
+
+    def serve(self, timeout_s: float) -> None:
+        self.prod.poll(timeout_s)
+
+    def flush(self) -> None:
+        self.prod.flush(60)
+
+
+class NativeProduce:
+    """The produce side in C (``--native-produce``: bench/micro/hybrid_forward.c's module, built by
+    scripts/setup.d/80-native-forward.sh): reports counted in C, no Python object per report."""
+
+    def __init__(self, conf: dict[str, Any], target: str, state: dict[str, int], errors: dict[str, int]) -> None:
+        built = hybrid_dir()
+        sys.path.insert(0, str(built))
+        try:
+            import hybrid_forward  # type: ignore[import-not-found]  # built into the cache, not the package
+        except ImportError as e:
+            raise SystemExit(f"python -m bench.passthrough --native-produce: {e} in {built} "
+                             "(scripts/setup.d/80-native-forward.sh builds it)") from None
+        self.hf, self.state = hybrid_forward, state
+        self.hf.init({k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in conf.items()}, target)
+
+    def forward(self, batch: list[Message], pos: int, positions: dict[int, int]) -> int:
+        j: int = self.hf.produce(batch, pos, MAX_IN_FLIGHT)
+        for m in batch[pos:j]:  # the same bookkeeping per record as PyProduce's
+            positions[m.partition()] = m.offset() + 1  # type: ignore[index,operator]
+        if j == pos and pos < len(batch):
+            self.serve(0.01)  # a full queue
+        self.state.update(self.hf.poll(0))
+        return j
+
+    def serve(self, timeout_s: float) -> None:
+        self.state.update(self.hf.poll(int(timeout_s * 1000)))
+
+    def flush(self) -> None:
+        self.state.update(self.hf.flush(60_000))
+
+
+def settings(base: dict[str, Any], pairs: list[str]) -> dict[str, Any]:
+    """``base`` with the ``key=value`` pairs of -P / -C over it."""
+    out = dict(base)
+    for kv in pairs:
+        key, eq, value = kv.partition("=")
+        if not eq:
+            raise SystemExit(f"python -m bench.passthrough: expected key=value, got {kv!r}")
+        out[key] = value
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,20 +136,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--count", type=int, required=True)
     ap.add_argument("--group", required=True)
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("-P", action="append", default=[], metavar="KEY=VALUE", help="a producer setting")
+    ap.add_argument("-C", action="append", default=[], metavar="KEY=VALUE", help="a consumer setting")
+    ap.add_argument("--native-produce", action="store_true",
+                    help="produce from C (bench/micro/hybrid_forward.c), consume as before")
     ns = ap.parse_args(argv)
 
-    prod = Producer({"bootstrap.servers": ns.bootstrap, **DELIVERY_PRODUCER})
-    cons = Consumer({"bootstrap.servers": ns.bootstrap, "group.id": ns.group, **INGRESS_CONSUMER})
     state = {"in_flight": 0, "acked": 0, "failed": 0, "consume_errors": 0}
     errors: dict[str, int] = {}
-
-    def on_delivery(err: Any, _msg: Any) -> None:
-        state["in_flight"] -= 1
-        if err is None:
-            state["acked"] += 1
-        else:
-            state["failed"] += 1
-            errors[str(err)] = errors.get(str(err), 0) + 1
+    side = NativeProduce if ns.native_produce else PyProduce
+    prod = side(settings({"bootstrap.servers": ns.bootstrap, **DELIVERY_PRODUCER}, ns.P), ns.target, state, errors)
+    cons = Consumer(settings({"bootstrap.servers": ns.bootstrap, "group.id": ns.group, **INGRESS_CONSUMER}, ns.C))
 
     def on_assign(c: Consumer, parts: list[TopicPartition]) -> None:
         c.incremental_assign(parts)
@@ -76,28 +172,15 @@ def main(argv: list[str] | None = None) -> int:
         elif pos >= len(backlog):
             # nothing to forward until reports come back: wait for them (a consumer poll here would
             # take a record off the queue and drop it)
-            prod.poll(0.001)
-        while pos < len(backlog) and state["in_flight"] < MAX_IN_FLIGHT:
-            m = backlog[pos]
-            err = m.error()
-            if err is not None:
-                state["consume_errors"] += 1
-                errors[str(err)] = errors.get(str(err), 0) + 1
-                pos += 1
-                continue
-            try:
-                # positional, as the sidecar calls it (keywords cost ~2 us per call in the client)
-                prod.produce(ns.target, m.value(), m.key(), -1, on_delivery, None, 0, m.headers())
-            except BufferError:
-                prod.poll(0.01)
-                break
-            pos += 1
-            if not first_ms:
+            prod.serve(0.001)
+        if pos < len(backlog):
+            before = state["consume_errors"]
+            j = prod.forward(backlog, pos, positions)
+            if j > pos and not first_ms:
                 first_ms = time.time_ns() // 1_000_000
-            state["in_flight"] += 1
-            consumed += 1
-            positions[m.partition()] = m.offset() + 1  # type: ignore[index,operator]
-        prod.poll(0)
+            consumed += j - pos - (state["consume_errors"] - before)
+            pos = j
+        prod.serve(0)
         now = time.monotonic()
         if now - last_progress >= 5:
             emit("progress", consumed=consumed, positions={str(p): o for p, o in positions.items()}, errors=errors,
@@ -106,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         if now - last_commit >= 0.2 and positions:
             cons.commit(offsets=[TopicPartition(ns.source, p, o) for p, o in positions.items()], asynchronous=True)
             last_commit = now
-    prod.flush(60)
+    prod.flush()
     ru = resource.getrusage(resource.RUSAGE_SELF)
     emit("done", cpu_s=ru.ru_utime + ru.ru_stime - cpu0, consumed=consumed, acked=state["acked"],
          failed=state["failed"], consume_errors=state["consume_errors"], errors=errors, first_produce_ms=first_ms)

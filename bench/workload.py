@@ -890,9 +890,10 @@ class ScriptProc(LogProc):
 
 
 def passthrough_cmd(args: list[str]) -> list[str] | None:
-    """The passthrough's command when ``KDS_BENCH_PASSTHROUGH`` names another one (the C forward
-    path of ``bench/micro/native_forward.c``, docs/benchmarks.md): it takes the same ``args`` plus
-    the passthrough's client settings as ``-P`` / ``-C`` ``key=value``; None: ``bench.passthrough``."""
+    """The passthrough's command when ``KDS_BENCH_PASSTHROUGH`` names another one (``native-forward``,
+    the loop in C, or ``python -m bench.passthrough --native-produce``; docs/benchmarks.md): it
+    takes the same ``args`` plus the passthrough's client settings as ``-P`` / ``-C``
+    ``key=value``; None: ``bench.passthrough`` as it is."""
     native = os.environ.get(PASSTHROUGH_ENV)
     if not native:
         return None

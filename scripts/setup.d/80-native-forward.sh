@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# bench/micro/native_forward.c, the passthrough with librdkafka driven from C (`KDS_BENCH_PASSTHROUGH`,
-# docs/benchmarks.md "A forward path without Python objects"), built into $KDS_CACHE/bin/native-forward.
-# It links the librdkafka the confluent-kafka wheel ships (.venv's confluent_kafka.libs), the one the
-# sidecar and bench.passthrough run on; its header comes from Debian's librdkafka-dev (fetched with
+# The passthrough with librdkafka driven from C, for `KDS_BENCH_PASSTHROUGH` (docs/benchmarks.md "A
+# forward path without Python objects"):
+# - bench/micro/native_forward.c, the whole loop in C, built into $KDS_CACHE/bin/native-forward;
+# - bench/micro/hybrid_forward.c, its produce side as a CPython module, built into
+#   $KDS_CACHE/native-forward/, where `python -m bench.passthrough --native-produce` finds it.
+# Both link the librdkafka the confluent-kafka wheel ships (.venv's confluent_kafka.libs), the one
+# the sidecar and bench.passthrough run on; its header comes from Debian's librdkafka-dev (fetched with
 # `apt-get download`, unpacked with `dpkg-deb -x` into $KDS_CACHE/librdkafka-dev, nothing installed).
 # The header is older than the library (bookworm: 2.0.2 against the wheel's 2.x): the functions the
 # program calls are in both, with the same signatures. Rebuilt when the source or the wheel's
@@ -15,6 +18,9 @@ bin="$KDS_CACHE/bin"
 dest="$KDS_CACHE/librdkafka-dev"
 src="$root/bench/micro/native_forward.c"
 out="$bin/native-forward"
+hsrc="$root/bench/micro/hybrid_forward.c"
+extdir="$KDS_CACHE/native-forward"
+ext="$extdir/hybrid_forward$("$root/.venv/bin/python" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')"
 skip() {
   echo "setup(native-forward): $1; skipping (only KDS_BENCH_PASSTHROUGH=native-forward and its test need it)" >&2
   exit 0
@@ -24,8 +30,9 @@ libdir=$("$root/.venv/bin/python" -c 'import confluent_kafka, pathlib; p = pathl
 lib=$(ls "$libdir"/librdkafka-*.so* 2>/dev/null | head -1 || true)
 [ -n "$lib" ] || skip "no librdkafka in $libdir"
 command -v cc >/dev/null || skip "no C compiler (cc)"
-if [ -x "$out" ] && [ "$out" -nt "$src" ] && [ "$out" -nt "$lib" ]; then
-  echo "setup(native-forward): $out is up to date" >&2
+fresh() { [ -e "$1" ] && [ "$1" -nt "$2" ] && [ "$1" -nt "$lib" ]; }
+if fresh "$out" "$src" && fresh "$ext" "$hsrc"; then
+  echo "setup(native-forward): $out and $ext are up to date" >&2
   exit 0
 fi
 if [ ! -f "$dest/usr/include/librdkafka/rdkafka.h" ]; then
@@ -38,7 +45,11 @@ if [ ! -f "$dest/usr/include/librdkafka/rdkafka.h" ]; then
   fi
   deb_unpack "$dest" librdkafka-dev
 fi
-mkdir -p "$bin"
+mkdir -p "$bin" "$extdir"
 cc -O2 -Wall -Wextra -Werror -I"$dest/usr/include" -o "$out.tmp" "$src" "$lib" -Wl,-rpath,"$libdir"
 mv "$out.tmp" "$out"
-echo "setup(native-forward): built $out against $(basename "$lib") (nothing installed system-wide)" >&2
+pyinc=$("$root/.venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+cc -O2 -shared -fPIC -Wall -Wextra -Werror -I"$pyinc" -I"$dest/usr/include" -o "$ext.tmp" "$hsrc" "$lib" \
+  -Wl,-rpath,"$libdir"
+mv "$ext.tmp" "$ext"
+echo "setup(native-forward): built $out and $ext against $(basename "$lib") (nothing installed system-wide)" >&2

@@ -1,25 +1,31 @@
-"""The C passthrough (bench/micro/native_forward.c, built by scripts/setup.d/80-native-forward.sh)
-on the session's broker, started as the bench starts it (``bench.workload.passthrough_cmd`` under
-``KDS_BENCH_PASSTHROUGH``): every record copied once, in order, with its key, value (null ones
-too) and headers, ``-a N`` adding N headers after them, and the ``done`` event counting what was
-acknowledged. Correctness only, never speed. Skipped without the binary, failed under ``CI=true``.
+"""The passthroughs with librdkafka driven from C (scripts/setup.d/80-native-forward.sh builds
+them) on the session's broker, started as the bench starts them (``bench.workload.passthrough_cmd``
+under ``KDS_BENCH_PASSTHROUGH``): ``native-forward`` (bench/micro/native_forward.c, the whole loop)
+and ``python -m bench.passthrough --native-produce`` (bench/micro/hybrid_forward.c, the produce
+side). Every record is copied once, in order, with its key, value (null ones too) and headers,
+``-a N`` adds N headers after them, and the ``done`` event counts what was acknowledged.
+Correctness only, never speed. Skipped without the builds, failed under ``CI=true``.
 """
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 
 import orjson
 import pytest
 
+from bench.passthrough import hybrid_dir
 from bench.workload import PASSTHROUGH_ENV, passthrough_cmd
 from tests.infra import needs
 from tests.integration.harness import consume_until, create_topics, producer
 
 BINARY = shutil.which("native-forward")
+HYBRID = f"{sys.executable} -m bench.passthrough --native-produce"
 pytestmark = [pytest.mark.integration,
-              needs(BINARY is not None, "native-forward (scripts/setup.d/80-native-forward.sh)")]
+              needs(BINARY is not None and any(hybrid_dir().glob("hybrid_forward*.so")),
+                    "native-forward and hybrid_forward (scripts/setup.d/80-native-forward.sh)")]
 
 N = 3_000
 
@@ -37,17 +43,17 @@ def _source(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes | None
     return records
 
 
-@pytest.mark.parametrize("added", [0, 4])
-def test_every_record_copied_once_in_order(kafka_bootstrap: str, unique: str, added: int,
+@pytest.mark.parametrize(("which", "added"), [("native", 0), ("native", 4), ("hybrid", 0)])
+def test_every_record_copied_once_in_order(kafka_bootstrap: str, unique: str, which: str, added: int,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     source, target = f"nf-in-{unique}", f"nf-out-{unique}"
     create_topics(kafka_bootstrap, [source, target])
     records = _source(kafka_bootstrap, source)
-    monkeypatch.setenv(PASSTHROUGH_ENV, f"{BINARY} -a {added}")
+    monkeypatch.setenv(PASSTHROUGH_ENV, f"{BINARY} -a {added}" if which == "native" else HYBRID)
     args = ["--bootstrap", kafka_bootstrap, "--source", source, "--target", target, "--count", str(N),
             "--group", f"nf-{unique}", "--timeout", "60"]
     cmd = passthrough_cmd(args)
-    assert cmd is not None and cmd[0] == BINARY
+    assert cmd is not None and cmd[0] == (BINARY if which == "native" else sys.executable)
     out = subprocess.run(cmd, capture_output=True, timeout=90)
     assert out.returncode == 0, out.stderr.decode()
     events = [orjson.loads(line) for line in out.stdout.splitlines()]
