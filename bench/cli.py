@@ -72,6 +72,8 @@ from bench import (
 )
 from bench.report import machine_facts, markdown_pivot, walk_figures
 from bench.workload import (
+    PASSTHROUGH_ENV,
+    SIDECAR_PYTHON_ENV,
     SIZES,
     TRANSACTION_INTERVAL_MS,
     Bench,
@@ -290,6 +292,9 @@ def _bench(ns: argparse.Namespace, report: dict[str, Any], bootstrap: str | None
     settings["changelog_modes"] = ns.changelog_modes
     settings["delivery_modes"] = ns.delivery_modes
     settings["transaction_interval_ms"] = ns.transaction_interval or TRANSACTION_INTERVAL_MS
+    # what ran in place of the harness's own passthrough or sidecar Python, if anything
+    settings.update({k: v for k, v in (("passthrough_cmd", os.environ.get(PASSTHROUGH_ENV)),
+                                        ("sidecar_python", os.environ.get(SIDECAR_PYTHON_ENV))) if v})
     bench = Bench(bootstrap or "", workdir, ns.size, schedulers,
                   profile_dir=Path(ns.profile).resolve() if ns.profile else None,
                   changelog_modes=ns.changelog_modes, delivery_modes=ns.delivery_modes,
