@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import compileall
 import contextlib
+import functools
 import os
 import shutil
 import signal
@@ -84,6 +85,8 @@ from bench.workload import (
     log,
     stop_all,
     uid,
+    unwatch_all,
+    watch,
 )
 from sidecar.durations import format_duration_ms
 
@@ -209,6 +212,19 @@ def _on_term(signum: int, _frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)
 
 
+def broker_exit(broker: LocalKafka) -> str | None:
+    """Why the bench's own broker is gone, if it ended by itself (a scenario that restarts it goes
+    through the object, which this does not count): its status and the last lines of its log."""
+    code = broker.exited
+    if code is None:
+        return None
+    tail = ""
+    if broker.log_path is not None:
+        with contextlib.suppress(OSError):
+            tail = "\n".join(broker.log_path.read_text(errors="replace").splitlines()[-3:])
+    return f"the bench's broker exited with status {code} (log {broker.log_path}):\n{tail}"
+
+
 def byte_compile() -> None:
     """The sidecar's modules byte-compiled before any sidecar starts, as an installed wheel's are
     (pip compiles them at install, the image too): a start from the sources alone compiles every
@@ -248,12 +264,14 @@ def bench_main(argv: list[str]) -> int:
             log("starting a local Kafka broker ...")
             bootstrap = broker.start(timeout=240)
             log(f"broker: {broker.describe()}")
+            watch(functools.partial(broker_exit, broker))
         if needs_broker:
             kafka_ready(bootstrap)
         bench = _bench(ns, report, bootstrap, workdir, broker, needs_broker)
         _write(out, report)
         failed = _run_scenarios(ns, bench, report, out)
     finally:
+        unwatch_all()
         stop_all()
         if bench is not None:
             bench.close()

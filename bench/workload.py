@@ -90,6 +90,37 @@ def uid() -> str:
     return uuid.uuid4().hex[:8]
 
 
+# what every wait checks (see watch): each returns None, or why the bench cannot go on
+_WATCHED: list[Callable[[], str | None]] = []
+
+
+def watch(check: Callable[[], str | None]) -> None:
+    """Every wait of the bench (``wait_until``, the preload's flush) calls ``check``; a message from
+    it (a process the whole run needs has ended) fails that wait at once with a ``BenchError``."""
+    _WATCHED.append(check)
+
+
+def unwatch_all() -> None:
+    _WATCHED.clear()
+
+
+def check_watched() -> None:
+    for check in list(_WATCHED):
+        why = check()
+        if why:
+            raise BenchError(why)
+
+
+def flush_watched(p: Producer, timeout_s: float) -> int:
+    """``p.flush(timeout_s)`` a second at a time, checking the watched processes in between."""
+    deadline = time.monotonic() + timeout_s
+    left: int = p.flush(min(1.0, timeout_s))
+    while left and time.monotonic() < deadline:
+        check_watched()
+        left = p.flush(min(1.0, max(0.0, deadline - time.monotonic())))
+    return left
+
+
 def wait_until(what: str, predicate: Callable[[], bool], timeout_s: float, interval_s: float = 0.2,
                alive: Callable[[], None] | None = None) -> None:
     deadline = time.monotonic() + timeout_s
@@ -98,6 +129,7 @@ def wait_until(what: str, predicate: Callable[[], bool], timeout_s: float, inter
             return
         if alive is not None:
             alive()
+        check_watched()
         if time.monotonic() >= deadline:
             raise BenchError(f"timed out after {timeout_s:.0f} s waiting for {what}")
         time.sleep(interval_s)
@@ -284,7 +316,7 @@ def preload(bootstrap: str, topic: str, n: int, value_size: int, target: str, de
                 p.poll(0.05)
         if i % 1000 == 0:
             p.poll(0)
-    left = p.flush(300)
+    left = flush_watched(p, 300)
     if left or failed:
         raise BenchError(f"preload of {topic}: {left} unacknowledged, {len(failed)} failed ({failed[:1]})")
     last = wall_ms()

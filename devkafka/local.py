@@ -221,6 +221,18 @@ class LocalKafka:
                 return bool(self._container.get_wrapped_container().status == "running")
         return False
 
+    @property
+    def exited(self) -> int | None:
+        """The exit status of a broker JVM that ended by itself (a crash, its log directory
+        failed): not stopped, killed or restarted through this object. None while it runs, before
+        a start, in Docker mode, and while a stop or restart through this object is under way."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            return self._proc.poll() if self._proc is not None else None
+        finally:
+            self._lock.release()
+
     def describe(self) -> str:
         """One line for logs and test headers: how the broker runs and where to look."""
         if self._mode == "docker":

@@ -6,12 +6,16 @@ printed in the session header (``<pytest basetemp>/kafka0/broker.log``).
 
 from __future__ import annotations
 
+import os
+import signal
 import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench.cli import broker_exit
 from devkafka.local import LocalKafka
 
 pytestmark = pytest.mark.integration
@@ -160,3 +164,27 @@ def _watermarks(bootstrap: str, topic: str) -> tuple[int, int]:
     finally:
         consumer.close()
     return int(low), int(high)
+
+
+def test_exited_reports_a_broker_that_ended_by_itself(tmp_path: Path) -> None:
+    """``exited`` names a JVM that died on its own (what the bench's watch fails a run on), never
+    one stopped, killed or restarted through the object."""
+    broker = LocalKafka(port=0, data_dir=tmp_path / "kafka", prefer_docker=False)
+    try:
+        broker.start(timeout=120)
+        assert broker.exited is None
+        broker.kill()  # through the object: a deliberate crash, not a death to report
+        assert broker.exited is None
+        broker.start(timeout=120)
+        pid = broker.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)  # from outside, as a failed log directory or the OOM killer ends it
+        deadline = time.monotonic() + 30
+        while broker.exited is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert broker.exited == -signal.SIGKILL
+        why = broker_exit(broker)
+        assert why is not None and f"exited with status {-signal.SIGKILL}" in why and str(broker.log_path) in why
+    finally:
+        broker.close()
+    assert broker.exited is None
