@@ -12,9 +12,10 @@ Two ways to get the broker, picked at :meth:`LocalKafka.start`:
   ``KafkaContainer`` in KRaft mode on a fixed host port, so that a stop/start of the same
   container keeps its address; the bootstrap is what the container advertises (usually
   ``localhost:PORT``) and ``data_dir`` is unused (data lives in the container until close()).
-  Not exercised on machines without an engine.
+  Not exercised on machines without an engine (:mod:`devkafka.container`).
 * Jars (the fallback, and what CI here runs): the Apache Kafka jars fetched once with Maven
-  (:mod:`devkafka.jars`), started as ``java -cp 'DIR/*' kafka.Kafka server.properties``.
+  (:mod:`devkafka.jars`), started as ``java -cp 'DIR/*' kafka.Kafka server.properties``, a child
+  that dies with its owner (:mod:`devkafka.jvm`).
   The data directory holds everything, so a stop/start keeps every record::
 
       <data_dir>/server.properties   generated on each start (same ports on a restart)
@@ -38,10 +39,8 @@ from __future__ import annotations
 import atexit
 import base64
 import contextlib
-import hashlib
 import importlib
 import logging
-import os
 import shutil
 import signal
 import socket
@@ -55,17 +54,16 @@ import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import IO, Any
+from typing import Any
 
+from devkafka.container import DOCKER_IMAGE, docker_available, start_container, wait_container
 from devkafka.jars import ensure_kafka_jars, java_executable, kafka_version
+from devkafka.jvm import JvmProcess, log_tail
 from devkafka.secure import SecureBroker, SecureBrokerError
 
 __all__ = ["LocalKafka", "LocalKafkaError", "docker_available", "main_dev_kafka"]
 
 log = logging.getLogger(__name__)
-
-DOCKER_IMAGE = os.environ.get("KDS_KAFKA_IMAGE", "confluentinc/cp-kafka:7.6.0")
-"""Image for the Docker path (testcontainers' default; its KRaft support needs >= 7.0)."""
 
 HEAP_OPTS = ("-Xms128m", "-Xmx512m")
 JVM_OPTS = (
@@ -148,9 +146,7 @@ class LocalKafka:
         self._gc_log = gc_log  # the broker's GC pauses logged to ``gc_log_path`` (jars mode)
         self._lock = threading.RLock()
         self._mode: str | None = None  # "jars" | "docker", fixed at the first start
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._out: IO[bytes] | None = None
-        self._cds_pending: tuple[Path, Path] | None = None  # (dumped at JVM exit, final name)
+        self._jvm = JvmProcess()  # the broker JVM (jars mode)
         self._container: Any = None
         self._cluster_id: str | None = None
         self._jars_dir: Path | None = None
@@ -174,8 +170,7 @@ class LocalKafka:
     @property
     def pid(self) -> int | None:
         """PID of the broker JVM (jars mode, while running); None otherwise."""
-        proc = self._proc
-        return proc.pid if proc is not None and proc.poll() is None else None
+        return self._jvm.pid
 
     @property
     def port(self) -> int:
@@ -213,8 +208,8 @@ class LocalKafka:
     @property
     def running(self) -> bool:
         """True while the broker process (or container) is alive."""
-        if self._proc is not None:
-            return self._proc.poll() is None
+        if self._jvm.proc is not None:
+            return self._jvm.proc.poll() is None
         if self._container is not None:
             with contextlib.suppress(Exception):
                 self._container.get_wrapped_container().reload()
@@ -229,7 +224,7 @@ class LocalKafka:
         if not self._lock.acquire(blocking=False):
             return None
         try:
-            return self._proc.poll() if self._proc is not None else None
+            return self._jvm.poll()
         finally:
             self._lock.release()
 
@@ -239,6 +234,12 @@ class LocalKafka:
             return f"Kafka {DOCKER_IMAGE} (Docker) at {self._bootstrap}"
         where = f"at {self._bootstrap}, pid {self.pid}, log {self.log_path}"
         return f"Apache Kafka {self.kafka_version} (jars, KRaft) {where}"
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last ``lines`` lines of ``broker.out`` (the JVM's own output: a crash, a JVM
+        warning) and ``broker.log``, each under a header naming its file (jars mode; "" before the
+        first start or in Docker mode)."""
+        return log_tail(self._data_dir, lines) if self._data_dir is not None else ""
 
     def start(self, timeout: float = 90) -> str:
         """Start the broker (no-op if running); return the bootstrap once a client gets metadata."""
@@ -259,20 +260,7 @@ class LocalKafka:
                 with contextlib.suppress(Exception):
                     self._container.get_wrapped_container().stop(timeout=max(1, int(timeout)))
                 return
-            proc = self._proc
-            if proc is None:
-                return
-            graceful = False
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=timeout)
-                    graceful = True
-                except subprocess.TimeoutExpired:
-                    log.warning("local kafka pid %d ignored SIGTERM for %.0fs, killing", proc.pid, timeout)
-                    self._kill_proc(proc)
-            self._reap(graceful=graceful)
+            self._jvm.terminate(timeout)
 
     def kill(self) -> None:
         """SIGKILL: a crash, not a shutdown (the next start recovers the logs)."""
@@ -281,9 +269,7 @@ class LocalKafka:
                 with contextlib.suppress(Exception):
                     self._container.get_wrapped_container().kill()
                 return
-            if self._proc is not None:
-                self._kill_proc(self._proc)
-                self._reap()
+            self._jvm.kill()
 
     def restart(self, timeout: float = 90) -> str:
         """Stop gracefully, then start again on the same port and data directory."""
@@ -328,8 +314,7 @@ class LocalKafka:
         if self.secure is not None:
             self.secure.prepare(self._data_dir)
 
-        if self._proc is not None:  # it died on its own since the last start
-            self._reap()
+        self._jvm.reap()  # a JVM that died on its own since the last start
         auto_ports = self._requested_port == 0 and self._controller_port == 0
         attempts = 3 if auto_ports else 1
         for attempt in range(1, attempts + 1):
@@ -379,33 +364,13 @@ class LocalKafka:
         return [
             java_executable(),
             *jvm,
-            *self._cds_opts(dump=dump_cds),
+            *self._jvm.cds_opts(self._jars_dir, dump=dump_cds),
             f"-Dlog4j2.configurationFile={self._data_dir / 'log4j2.properties'}",
             f"-Dkafka.logs.dir={self._data_dir}",
             "-cp",
             f"{self._jars_dir}/*",
             *args,
         ]
-
-    def _cds_opts(self, dump: bool) -> list[str]:
-        """Class-data sharing: map the broker's thousands of classes from an archive, not the jars.
-
-        Saves 1-1.5 s of every start (about a third on a 2-core box; outage tests restart a lot).
-        The archive is dumped by the first broker that exits gracefully (``ArchiveClassesAtExit``)
-        and kept beside the jars, keyed by the Java build; a stale or unreadable archive only makes
-        the JVM print a warning to broker.out and start without it. ``KDS_KAFKA_CDS=0`` disables it.
-        """
-        if os.environ.get("KDS_KAFKA_CDS", "1") == "0" or self._jars_dir is None:
-            return []
-        archive = self._jars_dir / f"broker-{_java_key()}.jsa"
-        quiet = "-Xlog:cds*=error"  # dumping warns about every class it skips (old bytecode etc.)
-        if archive.is_file():
-            return [quiet, f"-XX:SharedArchiveFile={archive}"]
-        if not dump or not os.access(self._jars_dir, os.W_OK):
-            return []
-        tmp = self._jars_dir / f".{archive.name}.{os.getpid()}-{id(self)}.tmp"
-        self._cds_pending = (tmp, archive)
-        return [quiet, f"-XX:ArchiveClassesAtExit={tmp}"]
 
     def _format_storage(self, deadline: float) -> None:
         """``kafka-storage format`` once per data dir; afterwards the cluster id is read back."""
@@ -447,49 +412,34 @@ class LocalKafka:
     def _launch_and_wait(self, deadline: float) -> str:
         assert self._data_dir is not None
         bootstrap = f"127.0.0.1:{self._port}"
-        self._out = open(self._data_dir / "broker.out", "ab")  # noqa: SIM115 - lives as long as the JVM
-        self._out.write(f"\n=== start {time.strftime('%Y-%m-%d %H:%M:%S')} ===\n".encode())
-        self._out.flush()
         started = time.monotonic()
         # ZGC logs its pauses as phases
         what = "gc,gc+phases" if self._gc == "zgc" else "gc"
         gc = [f"-Xlog:{what}:file={self._data_dir / 'gc.log'}:time,uptime"] if self._gc_log else []
         cmd = self._java_cmd(*gc, "kafka.Kafka", str(self._data_dir / "server.properties"), dump_cds=True)
-        self._proc = subprocess.Popen(
-            _die_with_parent_prefix() + cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=self._out,
-            stderr=subprocess.STDOUT,
-            cwd=self._data_dir,
-            # Own session: a Ctrl-C in the terminal reaches us (we stop the broker gracefully),
-            # not the JVM directly.
-            start_new_session=True,
-        )
-        log.info("local kafka: pid %d starting on %s (data %s)", self._proc.pid, bootstrap, self._data_dir)
+        proc = self._jvm.launch(cmd, self._data_dir)
+        log.info("local kafka: pid %d starting on %s (data %s)", proc.pid, bootstrap, self._data_dir)
         try:
-            self._wait_ready(bootstrap, deadline)
+            self._wait_ready(proc, bootstrap, deadline)
         except BaseException:
-            self._kill_proc(self._proc)
-            self._reap()
+            self._jvm.kill()
             raise
         self.last_start_seconds = time.monotonic() - started
         self._bootstrap = bootstrap
         log.info("local kafka: ready on %s in %.1fs", bootstrap, self.last_start_seconds)
         return bootstrap
 
-    def _wait_ready(self, bootstrap: str, deadline: float) -> None:
-        proc = self._proc
-        assert proc is not None
+    def _wait_ready(self, proc: subprocess.Popen[bytes], bootstrap: str, deadline: float) -> None:
         admin: Any = None
         last_error = "port not open yet"
         while True:
             code = proc.poll()
             if code is not None:
-                raise LocalKafkaError(f"broker exited with code {code} during start\n{self._log_tail()}")
+                raise LocalKafkaError(f"broker exited with code {code} during start\n{self.log_tail()}")
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise LocalKafkaError(
-                    f"broker not ready on {bootstrap} within the start timeout ({last_error})\n" + self._log_tail()
+                    f"broker not ready on {bootstrap} within the start timeout ({last_error})\n" + self.log_tail()
                 )
             if _port_accepts(self._port):
                 if admin is None:
@@ -509,79 +459,21 @@ class LocalKafka:
                     last_error = f"metadata without broker {_NODE_ID}"
             time.sleep(0.2)
 
-    def _log_tail(self, lines: int = 40) -> str:
-        if self._data_dir is None:
-            return ""
-        parts = []
-        for name in ("broker.out", "broker.log"):
-            path = self._data_dir / name
-            with contextlib.suppress(OSError), open(path, "rb") as fh:
-                fh.seek(max(0, fh.seek(0, os.SEEK_END) - 256 * 1024))
-                text = fh.read().decode("utf-8", errors="replace").splitlines()[-lines:]
-                if text:
-                    parts.append(f"--- {path} (last {len(text)} lines) ---\n" + "\n".join(text))
-        return "\n".join(parts)
-
-    def _kill_proc(self, proc: subprocess.Popen[bytes]) -> None:
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=30)
-
-    def _reap(self, graceful: bool = False) -> None:
-        """Forget the exited JVM; adopt its class-data archive only after a clean stop()."""
-        self._proc = None
-        pending, self._cds_pending = self._cds_pending, None
-        if pending is not None:
-            tmp, archive = pending
-            # A JVM that was killed or crashed may have left a half-written archive.
-            with contextlib.suppress(OSError):
-                if graceful and tmp.stat().st_size > 0:
-                    os.replace(tmp, archive)
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-        if self._out is not None:
-            self._out.close()
-            self._out = None
-
     # ----------------------------------------------------------------------------------------------
     # docker mode (testcontainers)
 
     def _start_docker(self, timeout: float) -> str:
         started = time.monotonic()
-        deadline = started + timeout
-        if self._container is None:
-            community = importlib.import_module("testcontainers.community.kafka")
-            if self._port == 0:
-                self._port = _free_port()
-            container = community.KafkaContainer(image=DOCKER_IMAGE).with_kraft()
-            # A fixed host port: the advertised listener (host:port) then survives stop/start.
-            container.with_bind_ports(container.port, self._port)
-            env = {**BROKER_SETTINGS, **self._extra_config}
-            for key, value in env.items():
-                container.with_env("KAFKA_" + key.upper().replace(".", "_"), value)
-            container.start(timeout=int(timeout))
-            self._container = container
-        else:  # restart after stop(): same container, same volume, same port
-            self._container.get_wrapped_container().start()
-        # What the container advertises (usually localhost:PORT); clients follow that anyway.
-        bootstrap = str(self._container.get_bootstrap_server())
-        admin = _admin_client(bootstrap, {})
-        last_error = "no brokers in metadata"
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise LocalKafkaError(f"Kafka container not ready on {bootstrap}: {last_error}")
-            try:
-                md = admin.list_topics(timeout=max(1.0, min(10.0, remaining)))
-            except Exception as exc:
-                last_error = str(exc)
-            else:
-                if md.brokers:
-                    self._cluster_id = md.cluster_id
-                    break
-            time.sleep(0.5)
+        if self._container is None and self._port == 0:
+            self._port = _free_port()
+        settings = {**BROKER_SETTINGS, **self._extra_config}
+        self._container = start_container(self._container, self._port, settings, timeout)
+        try:
+            bootstrap, self._cluster_id = wait_container(
+                self._container, started + timeout, lambda b: _admin_client(b, {})
+            )
+        except TimeoutError as exc:
+            raise LocalKafkaError(str(exc)) from exc
         self.last_start_seconds = time.monotonic() - started
         self._bootstrap = bootstrap
         return bootstrap
@@ -589,19 +481,6 @@ class LocalKafka:
 
 # --------------------------------------------------------------------------------------------------
 # helpers
-
-
-def docker_available(timeout: float = 3.0) -> bool:
-    """True when a Docker engine answers a ping (the docker SDK comes with testcontainers)."""
-    try:
-        docker = importlib.import_module("docker")
-        client = docker.from_env(timeout=timeout)
-        try:
-            return bool(client.ping())
-        finally:
-            client.close()
-    except Exception:
-        return False
 
 
 def _admin_client(bootstrap: str, security: Mapping[str, str]) -> Any:
@@ -618,17 +497,6 @@ def _admin_client(bootstrap: str, security: Mapping[str, str]) -> Any:
             "error_cb": lambda err: quiet.debug("admin error during start: %s", err),
         }
     )
-
-
-def _java_key() -> str:
-    """Short id of the Java build (a CDS archive only fits the JVM that wrote it)."""
-    java = Path(java_executable()).resolve()
-    try:
-        st = java.stat()
-        ident = f"{java}:{st.st_size}:{st.st_mtime_ns}"
-    except OSError:
-        ident = str(java)
-    return hashlib.sha1(ident.encode()).hexdigest()[:10]
 
 
 def _free_port(avoid: set[int] | None = None) -> int:
@@ -711,21 +579,6 @@ logger.state.level = WARN
 """
 
 
-def _die_with_parent_prefix() -> list[str]:
-    """``setpriv --pdeathsig TERM``: the kernel SIGTERMs the JVM when we die (even by SIGKILL).
-
-    So a killed test session or ``delay-sidecar run`` never leaves an orphan broker holding its
-    port. util-linux's setpriv instead of a ``preexec_fn`` calling prctl, which is unsafe in a
-    process with threads (librdkafka's). PR_SET_PDEATHSIG fires when the *thread* that forked
-    exits, hence only from the main thread (a start() from a short-lived worker thread would kill
-    the broker when that thread ends); elsewhere the atexit hook is the only safety net.
-    """
-    if threading.current_thread() is not threading.main_thread() or not sys.platform.startswith("linux"):
-        return []
-    setpriv = shutil.which("setpriv")
-    return [setpriv, "--pdeathsig", "TERM", "--"] if setpriv else []
-
-
 @atexit.register
 def _stop_all() -> None:
     """Interpreter exit: stop brokers still running so no JVM outlives a test session."""
@@ -765,7 +618,7 @@ def main_dev_kafka(port: int, data_dir: Path | None, secure: SecureBroker | None
             print(secure.describe_users(), flush=True)
         while not stop.wait(1.0):
             if not kafka.running:
-                print(f"dev-kafka: broker died\n{kafka._log_tail()}", file=sys.stderr, flush=True)
+                print(f"dev-kafka: broker died\n{kafka.log_tail()}", file=sys.stderr, flush=True)
                 return 1
         print("dev-kafka: stopping", file=sys.stderr, flush=True)
         return 0
