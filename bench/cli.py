@@ -218,11 +218,7 @@ def broker_exit(broker: LocalKafka) -> str | None:
     code = broker.exited
     if code is None:
         return None
-    tail = ""
-    if broker.log_path is not None:
-        with contextlib.suppress(OSError):
-            tail = "\n".join(broker.log_path.read_text(errors="replace").splitlines()[-3:])
-    return f"the bench's broker exited with status {code} (log {broker.log_path}):\n{tail}"
+    return f"the bench's broker exited with status {code} (log {broker.log_path}):\n{broker.log_tail(5)}"
 
 
 def byte_compile() -> None:
