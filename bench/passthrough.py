@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
-from bench.workload import CONSUME_BATCH, DELIVERY_PRODUCER, INGRESS_CONSUMER, MAX_IN_FLIGHT
+from bench.workload import CONSUME_BATCH, DELIVERY_PRODUCER, INGRESS_CONSUMER, MAX_IN_FLIGHT, rdkafka_value
 from devkafka.jars import cache_root
 
 
@@ -99,7 +99,7 @@ class NativeProduce:
             raise SystemExit(f"python -m bench.passthrough --native-produce: {e} in {built} "
                              "(scripts/setup.d/80-native-forward.sh builds it)") from None
         self.hf, self.state = hybrid_forward, state
-        self.hf.init({k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in conf.items()}, target)
+        self.hf.init({k: rdkafka_value(v) for k, v in conf.items()}, target)
 
     def forward(self, batch: list[Message], pos: int, positions: dict[int, int]) -> int:
         j: int = self.hf.produce(batch, pos, MAX_IN_FLIGHT)

@@ -921,6 +921,12 @@ class ScriptProc(LogProc):
         return ev
 
 
+def rdkafka_value(v: Any) -> str:
+    """A client setting as librdkafka's C API takes it (a string): Python's bools as ``true`` /
+    ``false``, which confluent_kafka converts on its own but a C caller must be given."""
+    return ("true" if v else "false") if isinstance(v, bool) else str(v)
+
+
 def passthrough_cmd(args: list[str]) -> list[str] | None:
     """The passthrough's command when ``KDS_BENCH_PASSTHROUGH`` names another one (``native-forward``,
     the loop in C, or ``python -m bench.passthrough --native-produce``; docs/benchmarks.md): it
@@ -931,8 +937,7 @@ def passthrough_cmd(args: list[str]) -> list[str] | None:
         return None
 
     def kv(flag: str, conf: dict[str, Any]) -> list[str]:
-        return [a for k, v in conf.items()
-                for a in (flag, f"{k}={str(v).lower() if isinstance(v, bool) else v}")]
+        return [a for k, v in conf.items() for a in (flag, f"{k}={rdkafka_value(v)}")]
 
     return [*shlex.split(native), *args, *kv("-P", DELIVERY_PRODUCER), *kv("-C", INGRESS_CONSUMER)]
 

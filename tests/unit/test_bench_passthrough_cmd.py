@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.workload import DELIVERY_PRODUCER, INGRESS_CONSUMER, PASSTHROUGH_ENV, passthrough_cmd
+from bench.workload import DELIVERY_PRODUCER, INGRESS_CONSUMER, PASSTHROUGH_ENV, passthrough_cmd, rdkafka_value
 
 ARGS = ["--bootstrap", "b:9092", "--source", "in", "--target", "out", "--count", "5", "--group", "g"]
 
@@ -30,3 +30,9 @@ def test_the_command_gets_the_args_and_every_client_setting(monkeypatch: pytest.
     assert consumer.keys() == INGRESS_CONSUMER.keys()
     # librdkafka takes booleans as true / false, not Python's True / False
     assert ("-P", "enable.idempotence=true") in pairs and consumer["enable.auto.commit"] == "false"
+
+
+def test_rdkafka_value_spells_booleans_as_librdkafka_does_and_nothing_else() -> None:
+    assert [rdkafka_value(v) for v in (True, False, 1, 0, 5.5, "lz4", "True")] == [
+        "true", "false", "1", "0", "5.5", "lz4", "True"
+    ]
