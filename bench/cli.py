@@ -81,6 +81,7 @@ from bench.workload import (
     BenchError,
     SidecarProc,
     delete_topics,
+    disk_low,
     kafka_ready,
     log,
     stop_all,
@@ -237,6 +238,12 @@ def bench_main(argv: list[str]) -> int:
     own_workdir = ns.workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="delay-sidecar-bench-")) if own_workdir else Path(ns.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
+    low = disk_low(workdir)
+    if low is not None:
+        if own_workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+        print(f"delay-sidecar bench: {low}", file=sys.stderr)
+        return 2
     previous = signal.signal(signal.SIGTERM, _on_term)
     broker: LocalKafka | None = None
     bench: Bench | None = None
@@ -249,6 +256,7 @@ def bench_main(argv: list[str]) -> int:
     }
     failed = False
     try:
+        watch(functools.partial(disk_low, workdir))
         bootstrap = ns.bootstrap_servers
         needs_broker = any(name not in NO_BROKER for name in ns.names)
         if bootstrap is None and needs_broker:

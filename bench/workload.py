@@ -100,6 +100,25 @@ def watch(check: Callable[[], str | None]) -> None:
     _WATCHED.append(check)
 
 
+MIN_FREE_BYTES = 1 << 30
+"""The free space under the work directory below which the bench stops (:func:`disk_low`)."""
+
+
+def disk_low(path: Path, min_free: int = MIN_FREE_BYTES) -> str | None:
+    """Why the bench must stop, when the file system holding ``path`` has less than ``min_free``
+    bytes free; None otherwise (or when it cannot be read). A broker, a peer or a sidecar whose
+    disk fills fails in ways that hide the cause (a broker exits on its log directory, a store
+    refuses a segment), after the run has already spent its time: the bench names it first."""
+    try:
+        free = shutil.disk_usage(path).free
+    except OSError:
+        return None
+    if free >= min_free:
+        return None
+    return (f"{free / 2**20:,.0f} MiB free on the file system of {path}, under the bench's "
+            f"{min_free / 2**30:g} GiB: free some space, or give --workdir on a larger one")
+
+
 def unwatch_all() -> None:
     _WATCHED.clear()
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import cast
 
 import pytest
 from confluent_kafka import Producer
 
-from bench.workload import BenchError, flush_watched, unwatch_all, wait_until, watch
+import bench.cli as bench_cli
+from bench.workload import BenchError, disk_low, flush_watched, unwatch_all, wait_until, watch
 
 
 @pytest.fixture(autouse=True)
@@ -55,3 +58,21 @@ def test_the_preload_flush_stops_on_the_watch() -> None:
     with pytest.raises(BenchError, match="gone"):
         flush_watched(cast(Producer, stuck), 300)
     assert stuck.calls - calls == 1
+
+
+def test_disk_low_names_the_file_system_and_the_way_out(tmp_path: Path) -> None:
+    assert disk_low(tmp_path, min_free=0) is None
+    why = disk_low(tmp_path, min_free=1 << 62)
+    assert why is not None and str(tmp_path) in why and "--workdir" in why and "MiB free" in why
+    assert disk_low(tmp_path / "gone", min_free=1 << 62) is None  # unreadable: not the bench's call
+
+
+def test_the_bench_refuses_to_start_on_a_full_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(bench_cli, "disk_low", functools.partial(disk_low, min_free=1 << 62))
+    out = tmp_path / "report.json"
+    rc = bench_cli.bench_main(["throughput", "--json", str(out), "--workdir", str(tmp_path / "w")])
+    assert rc == 2 and not out.exists()
+    assert "GiB: free some space" in capsys.readouterr().err
+    assert (tmp_path / "w").is_dir(), "an explicit --workdir is the caller's, never removed"
