@@ -56,12 +56,15 @@ def new_app_id() -> str:
     return f"kds-streams-peer-{uid()}"
 
 
-def java_cmd(jvm_opts: list[str] | None, warm_up: tuple[str, int] | None, *args: str) -> list[str]:
+def java_cmd(jvm_opts: list[str] | None, warm_up: tuple[str, int] | None, tmp_dir: Path, *args: str) -> list[str]:
     """``java`` running StreamsPeer with ``args``; ``warm_up``: (topic, records) the JVM runs the
-    topology on first (StreamsPeer's warm-up)."""
+    topology on first (StreamsPeer's warm-up). ``tmp_dir`` is its ``java.io.tmpdir``: RocksDB's
+    JNI loader copies its 14.5 MB library there at every start and removes it only at a normal
+    exit, so each SIGKILL (the restart figure, the crash test) left one in /tmp; in the process's
+    own directory it goes with the work directory."""
     lib = home()
-    cmd = ["java", *JVM_OPTS, *(jvm_opts or []), "-cp", f"{lib / 'lib'}/*:{lib / 'streams-peer.jar'}", MAIN_CLASS,
-           *args]
+    cmd = ["java", *JVM_OPTS, *(jvm_opts or []), f"-Djava.io.tmpdir={tmp_dir}", "-cp",
+           f"{lib / 'lib'}/*:{lib / 'streams-peer.jar'}", MAIN_CLASS, *args]
     if warm_up is not None:
         cmd += ["--warm-up-ingress", warm_up[0], "--warm-up-records", str(warm_up[1])]
     return cmd
@@ -85,11 +88,13 @@ class StreamsPeerProc(LogProc):
         name = f"streams-peer{'-' + tag if tag else ''}-{uid()}"
         super().__init__(name, workdir / f"{name}.log")
         self.state_dir = workdir / f"{name}.state"
-        self.cmd = java_cmd(jvm_opts, warm_up, "--bootstrap", bootstrap, "--ingress", ingress,
+        self.tmp_dir = workdir / f"{name}.tmp"
+        self.cmd = java_cmd(jvm_opts, warm_up, self.tmp_dir, "--bootstrap", bootstrap, "--ingress", ingress,
                             "--application-id", self.app_id, "--state-dir", str(self.state_dir),
                             "--punctuate-ms", str(punctuate_ms))
 
     def start(self) -> None:
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
         self._spawn(self.cmd)
 
     def finish(self, timeout_s: float = 90) -> dict[str, Any]:
@@ -116,13 +121,15 @@ class StreamsPeerHost(LogProc):
         name = f"streams-host{'-' + tag if tag else ''}-{uid()}"
         super().__init__(name, workdir / f"{name}.log")
         self.state_dir = workdir / f"{name}.state"
-        self.cmd = java_cmd(jvm_opts, warm_up, "--serve", "true", "--bootstrap", bootstrap,
+        self.tmp_dir = workdir / f"{name}.tmp"
+        self.cmd = java_cmd(jvm_opts, warm_up, self.tmp_dir, "--serve", "true", "--bootstrap", bootstrap,
                             "--application-id", self.app_id, "--state-dir", str(self.state_dir),
                             "--punctuate-ms", str(punctuate_ms))
         self.current: HostedApp | None = None
 
     def start(self, timeout_s: float) -> None:
         """Start the JVM and wait until it serves (its warm-up done)."""
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
         self._spawn(self.cmd, stdin_pipe=True)
         self.wait_event("serving", timeout_s)
 

@@ -124,6 +124,8 @@ def test_a_crash_keeps_the_stores_and_the_restart_delivers_once(tmp_path: Path, 
             time.sleep(0.2)
         assert total_records(kafka_bootstrap, store) >= len(due), "the records were not stored before the kill"
         proc.stop(signal.SIGKILL, 30)
+        # what the killed JVM could not remove is in its own directory, not in /tmp
+        assert [f.name[:13] for f in proc.tmp_dir.iterdir()] == ["librocksdbjni"]
         proc.start()
         proc.wait_event("ready", 90)
         got = consume_until(kafka_bootstrap, [target], 200, timeout_s=60, settle_s=1.0)
