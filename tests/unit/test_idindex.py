@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from structlog.testing import capture_logs
 
 from sidecar.store import idgrowth, idjournal, idpass
 from sidecar.store import idindex as idindex_mod
@@ -379,6 +380,26 @@ def test_a_slow_pass_grows_the_stage_and_loses_nothing(tmp_path: Path) -> None:
         assert ix.find(10_000 + i * 7919) == [i + 1]
     _settle(ix, 2)
     assert ix.table_live == stage
+    ix.close()
+
+
+def test_a_grown_stage_warns_only_once_it_is_as_large_as_the_table(tmp_path: Path) -> None:
+    """A pass outrun by a burst doubles the stage at info; the doubling that makes the stage as
+    large as the table (the index's memory doubled: passes behind for long) is the warning."""
+    ix = _open(tmp_path, cap=1 << 15)
+    ix.growth.cut(force=True)  # a pass that never finishes
+    assert ix.gen is not None and ix.gen.stage.cap < ix.cap
+    n = 0
+    with capture_logs() as logs:
+        while ix.gen.stage.cap < ix.cap:
+            ix.put(50_000 + n * 7919, n + 1)
+            n += 1
+    grown = [(e["log_level"], e["capacity"], e["table_capacity"]) for e in logs if e["event"] == "ids.stage_grown"]
+    assert len(grown) >= 2, grown
+    assert {level for level, cap, table in grown[:-1]} == {"info"} and all(cap < table for _l, cap, table in grown[:-1])
+    assert grown[-1] == ("warning", ix.cap, ix.cap)
+    assert [cap for _l, cap, _t in grown] == [grown[0][1] << k for k in range(len(grown))]
+    assert all(ix.find(50_000 + i * 7919) == [i + 1] for i in range(n))
     ix.close()
 
 
