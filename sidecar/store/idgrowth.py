@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 from sidecar import logs
 from sidecar.store.idpass import WORKERS, Pass
 from sidecar.store.idslot import CUT_MIN
+from sidecar.store.idstage import doubled
 
 if TYPE_CHECKING:
     from sidecar.store.idindex import Gen, IdIndex
@@ -131,6 +132,26 @@ class Growth:
         ix.seal(cut_ops(ix.cap) * (4 if grow else 1), gen.ops >= cut_ops(ix.cap), self.now_ms)
         self._start(gen, grow)
         return gen.ops
+
+    def room(self, gen: Gen) -> Gen:
+        """The open generation with room in its stage, ``gen``'s being full: cut it if no pass
+        runs, else (the pass is slower than the inserts) double its stage in memory."""
+        ix = self.ix
+        self.poll()
+        if self.running is None and self.cut(force=True):
+            assert ix.gen is not None
+            return ix.gen
+        gen.stage = big = doubled(gen.stage, ix.native)
+        # A burst of inserts outruns a pass now and then (a 1M-record fill at 150k/s doubled a
+        # stage 7 times): routine, and the memory is small beside the table's. A stage as large as
+        # the table doubles the index's memory: the passes fall behind for long (a slow volume).
+        behind = big.cap >= ix.cap
+        (log.warning if behind else log.info)(
+            "ids.stage_grown", capacity=big.cap, live=big.live, table_capacity=ix.cap,
+            detail="the id index's merge passes fall behind the inserts" + (
+                ": its in-memory stage is as large as its table; check the volume's latency" if behind else ""),
+        )
+        return gen
 
     def _size(self, gen: Gen) -> int:
         """The capacity the table is rebuilt at before ``gen`` is merged into it (0: merged in

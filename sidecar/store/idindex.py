@@ -95,7 +95,6 @@ bits hold the cancel's time (epoch ms) so it can expire after the cancel horizon
 
 from __future__ import annotations
 
-import contextlib
 import mmap
 import os
 from collections.abc import Iterator
@@ -132,6 +131,7 @@ from sidecar.store.idslot import (
     TOMB,
     VERSION,
 )
+from sidecar.store.idstage import Stage, unmap
 from sidecar.store.intake_layout import Common
 from sidecar.store.mapped import (
     HEADER,
@@ -160,35 +160,6 @@ def _header(path: Path) -> tuple[int, int]:
     _m, ver, _hs, _ga, _gb, base, _r, _crc = HEADER.unpack(head)
     return int(ver), int(base)
 
-
-
-class Stage:
-    """A table in anonymous memory with the on-disk slot layout (a zero header first, so every
-    probe takes the same arguments as on a file). Pages are allocated as they are written, or
-    ahead of that by the page thread (``IdIndex._new_gen``)."""
-
-    def __init__(self, cap: int) -> None:
-        self.cap, self.mask = cap, cap - 1
-        self.mm = mmap.mmap(-1, HEADER_SIZE + cap * SLOT_SIZE)
-        self.buf = memoryview(self.mm)
-        self.live = self.tombs = 0
-
-    def close(self, pages: PageWorker | None = None) -> None:
-        self.buf.release()
-        unmap(self.mm, pages)
-        del self.mm  # the page thread's request holds the last reference: unmapped there
-
-
-def unmap(mm: mmap.mmap, pages: PageWorker | None) -> None:
-    """Unmap anonymous memory (a stage, a table's tags): on the page thread where there is one.
-    On the loop, the munmap of a stage of tens of MiB waited for the process's mmap_lock and freed
-    the pages there: index steps of 9-45 ms in the 100M ``scale`` bench scenario. The page thread's
-    request holds the last reference: it unmaps it once done (``PageWorker.drop``)."""
-    if pages is not None and pages.drops:
-        pages.drop([(mm, 0, len(mm))])
-        return
-    with contextlib.suppress(BufferError):  # the page thread faulting it in: unmapped when done
-        mm.close()
 
 
 @dataclass
@@ -449,37 +420,14 @@ class IdIndex:
             self._shadow.pop((h, ref), None)
 
     def _room(self) -> Gen:
-        """The open generation, with room in its stage for one more entry: cut if it is full and
-        no pass runs, else (the pass is slower than the inserts) grow the stage in memory."""
+        """The open generation, with room in its stage for one more entry (``Growth.room`` when
+        the stage is full)."""
         gen = self.gen
         assert gen is not None
         st = gen.stage
         if (st.live + st.tombs + 1) * 2 <= st.cap:
             return gen
-        growth = self.growth
-        growth.poll()
-        if growth.running is None and growth.cut(force=True):
-            gen = self.gen
-            assert gen is not None
-            return gen
-        big = Stage(st.cap * 2)
-        if self.native:
-            _native.idx_copy(st.buf, big.buf, HEADER_SIZE, 0, st.cap, big.mask)
-        else:
-            py_copy(st.buf, big.buf, 0, st.cap, big.mask)
-        big.live = st.live
-        st.close()
-        gen.stage = big
-        # A burst of inserts outruns a pass now and then (a 1M-record fill at 150k/s doubled a
-        # stage 7 times): routine, and the memory is small beside the table's. A stage as large as
-        # the table doubles the index's memory: the passes fall behind for long (a slow volume).
-        behind = big.cap >= self.cap
-        (log.warning if behind else log.info)(
-            "ids.stage_grown", capacity=big.cap, live=big.live, table_capacity=self.cap,
-            detail="the id index's merge passes fall behind the inserts" + (
-                ": its in-memory stage is as large as its table; check the volume's latency" if behind else ""),
-        )
-        return gen
+        return self.growth.room(gen)
 
     def remove(self, h: int, ref: int) -> None:
         """Remove (h, ref): from the open stage at once, from the sealed stage and the table by a
