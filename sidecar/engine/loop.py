@@ -75,9 +75,10 @@ from sidecar.engine.handover import Handover
 from sidecar.engine.history import HistoryWriter
 from sidecar.engine.identity import DataDirLock, instance_id
 from sidecar.engine.ingress import Ingress
-from sidecar.engine.kafka_io import Clients, ConfluentClients, KafkaIO
+from sidecar.engine.kafka_io import Clients, KafkaIO
 from sidecar.engine.listing import Listing
 from sidecar.engine.lookup import Lookup
+from sidecar.engine.native_client import clients_for
 from sidecar.engine.opening import StoreOpener
 from sidecar.engine.ownership import Ownership
 from sidecar.engine.page_waits import PAGE_WAIT_POLL_S, PageWaits
@@ -149,7 +150,7 @@ class Sidecar:
         ) for t in tenants}
         self.rules = next(iter(self.tenant_rules.values()))  # the first tenant's (the only one without tenants)
         self.make_scheduler = make_scheduler_factory(settings)
-        clients = clients if clients is not None else ConfluentClients()
+        clients = clients if clients is not None else clients_for(settings.producer)
         self.kafka = KafkaIO(settings, clients, self)
         self.kafka.refusals.health = health  # /readyz names why Kafka refuses the sidecar (refusals.py)
         self.pub = Publishing(settings, self.counts.loop, self.stores, self.clock, clients.produce_errors,

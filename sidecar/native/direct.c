@@ -293,13 +293,5 @@ done:
 int kds_direct_init(PyObject *m) {
     PyTypeObject *types[] = {&DirectPortType, &DirectDeliveryType};
     const char *names[] = {"DirectPort", "DirectDelivery"};
-    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
-        if (PyType_Ready(types[k]) < 0) return -1;
-        Py_INCREF(types[k]);
-        if (PyModule_AddObject(m, names[k], (PyObject *)types[k]) < 0) {
-            Py_DECREF(types[k]);
-            return -1;
-        }
-    }
-    return 0;
+    return kds_add_types(m, types, names, sizeof types / sizeof types[0]);
 }

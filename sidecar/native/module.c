@@ -28,6 +28,7 @@
  *   mirror.c   MirrorReport, the changelog writes    (sidecar/engine/changelog.py StoreMirror)
  *   direct.c   DirectPort, DirectDelivery: due on arrival, published from the intake (engine/direct.py)
  *   firing.c   a delay.every schedule's firing        (sidecar/store/firings.py)
+ *   producer.c NativeProducer: librdkafka's producer bound at run time (rdk.h; engine/native_client.py)
  *   module.c   this file: the module and its init
  * Byte layouts are documented where the Python twins live; the C code follows them byte for byte.
  * Their sizes, states and flags are declared once, in sidecar/store/native_layouts.py, which
@@ -69,6 +70,18 @@ static int add_names(PyObject *m, const char *attr, const NameValue *names, size
     return 0;
 }
 
+int kds_add_types(PyObject *m, PyTypeObject **types, const char **names, size_t n) {
+    for (size_t k = 0; k < n; k++) {
+        if (PyType_Ready(types[k]) < 0) return -1;
+        Py_INCREF(types[k]);
+        if (PyModule_AddObject(m, names[k], (PyObject *)types[k]) < 0) {
+            Py_DECREF(types[k]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "sidecar._native",
                                        "The hot path's per-record loops in C (see sidecar/native/module.c).", -1,
                                        NULL};
@@ -86,7 +99,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     PyMethodDef *tables[] = {kds_codec_methods, kds_hash_methods, kds_idindex_methods, kds_merge_methods, kds_pages_methods,
                              kds_parse_methods,
                              kds_wheel_methods, kds_levels_methods, kds_intake_methods, kds_publish_methods,
-                             kds_mirror_methods, kds_firing_methods};
+                             kds_mirror_methods, kds_firing_methods, kds_producer_methods};
     for (size_t k = 0; k < sizeof tables / sizeof tables[0]; k++)
         if (PyModule_AddFunctions(m, tables[k]) < 0) goto fail;
     Py_INCREF(&kds_RecordType);
@@ -97,6 +110,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (kds_publish_init(m) < 0) goto fail;
     if (kds_mirror_init(m) < 0) goto fail;
     if (kds_direct_init(m) < 0) goto fail;
+    if (kds_producer_init(m) < 0) goto fail;
 #define KDS_ADD_ARGS_TYPE(name) \
     if (PyType_Ready(&kds_##name##Type) < 0) goto fail; \
     Py_INCREF(&kds_##name##Type); \

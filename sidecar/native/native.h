@@ -181,6 +181,11 @@ extern PyMethodDef kds_wheel_methods[];                    /* wl_* */
 #define LV_IDX_MASK ((1LL << LV_IDX_BITS) - 1)
 extern PyMethodDef kds_levels_methods[]; /* lv_due, lv_ack */
 
+/* -- module.c --------------------------------------------------------------------------------- */
+
+/* each of types readied and added to module m under its name: 0, or -1 with an error set */
+int kds_add_types(PyObject *m, PyTypeObject **types, const char **names, size_t n);
+
 /* -- intake.c: the intake fast path (store/intake.py ingest_many) ------------------------------ */
 
 /* the Message accessors ingest_run calls, in this order */
@@ -201,6 +206,15 @@ int kds_pub_refused(PyObject *pub);                               /* 1: the erro
 int kds_pub_plain(PyObject *pub, PyObject *key, PyObject *store); /* 1: a success report is plain */
 /* a delivered record's lateness (msg's timestamp - due) into lateness, counted early when negative */
 int kds_pub_lateness(PyObject *pub, PyObject *msg, long long due, PyObject *lateness);
+
+/* the NativeProducer's shortcut for a Delivery's report (producer.c) */
+int kds_is_delivery(PyObject *o);               /* 1: o is a publish_due Delivery */
+int kds_delivery_ok(PyObject *d, long long ts); /* its success at ts: 1 taken, 0 not plain, -1 error */
+
+/* -- producer.c: NativeProducer, librdkafka bound at run time (rdk.h) ------------------------- */
+
+int kds_producer_init(PyObject *m);        /* NativeProducer, DeliveryReport */
+extern PyMethodDef kds_producer_methods[]; /* rdk_bind */
 
 /* -- direct.c: records due on arrival published from the intake (engine/direct.py) ------------ */
 

@@ -240,19 +240,9 @@ static PyTypeObject PublisherType = {
     .tp_methods = Publisher_methods,
 };
 
-/* A delivered record's lateness (its timestamp - its due time) into `lateness` (a list), and
+/* A record delivered at t (ms): its lateness (t - its due time) into `lateness` (a list), and
  * counters.early += 1 when it is negative: 0, or -1 with an error set. */
-static int report_lateness(PublishStateObject *ps, PyObject *msg, long long due, PyObject *lateness) {
-    PyObject *ts = kds_msg_call(msg, M_TIMESTAMP); /* the delivered Message is the consumed ones' type */
-    if (!ts) return -1;
-    long long t = -1;
-    if (PyTuple_Check(ts) && PyTuple_GET_SIZE(ts) == 2) {
-        t = PyLong_AsLongLong(PyTuple_GET_ITEM(ts, 1));
-    } else {
-        PyErr_SetString(PyExc_TypeError, "msg.timestamp() is not a (type, ms) pair");
-    }
-    Py_DECREF(ts);
-    if (t == -1 && PyErr_Occurred()) return -1;
+static int lateness_at(PublishStateObject *ps, long long t, long long due, PyObject *lateness) {
     if (t - due < 0) {
         PyObject *counters = ps_field(ps->counters, "counters");
         if (!counters) return -1;
@@ -275,6 +265,52 @@ static int report_lateness(PublishStateObject *ps, PyObject *msg, long long due,
     return rc;
 }
 
+/* the same, t read from the delivered Message (the consumed ones' type, or a DeliveryReport) */
+static int report_lateness(PublishStateObject *ps, PyObject *msg, long long due, PyObject *lateness) {
+    PyObject *ts = kds_msg_call(msg, M_TIMESTAMP);
+    if (!ts) return -1;
+    long long t = -1;
+    if (PyTuple_Check(ts) && PyTuple_GET_SIZE(ts) == 2) {
+        t = PyLong_AsLongLong(PyTuple_GET_ITEM(ts, 1));
+    } else {
+        PyErr_SetString(PyExc_TypeError, "msg.timestamp() is not a (type, ms) pair");
+    }
+    Py_DECREF(ts);
+    if (t == -1 && PyErr_Occurred()) return -1;
+    return lateness_at(ps, t, due, lateness);
+}
+
+/* 1: a success report of d is plain (no target troubled, the broker up, d's store still the
+ * stores map's), 0: the reference decides, -1: error */
+static int delivery_plain(DeliveryObject *d) {
+    PublishStateObject *ps = d->pub->state;
+    PyObject *troubled = ps_field(ps->troubled, "troubled");
+    if (!troubled) return -1;
+    PyObject *stores = ps_field(ps->stores, "stores");
+    if (!stores) return -1;
+    if (!PyDict_Check(troubled) || PyDict_GET_SIZE(troubled) || !ps->broker_up || !PyDict_Check(stores)) return 0;
+    PyObject *current = PyDict_GetItemWithError(stores, d->partition);
+    if (!current && PyErr_Occurred()) return -1;
+    return current == d->store;
+}
+
+/* a plain success: out of flight, its lateness (t < 0: read from msg), acked in its store */
+static int delivery_taken(DeliveryObject *d, PyObject *msg, long long t) {
+    PublishStateObject *ps = d->pub->state;
+    ps->in_flight--;
+    if (pub_tif(d->pub, d->topic, -1) < 0) return -1;
+    long long due = ((RecordObject *)d->rec)->due_ms;
+    if ((msg ? report_lateness(ps, msg, due, d->lateness) : lateness_at(ps, t, due, d->lateness)) < 0) return -1;
+    PyObject *acked = PyObject_GetAttr(d->store, S_acked);
+    if (!acked) return -1;
+    PyObject *pair = PyTuple_Pack(2, d->ref, d->rec);
+    int rc = pair && PyList_Check(acked) ? PyList_Append(acked, pair) : -1;
+    Py_XDECREF(pair);
+    Py_DECREF(acked);
+    if (rc < 0 && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "store.acked is not a list");
+    return rc;
+}
+
 /* The delivery report: the common success in C, everything else through Publishing._on_delivery. */
 static PyObject *Delivery_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     DeliveryObject *d = (DeliveryObject *)self;
@@ -283,35 +319,13 @@ static PyObject *Delivery_vectorcall(PyObject *self, PyObject *const *args, size
         return NULL;
     }
     PyObject *err = args[0], *msg = args[1];
-    PublishStateObject *ps = d->pub->state;
-    PyObject *troubled = ps_field(ps->troubled, "troubled");
-    if (!troubled) return NULL;
-    PyObject *stores = ps_field(ps->stores, "stores");
-    if (!stores) return NULL;
-    PyObject *current = NULL;
-    if (PyDict_Check(stores)) {
-        current = PyDict_GetItemWithError(stores, d->partition);
-        if (!current && PyErr_Occurred()) return NULL;
-    }
-    if (err != Py_None || !PyDict_Check(troubled) || PyDict_GET_SIZE(troubled) || !ps->broker_up ||
-        current != d->store) {
+    int plain = err == Py_None ? delivery_plain(d) : 0;
+    if (plain < 0) return NULL;
+    if (!plain) {
         PyObject *a[7] = {d->ref, d->rec, d->store, Py_None, d->topic, err, msg};
         return PyObject_Vectorcall(d->pub->on_delivery, a, 7, NULL);
     }
-    ps->in_flight--;
-    if (pub_tif(d->pub, d->topic, -1) < 0) return NULL;
-    if (report_lateness(ps, msg, ((RecordObject *)d->rec)->due_ms, d->lateness) < 0) return NULL;
-    int rc;
-    PyObject *acked = PyObject_GetAttr(d->store, S_acked);
-    if (!acked) return NULL;
-    PyObject *pair = PyTuple_Pack(2, d->ref, d->rec);
-    rc = pair && PyList_Check(acked) ? PyList_Append(acked, pair) : -1;
-    Py_XDECREF(pair);
-    Py_DECREF(acked);
-    if (rc < 0) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "store.acked is not a list");
-        return NULL;
-    }
+    if (delivery_taken(d, msg, 0) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -324,6 +338,18 @@ static PyTypeObject DeliveryType = {
     .tp_vectorcall_offset = offsetof(DeliveryObject, vectorcall),
     .tp_call = PyVectorcall_Call,
 };
+
+/* What NativeProducer (producer.c) calls for a report whose callable is a Delivery: the plain
+ * success served from the delivery's timestamp, no Message object made. */
+int kds_is_delivery(PyObject *o) { return Py_IS_TYPE(o, &DeliveryType); }
+
+/* 1: taken, 0: not plain (nothing changed: call the Delivery with a report), -1: error */
+int kds_delivery_ok(PyObject *o, long long ts) {
+    DeliveryObject *d = (DeliveryObject *)o;
+    int plain = delivery_plain(d);
+    if (plain <= 0) return plain;
+    return delivery_taken(d, NULL, ts) < 0 ? -1 : 1;
+}
 
 /* rec.topic.decode(), the same str object while the topic does not change */
 static PyObject *topic_str(PublisherObject *p, PyObject *b) {
@@ -524,15 +550,7 @@ int kds_publish_init(PyObject *m) {
         if (!(*slots[k] = PyUnicode_InternFromString(names[k]))) return -1;
     PyTypeObject *types[] = {&PublishStateType, &PublisherType, &DeliveryType};
     const char *type_names[] = {"PublishState", "Publisher", "Delivery"};
-    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
-        if (PyType_Ready(types[k]) < 0) return -1;
-        Py_INCREF(types[k]);
-        if (PyModule_AddObject(m, type_names[k], (PyObject *)types[k]) < 0) {
-            Py_DECREF(types[k]);
-            return -1;
-        }
-    }
-    return 0;
+    return kds_add_types(m, types, type_names, sizeof types / sizeof types[0]);
 }
 
 PyMethodDef kds_publish_methods[] = {

@@ -144,3 +144,12 @@ def test_consistency_errors_show_written_values() -> None:
         load_settings({"max-delay": "1h"}, environ={})
     with pytest.raises(ConfigError, match=r"--segment-bytes \(1MiB\) must exceed --max-record-bytes \(1MiB\)"):
         load_settings({"segment-bytes": "1MiB", "max-record-bytes": "1MiB"}, environ={})
+
+
+def test_the_native_producer_is_at_least_once_only() -> None:
+    assert load_settings({"producer": "native"}, environ={}).producer == "native"
+    assert load_settings({}, environ={"DELAY_SIDECAR_PRODUCER": "Native"}).producer == "native"
+    with pytest.raises(ConfigError, match="--producer native is at-least-once only"):
+        load_settings({"producer": "native", "delivery": "exactly-once"}, environ={})
+    with pytest.raises(ConfigError, match=r"producer.*confluent, native"):
+        load_settings({"producer": "rust"}, environ={})
