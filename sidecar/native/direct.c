@@ -152,6 +152,44 @@ static PyMemberDef DirectDelivery_members[] = {
     {"superseded", T_BOOL, offsetof(DirectDeliveryObject, superseded), 0, "a newer version of its id is stored"},
     {NULL}};
 
+/* A plain success (after the counts): out of the flights, its lateness (read from msg, or ts when
+ * msg is NULL), its changelog put settled, delivered. 0, or -1 with an error set. */
+static int direct_taken(DirectDeliveryObject *d, PyObject *msg, long long ts) {
+    PyObject *self = (PyObject *)d;
+    DirectPortObject *p = d->port;
+    PyObject *v = PyDict_GetItemWithError(p->flights, d->hkey);
+    if (v == self) {
+        if (PyDict_DelItem(p->flights, d->hkey) < 0) return -1;
+    } else if (!v && PyErr_Occurred()) {
+        return -1;
+    }
+    if (msg ? kds_pub_lateness(p->publisher, msg, d->due, p->lateness) < 0
+            : kds_pub_lateness_at(p->publisher, ts, d->due, p->lateness) < 0)
+        return -1;
+    if (p->held != Py_None && !d->superseded) {
+        /* its put still held and never written (fresh): nothing under the id is in the changelog */
+        int done = 0;
+        if (PyDict_GET_SIZE(p->held)) {
+            int has = PyDict_Contains(p->held, d->rid), fresh = 0;
+            if (has < 0) return -1;
+            if (has && p->fresh != Py_None) {
+                fresh = PySet_Contains(p->fresh, d->rid);
+                if (fresh < 0) return -1;
+            }
+            if (has && fresh) {
+                if (PyDict_DelItem(p->held, d->rid) < 0 || PySet_Discard(p->fresh, d->rid) < 0) return -1;
+                done = 1;
+            }
+        }
+        if (!done) { /* written by a flush (or held as not fresh): StoreMirror.remove writes the tombstone */
+            PyObject *r = PyObject_CallOneArg(p->mirror_remove, d->rid);
+            if (!r) return -1;
+            Py_DECREF(r);
+        }
+    }
+    return PyList_Append(p->delivered, d->rid);
+}
+
 /* The report: the plain success here, everything else (after the counts) to port.fallback. */
 static PyObject *DirectDelivery_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     DirectDeliveryObject *d = (DirectDeliveryObject *)self;
@@ -168,36 +206,23 @@ static PyObject *DirectDelivery_vectorcall(PyObject *self, PyObject *const *args
         PyObject *a[3] = {self, err, msg};
         return PyObject_Vectorcall(p->fallback, a, 3, NULL);
     }
-    PyObject *v = PyDict_GetItemWithError(p->flights, d->hkey);
-    if (v == self) {
-        if (PyDict_DelItem(p->flights, d->hkey) < 0) return NULL;
-    } else if (!v && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (kds_pub_lateness(p->publisher, msg, d->due, p->lateness) < 0) return NULL;
-    if (p->held != Py_None && !d->superseded) {
-        /* its put still held and never written (fresh): nothing under the id is in the changelog */
-        int done = 0;
-        if (PyDict_GET_SIZE(p->held)) {
-            int has = PyDict_Contains(p->held, d->rid), fresh = 0;
-            if (has < 0) return NULL;
-            if (has && p->fresh != Py_None) {
-                fresh = PySet_Contains(p->fresh, d->rid);
-                if (fresh < 0) return NULL;
-            }
-            if (has && fresh) {
-                if (PyDict_DelItem(p->held, d->rid) < 0 || PySet_Discard(p->fresh, d->rid) < 0) return NULL;
-                done = 1;
-            }
-        }
-        if (!done) { /* written by a flush (or held as not fresh): StoreMirror.remove writes the tombstone */
-            PyObject *r = PyObject_CallOneArg(p->mirror_remove, d->rid);
-            if (!r) return NULL;
-            Py_DECREF(r);
-        }
-    }
-    if (PyList_Append(p->delivered, d->rid) < 0) return NULL;
+    if (direct_taken(d, msg, 0) < 0) return NULL;
     Py_RETURN_NONE;
+}
+
+static PyTypeObject DirectDeliveryType;
+
+int kds_is_direct_delivery(PyObject *o) { return Py_IS_TYPE(o, &DirectDeliveryType); }
+
+/* the plain success from the native producer's report (the vectorcall's checks, plain first so that
+ * 0 leaves everything as it was): 1 taken, 0 not plain, -1 error */
+int kds_direct_ok(PyObject *o, const kds_report_t *rep) {
+    DirectDeliveryObject *d = (DirectDeliveryObject *)o;
+    DirectPortObject *p = d->port;
+    int plain = kds_pub_plain(p->publisher, p->key, p->store);
+    if (plain <= 0) return plain;
+    if (kds_pub_count(p->publisher, d->topic, -1) < 0) return -1;
+    return direct_taken(d, NULL, rep->ts) < 0 ? -1 : 1;
 }
 
 static PyTypeObject DirectDeliveryType = {

@@ -130,6 +130,21 @@ static int attr_past(PyObject *o, PyObject *name, long long v) {
     return rc;
 }
 
+/* A success as StoreMirror._acked does it: acked, the changelog's offset, and for a put (value not
+ * NULL) its record's source offset. 0, or -1 with an error set. */
+static int mirror_acked(MirrorReportObject *r, long long off, const char *value, Py_ssize_t len) {
+    if (attr_add(r->mirror, S_acked, 1) < 0) return -1;
+    if (attr_past(r->store, S_changelog_offset, off) < 0) return -1;
+    if (!value) return 0; /* a tombstone */
+    if (len < SRC_OFFSET_AT + 8) {
+        PyErr_SetString(PyExc_ValueError, "MirrorReport: a put's value is not a commit-log record");
+        return -1;
+    }
+    int64_t src;
+    memcpy(&src, value + SRC_OFFSET_AT, 8); /* little-endian host (module.c) */
+    return attr_past(r->store, S_changelog_ingress, src);
+}
+
 /* The delivery report: a success as StoreMirror._acked does it, anything else through _on_delivery. */
 static PyObject *MirrorReport_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     MirrorReportObject *r = (MirrorReportObject *)self;
@@ -139,29 +154,29 @@ static PyObject *MirrorReport_vectorcall(PyObject *self, PyObject *const *args, 
     }
     if (args[0] != Py_None) return PyObject_Vectorcall(r->fallback, args, 2, NULL);
     PyObject *msg = args[1];
-    if (attr_add(r->mirror, S_acked, 1) < 0) return NULL;
     PyObject *o = kds_msg_call(msg, M_OFFSET);
     if (!o) return NULL;
     long long off = PyLong_AsLongLong(o);
     Py_DECREF(o);
     if (off == -1 && PyErr_Occurred()) return NULL;
-    if (attr_past(r->store, S_changelog_offset, off) < 0) return NULL;
     PyObject *value = kds_msg_call(msg, M_VALUE);
     if (!value) return NULL;
-    int rc = 0;
-    if (value != Py_None) { /* a put: the store's changelog holds its record's source offset */
-        if (!PyBytes_Check(value) || PyBytes_GET_SIZE(value) < SRC_OFFSET_AT + 8) {
-            PyErr_SetString(PyExc_ValueError, "MirrorReport: a put's value is not a commit-log record");
-            rc = -1;
-        } else {
-            int64_t src;
-            memcpy(&src, PyBytes_AS_STRING(value) + SRC_OFFSET_AT, 8); /* little-endian host (module.c) */
-            rc = attr_past(r->store, S_changelog_ingress, src);
-        }
+    if (value != Py_None && !PyBytes_Check(value)) {
+        Py_DECREF(value);
+        PyErr_SetString(PyExc_ValueError, "MirrorReport: a put's value is not a commit-log record");
+        return NULL;
     }
+    int rc = value == Py_None ? mirror_acked(r, off, NULL, 0)
+                              : mirror_acked(r, off, PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value));
     Py_DECREF(value);
     if (rc < 0) return NULL;
     Py_RETURN_NONE;
+}
+
+int kds_is_mirror_report(PyObject *o) { return Py_IS_TYPE(o, &MirrorReportType); }
+
+int kds_mirror_ok(PyObject *cb, const kds_report_t *rep) {
+    return mirror_acked((MirrorReportObject *)cb, rep->offset, rep->value, (Py_ssize_t)rep->value_len) < 0 ? -1 : 1;
 }
 
 /* What a produce loop holds: the mirror's topic and partition, read once per call. */

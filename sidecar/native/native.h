@@ -207,9 +207,19 @@ int kds_pub_plain(PyObject *pub, PyObject *key, PyObject *store); /* 1: a succes
 /* a delivered record's lateness (msg's timestamp - due) into lateness, counted early when negative */
 int kds_pub_lateness(PyObject *pub, PyObject *msg, long long due, PyObject *lateness);
 
-/* the NativeProducer's shortcut for a Delivery's report (producer.c) */
-int kds_is_delivery(PyObject *o);               /* 1: o is a publish_due Delivery */
-int kds_delivery_ok(PyObject *d, long long ts); /* its success at ts: 1 taken, 0 not plain, -1 error */
+int kds_pub_lateness_at(PyObject *pub, long long t, long long due, PyObject *lateness); /* the same, at t */
+
+/* A success report as the native producer (producer.c) hands it to the C report callables
+ * (Delivery, DirectDelivery, MirrorReport) without a Message object: each one's *_ok serves it as
+ * its vectorcall would serve (None, msg), returning 1 taken, 0 not plain (nothing changed: the
+ * producer calls it with a report object instead), -1 error. */
+typedef struct {
+    long long offset, ts; /* where it was written; its timestamp, epoch ms */
+    const char *value;    /* the record's value (NULL: null), value_len bytes */
+    size_t value_len;
+} kds_report_t;
+int kds_is_delivery(PyObject *o); /* publish.c: o is a publish_due Delivery */
+int kds_delivery_ok(PyObject *d, const kds_report_t *rep);
 
 /* -- producer.c: NativeProducer, librdkafka bound at run time (rdk.h) ------------------------- */
 
@@ -231,6 +241,9 @@ int kds_direct_publish(PyObject *port, PyObject *msg, PyObject *rid, uint64_t h,
                        long long ts, PyObject *topic, long long tpart, PyObject *key, PyObject *value,
                        PyObject *user, PyObject *raw);
 
+int kds_is_direct_delivery(PyObject *o);
+int kds_direct_ok(PyObject *d, const kds_report_t *rep);
+
 /* -- firing.c: a delay.every schedule's firing (store/firings.py) ------------------------------ */
 
 /* the headers RECURRING record rec fires with at now, its decision kept in store.firings; NULL
@@ -242,6 +255,8 @@ extern PyMethodDef kds_firing_methods[]; /* firing_setup, fire_every, rearm_blob
 
 int kds_mirror_init(PyObject *m);        /* MirrorReport */
 extern PyMethodDef kds_mirror_methods[]; /* mirror_puts, mirror_tombstones, mirror_writes */
+int kds_is_mirror_report(PyObject *o);
+int kds_mirror_ok(PyObject *r, const kds_report_t *rep);
 
 /* -- the id index's journal records (sidecar/store/idslot.py) ------------------------------------
  * 16 bytes each, the slot layout: (hash, ref) an insert; a remove is two records, the marker

@@ -13,8 +13,9 @@
  * dispatched with the GIL held; the GIL is released only while a poll waits.
  *
  * A report's callable is the produce call's callback (a strong reference rides as the message's
- * opaque). A Delivery (publish.c) whose success is plain is served in C from the report's
- * timestamp (kds_delivery_ok): no Python object per report. Every other callable gets
+ * opaque). The success of a C report callable (publish.c's Delivery, direct.c's DirectDelivery,
+ * mirror.c's MirrorReport) is served in C from the report's fields (kds_report_t, each one's *_ok)
+ * when it is plain: no Python object per report. Every other callable gets
  * (err, report): err None or a confluent_kafka.KafkaError, report a DeliveryReport with the
  * Message accessors the engine reads (topic, partition, offset, timestamp, error, key, value).
  * An exception a callable raises stops the poll once the batch in hand is dispatched, and the
@@ -275,8 +276,15 @@ static void deliver(ProducerObject *p, const rd_kafka_message_t *m) {
     if (!cb) return;
     int tstype = 0;
     int64_t ts = R.rd_kafka_message_timestamp(m, &tstype);
-    if (!m->err && kds_is_delivery(cb)) {
-        int rc = kds_delivery_ok(cb, ts);
+    int (*ok)(PyObject *, const kds_report_t *) = NULL;
+    if (!m->err)
+        ok = kds_is_delivery(cb)         ? kds_delivery_ok
+             : kds_is_mirror_report(cb)  ? kds_mirror_ok
+             : kds_is_direct_delivery(cb) ? kds_direct_ok
+                                          : NULL;
+    if (ok) {
+        kds_report_t rep = {m->offset, ts, m->payload, m->len};
+        int rc = ok(cb, &rep);
         if (rc) {
             if (rc < 0) keep_failure(p);
             Py_DECREF(cb);

@@ -344,11 +344,11 @@ static PyTypeObject DeliveryType = {
 int kds_is_delivery(PyObject *o) { return Py_IS_TYPE(o, &DeliveryType); }
 
 /* 1: taken, 0: not plain (nothing changed: call the Delivery with a report), -1: error */
-int kds_delivery_ok(PyObject *o, long long ts) {
+int kds_delivery_ok(PyObject *o, const kds_report_t *rep) {
     DeliveryObject *d = (DeliveryObject *)o;
     int plain = delivery_plain(d);
     if (plain <= 0) return plain;
-    return delivery_taken(d, NULL, ts) < 0 ? -1 : 1;
+    return delivery_taken(d, NULL, rep->ts) < 0 ? -1 : 1;
 }
 
 /* rec.topic.decode(), the same str object while the topic does not change */
@@ -409,6 +409,11 @@ int kds_pub_plain(PyObject *pubo, PyObject *key, PyObject *store) {
     PyObject *current = PyDict_GetItemWithError(stores, key);
     if (!current && PyErr_Occurred()) return -1;
     return current == store;
+}
+
+/* the same from its delivery time t (ms) */
+int kds_pub_lateness_at(PyObject *pubo, long long t, long long due, PyObject *lateness) {
+    return lateness_at(((PublisherObject *)pubo)->state, t, due, lateness);
 }
 
 /* a delivered record's lateness recorded (report_lateness) */

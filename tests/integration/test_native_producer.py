@@ -13,6 +13,7 @@ the crash test (SIGKILLs under load, 0 lost) and the broker outage test.
 from __future__ import annotations
 
 import time
+import types
 from typing import Any
 
 import pytest
@@ -168,3 +169,28 @@ def test_the_engine_gets_it_for_non_transactional_producers(kafka_bootstrap: str
     assert not isinstance(txn, native.NativeProducer)
     path = librdkafka_path()
     assert path is not None and "librdkafka" in path
+
+
+def test_c_report_callables_are_served_in_c_as_their_reference(kafka_bootstrap: str, unique: str) -> None:
+    """A changelog mirror's writes (mirror.c's MirrorReport, served from the report's offset and
+    value without a report object) leave the counts and offsets the Python reference leaves."""
+    from sidecar.engine.changelog import StoreMirror
+    from tests.unit.test_changelog_native import _drive, _Store
+
+    out = []
+    for in_c in (True, False):
+        topic = f"native-cl-{unique}-{int(in_c)}"
+        create_topics(kafka_bootstrap, [topic])
+        p = native.NativeProducer(_conf(kafka_bootstrap))
+        store: Any = _Store()
+        m = StoreMirror(types.SimpleNamespace(producer=p, should_warn=lambda _key: False), topic, store, in_c=in_c)
+        assert (m.put_run is not None) == in_c
+        _drive(m, p)
+        assert p.flush(30) == 0
+        out.append({"produced": m.produced, "acked": m.acked, "failed": m.failed,
+                    "changelog_offset": store.changelog_offset, "changelog_ingress": store.changelog_ingress})
+        p.close()
+    fast, ref = out
+    assert fast == ref
+    assert ref["acked"] == ref["produced"] == ref["changelog_offset"] == 12 and ref["failed"] == 0
+    assert ref["changelog_ingress"] == 100 + 9 + 1
