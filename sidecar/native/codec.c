@@ -463,7 +463,9 @@ done:
 }
 
 /* Append the headers of blob[0:n] to list `out`. */
-static int decode_headers_into(const uint8_t *b, Py_ssize_t n, PyObject *out) {
+/* Each header of a blob (u16 count, then per header u16 name_len, name, i32 value_len (-1: null),
+ * value) handed to add, in order: 0, or -1 with an error set (CorruptRecord for a short blob). */
+static int headers_each(const uint8_t *b, Py_ssize_t n, kds_hadd add, void *ctx) {
     if (n == 0) return 0;
     if (n < 2) goto bad;
     Py_ssize_t count = rd16(b), pos = 2;
@@ -472,43 +474,46 @@ static int decode_headers_into(const uint8_t *b, Py_ssize_t n, PyObject *out) {
         Py_ssize_t nl = rd16(b + pos);
         pos += 2;
         if (pos + nl + 4 > n) goto bad;
-        PyObject *name = PyUnicode_DecodeUTF8((const char *)b + pos, nl, NULL);
-        if (!name) return -1;
+        const char *name = (const char *)b + pos;
         pos += nl;
         int32_t vl = (int32_t)rd32(b + pos);
         pos += 4;
-        PyObject *value;
-        if (vl < 0) {
-            value = Py_None;
-            Py_INCREF(value);
-        } else {
-            if (pos + vl > n) {
-                Py_DECREF(name);
-                goto bad;
-            }
-            value = PyBytes_FromStringAndSize((const char *)b + pos, vl);
-            pos += vl;
-        }
-        if (!value) {
-            Py_DECREF(name);
-            return -1;
-        }
-        PyObject *t = PyTuple_New(2);
-        if (!t) {
-            Py_DECREF(name);
-            Py_DECREF(value);
-            return -1;
-        }
-        PyTuple_SET_ITEM(t, 0, name);
-        PyTuple_SET_ITEM(t, 1, value);
-        int rc = PyList_Append(out, t);
-        Py_DECREF(t);
-        if (rc < 0) return -1;
+        if (vl >= 0 && pos + vl > n) goto bad;
+        if (add(ctx, NULL, name, nl, NULL, vl < 0 ? NULL : (const char *)b + pos, vl < 0 ? -1 : vl) < 0) return -1;
+        if (vl > 0) pos += vl;
     }
     return 0;
 bad:
     PyErr_SetString(CorruptRecord ? CorruptRecord : PyExc_ValueError, "header blob is truncated");
     return -1;
+}
+
+/* a kds_hadd into a list of (str, bytes | None) pairs; nobj / vobj: the name / value object when
+ * the caller has it (the interned delay.* names, a record's id) */
+static int list_add(void *ctx, PyObject *nobj, const char *name, Py_ssize_t nl, PyObject *vobj, const char *val,
+                    Py_ssize_t vl) {
+    PyObject *k = nobj ? Py_NewRef(nobj) : PyUnicode_DecodeUTF8(name, nl, NULL);
+    if (!k) return -1;
+    PyObject *v = vobj ? Py_NewRef(vobj) : val ? PyBytes_FromStringAndSize(val, vl) : Py_NewRef(Py_None);
+    if (!v) {
+        Py_DECREF(k);
+        return -1;
+    }
+    PyObject *t = PyTuple_New(2);
+    if (!t) {
+        Py_DECREF(k);
+        Py_DECREF(v);
+        return -1;
+    }
+    PyTuple_SET_ITEM(t, 0, k);
+    PyTuple_SET_ITEM(t, 1, v);
+    int rc = PyList_Append((PyObject *)ctx, t);
+    Py_DECREF(t);
+    return rc;
+}
+
+static int decode_headers_into(const uint8_t *b, Py_ssize_t n, PyObject *out) {
+    return headers_each(b, n, list_add, out);
 }
 
 static PyObject *native_decode_headers(PyObject *self, PyObject *blob) {
@@ -518,16 +523,6 @@ static PyObject *native_decode_headers(PyObject *self, PyObject *blob) {
     if (out && decode_headers_into((const uint8_t *)view.buf, view.len, out) < 0) Py_CLEAR(out);
     PyBuffer_Release(&view);
     return out;
-}
-
-static int append_pair(PyObject *out, PyObject *name, PyObject *value) {
-    if (!value) return -1;
-    PyObject *t = PyTuple_Pack(2, name, value);
-    Py_DECREF(value);
-    if (!t) return -1;
-    int rc = PyList_Append(out, t);
-    Py_DECREF(t);
-    return rc;
 }
 
 /* v in decimal at p, unterminated; returns the length (at most 20). snprintf("%lld") costs ~1k
@@ -560,60 +555,99 @@ PyObject *kds_source(PyObject *topic_bytes, long long partition, long long offse
     return source;
 }
 
-/* delivery_headers(rec, source_topic) -> list: the headers a delivered record carries. The
- * stored ones, then for a MESSAGE delay.id, delay.deliver-at, delay.enqueued-at, delay.source
- * ("<topic>:<partition>:<offset>") and delay.retry-count when > 0 (DESIGN.md 1, outgoing). */
+/* a delay.* header: its interned name, a value object or bytes */
+static int add_named(kds_hadd add, void *ctx, PyObject *name, PyObject *vobj, const char *val, Py_ssize_t vl) {
+    Py_ssize_t nl;
+    const char *ns = PyUnicode_AsUTF8AndSize(name, &nl);
+    if (!ns) return -1;
+    if (vobj) return add(ctx, name, ns, nl, vobj, PyBytes_AS_STRING(vobj), PyBytes_GET_SIZE(vobj));
+    return add(ctx, name, ns, nl, NULL, val, vl);
+}
+
+/* the four delay.* headers every delivered MESSAGE carries: delay.id, delay.deliver-at,
+ * delay.enqueued-at, delay.source ("<topic>:<partition>:<offset>") */
+static int add_delay_headers(kds_hadd add, void *ctx, PyObject *rid, long long due, long long enq,
+                             PyObject *topic_bytes, long long partition, long long offset) {
+    char tmp[48];
+    if (add_named(add, ctx, H_ID, rid, NULL, 0) < 0) return -1;
+    if (add_named(add, ctx, H_DELIVER_AT, NULL, tmp, kds_fmt_ll(tmp, due)) < 0) return -1;
+    if (add_named(add, ctx, H_ENQUEUED_AT, NULL, tmp, kds_fmt_ll(tmp, enq)) < 0) return -1;
+    Py_ssize_t sl = PyBytes_GET_SIZE(topic_bytes);
+    if (sl <= 256) { /* a Kafka topic name has at most 249 characters */
+        char src[256 + 48];
+        memcpy(src, PyBytes_AS_STRING(topic_bytes), sl);
+        int n = (int)sl;
+        src[n++] = ':';
+        n += kds_fmt_ll(src + n, partition);
+        src[n++] = ':';
+        n += kds_fmt_ll(src + n, offset);
+        return add_named(add, ctx, H_SOURCE, NULL, src, n);
+    }
+    PyObject *source = kds_source(topic_bytes, partition, offset);
+    if (!source) return -1;
+    int rc = add_named(add, ctx, H_SOURCE, source, NULL, 0);
+    Py_DECREF(source);
+    return rc;
+}
+
+/* The headers a delivered record carries, each handed to add: the stored ones, then for a
+ * MESSAGE delay.id, delay.deliver-at, delay.enqueued-at, delay.source and delay.retry-count
+ * when > 0 (DESIGN.md 1, outgoing). rec: a Record; source_topic: bytes. */
+int kds_delivery_headers_each(PyObject *recobj, PyObject *source_topic, kds_hadd add, void *ctx) {
+    RecordObject *r = (RecordObject *)recobj;
+    if (kds_codec_ready() < 0) return -1;
+    if (headers_each((const uint8_t *)PyBytes_AS_STRING(r->headers), PyBytes_GET_SIZE(r->headers), add, ctx) < 0)
+        return -1;
+    if (r->rtype != REC_MESSAGE) return 0;
+    if (add_delay_headers(add, ctx, r->id, r->due_ms, r->enqueue_ms, source_topic, r->src_partition,
+                          r->src_offset) < 0)
+        return -1;
+    if (!r->retry_count) return 0;
+    char tmp[24];
+    return add_named(add, ctx, H_RETRY_COUNT, NULL, tmp, kds_fmt_ll(tmp, r->retry_count));
+}
+
+/* delivery_headers(rec, source_topic) -> list: kds_delivery_headers_each's headers as pairs */
 PyObject *kds_delivery_headers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2 || !PyObject_TypeCheck(args[0], &kds_RecordType) || !PyBytes_Check(args[1])) {
         PyErr_SetString(PyExc_TypeError, "delivery_headers(rec: Record, source_topic: bytes)");
         return NULL;
     }
-    RecordObject *r = (RecordObject *)args[0];
-    if (kds_codec_ready() < 0) return NULL;
     PyObject *out = PyList_New(0);
-    if (!out) return NULL;
-    if (decode_headers_into((const uint8_t *)PyBytes_AS_STRING(r->headers), PyBytes_GET_SIZE(r->headers), out) < 0)
-        goto fail;
-    if (r->rtype == REC_MESSAGE) {
-        char tmp[48];
-        if (append_pair(out, H_ID, (Py_INCREF(r->id), r->id)) < 0) goto fail;
-        int n = kds_fmt_ll(tmp, r->due_ms);
-        if (append_pair(out, H_DELIVER_AT, PyBytes_FromStringAndSize(tmp, n)) < 0) goto fail;
-        n = kds_fmt_ll(tmp, r->enqueue_ms);
-        if (append_pair(out, H_ENQUEUED_AT, PyBytes_FromStringAndSize(tmp, n)) < 0) goto fail;
-        if (append_pair(out, H_SOURCE, kds_source(args[1], r->src_partition, r->src_offset)) < 0) goto fail;
-        if (r->retry_count) {
-            n = kds_fmt_ll(tmp, r->retry_count);
-            if (append_pair(out, H_RETRY_COUNT, PyBytes_FromStringAndSize(tmp, n)) < 0) goto fail;
-        }
-    }
+    if (out && kds_delivery_headers_each(args[0], args[1], list_add, out) < 0) Py_CLEAR(out);
     return out;
-fail:
-    Py_DECREF(out);
-    return NULL;
 }
 
 /* The headers a MESSAGE record of these fields is delivered with, as delivery_headers gives a stored
  * one's (the user's, then delay.id, delay.deliver-at, delay.enqueued-at, delay.source; no retry
- * count): a record published without being stored (direct.c). user: the parser's tuple of pairs. */
+ * count), each handed to add: a record published without being stored (direct.c). user: the
+ * parser's tuple of (str, bytes | None) pairs. */
+int kds_fields_headers_each(PyObject *user, PyObject *rid, long long due, long long enq, PyObject *topic_bytes,
+                            long long partition, long long offset, kds_hadd add, void *ctx) {
+    if (kds_codec_ready() < 0) return -1;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(user); k++) {
+        PyObject *pair = PyTuple_GET_ITEM(user, k);
+        PyObject *name = PyTuple_GET_ITEM(pair, 0), *value = PyTuple_GET_ITEM(pair, 1);
+        Py_ssize_t nl;
+        const char *ns = PyUnicode_AsUTF8AndSize(name, &nl);
+        if (!ns) return -1;
+        if (value != Py_None && !PyBytes_Check(value)) {
+            PyErr_SetString(PyExc_TypeError, "a header value is bytes or None");
+            return -1;
+        }
+        int rc = value == Py_None ? add(ctx, name, ns, nl, NULL, NULL, -1)
+                                  : add(ctx, name, ns, nl, value, PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value));
+        if (rc < 0) return -1;
+    }
+    return add_delay_headers(add, ctx, rid, due, enq, topic_bytes, partition, offset);
+}
+
 PyObject *kds_fields_headers(PyObject *user, PyObject *rid, long long due, long long enq, PyObject *topic_bytes,
                              long long partition, long long offset) {
-    if (kds_codec_ready() < 0) return NULL;
-    Py_ssize_t n = PyTuple_GET_SIZE(user);
-    PyObject *out = PyList_New(n);
-    if (!out) return NULL;
-    for (Py_ssize_t k = 0; k < n; k++) PyList_SET_ITEM(out, k, Py_NewRef(PyTuple_GET_ITEM(user, k)));
-    char tmp[48];
-    if (append_pair(out, H_ID, Py_NewRef(rid)) < 0) goto fail;
-    int len = kds_fmt_ll(tmp, due);
-    if (append_pair(out, H_DELIVER_AT, PyBytes_FromStringAndSize(tmp, len)) < 0) goto fail;
-    len = kds_fmt_ll(tmp, enq);
-    if (append_pair(out, H_ENQUEUED_AT, PyBytes_FromStringAndSize(tmp, len)) < 0) goto fail;
-    if (append_pair(out, H_SOURCE, kds_source(topic_bytes, partition, offset)) < 0) goto fail;
+    PyObject *out = PyList_New(0);
+    if (out && kds_fields_headers_each(user, rid, due, enq, topic_bytes, partition, offset, list_add, out) < 0)
+        Py_CLEAR(out);
     return out;
-fail:
-    Py_DECREF(out);
-    return NULL;
 }
 
 /* setup(corrupt_record, id, deliver_at, enqueued_at, source, retry_count): the exception class

@@ -268,12 +268,24 @@ int kds_direct_sync(PyObject *po) { return kds_pub_sync(((DirectPortObject *)po)
 
 int kds_direct_holds(PyObject *po) { return ((DirectPortObject *)po)->held != Py_None; }
 
+/* kds_fields_headers_each's arguments, for the native producer's entry */
+struct fields_fill {
+    PyObject *user, *rid, *topic_bytes;
+    long long due, enq, partition, offset;
+};
+
+static int fields_fill(void *fctx, kds_hadd add, void *actx) {
+    struct fields_fill *f = fctx;
+    return kds_fields_headers_each(f->user, f->rid, f->due, f->enq, f->topic_bytes, f->partition, f->offset, add, actx);
+}
+
 int kds_direct_publish(PyObject *po, PyObject *msg, PyObject *rid, uint64_t h, long long offset, long long due,
                        long long ts, PyObject *topic, long long tpart, PyObject *key, PyObject *value,
                        PyObject *user, PyObject *raw) {
     DirectPortObject *p = (DirectPortObject *)po;
-    PyObject *headers = kds_fields_headers(user, rid, due, ts, p->topic_bytes, p->partition, offset);
-    if (!headers) return -1;
+    /* the native producer's C entry takes the headers straight into librdkafka's (no list) */
+    PyObject *np = kds_native_producer(p->produce), *headers = NULL;
+    if (!np && !(headers = kds_fields_headers(user, rid, due, ts, p->topic_bytes, p->partition, offset))) return -1;
     PyObject *hkey = PyLong_FromUnsignedLongLong(h), *tp = PyLong_FromLongLong(tpart);
     DirectDeliveryObject *cb = hkey && tp ? PyObject_New(DirectDeliveryObject, &DirectDeliveryType) : NULL;
     int out = -1;
@@ -291,8 +303,14 @@ int kds_direct_publish(PyObject *po, PyObject *msg, PyObject *rid, uint64_t h, l
     Py_DECREF(zero); /* a cached small int: stays alive */
     /* positional, in the client's order (publish.c publish_due): topic, value, key, partition,
      * callback, on_delivery (alias, unused), timestamp (0: now), headers */
-    PyObject *a[8] = {topic, value, key, tp, (PyObject *)cb, Py_None, zero, headers};
-    PyObject *res = PyObject_Vectorcall(p->produce, a, 8, NULL);
+    PyObject *res;
+    if (np) {
+        struct fields_fill f = {user, rid, p->topic_bytes, due, ts, p->partition, offset};
+        res = kds_np_send(np, topic, value, key, tpart, (PyObject *)cb, fields_fill, &f) < 0 ? NULL : Py_NewRef(Py_None);
+    } else {
+        PyObject *a[8] = {topic, value, key, tp, (PyObject *)cb, Py_None, zero, headers};
+        res = PyObject_Vectorcall(p->produce, a, 8, NULL);
+    }
     if (!res) {
         if (kds_pub_refused(p->publisher)) { /* a full queue: stored instead, published from the store */
             PyErr_Clear();
@@ -311,7 +329,7 @@ done:
     Py_XDECREF((PyObject *)cb);
     Py_XDECREF(hkey);
     Py_XDECREF(tp);
-    Py_DECREF(headers);
+    Py_XDECREF(headers);
     return out;
 }
 

@@ -198,11 +198,18 @@ static int target_get(MirrorReportObject *r, Target *t) {
  * 1 refused (*refused: the exception, normalized), -1 error */
 static int produce_one(MirrorReportObject *r, PyObject *produce, Target *t, PyObject *value, PyObject *key,
                        PyObject *refused_types, PyObject **refused) {
-    PyObject *a[5] = {t->topic, value, key, t->partition, (PyObject *)r};
-    PyObject *res = PyObject_Vectorcall(produce, a, 5, NULL);
-    if (res) {
-        Py_DECREF(res);
-        return 0;
+    PyObject *np = kds_native_producer(produce); /* its C entry: no call through Python */
+    if (np) {
+        long long part = PyLong_AsLongLong(t->partition);
+        if (part == -1 && PyErr_Occurred()) return -1;
+        if (kds_np_send(np, t->topic, value, key, part, (PyObject *)r, NULL, NULL) == 0) return 0;
+    } else {
+        PyObject *a[5] = {t->topic, value, key, t->partition, (PyObject *)r};
+        PyObject *res = PyObject_Vectorcall(produce, a, 5, NULL);
+        if (res) {
+            Py_DECREF(res);
+            return 0;
+        }
     }
     if (!PyErr_ExceptionMatches(refused_types)) return -1;
     PyObject *type, *exc, *tb;

@@ -89,6 +89,15 @@ void kds_write_record(uint8_t *dst, uint32_t length, uint32_t body_len, int rtyp
                       int64_t srco, int32_t srcp, int32_t tgtp, int retry, int level, Field *fs);
 PyObject *kds_encode_headers(PyObject *self, PyObject *headers); /* encode_headers(headers) -> bytes */
 PyObject *kds_delivery_headers(PyObject *self, PyObject *const *args, Py_ssize_t nargs); /* delivery_headers */
+/* one header handed to a sink: name (nl bytes), value (vl bytes; NULL and -1: null); nobj / vobj
+ * the same as objects when the caller has them (NULL: not). 0, or -1 with an error set. */
+typedef int (*kds_hadd)(void *ctx, PyObject *nobj, const char *name, Py_ssize_t nl, PyObject *vobj, const char *val,
+                        Py_ssize_t vl);
+/* delivery_headers' headers (rec: a Record, source_topic: bytes), each handed to add */
+int kds_delivery_headers_each(PyObject *rec, PyObject *source_topic, kds_hadd add, void *ctx);
+/* kds_fields_headers' headers, each handed to add */
+int kds_fields_headers_each(PyObject *user, PyObject *rid, long long due, long long enq, PyObject *topic_bytes,
+                            long long partition, long long offset, kds_hadd add, void *ctx);
 /* the delivery headers of a MESSAGE record's fields, as delivery_headers gives the stored record's */
 PyObject *kds_fields_headers(PyObject *user, PyObject *rid, long long due, long long enq, PyObject *topic_bytes,
                              long long partition, long long offset);
@@ -225,6 +234,13 @@ int kds_delivery_ok(PyObject *d, const kds_report_t *rep);
 
 int kds_producer_init(PyObject *m);        /* NativeProducer, DeliveryReport */
 extern PyMethodDef kds_producer_methods[]; /* rdk_bind */
+/* a record's headers, handed to add one by one (kds_delivery_headers_each, ...): 0 or -1 */
+typedef int (*kds_hfill)(void *fctx, kds_hadd add, void *actx);
+PyObject *kds_native_producer(PyObject *produce); /* the NativeProducer a bound produce is of, or NULL */
+/* produce as NativeProducer.produce(topic, value, key, partition, cb, None, 0, headers) would, the
+ * headers from fill (NULL: none) straight into librdkafka's: 0, or -1 with what it would raise */
+int kds_np_send(PyObject *np, PyObject *topic, PyObject *value, PyObject *key, long long partition, PyObject *cb,
+                kds_hfill fill, void *fctx);
 
 /* -- direct.c: records due on arrival published from the intake (engine/direct.py) ------------ */
 

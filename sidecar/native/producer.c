@@ -144,6 +144,8 @@ typedef struct {
     PyObject *failed;            /* the first exception a callable raised in the current poll */
 } ProducerObject;
 
+static PyTypeObject ProducerType;
+
 static int Producer_traverse(ProducerObject *p, visitproc visit, void *arg) {
     Py_VISIT(p->error_cb);
     Py_VISIT(p->logger);
@@ -501,6 +503,40 @@ fail:
     return -1;
 }
 
+/* one record to librdkafka (value, key and headers copied or taken by it; cb's reference rides as
+ * the opaque): 0, or -1 with confluent-kafka's exception (BufferError for a full queue, else
+ * KafkaException); hdrs is destroyed on failure */
+static int send(ProducerObject *p, const char *topic, int32_t partition, void *vp, size_t vn, void *kp, size_t kn,
+                long long timestamp, PyObject *cb, rd_kafka_headers_t *hdrs) {
+    rd_kafka_vu_t vu[8];
+    size_t c = 0;
+    vu[c].vtype = RDK_VTYPE_TOPIC, vu[c++].u.cstr = topic;
+    vu[c].vtype = RDK_VTYPE_PARTITION, vu[c++].u.i32 = partition;
+    vu[c].vtype = RDK_VTYPE_VALUE, vu[c].u.mem.ptr = vp, vu[c++].u.mem.size = vn;
+    vu[c].vtype = RDK_VTYPE_KEY, vu[c].u.mem.ptr = kp, vu[c++].u.mem.size = kn;
+    vu[c].vtype = RDK_VTYPE_MSGFLAGS, vu[c++].u.i = RDK_MSG_F_COPY;
+    vu[c].vtype = RDK_VTYPE_OPAQUE, vu[c++].u.ptr = cb;
+    if (timestamp) vu[c].vtype = RDK_VTYPE_TIMESTAMP, vu[c++].u.i64 = timestamp;
+    if (hdrs) vu[c].vtype = RDK_VTYPE_HEADERS, vu[c++].u.headers = hdrs;
+    Py_XINCREF(cb); /* the message's reference, released when its report is served */
+    rd_kafka_error_t *error = R.rd_kafka_produceva(p->rk, vu, c);
+    if (!error) return 0;
+    Py_XDECREF(cb);
+    if (hdrs) R.rd_kafka_headers_destroy(hdrs); /* kept by the caller on failure */
+    int code = R.rd_kafka_error_code(error);
+    if (code == RDK_ERR_QUEUE_FULL) {
+        PyErr_SetString(PyExc_BufferError, R.rd_kafka_error_string(error));
+    } else {
+        PyObject *e = kafka_error(code, R.rd_kafka_error_string(error), 0);
+        if (e) {
+            PyErr_SetObject(KafkaExceptionT, e);
+            Py_DECREF(e);
+        }
+    }
+    R.rd_kafka_error_destroy(error);
+    return -1;
+}
+
 /* produce(topic, value=None, key=None, partition=-1, callback=None, on_delivery=None, timestamp=0,
  * headers=None): confluent-kafka's signature and refusals */
 static PyObject *Producer_produce(ProducerObject *p, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
@@ -549,33 +585,40 @@ static PyObject *Producer_produce(ProducerObject *p, PyObject *const *args, size
     if (cb == Py_None) cb = NULL;
     rd_kafka_headers_t *hdrs;
     if (headers_of(a[A_HEADERS], &hdrs) < 0) return NULL;
-    rd_kafka_vu_t vu[8];
-    size_t c = 0;
-    vu[c].vtype = RDK_VTYPE_TOPIC, vu[c++].u.cstr = topic;
-    vu[c].vtype = RDK_VTYPE_PARTITION, vu[c++].u.i32 = (int32_t)partition;
-    vu[c].vtype = RDK_VTYPE_VALUE, vu[c].u.mem.ptr = vp, vu[c++].u.mem.size = vn;
-    vu[c].vtype = RDK_VTYPE_KEY, vu[c].u.mem.ptr = kp, vu[c++].u.mem.size = kn;
-    vu[c].vtype = RDK_VTYPE_MSGFLAGS, vu[c++].u.i = RDK_MSG_F_COPY;
-    vu[c].vtype = RDK_VTYPE_OPAQUE, vu[c++].u.ptr = cb;
-    if (timestamp) vu[c].vtype = RDK_VTYPE_TIMESTAMP, vu[c++].u.i64 = timestamp;
-    if (hdrs) vu[c].vtype = RDK_VTYPE_HEADERS, vu[c++].u.headers = hdrs;
-    Py_XINCREF(cb); /* the message's reference, released when its report is served */
-    rd_kafka_error_t *error = R.rd_kafka_produceva(p->rk, vu, c);
-    if (!error) Py_RETURN_NONE;
-    Py_XDECREF(cb);
-    if (hdrs) R.rd_kafka_headers_destroy(hdrs); /* kept by the caller on failure */
-    int code = R.rd_kafka_error_code(error);
-    if (code == RDK_ERR_QUEUE_FULL) {
-        PyErr_SetString(PyExc_BufferError, R.rd_kafka_error_string(error));
-    } else {
-        PyObject *e = kafka_error(code, R.rd_kafka_error_string(error), 0);
-        if (e) {
-            PyErr_SetObject(KafkaExceptionT, e);
-            Py_DECREF(e);
+    if (send(p, topic, (int32_t)partition, vp, vn, kp, kn, timestamp, cb, hdrs) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* a kds_hadd into an rd_kafka_headers_t (the value copied by librdkafka) */
+static int rdk_hadd(void *ctx, PyObject *nobj, const char *name, Py_ssize_t nl, PyObject *vobj, const char *val,
+                    Py_ssize_t vl) {
+    R.rd_kafka_header_add((rd_kafka_headers_t *)ctx, name, nl, val, val ? vl : -1);
+    return 0;
+}
+
+PyObject *kds_native_producer(PyObject *produce) {
+    if (!PyCFunction_Check(produce)) return NULL;
+    PyObject *self = PyCFunction_GET_SELF(produce);
+    return self && Py_IS_TYPE(self, &ProducerType) ? self : NULL;
+}
+
+int kds_np_send(PyObject *np, PyObject *topic, PyObject *value, PyObject *key, long long partition, PyObject *cb,
+                kds_hfill fill, void *fctx) {
+    ProducerObject *p = (ProducerObject *)np;
+    if (open_or_raise(p) < 0) return -1;
+    const char *t = PyUnicode_AsUTF8(topic);
+    void *vp, *kp;
+    size_t vn, kn;
+    if (!t || mem_of(value, "value", &vp, &vn) < 0 || mem_of(key, "key", &kp, &kn) < 0) return -1;
+    rd_kafka_headers_t *hdrs = NULL;
+    if (fill) {
+        hdrs = R.rd_kafka_headers_new(8);
+        if (fill(fctx, rdk_hadd, hdrs) < 0) {
+            R.rd_kafka_headers_destroy(hdrs);
+            return -1;
         }
     }
-    R.rd_kafka_error_destroy(error);
-    return NULL;
+    return send(p, t, (int32_t)partition, vp, vn, kp, kn, 0, cb, hdrs);
 }
 
 /* purge(in_queue=True, in_flight=True, blocking=True) */

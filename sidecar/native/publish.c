@@ -1,8 +1,9 @@
 /* sidecar._native, publish core: the publish fast path (the reference is sidecar/engine/loop.py,
  * Publishing._produce and Publishing._on_delivery, which take every case that is not plain).
  *
- * publish_due produces a due batch with the client's bound produce; each record gets a Delivery as
- * its delivery-report callable. The loop state both paths read and write is one PublishState
+ * publish_due produces a due batch with the client's bound produce (or, when that is a
+ * NativeProducer's, its C entry kds_np_send, the headers written straight into librdkafka's); each
+ * record gets a Delivery as its delivery-report callable. The loop state both paths read and write is one PublishState
  * (sidecar/engine/publish_state.py): a C type whose fields are struct members, read here directly
  * and by Python as attributes of the same object, so the two paths interleave record by record.
  * in_flight is a C integer, exact at every moment. topic_in_flight, a dict, is the exception: C
@@ -421,6 +422,12 @@ int kds_pub_lateness(PyObject *pubo, PyObject *msg, long long due, PyObject *lat
     return report_lateness(((PublisherObject *)pubo)->state, msg, due, lateness);
 }
 
+/* delivery_headers(rec, source_topic)'s headers for the native producer's entry: fctx is {rec, topic} */
+static int rec_fill(void *fctx, kds_hadd add, void *actx) {
+    PyObject **a = fctx;
+    return kds_delivery_headers_each(a[0], a[1], add, actx);
+}
+
 /* publish_due(pub, produce, batch, i, store, now) -> (j, refused)
  *
  * Produces batch[i:] ((ref, Record) pairs from the scheduler's due) while each is plain: due at
@@ -451,6 +458,7 @@ static PyObject *native_publish_due(PyObject *self, PyObject *const *args, Py_ss
     }
     PyObject *zero = PyLong_FromLong(0);
     Py_DECREF(zero); /* a cached small int: stays alive */
+    PyObject *np = kds_native_producer(produce);
     for (; i < PyList_GET_SIZE(batch); i++) {
         PyObject *pair = PyList_GET_ITEM(batch, i);
         if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
@@ -477,9 +485,12 @@ static PyObject *native_publish_due(PyObject *self, PyObject *const *args, Py_ss
             goto fail;
         }
         PyObject *hargs[2] = {recobj, topic_bytes};
-        PyObject *headers = fired ? fired : kds_delivery_headers(NULL, hargs, 2);
-        DeliveryObject *cb = headers ? PyObject_New(DeliveryObject, &DeliveryType) : NULL;
-        PyObject *tp = cb ? PyLong_FromLong(rec->target_partition) : NULL;
+        /* the native producer's C entry takes the headers straight into librdkafka's (no list); a
+         * firing's headers are a list already */
+        int c_send = np && !fired;
+        PyObject *headers = c_send ? NULL : fired ? fired : kds_delivery_headers(NULL, hargs, 2);
+        DeliveryObject *cb = c_send || headers ? PyObject_New(DeliveryObject, &DeliveryType) : NULL;
+        PyObject *tp = cb && !c_send ? PyLong_FromLong(rec->target_partition) : NULL;
         if (cb) {
             cb->vectorcall = Delivery_vectorcall;
             Py_INCREF(pub);
@@ -498,7 +509,10 @@ static PyObject *native_publish_due(PyObject *self, PyObject *const *args, Py_ss
             cb->lateness = lateness;
         }
         PyObject *res = NULL;
-        if (tp) {
+        if (cb && c_send) {
+            if (kds_np_send(np, topic, rec->value, rec->key, rec->target_partition, (PyObject *)cb, rec_fill, hargs) == 0)
+                res = Py_NewRef(Py_None);
+        } else if (tp) {
             /* positional, in the client's order: topic, value, key, partition, callback,
              * on_delivery (alias, unused), timestamp (0: now), headers */
             PyObject *a[8] = {topic, rec->value, rec->key, tp, (PyObject *)cb, Py_None, zero, headers};

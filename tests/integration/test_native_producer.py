@@ -21,7 +21,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from sidecar.engine.native_client import NativeClients, bind, librdkafka_path
 from sidecar.store.codec import native
-from tests.integration.harness import consume_until, create_topics
+from tests.integration.harness import SidecarProcess, consume_until, create_topics, producer
 
 pytestmark = pytest.mark.integration
 
@@ -194,3 +194,51 @@ def test_c_report_callables_are_served_in_c_as_their_reference(kafka_bootstrap: 
     assert fast == ref
     assert ref["acked"] == ref["produced"] == ref["changelog_offset"] == 12 and ref["failed"] == 0
     assert ref["changelog_ingress"] == 100 + 9 + 1
+
+
+def _delivered_headers(kafka_bootstrap: str, tmp_path: Any, name: str, kind: str) -> dict[bytes, Any]:
+    """300 records through a sidecar with the ``kind`` producer, half due on arrival (published
+    from the intake, direct.c) and half after a second (stored, publish.c); per delay.id what its
+    delivered record carries, with the time-dependent header values reduced to their form."""
+    target = f"{name}-out"
+    create_topics(kafka_bootstrap, [target])
+    sc = SidecarProcess(kafka_bootstrap, tmp_path / f"data-{kind}", f"{name}-in", f"{name}-dlq",
+                        extra=["--scheduler", "levels", "--ingress-partitions", "1", "--producer", kind])
+    try:
+        sc.start()
+        p = producer(kafka_bootstrap)
+        for i in range(300):
+            headers = [("app", b"x%d" % i), ("delay.target-topic", target.encode()),
+                       ("delay.ms", b"0" if i % 2 else b"1000"), ("delay.id", b"id-%d" % i), ("nul", None)]
+            p.produce(sc.ingress, key=b"k%d" % i, value=b"v%d" % i, headers=headers)
+        assert p.flush(30) == 0
+        got = consume_until(kafka_bootstrap, [target], want=300, timeout_s=60, settle_s=1)
+    finally:
+        sc.stop_quietly()
+    out: dict[bytes, Any] = {}
+    for r in got:
+        shape = []
+        for k, v in r.header_list:
+            if k in ("delay.deliver-at", "delay.enqueued-at"):
+                assert v is not None and v.isdigit()
+                v = b"<ms>"
+            elif k == "delay.source":
+                assert v is not None and v.startswith(f"{name}-in:0:".encode()) and v.rsplit(b":", 1)[1].isdigit()
+                v = b"<source>"
+            shape.append((k, v))
+        out[r.headers["delay.id"] or b""] = (r.key, r.value, shape)
+    return out
+
+
+def test_the_c_entry_delivers_what_the_python_path_delivers(kafka_bootstrap: str, tmp_path: Any,
+                                                            unique: str) -> None:
+    """publish.c and direct.c write a delivered record's headers straight into librdkafka's with the
+    native producer: the records a consumer reads are those confluent-kafka's producer delivers."""
+    by_kind = {kind: _delivered_headers(kafka_bootstrap, tmp_path, f"nat-{kind}-{unique}", kind)
+               for kind in ("confluent", "native")}
+    assert len(by_kind["native"]) == 300
+    assert by_kind["native"] == by_kind["confluent"]
+    key, value, shape = by_kind["native"][b"id-7"]
+    assert (key, value) == (b"k7", b"v7")
+    assert shape == [("app", b"x7"), ("nul", None), ("delay.id", b"id-7"), ("delay.deliver-at", b"<ms>"),
+                     ("delay.enqueued-at", b"<ms>"), ("delay.source", b"<source>")]
