@@ -195,10 +195,11 @@ OPTIONS: tuple[Option, ...] = (
            "delay.id); exactly-once: deliveries, changelog and ingress offsets commit in Kafka transactions, "
            "read_committed consumers see each record once (needs changelog on; README, Guarantees)",
            "{at-least-once,exactly-once}"),
-    Option("producer", "producer", "confluent", _choice("confluent", "native"),
-           "the deliveries' Kafka producer: confluent (confluent-kafka's Producer) or native (librdkafka "
-           "driven from the C extension, the same library: no Python object per record or report; "
-           "at-least-once only; docs/design.md 5.2)", "{confluent,native}"),
+    Option("producer", "producer", "auto", _choice("auto", "confluent", "native"),
+           "the deliveries' Kafka producer: native (librdkafka driven from the C extension, the library "
+           "confluent-kafka runs on: no Python object per record or report; at-least-once only), confluent "
+           "(confluent-kafka's Producer), auto (native where it can run: at-least-once with the extension "
+           "built; docs/design.md 5.2)", "{auto,confluent,native}"),
     Option("transaction-interval", "transaction_interval_ms", "100ms", _positive(parse_duration_ms),
            "exactly-once: how often the transaction commits; a read_committed consumer sees a delivery "
            "up to this much later", _D),
@@ -291,7 +292,7 @@ class Settings:
     changelog_topic: str | None = None
     standby_replicas: int = 0
     delivery: str = "at-least-once"
-    producer: str = "confluent"
+    producer: str = "auto"
     transaction_interval_ms: int = 100
     transaction_timeout_ms: int = 10_000
     history_topic: str | None = None
@@ -457,7 +458,7 @@ def _check(s: Settings, given: set[str] | frozenset[str] = frozenset()) -> None:
                           "changelog's committed records after a crash or an aborted transaction")
     if s.exactly_once and s.producer == "native":
         raise ConfigError("--producer native is at-least-once only: --delivery exactly-once keeps "
-                          "confluent-kafka's transactional producer (use --producer confluent)")
+                          "confluent-kafka's transactional producer (use --producer auto or confluent)")
     if s.exactly_once and s.transaction_interval_ms * 2 > s.transaction_timeout_ms:
         raise ConfigError(
             f"--transaction-interval ({format_duration_ms(s.transaction_interval_ms)}) must be at most half of "

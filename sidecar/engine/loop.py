@@ -150,7 +150,7 @@ class Sidecar:
         ) for t in tenants}
         self.rules = next(iter(self.tenant_rules.values()))  # the first tenant's (the only one without tenants)
         self.make_scheduler = make_scheduler_factory(settings)
-        clients = clients if clients is not None else clients_for(settings.producer)
+        clients = clients if clients is not None else clients_for(settings.producer, settings.exactly_once)
         self.kafka = KafkaIO(settings, clients, self)
         self.kafka.refusals.health = health  # /readyz names why Kafka refuses the sidecar (refusals.py)
         self.pub = Publishing(settings, self.counts.loop, self.stores, self.clock, clients.produce_errors,

@@ -1,13 +1,15 @@
-"""The native producer (``--producer native``): librdkafka's producer driven from the C extension.
+"""The native producer (``--producer native``, and ``auto``'s choice for at-least-once):
+librdkafka's producer driven from the C extension.
 
 With it, the deliveries' producer that :class:`~sidecar.engine.kafka_io.KafkaIO` asks its
 :class:`~sidecar.engine.kafka_io.Clients` for is ``sidecar._native.NativeProducer``
 (``sidecar/native/producer.c``): the same librdkafka as confluent-kafka's clients, with the
 interface of confluent-kafka's ``Producer`` that the engine calls (``produce`` with the same
 positional order, ``poll``, ``flush``, ``purge``, ``len``, ``close``, ``error_cb`` and ``logger``).
-What it saves is the Python layer per record: the confluent-kafka ``Message`` made for each delivery
-report and the report callback's round trip; a plain delivery's report is served in C
-(docs/design.md 5.2).
+What it saves is the Python layer per record: the hot callers (publish_due, the intake's publish of
+a record due on arrival, the changelog's writes) produce through its C entry, the headers written
+straight into librdkafka's, and a plain success report is served in C without a ``Message``
+(docs/design.md 5.2). ``auto``, the default, takes it wherever it can run.
 
 The C code is not linked against librdkafka: :func:`bind` finds the library confluent-kafka has
 loaded (``/proc/self/maps``) and hands its path to ``rdk_bind``, which takes the functions it needs
@@ -79,6 +81,14 @@ class NativeClients(ConfluentClients):
         return native.NativeProducer(conf)
 
 
-def clients_for(producer: str) -> ConfluentClients:
-    """The clients for the ``producer`` setting (``confluent`` or ``native``)."""
-    return NativeClients() if producer == "native" else ConfluentClients()
+def clients_for(producer: str, exactly_once: bool = False) -> ConfluentClients:
+    """The clients for the ``producer`` setting: ``native`` (or :class:`NativeUnavailable`),
+    ``confluent``, or ``auto``: native unless exactly-once or it cannot run here (the reason logged)."""
+    if producer == "native":
+        return NativeClients()
+    if producer == "auto" and not exactly_once:
+        try:
+            return NativeClients()
+        except NativeUnavailable as e:
+            logs.get(__name__).info("producer.confluent", reason=str(e))
+    return ConfluentClients()

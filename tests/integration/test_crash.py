@@ -45,10 +45,11 @@ def load(request: pytest.FixtureRequest) -> tuple[int, int]:
     return request.param  # type: ignore[no-any-return]
 
 
-# each scheduler, and the levels one with the native producer (sidecar/native/producer.c): its
-# reports are served in C, so a kill between a delivery and its report must still lose nothing
-@pytest.fixture(params=[("levels", "confluent"), ("wheel", "confluent"), ("levels", "native")],
-                ids=["levels", "wheel", "levels-native"])
+# each scheduler with the default producer (the native one, sidecar/native/producer.c: its reports
+# are served in C, so a kill between a delivery and its report must still lose nothing), and the
+# levels one with confluent-kafka's
+@pytest.fixture(params=[("levels", "auto"), ("wheel", "auto"), ("levels", "confluent")],
+                ids=["levels", "wheel", "levels-confluent"])
 def sidecar(
     request: pytest.FixtureRequest, kafka_bootstrap: str, tmp_path: Path, unique: str
 ) -> Iterator[SidecarProcess]:

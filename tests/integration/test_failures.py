@@ -83,12 +83,12 @@ def _send(bootstrap: str, ingress: str, target: str, ids: range, max_delay_ms: i
 # The outage's length: 12 s by default (well past /readyz going 503, and the records sent during it
 # wait in the producer's buffer: both are inside every client timeout, 120 s for a delivery, as at
 # 30 s); the 30 s the issue names under ``pytest -m soak``.
-# (and the 12 s outage again with the native producer: its error_cb and failed reports must tell
+# (and the 12 s outage with each producer: the native one's error_cb and failed reports must tell
 # the loop the broker is down and back as confluent-kafka's do)
 @pytest.mark.kafka_outage
 @pytest.mark.parametrize(("outage_s", "producer_kind"),
-                         [(12, "confluent"), (12, "native"), pytest.param(30, "confluent", marks=pytest.mark.soak)],
-                         ids=["12s", "12s-native", "30s"])
+                         [(12, "auto"), (12, "confluent"), pytest.param(30, "auto", marks=pytest.mark.soak)],
+                         ids=["12s", "12s-confluent", "30s"])
 def test_broker_outage_under_load(
     make_sidecar: object, local_kafka: LocalKafka | None, kafka_bootstrap: str, unique: str, http_port: int,
     outage_s: int, producer_kind: str,

@@ -147,9 +147,10 @@ def test_consistency_errors_show_written_values() -> None:
 
 
 def test_the_native_producer_is_at_least_once_only() -> None:
+    assert load_settings({}, environ={}).producer == "auto"
     assert load_settings({"producer": "native"}, environ={}).producer == "native"
     assert load_settings({}, environ={"DELAY_SIDECAR_PRODUCER": "Native"}).producer == "native"
     with pytest.raises(ConfigError, match="--producer native is at-least-once only"):
         load_settings({"producer": "native", "delivery": "exactly-once"}, environ={})
-    with pytest.raises(ConfigError, match=r"producer.*confluent, native"):
+    with pytest.raises(ConfigError, match=r"producer.*auto, confluent, native"):
         load_settings({"producer": "rust"}, environ={})
