@@ -428,6 +428,46 @@ static int rec_fill(void *fctx, kds_hadd add, void *actx) {
     return kds_delivery_headers_each(a[0], a[1], add, actx);
 }
 
+/* Produce one due record with a Delivery as its report callable: through the native producer's C
+ * entry (np not NULL; the headers straight into librdkafka's) or the client's produce, positional
+ * in its order (topic, value, key, partition, callback, on_delivery (unused), timestamp (0: now),
+ * headers). fired: a firing's headers (a list, consumed), else NULL. None, or NULL with what the
+ * produce raised. */
+static PyObject *produce_record(PublisherObject *pub, PyObject *np, PyObject *produce, PyObject *ref, PyObject *recobj,
+                                PyObject *store, PyObject *topic, PyObject *topic_bytes, PyObject *partition,
+                                PyObject *lateness, PyObject *fired) {
+    RecordObject *rec = (RecordObject *)recobj;
+    PyObject *hargs[2] = {recobj, topic_bytes};
+    int c_send = np && !fired; /* a firing's headers are a list already */
+    PyObject *headers = c_send ? NULL : fired ? fired : kds_delivery_headers(NULL, hargs, 2);
+    DeliveryObject *cb = c_send || headers ? PyObject_New(DeliveryObject, &DeliveryType) : NULL;
+    PyObject *tp = cb && !c_send ? PyLong_FromLong(rec->target_partition) : NULL;
+    PyObject *res = NULL;
+    if (cb) {
+        cb->vectorcall = Delivery_vectorcall;
+        cb->pub = (PublisherObject *)Py_NewRef(pub);
+        cb->ref = Py_NewRef(ref);
+        cb->rec = Py_NewRef(recobj);
+        cb->store = Py_NewRef(store);
+        cb->topic = Py_NewRef(topic);
+        cb->partition = Py_NewRef(partition);
+        cb->lateness = Py_NewRef(lateness);
+    }
+    if (cb && c_send) {
+        if (kds_np_send(np, topic, rec->value, rec->key, rec->target_partition, (PyObject *)cb, rec_fill, hargs) == 0)
+            res = Py_NewRef(Py_None);
+    } else if (tp) {
+        PyObject *zero = PyLong_FromLong(0);
+        Py_DECREF(zero); /* a cached small int: stays alive */
+        PyObject *a[8] = {topic, rec->value, rec->key, tp, (PyObject *)cb, Py_None, zero, headers};
+        res = PyObject_Vectorcall(produce, a, 8, NULL);
+    }
+    Py_XDECREF(tp);
+    Py_XDECREF((PyObject *)cb);
+    Py_XDECREF(headers);
+    return res;
+}
+
 /* publish_due(pub, produce, batch, i, store, now) -> (j, refused)
  *
  * Produces batch[i:] ((ref, Record) pairs from the scheduler's due) while each is plain: due at
@@ -456,8 +496,6 @@ static PyObject *native_publish_due(PyObject *self, PyObject *const *args, Py_ss
         if (lateness) PyErr_SetString(PyExc_TypeError, "store.topic_bytes is not bytes");
         goto fail;
     }
-    PyObject *zero = PyLong_FromLong(0);
-    Py_DECREF(zero); /* a cached small int: stays alive */
     PyObject *np = kds_native_producer(produce);
     for (; i < PyList_GET_SIZE(batch); i++) {
         PyObject *pair = PyList_GET_ITEM(batch, i);
@@ -484,43 +522,8 @@ static PyObject *native_publish_due(PyObject *self, PyObject *const *args, Py_ss
             Py_XDECREF(fired);
             goto fail;
         }
-        PyObject *hargs[2] = {recobj, topic_bytes};
-        /* the native producer's C entry takes the headers straight into librdkafka's (no list); a
-         * firing's headers are a list already */
-        int c_send = np && !fired;
-        PyObject *headers = c_send ? NULL : fired ? fired : kds_delivery_headers(NULL, hargs, 2);
-        DeliveryObject *cb = c_send || headers ? PyObject_New(DeliveryObject, &DeliveryType) : NULL;
-        PyObject *tp = cb && !c_send ? PyLong_FromLong(rec->target_partition) : NULL;
-        if (cb) {
-            cb->vectorcall = Delivery_vectorcall;
-            Py_INCREF(pub);
-            cb->pub = pub;
-            Py_INCREF(ref);
-            cb->ref = ref;
-            Py_INCREF(recobj);
-            cb->rec = recobj;
-            Py_INCREF(store);
-            cb->store = store;
-            Py_INCREF(topic);
-            cb->topic = topic;
-            Py_INCREF(partition);
-            cb->partition = partition;
-            Py_INCREF(lateness);
-            cb->lateness = lateness;
-        }
-        PyObject *res = NULL;
-        if (cb && c_send) {
-            if (kds_np_send(np, topic, rec->value, rec->key, rec->target_partition, (PyObject *)cb, rec_fill, hargs) == 0)
-                res = Py_NewRef(Py_None);
-        } else if (tp) {
-            /* positional, in the client's order: topic, value, key, partition, callback,
-             * on_delivery (alias, unused), timestamp (0: now), headers */
-            PyObject *a[8] = {topic, rec->value, rec->key, tp, (PyObject *)cb, Py_None, zero, headers};
-            res = PyObject_Vectorcall(produce, a, 8, NULL);
-        }
-        Py_XDECREF(tp);
-        Py_XDECREF((PyObject *)cb);
-        Py_XDECREF(headers);
+        PyObject *res = produce_record(pub, np, produce, ref, recobj, store, topic, topic_bytes, partition, lateness,
+                                       fired);
         if (!res) {
             Py_DECREF(topic);
             if (!PyErr_ExceptionMatches(pub->refused)) goto fail;
