@@ -40,7 +40,7 @@ static PyObject *KafkaErrorT, *KafkaExceptionT; /* confluent_kafka.KafkaError, K
 static PyObject *S_fatal, *S_fmt;
 
 /* rdk_bind(path, KafkaError, KafkaException) -> rd_kafka_version(): librdkafka's functions from
- * the already-loaded library at path (once per process; a second call must name the same library) */
+ * the already-loaded library at path (bound once per process: a later call returns the bound version) */
 static PyObject *native_rdk_bind(PyObject *self, PyObject *args) {
     const char *path;
     PyObject *kerr, *kexc;
