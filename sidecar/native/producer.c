@@ -83,6 +83,15 @@ static PyObject *kafka_error(int code, const char *reason, int fatal) {
     return e;
 }
 
+/* KafkaException(KafkaError(code, reason)) raised: confluent-kafka's refusal */
+static void raise_kafka(int code, const char *reason) {
+    PyObject *e = kafka_error(code, reason, 0);
+    if (e) {
+        PyErr_SetObject(KafkaExceptionT, e);
+        Py_DECREF(e);
+    }
+}
+
 /* ---------------------------------------------------------------------------------------------
  * DeliveryReport: what a callable other than a plain Delivery gets as its `msg` */
 
@@ -196,11 +205,7 @@ static int conf_fill(rd_kafka_conf_t *c, PyObject *conf, ProducerObject *p) {
             return -1;
         }
         if (R.rd_kafka_conf_set(c, ks, vs, errstr, sizeof errstr) != RDK_CONF_OK) {
-            PyObject *e = kafka_error(RDK_ERR_INVALID_ARG, errstr, 0);
-            if (e) {
-                PyErr_SetObject(KafkaExceptionT, e);
-                Py_DECREF(e);
-            }
+            raise_kafka(RDK_ERR_INVALID_ARG, errstr);
             Py_DECREF(s);
             return -1;
         }
@@ -228,11 +233,7 @@ static PyObject *Producer_new(PyTypeObject *type, PyObject *args, PyObject *kwds
     R.rd_kafka_conf_set_events(c, RDK_EVENT_DR | RDK_EVENT_ERROR | (p->logger ? RDK_EVENT_LOG : 0));
     p->rk = R.rd_kafka_new(RDK_PRODUCER, c, errstr, sizeof errstr);
     if (!p->rk) {
-        PyObject *e = kafka_error(RDK_ERR_INVALID_ARG, errstr, 0);
-        if (e) {
-            PyErr_SetObject(KafkaExceptionT, e);
-            Py_DECREF(e);
-        }
+        raise_kafka(RDK_ERR_INVALID_ARG, errstr);
         goto fail;
     }
     c = NULL; /* rd_kafka_new took it */
@@ -527,11 +528,7 @@ static int send(ProducerObject *p, const char *topic, int32_t partition, void *v
     if (code == RDK_ERR_QUEUE_FULL) {
         PyErr_SetString(PyExc_BufferError, R.rd_kafka_error_string(error));
     } else {
-        PyObject *e = kafka_error(code, R.rd_kafka_error_string(error), 0);
-        if (e) {
-            PyErr_SetObject(KafkaExceptionT, e);
-            Py_DECREF(e);
-        }
+        raise_kafka(code, R.rd_kafka_error_string(error));
     }
     R.rd_kafka_error_destroy(error);
     return -1;
@@ -632,11 +629,7 @@ static PyObject *Producer_purge(ProducerObject *p, PyObject *args, PyObject *kwd
     Py_BEGIN_ALLOW_THREADS code = R.rd_kafka_purge(p->rk, flags);
     Py_END_ALLOW_THREADS
     if (code) {
-        PyObject *e = kafka_error(code, NULL, 0);
-        if (e) {
-            PyErr_SetObject(KafkaExceptionT, e);
-            Py_DECREF(e);
-        }
+        raise_kafka(code, NULL);
         return NULL;
     }
     Py_RETURN_NONE;
