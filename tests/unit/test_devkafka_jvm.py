@@ -8,7 +8,6 @@ archive is adopted only after a graceful stop, never after a kill; the output la
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -123,7 +122,13 @@ def test_the_child_dies_with_an_owner_killed_by_sigkill(tmp_path: Path) -> None:
     try:
         assert owner.stdout is not None
         child = int(owner.stdout.readline())
-        os.kill(child, 0)  # alive while its owner is
+        # Popen returns once setpriv runs; the parent-death signal is armed only when setpriv
+        # has called prctl, which it does before it execs the command. Kill the owner earlier
+        # and nothing was armed yet (the race a loaded CI machine hit).
+        deadline = time.monotonic() + 10
+        while _comm(child) != "sleep":
+            assert time.monotonic() < deadline, f"pid {child} never became sleep: {_comm(child)!r}"
+            time.sleep(0.01)
         owner.send_signal(signal.SIGKILL)
         owner.wait(timeout=10)
         deadline = time.monotonic() + 10
@@ -133,6 +138,13 @@ def test_the_child_dies_with_an_owner_killed_by_sigkill(tmp_path: Path) -> None:
     finally:
         owner.kill()
         owner.wait(timeout=10)
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def _state(pid: int) -> str:
