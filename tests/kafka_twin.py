@@ -864,6 +864,8 @@ class TwinAdmin:
         self.user = user  # its principal: the topics ``TwinCluster.denied`` it are not writable
 
     def list_topics(self, topic: str | None = None, timeout: float = 0) -> _TopicsMeta:
+        if self.cluster.down:  # no broker answers in an outage
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT, "Local: Broker transport failure"))
         return _TopicsMeta(dict(self.cluster.topics))
 
     def describe_topics(self, topics: Any, **_kw: Any) -> dict[str, _Done]:

@@ -270,6 +270,15 @@ class KafkaIO:
 
         return _Mapped(fut, members)
 
+    def cluster_answers(self, timeout: float) -> bool:
+        """Whether a broker answers a metadata request within ``timeout`` (blocks that long at
+        most; the admin client's handle, not the consumer's: ``rejoin.py``)."""
+        try:
+            self.admin_client().list_topics(topic=self.topics[0], timeout=timeout)
+        except KafkaException:
+            return False
+        return True
+
     def admin_client(self) -> Any:
         """The deployment's admin client, made when first asked (describe, offsets, the targets' checks)."""
         if self._admin_client is None:

@@ -15,6 +15,7 @@ stores map, the Kafka I/O port, the clock) and calls them in order; it holds no 
   store made and recovered;
 - ``page_waits.PageWaits``: a partition held while an id-table page is read off the loop;
 - ``ownership.Ownership``: nothing published after a gap until the group confirms this member;
+- ``rejoin.RejoinWatch``: a consumer that lost its partitions and never rejoins is replaced;
 - ``exactly_once.ExactlyOnce``: the transactions that replace the offset commits (nothing is
   published while the broker refuses the transactional id: ``txn_refusal.TxnRefusal``);
 - ``backpressure.Backpressure``: ingress paused for disk space or a refusing changelog;
@@ -83,6 +84,7 @@ from sidecar.engine.opening import StoreOpener
 from sidecar.engine.ownership import Ownership
 from sidecar.engine.page_waits import PAGE_WAIT_POLL_S, PageWaits
 from sidecar.engine.publishing import Publishing
+from sidecar.engine.rejoin import ASK_TIMEOUT_S, RejoinWatch, rejoin_limit_s
 from sidecar.engine.reporting import Reporting
 from sidecar.engine.standbys import Standbys
 from sidecar.engine.stores import StoreKey, Stores
@@ -197,6 +199,7 @@ class Sidecar:
             self.ingress.direct = self.direct
             self.handover.direct = True
         self.ownership = Ownership(self.stores, self.kafka, self.clock)
+        self.rejoin = RejoinWatch(rejoin_limit_s(settings.kafka))  # a consumer stuck outside its group
         # one lane of transactions per principal: the deployment's, each tenant's own (txn_lanes.py)
         self.eos = (ExactlyOnce(lanes_of(settings, self.txn, self.kafka, self.pub, self.clock,
                                          lambda: self.backpressure.paused),
@@ -220,6 +223,7 @@ class Sidecar:
 
     def partitions_assigned(self, partitions: list[StoreKey]) -> dict[StoreKey, int | None]:
         """Open (recover) each partition's store; its checkpoint names the offset to resume at."""
+        self.rejoin.assigned()
         with self.store_lock:
             return self.handover.assigned(partitions)
 
@@ -233,6 +237,7 @@ class Sidecar:
 
     def partitions_lost(self, partitions: list[StoreKey]) -> None:
         """The group moved on without us: close the stores, commit nothing (not ours any more)."""
+        self.rejoin.lost(self.clock.monotonic())  # librdkafka rejoins by itself, or should (rejoin.py)
         with self.store_lock:
             self.handover.lost(partitions)
             if self.eos is not None:
@@ -377,6 +382,9 @@ class Sidecar:
             if self._helpers is not None:
                 self._helpers.demote()  # librdkafka starts a thread per broker it connects to
             self.backpressure.check(self.handover.all_stores())
+            stuck = self.rejoin.step(mono, lambda: self.kafka.cluster_answers(ASK_TIMEOUT_S))
+            if stuck:
+                self.kafka.consumer_fatal = stuck  # replaced at the next turn, as after a fatal error
             self.reporting.sync_metrics()
             self._last_space = mono
         if mono - self._last_stats >= self.s.stats_interval_ms / 1000:
@@ -403,7 +411,8 @@ class Sidecar:
 
     def _replace_consumer(self) -> None:
         """A fatal consumer error (librdkafka: e.g. a static member fenced after its session
-        expired during a broker outage) leaves a consumer that can never fetch or commit again.
+        expired during a broker outage) leaves a consumer that can never fetch or commit again; so
+        does one that never rejoins its group after losing its partitions (``rejoin.py``).
         Every partition is handed back without a commit (nothing is lost: the new consumer
         resumes from the checkpoints), the old consumer dropped and the group joined anew."""
         log.error("consumer.fatal", error=self.kafka.consumer_fatal, action="rejoining with a new consumer")
@@ -412,6 +421,7 @@ class Sidecar:
         if self.eos is not None:
             self.eos.fenced()
         self.kafka.replace_consumer()
+        self.rejoin.lost(self.clock.monotonic())  # the new consumer must be assigned in its turn
 
     # -- shutdown -------------------------------------------------------------------------------
     def shutdown(self) -> None:
