@@ -14,9 +14,9 @@ The watch (:class:`RejoinWatch`, no clock inside: the loop passes its monotonic 
 2. armed for ``limit_s`` (``REJOIN_SESSIONS`` session timeouts, at least ``REJOIN_MIN_S``): the
    cluster is asked whether it answers (``KafkaIO.cluster_answers``: a metadata request of the
    admin client, at most ``ASK_TIMEOUT_S``; not the stuck consumer's own handle, and not the
-   admin API's group description, whose request librdkafka 2.16.0 aborts the process on when the
-   broker goes away under it: ``rd_kafka_enq_once_del_source_return``, seen in this module's
-   live test);
+   admin API's group description: a first version of this module's live test asked with it, and
+   librdkafka 2.16.0 aborted the process in two runs of three when the broker stopped
+   (``rd_kafka_enq_once_del_source_return``: an assertion);
 3. an answer: the consumer gets another ``limit_s``, and if the cluster answers again at its end
    with still no assignment, the consumer is declared dead. The loop then replaces it as it does
    after a fatal error (``Sidecar._replace_consumer``): the new consumer joins under the same
