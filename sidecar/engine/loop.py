@@ -200,13 +200,7 @@ class Sidecar:
             self.handover.direct = True
         self.ownership = Ownership(self.stores, self.kafka, self.clock)
         self.rejoin = RejoinWatch(rejoin_limit_s(settings.kafka))  # a consumer stuck outside its group
-        # one lane of transactions per principal: the deployment's, each tenant's own (txn_lanes.py)
-        self.eos = (ExactlyOnce(lanes_of(settings, self.txn, self.kafka, self.pub, self.clock,
-                                         lambda: self.backpressure.paused),
-                                self.stores, self.kafka, self.pub, self.handover, self.page_waits)
-                    if self.txn is not None else None)
-        if self.eos is not None:
-            self.handover.port_of = self.eos.port_of
+        self.eos = self._exactly_once()
         self.lookups = Lookup(settings, self.stores, self.clock, self.handover.held)
         self.lookup = self.lookups.lookup  # GET /ids/<id> (cli.py hands it to the health server)
         self.listing = Listing(settings, self.stores, self.clock, self.lookups).answer  # GET /pending (as lookup)
@@ -214,6 +208,16 @@ class Sidecar:
         self.store_lock = self.lookups.lock
         self._last_commit = self._last_space = self._last_trim = self._last_stats = 0.0
         self._last_index_step = 0.0
+
+    def _exactly_once(self) -> ExactlyOnce | None:
+        """Exactly-once's transactions (None at-least-once): one lane per principal, the
+        deployment's and each tenant's own (txn_lanes.py); the handover publishes through them."""
+        if self.txn is None:
+            return None
+        lanes = lanes_of(self.s, self.txn, self.kafka, self.pub, self.clock, lambda: self.backpressure.paused)
+        eos = ExactlyOnce(lanes, self.stores, self.kafka, self.pub, self.handover, self.page_waits)
+        self.handover.port_of = eos.port_of
+        return eos
 
     # -- Kafka I/O events (kafka_io.Events; the rebalance callbacks run inside consume) ---------
     @property
@@ -379,13 +383,7 @@ class Sidecar:
             parts[3] = clock() - t
         t4 = clock()
         if mono - self._last_space >= 1.0:
-            if self._helpers is not None:
-                self._helpers.demote()  # librdkafka starts a thread per broker it connects to
-            self.backpressure.check(self.handover.all_stores())
-            stuck = self.rejoin.step(mono, lambda: self.kafka.cluster_answers(ASK_TIMEOUT_S))
-            if stuck:
-                self.kafka.consumer_fatal = stuck  # replaced at the next turn, as after a fatal error
-            self.reporting.sync_metrics()
+            self._each_second(mono)
             self._last_space = mono
         if mono - self._last_stats >= self.s.stats_interval_ms / 1000:
             self.reporting.stats()
@@ -398,6 +396,17 @@ class Sidecar:
         if t5 - t1 > SLOW_TURN_S:
             turns.slow(t0, t1, t2, t3, t4, t5, len(msgs), self.pub.in_flight)
         self.ownership.turn_ended()
+
+    def _each_second(self, mono: float) -> None:
+        """The turn's once-a-second checks: helper threads, disk space, a consumer stuck outside
+        its group, the metrics."""
+        if self._helpers is not None:
+            self._helpers.demote()  # librdkafka starts a thread per broker it connects to
+        self.backpressure.check(self.handover.all_stores())
+        stuck = self.rejoin.step(mono, lambda: self.kafka.cluster_answers(ASK_TIMEOUT_S))
+        if stuck:
+            self.kafka.consumer_fatal = stuck  # replaced at the next turn, as after a fatal error
+        self.reporting.sync_metrics()
 
     def _replace_producer(self) -> None:
         """A delivery report said the producer instance is dead (``Publishing.producer_fatal``):
